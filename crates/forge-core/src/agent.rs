@@ -1,0 +1,173 @@
+//! Agent definitions: versioned instructions, model, tools and limits.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::error::Error;
+
+/// Names one version of one agent. Recorded on every run.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+pub struct AgentRef {
+    /// The agent's name, stable across versions.
+    pub name: String,
+    /// The version this run executes.
+    pub version: String,
+}
+
+/// Bounds one run must stay within.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RunLimits {
+    /// Most model calls (steps) a run may make; reaching it with tool calls still pending fails the
+    /// run with `step_limit_exceeded`.
+    #[serde(default = "RunLimits::default_max_steps")]
+    pub max_steps: u32,
+    /// Most tool calls executed from one model response.
+    #[serde(default = "RunLimits::default_max_parallel_tool_calls")]
+    pub max_tool_calls_per_step: u32,
+    /// Longest a single tool call may take, in milliseconds.
+    #[serde(default = "RunLimits::default_tool_timeout_ms")]
+    pub tool_timeout_ms: u64,
+    /// Largest tool input accepted, in bytes of JSON.
+    #[serde(default = "RunLimits::default_max_tool_io_bytes")]
+    pub max_tool_input_bytes: usize,
+    /// Largest tool output kept, in bytes of JSON; larger outputs become a tool error.
+    #[serde(default = "RunLimits::default_max_tool_io_bytes")]
+    pub max_tool_output_bytes: usize,
+}
+
+impl RunLimits {
+    fn default_max_steps() -> u32 {
+        16
+    }
+    fn default_max_parallel_tool_calls() -> u32 {
+        16
+    }
+    fn default_tool_timeout_ms() -> u64 {
+        60_000
+    }
+    fn default_max_tool_io_bytes() -> usize {
+        256 * 1024
+    }
+}
+
+impl Default for RunLimits {
+    fn default() -> Self {
+        Self {
+            max_steps: Self::default_max_steps(),
+            max_tool_calls_per_step: Self::default_max_parallel_tool_calls(),
+            tool_timeout_ms: Self::default_tool_timeout_ms(),
+            max_tool_input_bytes: Self::default_max_tool_io_bytes(),
+            max_tool_output_bytes: Self::default_max_tool_io_bytes(),
+        }
+    }
+}
+
+/// A versioned agent: what it is told, which model it calls, which tools it may use.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct AgentDefinition {
+    /// Name and version.
+    #[serde(flatten)]
+    pub agent: AgentRef,
+    /// The system instructions.
+    pub instructions: String,
+    /// `provider:model`, for example `openai:gpt-4o-mini` or `scripted:demo.toml`.
+    pub model: String,
+    /// Names of the tools the agent may be offered (authorization may narrow this further).
+    #[serde(default)]
+    pub tools: Vec<String>,
+    /// Names of skills the agent may load.
+    #[serde(default)]
+    pub skills: Vec<String>,
+    /// JSON Schema the final answer must satisfy, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_schema: Option<serde_json::Value>,
+    /// Run limits.
+    #[serde(default)]
+    pub limits: RunLimits,
+}
+
+impl AgentDefinition {
+    /// Checks the definition is usable: names present, model in `provider:model` form, limits sane.
+    pub fn validate(&self) -> Result<(), Error> {
+        if self.agent.name.trim().is_empty() {
+            return Err(Error::invalid("agent name must not be empty"));
+        }
+        if self.agent.version.trim().is_empty() {
+            return Err(Error::invalid("agent version must not be empty"));
+        }
+        self.model_parts()?;
+        if self.limits.max_steps == 0 {
+            return Err(Error::invalid("limits.max_steps must be at least 1"));
+        }
+        if self.limits.max_tool_calls_per_step == 0 {
+            return Err(Error::invalid(
+                "limits.max_tool_calls_per_step must be at least 1",
+            ));
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for tool in &self.tools {
+            if !seen.insert(tool) {
+                return Err(Error::invalid(format!("tool {tool} is listed twice")));
+            }
+        }
+        Ok(())
+    }
+
+    /// Splits `model` into `(provider, model name)`.
+    pub fn model_parts(&self) -> Result<(&str, &str), Error> {
+        match self.model.split_once(':') {
+            Some((p, m)) if !p.is_empty() && !m.is_empty() => Ok((p, m)),
+            _ => Err(Error::invalid(format!(
+                "model {:?} must look like provider:model, for example scripted:demo.toml",
+                self.model
+            ))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn agent(model: &str) -> AgentDefinition {
+        AgentDefinition {
+            agent: AgentRef {
+                name: "a".into(),
+                version: "1".into(),
+            },
+            instructions: "be brief".into(),
+            model: model.into(),
+            tools: vec![],
+            skills: vec![],
+            output_schema: None,
+            limits: RunLimits::default(),
+        }
+    }
+
+    #[test]
+    fn model_must_name_a_provider() {
+        assert_eq!(
+            agent("scripted:x.toml").model_parts().unwrap(),
+            ("scripted", "x.toml")
+        );
+        let err = agent("gpt-4o").validate().unwrap_err();
+        assert!(err.to_string().contains("provider:model"), "{err}");
+        assert!(agent(":x").validate().is_err());
+    }
+
+    #[test]
+    fn duplicate_tools_and_zero_limits_are_refused() {
+        let mut a = agent("scripted:x");
+        a.tools = vec!["t".into(), "t".into()];
+        assert!(
+            a.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("listed twice")
+        );
+        let mut a = agent("scripted:x");
+        a.limits.max_steps = 0;
+        assert!(a.validate().is_err());
+    }
+}

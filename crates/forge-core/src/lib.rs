@@ -1,0 +1,22 @@
+//! Forge's domain: ids, scope, agents, threads, runs and their state machine, run events and
+//! message parts, usage, errors, and the ports every adapter implements.
+//!
+//! This crate does no I/O and picks no runtime. Adapters (stores, providers, tools) live in their
+//! own crates and implement the traits in [`ports`]; `forge-engine` drives them.
+
+#![deny(missing_docs)]
+
+pub mod agent;
+pub mod error;
+pub mod event;
+pub mod id;
+pub mod message;
+pub mod part;
+pub mod ports;
+pub mod run;
+pub mod scope;
+pub mod thread;
+pub mod time;
+pub mod usage;
+
+pub use error::{Error, ErrorKind};

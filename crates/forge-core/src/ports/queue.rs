@@ -1,0 +1,93 @@
+//! The job-queue port: durable run jobs with leases, attempts and a dead-letter state.
+//!
+//! Enqueueing is tenant-scoped; claiming spans tenants and so takes a [`SystemScope`]. A claim is a
+//! lease: it lapses unless heartbeated, after which another worker may claim the job again with a
+//! higher fencing token.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::Error;
+use crate::id::{JobId, RunId};
+use crate::scope::{Scope, SystemScope, TenantId};
+use crate::time::Timestamp;
+
+/// A job to execute (or continue) one run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewJob {
+    /// The run to execute.
+    pub run_id: RunId,
+    /// Earliest time it may be claimed; `None` means now.
+    pub not_before: Option<Timestamp>,
+    /// Claims allowed before the job is dead-lettered.
+    pub max_attempts: u32,
+}
+
+/// Where a job is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum JobState {
+    /// Waiting to be claimed.
+    Ready,
+    /// Claimed under a live lease.
+    Claimed,
+    /// Done.
+    Completed,
+    /// Out of attempts; waits for an operator to replay or discard it.
+    Dead,
+}
+
+/// A job a worker holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimedJob {
+    /// The job.
+    pub id: JobId,
+    /// Its tenant.
+    pub tenant_id: TenantId,
+    /// Its run.
+    pub run_id: RunId,
+    /// 1 for the first claim.
+    pub attempt: u32,
+    /// The fencing token of this claim.
+    pub token: u64,
+    /// When the claim lapses unless heartbeated.
+    pub expires_at: Timestamp,
+}
+
+/// Port: the durable run queue.
+#[async_trait]
+pub trait JobQueue: Send + Sync {
+    /// Adds a job for a run of the scope's tenant.
+    async fn enqueue(&self, scope: &Scope, job: NewJob) -> Result<JobId, Error>;
+
+    /// Claims the oldest ready job (or one whose claim lapsed) for `ttl`.
+    async fn claim(
+        &self,
+        system: &SystemScope,
+        worker: &str,
+        ttl: Duration,
+    ) -> Result<Option<ClaimedJob>, Error>;
+
+    /// Extends a claim that is still current; `Fenced` if another claim replaced it.
+    async fn heartbeat(
+        &self,
+        system: &SystemScope,
+        job: &ClaimedJob,
+        ttl: Duration,
+    ) -> Result<ClaimedJob, Error>;
+
+    /// Marks a claimed job done.
+    async fn complete(&self, system: &SystemScope, job: &ClaimedJob) -> Result<(), Error>;
+
+    /// Gives a claimed job back after a failure: ready again after `retry_in`, or dead when its
+    /// attempts are spent. Returns the job's new state.
+    async fn fail(
+        &self,
+        system: &SystemScope,
+        job: &ClaimedJob,
+        retry_in: Duration,
+    ) -> Result<JobState, Error>;
+
+    /// The state of a job.
+    async fn job_state(&self, system: &SystemScope, id: JobId) -> Result<JobState, Error>;
+}

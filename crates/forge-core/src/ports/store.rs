@@ -1,0 +1,137 @@
+//! Storage ports: threads with session state, and runs with their event log and atomic step commit.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::Error;
+use crate::agent::AgentRef;
+use crate::event::RunEvent;
+use crate::id::{RunId, ThreadId};
+use crate::message::Message;
+use crate::part::Part;
+use crate::run::{Checkpoint, Run, RunFailure, RunLease, RunStatus};
+use crate::scope::Scope;
+use crate::thread::{SessionState, Thread};
+
+/// What is needed to create a thread.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct NewThread {
+    /// An optional title.
+    pub title: Option<String>,
+    /// Initial session state values.
+    pub state: serde_json::Map<String, serde_json::Value>,
+}
+
+/// Port: threads, their history and their session state.
+#[async_trait]
+pub trait ThreadStore: Send + Sync {
+    /// Creates a thread owned by the scope's tenant and principal.
+    async fn create_thread(&self, scope: &Scope, new: NewThread) -> Result<Thread, Error>;
+
+    /// Reads a thread; another tenant's thread is `NotFound`.
+    async fn get_thread(&self, scope: &Scope, id: ThreadId) -> Result<Thread, Error>;
+
+    /// The thread's messages in the order they were written.
+    async fn list_messages(&self, scope: &Scope, id: ThreadId) -> Result<Vec<Message>, Error>;
+
+    /// Replaces the session state if it is still at `expected_version`; returns the new state.
+    async fn put_session_state(
+        &self,
+        scope: &Scope,
+        id: ThreadId,
+        expected_version: u64,
+        values: serde_json::Map<String, serde_json::Value>,
+    ) -> Result<SessionState, Error>;
+}
+
+/// What is needed to create a run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewRun {
+    /// The thread to run on.
+    pub thread_id: ThreadId,
+    /// The agent version to execute.
+    pub agent: AgentRef,
+    /// The user's message that starts the run.
+    pub input: Vec<Part>,
+}
+
+/// Everything one step writes, committed atomically or not at all.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepCommit {
+    /// The run.
+    pub run_id: RunId,
+    /// The run version the step was computed from; another value means a concurrent writer won.
+    pub expected_version: u64,
+    /// The lease the step was computed under; a stale token means the lease was lost.
+    pub lease: RunLease,
+    /// The step's events, continuing the run's log without a gap.
+    pub events: Vec<RunEvent>,
+    /// Messages the step completed, appended to the thread's history.
+    pub messages: Vec<Message>,
+    /// State to resume from.
+    pub checkpoint: Checkpoint,
+    /// The run's status after the step.
+    pub status: RunStatus,
+    /// Why the run failed, when `status` is `failed`.
+    pub failure: Option<RunFailure>,
+}
+
+/// The result of a successful [`RunStore::commit_step`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Committed {
+    /// The run's new version.
+    pub version: u64,
+    /// The run's last event sequence.
+    pub last_seq: u64,
+}
+
+/// Port: runs, their leases, their event log and the atomic step commit.
+#[async_trait]
+pub trait RunStore: Send + Sync {
+    /// Creates a queued run and appends its input to the thread as a user message.
+    async fn create_run(&self, scope: &Scope, new: NewRun) -> Result<Run, Error>;
+
+    /// Reads a run; another tenant's run is `NotFound`.
+    async fn get_run(&self, scope: &Scope, id: RunId) -> Result<Run, Error>;
+
+    /// The thread's runs, oldest first.
+    async fn list_runs(&self, scope: &Scope, thread_id: ThreadId) -> Result<Vec<Run>, Error>;
+
+    /// Takes the run's lease for `ttl`, issuing a new fencing token. Fails with `LeaseHeld` while
+    /// another holder's lease is unexpired; the same holder re-acquiring gets a new token.
+    async fn acquire_lease(
+        &self,
+        scope: &Scope,
+        id: RunId,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<RunLease, Error>;
+
+    /// Extends a lease that is still current; `Fenced` if it is not.
+    async fn renew_lease(
+        &self,
+        scope: &Scope,
+        lease: &RunLease,
+        ttl: Duration,
+    ) -> Result<RunLease, Error>;
+
+    /// Gives a current lease up; releasing a stale lease is a no-op.
+    async fn release_lease(&self, scope: &Scope, lease: &RunLease) -> Result<(), Error>;
+
+    /// Writes one step atomically: events, messages, checkpoint and status.
+    ///
+    /// Refused, with nothing written, when the lease is not current or has expired (`Fenced`), the
+    /// run is not at `expected_version` (`VersionConflict`), the events do not continue the log
+    /// (`Invalid`), or the status change is not a legal transition (`Transition`/`Invalid`).
+    async fn commit_step(&self, scope: &Scope, commit: StepCommit) -> Result<Committed, Error>;
+
+    /// The run's committed events with `seq > after_seq`, in order, at most `limit` of them.
+    async fn read_events(
+        &self,
+        scope: &Scope,
+        id: RunId,
+        after_seq: u64,
+        limit: usize,
+    ) -> Result<Vec<RunEvent>, Error>;
+}

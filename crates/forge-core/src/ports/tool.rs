@@ -1,0 +1,124 @@
+//! The tool port: something a model may call, with a JSON-Schema input.
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+
+use crate::id::{IdempotencyKey, RunId, ThreadId, ToolCallId};
+use crate::scope::Scope;
+
+/// What a tool does to the world, which decides approval and idempotency handling.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolClassification {
+    /// Reads only.
+    Read,
+    /// Writes Forge-owned or tenant-internal state.
+    Write,
+    /// Acts on the outside world (sends, pays, publishes): gets an idempotency key and may need
+    /// approval.
+    ExternalWrite,
+}
+
+/// When a call of this tool needs a person's approval.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ApprovalPolicy {
+    /// Never.
+    Never,
+    /// Every call.
+    Always,
+    /// When the tool is classified as an external write.
+    ExternalWrites,
+    /// The policy port decides per call.
+    Policy,
+}
+
+/// A tool's declaration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolSpec {
+    /// The name the model calls it by: `[A-Za-z0-9_.-]{1,64}`.
+    pub name: String,
+    /// What it does, for the model.
+    pub description: String,
+    /// JSON Schema of its input.
+    pub input_schema: serde_json::Value,
+    /// What it does to the world.
+    pub classification: ToolClassification,
+    /// When it needs approval.
+    pub approval: ApprovalPolicy,
+    /// Its version, recorded with every call.
+    pub version: String,
+}
+
+impl ToolSpec {
+    /// Checks the name is one every provider accepts.
+    pub fn validate_name(name: &str) -> Result<(), crate::Error> {
+        let ok = !name.is_empty()
+            && name.len() <= 64
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
+        if ok {
+            Ok(())
+        } else {
+            Err(crate::Error::invalid(format!(
+                "tool name {name:?} must be 1 to 64 characters of letters, digits, '_', '-' or '.'"
+            )))
+        }
+    }
+}
+
+/// What a tool call knows about its caller.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolContext {
+    /// Who the run acts for.
+    pub scope: Scope,
+    /// The run.
+    pub run_id: RunId,
+    /// Its thread.
+    pub thread_id: ThreadId,
+    /// The call.
+    pub tool_call_id: ToolCallId,
+    /// Derived from (run, call): the same on every retry or resume of this call.
+    pub idempotency_key: IdempotencyKey,
+}
+
+/// How a tool call failed. The message goes back to the model, so it must hold no secrets.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ToolError {
+    /// The input was unusable (beyond what the schema catches).
+    #[error("invalid input: {0}")]
+    InvalidInput(String),
+    /// The tool failed.
+    #[error("{0}")]
+    Failed(String),
+    /// The tool failed transiently.
+    #[error("temporarily unavailable: {0}")]
+    Unavailable(String),
+}
+
+impl ToolError {
+    /// A stable code for the tool-result part.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ToolError::InvalidInput(_) => "invalid_input",
+            ToolError::Failed(_) => "tool_failed",
+            ToolError::Unavailable(_) => "tool_unavailable",
+        }
+    }
+}
+
+/// Port: a callable tool.
+#[async_trait]
+pub trait Tool: Send + Sync {
+    /// Its declaration.
+    fn spec(&self) -> &ToolSpec;
+
+    /// Runs it. `input` has already been validated against `spec().input_schema`.
+    async fn call(
+        &self,
+        ctx: &ToolContext,
+        input: serde_json::Value,
+    ) -> Result<serde_json::Value, ToolError>;
+}

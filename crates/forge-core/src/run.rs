@@ -1,0 +1,385 @@
+//! Runs: the state machine as a pure transition function, and the stored run record.
+//!
+//! ```text
+//! queued ──start──▶ running ──complete──▶ completed
+//!   │                │  ▲  └──fail──────▶ failed
+//!   │                park resume
+//!   │                ▼  │
+//!   │              waiting(approval | question)
+//!   └──cancel / fail──── any non-terminal ──cancel──▶ cancelled
+//! ```
+//!
+//! Terminal states absorb: every input to `completed`, `failed` or `cancelled` is refused with a
+//! [`TransitionError`] and the state is unchanged.
+//!
+//! ```
+//! use forge_core::run::{transition, RunInput, RunStatus, WaitReason};
+//!
+//! let s = transition(RunStatus::Queued, RunInput::Start).unwrap();
+//! let s = transition(s, RunInput::Park(WaitReason::Approval)).unwrap();
+//! assert_eq!(s, RunStatus::Waiting(WaitReason::Approval));
+//! let s = transition(s, RunInput::Resume).unwrap();
+//! assert_eq!(transition(s, RunInput::Complete).unwrap(), RunStatus::Completed);
+//! assert!(transition(RunStatus::Completed, RunInput::Cancel).is_err());
+//! ```
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::agent::AgentRef;
+use crate::id::{RunId, ThreadId};
+use crate::scope::{PrincipalId, TenantId};
+use crate::time::Timestamp;
+use crate::usage::Usage;
+
+/// What a waiting run waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum WaitReason {
+    /// A person's approval of a tool call.
+    Approval,
+    /// The user's answer to a question.
+    Question,
+}
+
+/// Where a run is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "state", content = "waiting_for", rename_all = "snake_case")]
+pub enum RunStatus {
+    /// Created, not yet started (possibly behind another run of its thread).
+    Queued,
+    /// A worker is executing it, step by step.
+    Running,
+    /// Parked until an interaction is resolved; holds no worker.
+    Waiting(WaitReason),
+    /// Finished with a final answer.
+    Completed,
+    /// Stopped by an error or a limit.
+    Failed,
+    /// Stopped on request.
+    Cancelled,
+}
+
+impl RunStatus {
+    /// Whether no input can move the run any more.
+    pub fn is_terminal(&self) -> bool {
+        matches!(
+            self,
+            RunStatus::Completed | RunStatus::Failed | RunStatus::Cancelled
+        )
+    }
+
+    /// The state's name as stored and shown (`waiting` for both wait reasons).
+    pub fn name(&self) -> &'static str {
+        match self {
+            RunStatus::Queued => "queued",
+            RunStatus::Running => "running",
+            RunStatus::Waiting(_) => "waiting",
+            RunStatus::Completed => "completed",
+            RunStatus::Failed => "failed",
+            RunStatus::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// An input to the run state machine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RunInput {
+    /// A worker begins executing a queued run.
+    Start,
+    /// The run needs a person; it releases its worker.
+    Park(WaitReason),
+    /// The awaited interaction was resolved.
+    Resume,
+    /// The model gave a final answer.
+    Complete,
+    /// An error or a limit stopped the run.
+    Fail,
+    /// Someone asked the run to stop.
+    Cancel,
+}
+
+/// A transition the state machine forbids.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("a {} run cannot {input:?}", from.name())]
+pub struct TransitionError {
+    /// The state the run was in (and stays in).
+    pub from: RunStatus,
+    /// The refused input.
+    pub input: RunInput,
+}
+
+/// The run state machine: the next state for `input` in state `from`, or why not.
+pub fn transition(from: RunStatus, input: RunInput) -> Result<RunStatus, TransitionError> {
+    use RunInput as I;
+    use RunStatus as S;
+    let to = match (from, input) {
+        (S::Queued, I::Start) => S::Running,
+        (S::Running, I::Park(reason)) => S::Waiting(reason),
+        (S::Waiting(_), I::Resume) => S::Running,
+        (S::Running, I::Complete) => S::Completed,
+        (S::Queued | S::Running | S::Waiting(_), I::Fail) => S::Failed,
+        (S::Queued | S::Running | S::Waiting(_), I::Cancel) => S::Cancelled,
+        _ => return Err(TransitionError { from, input }),
+    };
+    Ok(to)
+}
+
+/// Whether some single input moves `from` to `to` (or `from == to`, a step that stays running).
+pub fn reachable_in_one(from: RunStatus, to: RunStatus) -> bool {
+    if from == to {
+        return !from.is_terminal();
+    }
+    [
+        RunInput::Start,
+        RunInput::Park(WaitReason::Approval),
+        RunInput::Park(WaitReason::Question),
+        RunInput::Resume,
+        RunInput::Complete,
+        RunInput::Fail,
+        RunInput::Cancel,
+    ]
+    .into_iter()
+    .any(|i| transition(from, i) == Ok(to))
+}
+
+/// Why a run failed, as a stable code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum FailureCode {
+    /// The model still wanted tools when the step limit was reached.
+    StepLimitExceeded,
+    /// The model provider failed and retrying did not help.
+    ProviderError,
+    /// The model's stream was malformed.
+    MalformedModelOutput,
+    /// The agent's model or provider is not configured here.
+    ModelUnavailable,
+    /// The run's token, cost or step ceiling would be exceeded.
+    BudgetExceeded,
+    /// The tenant's quota for the period is exhausted.
+    QuotaExceeded,
+    /// The agent version the run needs is no longer registered.
+    AgentVersionUnavailable,
+    /// A bug or an unclassified failure in Forge.
+    Internal,
+}
+
+/// A run's failure, safe to show to its user.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct RunFailure {
+    /// The classified cause.
+    pub code: FailureCode,
+    /// A human-readable explanation with no internal detail or secrets.
+    pub message: String,
+}
+
+/// What a resuming worker needs to continue a run from its last committed step.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Checkpoint {
+    /// Steps (model calls) completed so far.
+    pub step: u32,
+    /// Usage summed over those steps.
+    pub usage: Usage,
+}
+
+/// A lease on a run: the right to commit its steps until `expires_at`.
+///
+/// `token` increases every time the lease changes hands; the store refuses a commit whose token is
+/// not the current one, so a worker that lost its lease cannot write (fencing).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct RunLease {
+    /// The leased run.
+    pub run_id: RunId,
+    /// Who holds it (a worker id).
+    pub holder: String,
+    /// The fencing token.
+    pub token: u64,
+    /// When it lapses unless renewed.
+    pub expires_at: Timestamp,
+}
+
+/// A stored run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Run {
+    /// The run's id.
+    pub id: RunId,
+    /// The owning tenant.
+    pub tenant_id: TenantId,
+    /// Who started it.
+    pub principal_id: PrincipalId,
+    /// The thread it runs on.
+    pub thread_id: ThreadId,
+    /// The agent version it executes.
+    pub agent: AgentRef,
+    /// Where it is in its life.
+    pub status: RunStatus,
+    /// Bumped by every committed step; `commit_step` expects it.
+    pub version: u64,
+    /// Sequence number of its last committed event (0 before any).
+    pub last_seq: u64,
+    /// State to resume from.
+    pub checkpoint: Checkpoint,
+    /// Why it failed, when it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<RunFailure>,
+    /// The current lease, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease: Option<RunLease>,
+    /// Highest fencing token ever issued for this run.
+    pub fence: u64,
+    /// When it was created.
+    pub created_at: Timestamp,
+    /// When it last changed.
+    pub updated_at: Timestamp,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn any_status() -> impl Strategy<Value = RunStatus> {
+        prop_oneof![
+            Just(RunStatus::Queued),
+            Just(RunStatus::Running),
+            Just(RunStatus::Waiting(WaitReason::Approval)),
+            Just(RunStatus::Waiting(WaitReason::Question)),
+            Just(RunStatus::Completed),
+            Just(RunStatus::Failed),
+            Just(RunStatus::Cancelled),
+        ]
+    }
+
+    fn any_input() -> impl Strategy<Value = RunInput> {
+        prop_oneof![
+            Just(RunInput::Start),
+            Just(RunInput::Park(WaitReason::Approval)),
+            Just(RunInput::Park(WaitReason::Question)),
+            Just(RunInput::Resume),
+            Just(RunInput::Complete),
+            Just(RunInput::Fail),
+            Just(RunInput::Cancel),
+        ]
+    }
+
+    /// The states a run can actually be in, found by exploring from `queued`.
+    fn reachable_states() -> Vec<RunStatus> {
+        let inputs = [
+            RunInput::Start,
+            RunInput::Park(WaitReason::Approval),
+            RunInput::Park(WaitReason::Question),
+            RunInput::Resume,
+            RunInput::Complete,
+            RunInput::Fail,
+            RunInput::Cancel,
+        ];
+        let mut seen = vec![RunStatus::Queued];
+        let mut i = 0;
+        while i < seen.len() {
+            for input in inputs {
+                if let Ok(next) = transition(seen[i], input)
+                    && !seen.contains(&next)
+                {
+                    seen.push(next);
+                }
+            }
+            i += 1;
+        }
+        seen
+    }
+
+    #[test]
+    fn every_state_is_reachable_from_queued() {
+        assert_eq!(reachable_states().len(), 7, "{:?}", reachable_states());
+    }
+
+    #[test]
+    fn table_of_legal_transitions() {
+        // One line per legal (state, input) pair; everything else must be refused.
+        let legal: Vec<String> = reachable_states()
+            .into_iter()
+            .flat_map(|s| {
+                [
+                    RunInput::Start,
+                    RunInput::Park(WaitReason::Approval),
+                    RunInput::Park(WaitReason::Question),
+                    RunInput::Resume,
+                    RunInput::Complete,
+                    RunInput::Fail,
+                    RunInput::Cancel,
+                ]
+                .into_iter()
+                .filter_map(move |i| {
+                    transition(s, i)
+                        .ok()
+                        .map(|t| format!("{s:?} + {i:?} -> {t:?}"))
+                })
+            })
+            .collect();
+        assert_eq!(
+            legal.join("\n"),
+            "Queued + Start -> Running
+Queued + Fail -> Failed
+Queued + Cancel -> Cancelled
+Running + Park(Approval) -> Waiting(Approval)
+Running + Park(Question) -> Waiting(Question)
+Running + Complete -> Completed
+Running + Fail -> Failed
+Running + Cancel -> Cancelled
+Waiting(Approval) + Resume -> Running
+Waiting(Approval) + Fail -> Failed
+Waiting(Approval) + Cancel -> Cancelled
+Waiting(Question) + Resume -> Running
+Waiting(Question) + Fail -> Failed
+Waiting(Question) + Cancel -> Cancelled"
+        );
+    }
+
+    proptest! {
+        /// Any input sequence from `queued` only ever visits reachable states; a refused input
+        /// leaves the state unchanged and names it; once terminal, always terminal and unchanged.
+        #[test]
+        fn input_sequences_stay_valid(inputs in proptest::collection::vec(any_input(), 0..64)) {
+            let valid = reachable_states();
+            let mut state = RunStatus::Queued;
+            let mut terminal_at: Option<RunStatus> = None;
+            for input in inputs {
+                match transition(state, input) {
+                    Ok(next) => {
+                        prop_assert!(terminal_at.is_none(), "{state:?} moved after terminal");
+                        prop_assert!(valid.contains(&next));
+                        state = next;
+                    }
+                    Err(e) => {
+                        prop_assert_eq!(e, TransitionError { from: state, input });
+                    }
+                }
+                if state.is_terminal() {
+                    if let Some(t) = terminal_at {
+                        prop_assert_eq!(t, state);
+                    }
+                    terminal_at = Some(state);
+                }
+            }
+        }
+
+        /// The function is total: every (state, input) pair gives a state or a typed error, and
+        /// terminal states absorb every input.
+        #[test]
+        fn transition_is_total_and_terminals_absorb(s in any_status(), i in any_input()) {
+            match transition(s, i) {
+                Ok(next) => {
+                    prop_assert!(!s.is_terminal());
+                    prop_assert!(reachable_in_one(s, next));
+                }
+                Err(e) => {
+                    prop_assert_eq!(e.from, s);
+                    let prefix = format!("a {} run cannot", s.name());
+                    prop_assert!(e.to_string().starts_with(&prefix));
+                }
+            }
+        }
+    }
+}

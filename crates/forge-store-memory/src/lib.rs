@@ -1,1 +1,79 @@
-//! placeholder
+//! Every storage and queue port of `forge-core`, in memory.
+//!
+//! One mutex guards all state, so each port call (in particular `commit_step`) is atomic. Use it
+//! for tests, for `forge run`, and as the executable specification the durable adapters are checked
+//! against: it passes the same conformance suite (`forge-testkit`).
+
+#![deny(missing_docs)]
+
+mod queue;
+mod runs;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use forge_core::Error;
+use forge_core::event::RunEvent;
+use forge_core::id::{IdGenerator, JobId, RunId, ThreadId, UuidV7Generator};
+use forge_core::message::Message;
+use forge_core::run::Run;
+use forge_core::scope::Scope;
+use forge_core::thread::Thread;
+use forge_core::time::{Clock, SystemClock};
+
+/// The in-memory store: threads, messages, runs, event logs and the job queue.
+#[derive(Debug)]
+pub struct MemoryStore {
+    clock: Arc<dyn Clock>,
+    ids: Arc<dyn IdGenerator>,
+    state: Mutex<State>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    threads: HashMap<ThreadId, Thread>,
+    messages: HashMap<ThreadId, Vec<Message>>,
+    runs: HashMap<RunId, Run>,
+    runs_by_thread: HashMap<ThreadId, Vec<RunId>>,
+    events: HashMap<RunId, Vec<RunEvent>>,
+    jobs: BTreeMap<JobId, queue::JobRow>,
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        Self::new(Arc::new(SystemClock), Arc::new(UuidV7Generator))
+    }
+}
+
+impl MemoryStore {
+    /// A store that reads time from `clock` and mints ids from `ids`.
+    pub fn new(clock: Arc<dyn Clock>, ids: Arc<dyn IdGenerator>) -> Self {
+        Self {
+            clock,
+            ids,
+            state: Mutex::new(State::default()),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock cannot leave a half-applied commit: every mutation is
+        // computed first and applied with infallible assignments.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl State {
+    fn thread(&self, scope: &Scope, id: ThreadId) -> Result<&Thread, Error> {
+        self.threads
+            .get(&id)
+            .filter(|t| &t.tenant_id == scope.tenant_id())
+            .ok_or_else(|| Error::not_found("thread", id))
+    }
+
+    fn run(&self, scope: &Scope, id: RunId) -> Result<&Run, Error> {
+        self.runs
+            .get(&id)
+            .filter(|r| &r.tenant_id == scope.tenant_id())
+            .ok_or_else(|| Error::not_found("run", id))
+    }
+}

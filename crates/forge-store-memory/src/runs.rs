@@ -1,0 +1,284 @@
+//! Threads, runs, leases, the event log and `commit_step`.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use forge_core::Error;
+use forge_core::event::{RunEvent, check_contiguous};
+use forge_core::id::{MessageId, RunId, ThreadId};
+use forge_core::message::{Message, Role};
+use forge_core::ports::store::{Committed, NewRun, NewThread, RunStore, StepCommit, ThreadStore};
+use forge_core::run::{Checkpoint, Run, RunLease, RunStatus, reachable_in_one};
+use forge_core::scope::Scope;
+use forge_core::thread::{SessionState, Thread};
+
+use crate::MemoryStore;
+
+#[async_trait]
+impl ThreadStore for MemoryStore {
+    async fn create_thread(&self, scope: &Scope, new: NewThread) -> Result<Thread, Error> {
+        let thread = Thread {
+            id: ThreadId::generate(self.ids.as_ref()),
+            tenant_id: scope.tenant_id().clone(),
+            created_by: scope.principal_id().clone(),
+            title: new.title,
+            state: SessionState {
+                version: 0,
+                values: new.state,
+            },
+            active_run: None,
+            created_at: self.clock.now(),
+        };
+        let mut st = self.lock();
+        st.threads.insert(thread.id, thread.clone());
+        st.messages.insert(thread.id, Vec::new());
+        Ok(thread)
+    }
+
+    async fn get_thread(&self, scope: &Scope, id: ThreadId) -> Result<Thread, Error> {
+        self.lock().thread(scope, id).cloned()
+    }
+
+    async fn list_messages(&self, scope: &Scope, id: ThreadId) -> Result<Vec<Message>, Error> {
+        let st = self.lock();
+        st.thread(scope, id)?;
+        Ok(st.messages.get(&id).cloned().unwrap_or_default())
+    }
+
+    async fn put_session_state(
+        &self,
+        scope: &Scope,
+        id: ThreadId,
+        expected_version: u64,
+        values: serde_json::Map<String, serde_json::Value>,
+    ) -> Result<SessionState, Error> {
+        let mut st = self.lock();
+        let actual = st.thread(scope, id)?.state.version;
+        if actual != expected_version {
+            return Err(Error::VersionConflict {
+                entity: "session state",
+                id: id.to_string(),
+                expected: expected_version,
+                actual,
+            });
+        }
+        let state = SessionState {
+            version: actual + 1,
+            values,
+        };
+        if let Some(t) = st.threads.get_mut(&id) {
+            t.state = state.clone();
+        }
+        Ok(state)
+    }
+}
+
+fn lease_resource(id: RunId) -> String {
+    format!("run {id}")
+}
+
+#[async_trait]
+impl RunStore for MemoryStore {
+    async fn create_run(&self, scope: &Scope, new: NewRun) -> Result<Run, Error> {
+        if new.input.is_empty() {
+            return Err(Error::invalid(
+                "a run needs an input message with at least one part",
+            ));
+        }
+        let now = self.clock.now();
+        let run = Run {
+            id: RunId::generate(self.ids.as_ref()),
+            tenant_id: scope.tenant_id().clone(),
+            principal_id: scope.principal_id().clone(),
+            thread_id: new.thread_id,
+            agent: new.agent,
+            status: RunStatus::Queued,
+            version: 0,
+            last_seq: 0,
+            checkpoint: Checkpoint::default(),
+            failure: None,
+            lease: None,
+            fence: 0,
+            created_at: now,
+            updated_at: now,
+        };
+        let message = Message {
+            id: MessageId::generate(self.ids.as_ref()),
+            run_id: run.id,
+            role: Role::User,
+            parts: new.input,
+            created_at: now,
+        };
+        let mut st = self.lock();
+        st.thread(scope, new.thread_id)?;
+        st.runs.insert(run.id, run.clone());
+        st.runs_by_thread
+            .entry(new.thread_id)
+            .or_default()
+            .push(run.id);
+        st.events.insert(run.id, Vec::new());
+        st.messages.entry(new.thread_id).or_default().push(message);
+        Ok(run)
+    }
+
+    async fn get_run(&self, scope: &Scope, id: RunId) -> Result<Run, Error> {
+        self.lock().run(scope, id).cloned()
+    }
+
+    async fn list_runs(&self, scope: &Scope, thread_id: ThreadId) -> Result<Vec<Run>, Error> {
+        let st = self.lock();
+        st.thread(scope, thread_id)?;
+        Ok(st
+            .runs_by_thread
+            .get(&thread_id)
+            .into_iter()
+            .flatten()
+            .filter_map(|id| st.runs.get(id).cloned())
+            .collect())
+    }
+
+    async fn acquire_lease(
+        &self,
+        scope: &Scope,
+        id: RunId,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<RunLease, Error> {
+        let now = self.clock.now();
+        let mut st = self.lock();
+        let run = st.run(scope, id)?;
+        if let Some(l) = &run.lease
+            && l.holder != holder
+            && l.expires_at > now
+        {
+            return Err(Error::LeaseHeld {
+                resource: lease_resource(id),
+                until: l.expires_at,
+            });
+        }
+        let lease = RunLease {
+            run_id: id,
+            holder: holder.to_owned(),
+            token: run.fence + 1,
+            expires_at: now.plus(ttl),
+        };
+        if let Some(r) = st.runs.get_mut(&id) {
+            r.fence = lease.token;
+            r.lease = Some(lease.clone());
+        }
+        Ok(lease)
+    }
+
+    async fn renew_lease(
+        &self,
+        scope: &Scope,
+        lease: &RunLease,
+        ttl: Duration,
+    ) -> Result<RunLease, Error> {
+        let now = self.clock.now();
+        let mut st = self.lock();
+        let run = st.run(scope, lease.run_id)?;
+        match &run.lease {
+            Some(l) if l.token == lease.token && l.expires_at > now => {}
+            _ => {
+                return Err(Error::Fenced {
+                    resource: lease_resource(lease.run_id),
+                });
+            }
+        }
+        let renewed = RunLease {
+            expires_at: now.plus(ttl),
+            ..lease.clone()
+        };
+        if let Some(r) = st.runs.get_mut(&lease.run_id) {
+            r.lease = Some(renewed.clone());
+        }
+        Ok(renewed)
+    }
+
+    async fn release_lease(&self, scope: &Scope, lease: &RunLease) -> Result<(), Error> {
+        let mut st = self.lock();
+        st.run(scope, lease.run_id)?;
+        if let Some(r) = st.runs.get_mut(&lease.run_id)
+            && r.lease.as_ref().is_some_and(|l| l.token == lease.token)
+        {
+            r.lease = None;
+        }
+        Ok(())
+    }
+
+    async fn commit_step(&self, scope: &Scope, commit: StepCommit) -> Result<Committed, Error> {
+        let now = self.clock.now();
+        let mut st = self.lock();
+        let run = st.run(scope, commit.run_id)?;
+        match &run.lease {
+            Some(l) if l.token == commit.lease.token && l.expires_at > now => {}
+            _ => {
+                return Err(Error::Fenced {
+                    resource: lease_resource(run.id),
+                });
+            }
+        }
+        if run.version != commit.expected_version {
+            return Err(Error::VersionConflict {
+                entity: "run",
+                id: run.id.to_string(),
+                expected: commit.expected_version,
+                actual: run.version,
+            });
+        }
+        check_contiguous(run.id, run.last_seq, &commit.events)?;
+        if !reachable_in_one(run.status, commit.status) {
+            return Err(Error::invalid(format!(
+                "a {} run cannot become {}",
+                run.status.name(),
+                commit.status.name()
+            )));
+        }
+        if commit.messages.iter().any(|m| m.run_id != run.id) {
+            return Err(Error::invalid(
+                "a step may only commit messages of its own run",
+            ));
+        }
+        let thread_id = run.thread_id;
+        let committed = Committed {
+            version: run.version + 1,
+            last_seq: run.last_seq + commit.events.len() as u64,
+        };
+        // Every check passed: apply all of it.
+        if let Some(r) = st.runs.get_mut(&commit.run_id) {
+            r.version = committed.version;
+            r.last_seq = committed.last_seq;
+            r.status = commit.status;
+            r.checkpoint = commit.checkpoint;
+            r.failure = commit.failure;
+            r.updated_at = now;
+        }
+        st.events
+            .entry(commit.run_id)
+            .or_default()
+            .extend(commit.events);
+        st.messages
+            .entry(thread_id)
+            .or_default()
+            .extend(commit.messages);
+        Ok(committed)
+    }
+
+    async fn read_events(
+        &self,
+        scope: &Scope,
+        id: RunId,
+        after_seq: u64,
+        limit: usize,
+    ) -> Result<Vec<RunEvent>, Error> {
+        let st = self.lock();
+        st.run(scope, id)?;
+        let log = st.events.get(&id).map(Vec::as_slice).unwrap_or_default();
+        // Sequence numbers are gapless from 1, so the event after `after_seq` sits at that index.
+        let start = usize::try_from(after_seq)
+            .unwrap_or(usize::MAX)
+            .min(log.len());
+        Ok(log[start..].iter().take(limit).cloned().collect())
+    }
+}

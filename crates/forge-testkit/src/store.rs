@@ -1,0 +1,723 @@
+//! The store conformance suite: threads and session state, runs, leases, `commit_step`, the event
+//! log and the job queue. Every scenario panics with a message naming what the adapter got wrong.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use forge_core::event::{RunEvent, RunEventKind};
+use forge_core::id::{MessageId, RunId, SequentialIds};
+use forge_core::message::{Message, Role};
+use forge_core::part::Part;
+use forge_core::ports::queue::{JobQueue, JobState, NewJob};
+use forge_core::ports::store::{NewRun, NewThread, RunStore, StepCommit, ThreadStore};
+use forge_core::run::{Checkpoint, Run, RunLease, RunStatus};
+use forge_core::scope::{Scope, SystemScope};
+use forge_core::time::{Clock, ManualClock};
+use forge_core::{Error, ErrorKind};
+
+use crate::StoreFactory;
+use crate::fixtures::{agent_ref, scope};
+
+/// Every scenario, in the order the macro expands them.
+pub const SCENARIOS: &[&str] = &[
+    "thread_round_trip_and_session_state",
+    "tenant_isolation",
+    "commit_step_single_writer",
+    "commit_step_fencing",
+    "refused_commit_writes_nothing",
+    "illegal_status_change_is_refused",
+    "lease_is_exclusive_until_expiry",
+    "event_log_gapless_under_concurrent_appenders",
+    "read_events_after_sequence",
+    "queue_claim_heartbeat_complete",
+    "queue_lapsed_claim_is_fenced_and_dead_letters",
+];
+
+const TTL: Duration = Duration::from_secs(30);
+
+struct Fixture<F: StoreFactory> {
+    store: Arc<F::Store>,
+    clock: Arc<ManualClock>,
+    scope: Scope,
+}
+
+async fn fixture<F: StoreFactory>() -> Fixture<F> {
+    let clock = Arc::new(ManualClock::at_2026());
+    Fixture {
+        store: F::make(clock.clone()).await,
+        clock,
+        scope: scope("tenant-a"),
+    }
+}
+
+impl<F: StoreFactory> Fixture<F> {
+    async fn run(&self) -> Run {
+        let thread = self
+            .store
+            .create_thread(&self.scope, NewThread::default())
+            .await
+            .expect("create thread");
+        self.store
+            .create_run(
+                &self.scope,
+                NewRun {
+                    thread_id: thread.id,
+                    agent: agent_ref(),
+                    input: vec![Part::text("hi")],
+                },
+            )
+            .await
+            .expect("create run")
+    }
+
+    fn events(&self, run: RunId, from_seq: u64, n: u64) -> Vec<RunEvent> {
+        (from_seq..from_seq + n)
+            .map(|seq| RunEvent {
+                run_id: run,
+                seq,
+                at: self.clock.now(),
+                kind: RunEventKind::StepStarted { step: seq as u32 },
+            })
+            .collect()
+    }
+
+    fn commit(
+        &self,
+        run: &Run,
+        lease: &RunLease,
+        events: Vec<RunEvent>,
+        status: RunStatus,
+    ) -> StepCommit {
+        StepCommit {
+            run_id: run.id,
+            expected_version: run.version,
+            lease: lease.clone(),
+            events,
+            messages: vec![],
+            checkpoint: Checkpoint {
+                step: run.checkpoint.step + 1,
+                ..Checkpoint::default()
+            },
+            status,
+            failure: None,
+        }
+    }
+}
+
+fn expect_kind<T: std::fmt::Debug>(r: Result<T, Error>, kind: ErrorKind, what: &str) -> Error {
+    match r {
+        Err(e) if e.kind() == kind => e,
+        other => panic!("{what}: expected a {kind:?} error, got {other:?}"),
+    }
+}
+
+/// Threads round-trip; session state is versioned and refuses a stale writer.
+pub async fn thread_round_trip_and_session_state<F: StoreFactory>() {
+    let f = fixture::<F>().await;
+    let mut initial = serde_json::Map::new();
+    initial.insert("plan".into(), "free".into());
+    let t = f
+        .store
+        .create_thread(
+            &f.scope,
+            NewThread {
+                title: Some("support".into()),
+                state: initial.clone(),
+            },
+        )
+        .await
+        .expect("create thread");
+    let back = f
+        .store
+        .get_thread(&f.scope, t.id)
+        .await
+        .expect("get thread");
+    assert_eq!(back, t, "a thread must read back as written");
+    assert_eq!(back.state.version, 0);
+    assert_eq!(back.state.values, initial);
+
+    let mut next = initial.clone();
+    next.insert("plan".into(), "pro".into());
+    let s = f
+        .store
+        .put_session_state(&f.scope, t.id, 0, next.clone())
+        .await
+        .expect("put state");
+    assert_eq!(s.version, 1);
+    let stale = f.store.put_session_state(&f.scope, t.id, 0, initial).await;
+    expect_kind(stale, ErrorKind::Conflict, "a stale session-state write");
+    assert_eq!(
+        f.store
+            .get_thread(&f.scope, t.id)
+            .await
+            .expect("get")
+            .state
+            .values,
+        next
+    );
+}
+
+/// Another tenant's thread and run behave exactly like ids that do not exist.
+pub async fn tenant_isolation<F: StoreFactory>() {
+    let f = fixture::<F>().await;
+    let run = f.run().await;
+    let lease = f
+        .store
+        .acquire_lease(&f.scope, run.id, "w", TTL)
+        .await
+        .expect("lease");
+    let other = scope("tenant-b");
+    expect_kind(
+        f.store.get_thread(&other, run.thread_id).await,
+        ErrorKind::NotFound,
+        "get_thread across tenants",
+    );
+    expect_kind(
+        f.store.list_messages(&other, run.thread_id).await,
+        ErrorKind::NotFound,
+        "list_messages across tenants",
+    );
+    expect_kind(
+        f.store.list_runs(&other, run.thread_id).await,
+        ErrorKind::NotFound,
+        "list_runs across tenants",
+    );
+    expect_kind(
+        f.store.get_run(&other, run.id).await,
+        ErrorKind::NotFound,
+        "get_run across tenants",
+    );
+    expect_kind(
+        f.store.read_events(&other, run.id, 0, 10).await,
+        ErrorKind::NotFound,
+        "read_events across tenants",
+    );
+    expect_kind(
+        f.store
+            .put_session_state(&other, run.thread_id, 0, serde_json::Map::new())
+            .await,
+        ErrorKind::NotFound,
+        "put_session_state across tenants",
+    );
+    expect_kind(
+        f.store
+            .create_run(
+                &other,
+                NewRun {
+                    thread_id: run.thread_id,
+                    agent: agent_ref(),
+                    input: vec![Part::text("x")],
+                },
+            )
+            .await,
+        ErrorKind::NotFound,
+        "create_run on another tenant's thread",
+    );
+    expect_kind(
+        f.store.acquire_lease(&other, run.id, "w2", TTL).await,
+        ErrorKind::NotFound,
+        "acquire_lease across tenants",
+    );
+    let commit = f.commit(&run, &lease, f.events(run.id, 1, 1), RunStatus::Running);
+    expect_kind(
+        f.store.commit_step(&other, commit).await,
+        ErrorKind::NotFound,
+        "commit_step across tenants",
+    );
+    expect_kind(
+        f.store
+            .enqueue(
+                &other,
+                NewJob {
+                    run_id: run.id,
+                    not_before: None,
+                    max_attempts: 3,
+                },
+            )
+            .await,
+        ErrorKind::NotFound,
+        "enqueue another tenant's run",
+    );
+    let missing = RunId::generate(&SequentialIds::new());
+    let e = expect_kind(
+        f.store.get_run(&f.scope, missing).await,
+        ErrorKind::NotFound,
+        "a missing run",
+    );
+    assert!(e.to_string().ends_with("not found"), "{e}");
+    // And the owner still sees everything unchanged.
+    assert_eq!(
+        f.store
+            .get_run(&f.scope, run.id)
+            .await
+            .expect("get run")
+            .version,
+        0
+    );
+}
+
+/// Two concurrent commits from the same version: exactly one wins, the other conflicts.
+pub async fn commit_step_single_writer<F: StoreFactory>() {
+    let f = fixture::<F>().await;
+    let run = f.run().await;
+    let lease = f
+        .store
+        .acquire_lease(&f.scope, run.id, "w", TTL)
+        .await
+        .expect("lease");
+    let a = f.commit(&run, &lease, f.events(run.id, 1, 2), RunStatus::Running);
+    let b = f.commit(&run, &lease, f.events(run.id, 1, 3), RunStatus::Running);
+    let (s1, s2) = (f.store.clone(), f.store.clone());
+    let (sc1, sc2) = (f.scope.clone(), f.scope.clone());
+    let (ra, rb) = tokio::join!(
+        tokio::spawn(async move { s1.commit_step(&sc1, a).await }),
+        tokio::spawn(async move { s2.commit_step(&sc2, b).await }),
+    );
+    let results = [ra.expect("join"), rb.expect("join")];
+    let wins = results.iter().filter(|r| r.is_ok()).count();
+    assert_eq!(
+        wins, 1,
+        "exactly one of two same-version commits must win: {results:?}"
+    );
+    let loser = results.into_iter().find(|r| r.is_err()).expect("one loser");
+    expect_kind(loser, ErrorKind::Conflict, "the losing commit");
+    let stored = f.store.get_run(&f.scope, run.id).await.expect("get run");
+    assert_eq!(stored.version, 1);
+    let log = f
+        .store
+        .read_events(&f.scope, run.id, 0, 100)
+        .await
+        .expect("read");
+    assert_eq!(
+        log.len() as u64,
+        stored.last_seq,
+        "the log holds exactly the winner's events"
+    );
+}
+
+/// A commit under a replaced or expired lease is refused.
+pub async fn commit_step_fencing<F: StoreFactory>() {
+    let f = fixture::<F>().await;
+    let run = f.run().await;
+    let old = f
+        .store
+        .acquire_lease(&f.scope, run.id, "w1", TTL)
+        .await
+        .expect("lease");
+    f.clock.advance(TTL + Duration::from_secs(1));
+    let new = f
+        .store
+        .acquire_lease(&f.scope, run.id, "w2", TTL)
+        .await
+        .expect("lease after expiry");
+    assert!(
+        new.token > old.token,
+        "a new holder must get a higher fencing token"
+    );
+    let stale = f.commit(&run, &old, f.events(run.id, 1, 1), RunStatus::Running);
+    expect_kind(
+        f.store.commit_step(&f.scope, stale).await,
+        ErrorKind::Conflict,
+        "a commit with a stale lease token",
+    );
+    expect_kind(
+        f.store.renew_lease(&f.scope, &old, TTL).await,
+        ErrorKind::Conflict,
+        "renewing a stale lease",
+    );
+
+    let ok = f.commit(&run, &new, f.events(run.id, 1, 1), RunStatus::Running);
+    f.store
+        .commit_step(&f.scope, ok)
+        .await
+        .expect("the current holder commits");
+
+    // An expired lease that nobody took over is still not good enough to commit with.
+    let run = f.store.get_run(&f.scope, run.id).await.expect("get");
+    f.clock.advance(TTL + Duration::from_secs(1));
+    let late = f.commit(&run, &new, f.events(run.id, 2, 1), RunStatus::Running);
+    expect_kind(
+        f.store.commit_step(&f.scope, late).await,
+        ErrorKind::Conflict,
+        "a commit with an expired lease",
+    );
+}
+
+/// A refused commit leaves run, log and history exactly as they were.
+pub async fn refused_commit_writes_nothing<F: StoreFactory>() {
+    let f = fixture::<F>().await;
+    let run = f.run().await;
+    let lease = f
+        .store
+        .acquire_lease(&f.scope, run.id, "w", TTL)
+        .await
+        .expect("lease");
+    let before_msgs = f
+        .store
+        .list_messages(&f.scope, run.thread_id)
+        .await
+        .expect("messages");
+    let message = Message {
+        id: MessageId::generate(&SequentialIds::new()),
+        run_id: run.id,
+        role: Role::Assistant,
+        parts: vec![Part::text("partial")],
+        created_at: f.clock.now(),
+    };
+    // A gap in the sequence numbers.
+    let mut bad = f.commit(&run, &lease, f.events(run.id, 2, 1), RunStatus::Running);
+    bad.messages = vec![message];
+    expect_kind(
+        f.store.commit_step(&f.scope, bad).await,
+        ErrorKind::Invalid,
+        "a commit whose events skip a sequence",
+    );
+    // A wrong expected version.
+    let mut stale = f.commit(&run, &lease, f.events(run.id, 1, 1), RunStatus::Running);
+    stale.expected_version = 7;
+    expect_kind(
+        f.store.commit_step(&f.scope, stale).await,
+        ErrorKind::Conflict,
+        "a commit at the wrong version",
+    );
+
+    let after = f.store.get_run(&f.scope, run.id).await.expect("get");
+    assert_eq!(
+        (after.version, after.last_seq, after.status),
+        (0, 0, RunStatus::Queued)
+    );
+    assert!(
+        f.store
+            .read_events(&f.scope, run.id, 0, 10)
+            .await
+            .expect("read")
+            .is_empty()
+    );
+    assert_eq!(
+        f.store
+            .list_messages(&f.scope, run.thread_id)
+            .await
+            .expect("messages"),
+        before_msgs
+    );
+}
+
+/// `commit_step` enforces the run state machine.
+pub async fn illegal_status_change_is_refused<F: StoreFactory>() {
+    let f = fixture::<F>().await;
+    let run = f.run().await;
+    let lease = f
+        .store
+        .acquire_lease(&f.scope, run.id, "w", TTL)
+        .await
+        .expect("lease");
+    let skip = f.commit(&run, &lease, f.events(run.id, 1, 1), RunStatus::Completed);
+    expect_kind(
+        f.store.commit_step(&f.scope, skip).await,
+        ErrorKind::Invalid,
+        "queued straight to completed",
+    );
+    let start = f.commit(&run, &lease, f.events(run.id, 1, 1), RunStatus::Running);
+    f.store
+        .commit_step(&f.scope, start)
+        .await
+        .expect("queued to running");
+    let run = f.store.get_run(&f.scope, run.id).await.expect("get");
+    let done = f.commit(&run, &lease, f.events(run.id, 2, 1), RunStatus::Completed);
+    f.store
+        .commit_step(&f.scope, done)
+        .await
+        .expect("running to completed");
+    let run = f.store.get_run(&f.scope, run.id).await.expect("get");
+    let revive = f.commit(&run, &lease, f.events(run.id, 3, 1), RunStatus::Running);
+    expect_kind(
+        f.store.commit_step(&f.scope, revive).await,
+        ErrorKind::Invalid,
+        "a terminal run moving again",
+    );
+}
+
+/// Only one holder at a time; an expired lease can be taken over; release frees it.
+pub async fn lease_is_exclusive_until_expiry<F: StoreFactory>() {
+    let f = fixture::<F>().await;
+    let run = f.run().await;
+    let a = f
+        .store
+        .acquire_lease(&f.scope, run.id, "w1", TTL)
+        .await
+        .expect("lease");
+    let held = expect_kind(
+        f.store.acquire_lease(&f.scope, run.id, "w2", TTL).await,
+        ErrorKind::Conflict,
+        "a second holder",
+    );
+    assert!(matches!(held, Error::LeaseHeld { .. }), "{held:?}");
+    f.clock.advance(Duration::from_secs(20));
+    let a = f.store.renew_lease(&f.scope, &a, TTL).await.expect("renew");
+    f.clock.advance(Duration::from_secs(20));
+    expect_kind(
+        f.store.acquire_lease(&f.scope, run.id, "w2", TTL).await,
+        ErrorKind::Conflict,
+        "after a renewal",
+    );
+    f.store.release_lease(&f.scope, &a).await.expect("release");
+    let b = f
+        .store
+        .acquire_lease(&f.scope, run.id, "w2", TTL)
+        .await
+        .expect("lease after release");
+    assert!(b.token > a.token);
+    f.store
+        .release_lease(&f.scope, &a)
+        .await
+        .expect("releasing a stale lease is a no-op");
+    expect_kind(
+        f.store.acquire_lease(&f.scope, run.id, "w3", TTL).await,
+        ErrorKind::Conflict,
+        "stale release freed it",
+    );
+}
+
+/// 32 concurrent appenders, each retrying on conflict: the log ends gapless and unique.
+pub async fn event_log_gapless_under_concurrent_appenders<F: StoreFactory>() {
+    const WRITERS: u64 = 32;
+    const EACH: u64 = 4;
+    let f = fixture::<F>().await;
+    let run = f.run().await;
+    let lease = f
+        .store
+        .acquire_lease(&f.scope, run.id, "w", Duration::from_secs(3600))
+        .await
+        .expect("lease");
+    let mut tasks = Vec::new();
+    for w in 0..WRITERS {
+        let (store, scope, lease, clock) = (
+            f.store.clone(),
+            f.scope.clone(),
+            lease.clone(),
+            f.clock.clone(),
+        );
+        tasks.push(tokio::spawn(async move {
+            let mut done = 0;
+            while done < EACH {
+                let current = store.get_run(&scope, run.id).await.expect("get run");
+                let status = RunStatus::Running;
+                let commit = StepCommit {
+                    run_id: run.id,
+                    expected_version: current.version,
+                    lease: lease.clone(),
+                    events: vec![RunEvent {
+                        run_id: run.id,
+                        seq: current.last_seq + 1,
+                        at: clock.now(),
+                        kind: RunEventKind::StepStarted {
+                            step: (w * 100 + done) as u32,
+                        },
+                    }],
+                    messages: vec![],
+                    checkpoint: Checkpoint::default(),
+                    status,
+                    failure: None,
+                };
+                match store.commit_step(&scope, commit).await {
+                    Ok(_) => done += 1,
+                    Err(e) if e.kind() == ErrorKind::Conflict || e.kind() == ErrorKind::Invalid => {
+                        tokio::task::yield_now().await
+                    }
+                    Err(e) => panic!("unexpected commit error: {e}"),
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.expect("appender");
+    }
+    let log = f
+        .store
+        .read_events(&f.scope, run.id, 0, 10_000)
+        .await
+        .expect("read");
+    assert_eq!(log.len() as u64, WRITERS * EACH);
+    for (i, e) in log.iter().enumerate() {
+        assert_eq!(
+            e.seq,
+            i as u64 + 1,
+            "sequence numbers must be gapless and unique"
+        );
+    }
+    let mut steps: Vec<_> = log
+        .iter()
+        .map(|e| match e.kind {
+            RunEventKind::StepStarted { step } => step,
+            _ => u32::MAX,
+        })
+        .collect();
+    steps.sort_unstable();
+    steps.dedup();
+    assert_eq!(
+        steps.len() as u64,
+        WRITERS * EACH,
+        "every appended event is present exactly once"
+    );
+}
+
+/// Reading after sequence N returns exactly the events after N, in order, honouring the limit.
+pub async fn read_events_after_sequence<F: StoreFactory>() {
+    let f = fixture::<F>().await;
+    let run = f.run().await;
+    let lease = f
+        .store
+        .acquire_lease(&f.scope, run.id, "w", TTL)
+        .await
+        .expect("lease");
+    let events = f.events(run.id, 1, 10);
+    f.store
+        .commit_step(
+            &f.scope,
+            f.commit(&run, &lease, events.clone(), RunStatus::Running),
+        )
+        .await
+        .expect("commit");
+    for after in [0u64, 1, 5, 9, 10, 11, 1000] {
+        let got = f
+            .store
+            .read_events(&f.scope, run.id, after, 100)
+            .await
+            .expect("read");
+        let want: Vec<_> = events.iter().filter(|e| e.seq > after).cloned().collect();
+        assert_eq!(got, want, "events after {after}");
+    }
+    let page = f
+        .store
+        .read_events(&f.scope, run.id, 3, 2)
+        .await
+        .expect("read");
+    assert_eq!(page.iter().map(|e| e.seq).collect::<Vec<_>>(), vec![4, 5]);
+}
+
+/// Claim, heartbeat and complete a job; a completed job is not claimed again.
+pub async fn queue_claim_heartbeat_complete<F: StoreFactory>() {
+    let f = fixture::<F>().await;
+    let sys = SystemScope::new("conformance");
+    let run = f.run().await;
+    let id = f
+        .store
+        .enqueue(
+            &f.scope,
+            NewJob {
+                run_id: run.id,
+                not_before: None,
+                max_attempts: 3,
+            },
+        )
+        .await
+        .expect("enqueue");
+    let job = f
+        .store
+        .claim(&sys, "w1", TTL)
+        .await
+        .expect("claim")
+        .expect("a ready job");
+    assert_eq!((job.id, job.run_id, job.attempt), (id, run.id, 1));
+    assert_eq!(&job.tenant_id, f.scope.tenant_id());
+    assert!(
+        f.store
+            .claim(&sys, "w2", TTL)
+            .await
+            .expect("claim")
+            .is_none(),
+        "a claimed job is not claimed twice"
+    );
+    f.clock.advance(Duration::from_secs(20));
+    let job = f.store.heartbeat(&sys, &job, TTL).await.expect("heartbeat");
+    f.clock.advance(Duration::from_secs(20));
+    assert!(
+        f.store
+            .claim(&sys, "w2", TTL)
+            .await
+            .expect("claim")
+            .is_none(),
+        "a heartbeated claim holds"
+    );
+    f.store.complete(&sys, &job).await.expect("complete");
+    assert_eq!(
+        f.store.job_state(&sys, id).await.expect("state"),
+        JobState::Completed
+    );
+    f.clock.advance(TTL * 4);
+    assert!(
+        f.store
+            .claim(&sys, "w2", TTL)
+            .await
+            .expect("claim")
+            .is_none()
+    );
+}
+
+/// A lapsed claim is re-claimed with a higher token, the old claim is fenced, and spent attempts
+/// dead-letter the job.
+pub async fn queue_lapsed_claim_is_fenced_and_dead_letters<F: StoreFactory>() {
+    let f = fixture::<F>().await;
+    let sys = SystemScope::new("conformance");
+    let run = f.run().await;
+    let id = f
+        .store
+        .enqueue(
+            &f.scope,
+            NewJob {
+                run_id: run.id,
+                not_before: None,
+                max_attempts: 2,
+            },
+        )
+        .await
+        .expect("enqueue");
+    let first = f
+        .store
+        .claim(&sys, "w1", TTL)
+        .await
+        .expect("claim")
+        .expect("job");
+    f.clock.advance(TTL + Duration::from_secs(1));
+    let second = f
+        .store
+        .claim(&sys, "w2", TTL)
+        .await
+        .expect("claim")
+        .expect("the lapsed job");
+    assert_eq!(second.attempt, 2);
+    assert!(second.token > first.token);
+    expect_kind(
+        f.store.heartbeat(&sys, &first, TTL).await,
+        ErrorKind::Conflict,
+        "heartbeat of a lapsed claim",
+    );
+    expect_kind(
+        f.store.complete(&sys, &first).await,
+        ErrorKind::Conflict,
+        "completing a lapsed claim",
+    );
+    let state = f
+        .store
+        .fail(&sys, &second, Duration::from_secs(1))
+        .await
+        .expect("fail");
+    assert_eq!(
+        state,
+        JobState::Dead,
+        "the last attempt's failure dead-letters the job"
+    );
+    f.clock.advance(Duration::from_secs(60));
+    assert!(
+        f.store
+            .claim(&sys, "w3", TTL)
+            .await
+            .expect("claim")
+            .is_none(),
+        "a dead job is not claimed"
+    );
+    assert_eq!(
+        f.store.job_state(&sys, id).await.expect("state"),
+        JobState::Dead
+    );
+}

@@ -1,1 +1,22 @@
-//! placeholder
+//! Forge's engine: executes runs step by step.
+//!
+//! One step: assemble the context (instructions, session state, history) → stream one model call,
+//! emitting `part.added` / `part.updated` as chunks arrive → validate every tool call's input
+//! against its schema (invalid input goes back to the model as a tool error) → run the tools,
+//! concurrently when the model asks for several → commit the step's events, messages and
+//! checkpoint in one fenced `commit_step`. Repeat until a final answer, the step limit,
+//! cancellation or a failure.
+
+#![deny(missing_docs)]
+
+pub mod context;
+mod engine;
+mod error;
+pub mod observer;
+mod step;
+pub mod tools;
+
+pub use engine::{Engine, EngineBuilder, RunOutcome};
+pub use error::EngineError;
+pub use observer::{NoopObserver, RunObserver};
+pub use tools::{NativeTool, ToolRegistry, native_tool};

@@ -1,0 +1,410 @@
+//! The engine: registries of agents, models and tools over the storage ports, and the run loop.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use forge_core::agent::{AgentDefinition, AgentRef};
+use forge_core::event::{RunEvent, RunEventKind};
+use forge_core::id::{IdGenerator, RunId, ThreadId, UuidV7Generator};
+use forge_core::message::Message;
+use forge_core::part::Part;
+use forge_core::ports::model::ModelProvider;
+use forge_core::ports::store::{NewRun, RunStore, StepCommit, ThreadStore};
+use forge_core::ports::tool::Tool;
+use forge_core::run::{
+    Checkpoint, FailureCode, Run, RunFailure, RunInput, RunLease, RunStatus, transition,
+};
+use forge_core::scope::Scope;
+use forge_core::time::{Clock, SystemClock};
+use tokio_util::sync::CancellationToken;
+
+use crate::error::EngineError;
+use crate::observer::RunObserver;
+use crate::step::{StepEnd, StepRunner};
+use crate::tools::ToolRegistry;
+
+/// How a call to [`Engine::execute`] left the run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunOutcome {
+    /// The run's status after the last committed step.
+    pub status: RunStatus,
+    /// Sequence number of its last committed event.
+    pub last_seq: u64,
+    /// Why it failed, if it did.
+    pub failure: Option<RunFailure>,
+}
+
+/// Executes runs. Cheap to share behind an `Arc`.
+pub struct Engine {
+    pub(crate) threads: Arc<dyn ThreadStore>,
+    pub(crate) runs: Arc<dyn RunStore>,
+    pub(crate) models: HashMap<String, Arc<dyn ModelProvider>>,
+    pub(crate) tools: ToolRegistry,
+    agents: HashMap<(String, String), Arc<AgentDefinition>>,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) ids: Arc<dyn IdGenerator>,
+    worker_id: String,
+    lease_ttl: Duration,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("worker_id", &self.worker_id)
+            .field("models", &self.models.keys().collect::<Vec<_>>())
+            .field("tools", &self.tools)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Assembles an [`Engine`].
+#[derive(Default)]
+pub struct EngineBuilder {
+    threads: Option<Arc<dyn ThreadStore>>,
+    runs: Option<Arc<dyn RunStore>>,
+    models: HashMap<String, Arc<dyn ModelProvider>>,
+    tools: ToolRegistry,
+    agents: Vec<AgentDefinition>,
+    clock: Option<Arc<dyn Clock>>,
+    ids: Option<Arc<dyn IdGenerator>>,
+    worker_id: Option<String>,
+    lease_ttl: Option<Duration>,
+}
+
+impl EngineBuilder {
+    /// Uses one adapter for both thread and run storage.
+    pub fn store<S: ThreadStore + RunStore + 'static>(mut self, store: Arc<S>) -> Self {
+        self.threads = Some(store.clone());
+        self.runs = Some(store);
+        self
+    }
+
+    /// Adds a model provider, found by its [`ModelProvider::name`].
+    pub fn model(mut self, provider: Arc<dyn ModelProvider>) -> Self {
+        self.models.insert(provider.name().to_owned(), provider);
+        self
+    }
+
+    /// Adds a tool.
+    pub fn tool(mut self, tool: Arc<dyn Tool>) -> Result<Self, EngineError> {
+        self.tools.register(tool)?;
+        Ok(self)
+    }
+
+    /// Registers an agent version.
+    pub fn agent(mut self, agent: AgentDefinition) -> Self {
+        self.agents.push(agent);
+        self
+    }
+
+    /// Sets the clock (default: the system clock).
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = Some(clock);
+        self
+    }
+
+    /// Sets the id generator (default: random UUIDv7).
+    pub fn ids(mut self, ids: Arc<dyn IdGenerator>) -> Self {
+        self.ids = Some(ids);
+        self
+    }
+
+    /// Names this worker in the leases it takes (default: `worker-<uuid>`).
+    pub fn worker_id(mut self, id: impl Into<String>) -> Self {
+        self.worker_id = Some(id.into());
+        self
+    }
+
+    /// How long a run lease lasts between commits (default: 60 s).
+    pub fn lease_ttl(mut self, ttl: Duration) -> Self {
+        self.lease_ttl = Some(ttl);
+        self
+    }
+
+    /// Checks every agent against the registered models and tools and builds the engine.
+    pub fn build(self) -> Result<Engine, EngineError> {
+        let mut agents = HashMap::new();
+        for agent in self.agents {
+            let name = agent.agent.name.clone();
+            let invalid = |reason: String| EngineError::InvalidAgent {
+                name: name.clone(),
+                reason,
+            };
+            agent.validate().map_err(|e| invalid(e.to_string()))?;
+            let (provider, _) = agent.model_parts().map_err(|e| invalid(e.to_string()))?;
+            if !self.models.contains_key(provider) {
+                return Err(invalid(format!(
+                    "model provider {provider} is not configured"
+                )));
+            }
+            if let Some(missing) = agent.tools.iter().find(|t| !self.tools.contains(t)) {
+                return Err(invalid(format!("tool {missing} is not registered")));
+            }
+            let key = (agent.agent.name.clone(), agent.agent.version.clone());
+            if agents.insert(key, Arc::new(agent)).is_some() {
+                return Err(invalid("the same version is registered twice".into()));
+            }
+        }
+        let ids = self.ids.unwrap_or_else(|| Arc::new(UuidV7Generator));
+        Ok(Engine {
+            threads: self
+                .threads
+                .ok_or(EngineError::Incomplete("thread store"))?,
+            runs: self.runs.ok_or(EngineError::Incomplete("run store"))?,
+            models: self.models,
+            tools: self.tools,
+            agents,
+            clock: self.clock.unwrap_or_else(|| Arc::new(SystemClock)),
+            worker_id: self
+                .worker_id
+                .unwrap_or_else(|| format!("worker-{}", ids.next_uuid())),
+            ids,
+            lease_ttl: self.lease_ttl.unwrap_or(Duration::from_secs(60)),
+        })
+    }
+}
+
+/// The run being executed: its position in the log and the step's pending writes.
+pub(crate) struct Cursor<'a> {
+    pub(crate) run: Run,
+    pub(crate) lease: RunLease,
+    pub(crate) status: RunStatus,
+    pub(crate) checkpoint: Checkpoint,
+    pending: Vec<RunEvent>,
+    pub(crate) messages: Vec<Message>,
+    next_seq: u64,
+    clock: &'a dyn Clock,
+    observer: &'a dyn RunObserver,
+}
+
+impl Cursor<'_> {
+    /// Adds an event to the step, numbering it, and shows it to the observer at once.
+    pub(crate) fn emit(&mut self, kind: RunEventKind) {
+        let event = RunEvent {
+            run_id: self.run.id,
+            seq: self.next_seq,
+            at: self.clock.now(),
+            kind,
+        };
+        self.next_seq += 1;
+        self.observer.on_event(&event);
+        self.pending.push(event);
+    }
+
+    pub(crate) fn apply(&mut self, input: RunInput) -> Result<(), EngineError> {
+        self.status = transition(self.status, input).map_err(forge_core::Error::from)?;
+        Ok(())
+    }
+}
+
+impl Engine {
+    /// Starts building an engine.
+    pub fn builder() -> EngineBuilder {
+        EngineBuilder::default()
+    }
+
+    /// The registered agent version.
+    pub fn agent(&self, agent: &AgentRef) -> Result<Arc<AgentDefinition>, EngineError> {
+        self.agents
+            .get(&(agent.name.clone(), agent.version.clone()))
+            .cloned()
+            .ok_or_else(|| EngineError::UnknownAgent {
+                name: agent.name.clone(),
+                version: agent.version.clone(),
+            })
+    }
+
+    /// The thread store.
+    pub fn threads(&self) -> &Arc<dyn ThreadStore> {
+        &self.threads
+    }
+
+    /// The run store (and event log).
+    pub fn runs(&self) -> &Arc<dyn RunStore> {
+        &self.runs
+    }
+
+    /// Creates a queued run of a registered agent on a thread, with the user's input.
+    pub async fn start_run(
+        &self,
+        scope: &Scope,
+        thread_id: ThreadId,
+        agent: &AgentRef,
+        input: Vec<Part>,
+    ) -> Result<Run, EngineError> {
+        self.agent(agent)?;
+        Ok(self
+            .runs
+            .create_run(
+                scope,
+                NewRun {
+                    thread_id,
+                    agent: agent.clone(),
+                    input,
+                },
+            )
+            .await?)
+    }
+
+    /// Executes a run from its last checkpoint until it ends (or `cancel` fires), committing each
+    /// step under a lease. Events reach `observer` as they are produced.
+    pub async fn execute(
+        &self,
+        scope: &Scope,
+        run_id: RunId,
+        cancel: &CancellationToken,
+        observer: &dyn RunObserver,
+    ) -> Result<RunOutcome, EngineError> {
+        let run = self.runs.get_run(scope, run_id).await?;
+        if run.status.is_terminal() {
+            return Ok(RunOutcome {
+                status: run.status,
+                last_seq: run.last_seq,
+                failure: run.failure,
+            });
+        }
+        let lease = self
+            .runs
+            .acquire_lease(scope, run_id, &self.worker_id, self.lease_ttl)
+            .await?;
+        let result = self
+            .execute_leased(scope, run, lease.clone(), cancel, observer)
+            .await;
+        // Best effort: an unreleased lease simply expires.
+        let _ = self.runs.release_lease(scope, &lease).await;
+        result
+    }
+
+    async fn execute_leased(
+        &self,
+        scope: &Scope,
+        run: Run,
+        lease: RunLease,
+        cancel: &CancellationToken,
+        observer: &dyn RunObserver,
+    ) -> Result<RunOutcome, EngineError> {
+        let mut cur = Cursor {
+            status: run.status,
+            checkpoint: run.checkpoint.clone(),
+            next_seq: run.last_seq + 1,
+            run,
+            lease,
+            pending: Vec::new(),
+            messages: Vec::new(),
+            clock: self.clock.as_ref(),
+            observer,
+        };
+        let agent = match self.agent(&cur.run.agent) {
+            Ok(a) => a,
+            Err(_) => {
+                let failure = RunFailure {
+                    code: FailureCode::AgentVersionUnavailable,
+                    message: format!(
+                        "agent {} version {} is not registered on this worker",
+                        cur.run.agent.name, cur.run.agent.version
+                    ),
+                };
+                cur.apply(RunInput::Fail)?;
+                cur.emit(RunEventKind::RunFailed {
+                    failure: failure.clone(),
+                });
+                return self.commit(scope, &mut cur, Some(failure)).await;
+            }
+        };
+        if cur.status == RunStatus::Queued {
+            cur.apply(RunInput::Start)?;
+            cur.emit(RunEventKind::RunStarted {
+                thread_id: cur.run.thread_id,
+                agent: cur.run.agent.clone(),
+                model: agent.model.clone(),
+            });
+        }
+        loop {
+            self.keep_lease(scope, &mut cur).await?;
+            let end = StepRunner {
+                engine: self,
+                scope,
+                agent: &agent,
+                cancel,
+            }
+            .run(&mut cur)
+            .await?;
+            let failure = match end {
+                StepEnd::Continue => {
+                    let version = cur.run.version + 1;
+                    cur.emit(RunEventKind::RunCheckpointed {
+                        step: cur.checkpoint.step,
+                        version,
+                    });
+                    None
+                }
+                StepEnd::Completed { text } => {
+                    cur.apply(RunInput::Complete)?;
+                    cur.emit(RunEventKind::RunCompleted {
+                        text,
+                        usage: cur.checkpoint.usage,
+                    });
+                    None
+                }
+                StepEnd::Cancelled => {
+                    cur.apply(RunInput::Cancel)?;
+                    cur.emit(RunEventKind::RunCancelled {
+                        reason: Some("cancelled by request".into()),
+                    });
+                    None
+                }
+                StepEnd::Failed(failure) => {
+                    cur.apply(RunInput::Fail)?;
+                    cur.emit(RunEventKind::RunFailed {
+                        failure: failure.clone(),
+                    });
+                    Some(failure)
+                }
+            };
+            let outcome = self.commit(scope, &mut cur, failure).await?;
+            if outcome.status.is_terminal() {
+                return Ok(outcome);
+            }
+        }
+    }
+
+    /// Renews the lease when less than half its time is left, so long runs keep it between commits.
+    async fn keep_lease(&self, scope: &Scope, cur: &mut Cursor<'_>) -> Result<(), EngineError> {
+        let half = self.clock.now().plus(self.lease_ttl / 2);
+        if cur.lease.expires_at < half {
+            cur.lease = self
+                .runs
+                .renew_lease(scope, &cur.lease, self.lease_ttl)
+                .await?;
+        }
+        Ok(())
+    }
+
+    async fn commit(
+        &self,
+        scope: &Scope,
+        cur: &mut Cursor<'_>,
+        failure: Option<RunFailure>,
+    ) -> Result<RunOutcome, EngineError> {
+        let commit = StepCommit {
+            run_id: cur.run.id,
+            expected_version: cur.run.version,
+            lease: cur.lease.clone(),
+            events: std::mem::take(&mut cur.pending),
+            messages: std::mem::take(&mut cur.messages),
+            checkpoint: cur.checkpoint.clone(),
+            status: cur.status,
+            failure: failure.clone(),
+        };
+        let committed = self.runs.commit_step(scope, commit).await?;
+        cur.run.version = committed.version;
+        cur.run.last_seq = committed.last_seq;
+        cur.run.status = cur.status;
+        Ok(RunOutcome {
+            status: cur.status,
+            last_seq: committed.last_seq,
+            failure,
+        })
+    }
+}

@@ -1,0 +1,472 @@
+//! One step: a streamed model call, tool-call validation, concurrent tool execution.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use forge_core::agent::AgentDefinition;
+use forge_core::event::RunEventKind;
+use forge_core::id::{IdempotencyKey, MessageId, ToolCallId};
+use forge_core::message::{Message, Role};
+use forge_core::part::{
+    ErrorPart, Part, PartUpdate, TextPart, ToolCallPart, ToolResultPart, Trust,
+};
+use forge_core::ports::model::{ModelChunk, ModelError};
+use forge_core::ports::tool::ToolContext;
+use forge_core::run::{FailureCode, RunFailure};
+use forge_core::scope::Scope;
+use forge_core::usage::Usage;
+use futures_util::StreamExt;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use crate::context::assemble;
+use crate::engine::{Cursor, Engine};
+use crate::error::EngineError;
+
+/// How a step ended.
+pub(crate) enum StepEnd {
+    /// Tools ran; the model gets another turn.
+    Continue,
+    /// The model gave a final answer.
+    Completed { text: String },
+    /// Cancellation was requested.
+    Cancelled,
+    /// The run cannot go on.
+    Failed(RunFailure),
+}
+
+pub(crate) struct StepRunner<'a> {
+    pub(crate) engine: &'a Engine,
+    pub(crate) scope: &'a Scope,
+    pub(crate) agent: &'a AgentDefinition,
+    pub(crate) cancel: &'a CancellationToken,
+}
+
+/// The assistant message as it streams in.
+struct Streaming {
+    id: MessageId,
+    parts: Vec<Part>,
+    /// Index of the text part that deltas currently extend.
+    open_text: Option<usize>,
+    /// Provider call index → (part index, raw JSON input so far).
+    calls: BTreeMap<u32, (usize, String)>,
+    usage: Usage,
+}
+
+/// A tool call ready to execute, or the error result the model gets instead.
+enum Prepared {
+    Run {
+        call: ToolCallPart,
+    },
+    Refused {
+        call: ToolCallPart,
+        code: &'static str,
+        message: String,
+    },
+}
+
+impl StepRunner<'_> {
+    pub(crate) async fn run(&self, cur: &mut Cursor<'_>) -> Result<StepEnd, EngineError> {
+        let step = cur.checkpoint.step + 1;
+        cur.emit(RunEventKind::StepStarted { step });
+        let (provider_name, model_name) =
+            self.agent
+                .model_parts()
+                .map_err(|e| EngineError::InvalidAgent {
+                    name: self.agent.agent.name.clone(),
+                    reason: e.to_string(),
+                })?;
+        let Some(provider) = self.engine.models.get(provider_name) else {
+            return Ok(StepEnd::Failed(RunFailure {
+                code: FailureCode::ModelUnavailable,
+                message: format!("model provider {provider_name} is not configured"),
+            }));
+        };
+        let thread = self
+            .engine
+            .threads
+            .get_thread(self.scope, cur.run.thread_id)
+            .await?;
+        let history = self
+            .engine
+            .threads
+            .list_messages(self.scope, cur.run.thread_id)
+            .await?;
+        let request = assemble(
+            self.agent,
+            model_name,
+            &thread.state,
+            history,
+            &self.engine.tools,
+        );
+
+        let mut msg = Streaming {
+            id: MessageId::generate(self.engine.ids.as_ref()),
+            parts: Vec::new(),
+            open_text: None,
+            calls: BTreeMap::new(),
+            usage: Usage::default(),
+        };
+        let streamed = tokio::select! {
+            biased;
+            _ = self.cancel.cancelled() => Err(None),
+            r = provider.stream(request) => r.map_err(Some),
+        };
+        let outcome = match streamed {
+            Err(None) => Err(None),
+            Err(Some(e)) => Err(Some(e)),
+            Ok(mut stream) => loop {
+                let next = tokio::select! {
+                    biased;
+                    _ = self.cancel.cancelled() => break Err(None),
+                    next = stream.next() => next,
+                };
+                match next {
+                    None => break Ok(()),
+                    Some(Err(e)) => break Err(Some(e)),
+                    Some(Ok(chunk)) => self.on_chunk(cur, &mut msg, chunk),
+                }
+            },
+        };
+        // The call's usage counts whatever happened to the stream.
+        cur.checkpoint.step = step;
+        cur.checkpoint.usage += msg.usage;
+        cur.emit(RunEventKind::UsageUpdated {
+            step,
+            call: msg.usage,
+            total: cur.checkpoint.usage,
+        });
+
+        let failure = match outcome {
+            Ok(()) => self.finish_tool_inputs(cur, &mut msg),
+            Err(None) => {
+                self.keep_message(cur, msg);
+                return Ok(StepEnd::Cancelled);
+            }
+            Err(Some(e)) => Some(model_failure(&e)),
+        };
+        if let Some(failure) = failure {
+            self.add_part(
+                cur,
+                &mut msg,
+                Part::Error(ErrorPart {
+                    code: failure_code_name(&failure),
+                    message: failure.message.clone(),
+                }),
+            );
+            self.keep_message(cur, msg);
+            return Ok(StepEnd::Failed(failure));
+        }
+
+        let raw_inputs: BTreeMap<usize, String> = msg.calls.values().cloned().collect();
+        let calls: Vec<(ToolCallPart, usize)> = msg
+            .parts
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| match p {
+                Part::ToolCall(c) => Some((c.clone(), raw_inputs.get(&i).map_or(0, String::len))),
+                _ => None,
+            })
+            .collect();
+        let text: String = msg
+            .parts
+            .iter()
+            .filter_map(|p| match p {
+                Part::Text(t) => Some(t.text.as_str()),
+                _ => None,
+            })
+            .collect();
+        self.keep_message(cur, msg);
+
+        if calls.is_empty() {
+            return Ok(StepEnd::Completed { text });
+        }
+        if step >= self.agent.limits.max_steps {
+            return Ok(StepEnd::Failed(RunFailure {
+                code: FailureCode::StepLimitExceeded,
+                message: format!(
+                    "the run reached its limit of {} steps with tool calls pending",
+                    self.agent.limits.max_steps
+                ),
+            }));
+        }
+        let prepared = self.prepare(&calls);
+        match self.execute_tools(cur, prepared).await {
+            Some(results) => {
+                let id = MessageId::generate(self.engine.ids.as_ref());
+                for (index, part) in results.iter().enumerate() {
+                    cur.emit(RunEventKind::PartAdded {
+                        message_id: id,
+                        role: Role::Tool,
+                        index: index as u32,
+                        part: part.clone(),
+                    });
+                }
+                cur.messages.push(Message {
+                    id,
+                    run_id: cur.run.id,
+                    role: Role::Tool,
+                    parts: results,
+                    created_at: self.engine.clock.now(),
+                });
+                Ok(StepEnd::Continue)
+            }
+            None => Ok(StepEnd::Cancelled),
+        }
+    }
+
+    fn add_part(&self, cur: &mut Cursor<'_>, msg: &mut Streaming, part: Part) -> usize {
+        let index = msg.parts.len();
+        cur.emit(RunEventKind::PartAdded {
+            message_id: msg.id,
+            role: Role::Assistant,
+            index: index as u32,
+            part: part.clone(),
+        });
+        msg.parts.push(part);
+        index
+    }
+
+    fn on_chunk(&self, cur: &mut Cursor<'_>, msg: &mut Streaming, chunk: ModelChunk) {
+        match chunk {
+            ModelChunk::TextDelta(text) if text.is_empty() => {}
+            ModelChunk::TextDelta(text) => match msg.open_text {
+                Some(index) => {
+                    if let Some(Part::Text(t)) = msg.parts.get_mut(index) {
+                        t.text.push_str(&text);
+                    }
+                    cur.emit(RunEventKind::PartUpdated {
+                        message_id: msg.id,
+                        index: index as u32,
+                        update: PartUpdate::TextDelta { text },
+                    });
+                }
+                None => {
+                    let index = self.add_part(cur, msg, Part::Text(TextPart { text }));
+                    msg.open_text = Some(index);
+                }
+            },
+            ModelChunk::ToolCallStart {
+                index: call,
+                id,
+                name,
+            } => {
+                msg.open_text = None;
+                let part = Part::ToolCall(ToolCallPart {
+                    tool_call_id: ToolCallId(id),
+                    tool_name: name,
+                    input: serde_json::Value::Null,
+                });
+                let index = self.add_part(cur, msg, part);
+                msg.calls.insert(call, (index, String::new()));
+            }
+            ModelChunk::ToolCallDelta { index: call, json } => {
+                if let Some((index, raw)) = msg.calls.get_mut(&call) {
+                    raw.push_str(&json);
+                    let index = *index as u32;
+                    cur.emit(RunEventKind::PartUpdated {
+                        message_id: msg.id,
+                        index,
+                        update: PartUpdate::InputDelta { json },
+                    });
+                }
+            }
+            ModelChunk::Usage(u) => msg.usage = u,
+            ModelChunk::RequestId(_) | ModelChunk::Finish(_) => {}
+        }
+    }
+
+    /// Parses each streamed tool input; a parsed input replaces the part's `null`. Returns a
+    /// failure only for a stream that is malformed beyond recovery (never, today).
+    fn finish_tool_inputs(&self, cur: &mut Cursor<'_>, msg: &mut Streaming) -> Option<RunFailure> {
+        let calls: Vec<(usize, String)> = msg.calls.values().cloned().collect();
+        for (index, raw) in calls {
+            let raw = if raw.trim().is_empty() {
+                "{}"
+            } else {
+                raw.as_str()
+            };
+            if let Ok(input) = serde_json::from_str::<serde_json::Value>(raw)
+                && let Some(Part::ToolCall(call)) = msg.parts.get_mut(index)
+            {
+                call.input = input;
+                let part = Part::ToolCall(call.clone());
+                cur.emit(RunEventKind::PartUpdated {
+                    message_id: msg.id,
+                    index: index as u32,
+                    update: PartUpdate::Replaced { part },
+                });
+            }
+        }
+        None
+    }
+
+    fn keep_message(&self, cur: &mut Cursor<'_>, msg: Streaming) {
+        if !msg.parts.is_empty() {
+            cur.messages.push(Message {
+                id: msg.id,
+                run_id: cur.run.id,
+                role: Role::Assistant,
+                parts: msg.parts,
+                created_at: self.engine.clock.now(),
+            });
+        }
+    }
+
+    /// Checks each call: a tool the agent has, input that parsed, fits and matches the schema.
+    /// `calls` pairs each call with the size of its raw streamed input.
+    fn prepare(&self, calls: &[(ToolCallPart, usize)]) -> Vec<Prepared> {
+        let limits = &self.agent.limits;
+        calls
+            .iter()
+            .enumerate()
+            .map(|(i, (call, raw_len))| {
+                let refuse = |code, message: String| Prepared::Refused {
+                    call: call.clone(),
+                    code,
+                    message,
+                };
+                if i as u32 >= limits.max_tool_calls_per_step {
+                    return refuse(
+                        "too_many_tool_calls",
+                        format!(
+                            "at most {} tool calls run per step",
+                            limits.max_tool_calls_per_step
+                        ),
+                    );
+                }
+                let registered = match self.engine.tools.get(&call.tool_name) {
+                    Some(r) if self.agent.tools.contains(&call.tool_name) => r,
+                    _ => {
+                        return refuse(
+                            "unknown_tool",
+                            format!("there is no tool named {:?}", call.tool_name),
+                        );
+                    }
+                };
+                if *raw_len > limits.max_tool_input_bytes {
+                    return refuse(
+                        "input_too_large",
+                        format!(
+                            "tool input is {raw_len} bytes; the limit is {}",
+                            limits.max_tool_input_bytes
+                        ),
+                    );
+                }
+                if call.input.is_null() {
+                    return refuse("invalid_json", "tool input is not valid JSON".into());
+                }
+                let violations = registered.violations(&call.input);
+                if !violations.is_empty() {
+                    return refuse(
+                        "invalid_input",
+                        format!(
+                            "tool input does not match the schema: {}",
+                            violations.join("; ")
+                        ),
+                    );
+                }
+                Prepared::Run { call: call.clone() }
+            })
+            .collect()
+    }
+
+    /// Runs the valid calls concurrently; `None` when cancelled first.
+    async fn execute_tools(&self, cur: &Cursor<'_>, prepared: Vec<Prepared>) -> Option<Vec<Part>> {
+        let timeout = Duration::from_millis(self.agent.limits.tool_timeout_ms);
+        let max_out = self.agent.limits.max_tool_output_bytes;
+        let futures = prepared.into_iter().map(|p| async move {
+            let (call, result) = match p {
+                Prepared::Refused {
+                    call,
+                    code,
+                    message,
+                } => (call, Err((code, message))),
+                Prepared::Run { call } => {
+                    let ctx = ToolContext {
+                        scope: self.scope.clone(),
+                        run_id: cur.run.id,
+                        thread_id: cur.run.thread_id,
+                        tool_call_id: call.tool_call_id.clone(),
+                        idempotency_key: IdempotencyKey::for_tool_call(
+                            cur.run.id,
+                            &call.tool_call_id,
+                        ),
+                    };
+                    let result = match self.engine.tools.get(&call.tool_name) {
+                        None => Err((
+                            "unknown_tool",
+                            format!("there is no tool named {:?}", call.tool_name),
+                        )),
+                        Some(r) => match tokio::time::timeout(
+                            timeout,
+                            r.tool.call(&ctx, call.input.clone()),
+                        )
+                        .await
+                        {
+                            Err(_) => Err((
+                                "tool_timeout",
+                                format!(
+                                    "the tool did not finish within {} ms",
+                                    timeout.as_millis()
+                                ),
+                            )),
+                            Ok(Err(e)) => Err((e.code(), e.to_string())),
+                            Ok(Ok(out)) => {
+                                let size = serde_json::to_vec(&out)
+                                    .map(|v| v.len())
+                                    .unwrap_or(usize::MAX);
+                                if size > max_out {
+                                    Err((
+                                        "output_too_large",
+                                        format!(
+                                            "tool output is {size} bytes; the limit is {max_out}"
+                                        ),
+                                    ))
+                                } else {
+                                    Ok(out)
+                                }
+                            }
+                        },
+                    };
+                    (call, result)
+                }
+            };
+            let (output, is_error) = match result {
+                Ok(out) => (out, false),
+                Err((code, message)) => (json!({ "code": code, "message": message }), true),
+            };
+            Part::ToolResult(ToolResultPart {
+                tool_call_id: call.tool_call_id,
+                tool_name: call.tool_name,
+                output,
+                is_error,
+                trust: Trust::Untrusted,
+            })
+        });
+        tokio::select! {
+            biased;
+            _ = self.cancel.cancelled() => None,
+            results = futures_util::future::join_all(futures) => Some(results),
+        }
+    }
+}
+
+fn model_failure(e: &ModelError) -> RunFailure {
+    let code = match e {
+        ModelError::MalformedStream(_) => FailureCode::MalformedModelOutput,
+        _ => FailureCode::ProviderError,
+    };
+    // The provider's own words may carry request details; the user sees the class only.
+    RunFailure {
+        code,
+        message: format!("the model call failed ({})", e.code()),
+    }
+}
+
+fn failure_code_name(f: &RunFailure) -> String {
+    serde_json::to_value(f.code)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_else(|| "internal".into())
+}

@@ -1,0 +1,201 @@
+//! The tool registry: tools with compiled input validators, and typed native tools.
+//!
+//! A native tool is an async Rust function whose input type derives `schemars::JsonSchema`; its
+//! JSON Schema is generated from the type, so the schema the model sees and the type the function
+//! receives cannot drift apart.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use forge_core::ports::model::ToolDescriptor;
+use forge_core::ports::tool::{
+    ApprovalPolicy, Tool, ToolClassification, ToolContext, ToolError, ToolSpec,
+};
+use schemars::JsonSchema;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::error::EngineError;
+
+/// A registered tool with its compiled input validator.
+pub(crate) struct Registered {
+    pub(crate) tool: Arc<dyn Tool>,
+    validator: jsonschema::Validator,
+}
+
+impl Registered {
+    /// Every schema violation in `input`, as `path: message` lines; empty when valid.
+    pub(crate) fn violations(&self, input: &serde_json::Value) -> Vec<String> {
+        self.validator
+            .iter_errors(input)
+            .map(|e| {
+                let path = e.instance_path().to_string();
+                if path.is_empty() {
+                    e.to_string()
+                } else {
+                    format!("{path}: {e}")
+                }
+            })
+            .collect()
+    }
+}
+
+/// Tools by name.
+#[derive(Default)]
+pub struct ToolRegistry {
+    tools: BTreeMap<String, Registered>,
+}
+
+impl std::fmt::Debug for ToolRegistry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.tools.keys()).finish()
+    }
+}
+
+impl ToolRegistry {
+    /// An empty registry.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a tool, compiling its input schema. Refuses a bad name, a duplicate or a schema that
+    /// does not compile.
+    pub fn register(&mut self, tool: Arc<dyn Tool>) -> Result<(), EngineError> {
+        let spec = tool.spec();
+        ToolSpec::validate_name(&spec.name).map_err(|e| EngineError::InvalidTool {
+            name: spec.name.clone(),
+            reason: e.to_string(),
+        })?;
+        if self.tools.contains_key(&spec.name) {
+            return Err(EngineError::InvalidTool {
+                name: spec.name.clone(),
+                reason: "registered twice".into(),
+            });
+        }
+        let validator = jsonschema::validator_for(&spec.input_schema).map_err(|e| {
+            EngineError::InvalidTool {
+                name: spec.name.clone(),
+                reason: format!("input schema does not compile: {e}"),
+            }
+        })?;
+        self.tools
+            .insert(spec.name.clone(), Registered { tool, validator });
+        Ok(())
+    }
+
+    pub(crate) fn get(&self, name: &str) -> Option<&Registered> {
+        self.tools.get(name)
+    }
+
+    /// Whether a tool of this name is registered.
+    pub fn contains(&self, name: &str) -> bool {
+        self.tools.contains_key(name)
+    }
+
+    /// The descriptors of the named tools, in the given order, as offered to a model.
+    pub fn descriptors(&self, names: &[String]) -> Vec<ToolDescriptor> {
+        names
+            .iter()
+            .filter_map(|n| self.tools.get(n))
+            .map(|r| {
+                let s = r.tool.spec();
+                ToolDescriptor {
+                    name: s.name.clone(),
+                    description: s.description.clone(),
+                    input_schema: s.input_schema.clone(),
+                }
+            })
+            .collect()
+    }
+}
+
+/// A tool backed by an async Rust function with a typed input.
+pub struct NativeTool<I, F> {
+    spec: ToolSpec,
+    f: F,
+    _input: PhantomData<fn(I)>,
+}
+
+impl<I, F> std::fmt::Debug for NativeTool<I, F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NativeTool")
+            .field("name", &self.spec.name)
+            .finish()
+    }
+}
+
+/// Makes a read-only native tool from an async function; its input schema comes from `I`.
+///
+/// ```ignore
+/// #[derive(serde::Deserialize, schemars::JsonSchema)]
+/// struct Add { a: i64, b: i64 }
+/// let add = native_tool("add", "adds two integers", |_ctx, i: Add| async move { Ok(i.a + i.b) });
+/// ```
+pub fn native_tool<I, O, F, Fut>(name: &str, description: &str, f: F) -> NativeTool<I, F>
+where
+    I: JsonSchema + DeserializeOwned + Send + 'static,
+    O: Serialize,
+    F: Fn(ToolContext, I) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<O, ToolError>> + Send,
+{
+    let schema = schemars::schema_for!(I).to_value();
+    NativeTool {
+        spec: ToolSpec {
+            name: name.to_owned(),
+            description: description.to_owned(),
+            input_schema: schema,
+            classification: ToolClassification::Read,
+            approval: ApprovalPolicy::Never,
+            version: "1".into(),
+        },
+        f,
+        _input: PhantomData,
+    }
+}
+
+impl<I, F> NativeTool<I, F> {
+    /// Sets what the tool does to the world (default: read).
+    pub fn classification(mut self, c: ToolClassification) -> Self {
+        self.spec.classification = c;
+        self
+    }
+
+    /// Sets when the tool needs approval (default: never).
+    pub fn approval(mut self, a: ApprovalPolicy) -> Self {
+        self.spec.approval = a;
+        self
+    }
+
+    /// Sets the tool's version (default: `1`).
+    pub fn version(mut self, v: &str) -> Self {
+        self.spec.version = v.to_owned();
+        self
+    }
+}
+
+#[async_trait]
+impl<I, O, F, Fut> Tool for NativeTool<I, F>
+where
+    I: JsonSchema + DeserializeOwned + Send + 'static,
+    O: Serialize,
+    F: Fn(ToolContext, I) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<O, ToolError>> + Send,
+{
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    async fn call(
+        &self,
+        ctx: &ToolContext,
+        input: serde_json::Value,
+    ) -> Result<serde_json::Value, ToolError> {
+        let typed: I =
+            serde_json::from_value(input).map_err(|e| ToolError::InvalidInput(e.to_string()))?;
+        let out = (self.f)(ctx.clone(), typed).await?;
+        serde_json::to_value(out).map_err(|e| ToolError::Failed(format!("output is not JSON: {e}")))
+    }
+}

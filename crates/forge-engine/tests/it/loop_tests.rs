@@ -1,0 +1,498 @@
+//! The agent loop: exact event sequences for each path through a run.
+
+use std::sync::Arc;
+
+use forge_core::ErrorKind;
+use forge_core::agent::RunLimits;
+use forge_core::event::{RunEvent, RunEventKind};
+use forge_core::message::Role;
+use forge_core::part::Part;
+use forge_core::ports::store::{NewThread, RunStore, ThreadStore};
+use forge_core::run::{FailureCode, RunStatus};
+use tokio_util::sync::CancellationToken;
+
+use crate::harness::{agent, harness, harness_with};
+use crate::tools_tests::{calculator, rendezvous};
+
+const TWO_STEP: &str = r#"
+[[conversation]]
+[[conversation.turn]]
+text = ["Let me ", "compute."]
+tool_calls = [{ id = "c1", name = "calculate", input = { op = "mul", a = 12, b = 7 } }]
+[[conversation.turn]]
+tool_calls = [{ id = "c2", name = "calculate", input = { op = "add", a = 84, b = 1 } }]
+[[conversation.turn]]
+text = ["The answer is ", "{{tool_result.result}}", "."]
+"#;
+
+#[tokio::test]
+async fn multi_step_tool_loop() {
+    let h = harness(TWO_STEP, vec![calculator()], RunLimits::default());
+    let f = h.run("what is 12*7+1?").await;
+    assert_eq!(f.outcome.status, RunStatus::Completed);
+    assert_eq!(
+        f.log,
+        r#"1 run.started tester@1 scripted:inline
+2 step.started 1
+3 part.added Assistant[0] text "Let me "
+4 part.updated [0] +"compute."
+5 part.added Assistant[1] tool_call c1 calculate null
+6 part.updated [1] +json {"a":12,"b":
+7 part.updated [1] +json 7,"op":"mul"}
+8 usage.updated step 1
+9 part.updated [1] = tool_call c1 calculate {"a":12,"b":7,"op":"mul"}
+10 part.added Tool[0] tool_result c1 {"result":84}
+11 run.checkpointed step 1 v1
+12 step.started 2
+13 part.added Assistant[0] tool_call c2 calculate null
+14 part.updated [0] +json {"a":84,"b":
+15 part.updated [0] +json 1,"op":"add"}
+16 usage.updated step 2
+17 part.updated [0] = tool_call c2 calculate {"a":84,"b":1,"op":"add"}
+18 part.added Tool[0] tool_result c2 {"result":85}
+19 run.checkpointed step 2 v2
+20 step.started 3
+21 part.added Assistant[0] text "The answer is "
+22 part.updated [0] +"85"
+23 part.updated [0] +"."
+24 usage.updated step 3
+25 run.completed "The answer is 85.""#
+    );
+    // History holds the user message, then each step's assistant and tool messages.
+    let run = h.store.get_run(&h.scope, f.events[0].run_id).await.unwrap();
+    let roles: Vec<Role> = h
+        .store
+        .list_messages(&h.scope, run.thread_id)
+        .await
+        .unwrap()
+        .iter()
+        .map(|m| m.role)
+        .collect();
+    assert_eq!(
+        roles,
+        [
+            Role::User,
+            Role::Assistant,
+            Role::Tool,
+            Role::Assistant,
+            Role::Tool,
+            Role::Assistant
+        ]
+    );
+    assert_eq!(
+        (run.version, run.checkpoint.step, run.status),
+        (3, 3, RunStatus::Completed)
+    );
+    // The usage summed over steps is what run.completed reports.
+    let RunEventKind::RunCompleted { usage, .. } = &f.events.last().unwrap().kind else {
+        panic!()
+    };
+    assert_eq!(*usage, run.checkpoint.usage);
+    assert!(usage.input_tokens > 0 && usage.output_tokens > 0);
+}
+
+#[tokio::test]
+async fn parallel_tool_calls_run_concurrently_and_report_in_call_order() {
+    let script = r#"
+[[conversation]]
+[[conversation.turn]]
+tool_calls = [
+  { id = "a", name = "rendezvous", input = { label = "a" } },
+  { id = "b", name = "rendezvous", input = { label = "b" } },
+  { id = "c", name = "rendezvous", input = { label = "c" } },
+]
+[[conversation.turn]]
+text = ["all met"]
+"#;
+    // The tool only returns once all three calls are in flight together.
+    let h = harness(script, vec![rendezvous(3)], RunLimits::default());
+    let f = h.run("go").await;
+    let tail: Vec<&str> = f
+        .log
+        .lines()
+        .filter(|l| l.contains("tool_result") || l.contains("run."))
+        .collect();
+    assert_eq!(
+        tail.join("\n"),
+        r#"1 run.started tester@1 scripted:inline
+16 part.added Tool[0] tool_result a "met a"
+17 part.added Tool[1] tool_result b "met b"
+18 part.added Tool[2] tool_result c "met c"
+19 run.checkpointed step 1 v1
+23 run.completed "all met""#
+    );
+}
+
+#[tokio::test]
+async fn invalid_tool_input_goes_back_to_the_model_which_recovers() {
+    let script = r#"
+[[conversation]]
+[[conversation.turn]]
+tool_calls = [
+  { id = "bad_schema", name = "calculate", input = { op = "mul", a = "twelve", b = 7 } },
+  { id = "bad_json", name = "calculate", raw_input = '{"op": "mul", "a": 12,' },
+  { id = "no_such", name = "launch_rockets", input = {} },
+]
+[[conversation.turn]]
+tool_calls = [{ id = "good", name = "calculate", input = { op = "mul", a = 12, b = 7 } }]
+[[conversation.turn]]
+text = ["{{tool_result.result}}"]
+"#;
+    let h = harness(script, vec![calculator()], RunLimits::default());
+    let f = h.run("12 times 7").await;
+    assert_eq!(f.outcome.status, RunStatus::Completed);
+    let results: Vec<&str> = f
+        .log
+        .lines()
+        .filter(|l| l.contains("tool_result") || l.contains("run.completed"))
+        .collect();
+    assert_eq!(
+        results.join("\n"),
+        r#"15 part.added Tool[0] tool_result bad_schema error {"code":"invalid_input","message":"tool input does not match the schema: /a: \"twelve\" is not of type \"integer\""}
+16 part.added Tool[1] tool_result bad_json error {"code":"invalid_json","message":"tool input is not valid JSON"}
+17 part.added Tool[2] tool_result no_such error {"code":"unknown_tool","message":"there is no tool named \"launch_rockets\""}
+25 part.added Tool[0] tool_result good {"result":84}
+30 run.completed "84""#
+    );
+    // The model was shown the errors: the second request carries them in its history.
+    let requests = h.model.requests.lock().unwrap();
+    let last_tool_msg = requests[1]
+        .messages
+        .iter()
+        .rev()
+        .find(|m| m.role == Role::Tool)
+        .unwrap();
+    assert_eq!(last_tool_msg.parts.len(), 3);
+    assert!(
+        last_tool_msg
+            .parts
+            .iter()
+            .all(|p| matches!(p, Part::ToolResult(r) if r.is_error))
+    );
+}
+
+#[tokio::test]
+async fn step_limit_fails_the_run_without_running_the_pending_calls() {
+    let script = r#"
+[[conversation]]
+[[conversation.turn]]
+tool_calls = [{ id = "c1", name = "calculate", input = { op = "add", a = 1, b = 1 } }]
+[[conversation.turn]]
+tool_calls = [{ id = "c2", name = "calculate", input = { op = "add", a = 2, b = 2 } }]
+[[conversation.turn]]
+text = ["never reached"]
+"#;
+    let h = harness(
+        script,
+        vec![calculator()],
+        RunLimits {
+            max_steps: 2,
+            ..RunLimits::default()
+        },
+    );
+    let f = h.run("loop").await;
+    assert_eq!(f.outcome.status, RunStatus::Failed);
+    assert_eq!(
+        f.outcome.failure.as_ref().unwrap().code,
+        FailureCode::StepLimitExceeded
+    );
+    let tail: Vec<&str> = f.log.lines().skip(8).collect();
+    assert_eq!(
+        tail.join("\n"),
+        r#"9 run.checkpointed step 1 v1
+10 step.started 2
+11 part.added Assistant[0] tool_call c2 calculate null
+12 part.updated [0] +json {"a":2,"b":2
+13 part.updated [0] +json ,"op":"add"}
+14 usage.updated step 2
+15 part.updated [0] = tool_call c2 calculate {"a":2,"b":2,"op":"add"}
+16 run.failed StepLimitExceeded: the run reached its limit of 2 steps with tool calls pending"#
+    );
+    assert!(
+        !f.log.contains("tool_result c2"),
+        "the pending call must not run"
+    );
+    let run = h.store.get_run(&h.scope, f.events[0].run_id).await.unwrap();
+    assert_eq!(run.failure.unwrap().code, FailureCode::StepLimitExceeded);
+}
+
+#[tokio::test]
+async fn cancellation_mid_stream_stops_at_once_and_keeps_the_partial_message() {
+    let script = r#"
+[[conversation]]
+[[conversation.turn]]
+text = ["one ", "two ", "three ", "four"]
+"#;
+    let h = harness(script, vec![], RunLimits::default());
+    let cancel = CancellationToken::new();
+    let c = cancel.clone();
+    // Cancel as soon as the second chunk is seen.
+    let on = move |e: &RunEvent| {
+        if matches!(e.kind, RunEventKind::PartUpdated { .. }) {
+            c.cancel();
+        }
+    };
+    let f = h.run_with("count", &cancel, &on).await;
+    assert_eq!(f.outcome.status, RunStatus::Cancelled);
+    assert_eq!(
+        f.log,
+        r#"1 run.started tester@1 scripted:inline
+2 step.started 1
+3 part.added Assistant[0] text "one "
+4 part.updated [0] +"two "
+5 usage.updated step 1
+6 run.cancelled Some("cancelled by request")"#
+    );
+    let run = h.store.get_run(&h.scope, f.events[0].run_id).await.unwrap();
+    let history = h
+        .store
+        .list_messages(&h.scope, run.thread_id)
+        .await
+        .unwrap();
+    assert_eq!(
+        history.last().unwrap().text(),
+        "one two ",
+        "the partial answer is kept"
+    );
+    // A cancelled run stays cancelled: executing it again changes nothing.
+    let again = h
+        .engine
+        .execute(
+            &h.scope,
+            run.id,
+            &CancellationToken::new(),
+            &forge_engine::NoopObserver,
+        )
+        .await
+        .unwrap();
+    assert_eq!((again.status, again.last_seq), (RunStatus::Cancelled, 6));
+}
+
+#[tokio::test]
+async fn a_failing_tool_is_reported_to_the_model_and_the_run_continues() {
+    let script = r#"
+[[conversation]]
+[[conversation.turn]]
+tool_calls = [{ id = "c1", name = "calculate", input = { op = "div", a = 1, b = 0 } }]
+[[conversation.turn]]
+text = ["Division by zero is undefined."]
+"#;
+    let h = harness(script, vec![calculator()], RunLimits::default());
+    let f = h.run("1/0").await;
+    assert_eq!(f.outcome.status, RunStatus::Completed);
+    assert!(
+        f.log.contains(r#"8 part.added Tool[0] tool_result c1 error {"code":"tool_failed","message":"division by zero"}"#),
+        "{}",
+        f.log
+    );
+}
+
+#[tokio::test]
+async fn a_provider_error_mid_stream_fails_the_run_with_a_classified_error() {
+    let script = r#"
+[[conversation]]
+[[conversation.turn]]
+text = ["partial ", "answer ", "lost"]
+error = { after_chunks = 2, code = "server_error" }
+"#;
+    let h = harness(script, vec![], RunLimits::default());
+    let f = h.run("hello").await;
+    assert_eq!(f.outcome.status, RunStatus::Failed);
+    assert_eq!(
+        f.log,
+        r#"1 run.started tester@1 scripted:inline
+2 step.started 1
+3 part.added Assistant[0] text "partial "
+4 part.updated [0] +"answer "
+5 usage.updated step 1
+6 part.added Assistant[1] error provider_error "the model call failed (server_error)"
+7 run.failed ProviderError: the model call failed (server_error)"#
+    );
+}
+
+#[tokio::test]
+async fn a_provider_error_before_the_stream_fails_the_run() {
+    let script = r#"
+[[conversation]]
+[[conversation.turn]]
+error = { code = "overloaded" }
+"#;
+    let h = harness(script, vec![], RunLimits::default());
+    let f = h.run("hello").await;
+    assert_eq!(
+        f.outcome.failure.unwrap().message,
+        "the model call failed (overloaded)"
+    );
+    assert!(
+        f.log
+            .ends_with("5 run.failed ProviderError: the model call failed (overloaded)"),
+        "{}",
+        f.log
+    );
+}
+
+#[tokio::test]
+async fn context_holds_instructions_session_state_history_and_tools() {
+    let h = harness(TWO_STEP, vec![calculator()], RunLimits::default());
+    let mut state = serde_json::Map::new();
+    state.insert("plan".into(), "pro".into());
+    let thread = h
+        .store
+        .create_thread(&h.scope, NewThread { title: None, state })
+        .await
+        .unwrap();
+    h.run_on(
+        thread.id,
+        "first question",
+        &CancellationToken::new(),
+        &|_: &RunEvent| {},
+    )
+    .await;
+    let requests = h.model.requests.lock().unwrap();
+    assert_eq!(requests.len(), 3);
+    let first = &requests[0];
+    assert_eq!(
+        first.system,
+        "You are a test agent.\n\nSession state (JSON):\n{\"plan\":\"pro\"}"
+    );
+    assert_eq!(first.model, "inline");
+    assert_eq!(
+        first
+            .tools
+            .iter()
+            .map(|t| t.name.as_str())
+            .collect::<Vec<_>>(),
+        ["calculate"]
+    );
+    assert_eq!(first.messages.len(), 1);
+    assert_eq!(first.messages[0].text(), "first question");
+    // Each later step sees the earlier steps' messages.
+    assert_eq!(requests[1].messages.len(), 3);
+    assert_eq!(requests[2].messages.len(), 5);
+}
+
+#[tokio::test]
+async fn a_worker_that_lost_its_lease_cannot_commit() {
+    let h = harness(TWO_STEP, vec![calculator()], RunLimits::default());
+    let store = h.store.clone();
+    let clock = h.clock.clone();
+    let scope = h.scope.clone();
+    let stolen = std::sync::Mutex::new(false);
+    // Mid-step, the lease expires and another worker takes the run over.
+    let on = move |e: &RunEvent| {
+        let mut done = stolen.lock().unwrap();
+        if !*done && matches!(e.kind, RunEventKind::UsageUpdated { .. }) {
+            *done = true;
+            clock.advance(std::time::Duration::from_secs(120));
+            let (store, scope, run) = (store.clone(), scope.clone(), e.run_id);
+            std::thread::spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .build()
+                    .unwrap();
+                rt.block_on(store.acquire_lease(
+                    &scope,
+                    run,
+                    "w2",
+                    std::time::Duration::from_secs(60),
+                ))
+                .unwrap();
+            })
+            .join()
+            .unwrap();
+        }
+    };
+    let thread = h
+        .store
+        .create_thread(&h.scope, NewThread::default())
+        .await
+        .unwrap();
+    let run = h
+        .engine
+        .start_run(&h.scope, thread.id, &h.agent, vec![Part::text("go")])
+        .await
+        .unwrap();
+    let err = h
+        .engine
+        .execute(&h.scope, run.id, &CancellationToken::new(), &on)
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Conflict, "{err}");
+    let stored = h.store.get_run(&h.scope, run.id).await.unwrap();
+    assert_eq!(
+        (stored.version, stored.last_seq),
+        (0, 0),
+        "nothing from the fenced worker was written"
+    );
+}
+
+#[tokio::test]
+async fn an_unregistered_agent_version_fails_the_run_with_a_clear_error() {
+    let h = harness(TWO_STEP, vec![calculator()], RunLimits::default());
+    let thread = h
+        .store
+        .create_thread(&h.scope, NewThread::default())
+        .await
+        .unwrap();
+    let run = h
+        .engine
+        .start_run(&h.scope, thread.id, &h.agent, vec![Part::text("go")])
+        .await
+        .unwrap();
+    // A new deployment registers version 2 only.
+    let mut v2 = agent(&["calculate"], RunLimits::default());
+    v2.agent.version = "2".into();
+    let next = forge_engine::Engine::builder()
+        .store(h.store.clone())
+        .model(Arc::new(forge_providers::ScriptedProvider::new(
+            forge_providers::Script::parse(TWO_STEP, "x").unwrap(),
+        )))
+        .tool(calculator())
+        .unwrap()
+        .agent(v2)
+        .build()
+        .unwrap();
+    let out = next
+        .execute(
+            &h.scope,
+            run.id,
+            &CancellationToken::new(),
+            &forge_engine::NoopObserver,
+        )
+        .await
+        .unwrap();
+    assert_eq!(out.status, RunStatus::Failed);
+    let failure = out.failure.unwrap();
+    assert_eq!(failure.code, FailureCode::AgentVersionUnavailable);
+    assert_eq!(
+        failure.message,
+        "agent tester version 1 is not registered on this worker"
+    );
+}
+
+#[tokio::test]
+async fn building_refuses_an_agent_whose_tool_or_provider_is_missing() {
+    let err = forge_engine::Engine::builder()
+        .store(Arc::new(forge_store_memory::MemoryStore::default()))
+        .agent(agent(&["calculate"], RunLimits::default()))
+        .build()
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "agent tester is invalid: model provider scripted is not configured"
+    );
+    let h = harness_with(
+        TWO_STEP,
+        vec![calculator()],
+        agent(&["calculate"], RunLimits::default()),
+    );
+    let err = forge_engine::Engine::builder()
+        .store(h.store.clone())
+        .model(h.model.clone())
+        .agent(agent(&["calculate"], RunLimits::default()))
+        .build()
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "agent tester is invalid: tool calculate is not registered"
+    );
+}

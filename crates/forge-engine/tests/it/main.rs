@@ -1,0 +1,7 @@
+//! Engine tests: each asserts the exact event sequence of a run, numbered from 1 without gaps.
+
+#![allow(clippy::unwrap_used)]
+
+mod harness;
+mod loop_tests;
+mod tools_tests;

@@ -1,0 +1,181 @@
+//! Tools used by the engine tests, and tests of tool handling itself.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use forge_core::agent::RunLimits;
+use forge_core::id::{IdempotencyKey, ToolCallId};
+use forge_core::ports::tool::{Tool, ToolError};
+use forge_engine::native_tool;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::harness::harness;
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CalcInput {
+    /// One of add, sub, mul, div.
+    pub op: String,
+    pub a: i64,
+    pub b: i64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct CalcOutput {
+    pub result: i64,
+}
+
+pub fn calculator() -> Arc<dyn Tool> {
+    Arc::new(native_tool(
+        "calculate",
+        "integer arithmetic",
+        |_ctx, i: CalcInput| async move {
+            let result = match i.op.as_str() {
+                "add" => i.a + i.b,
+                "sub" => i.a - i.b,
+                "mul" => i.a * i.b,
+                "div" if i.b == 0 => return Err(ToolError::Failed("division by zero".into())),
+                "div" => i.a / i.b,
+                other => return Err(ToolError::InvalidInput(format!("unknown op {other}"))),
+            };
+            Ok(CalcOutput { result })
+        },
+    ))
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct Wait {
+    pub label: String,
+}
+
+/// A tool that only returns once `n` calls are in flight at the same time (or times out).
+pub fn rendezvous(n: usize) -> Arc<dyn Tool> {
+    let barrier = Arc::new(tokio::sync::Barrier::new(n));
+    Arc::new(native_tool(
+        "rendezvous",
+        "waits for its siblings",
+        move |_ctx, w: Wait| {
+            let barrier = barrier.clone();
+            async move {
+                match tokio::time::timeout(Duration::from_secs(5), barrier.wait()).await {
+                    Ok(_) => Ok(format!("met {}", w.label)),
+                    Err(_) => Err(ToolError::Failed(
+                        "siblings never arrived: calls ran one at a time".into(),
+                    )),
+                }
+            }
+        },
+    ))
+}
+
+#[tokio::test]
+async fn typed_native_tool_schema_comes_from_its_input_type() {
+    let tool = calculator();
+    let schema = &tool.spec().input_schema;
+    assert_eq!(schema["type"], "object");
+    assert_eq!(schema["required"], serde_json::json!(["op", "a", "b"]));
+    assert_eq!(schema["properties"]["a"]["type"], "integer");
+}
+
+#[tokio::test]
+async fn tool_gets_the_idempotency_key_of_its_run_and_call() {
+    #[derive(Deserialize, JsonSchema)]
+    struct Nothing {}
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let keep = seen.clone();
+    let tool: Arc<dyn Tool> = Arc::new(native_tool(
+        "record",
+        "records its key",
+        move |ctx, _: Nothing| {
+            keep.lock().unwrap().push((
+                ctx.run_id,
+                ctx.idempotency_key.clone(),
+                ctx.scope.tenant_id().clone(),
+            ));
+            async { Ok("ok") }
+        },
+    ));
+    let h = harness(
+        r#"
+[[conversation]]
+[[conversation.turn]]
+tool_calls = [{ id = "call_x", name = "record" }]
+[[conversation.turn]]
+text = ["done"]
+"#,
+        vec![tool],
+        RunLimits::default(),
+    );
+    let f = h.run("go").await;
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), 1);
+    let run_id = f.events[0].run_id;
+    assert_eq!(seen[0].0, run_id);
+    assert_eq!(
+        seen[0].1,
+        IdempotencyKey::for_tool_call(run_id, &ToolCallId::from("call_x"))
+    );
+    assert_eq!(seen[0].2.as_str(), "acme");
+}
+
+#[tokio::test]
+async fn oversized_tool_output_becomes_a_tool_error() {
+    #[derive(Deserialize, JsonSchema)]
+    struct Nothing {}
+    let calls = Arc::new(AtomicUsize::new(0));
+    let c = calls.clone();
+    let tool: Arc<dyn Tool> = Arc::new(native_tool(
+        "big",
+        "returns a lot",
+        move |_ctx, _: Nothing| {
+            c.fetch_add(1, Ordering::SeqCst);
+            async { Ok("x".repeat(2000)) }
+        },
+    ));
+    let limits = RunLimits {
+        max_tool_output_bytes: 1000,
+        ..RunLimits::default()
+    };
+    let h = harness(
+        r#"
+[[conversation]]
+[[conversation.turn]]
+tool_calls = [{ id = "c1", name = "big" }]
+[[conversation.turn]]
+text = ["ok"]
+"#,
+        vec![tool],
+        limits,
+    );
+    let f = h.run("go").await;
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    assert!(
+        f.log.contains(r#"tool_result c1 error {"code":"output_too_large","message":"tool output is 2002 bytes; the limit is 1000"}"#),
+        "{}",
+        f.log
+    );
+}
+
+#[test]
+fn registry_refuses_bad_names_and_duplicates() {
+    let mut r = forge_engine::ToolRegistry::new();
+    r.register(calculator()).unwrap();
+    let dup = r.register(calculator()).unwrap_err();
+    assert_eq!(
+        dup.to_string(),
+        "tool calculate is invalid: registered twice"
+    );
+    #[derive(Deserialize, JsonSchema)]
+    struct Nothing {}
+    let bad: Arc<dyn Tool> = Arc::new(native_tool("has space", "x", |_ctx, _: Nothing| async {
+        Ok(1)
+    }));
+    assert!(
+        r.register(bad)
+            .unwrap_err()
+            .to_string()
+            .contains("must be 1 to 64 characters")
+    );
+}

@@ -1,1 +1,128 @@
-fn main() {}
+//! The `forge` command: the composition root that picks concrete adapters, and the operator CLI.
+
+mod agent_file;
+mod builtin;
+mod print;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use forge_core::part::Part;
+use forge_core::ports::store::{NewThread, ThreadStore};
+use forge_core::run::RunStatus;
+use forge_core::scope::Scope;
+use forge_engine::Engine;
+use forge_store_memory::MemoryStore;
+use tokio_util::sync::CancellationToken;
+
+/// Forge: run AI agents durably, inside each tenant's walls.
+#[derive(Debug, Parser)]
+#[command(name = "forge", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run one turn of an agent and stream its events.
+    Run(RunArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct RunArgs {
+    /// The agent file (TOML).
+    #[arg(long)]
+    agent: PathBuf,
+    /// Print events as JSON lines instead of for a person.
+    #[arg(long)]
+    json: bool,
+    /// Tenant to run as.
+    #[arg(long, default_value = "local", env = "FORGE_TENANT")]
+    tenant: String,
+    /// Principal to run as.
+    #[arg(long, default_value = "cli", env = "FORGE_PRINCIPAL")]
+    principal: String,
+    /// The user's message.
+    message: String,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: failed to start the async runtime: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match runtime.block_on(dispatch(cli)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Run(args) => run(args).await,
+    }
+}
+
+async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
+    let loaded = agent_file::load(&args.agent)?;
+    let scope = Scope::parse(&args.tenant, &args.principal, &[])
+        .context("failed to build the run's scope")?;
+    let store = Arc::new(MemoryStore::default());
+    let mut builder = Engine::builder()
+        .store(store.clone())
+        .agent(loaded.definition.clone());
+    for provider in loaded.providers {
+        builder = builder.model(provider);
+    }
+    for tool in builtin::tools() {
+        builder = builder.tool(tool)?;
+    }
+    let engine = builder.build().context("failed to build the engine")?;
+    if loaded.scripted {
+        eprintln!(
+            "note: model {} is the scripted provider: deterministic output from a script, no model account used",
+            loaded.definition.model
+        );
+    }
+
+    let thread = store.create_thread(&scope, NewThread::default()).await?;
+    let run = engine
+        .start_run(
+            &scope,
+            thread.id,
+            &loaded.definition.agent,
+            vec![Part::text(args.message)],
+        )
+        .await?;
+
+    let cancel = CancellationToken::new();
+    let on_signal = cancel.clone();
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            on_signal.cancel();
+        }
+    });
+
+    let printer = print::Printer::new(args.json);
+    let outcome = engine.execute(&scope, run.id, &cancel, &printer).await?;
+    printer.finish();
+    Ok(match outcome.status {
+        RunStatus::Completed => ExitCode::SUCCESS,
+        RunStatus::Cancelled => ExitCode::from(130),
+        _ => ExitCode::from(1),
+    })
+}

@@ -1,0 +1,100 @@
+//! Printing a run's events as they stream: for a person, or as JSON lines.
+
+use std::io::Write;
+use std::sync::Mutex;
+
+use forge_core::event::{RunEvent, RunEventKind};
+use forge_core::message::Role;
+use forge_core::part::{Part, PartUpdate};
+use forge_engine::RunObserver;
+
+/// Prints events as the engine produces them.
+pub(crate) struct Printer {
+    json: bool,
+    /// Whether the cursor is mid-line after streamed text.
+    mid_line: Mutex<bool>,
+}
+
+impl Printer {
+    pub(crate) fn new(json: bool) -> Self {
+        Self {
+            json,
+            mid_line: Mutex::new(false),
+        }
+    }
+
+    /// Ends any half-printed line.
+    pub(crate) fn finish(&self) {
+        let mut mid = self.mid_line.lock().unwrap_or_else(|p| p.into_inner());
+        if *mid {
+            println!();
+            *mid = false;
+        }
+    }
+
+    fn line(&self, text: String) {
+        self.finish();
+        println!("{text}");
+    }
+
+    fn stream(&self, text: &str) {
+        let mut mid = self.mid_line.lock().unwrap_or_else(|p| p.into_inner());
+        print!("{text}");
+        let _ = std::io::stdout().flush();
+        *mid = !text.ends_with('\n');
+    }
+}
+
+impl RunObserver for Printer {
+    fn on_event(&self, e: &RunEvent) {
+        if self.json {
+            match serde_json::to_string(e) {
+                Ok(line) => println!("{line}"),
+                Err(err) => eprintln!("error: failed to encode event {}: {err}", e.seq),
+            }
+            return;
+        }
+        match &e.kind {
+            RunEventKind::RunStarted { agent, model, .. } => self.line(format!(
+                "▶ run {} · agent {}@{} · model {model}",
+                e.run_id, agent.name, agent.version
+            )),
+            RunEventKind::StepStarted { step } => self.line(format!("· step {step}")),
+            RunEventKind::PartAdded { role, part, .. } => match (role, part) {
+                (Role::Assistant, Part::Text(t)) => {
+                    self.finish();
+                    self.stream("assistant: ");
+                    self.stream(&t.text);
+                }
+                // Shown once its input is complete (`Replaced`); invalid input shows as its error.
+                (_, Part::ToolCall(_)) => {}
+                (_, Part::ToolResult(r)) => {
+                    let mark = if r.is_error { "✗" } else { "←" };
+                    self.line(format!("  {mark} {} {}", r.tool_name, r.output))
+                }
+                (_, Part::Error(err)) => self.line(format!("  ! {}: {}", err.code, err.message)),
+                (_, other) => self.line(format!("  [{}]", other.type_name())),
+            },
+            RunEventKind::PartUpdated { update, .. } => match update {
+                PartUpdate::TextDelta { text } => self.stream(text),
+                PartUpdate::Replaced {
+                    part: Part::ToolCall(c),
+                } => self.line(format!("  → {} {}", c.tool_name, c.input)),
+                PartUpdate::InputDelta { .. } | PartUpdate::Replaced { .. } => {}
+            },
+            RunEventKind::UsageUpdated { .. } => {}
+            RunEventKind::RunCheckpointed { step, .. } => {
+                self.line(format!("· checkpoint after step {step}"))
+            }
+            RunEventKind::RunCompleted { usage, .. } => self.line(format!(
+                "✓ completed · {} input / {} output tokens",
+                usage.input_tokens, usage.output_tokens
+            )),
+            RunEventKind::RunFailed { failure } => {
+                self.line(format!("✗ failed · {}", failure.message))
+            }
+            RunEventKind::RunCancelled { .. } => self.line("■ cancelled".into()),
+            other => self.line(format!("· {}", other.type_name())),
+        }
+    }
+}

@@ -1,1 +1,93 @@
-fn main() {}
+//! `cargo xtask`: project checks no compiler makes.
+//!
+//! - `tidy`: every Rust file starts with `//!`, every crate uses the workspace lints, every library
+//!   denies `missing_docs`, no `#[should_panic]`, no `#[ignore]` without a reason, every store crate
+//!   runs the conformance suite, ARCHITECTURE.md names every crate;
+//! - `deps`: `forge-core` and `forge-engine` reach no database driver, HTTP client, OpenTelemetry or
+//!   GraphQL crate through normal dependency edges;
+//! - `reachability`: every run-event variant has a producer in non-test code and a row in
+//!   ARCHITECTURE.md.
+//!
+//! Each also runs as a `#[test]`, so `cargo test` enforces them.
+
+mod deps;
+mod reachability;
+mod tidy;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+/// The workspace root.
+pub(crate) fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn main() -> ExitCode {
+    let task = std::env::args().nth(1).unwrap_or_default();
+    let result = match task.as_str() {
+        "tidy" => tidy::check(&root()),
+        "deps" => deps::check(&root()),
+        "reachability" => reachability::check(&root()),
+        "ci" => tidy::check(&root())
+            .and_then(|()| deps::check(&root()))
+            .and_then(|()| reachability::check(&root())),
+        _ => {
+            eprintln!("usage: cargo xtask <tidy|deps|reachability|ci>");
+            return ExitCode::from(2);
+        }
+    };
+    match result {
+        Ok(()) => {
+            println!("xtask {task}: ok");
+            ExitCode::SUCCESS
+        }
+        Err(problems) => {
+            eprintln!("xtask {task}: {} problem(s)", problems.len());
+            for p in problems {
+                eprintln!("  {p}");
+            }
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Every `.rs` file under `dir`, sorted.
+pub(crate) fn rust_files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                if path
+                    .file_name()
+                    .is_some_and(|n| n != "target" && n != "golden")
+                {
+                    stack.push(path);
+                }
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push(path);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// The workspace's crate directories (`crates/*` and `xtask`), sorted.
+pub(crate) fn crate_dirs(root: &Path) -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(root.join("crates"))
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.path())
+                .filter(|p| p.join("Cargo.toml").exists())
+                .collect()
+        })
+        .unwrap_or_default();
+    dirs.push(root.join("xtask"));
+    dirs.sort();
+    dirs
+}

@@ -1,0 +1,140 @@
+//! Dependency boundaries: the domain and the engine stay free of I/O stacks.
+
+use std::path::Path;
+use std::process::Command;
+
+/// Crates that must not depend on the banned families, through normal edges, transitively.
+const GUARDED: &[&str] = &["forge-core", "forge-engine"];
+
+/// Banned crate-name prefixes, with the family each belongs to.
+const BANNED: &[(&str, &str)] = &[
+    ("sqlx", "database driver"),
+    ("rusqlite", "database driver"),
+    ("libsqlite3-sys", "database driver"),
+    ("tokio-postgres", "database driver"),
+    ("postgres", "database driver"),
+    ("diesel", "database driver"),
+    ("sea-orm", "database driver"),
+    ("redis", "database driver"),
+    ("reqwest", "HTTP client"),
+    ("hyper", "HTTP client"),
+    ("ureq", "HTTP client"),
+    ("isahc", "HTTP client"),
+    ("surf", "HTTP client"),
+    ("opentelemetry", "OpenTelemetry"),
+    ("tracing-opentelemetry", "OpenTelemetry"),
+    ("async-graphql", "GraphQL"),
+    ("juniper", "GraphQL"),
+    ("axum", "HTTP server"),
+];
+
+/// The family of a banned crate name, if it is one.
+pub(crate) fn banned_family(name: &str) -> Option<&'static str> {
+    BANNED
+        .iter()
+        .find(|(prefix, _)| {
+            name == *prefix
+                || name.starts_with(&format!("{prefix}-"))
+                || name.starts_with(&format!("{prefix}_"))
+        })
+        .map(|(_, family)| *family)
+}
+
+/// Crate names in a `cargo tree --prefix none --format {p}` listing.
+pub(crate) fn names(listing: &str) -> Vec<&str> {
+    listing
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .collect()
+}
+
+/// Runs `cargo tree` for each guarded crate and reports every banned dependency.
+pub(crate) fn check(root: &Path) -> Result<(), Vec<String>> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut problems = Vec::new();
+    for krate in GUARDED {
+        let out = Command::new(&cargo)
+            .current_dir(root)
+            .args([
+                "tree",
+                "--quiet",
+                "--offline",
+                "-p",
+                krate,
+                "-e",
+                "normal",
+                "--prefix",
+                "none",
+                "--format",
+                "{p}",
+            ])
+            .output();
+        let out = match out {
+            Ok(o) if o.status.success() => o,
+            Ok(o) => {
+                problems.push(format!(
+                    "cargo tree -p {krate} failed: {}",
+                    String::from_utf8_lossy(&o.stderr).trim()
+                ));
+                continue;
+            }
+            Err(e) => {
+                problems.push(format!("could not run cargo tree: {e}"));
+                continue;
+            }
+        };
+        let listing = String::from_utf8_lossy(&out.stdout);
+        let all = names(&listing);
+        if all.len() < 2 {
+            problems.push(format!(
+                "cargo tree -p {krate} listed nothing; the check would pass vacuously"
+            ));
+        }
+        for name in all {
+            if let Some(family) = banned_family(name) {
+                problems.push(format!(
+                    "{krate} depends on {name} ({family}); keep I/O stacks in adapter crates"
+                ));
+            }
+        }
+    }
+    problems.sort();
+    problems.dedup();
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn core_and_engine_reach_no_driver_http_client_otel_or_graphql() {
+        if let Err(problems) = check(&crate::root()) {
+            panic!("dependency boundary violated:\n{}", problems.join("\n"));
+        }
+    }
+
+    #[test]
+    fn the_ban_list_recognises_each_family() {
+        let listing = "forge-core v0.0.0 (/x)\nserde v1.0.0\nsqlx-postgres v0.9.0\nreqwest v0.13.0\nhyper-util v0.1.0\nopentelemetry_sdk v0.33.0\nasync-graphql-axum v7.0.0\nredis v1.8.0\nhyperlocal-lookalike v1\n";
+        let found: Vec<(&str, &str)> = names(listing)
+            .into_iter()
+            .filter_map(|n| banned_family(n).map(|f| (n, f)))
+            .collect();
+        assert_eq!(
+            found,
+            [
+                ("sqlx-postgres", "database driver"),
+                ("reqwest", "HTTP client"),
+                ("hyper-util", "HTTP client"),
+                ("opentelemetry_sdk", "OpenTelemetry"),
+                ("async-graphql-axum", "GraphQL"),
+                ("redis", "database driver"),
+            ]
+        );
+    }
+}

@@ -1,0 +1,131 @@
+//! Tidy: conventions of the source tree.
+
+use std::path::Path;
+
+use crate::{crate_dirs, rust_files};
+
+/// Checks the tree; returns every problem found.
+pub(crate) fn check(root: &Path) -> Result<(), Vec<String>> {
+    let mut problems = Vec::new();
+    let architecture = std::fs::read_to_string(root.join("ARCHITECTURE.md")).unwrap_or_default();
+    for dir in crate_dirs(root) {
+        let name = dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let manifest = std::fs::read_to_string(dir.join("Cargo.toml")).unwrap_or_default();
+        problems.extend(check_manifest(&name, &manifest));
+        if !architecture.contains(&format!("`{name}`")) {
+            problems.push(format!(
+                "ARCHITECTURE.md does not name crate `{name}` in its codemap"
+            ));
+        }
+        let lib = dir.join("src/lib.rs");
+        if let Ok(text) = std::fs::read_to_string(&lib)
+            && !text.contains("#![deny(missing_docs)]")
+        {
+            problems.push(format!(
+                "{}: libraries must #![deny(missing_docs)]",
+                lib.display()
+            ));
+        }
+        if name.starts_with("forge-store-") {
+            let invokes = rust_files(&dir.join("tests")).iter().any(|f| {
+                std::fs::read_to_string(f)
+                    .is_ok_and(|t| t.contains("forge_testkit::store_conformance!("))
+            });
+            if !invokes {
+                problems.push(format!("{name} does not run the store conformance suite (forge_testkit::store_conformance!)"));
+            }
+        }
+        for file in rust_files(&dir) {
+            let text = std::fs::read_to_string(&file).unwrap_or_default();
+            let shown = file
+                .strip_prefix(root)
+                .unwrap_or(&file)
+                .display()
+                .to_string();
+            problems.extend(check_source(&shown, &text));
+        }
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems)
+    }
+}
+
+/// A crate manifest must take the workspace lints.
+pub(crate) fn check_manifest(name: &str, manifest: &str) -> Vec<String> {
+    let lints = manifest
+        .lines()
+        .skip_while(|l| l.trim() != "[lints]")
+        .nth(1)
+        .map(str::trim);
+    if lints == Some("workspace = true") {
+        vec![]
+    } else {
+        vec![format!(
+            "crate {name}: Cargo.toml must have `[lints]` with `workspace = true`"
+        )]
+    }
+}
+
+/// A source file must open with module docs, never use `#[should_panic]`, and give every
+/// `#[ignore]` a reason.
+pub(crate) fn check_source(path: &str, text: &str) -> Vec<String> {
+    let mut problems = Vec::new();
+    if !text.trim_start().starts_with("//!") {
+        problems.push(format!("{path}: must start with a `//!` module doc"));
+    }
+    for (i, line) in text.lines().enumerate() {
+        let l = line.trim();
+        if l.starts_with("#[should_panic") {
+            problems.push(format!(
+                "{path}:{}: #[should_panic] is banned; assert on the error value",
+                i + 1
+            ));
+        }
+        if l.starts_with("#[ignore") && !l.contains("= \"") {
+            problems.push(format!(
+                "{path}:{}: #[ignore] needs a reason: #[ignore = \"why\"]",
+                i + 1
+            ));
+        }
+    }
+    problems
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tree_is_tidy() {
+        if let Err(problems) = check(&crate::root()) {
+            panic!("tidy found problems:\n{}", problems.join("\n"));
+        }
+    }
+
+    #[test]
+    fn tidy_catches_what_it_claims_to() {
+        assert_eq!(
+            check_source("a.rs", "//! docs\nfn f() {}\n"),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            check_source("a.rs", "fn f() {}\n"),
+            ["a.rs: must start with a `//!` module doc"]
+        );
+        let bad = "//! d\n#[test]\n#[should_panic]\nfn t() {}\n#[ignore]\nfn u() {}\n#[ignore = \"needs a gpu\"]\nfn v() {}\n";
+        assert_eq!(
+            check_source("a.rs", bad),
+            [
+                "a.rs:3: #[should_panic] is banned; assert on the error value",
+                "a.rs:5: #[ignore] needs a reason: #[ignore = \"why\"]"
+            ]
+        );
+        assert!(check_manifest("x", "[package]\nname = \"x\"\n").len() == 1);
+        assert!(check_manifest("x", "[lints]\nworkspace = true\n").is_empty());
+    }
+}

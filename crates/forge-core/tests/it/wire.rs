@@ -191,12 +191,21 @@ fn check_golden(path: &Path, value: &serde_json::Value) {
             path.display()
         )
     });
-    assert_eq!(
-        golden,
-        text,
-        "{} changed; if intended, rerun with UPDATE_SCHEMA=1",
-        path.display()
-    );
+    if golden != text {
+        let (old, new): (Vec<&str>, Vec<&str>) = (golden.lines().collect(), text.lines().collect());
+        let at = old
+            .iter()
+            .zip(&new)
+            .position(|(a, b)| a != b)
+            .unwrap_or(old.len().min(new.len()));
+        panic!(
+            "{} changed at line {}:\n  golden: {}\n  now:    {}\nif intended, rerun with UPDATE_SCHEMA=1",
+            path.display(),
+            at + 1,
+            old.get(at).unwrap_or(&"<end of file>"),
+            new.get(at).unwrap_or(&"<end of file>"),
+        );
+    }
 }
 
 fn event(seq: u64, kind: RunEventKind) -> RunEvent {

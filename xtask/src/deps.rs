@@ -100,11 +100,7 @@ pub(crate) fn check(root: &Path) -> Result<(), Vec<String>> {
     }
     problems.sort();
     problems.dedup();
-    if problems.is_empty() {
-        Ok(())
-    } else {
-        Err(problems)
-    }
+    crate::verdict(problems)
 }
 
 #[cfg(test)]
@@ -113,9 +109,7 @@ mod tests {
 
     #[test]
     fn core_and_engine_reach_no_driver_http_client_otel_or_graphql() {
-        if let Err(problems) = check(&crate::root()) {
-            panic!("dependency boundary violated:\n{}", problems.join("\n"));
-        }
+        crate::assert_clean("dependency boundary violated", check(&crate::root()));
     }
 
     #[test]

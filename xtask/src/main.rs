@@ -51,6 +51,23 @@ fn main() -> ExitCode {
     }
 }
 
+/// `Ok` when no problem was found.
+pub(crate) fn verdict(problems: Vec<String>) -> Result<(), Vec<String>> {
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems)
+    }
+}
+
+/// Panics listing the problems, for the `#[test]` form of each check.
+#[cfg(test)]
+pub(crate) fn assert_clean(what: &str, result: Result<(), Vec<String>>) {
+    if let Err(problems) = result {
+        panic!("{what}:\n{}", problems.join("\n"));
+    }
+}
+
 /// Every `.rs` file under `dir`, sorted.
 pub(crate) fn rust_files(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();

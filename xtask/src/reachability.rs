@@ -100,11 +100,7 @@ pub(crate) fn check(root: &Path) -> Result<(), Vec<String>> {
             ));
         }
     }
-    if problems.is_empty() {
-        Ok(())
-    } else {
-        Err(problems)
-    }
+    crate::verdict(problems)
 }
 
 #[cfg(test)]
@@ -113,9 +109,7 @@ mod tests {
 
     #[test]
     fn every_run_event_has_a_producer() {
-        if let Err(problems) = check(&crate::root()) {
-            panic!("reachability:\n{}", problems.join("\n"));
-        }
+        crate::assert_clean("reachability", check(&crate::root()));
     }
 
     #[test]

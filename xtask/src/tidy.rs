@@ -48,11 +48,7 @@ pub(crate) fn check(root: &Path) -> Result<(), Vec<String>> {
             problems.extend(check_source(&shown, &text));
         }
     }
-    if problems.is_empty() {
-        Ok(())
-    } else {
-        Err(problems)
-    }
+    crate::verdict(problems)
 }
 
 /// A crate manifest must take the workspace lints.
@@ -102,9 +98,7 @@ mod tests {
 
     #[test]
     fn tree_is_tidy() {
-        if let Err(problems) = check(&crate::root()) {
-            panic!("tidy found problems:\n{}", problems.join("\n"));
-        }
+        crate::assert_clean("tidy found problems", check(&crate::root()));
     }
 
     #[test]

@@ -99,6 +99,19 @@ pub enum RunInput {
     Cancel,
 }
 
+impl RunInput {
+    /// Every input, each wait reason included.
+    pub const ALL: [RunInput; 7] = [
+        RunInput::Start,
+        RunInput::Park(WaitReason::Approval),
+        RunInput::Park(WaitReason::Question),
+        RunInput::Resume,
+        RunInput::Complete,
+        RunInput::Fail,
+        RunInput::Cancel,
+    ];
+}
+
 /// A transition the state machine forbids.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("a {} run cannot {input:?}", from.name())]
@@ -130,17 +143,9 @@ pub fn reachable_in_one(from: RunStatus, to: RunStatus) -> bool {
     if from == to {
         return !from.is_terminal();
     }
-    [
-        RunInput::Start,
-        RunInput::Park(WaitReason::Approval),
-        RunInput::Park(WaitReason::Question),
-        RunInput::Resume,
-        RunInput::Complete,
-        RunInput::Fail,
-        RunInput::Cancel,
-    ]
-    .into_iter()
-    .any(|i| transition(from, i) == Ok(to))
+    RunInput::ALL
+        .into_iter()
+        .any(|i| transition(from, i) == Ok(to))
 }
 
 /// Why a run failed, as a stable code.
@@ -266,15 +271,7 @@ mod tests {
 
     /// The states a run can actually be in, found by exploring from `queued`.
     fn reachable_states() -> Vec<RunStatus> {
-        let inputs = [
-            RunInput::Start,
-            RunInput::Park(WaitReason::Approval),
-            RunInput::Park(WaitReason::Question),
-            RunInput::Resume,
-            RunInput::Complete,
-            RunInput::Fail,
-            RunInput::Cancel,
-        ];
+        let inputs = RunInput::ALL;
         let mut seen = vec![RunStatus::Queued];
         let mut i = 0;
         while i < seen.len() {
@@ -301,17 +298,7 @@ mod tests {
         let legal: Vec<String> = reachable_states()
             .into_iter()
             .flat_map(|s| {
-                [
-                    RunInput::Start,
-                    RunInput::Park(WaitReason::Approval),
-                    RunInput::Park(WaitReason::Question),
-                    RunInput::Resume,
-                    RunInput::Complete,
-                    RunInput::Fail,
-                    RunInput::Cancel,
-                ]
-                .into_iter()
-                .filter_map(move |i| {
+                RunInput::ALL.into_iter().filter_map(move |i| {
                     transition(s, i)
                         .ok()
                         .map(|t| format!("{s:?} + {i:?} -> {t:?}"))

@@ -70,6 +70,20 @@ impl<F: StoreFactory> Fixture<F> {
             .expect("create run")
     }
 
+    async fn enqueue(&self, run: RunId, max_attempts: u32) -> forge_core::id::JobId {
+        self.store
+            .enqueue(
+                &self.scope,
+                NewJob {
+                    run_id: run,
+                    not_before: None,
+                    max_attempts,
+                },
+            )
+            .await
+            .expect("enqueue")
+    }
+
     fn events(&self, run: RunId, from_seq: u64, n: u64) -> Vec<RunEvent> {
         (from_seq..from_seq + n)
             .map(|seq| RunEvent {
@@ -600,18 +614,7 @@ pub async fn queue_claim_heartbeat_complete<F: StoreFactory>() {
     let f = fixture::<F>().await;
     let sys = SystemScope::new("conformance");
     let run = f.run().await;
-    let id = f
-        .store
-        .enqueue(
-            &f.scope,
-            NewJob {
-                run_id: run.id,
-                not_before: None,
-                max_attempts: 3,
-            },
-        )
-        .await
-        .expect("enqueue");
+    let id = f.enqueue(run.id, 3).await;
     let job = f
         .store
         .claim(&sys, "w1", TTL)
@@ -660,18 +663,7 @@ pub async fn queue_lapsed_claim_is_fenced_and_dead_letters<F: StoreFactory>() {
     let f = fixture::<F>().await;
     let sys = SystemScope::new("conformance");
     let run = f.run().await;
-    let id = f
-        .store
-        .enqueue(
-            &f.scope,
-            NewJob {
-                run_id: run.id,
-                not_before: None,
-                max_attempts: 2,
-            },
-        )
-        .await
-        .expect("enqueue");
+    let id = f.enqueue(run.id, 2).await;
     let first = f
         .store
         .claim(&sys, "w1", TTL)

@@ -128,6 +128,9 @@ impl StepRunner<'_> {
                 }
             },
         };
+        if outcome.is_ok() {
+            self.finish_tool_inputs(cur, &mut msg);
+        }
         // The call's usage counts whatever happened to the stream.
         cur.checkpoint.step = step;
         cur.checkpoint.usage += msg.usage;
@@ -138,7 +141,7 @@ impl StepRunner<'_> {
         });
 
         let failure = match outcome {
-            Ok(()) => self.finish_tool_inputs(cur, &mut msg),
+            Ok(()) => None,
             Err(None) => {
                 self.keep_message(cur, msg);
                 return Ok(StepEnd::Cancelled);
@@ -276,9 +279,9 @@ impl StepRunner<'_> {
         }
     }
 
-    /// Parses each streamed tool input; a parsed input replaces the part's `null`. Returns a
-    /// failure only for a stream that is malformed beyond recovery (never, today).
-    fn finish_tool_inputs(&self, cur: &mut Cursor<'_>, msg: &mut Streaming) -> Option<RunFailure> {
+    /// Parses each streamed tool input; a parsed input replaces the part's `null`. Input that is not
+    /// JSON stays `null` and is refused before execution.
+    fn finish_tool_inputs(&self, cur: &mut Cursor<'_>, msg: &mut Streaming) {
         let calls: Vec<(usize, String)> = msg.calls.values().cloned().collect();
         for (index, raw) in calls {
             let raw = if raw.trim().is_empty() {
@@ -298,7 +301,6 @@ impl StepRunner<'_> {
                 });
             }
         }
-        None
     }
 
     fn keep_message(&self, cur: &mut Cursor<'_>, msg: Streaming) {

@@ -164,6 +164,9 @@ impl Harness {
         }
         assert_eq!(outcome.last_seq, events.len() as u64);
         let log = events.iter().map(line).collect::<Vec<_>>().join("\n");
+        if std::env::var_os("PRINT_EVENT_LOG").is_some() {
+            println!("--- event log\n{log}\n---");
+        }
         Finished {
             outcome,
             log,

@@ -39,16 +39,16 @@ async fn multi_step_tool_loop() {
 5 part.added Assistant[1] tool_call c1 calculate null
 6 part.updated [1] +json {"a":12,"b":
 7 part.updated [1] +json 7,"op":"mul"}
-8 usage.updated step 1
-9 part.updated [1] = tool_call c1 calculate {"a":12,"b":7,"op":"mul"}
+8 part.updated [1] = tool_call c1 calculate {"a":12,"b":7,"op":"mul"}
+9 usage.updated step 1
 10 part.added Tool[0] tool_result c1 {"result":84}
 11 run.checkpointed step 1 v1
 12 step.started 2
 13 part.added Assistant[0] tool_call c2 calculate null
 14 part.updated [0] +json {"a":84,"b":
 15 part.updated [0] +json 1,"op":"add"}
-16 usage.updated step 2
-17 part.updated [0] = tool_call c2 calculate {"a":84,"b":1,"op":"add"}
+16 part.updated [0] = tool_call c2 calculate {"a":84,"b":1,"op":"add"}
+17 usage.updated step 2
 18 part.added Tool[0] tool_result c2 {"result":85}
 19 run.checkpointed step 2 v2
 20 step.started 3
@@ -107,18 +107,30 @@ text = ["all met"]
     // The tool only returns once all three calls are in flight together.
     let h = harness(script, vec![rendezvous(3)], RunLimits::default());
     let f = h.run("go").await;
-    let tail: Vec<&str> = f
-        .log
-        .lines()
-        .filter(|l| l.contains("tool_result") || l.contains("run."))
-        .collect();
     assert_eq!(
-        tail.join("\n"),
+        f.log,
         r#"1 run.started tester@1 scripted:inline
+2 step.started 1
+3 part.added Assistant[0] tool_call a rendezvous null
+4 part.updated [0] +json {"labe
+5 part.updated [0] +json l":"a"}
+6 part.added Assistant[1] tool_call b rendezvous null
+7 part.updated [1] +json {"labe
+8 part.updated [1] +json l":"b"}
+9 part.added Assistant[2] tool_call c rendezvous null
+10 part.updated [2] +json {"labe
+11 part.updated [2] +json l":"c"}
+12 part.updated [0] = tool_call a rendezvous {"label":"a"}
+13 part.updated [1] = tool_call b rendezvous {"label":"b"}
+14 part.updated [2] = tool_call c rendezvous {"label":"c"}
+15 usage.updated step 1
 16 part.added Tool[0] tool_result a "met a"
 17 part.added Tool[1] tool_result b "met b"
 18 part.added Tool[2] tool_result c "met c"
 19 run.checkpointed step 1 v1
+20 step.started 2
+21 part.added Assistant[0] text "all met"
+22 usage.updated step 2
 23 run.completed "all met""#
     );
 }
@@ -141,17 +153,37 @@ text = ["{{tool_result.result}}"]
     let h = harness(script, vec![calculator()], RunLimits::default());
     let f = h.run("12 times 7").await;
     assert_eq!(f.outcome.status, RunStatus::Completed);
-    let results: Vec<&str> = f
-        .log
-        .lines()
-        .filter(|l| l.contains("tool_result") || l.contains("run.completed"))
-        .collect();
     assert_eq!(
-        results.join("\n"),
-        r#"15 part.added Tool[0] tool_result bad_schema error {"code":"invalid_input","message":"tool input does not match the schema: /a: \"twelve\" is not of type \"integer\""}
+        f.log,
+        r#"1 run.started tester@1 scripted:inline
+2 step.started 1
+3 part.added Assistant[0] tool_call bad_schema calculate null
+4 part.updated [0] +json {"a":"twelve","
+5 part.updated [0] +json b":7,"op":"mul"}
+6 part.added Assistant[1] tool_call bad_json calculate null
+7 part.updated [1] +json {"op": "mul
+8 part.updated [1] +json ", "a": 12,
+9 part.added Assistant[2] tool_call no_such launch_rockets null
+10 part.updated [2] +json {
+11 part.updated [2] +json }
+12 part.updated [0] = tool_call bad_schema calculate {"a":"twelve","b":7,"op":"mul"}
+13 part.updated [2] = tool_call no_such launch_rockets {}
+14 usage.updated step 1
+15 part.added Tool[0] tool_result bad_schema error {"code":"invalid_input","message":"tool input does not match the schema: /a: \"twelve\" is not of type \"integer\""}
 16 part.added Tool[1] tool_result bad_json error {"code":"invalid_json","message":"tool input is not valid JSON"}
 17 part.added Tool[2] tool_result no_such error {"code":"unknown_tool","message":"there is no tool named \"launch_rockets\""}
+18 run.checkpointed step 1 v1
+19 step.started 2
+20 part.added Assistant[0] tool_call good calculate null
+21 part.updated [0] +json {"a":12,"b":
+22 part.updated [0] +json 7,"op":"mul"}
+23 part.updated [0] = tool_call good calculate {"a":12,"b":7,"op":"mul"}
+24 usage.updated step 2
 25 part.added Tool[0] tool_result good {"result":84}
+26 run.checkpointed step 2 v2
+27 step.started 3
+28 part.added Assistant[0] text "84"
+29 usage.updated step 3
 30 run.completed "84""#
     );
     // The model was shown the errors: the second request carries them in its history.
@@ -196,16 +228,23 @@ text = ["never reached"]
         f.outcome.failure.as_ref().unwrap().code,
         FailureCode::StepLimitExceeded
     );
-    let tail: Vec<&str> = f.log.lines().skip(8).collect();
     assert_eq!(
-        tail.join("\n"),
-        r#"9 run.checkpointed step 1 v1
+        f.log,
+        r#"1 run.started tester@1 scripted:inline
+2 step.started 1
+3 part.added Assistant[0] tool_call c1 calculate null
+4 part.updated [0] +json {"a":1,"b":1
+5 part.updated [0] +json ,"op":"add"}
+6 part.updated [0] = tool_call c1 calculate {"a":1,"b":1,"op":"add"}
+7 usage.updated step 1
+8 part.added Tool[0] tool_result c1 {"result":2}
+9 run.checkpointed step 1 v1
 10 step.started 2
 11 part.added Assistant[0] tool_call c2 calculate null
 12 part.updated [0] +json {"a":2,"b":2
 13 part.updated [0] +json ,"op":"add"}
-14 usage.updated step 2
-15 part.updated [0] = tool_call c2 calculate {"a":2,"b":2,"op":"add"}
+14 part.updated [0] = tool_call c2 calculate {"a":2,"b":2,"op":"add"}
+15 usage.updated step 2
 16 run.failed StepLimitExceeded: the run reached its limit of 2 steps with tool calls pending"#
     );
     assert!(
@@ -280,10 +319,21 @@ text = ["Division by zero is undefined."]
     let h = harness(script, vec![calculator()], RunLimits::default());
     let f = h.run("1/0").await;
     assert_eq!(f.outcome.status, RunStatus::Completed);
-    assert!(
-        f.log.contains(r#"8 part.added Tool[0] tool_result c1 error {"code":"tool_failed","message":"division by zero"}"#),
-        "{}",
-        f.log
+    assert_eq!(
+        f.log,
+        r#"1 run.started tester@1 scripted:inline
+2 step.started 1
+3 part.added Assistant[0] tool_call c1 calculate null
+4 part.updated [0] +json {"a":1,"b":0
+5 part.updated [0] +json ,"op":"div"}
+6 part.updated [0] = tool_call c1 calculate {"a":1,"b":0,"op":"div"}
+7 usage.updated step 1
+8 part.added Tool[0] tool_result c1 error {"code":"tool_failed","message":"division by zero"}
+9 run.checkpointed step 1 v1
+10 step.started 2
+11 part.added Assistant[0] text "Division by zero is undefined."
+12 usage.updated step 2
+13 run.completed "Division by zero is undefined.""#
     );
 }
 

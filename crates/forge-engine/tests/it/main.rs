@@ -4,4 +4,5 @@
 
 mod harness;
 mod loop_tests;
+mod send_sync;
 mod tools_tests;

@@ -1,8 +1,8 @@
 //! `cargo xtask`: project checks no compiler makes.
 //!
 //! - `tidy`: every Rust file starts with `//!`, every crate uses the workspace lints, every library
-//!   denies `missing_docs`, no `#[should_panic]`, no `#[ignore]` without a reason, every store crate
-//!   runs the conformance suite, ARCHITECTURE.md names every crate;
+//!   denies `missing_docs`, no `#[should_panic]`, no `#[ignore]` without a reason, ARCHITECTURE.md
+//!   names every crate;
 //! - `deps`: `forge-core` and `forge-engine` reach no database driver, HTTP client, OpenTelemetry or
 //!   GraphQL crate through normal dependency edges;
 //! - `reachability`: every run-event variant has a producer in non-test code and a row in

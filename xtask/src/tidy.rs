@@ -29,15 +29,6 @@ pub(crate) fn check(root: &Path) -> Result<(), Vec<String>> {
                 lib.display()
             ));
         }
-        if name.starts_with("forge-store-") {
-            let invokes = rust_files(&dir.join("tests")).iter().any(|f| {
-                std::fs::read_to_string(f)
-                    .is_ok_and(|t| t.contains("forge_testkit::store_conformance!("))
-            });
-            if !invokes {
-                problems.push(format!("{name} does not run the store conformance suite (forge_testkit::store_conformance!)"));
-            }
-        }
         for file in rust_files(&dir) {
             let text = std::fs::read_to_string(&file).unwrap_or_default();
             let shown = file

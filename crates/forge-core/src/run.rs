@@ -42,6 +42,16 @@ pub enum WaitReason {
     Question,
 }
 
+impl WaitReason {
+    /// The reason's stored name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            WaitReason::Approval => "approval",
+            WaitReason::Question => "question",
+        }
+    }
+}
+
 /// Where a run is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(tag = "state", content = "waiting_for", rename_all = "snake_case")]
@@ -67,6 +77,42 @@ impl RunStatus {
             self,
             RunStatus::Completed | RunStatus::Failed | RunStatus::Cancelled
         )
+    }
+
+    /// What a waiting run waits for.
+    pub fn wait_reason(&self) -> Option<WaitReason> {
+        match self {
+            RunStatus::Waiting(r) => Some(*r),
+            _ => None,
+        }
+    }
+
+    /// Rebuilds a status from its stored name and wait reason (as written by [`RunStatus::name`]
+    /// and [`WaitReason::name`]).
+    pub fn from_stored(name: &str, waiting_for: Option<&str>) -> Result<Self, crate::Error> {
+        let reason = match waiting_for {
+            None => None,
+            Some("approval") => Some(WaitReason::Approval),
+            Some("question") => Some(WaitReason::Question),
+            Some(other) => {
+                return Err(crate::Error::invalid(format!(
+                    "unknown wait reason {other:?}"
+                )));
+            }
+        };
+        Ok(match (name, reason) {
+            ("queued", None) => RunStatus::Queued,
+            ("running", None) => RunStatus::Running,
+            ("waiting", Some(r)) => RunStatus::Waiting(r),
+            ("completed", None) => RunStatus::Completed,
+            ("failed", None) => RunStatus::Failed,
+            ("cancelled", None) => RunStatus::Cancelled,
+            _ => {
+                return Err(crate::Error::invalid(format!(
+                    "unknown run status {name:?} ({waiting_for:?})"
+                )));
+            }
+        })
     }
 
     /// The state's name as stored and shown (`waiting` for both wait reasons).
@@ -285,6 +331,16 @@ mod tests {
             i += 1;
         }
         seen
+    }
+
+    #[test]
+    fn stored_form_round_trips_for_every_state() {
+        for s in reachable_states() {
+            let back = RunStatus::from_stored(s.name(), s.wait_reason().map(|r| r.name())).unwrap();
+            assert_eq!(back, s);
+        }
+        assert!(RunStatus::from_stored("waiting", None).is_err());
+        assert!(RunStatus::from_stored("paused", None).is_err());
     }
 
     #[test]

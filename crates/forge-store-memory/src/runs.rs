@@ -4,11 +4,14 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use forge_core::Error;
-use forge_core::event::{RunEvent, check_contiguous};
+use forge_core::event::RunEvent;
 use forge_core::id::{MessageId, RunId, ThreadId};
 use forge_core::message::{Message, Role};
-use forge_core::ports::store::{Committed, NewRun, NewThread, RunStore, StepCommit, ThreadStore};
-use forge_core::run::{Checkpoint, Run, RunLease, RunStatus, reachable_in_one};
+use forge_core::ports::store::{
+    Committed, NewRun, NewThread, RunStore, StepCommit, ThreadStore, check_commit, next_lease,
+    renewed_lease,
+};
+use forge_core::run::{Checkpoint, Run, RunLease, RunStatus};
 use forge_core::scope::Scope;
 use forge_core::thread::{SessionState, Thread};
 
@@ -71,10 +74,6 @@ impl ThreadStore for MemoryStore {
         }
         Ok(state)
     }
-}
-
-fn lease_resource(id: RunId) -> String {
-    format!("run {id}")
 }
 
 #[async_trait]
@@ -146,22 +145,7 @@ impl RunStore for MemoryStore {
     ) -> Result<RunLease, Error> {
         let now = self.clock.now();
         let mut st = self.lock();
-        let run = st.run(scope, id)?;
-        if let Some(l) = &run.lease
-            && l.holder != holder
-            && l.expires_at > now
-        {
-            return Err(Error::LeaseHeld {
-                resource: lease_resource(id),
-                until: l.expires_at,
-            });
-        }
-        let lease = RunLease {
-            run_id: id,
-            holder: holder.to_owned(),
-            token: run.fence + 1,
-            expires_at: now.plus(ttl),
-        };
+        let lease = next_lease(st.run(scope, id)?, holder, ttl, now)?;
         if let Some(r) = st.runs.get_mut(&id) {
             r.fence = lease.token;
             r.lease = Some(lease.clone());
@@ -177,19 +161,7 @@ impl RunStore for MemoryStore {
     ) -> Result<RunLease, Error> {
         let now = self.clock.now();
         let mut st = self.lock();
-        let run = st.run(scope, lease.run_id)?;
-        match &run.lease {
-            Some(l) if l.token == lease.token && l.expires_at > now => {}
-            _ => {
-                return Err(Error::Fenced {
-                    resource: lease_resource(lease.run_id),
-                });
-            }
-        }
-        let renewed = RunLease {
-            expires_at: now.plus(ttl),
-            ..lease.clone()
-        };
+        let renewed = renewed_lease(st.run(scope, lease.run_id)?, lease, ttl, now)?;
         if let Some(r) = st.runs.get_mut(&lease.run_id) {
             r.lease = Some(renewed.clone());
         }
@@ -211,40 +183,8 @@ impl RunStore for MemoryStore {
         let now = self.clock.now();
         let mut st = self.lock();
         let run = st.run(scope, commit.run_id)?;
-        match &run.lease {
-            Some(l) if l.token == commit.lease.token && l.expires_at > now => {}
-            _ => {
-                return Err(Error::Fenced {
-                    resource: lease_resource(run.id),
-                });
-            }
-        }
-        if run.version != commit.expected_version {
-            return Err(Error::VersionConflict {
-                entity: "run",
-                id: run.id.to_string(),
-                expected: commit.expected_version,
-                actual: run.version,
-            });
-        }
-        check_contiguous(run.id, run.last_seq, &commit.events)?;
-        if !reachable_in_one(run.status, commit.status) {
-            return Err(Error::invalid(format!(
-                "a {} run cannot become {}",
-                run.status.name(),
-                commit.status.name()
-            )));
-        }
-        if commit.messages.iter().any(|m| m.run_id != run.id) {
-            return Err(Error::invalid(
-                "a step may only commit messages of its own run",
-            ));
-        }
+        let committed = check_commit(run, &commit, now)?;
         let thread_id = run.thread_id;
-        let committed = Committed {
-            version: run.version + 1,
-            last_seq: run.last_seq + commit.events.len() as u64,
-        };
         // Every check passed: apply all of it.
         if let Some(r) = st.runs.get_mut(&commit.run_id) {
             r.version = committed.version;

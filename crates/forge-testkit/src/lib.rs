@@ -6,12 +6,12 @@
 //! ```ignore
 //! struct Memory;
 //! impl forge_testkit::StoreFactory for Memory { /* ... */ }
-//! forge_testkit::store_conformance!(Memory);
+//! forge_testkit::store_conformance!(Memory); // or one suite: forge_testkit::runs_conformance!(Memory);
 //! ```
 //!
-//! The macro expands one `#[tokio::test]` per scenario and a `suite_is_complete` test that fails
-//! when the macro and [`store::SCENARIOS`] disagree; `cargo xtask tidy` fails when a
-//! `forge-store-*` crate does not invoke the suite at all.
+//! Each suite macro (one per port, listed in [`SUITES`]) expands one `#[tokio::test]` per scenario
+//! and a `suite_is_complete` test that fails when the macro and [`SUITES`] disagree; the registry
+//! test here fails when a `forge-store-*` crate does not run every suite [`ADAPTERS`] lists for it.
 
 #![deny(missing_docs)]
 
@@ -34,36 +34,258 @@ pub trait StoreFactory: Send + Sync + 'static {
     fn make(clock: Arc<ManualClock>) -> impl Future<Output = Arc<Self::Store>> + Send;
 }
 
-/// Expands the store conformance suite for a [`StoreFactory`].
+/// One conformance suite: a port's scenarios and the macro that expands them.
+#[derive(Debug, Clone, Copy)]
+pub struct Suite {
+    /// The suite's name.
+    pub name: &'static str,
+    /// The macro an adapter invokes to run it.
+    pub macro_name: &'static str,
+    /// Its scenarios, in the order the macro expands them.
+    pub scenarios: &'static [&'static str],
+}
+
+/// Every suite.
+pub const SUITES: &[Suite] = &[
+    Suite {
+        name: "threads",
+        macro_name: "threads_conformance",
+        scenarios: &[
+            "thread_round_trip_and_session_state",
+            "session_state_single_writer",
+        ],
+    },
+    Suite {
+        name: "runs",
+        macro_name: "runs_conformance",
+        scenarios: &[
+            "run_round_trip_and_history",
+            "commit_step_single_writer",
+            "commit_step_fencing",
+            "refused_commit_writes_nothing",
+            "illegal_status_change_is_refused",
+        ],
+    },
+    Suite {
+        name: "event_log",
+        macro_name: "event_log_conformance",
+        scenarios: &[
+            "event_log_gapless_under_concurrent_appenders",
+            "read_events_after_sequence",
+        ],
+    },
+    Suite {
+        name: "leases",
+        macro_name: "lease_conformance",
+        scenarios: &["lease_is_exclusive_until_expiry"],
+    },
+    Suite {
+        name: "queue",
+        macro_name: "queue_conformance",
+        scenarios: &[
+            "queue_claim_heartbeat_complete",
+            "queue_lapsed_claim_is_fenced_and_dead_letters",
+            "queue_concurrent_claims_take_each_job_once",
+        ],
+    },
+    Suite {
+        name: "isolation",
+        macro_name: "isolation_conformance",
+        scenarios: &["tenant_isolation"],
+    },
+];
+
+/// Which adapter runs which suites: `(crate, factory type, suites)`. The registry test in this crate
+/// fails when an adapter crate's tests do not invoke every listed suite with that factory, or when
+/// a `forge-store-*` crate is missing from this list.
+pub const ADAPTERS: &[(&str, &str, &[&str])] = &[
+    (
+        "forge-store-memory",
+        "Memory",
+        &[
+            "threads",
+            "runs",
+            "event_log",
+            "leases",
+            "queue",
+            "isolation",
+        ],
+    ),
+    (
+        "forge-store-sqlite",
+        "Sqlite",
+        &[
+            "threads",
+            "runs",
+            "event_log",
+            "leases",
+            "queue",
+            "isolation",
+        ],
+    ),
+];
+
+/// The scenarios of the named suite (empty for an unknown name).
+pub fn scenarios(suite: &str) -> Vec<&'static str> {
+    SUITES
+        .iter()
+        .find(|s| s.name == suite)
+        .map(|s| s.scenarios.to_vec())
+        .unwrap_or_default()
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __conformance_suite {
+    ($module:ident, $suite:literal, $factory:ty; $($name:ident),+ $(,)?) => {
+        mod $module {
+            #[allow(unused_imports)]
+            use super::*;
+
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    $crate::store::$name::<$factory>().await;
+                }
+            )+
+
+            #[test]
+            fn suite_is_complete() {
+                let expanded: Vec<&str> = vec![$(stringify!($name)),+];
+                assert_eq!(expanded, $crate::scenarios($suite), "the {} macro and SUITES disagree", $suite);
+            }
+        }
+    };
+}
+
+/// Threads and session state.
+#[macro_export]
+macro_rules! threads_conformance {
+    ($factory:ty) => {
+        $crate::__conformance_suite!(threads_conformance, "threads", $factory;
+            thread_round_trip_and_session_state, session_state_single_writer);
+    };
+}
+
+/// Runs, history and the atomic, fenced `commit_step`.
+#[macro_export]
+macro_rules! runs_conformance {
+    ($factory:ty) => {
+        $crate::__conformance_suite!(runs_conformance, "runs", $factory;
+            run_round_trip_and_history, commit_step_single_writer, commit_step_fencing,
+            refused_commit_writes_nothing, illegal_status_change_is_refused);
+    };
+}
+
+/// The event log: gapless sequences, reads after a sequence.
+#[macro_export]
+macro_rules! event_log_conformance {
+    ($factory:ty) => {
+        $crate::__conformance_suite!(event_log_conformance, "event_log", $factory;
+            event_log_gapless_under_concurrent_appenders, read_events_after_sequence);
+    };
+}
+
+/// Run leases.
+#[macro_export]
+macro_rules! lease_conformance {
+    ($factory:ty) => {
+        $crate::__conformance_suite!(lease_conformance, "leases", $factory; lease_is_exclusive_until_expiry);
+    };
+}
+
+/// The job queue.
+#[macro_export]
+macro_rules! queue_conformance {
+    ($factory:ty) => {
+        $crate::__conformance_suite!(queue_conformance, "queue", $factory;
+            queue_claim_heartbeat_complete, queue_lapsed_claim_is_fenced_and_dead_letters,
+            queue_concurrent_claims_take_each_job_once);
+    };
+}
+
+/// Cross-tenant isolation through every port method.
+#[macro_export]
+macro_rules! isolation_conformance {
+    ($factory:ty) => {
+        $crate::__conformance_suite!(isolation_conformance, "isolation", $factory; tenant_isolation);
+    };
+}
+
+/// Every suite, for an adapter that implements every port.
 #[macro_export]
 macro_rules! store_conformance {
     ($factory:ty) => {
-        $crate::store_conformance!(@tests $factory;
-            thread_round_trip_and_session_state,
-            tenant_isolation,
-            commit_step_single_writer,
-            commit_step_fencing,
-            refused_commit_writes_nothing,
-            illegal_status_change_is_refused,
-            lease_is_exclusive_until_expiry,
-            event_log_gapless_under_concurrent_appenders,
-            read_events_after_sequence,
-            queue_claim_heartbeat_complete,
-            queue_lapsed_claim_is_fenced_and_dead_letters,
-        );
+        $crate::threads_conformance!($factory);
+        $crate::runs_conformance!($factory);
+        $crate::event_log_conformance!($factory);
+        $crate::lease_conformance!($factory);
+        $crate::queue_conformance!($factory);
+        $crate::isolation_conformance!($factory);
     };
-    (@tests $factory:ty; $($name:ident),+ $(,)?) => {
-        $(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $name() {
-                $crate::store::$name::<$factory>().await;
-            }
-        )+
+}
 
-        #[test]
-        fn suite_is_complete() {
-            let expanded: Vec<&str> = vec![$(stringify!($name)),+];
-            assert_eq!(expanded, $crate::store::SCENARIOS, "the conformance macro and SCENARIOS disagree");
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every `forge-store-*` crate is registered, and runs each registered suite with its factory.
+    #[test]
+    fn every_adapter_runs_every_registered_suite() {
+        let crates = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let mut problems = Vec::new();
+        for entry in std::fs::read_dir(&crates).expect("read crates/").flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.starts_with("forge-store-") && !ADAPTERS.iter().any(|(c, _, _)| *c == name) {
+                problems.push(format!(
+                    "{name} is not registered in forge_testkit::ADAPTERS"
+                ));
+            }
         }
-    };
+        for (krate, factory, suites) in ADAPTERS {
+            let tests = read_tree(&crates.join(krate).join("tests"));
+            let all = tests.contains(&format!("store_conformance!({factory})"));
+            for suite in *suites {
+                let Some(s) = SUITES.iter().find(|s| s.name == *suite) else {
+                    problems.push(format!("{krate}: unknown suite {suite}"));
+                    continue;
+                };
+                if !all && !tests.contains(&format!("{}!({factory})", s.macro_name)) {
+                    problems.push(format!(
+                        "{krate} does not run the {suite} suite with {factory}"
+                    ));
+                }
+            }
+        }
+        assert!(problems.is_empty(), "{}", problems.join("\n"));
+    }
+
+    #[test]
+    fn every_suite_is_registered_for_some_adapter() {
+        for s in SUITES {
+            assert!(
+                ADAPTERS
+                    .iter()
+                    .any(|(_, _, suites)| suites.contains(&s.name)),
+                "{} runs nowhere",
+                s.name
+            );
+        }
+    }
+
+    fn read_tree(dir: &std::path::Path) -> String {
+        let mut out = String::new();
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return out;
+        };
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                out.push_str(&read_tree(&p));
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                out.push_str(&std::fs::read_to_string(&p).unwrap_or_default());
+            }
+        }
+        out
+    }
 }

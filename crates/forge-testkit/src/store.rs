@@ -18,21 +18,6 @@ use forge_core::{Error, ErrorKind};
 use crate::StoreFactory;
 use crate::fixtures::{agent_ref, scope};
 
-/// Every scenario, in the order the macro expands them.
-pub const SCENARIOS: &[&str] = &[
-    "thread_round_trip_and_session_state",
-    "tenant_isolation",
-    "commit_step_single_writer",
-    "commit_step_fencing",
-    "refused_commit_writes_nothing",
-    "illegal_status_change_is_refused",
-    "lease_is_exclusive_until_expiry",
-    "event_log_gapless_under_concurrent_appenders",
-    "read_events_after_sequence",
-    "queue_claim_heartbeat_complete",
-    "queue_lapsed_claim_is_fenced_and_dead_letters",
-];
-
 const TTL: Duration = Duration::from_secs(30);
 
 struct Fixture<F: StoreFactory> {
@@ -712,4 +697,155 @@ pub async fn queue_lapsed_claim_is_fenced_and_dead_letters<F: StoreFactory>() {
         f.store.job_state(&sys, id).await.expect("state"),
         JobState::Dead
     );
+}
+
+/// Two concurrent session-state writers from the same version: exactly one wins.
+pub async fn session_state_single_writer<F: StoreFactory>() {
+    let f = fixture::<F>().await;
+    let t = f
+        .store
+        .create_thread(&f.scope, NewThread::default())
+        .await
+        .expect("create thread");
+    let write = |value: &str| {
+        let (store, scope) = (f.store.clone(), f.scope.clone());
+        let mut values = serde_json::Map::new();
+        values.insert("writer".into(), value.into());
+        tokio::spawn(async move { store.put_session_state(&scope, t.id, 0, values).await })
+    };
+    let (a, b) = tokio::join!(write("a"), write("b"));
+    let results = [a.expect("join"), b.expect("join")];
+    assert_eq!(
+        results.iter().filter(|r| r.is_ok()).count(),
+        1,
+        "exactly one writer wins: {results:?}"
+    );
+    let loser = results.iter().find(|r| r.is_err()).expect("a loser");
+    assert!(
+        matches!(
+            loser,
+            Err(Error::VersionConflict {
+                expected: 0,
+                actual: 1,
+                ..
+            })
+        ),
+        "{loser:?}"
+    );
+    let winner = results.into_iter().find_map(Result::ok).expect("a winner");
+    let stored = f.store.get_thread(&f.scope, t.id).await.expect("get").state;
+    assert_eq!(stored, winner, "the stored state is the winner's");
+}
+
+/// Runs read back as written, list oldest first, and a step's messages join the thread's history
+/// after the run's input, in order.
+pub async fn run_round_trip_and_history<F: StoreFactory>() {
+    let f = fixture::<F>().await;
+    let first = f.run().await;
+    let second = f
+        .store
+        .create_run(
+            &f.scope,
+            NewRun {
+                thread_id: first.thread_id,
+                agent: agent_ref(),
+                input: vec![Part::text("again")],
+            },
+        )
+        .await
+        .expect("create second run");
+    assert_eq!(
+        f.store.get_run(&f.scope, first.id).await.expect("get"),
+        first,
+        "a run reads back as created"
+    );
+    assert_eq!(first.status, RunStatus::Queued);
+    assert_eq!((first.version, first.last_seq, first.fence), (0, 0, 0));
+    let listed: Vec<RunId> = f
+        .store
+        .list_runs(&f.scope, first.thread_id)
+        .await
+        .expect("list")
+        .iter()
+        .map(|r| r.id)
+        .collect();
+    assert_eq!(listed, [first.id, second.id]);
+
+    let lease = f
+        .store
+        .acquire_lease(&f.scope, first.id, "w", TTL)
+        .await
+        .expect("lease");
+    let ids = SequentialIds::new();
+    let reply = Message {
+        id: MessageId::generate(&ids),
+        run_id: first.id,
+        role: Role::Assistant,
+        parts: vec![Part::text("hello"), Part::text(" there")],
+        created_at: f.clock.now(),
+    };
+    let mut commit = f.commit(&first, &lease, f.events(first.id, 1, 2), RunStatus::Running);
+    commit.messages = vec![reply.clone()];
+    commit.checkpoint.usage.input_tokens = 42;
+    let done = f.store.commit_step(&f.scope, commit).await.expect("commit");
+    assert_eq!((done.version, done.last_seq), (1, 2));
+    let run = f.store.get_run(&f.scope, first.id).await.expect("get");
+    assert_eq!(
+        (
+            run.status,
+            run.checkpoint.step,
+            run.checkpoint.usage.input_tokens
+        ),
+        (RunStatus::Running, 1, 42)
+    );
+
+    let history = f
+        .store
+        .list_messages(&f.scope, first.thread_id)
+        .await
+        .expect("history");
+    let summary: Vec<(Role, String)> = history.iter().map(|m| (m.role, m.text())).collect();
+    assert_eq!(
+        summary,
+        [
+            (Role::User, "hi".to_owned()),
+            (Role::User, "again".to_owned()),
+            (Role::Assistant, "hello there".to_owned())
+        ]
+    );
+    assert_eq!(history[2], reply, "a committed message reads back exactly");
+}
+
+/// Eight workers claiming at once take each of twenty jobs exactly once.
+pub async fn queue_concurrent_claims_take_each_job_once<F: StoreFactory>() {
+    let f = fixture::<F>().await;
+    let run = f.run().await;
+    let mut ids = Vec::new();
+    for _ in 0..20 {
+        ids.push(f.enqueue(run.id, 3).await);
+    }
+    let mut workers = Vec::new();
+    for w in 0..8 {
+        let store = f.store.clone();
+        workers.push(tokio::spawn(async move {
+            let sys = SystemScope::new("conformance");
+            let mut mine = Vec::new();
+            while let Some(job) = store
+                .claim(&sys, &format!("w{w}"), TTL)
+                .await
+                .expect("claim")
+            {
+                store.complete(&sys, &job).await.expect("complete");
+                mine.push(job.id);
+            }
+            mine
+        }));
+    }
+    let mut claimed = Vec::new();
+    for w in workers {
+        claimed.extend(w.await.expect("worker"));
+    }
+    claimed.sort();
+    ids.sort();
+    assert_eq!(claimed, ids, "every job claimed exactly once");
 }

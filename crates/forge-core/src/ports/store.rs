@@ -135,3 +135,88 @@ pub trait RunStore: Send + Sync {
         limit: usize,
     ) -> Result<Vec<RunEvent>, Error>;
 }
+
+/// The checks every adapter applies inside `commit_step`, against the run as its transaction sees
+/// it: the lease is current and unexpired, the version matches, the events continue the log, the
+/// status change is legal and the messages belong to the run. Returns what the commit yields.
+pub fn check_commit(
+    run: &Run,
+    commit: &StepCommit,
+    now: crate::time::Timestamp,
+) -> Result<Committed, Error> {
+    match &run.lease {
+        Some(l) if l.token == commit.lease.token && l.expires_at > now => {}
+        _ => {
+            return Err(Error::Fenced {
+                resource: format!("run {}", run.id),
+            });
+        }
+    }
+    if run.version != commit.expected_version {
+        return Err(Error::VersionConflict {
+            entity: "run",
+            id: run.id.to_string(),
+            expected: commit.expected_version,
+            actual: run.version,
+        });
+    }
+    crate::event::check_contiguous(run.id, run.last_seq, &commit.events)?;
+    if !crate::run::reachable_in_one(run.status, commit.status) {
+        return Err(Error::invalid(format!(
+            "a {} run cannot become {}",
+            run.status.name(),
+            commit.status.name()
+        )));
+    }
+    if commit.messages.iter().any(|m| m.run_id != run.id) {
+        return Err(Error::invalid(
+            "a step may only commit messages of its own run",
+        ));
+    }
+    Ok(Committed {
+        version: run.version + 1,
+        last_seq: run.last_seq + commit.events.len() as u64,
+    })
+}
+
+/// The lease `holder` gets on `run` for `ttl`, or `LeaseHeld` while another holder's is unexpired.
+pub fn next_lease(
+    run: &Run,
+    holder: &str,
+    ttl: Duration,
+    now: crate::time::Timestamp,
+) -> Result<RunLease, Error> {
+    if let Some(l) = &run.lease
+        && l.holder != holder
+        && l.expires_at > now
+    {
+        return Err(Error::LeaseHeld {
+            resource: format!("run {}", run.id),
+            until: l.expires_at,
+        });
+    }
+    Ok(RunLease {
+        run_id: run.id,
+        holder: holder.to_owned(),
+        token: run.fence + 1,
+        expires_at: now.plus(ttl),
+    })
+}
+
+/// The renewed lease, or `Fenced` when `lease` is no longer the run's current, unexpired lease.
+pub fn renewed_lease(
+    run: &Run,
+    lease: &RunLease,
+    ttl: Duration,
+    now: crate::time::Timestamp,
+) -> Result<RunLease, Error> {
+    match &run.lease {
+        Some(l) if l.token == lease.token && l.expires_at > now => Ok(RunLease {
+            expires_at: now.plus(ttl),
+            ..lease.clone()
+        }),
+        _ => Err(Error::Fenced {
+            resource: format!("run {}", run.id),
+        }),
+    }
+}

@@ -1,0 +1,133 @@
+//! Every storage and queue port of `forge-core` on an embedded SQLite file — Forge's default
+//! (`sqlite://forge.db`).
+//!
+//! The file runs in WAL mode with a busy timeout; every write is one `BEGIN IMMEDIATE`
+//! transaction, so writers queue on SQLite's lock instead of failing, and `commit_step` is atomic.
+//! The schema is provisioned on open from the embedded migrations. SQLite has no row-level
+//! security: tenant isolation is the `tenant_id` filter every query carries.
+
+#![deny(missing_docs)]
+
+mod migrate;
+mod queue;
+mod rows;
+mod runs;
+
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use forge_core::id::{IdGenerator, UuidV7Generator};
+use forge_core::time::{Clock, SystemClock};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+};
+
+pub use migrate::{MIGRATIONS, Migration};
+
+/// Why the store could not be opened.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum OpenError {
+    /// The URL is not a SQLite URL sqlx understands.
+    #[error("invalid SQLite URL {url:?}")]
+    Url {
+        /// The URL.
+        url: String,
+        /// Why.
+        #[source]
+        source: sqlx::Error,
+    },
+    /// The database could not be opened or migrated.
+    #[error("could not open SQLite database {url:?}")]
+    Open {
+        /// The URL.
+        url: String,
+        /// Why.
+        #[source]
+        source: forge_core::Error,
+    },
+}
+
+/// The SQLite store.
+#[derive(Debug, Clone)]
+pub struct SqliteStore {
+    pool: SqlitePool,
+    clock: Arc<dyn Clock>,
+    ids: Arc<dyn IdGenerator>,
+}
+
+impl SqliteStore {
+    /// Opens (creating if missing) the database at `url` (`sqlite://forge.db`, `sqlite::memory:`)
+    /// with the system clock and UUIDv7 ids, and applies pending migrations.
+    pub async fn open(url: &str) -> Result<Self, OpenError> {
+        Self::open_with(url, Arc::new(SystemClock), Arc::new(UuidV7Generator)).await
+    }
+
+    /// Like [`SqliteStore::open`] with an injected clock and id generator.
+    pub async fn open_with(
+        url: &str,
+        clock: Arc<dyn Clock>,
+        ids: Arc<dyn IdGenerator>,
+    ) -> Result<Self, OpenError> {
+        if !url.starts_with("sqlite:") {
+            let source = sqlx::Error::Configuration("the URL must start with sqlite:".into());
+            return Err(OpenError::Url {
+                url: url.to_owned(),
+                source,
+            });
+        }
+        let options = SqliteConnectOptions::from_str(url)
+            .map_err(|source| OpenError::Url {
+                url: url.to_owned(),
+                source,
+            })?
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Normal)
+            .busy_timeout(Duration::from_secs(10))
+            .foreign_keys(true);
+        // An in-memory database exists per connection, so it must be exactly one connection.
+        let max = if url.contains(":memory:") || url.contains("mode=memory") {
+            1
+        } else {
+            8
+        };
+        let pool = SqlitePoolOptions::new()
+            .max_connections(max)
+            .connect_with(options)
+            .await
+            .map_err(|e| OpenError::Open {
+                url: url.to_owned(),
+                source: rows::db_error(e),
+            })?;
+        let store = Self { pool, clock, ids };
+        migrate::up(&store.pool)
+            .await
+            .map_err(|source| OpenError::Open {
+                url: url.to_owned(),
+                source,
+            })?;
+        Ok(store)
+    }
+
+    /// Versions of the migrations applied to this database, ascending.
+    pub async fn applied_migrations(&self) -> Result<Vec<i64>, forge_core::Error> {
+        migrate::applied(&self.pool).await
+    }
+
+    /// Reverts every applied migration (for tests and `forge migrate --down`).
+    pub async fn migrate_down_all(&self) -> Result<(), forge_core::Error> {
+        migrate::down_all(&self.pool).await
+    }
+
+    /// Applies pending migrations (done by `open`; idempotent).
+    pub async fn migrate_up(&self) -> Result<(), forge_core::Error> {
+        migrate::up(&self.pool).await
+    }
+
+    /// Closes the pool, waiting for connections to finish.
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+}

@@ -1,0 +1,96 @@
+//! Versioned, reversible migrations embedded in the binary, applied in `BEGIN IMMEDIATE`
+//! transactions so that concurrent openers apply each one exactly once.
+
+use forge_core::Error;
+use sqlx::{Row, SqlitePool};
+
+use crate::rows::db_error;
+
+/// One migration: its version, name, and the SQL that applies and reverts it.
+#[derive(Debug, Clone, Copy)]
+pub struct Migration {
+    /// Version, ascending from 1.
+    pub version: i64,
+    /// Short name.
+    pub name: &'static str,
+    /// SQL that applies it.
+    pub up: &'static str,
+    /// SQL that reverts it.
+    pub down: &'static str,
+}
+
+/// Every migration, in order.
+pub const MIGRATIONS: &[Migration] = &[Migration {
+    version: 1,
+    name: "init",
+    up: include_str!("../migrations/0001_init.up.sql"),
+    down: include_str!("../migrations/0001_init.down.sql"),
+}];
+
+const LEDGER: &str = "CREATE TABLE IF NOT EXISTS forge_schema_migrations (
+    version INTEGER PRIMARY KEY,
+    name TEXT NOT NULL,
+    applied_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
+) STRICT";
+
+pub(crate) async fn up(pool: &SqlitePool) -> Result<(), Error> {
+    sqlx::query(LEDGER).execute(pool).await.map_err(db_error)?;
+    for m in MIGRATIONS {
+        let mut tx = pool.begin_with("BEGIN IMMEDIATE").await.map_err(db_error)?;
+        let done: Option<i64> =
+            sqlx::query_scalar("SELECT version FROM forge_schema_migrations WHERE version = $1")
+                .bind(m.version)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(db_error)?;
+        if done.is_none() {
+            sqlx::raw_sql(m.up)
+                .execute(&mut *tx)
+                .await
+                .map_err(db_error)?;
+            sqlx::query("INSERT INTO forge_schema_migrations (version, name) VALUES ($1, $2)")
+                .bind(m.version)
+                .bind(m.name)
+                .execute(&mut *tx)
+                .await
+                .map_err(db_error)?;
+        }
+        tx.commit().await.map_err(db_error)?;
+    }
+    Ok(())
+}
+
+pub(crate) async fn applied(pool: &SqlitePool) -> Result<Vec<i64>, Error> {
+    let rows = sqlx::query("SELECT version FROM forge_schema_migrations ORDER BY version")
+        .fetch_all(pool)
+        .await
+        .map_err(db_error)?;
+    rows.iter()
+        .map(|r| r.try_get::<i64, _>(0).map_err(db_error))
+        .collect()
+}
+
+pub(crate) async fn down_all(pool: &SqlitePool) -> Result<(), Error> {
+    for m in MIGRATIONS.iter().rev() {
+        let mut tx = pool.begin_with("BEGIN IMMEDIATE").await.map_err(db_error)?;
+        let done: Option<i64> =
+            sqlx::query_scalar("SELECT version FROM forge_schema_migrations WHERE version = $1")
+                .bind(m.version)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(db_error)?;
+        if done.is_some() {
+            sqlx::raw_sql(m.down)
+                .execute(&mut *tx)
+                .await
+                .map_err(db_error)?;
+            sqlx::query("DELETE FROM forge_schema_migrations WHERE version = $1")
+                .bind(m.version)
+                .execute(&mut *tx)
+                .await
+                .map_err(db_error)?;
+        }
+        tx.commit().await.map_err(db_error)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,231 @@
+//! The job queue on SQLite. Claims run in `BEGIN IMMEDIATE` transactions, which SQLite serializes,
+//! so two workers never take the same job.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use forge_core::Error;
+use forge_core::id::{JobId, RunId};
+use forge_core::ports::queue::{ClaimedJob, JobQueue, JobState, NewJob};
+use forge_core::scope::{Scope, SystemScope, TenantId};
+use sqlx::sqlite::SqliteRow;
+
+use crate::SqliteStore;
+use crate::rows::{self, db_error, i64_of};
+
+fn state_name(s: JobState) -> &'static str {
+    match s {
+        JobState::Ready => "ready",
+        JobState::Claimed => "claimed",
+        JobState::Completed => "completed",
+        JobState::Dead => "dead",
+    }
+}
+
+fn state_of(s: &str) -> Result<JobState, Error> {
+    Ok(match s {
+        "ready" => JobState::Ready,
+        "claimed" => JobState::Claimed,
+        "completed" => JobState::Completed,
+        "dead" => JobState::Dead,
+        other => {
+            return Err(Error::backend(
+                false,
+                std::io::Error::other(format!("unknown job state {other:?}")),
+            ));
+        }
+    })
+}
+
+impl SqliteStore {
+    /// The job's row if `job` is its current, unexpired claim; `Fenced` otherwise.
+    async fn current_claim(
+        &self,
+        tx: &mut sqlx::Transaction<'static, sqlx::Sqlite>,
+        job: &ClaimedJob,
+    ) -> Result<SqliteRow, Error> {
+        let now = self.clock.now().unix_millis();
+        sqlx::query("SELECT * FROM forge_jobs WHERE id = $1 AND state = 'claimed' AND token = $2 AND expires_at > $3")
+            .bind(job.id.to_string())
+            .bind(i64_of(job.token)?)
+            .bind(now)
+            .fetch_optional(&mut **tx)
+            .await
+            .map_err(db_error)?
+            .ok_or_else(|| Error::Fenced { resource: format!("job {}", job.id) })
+    }
+}
+
+#[async_trait]
+impl JobQueue for SqliteStore {
+    async fn enqueue(&self, scope: &Scope, job: NewJob) -> Result<JobId, Error> {
+        if job.max_attempts == 0 {
+            return Err(Error::invalid("max_attempts must be at least 1"));
+        }
+        let id = JobId::generate(self.ids.as_ref());
+        let now = self.clock.now();
+        let mut tx = self
+            .pool
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(db_error)?;
+        let found: Option<i64> =
+            sqlx::query_scalar("SELECT 1 FROM forge_runs WHERE id = $1 AND tenant_id = $2")
+                .bind(job.run_id.to_string())
+                .bind(scope.tenant_id().as_str())
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(db_error)?;
+        found.ok_or_else(|| Error::not_found("run", job.run_id))?;
+        sqlx::query(
+            "INSERT INTO forge_jobs (id, tenant_id, run_id, state, available_at, attempts, max_attempts, token) \
+             VALUES ($1, $2, $3, 'ready', $4, 0, $5, 0)",
+        )
+        .bind(id.to_string())
+        .bind(scope.tenant_id().as_str())
+        .bind(job.run_id.to_string())
+        .bind(job.not_before.unwrap_or(now).unix_millis())
+        .bind(i64::from(job.max_attempts))
+        .execute(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        tx.commit().await.map_err(db_error)?;
+        Ok(id)
+    }
+
+    async fn claim(
+        &self,
+        _system: &SystemScope,
+        _worker: &str,
+        ttl: Duration,
+    ) -> Result<Option<ClaimedJob>, Error> {
+        let now = self.clock.now();
+        let mut tx = self
+            .pool
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(db_error)?;
+        // Lapsed claims with no attempts left are dead letters, not work.
+        sqlx::query("UPDATE forge_jobs SET state = 'dead', expires_at = NULL WHERE state = 'claimed' AND expires_at <= $1 AND attempts >= max_attempts")
+            .bind(now.unix_millis())
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error)?;
+        let row = sqlx::query(
+            "SELECT * FROM forge_jobs WHERE (state = 'ready' AND available_at <= $1) OR (state = 'claimed' AND expires_at <= $1) \
+             ORDER BY id LIMIT 1",
+        )
+        .bind(now.unix_millis())
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        let Some(row) = row else {
+            tx.commit().await.map_err(db_error)?;
+            return Ok(None);
+        };
+        let attempts: i64 = rows::get(&row, "attempts")?;
+        let token: i64 = rows::get(&row, "token")?;
+        let expires_at = now.plus(ttl);
+        let id = JobId(rows::uuid(&row, "id")?);
+        sqlx::query("UPDATE forge_jobs SET state = 'claimed', attempts = $1, token = $2, expires_at = $3 WHERE id = $4")
+            .bind(attempts + 1)
+            .bind(token + 1)
+            .bind(expires_at.unix_millis())
+            .bind(id.to_string())
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error)?;
+        tx.commit().await.map_err(db_error)?;
+        Ok(Some(ClaimedJob {
+            id,
+            tenant_id: TenantId::new(rows::get::<String>(&row, "tenant_id")?)?,
+            run_id: RunId(rows::uuid(&row, "run_id")?),
+            attempt: u32::try_from(attempts + 1).unwrap_or(u32::MAX),
+            token: rows::u64_of(token + 1, "token")?,
+            expires_at,
+        }))
+    }
+
+    async fn heartbeat(
+        &self,
+        _system: &SystemScope,
+        job: &ClaimedJob,
+        ttl: Duration,
+    ) -> Result<ClaimedJob, Error> {
+        let mut tx = self
+            .pool
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(db_error)?;
+        self.current_claim(&mut tx, job).await?;
+        let expires_at = self.clock.now().plus(ttl);
+        sqlx::query("UPDATE forge_jobs SET expires_at = $1 WHERE id = $2")
+            .bind(expires_at.unix_millis())
+            .bind(job.id.to_string())
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error)?;
+        tx.commit().await.map_err(db_error)?;
+        Ok(ClaimedJob {
+            expires_at,
+            ..job.clone()
+        })
+    }
+
+    async fn complete(&self, _system: &SystemScope, job: &ClaimedJob) -> Result<(), Error> {
+        let mut tx = self
+            .pool
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(db_error)?;
+        self.current_claim(&mut tx, job).await?;
+        sqlx::query("UPDATE forge_jobs SET state = 'completed', expires_at = NULL WHERE id = $1")
+            .bind(job.id.to_string())
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error)?;
+        tx.commit().await.map_err(db_error)
+    }
+
+    async fn fail(
+        &self,
+        _system: &SystemScope,
+        job: &ClaimedJob,
+        retry_in: Duration,
+    ) -> Result<JobState, Error> {
+        let mut tx = self
+            .pool
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(db_error)?;
+        let row = self.current_claim(&mut tx, job).await?;
+        let attempts: i64 = rows::get(&row, "attempts")?;
+        let max: i64 = rows::get(&row, "max_attempts")?;
+        let next = if attempts >= max {
+            JobState::Dead
+        } else {
+            JobState::Ready
+        };
+        sqlx::query(
+            "UPDATE forge_jobs SET state = $1, expires_at = NULL, available_at = $2 WHERE id = $3",
+        )
+        .bind(state_name(next))
+        .bind(self.clock.now().plus(retry_in).unix_millis())
+        .bind(job.id.to_string())
+        .execute(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        tx.commit().await.map_err(db_error)?;
+        Ok(next)
+    }
+
+    async fn job_state(&self, _system: &SystemScope, id: JobId) -> Result<JobState, Error> {
+        let state: Option<String> =
+            sqlx::query_scalar("SELECT state FROM forge_jobs WHERE id = $1")
+                .bind(id.to_string())
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(db_error)?;
+        state_of(&state.ok_or_else(|| Error::not_found("job", id))?)
+    }
+}

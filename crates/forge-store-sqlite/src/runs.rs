@@ -1,0 +1,402 @@
+//! Threads, runs, leases, the event log and `commit_step` on SQLite.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use forge_core::Error;
+use forge_core::event::RunEvent;
+use forge_core::id::{MessageId, RunId, ThreadId};
+use forge_core::message::{Message, Role};
+use forge_core::ports::store::{
+    Committed, NewRun, NewThread, RunStore, StepCommit, ThreadStore, check_commit, next_lease,
+    renewed_lease,
+};
+use forge_core::run::{Checkpoint, Run, RunLease, RunStatus};
+use forge_core::scope::Scope;
+use forge_core::thread::{SessionState, Thread};
+use sqlx::{Sqlite, Transaction};
+
+use crate::SqliteStore;
+use crate::rows::{self, db_error, i64_of, to_json};
+
+const RUN_COLUMNS: &str = "id, tenant_id, principal_id, thread_id, agent_name, agent_version, status, waiting_for, \
+    version, last_seq, checkpoint, failure, lease_holder, lease_token, lease_expires_at, fence, created_at, updated_at";
+
+impl SqliteStore {
+    async fn write_tx(&self) -> Result<Transaction<'static, Sqlite>, Error> {
+        self.pool
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(db_error)
+    }
+
+    async fn fetch_run<'e, E: sqlx::SqliteExecutor<'e>>(
+        &self,
+        ex: E,
+        scope: &Scope,
+        id: RunId,
+    ) -> Result<Run, Error> {
+        let sql = format!("SELECT {RUN_COLUMNS} FROM forge_runs WHERE id = $1 AND tenant_id = $2");
+        let row = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(id.to_string())
+            .bind(scope.tenant_id().as_str())
+            .fetch_optional(ex)
+            .await
+            .map_err(db_error)?
+            .ok_or_else(|| Error::not_found("run", id))?;
+        rows::run(&row)
+    }
+
+    async fn thread_exists(
+        &self,
+        tx: &mut Transaction<'static, Sqlite>,
+        scope: &Scope,
+        id: ThreadId,
+    ) -> Result<(), Error> {
+        let found: Option<i64> =
+            sqlx::query_scalar("SELECT 1 FROM forge_threads WHERE id = $1 AND tenant_id = $2")
+                .bind(id.to_string())
+                .bind(scope.tenant_id().as_str())
+                .fetch_optional(&mut **tx)
+                .await
+                .map_err(db_error)?;
+        found
+            .map(|_| ())
+            .ok_or_else(|| Error::not_found("thread", id))
+    }
+
+    async fn set_lease(
+        &self,
+        tx: &mut Transaction<'static, Sqlite>,
+        lease: &RunLease,
+        fence: Option<u64>,
+    ) -> Result<(), Error> {
+        sqlx::query(
+            "UPDATE forge_runs SET lease_holder = $1, lease_token = $2, lease_expires_at = $3, fence = COALESCE($4, fence) WHERE id = $5",
+        )
+        .bind(&lease.holder)
+        .bind(i64_of(lease.token)?)
+        .bind(lease.expires_at.unix_millis())
+        .bind(fence.map(i64_of).transpose()?)
+        .bind(lease.run_id.to_string())
+        .execute(&mut **tx)
+        .await
+        .map_err(db_error)?;
+        Ok(())
+    }
+}
+
+async fn insert_message(
+    tx: &mut Transaction<'static, Sqlite>,
+    scope: &Scope,
+    thread: ThreadId,
+    m: &Message,
+) -> Result<(), Error> {
+    sqlx::query(
+        "INSERT INTO forge_messages (tenant_id, thread_id, id, run_id, role, parts, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7)",
+    )
+    .bind(scope.tenant_id().as_str())
+    .bind(thread.to_string())
+    .bind(m.id.to_string())
+    .bind(m.run_id.to_string())
+    .bind(rows::role_str(m.role))
+    .bind(to_json(&m.parts)?)
+    .bind(m.created_at.unix_millis())
+    .execute(&mut **tx)
+    .await
+    .map_err(db_error)?;
+    Ok(())
+}
+
+#[async_trait]
+impl ThreadStore for SqliteStore {
+    async fn create_thread(&self, scope: &Scope, new: NewThread) -> Result<Thread, Error> {
+        let thread = Thread {
+            id: ThreadId::generate(self.ids.as_ref()),
+            tenant_id: scope.tenant_id().clone(),
+            created_by: scope.principal_id().clone(),
+            title: new.title,
+            state: SessionState {
+                version: 0,
+                values: new.state,
+            },
+            active_run: None,
+            created_at: self.clock.now(),
+        };
+        sqlx::query(
+            "INSERT INTO forge_threads (id, tenant_id, created_by, title, state, state_version, created_at) VALUES ($1, $2, $3, $4, $5, 0, $6)",
+        )
+        .bind(thread.id.to_string())
+        .bind(thread.tenant_id.as_str())
+        .bind(thread.created_by.as_str())
+        .bind(&thread.title)
+        .bind(to_json(&thread.state.values)?)
+        .bind(thread.created_at.unix_millis())
+        .execute(&self.pool)
+        .await
+        .map_err(db_error)?;
+        Ok(thread)
+    }
+
+    async fn get_thread(&self, scope: &Scope, id: ThreadId) -> Result<Thread, Error> {
+        let row = sqlx::query("SELECT * FROM forge_threads WHERE id = $1 AND tenant_id = $2")
+            .bind(id.to_string())
+            .bind(scope.tenant_id().as_str())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(db_error)?
+            .ok_or_else(|| Error::not_found("thread", id))?;
+        rows::thread(&row)
+    }
+
+    async fn list_messages(&self, scope: &Scope, id: ThreadId) -> Result<Vec<Message>, Error> {
+        // One read transaction: the thread check and the rows see the same snapshot.
+        let mut tx = self.pool.begin().await.map_err(db_error)?;
+        self.thread_exists(&mut tx, scope, id).await?;
+        let found = sqlx::query(
+            "SELECT * FROM forge_messages WHERE thread_id = $1 AND tenant_id = $2 ORDER BY seq",
+        )
+        .bind(id.to_string())
+        .bind(scope.tenant_id().as_str())
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        tx.commit().await.map_err(db_error)?;
+        found.iter().map(rows::message).collect()
+    }
+
+    async fn put_session_state(
+        &self,
+        scope: &Scope,
+        id: ThreadId,
+        expected_version: u64,
+        values: serde_json::Map<String, serde_json::Value>,
+    ) -> Result<SessionState, Error> {
+        let mut tx = self.write_tx().await?;
+        let actual: Option<i64> = sqlx::query_scalar(
+            "SELECT state_version FROM forge_threads WHERE id = $1 AND tenant_id = $2",
+        )
+        .bind(id.to_string())
+        .bind(scope.tenant_id().as_str())
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        let actual = rows::u64_of(
+            actual.ok_or_else(|| Error::not_found("thread", id))?,
+            "state_version",
+        )?;
+        if actual != expected_version {
+            return Err(Error::VersionConflict {
+                entity: "session state",
+                id: id.to_string(),
+                expected: expected_version,
+                actual,
+            });
+        }
+        sqlx::query("UPDATE forge_threads SET state = $1, state_version = $2 WHERE id = $3 AND tenant_id = $4")
+            .bind(to_json(&values)?)
+            .bind(i64_of(actual + 1)?)
+            .bind(id.to_string())
+            .bind(scope.tenant_id().as_str())
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error)?;
+        tx.commit().await.map_err(db_error)?;
+        Ok(SessionState {
+            version: actual + 1,
+            values,
+        })
+    }
+}
+
+#[async_trait]
+impl RunStore for SqliteStore {
+    async fn create_run(&self, scope: &Scope, new: NewRun) -> Result<Run, Error> {
+        if new.input.is_empty() {
+            return Err(Error::invalid(
+                "a run needs an input message with at least one part",
+            ));
+        }
+        let now = self.clock.now();
+        let run = Run {
+            id: RunId::generate(self.ids.as_ref()),
+            tenant_id: scope.tenant_id().clone(),
+            principal_id: scope.principal_id().clone(),
+            thread_id: new.thread_id,
+            agent: new.agent,
+            status: RunStatus::Queued,
+            version: 0,
+            last_seq: 0,
+            checkpoint: Checkpoint::default(),
+            failure: None,
+            lease: None,
+            fence: 0,
+            created_at: now,
+            updated_at: now,
+        };
+        let input = Message {
+            id: MessageId::generate(self.ids.as_ref()),
+            run_id: run.id,
+            role: Role::User,
+            parts: new.input,
+            created_at: now,
+        };
+        let mut tx = self.write_tx().await?;
+        self.thread_exists(&mut tx, scope, run.thread_id).await?;
+        sqlx::query(
+            "INSERT INTO forge_runs (id, tenant_id, principal_id, thread_id, agent_name, agent_version, status, version, last_seq, \
+             checkpoint, fence, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, 'queued', 0, 0, $7, 0, $8, $8)",
+        )
+        .bind(run.id.to_string())
+        .bind(run.tenant_id.as_str())
+        .bind(run.principal_id.as_str())
+        .bind(run.thread_id.to_string())
+        .bind(&run.agent.name)
+        .bind(&run.agent.version)
+        .bind(to_json(&run.checkpoint)?)
+        .bind(now.unix_millis())
+        .execute(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        insert_message(&mut tx, scope, run.thread_id, &input).await?;
+        tx.commit().await.map_err(db_error)?;
+        Ok(run)
+    }
+
+    async fn get_run(&self, scope: &Scope, id: RunId) -> Result<Run, Error> {
+        self.fetch_run(&self.pool, scope, id).await
+    }
+
+    async fn list_runs(&self, scope: &Scope, thread_id: ThreadId) -> Result<Vec<Run>, Error> {
+        let mut tx = self.pool.begin().await.map_err(db_error)?;
+        self.thread_exists(&mut tx, scope, thread_id).await?;
+        let sql = format!(
+            "SELECT {RUN_COLUMNS} FROM forge_runs WHERE thread_id = $1 AND tenant_id = $2 ORDER BY created_at, id"
+        );
+        let found = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(thread_id.to_string())
+            .bind(scope.tenant_id().as_str())
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(db_error)?;
+        tx.commit().await.map_err(db_error)?;
+        found.iter().map(rows::run).collect()
+    }
+
+    async fn acquire_lease(
+        &self,
+        scope: &Scope,
+        id: RunId,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<RunLease, Error> {
+        let now = self.clock.now();
+        let mut tx = self.write_tx().await?;
+        let run = self.fetch_run(&mut *tx, scope, id).await?;
+        let lease = next_lease(&run, holder, ttl, now)?;
+        self.set_lease(&mut tx, &lease, Some(lease.token)).await?;
+        tx.commit().await.map_err(db_error)?;
+        Ok(lease)
+    }
+
+    async fn renew_lease(
+        &self,
+        scope: &Scope,
+        lease: &RunLease,
+        ttl: Duration,
+    ) -> Result<RunLease, Error> {
+        let now = self.clock.now();
+        let mut tx = self.write_tx().await?;
+        let run = self.fetch_run(&mut *tx, scope, lease.run_id).await?;
+        let renewed = renewed_lease(&run, lease, ttl, now)?;
+        self.set_lease(&mut tx, &renewed, None).await?;
+        tx.commit().await.map_err(db_error)?;
+        Ok(renewed)
+    }
+
+    async fn release_lease(&self, scope: &Scope, lease: &RunLease) -> Result<(), Error> {
+        let mut tx = self.write_tx().await?;
+        self.fetch_run(&mut *tx, scope, lease.run_id).await?;
+        sqlx::query(
+            "UPDATE forge_runs SET lease_holder = NULL, lease_token = NULL, lease_expires_at = NULL \
+             WHERE id = $1 AND tenant_id = $2 AND lease_token = $3",
+        )
+        .bind(lease.run_id.to_string())
+        .bind(scope.tenant_id().as_str())
+        .bind(i64_of(lease.token)?)
+        .execute(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        tx.commit().await.map_err(db_error)?;
+        Ok(())
+    }
+
+    async fn commit_step(&self, scope: &Scope, commit: StepCommit) -> Result<Committed, Error> {
+        let now = self.clock.now();
+        let mut tx = self.write_tx().await?;
+        let run = self.fetch_run(&mut *tx, scope, commit.run_id).await?;
+        let committed = check_commit(&run, &commit, now)?;
+        for e in &commit.events {
+            sqlx::query("INSERT INTO forge_run_events (run_id, seq, tenant_id, at, body) VALUES ($1, $2, $3, $4, $5)")
+                .bind(run.id.to_string())
+                .bind(i64_of(e.seq)?)
+                .bind(scope.tenant_id().as_str())
+                .bind(e.at.unix_millis())
+                .bind(to_json(e)?)
+                .execute(&mut *tx)
+                .await
+                .map_err(db_error)?;
+        }
+        for m in &commit.messages {
+            insert_message(&mut tx, scope, run.thread_id, m).await?;
+        }
+        let updated = sqlx::query(
+            "UPDATE forge_runs SET version = $1, last_seq = $2, status = $3, waiting_for = $4, checkpoint = $5, failure = $6, \
+             updated_at = $7 WHERE id = $8 AND tenant_id = $9 AND version = $10",
+        )
+        .bind(i64_of(committed.version)?)
+        .bind(i64_of(committed.last_seq)?)
+        .bind(commit.status.name())
+        .bind(commit.status.wait_reason().map(|r| r.name()))
+        .bind(to_json(&commit.checkpoint)?)
+        .bind(commit.failure.as_ref().map(to_json).transpose()?)
+        .bind(now.unix_millis())
+        .bind(run.id.to_string())
+        .bind(scope.tenant_id().as_str())
+        .bind(i64_of(run.version)?)
+        .execute(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        if updated.rows_affected() != 1 {
+            return Err(Error::VersionConflict {
+                entity: "run",
+                id: run.id.to_string(),
+                expected: run.version,
+                actual: run.version + 1,
+            });
+        }
+        tx.commit().await.map_err(db_error)?;
+        Ok(committed)
+    }
+
+    async fn read_events(
+        &self,
+        scope: &Scope,
+        id: RunId,
+        after_seq: u64,
+        limit: usize,
+    ) -> Result<Vec<RunEvent>, Error> {
+        let mut tx = self.pool.begin().await.map_err(db_error)?;
+        self.fetch_run(&mut *tx, scope, id).await?;
+        let found = sqlx::query("SELECT body FROM forge_run_events WHERE run_id = $1 AND tenant_id = $2 AND seq > $3 ORDER BY seq LIMIT $4")
+            .bind(id.to_string())
+            .bind(scope.tenant_id().as_str())
+            .bind(i64::try_from(after_seq).unwrap_or(i64::MAX))
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(db_error)?;
+        tx.commit().await.map_err(db_error)?;
+        found.iter().map(|r| rows::json(r, "body")).collect()
+    }
+}

@@ -1,0 +1,136 @@
+//! The SQLite store: the conformance suite, durability across reopening, and migrations.
+
+#![allow(clippy::unwrap_used)]
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use forge_core::id::SequentialIds;
+use forge_core::part::Part;
+use forge_core::ports::store::{NewRun, NewThread, RunStore, ThreadStore};
+use forge_core::time::ManualClock;
+use forge_store_sqlite::SqliteStore;
+
+/// A fresh database file under the test target directory.
+fn fresh_path(tag: &str) -> PathBuf {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("forge-store-sqlite");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(format!(
+        "{tag}-{}-{}.db",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+    }
+    path
+}
+
+fn url(path: &std::path::Path) -> String {
+    format!("sqlite://{}", path.display())
+}
+
+struct Sqlite;
+
+impl forge_testkit::StoreFactory for Sqlite {
+    type Store = SqliteStore;
+
+    async fn make(clock: Arc<ManualClock>) -> Arc<SqliteStore> {
+        let path = fresh_path("conformance");
+        Arc::new(
+            SqliteStore::open_with(&url(&path), clock, Arc::new(SequentialIds::new()))
+                .await
+                .unwrap(),
+        )
+    }
+}
+
+forge_testkit::store_conformance!(Sqlite);
+
+#[tokio::test]
+async fn data_survives_closing_and_reopening_the_file() {
+    let path = fresh_path("durable");
+    let scope = forge_testkit::fixtures::scope("acme");
+    let (thread, run) = {
+        let store = SqliteStore::open(&url(&path)).await.unwrap();
+        let thread = store
+            .create_thread(&scope, NewThread::default())
+            .await
+            .unwrap();
+        let run = store
+            .create_run(
+                &scope,
+                NewRun {
+                    thread_id: thread.id,
+                    agent: forge_testkit::fixtures::agent_ref(),
+                    input: vec![Part::text("hi")],
+                },
+            )
+            .await
+            .unwrap();
+        store.close().await;
+        (thread, run)
+    };
+    let reopened = SqliteStore::open(&url(&path)).await.unwrap();
+    assert_eq!(
+        reopened.get_thread(&scope, thread.id).await.unwrap(),
+        thread
+    );
+    assert_eq!(reopened.get_run(&scope, run.id).await.unwrap(), run);
+    assert_eq!(
+        reopened.list_messages(&scope, thread.id).await.unwrap()[0].text(),
+        "hi"
+    );
+    assert_eq!(
+        reopened.applied_migrations().await.unwrap(),
+        [1],
+        "reopening applies nothing twice"
+    );
+}
+
+/// The schema from SQLite's catalog, one object a line, sorted (internal tables left out).
+async fn schema(path: &std::path::Path) -> String {
+    let pool = sqlx::SqlitePool::connect(&url(path)).await.unwrap();
+    let rows: Vec<(String, String, Option<String>)> =
+        sqlx::query_as("SELECT type, name, sql FROM sqlite_master WHERE name NOT LIKE 'sqlite_%' ORDER BY type, name")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    pool.close().await;
+    rows.iter()
+        .map(|(t, n, s)| format!("{t} {n}: {}", s.clone().unwrap_or_default()))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[tokio::test]
+async fn migrations_up_down_up_leave_an_identical_schema() {
+    let path = fresh_path("migrations");
+    let store = SqliteStore::open(&url(&path)).await.unwrap();
+    let first = schema(&path).await;
+    assert!(first.contains("forge_run_events"), "{first}");
+    store.migrate_down_all().await.unwrap();
+    let empty = schema(&path).await;
+    assert!(
+        !empty.contains("forge_runs"),
+        "down must drop every table: {empty}"
+    );
+    assert!(store.applied_migrations().await.unwrap().is_empty());
+    store.migrate_up().await.unwrap();
+    assert_eq!(schema(&path).await, first);
+}
+
+#[tokio::test]
+async fn a_bad_url_is_a_clear_error() {
+    let err = SqliteStore::open("postgres://nope").await.unwrap_err();
+    assert!(err.to_string().starts_with("invalid SQLite URL"), "{err}");
+    let err = SqliteStore::open("sqlite:///no/such/dir/forge.db")
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "could not open SQLite database \"sqlite:///no/such/dir/forge.db\""
+    );
+}

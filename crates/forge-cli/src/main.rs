@@ -3,19 +3,18 @@
 mod agent_file;
 mod builtin;
 mod print;
+mod store;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use forge_core::part::Part;
-use forge_core::ports::store::{NewThread, ThreadStore};
+use forge_core::ports::store::NewThread;
 use forge_core::run::RunStatus;
 use forge_core::scope::Scope;
 use forge_engine::Engine;
-use forge_store_memory::MemoryStore;
 use tokio_util::sync::CancellationToken;
 
 /// Forge: run AI agents durably, inside each tenant's walls.
@@ -30,6 +29,14 @@ struct Cli {
 enum Command {
     /// Run one turn of an agent and stream its events.
     Run(RunArgs),
+    /// Provision or update the store's schema (safe to run from many processes at once).
+    Migrate(MigrateArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct MigrateArgs {
+    #[command(flatten)]
+    store: store::StoreArgs,
 }
 
 #[derive(Debug, clap::Args)]
@@ -37,6 +44,8 @@ struct RunArgs {
     /// The agent file (TOML).
     #[arg(long)]
     agent: PathBuf,
+    #[command(flatten)]
+    store: store::StoreArgs,
     /// Print events as JSON lines instead of for a person.
     #[arg(long)]
     json: bool,
@@ -74,16 +83,30 @@ fn main() -> ExitCode {
 async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Run(args) => run(args).await,
+        Command::Migrate(args) => migrate(args).await,
     }
+}
+
+async fn migrate(args: MigrateArgs) -> anyhow::Result<ExitCode> {
+    let opened = store::open(&args.store).await?;
+    println!(
+        "applied {} migration(s); schema at version {}",
+        opened.applied,
+        opened
+            .versions
+            .last()
+            .map_or_else(|| "none".to_owned(), i64::to_string)
+    );
+    Ok(ExitCode::SUCCESS)
 }
 
 async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let loaded = agent_file::load(&args.agent)?;
     let scope = Scope::parse(&args.tenant, &args.principal, &[])
         .context("failed to build the run's scope")?;
-    let store = Arc::new(MemoryStore::default());
+    let store = store::open(&args.store).await?.store;
     let mut builder = Engine::builder()
-        .store(store.clone())
+        .dyn_store(store.clone())
         .agent(loaded.definition.clone());
     for provider in loaded.providers {
         builder = builder.model(provider);

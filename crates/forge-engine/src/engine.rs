@@ -80,6 +80,13 @@ impl EngineBuilder {
         self
     }
 
+    /// Uses a configuration-chosen store for both thread and run storage.
+    pub fn dyn_store(mut self, store: Arc<dyn forge_core::ports::store::Store>) -> Self {
+        self.threads = Some(store.clone());
+        self.runs = Some(store);
+        self
+    }
+
     /// Adds a model provider, found by its [`ModelProvider::name`].
     pub fn model(mut self, provider: Arc<dyn ModelProvider>) -> Self {
         self.models.insert(provider.name().to_owned(), provider);

@@ -55,6 +55,7 @@ pub struct SqliteStore {
     pool: SqlitePool,
     clock: Arc<dyn Clock>,
     ids: Arc<dyn IdGenerator>,
+    applied_on_open: usize,
 }
 
 impl SqliteStore {
@@ -101,14 +102,21 @@ impl SqliteStore {
                 url: url.to_owned(),
                 source: rows::db_error(e),
             })?;
-        let store = Self { pool, clock, ids };
-        migrate::up(&store.pool)
-            .await
-            .map_err(|source| OpenError::Open {
-                url: url.to_owned(),
-                source,
-            })?;
-        Ok(store)
+        let applied_on_open = migrate::up(&pool).await.map_err(|source| OpenError::Open {
+            url: url.to_owned(),
+            source,
+        })?;
+        Ok(Self {
+            pool,
+            clock,
+            ids,
+            applied_on_open,
+        })
+    }
+
+    /// How many migrations this process applied when it opened the database.
+    pub fn applied_on_open(&self) -> usize {
+        self.applied_on_open
     }
 
     /// Versions of the migrations applied to this database, ascending.
@@ -123,7 +131,7 @@ impl SqliteStore {
 
     /// Applies pending migrations (done by `open`; idempotent).
     pub async fn migrate_up(&self) -> Result<(), forge_core::Error> {
-        migrate::up(&self.pool).await
+        migrate::up(&self.pool).await.map(|_| ())
     }
 
     /// Closes the pool, waiting for connections to finish.

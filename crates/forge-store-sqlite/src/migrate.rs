@@ -33,8 +33,10 @@ const LEDGER: &str = "CREATE TABLE IF NOT EXISTS forge_schema_migrations (
     applied_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
 ) STRICT";
 
-pub(crate) async fn up(pool: &SqlitePool) -> Result<(), Error> {
+/// Applies pending migrations; returns how many this call applied.
+pub(crate) async fn up(pool: &SqlitePool) -> Result<usize, Error> {
     sqlx::query(LEDGER).execute(pool).await.map_err(db_error)?;
+    let mut count = 0;
     for m in MIGRATIONS {
         let mut tx = pool.begin_with("BEGIN IMMEDIATE").await.map_err(db_error)?;
         let done: Option<i64> =
@@ -54,10 +56,11 @@ pub(crate) async fn up(pool: &SqlitePool) -> Result<(), Error> {
                 .execute(&mut *tx)
                 .await
                 .map_err(db_error)?;
+            count += 1;
         }
         tx.commit().await.map_err(db_error)?;
     }
-    Ok(())
+    Ok(count)
 }
 
 pub(crate) async fn applied(pool: &SqlitePool) -> Result<Vec<i64>, Error> {

@@ -123,6 +123,30 @@ pub const ADAPTERS: &[(&str, &str, &[&str])] = &[
             "isolation",
         ],
     ),
+    (
+        "forge-store-postgres",
+        "Postgres",
+        &[
+            "threads",
+            "runs",
+            "event_log",
+            "leases",
+            "queue",
+            "isolation",
+        ],
+    ),
+    (
+        "forge-store-postgres",
+        "Supabase",
+        &[
+            "threads",
+            "runs",
+            "event_log",
+            "leases",
+            "queue",
+            "isolation",
+        ],
+    ),
 ];
 
 /// The scenarios of the named suite (empty for an unknown name).

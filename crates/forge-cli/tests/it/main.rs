@@ -11,7 +11,7 @@ fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-fn forge(args: &[&str]) -> Output {
+pub(crate) fn forge(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_forge"))
         .args(args)
         .current_dir(repo())
@@ -19,7 +19,7 @@ fn forge(args: &[&str]) -> Output {
         .unwrap()
 }
 
-fn text(b: &[u8]) -> String {
+pub(crate) fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
@@ -152,4 +152,131 @@ fn a_bad_agent_file_is_a_clear_error_with_exit_code_2() {
         );
     }
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+mod stores {
+    //! `forge` against its durable stores.
+
+    use std::process::{Command, Stdio};
+
+    use forge_store_postgres::testing::{Flavor, TestDatabase};
+
+    use super::{forge, text};
+
+    #[tokio::test]
+    async fn eight_processes_migrating_one_empty_database_at_once_apply_each_migration_once() {
+        let db = TestDatabase::create(Flavor::Plain)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let children: Vec<_> = (0..8)
+            .map(|_| {
+                Command::new(env!("CARGO_BIN_EXE_forge"))
+                    .args(["migrate", "--store", db.url()])
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        let mut applied = 0;
+        for child in children {
+            let out = child.wait_with_output().unwrap();
+            let stdout = text(&out.stdout);
+            assert!(
+                out.status.success(),
+                "a process failed to start: {stdout}{}",
+                text(&out.stderr)
+            );
+            let n: usize = stdout
+                .strip_prefix("applied ")
+                .and_then(|r| r.split(' ').next())
+                .unwrap()
+                .parse()
+                .unwrap();
+            assert!(
+                stdout.trim_end().ends_with("schema at version 2"),
+                "{stdout}"
+            );
+            applied += n;
+        }
+        assert_eq!(
+            applied, 2,
+            "each of the 2 migrations is applied by exactly one process"
+        );
+        let pool = sqlx::PgPool::connect(db.admin_url()).await.unwrap();
+        let ledger: Vec<(i64, String)> =
+            sqlx::query_as("SELECT version, name FROM forge_schema_migrations ORDER BY version")
+                .fetch_all(&pool)
+                .await
+                .unwrap();
+        assert_eq!(ledger, [(1, "tables".to_owned()), (2, "rls".to_owned())]);
+        pool.close().await;
+    }
+
+    #[tokio::test]
+    async fn forge_run_on_postgres_commits_the_run_to_the_database() {
+        let db = TestDatabase::create(Flavor::Plain)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let out = forge(&[
+            "run",
+            "--json",
+            "--store",
+            db.url(),
+            "--agent",
+            "examples/agents/calculator.toml",
+            "What is 12 times 7?",
+        ]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let printed = text(&out.stdout).lines().count() as i64;
+        let pool = sqlx::PgPool::connect(db.admin_url()).await.unwrap();
+        let (events, status): (i64, String) = sqlx::query_as(
+            "SELECT (SELECT count(*) FROM forge_run_events), (SELECT status FROM forge_runs)",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        assert_eq!(
+            (events, status.as_str()),
+            (printed, "completed"),
+            "every printed event is in the log"
+        );
+        pool.close().await;
+    }
+
+    #[test]
+    fn forge_run_on_sqlite_keeps_the_thread_in_the_file() {
+        let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("cli-sqlite-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let url = format!("sqlite://{}", dir.join("forge.db").display());
+        for _ in 0..2 {
+            let out = forge(&[
+                "run",
+                "--store",
+                &url,
+                "--agent",
+                "examples/agents/calculator.toml",
+                "What is 12 times 7?",
+            ]);
+            assert!(out.status.success(), "{}", text(&out.stderr));
+        }
+        let out = forge(&["migrate", "--store", &url]);
+        assert_eq!(
+            text(&out.stdout).trim(),
+            "applied 0 migration(s); schema at version 1"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn an_unknown_store_is_a_clear_error() {
+        let out = forge(&["migrate", "--store", "mysql://root:hunter2@db/x"]);
+        assert_eq!(out.status.code(), Some(2));
+        let stderr = text(&out.stderr);
+        assert_eq!(
+            stderr.trim(),
+            r#"error: --store must be memory, sqlite://PATH or postgres://…, not "mysql://…@db/x""#
+        );
+    }
 }

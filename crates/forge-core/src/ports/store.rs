@@ -136,6 +136,12 @@ pub trait RunStore: Send + Sync {
     ) -> Result<Vec<RunEvent>, Error>;
 }
 
+/// Every storage port at once: what a configuration-chosen adapter provides (`Arc<dyn Store>`
+/// upcasts to each port).
+pub trait Store: ThreadStore + RunStore + crate::ports::queue::JobQueue {}
+
+impl<T: ThreadStore + RunStore + crate::ports::queue::JobQueue + ?Sized> Store for T {}
+
 /// The checks every adapter applies inside `commit_step`, against the run as its transaction sees
 /// it: the lease is current and unexpired, the version matches, the events continue the log, the
 /// status change is legal and the messages belong to the run. Returns what the commit yields.

@@ -1,0 +1,5 @@
+DROP TABLE forge_jobs;
+DROP TABLE forge_run_events;
+DROP TABLE forge_runs;
+DROP TABLE forge_messages;
+DROP TABLE forge_threads;

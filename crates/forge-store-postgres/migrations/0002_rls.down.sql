@@ -1,0 +1,17 @@
+DROP POLICY forge_tenant ON forge_jobs;
+ALTER TABLE forge_jobs NO FORCE ROW LEVEL SECURITY;
+ALTER TABLE forge_jobs DISABLE ROW LEVEL SECURITY;
+DROP POLICY forge_tenant ON forge_run_events;
+ALTER TABLE forge_run_events NO FORCE ROW LEVEL SECURITY;
+ALTER TABLE forge_run_events DISABLE ROW LEVEL SECURITY;
+DROP POLICY forge_tenant ON forge_runs;
+ALTER TABLE forge_runs NO FORCE ROW LEVEL SECURITY;
+ALTER TABLE forge_runs DISABLE ROW LEVEL SECURITY;
+DROP POLICY forge_tenant ON forge_messages;
+ALTER TABLE forge_messages NO FORCE ROW LEVEL SECURITY;
+ALTER TABLE forge_messages DISABLE ROW LEVEL SECURITY;
+DROP POLICY forge_tenant ON forge_threads;
+ALTER TABLE forge_threads NO FORCE ROW LEVEL SECURITY;
+ALTER TABLE forge_threads DISABLE ROW LEVEL SECURITY;
+DROP FUNCTION forge_system_scope();
+DROP FUNCTION forge_current_tenant();

@@ -1,0 +1,275 @@
+//! Every storage and queue port of `forge-core` on PostgreSQL, with tenants isolated twice: by the
+//! `tenant_id` filter in every query, and by row-level security that the database enforces.
+//!
+//! Two modes:
+//! - [`Mode::Rls`]: policies keyed on a per-transaction setting (`forge.tenant_id`), which the
+//!   adapter sets at the start of every tenant transaction. The adapter refuses to start as a role
+//!   that would bypass the policies (a superuser or a `BYPASSRLS` role).
+//! - [`Mode::Supabase`]: policies keyed on the caller's JWT claims through `auth.jwt()`, the way
+//!   Supabase projects do it; every tenant transaction runs `SET LOCAL ROLE authenticated` with
+//!   `request.jwt.claims` carrying the tenant.
+//!
+//! The schema is provisioned on connect from embedded, versioned, reversible migrations, under an
+//! advisory lock so that many processes may start against one empty database at once.
+
+#![deny(missing_docs)]
+
+mod migrate;
+mod queue;
+mod rows;
+mod runs;
+pub mod testing;
+
+use std::sync::Arc;
+
+use forge_core::id::{IdGenerator, UuidV7Generator};
+use forge_core::scope::Scope;
+use forge_core::time::{Clock, SystemClock};
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::{Postgres, Transaction};
+
+pub use migrate::{Migration, migrations};
+
+use crate::rows::db_error;
+
+/// How tenant isolation is enforced in the database.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Mode {
+    /// Policies keyed on the `forge.tenant_id` transaction setting.
+    Rls,
+    /// Policies keyed on Supabase JWT claims (`auth.jwt()`), queries as role `authenticated`.
+    Supabase,
+}
+
+impl Mode {
+    /// The mode's name in configuration.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Mode::Rls => "rls",
+            Mode::Supabase => "supabase",
+        }
+    }
+}
+
+/// Why the store could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum OpenError {
+    /// The URL is not a PostgreSQL URL.
+    #[error("invalid PostgreSQL URL")]
+    Url(#[source] sqlx::Error),
+    /// The database could not be reached.
+    #[error("could not connect to PostgreSQL")]
+    Connect(#[source] forge_core::Error),
+    /// The role would bypass row-level security, so isolation would rest on the code alone.
+    #[error(
+        "role {role} bypasses row-level security (superuser or BYPASSRLS); connect as an application role without either"
+    )]
+    BypassesRls {
+        /// The role.
+        role: String,
+    },
+    /// Supabase mode needs the `auth` schema and roles a Supabase database has.
+    #[error("supabase mode needs {missing}; is this a Supabase database?")]
+    NotSupabase {
+        /// What is missing.
+        missing: String,
+    },
+    /// The database was provisioned for the other mode.
+    #[error("the database was provisioned for mode {found}, not {wanted}")]
+    ModeMismatch {
+        /// The mode its migrations were applied for.
+        found: String,
+        /// The mode asked for.
+        wanted: &'static str,
+    },
+    /// Applying migrations failed.
+    #[error("could not apply migrations")]
+    Migrate(#[source] forge_core::Error),
+}
+
+/// The PostgreSQL store.
+#[derive(Clone)]
+pub struct PostgresStore {
+    pool: PgPool,
+    mode: Mode,
+    clock: Arc<dyn Clock>,
+    ids: Arc<dyn IdGenerator>,
+    applied_on_connect: usize,
+    /// Kept alive as long as the store (tests drop their database with it).
+    _guard: Option<Arc<dyn std::any::Any + Send + Sync>>,
+}
+
+impl std::fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresStore")
+            .field("mode", &self.mode)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PostgresStore {
+    /// Connects with the system clock and UUIDv7 ids, checks the role, and applies migrations.
+    pub async fn connect(url: &str, mode: Mode) -> Result<Self, OpenError> {
+        Self::connect_with(url, mode, Arc::new(SystemClock), Arc::new(UuidV7Generator)).await
+    }
+
+    /// Like [`PostgresStore::connect`] with an injected clock and id generator.
+    pub async fn connect_with(
+        url: &str,
+        mode: Mode,
+        clock: Arc<dyn Clock>,
+        ids: Arc<dyn IdGenerator>,
+    ) -> Result<Self, OpenError> {
+        let options: PgConnectOptions = url.parse().map_err(OpenError::Url)?;
+        let pool = PgPoolOptions::new()
+            .max_connections(16)
+            .connect_with(options.application_name("forge"))
+            .await
+            .map_err(|e| OpenError::Connect(db_error(e)))?;
+        check_role(&pool, mode).await?;
+        let applied_on_connect = migrate::up(&pool, mode).await?;
+        Ok(Self {
+            pool,
+            mode,
+            clock,
+            ids,
+            applied_on_connect,
+            _guard: None,
+        })
+    }
+
+    /// Keeps `guard` alive as long as any clone of this store.
+    pub fn with_guard(mut self, guard: impl std::any::Any + Send + Sync) -> Self {
+        self._guard = Some(Arc::new(guard));
+        self
+    }
+
+    /// How many migrations this process applied when it connected (0 when another got there first).
+    pub fn applied_on_connect(&self) -> usize {
+        self.applied_on_connect
+    }
+
+    /// The isolation mode.
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// Versions of the applied migrations, ascending.
+    pub async fn applied_migrations(&self) -> Result<Vec<i64>, forge_core::Error> {
+        migrate::applied(&self.pool).await
+    }
+
+    /// Reverts every applied migration.
+    pub async fn migrate_down_all(&self) -> Result<(), forge_core::Error> {
+        migrate::down_all(&self.pool, self.mode).await
+    }
+
+    /// Applies pending migrations (done on connect; idempotent).
+    pub async fn migrate_up(&self) -> Result<(), forge_core::Error> {
+        migrate::up(&self.pool, self.mode)
+            .await
+            .map(|_| ())
+            .map_err(|e| match e {
+                OpenError::Migrate(e) | OpenError::Connect(e) => e,
+                other => forge_core::Error::invalid(other.to_string()),
+            })
+    }
+
+    /// Closes the pool.
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+
+    /// Begins a transaction confined to `scope`'s tenant by row-level security.
+    pub(crate) async fn tenant_tx(
+        &self,
+        scope: &Scope,
+    ) -> Result<Transaction<'static, Postgres>, forge_core::Error> {
+        let mut tx = self.pool.begin().await.map_err(db_error)?;
+        match self.mode {
+            Mode::Rls => {
+                sqlx::query("SELECT set_config('forge.tenant_id', $1, true)")
+                    .bind(scope.tenant_id().as_str())
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(db_error)?;
+            }
+            Mode::Supabase => {
+                let claims = serde_json::json!({
+                    "role": "authenticated",
+                    "sub": scope.principal_id().as_str(),
+                    "tenant_id": scope.tenant_id().as_str(),
+                });
+                sqlx::query("SELECT set_config('role', 'authenticated', true), set_config('request.jwt.claims', $1, true)")
+                    .bind(claims.to_string())
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(db_error)?;
+            }
+        }
+        Ok(tx)
+    }
+
+    /// Begins a transaction with the system scope (cross-tenant, for queue claims).
+    pub(crate) async fn system_tx(
+        &self,
+    ) -> Result<Transaction<'static, Postgres>, forge_core::Error> {
+        let mut tx = self.pool.begin().await.map_err(db_error)?;
+        sqlx::query("SELECT set_config('forge.system', 'on', true)")
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error)?;
+        Ok(tx)
+    }
+}
+
+async fn check_role(pool: &PgPool, mode: Mode) -> Result<(), OpenError> {
+    let q = "SELECT rolname::text, rolsuper, rolbypassrls FROM pg_roles WHERE rolname = $1";
+    match mode {
+        Mode::Rls => {
+            let (role, superuser, bypass): (String, bool, bool) = sqlx::query_as(
+                "SELECT rolname::text, rolsuper, rolbypassrls FROM pg_roles WHERE rolname = current_user",
+            )
+            .fetch_one(pool)
+            .await
+            .map_err(|e| OpenError::Connect(db_error(e)))?;
+            if superuser || bypass {
+                return Err(OpenError::BypassesRls { role });
+            }
+        }
+        Mode::Supabase => {
+            let role: Option<(String, bool, bool)> = sqlx::query_as(q)
+                .bind("authenticated")
+                .fetch_optional(pool)
+                .await
+                .map_err(|e| OpenError::Connect(db_error(e)))?;
+            let Some((role, superuser, bypass)) = role else {
+                return Err(OpenError::NotSupabase {
+                    missing: "the role authenticated".into(),
+                });
+            };
+            if superuser || bypass {
+                return Err(OpenError::BypassesRls { role });
+            }
+            let (member, jwt): (bool, bool) = sqlx::query_as(
+                "SELECT pg_has_role(current_user, 'authenticated', 'MEMBER'), EXISTS (SELECT 1 FROM pg_proc p \
+                 JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'auth' AND p.proname = 'jwt')",
+            )
+            .fetch_one(pool)
+            .await
+            .map_err(|e| OpenError::Connect(db_error(e)))?;
+            if !jwt {
+                return Err(OpenError::NotSupabase {
+                    missing: "the function auth.jwt()".into(),
+                });
+            }
+            if !member {
+                return Err(OpenError::NotSupabase {
+                    missing: "a login role that may SET ROLE authenticated".into(),
+                });
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,146 @@
+//! Versioned, reversible migrations embedded in the binary. All pending migrations apply in one
+//! transaction that first takes a transaction-scoped advisory lock, so processes starting at once
+//! queue behind each other and each migration is applied exactly once.
+
+use forge_core::Error;
+use sqlx::{PgPool, Row};
+
+use crate::rows::db_error;
+use crate::{Mode, OpenError};
+
+/// One migration: its version, name, and the SQL that applies and reverts it.
+#[derive(Debug, Clone, Copy)]
+pub struct Migration {
+    /// Version, ascending from 1.
+    pub version: i64,
+    /// Name; mode-specific migrations name their mode.
+    pub name: &'static str,
+    /// SQL that applies it.
+    pub up: &'static str,
+    /// SQL that reverts it.
+    pub down: &'static str,
+}
+
+const TABLES: Migration = Migration {
+    version: 1,
+    name: "tables",
+    up: include_str!("../migrations/0001_tables.up.sql"),
+    down: include_str!("../migrations/0001_tables.down.sql"),
+};
+
+const RLS: Migration = Migration {
+    version: 2,
+    name: "rls",
+    up: include_str!("../migrations/0002_rls.up.sql"),
+    down: include_str!("../migrations/0002_rls.down.sql"),
+};
+
+const SUPABASE_RLS: Migration = Migration {
+    version: 2,
+    name: "supabase_rls",
+    up: include_str!("../migrations/0002_supabase_rls.up.sql"),
+    down: include_str!("../migrations/0002_supabase_rls.down.sql"),
+};
+
+/// The migrations of a mode, in order.
+pub fn migrations(mode: Mode) -> [Migration; 2] {
+    match mode {
+        Mode::Rls => [TABLES, RLS],
+        Mode::Supabase => [TABLES, SUPABASE_RLS],
+    }
+}
+
+/// Key of the advisory lock migrations hold (`'forge'` in ASCII).
+const LOCK_KEY: i64 = 0x0066_6f72_6765;
+
+const LEDGER: &str = "CREATE TABLE IF NOT EXISTS forge_schema_migrations (
+    version bigint PRIMARY KEY,
+    name text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+)";
+
+/// Applies pending migrations; returns how many this call applied.
+pub(crate) async fn up(pool: &PgPool, mode: Mode) -> Result<usize, OpenError> {
+    let fail = |e: sqlx::Error| OpenError::Migrate(db_error(e));
+    let mut tx = pool.begin().await.map_err(fail)?;
+    sqlx::query("SELECT pg_advisory_xact_lock($1)")
+        .bind(LOCK_KEY)
+        .execute(&mut *tx)
+        .await
+        .map_err(fail)?;
+    sqlx::query(LEDGER).execute(&mut *tx).await.map_err(fail)?;
+    let mut count = 0;
+    for m in migrations(mode) {
+        let applied: Option<String> =
+            sqlx::query_scalar("SELECT name FROM forge_schema_migrations WHERE version = $1")
+                .bind(m.version)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(fail)?;
+        match applied {
+            Some(name) if name == m.name => {}
+            Some(name) => {
+                let found = if name.starts_with("supabase") {
+                    "supabase"
+                } else {
+                    "rls"
+                };
+                return Err(OpenError::ModeMismatch {
+                    found: found.into(),
+                    wanted: mode.name(),
+                });
+            }
+            None => {
+                sqlx::raw_sql(m.up).execute(&mut *tx).await.map_err(fail)?;
+                sqlx::query("INSERT INTO forge_schema_migrations (version, name) VALUES ($1, $2)")
+                    .bind(m.version)
+                    .bind(m.name)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(fail)?;
+                count += 1;
+            }
+        }
+    }
+    tx.commit().await.map_err(fail)?;
+    Ok(count)
+}
+
+pub(crate) async fn applied(pool: &PgPool) -> Result<Vec<i64>, Error> {
+    let rows = sqlx::query("SELECT version FROM forge_schema_migrations ORDER BY version")
+        .fetch_all(pool)
+        .await
+        .map_err(db_error)?;
+    rows.iter()
+        .map(|r| r.try_get::<i64, _>(0).map_err(db_error))
+        .collect()
+}
+
+pub(crate) async fn down_all(pool: &PgPool, mode: Mode) -> Result<(), Error> {
+    let mut tx = pool.begin().await.map_err(db_error)?;
+    sqlx::query("SELECT pg_advisory_xact_lock($1)")
+        .bind(LOCK_KEY)
+        .execute(&mut *tx)
+        .await
+        .map_err(db_error)?;
+    for m in migrations(mode).iter().rev() {
+        let done: Option<i64> =
+            sqlx::query_scalar("SELECT version FROM forge_schema_migrations WHERE version = $1")
+                .bind(m.version)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(db_error)?;
+        if done.is_some() {
+            sqlx::raw_sql(m.down)
+                .execute(&mut *tx)
+                .await
+                .map_err(db_error)?;
+            sqlx::query("DELETE FROM forge_schema_migrations WHERE version = $1")
+                .bind(m.version)
+                .execute(&mut *tx)
+                .await
+                .map_err(db_error)?;
+        }
+    }
+    tx.commit().await.map_err(db_error)
+}

@@ -1,0 +1,200 @@
+//! The job queue on PostgreSQL: claims take the oldest ready (or lapsed) job with
+//! `FOR UPDATE SKIP LOCKED`, so concurrent workers never wait on, or take, the same job.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use forge_core::Error;
+use forge_core::id::{JobId, RunId};
+use forge_core::ports::queue::{ClaimedJob, JobQueue, JobState, NewJob};
+use forge_core::scope::{Scope, SystemScope, TenantId};
+use sqlx::postgres::PgRow;
+
+use crate::PostgresStore;
+use crate::rows::{self, db_error, i64_of};
+
+fn state_of(s: &str) -> Result<JobState, Error> {
+    Ok(match s {
+        "ready" => JobState::Ready,
+        "claimed" => JobState::Claimed,
+        "completed" => JobState::Completed,
+        "dead" => JobState::Dead,
+        other => {
+            return Err(Error::backend(
+                false,
+                std::io::Error::other(format!("unknown job state {other:?}")),
+            ));
+        }
+    })
+}
+
+fn claimed(row: &PgRow) -> Result<ClaimedJob, Error> {
+    let attempts: i32 = rows::get(row, "attempts")?;
+    Ok(ClaimedJob {
+        id: JobId(rows::get(row, "id")?),
+        tenant_id: TenantId::new(rows::get::<String>(row, "tenant_id")?)?,
+        run_id: RunId(rows::get(row, "run_id")?),
+        attempt: u32::try_from(attempts).unwrap_or(0),
+        token: rows::u64_of(rows::get(row, "token")?, "token")?,
+        expires_at: rows::ts(row, "expires_at")?,
+    })
+}
+
+impl PostgresStore {
+    /// Locks the job's row if `job` is its current, unexpired claim; `Fenced` otherwise.
+    async fn current_claim(
+        &self,
+        tx: &mut sqlx::Transaction<'static, sqlx::Postgres>,
+        job: &ClaimedJob,
+    ) -> Result<PgRow, Error> {
+        sqlx::query("SELECT * FROM forge_jobs WHERE id = $1 AND state = 'claimed' AND token = $2 AND expires_at > $3 FOR UPDATE")
+            .bind(job.id.0)
+            .bind(i64_of(job.token)?)
+            .bind(self.clock.now().0)
+            .fetch_optional(&mut **tx)
+            .await
+            .map_err(db_error)?
+            .ok_or_else(|| Error::Fenced { resource: format!("job {}", job.id) })
+    }
+}
+
+#[async_trait]
+impl JobQueue for PostgresStore {
+    async fn enqueue(&self, scope: &Scope, job: NewJob) -> Result<JobId, Error> {
+        if job.max_attempts == 0 {
+            return Err(Error::invalid("max_attempts must be at least 1"));
+        }
+        let id = JobId::generate(self.ids.as_ref());
+        let now = self.clock.now();
+        let mut tx = self.tenant_tx(scope).await?;
+        let found: Option<i32> =
+            sqlx::query_scalar("SELECT 1 FROM forge_runs WHERE id = $1 AND tenant_id = $2")
+                .bind(job.run_id.0)
+                .bind(scope.tenant_id().as_str())
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(db_error)?;
+        found.ok_or_else(|| Error::not_found("run", job.run_id))?;
+        sqlx::query(
+            "INSERT INTO forge_jobs (id, tenant_id, run_id, state, available_at, attempts, max_attempts, token) \
+             VALUES ($1, $2, $3, 'ready', $4, 0, $5, 0)",
+        )
+        .bind(id.0)
+        .bind(scope.tenant_id().as_str())
+        .bind(job.run_id.0)
+        .bind(job.not_before.unwrap_or(now).0)
+        .bind(i32::try_from(job.max_attempts).unwrap_or(i32::MAX))
+        .execute(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        tx.commit().await.map_err(db_error)?;
+        Ok(id)
+    }
+
+    async fn claim(
+        &self,
+        _system: &SystemScope,
+        _worker: &str,
+        ttl: Duration,
+    ) -> Result<Option<ClaimedJob>, Error> {
+        let now = self.clock.now();
+        let mut tx = self.system_tx().await?;
+        // Lapsed claims with no attempts left are dead letters, not work.
+        sqlx::query(
+            "UPDATE forge_jobs SET state = 'dead', expires_at = NULL WHERE id IN (SELECT id FROM forge_jobs \
+             WHERE state = 'claimed' AND expires_at <= $1 AND attempts >= max_attempts FOR UPDATE SKIP LOCKED)",
+        )
+        .bind(now.0)
+        .execute(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        let row = sqlx::query(
+            "UPDATE forge_jobs j SET state = 'claimed', attempts = j.attempts + 1, token = j.token + 1, expires_at = $2 \
+             FROM (SELECT id FROM forge_jobs \
+                   WHERE (state = 'ready' AND available_at <= $1) \
+                      OR (state = 'claimed' AND expires_at <= $1 AND attempts < max_attempts) \
+                   ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED) next \
+             WHERE j.id = next.id RETURNING j.*",
+        )
+        .bind(now.0)
+        .bind(now.plus(ttl).0)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        tx.commit().await.map_err(db_error)?;
+        row.as_ref().map(claimed).transpose()
+    }
+
+    async fn heartbeat(
+        &self,
+        _system: &SystemScope,
+        job: &ClaimedJob,
+        ttl: Duration,
+    ) -> Result<ClaimedJob, Error> {
+        let mut tx = self.system_tx().await?;
+        self.current_claim(&mut tx, job).await?;
+        let expires_at = self.clock.now().plus(ttl);
+        sqlx::query("UPDATE forge_jobs SET expires_at = $1 WHERE id = $2")
+            .bind(expires_at.0)
+            .bind(job.id.0)
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error)?;
+        tx.commit().await.map_err(db_error)?;
+        Ok(ClaimedJob {
+            expires_at,
+            ..job.clone()
+        })
+    }
+
+    async fn complete(&self, _system: &SystemScope, job: &ClaimedJob) -> Result<(), Error> {
+        let mut tx = self.system_tx().await?;
+        self.current_claim(&mut tx, job).await?;
+        sqlx::query("UPDATE forge_jobs SET state = 'completed', expires_at = NULL WHERE id = $1")
+            .bind(job.id.0)
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error)?;
+        tx.commit().await.map_err(db_error)
+    }
+
+    async fn fail(
+        &self,
+        _system: &SystemScope,
+        job: &ClaimedJob,
+        retry_in: Duration,
+    ) -> Result<JobState, Error> {
+        let mut tx = self.system_tx().await?;
+        let row = self.current_claim(&mut tx, job).await?;
+        let attempts: i32 = rows::get(&row, "attempts")?;
+        let max: i32 = rows::get(&row, "max_attempts")?;
+        let (next, name) = if attempts >= max {
+            (JobState::Dead, "dead")
+        } else {
+            (JobState::Ready, "ready")
+        };
+        sqlx::query(
+            "UPDATE forge_jobs SET state = $1, expires_at = NULL, available_at = $2 WHERE id = $3",
+        )
+        .bind(name)
+        .bind(self.clock.now().plus(retry_in).0)
+        .bind(job.id.0)
+        .execute(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        tx.commit().await.map_err(db_error)?;
+        Ok(next)
+    }
+
+    async fn job_state(&self, _system: &SystemScope, id: JobId) -> Result<JobState, Error> {
+        let mut tx = self.system_tx().await?;
+        let state: Option<String> =
+            sqlx::query_scalar("SELECT state FROM forge_jobs WHERE id = $1")
+                .bind(id.0)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(db_error)?;
+        tx.commit().await.map_err(db_error)?;
+        state_of(&state.ok_or_else(|| Error::not_found("job", id))?)
+    }
+}

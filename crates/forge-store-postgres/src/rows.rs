@@ -1,0 +1,144 @@
+//! Mapping between rows and domain types, and between sqlx errors and `forge_core::Error`.
+
+use chrono::{DateTime, Utc};
+use forge_core::Error;
+use forge_core::agent::AgentRef;
+use forge_core::id::{MessageId, RunId, ThreadId};
+use forge_core::message::{Message, Role};
+use forge_core::run::{Run, RunLease, RunStatus};
+use forge_core::scope::{PrincipalId, TenantId};
+use forge_core::thread::{SessionState, Thread};
+use forge_core::time::Timestamp;
+use sqlx::Row;
+use sqlx::postgres::PgRow;
+use sqlx::types::Json;
+
+/// Classifies a sqlx error: serialization failures, deadlocks, lost connections and pool
+/// exhaustion may succeed later; a row-level-security refusal is a permanent error.
+pub(crate) fn db_error(e: sqlx::Error) -> Error {
+    let retryable = match &e {
+        sqlx::Error::Database(db) => matches!(
+            db.code().as_deref(),
+            Some("40001" | "40P01" | "57P01" | "53300")
+        ),
+        sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::PoolClosed => true,
+        _ => false,
+    };
+    Error::backend(retryable, e)
+}
+
+fn corrupt(what: &str, detail: impl std::fmt::Display) -> Error {
+    Error::backend(
+        false,
+        std::io::Error::other(format!("stored {what} is unreadable: {detail}")),
+    )
+}
+
+pub(crate) fn get<'r, T: sqlx::Decode<'r, sqlx::Postgres> + sqlx::Type<sqlx::Postgres>>(
+    row: &'r PgRow,
+    col: &str,
+) -> Result<T, Error> {
+    row.try_get(col).map_err(db_error)
+}
+
+pub(crate) fn ts(row: &PgRow, col: &str) -> Result<Timestamp, Error> {
+    Ok(Timestamp(get::<DateTime<Utc>>(row, col)?))
+}
+
+pub(crate) fn json<T: serde::de::DeserializeOwned>(row: &PgRow, col: &str) -> Result<T, Error> {
+    let v: serde_json::Value = get(row, col)?;
+    serde_json::from_value(v).map_err(|e| corrupt(col, e))
+}
+
+pub(crate) fn to_json<T: serde::Serialize>(value: &T) -> Result<Json<serde_json::Value>, Error> {
+    serde_json::to_value(value)
+        .map(Json)
+        .map_err(|e| Error::invalid(format!("cannot encode as JSON: {e}")))
+}
+
+pub(crate) fn u64_of(v: i64, col: &str) -> Result<u64, Error> {
+    u64::try_from(v).map_err(|_| corrupt(col, v))
+}
+
+pub(crate) fn i64_of(v: u64) -> Result<i64, Error> {
+    i64::try_from(v).map_err(|_| Error::invalid(format!("{v} is too large to store")))
+}
+
+pub(crate) fn role_str(r: Role) -> &'static str {
+    match r {
+        Role::User => "user",
+        Role::Assistant => "assistant",
+        Role::Tool => "tool",
+    }
+}
+
+fn role(s: &str) -> Result<Role, Error> {
+    match s {
+        "user" => Ok(Role::User),
+        "assistant" => Ok(Role::Assistant),
+        "tool" => Ok(Role::Tool),
+        other => Err(corrupt("role", other)),
+    }
+}
+
+pub(crate) fn thread(row: &PgRow) -> Result<Thread, Error> {
+    Ok(Thread {
+        id: ThreadId(get(row, "id")?),
+        tenant_id: TenantId::new(get::<String>(row, "tenant_id")?)?,
+        created_by: PrincipalId::new(get::<String>(row, "created_by")?)?,
+        title: get(row, "title")?,
+        state: SessionState {
+            version: u64_of(get(row, "state_version")?, "state_version")?,
+            values: json(row, "state")?,
+        },
+        active_run: get::<Option<uuid::Uuid>>(row, "active_run")?.map(RunId),
+        created_at: ts(row, "created_at")?,
+    })
+}
+
+pub(crate) fn message(row: &PgRow) -> Result<Message, Error> {
+    Ok(Message {
+        id: MessageId(get(row, "id")?),
+        run_id: RunId(get(row, "run_id")?),
+        role: role(&get::<String>(row, "role")?)?,
+        parts: json(row, "parts")?,
+        created_at: ts(row, "created_at")?,
+    })
+}
+
+pub(crate) fn run(row: &PgRow) -> Result<Run, Error> {
+    let id = RunId(get(row, "id")?);
+    let status_name: String = get(row, "status")?;
+    let waiting_for: Option<String> = get(row, "waiting_for")?;
+    let lease = match get::<Option<String>>(row, "lease_holder")? {
+        None => None,
+        Some(holder) => Some(RunLease {
+            run_id: id,
+            holder,
+            token: u64_of(get(row, "lease_token")?, "lease_token")?,
+            expires_at: ts(row, "lease_expires_at")?,
+        }),
+    };
+    let failure: Option<serde_json::Value> = get(row, "failure")?;
+    Ok(Run {
+        id,
+        tenant_id: TenantId::new(get::<String>(row, "tenant_id")?)?,
+        principal_id: PrincipalId::new(get::<String>(row, "principal_id")?)?,
+        thread_id: ThreadId(get(row, "thread_id")?),
+        agent: AgentRef {
+            name: get(row, "agent_name")?,
+            version: get(row, "agent_version")?,
+        },
+        status: RunStatus::from_stored(&status_name, waiting_for.as_deref())?,
+        version: u64_of(get(row, "version")?, "version")?,
+        last_seq: u64_of(get(row, "last_seq")?, "last_seq")?,
+        checkpoint: json(row, "checkpoint")?,
+        failure: failure
+            .map(|f| serde_json::from_value(f).map_err(|e| corrupt("failure", e)))
+            .transpose()?,
+        lease,
+        fence: u64_of(get(row, "fence")?, "fence")?,
+        created_at: ts(row, "created_at")?,
+        updated_at: ts(row, "updated_at")?,
+    })
+}

@@ -1,0 +1,405 @@
+//! Threads, runs, leases, the event log and `commit_step` on PostgreSQL. Every call is one
+//! transaction confined to the scope's tenant (see `PostgresStore::tenant_tx`); the run row is
+//! locked (`FOR UPDATE`) while a lease or commit is decided, so concurrent writers queue on it.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use forge_core::Error;
+use forge_core::event::RunEvent;
+use forge_core::id::{MessageId, RunId, ThreadId};
+use forge_core::message::{Message, Role};
+use forge_core::ports::store::{
+    Committed, NewRun, NewThread, RunStore, StepCommit, ThreadStore, check_commit, next_lease,
+    renewed_lease,
+};
+use forge_core::run::{Checkpoint, Run, RunLease, RunStatus};
+use forge_core::scope::Scope;
+use forge_core::thread::{SessionState, Thread};
+use sqlx::{Postgres, Transaction};
+
+use crate::PostgresStore;
+use crate::rows::{self, db_error, i64_of, to_json};
+
+type Tx = Transaction<'static, Postgres>;
+
+async fn fetch_run(tx: &mut Tx, scope: &Scope, id: RunId, lock: bool) -> Result<Run, Error> {
+    let sql = if lock {
+        "SELECT * FROM forge_runs WHERE id = $1 AND tenant_id = $2 FOR UPDATE"
+    } else {
+        "SELECT * FROM forge_runs WHERE id = $1 AND tenant_id = $2"
+    };
+    let row = sqlx::query(sql)
+        .bind(id.0)
+        .bind(scope.tenant_id().as_str())
+        .fetch_optional(&mut **tx)
+        .await
+        .map_err(db_error)?
+        .ok_or_else(|| Error::not_found("run", id))?;
+    rows::run(&row)
+}
+
+async fn thread_exists(tx: &mut Tx, scope: &Scope, id: ThreadId) -> Result<(), Error> {
+    let found: Option<i32> =
+        sqlx::query_scalar("SELECT 1 FROM forge_threads WHERE id = $1 AND tenant_id = $2")
+            .bind(id.0)
+            .bind(scope.tenant_id().as_str())
+            .fetch_optional(&mut **tx)
+            .await
+            .map_err(db_error)?;
+    found
+        .map(|_| ())
+        .ok_or_else(|| Error::not_found("thread", id))
+}
+
+async fn insert_messages(
+    tx: &mut Tx,
+    scope: &Scope,
+    thread: ThreadId,
+    messages: &[Message],
+) -> Result<(), Error> {
+    if messages.is_empty() {
+        return Ok(());
+    }
+    let ids: Vec<uuid::Uuid> = messages.iter().map(|m| m.id.0).collect();
+    let runs: Vec<uuid::Uuid> = messages.iter().map(|m| m.run_id.0).collect();
+    let roles: Vec<&str> = messages.iter().map(|m| rows::role_str(m.role)).collect();
+    let parts = messages
+        .iter()
+        .map(|m| to_json(&m.parts).map(|j| j.0))
+        .collect::<Result<Vec<_>, _>>()?;
+    let at: Vec<chrono::DateTime<chrono::Utc>> = messages.iter().map(|m| m.created_at.0).collect();
+    sqlx::query(
+        "INSERT INTO forge_messages (tenant_id, thread_id, id, run_id, role, parts, created_at) \
+         SELECT $1, $2, m.id, m.run_id, m.role, m.parts, m.created_at \
+         FROM UNNEST($3::uuid[], $4::uuid[], $5::text[], $6::jsonb[], $7::timestamptz[]) \
+         WITH ORDINALITY AS m(id, run_id, role, parts, created_at, n) ORDER BY m.n",
+    )
+    .bind(scope.tenant_id().as_str())
+    .bind(thread.0)
+    .bind(ids)
+    .bind(runs)
+    .bind(roles)
+    .bind(parts)
+    .bind(at)
+    .execute(&mut **tx)
+    .await
+    .map_err(db_error)?;
+    Ok(())
+}
+
+async fn set_lease(tx: &mut Tx, lease: &RunLease, fence: Option<u64>) -> Result<(), Error> {
+    sqlx::query(
+        "UPDATE forge_runs SET lease_holder = $1, lease_token = $2, lease_expires_at = $3, fence = COALESCE($4, fence) WHERE id = $5",
+    )
+    .bind(&lease.holder)
+    .bind(i64_of(lease.token)?)
+    .bind(lease.expires_at.0)
+    .bind(fence.map(i64_of).transpose()?)
+    .bind(lease.run_id.0)
+    .execute(&mut **tx)
+    .await
+    .map_err(db_error)?;
+    Ok(())
+}
+
+#[async_trait]
+impl ThreadStore for PostgresStore {
+    async fn create_thread(&self, scope: &Scope, new: NewThread) -> Result<Thread, Error> {
+        let thread = Thread {
+            id: ThreadId::generate(self.ids.as_ref()),
+            tenant_id: scope.tenant_id().clone(),
+            created_by: scope.principal_id().clone(),
+            title: new.title,
+            state: SessionState {
+                version: 0,
+                values: new.state,
+            },
+            active_run: None,
+            created_at: self.clock.now(),
+        };
+        let mut tx = self.tenant_tx(scope).await?;
+        sqlx::query(
+            "INSERT INTO forge_threads (id, tenant_id, created_by, title, state, state_version, created_at) VALUES ($1, $2, $3, $4, $5, 0, $6)",
+        )
+        .bind(thread.id.0)
+        .bind(thread.tenant_id.as_str())
+        .bind(thread.created_by.as_str())
+        .bind(&thread.title)
+        .bind(to_json(&thread.state.values)?)
+        .bind(thread.created_at.0)
+        .execute(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        tx.commit().await.map_err(db_error)?;
+        Ok(thread)
+    }
+
+    async fn get_thread(&self, scope: &Scope, id: ThreadId) -> Result<Thread, Error> {
+        let mut tx = self.tenant_tx(scope).await?;
+        let row = sqlx::query("SELECT * FROM forge_threads WHERE id = $1 AND tenant_id = $2")
+            .bind(id.0)
+            .bind(scope.tenant_id().as_str())
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(db_error)?
+            .ok_or_else(|| Error::not_found("thread", id))?;
+        tx.commit().await.map_err(db_error)?;
+        rows::thread(&row)
+    }
+
+    async fn list_messages(&self, scope: &Scope, id: ThreadId) -> Result<Vec<Message>, Error> {
+        let mut tx = self.tenant_tx(scope).await?;
+        thread_exists(&mut tx, scope, id).await?;
+        let found = sqlx::query(
+            "SELECT * FROM forge_messages WHERE thread_id = $1 AND tenant_id = $2 ORDER BY seq",
+        )
+        .bind(id.0)
+        .bind(scope.tenant_id().as_str())
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        tx.commit().await.map_err(db_error)?;
+        found.iter().map(rows::message).collect()
+    }
+
+    async fn put_session_state(
+        &self,
+        scope: &Scope,
+        id: ThreadId,
+        expected_version: u64,
+        values: serde_json::Map<String, serde_json::Value>,
+    ) -> Result<SessionState, Error> {
+        let mut tx = self.tenant_tx(scope).await?;
+        let actual: Option<i64> = sqlx::query_scalar(
+            "SELECT state_version FROM forge_threads WHERE id = $1 AND tenant_id = $2 FOR UPDATE",
+        )
+        .bind(id.0)
+        .bind(scope.tenant_id().as_str())
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        let actual = rows::u64_of(
+            actual.ok_or_else(|| Error::not_found("thread", id))?,
+            "state_version",
+        )?;
+        if actual != expected_version {
+            return Err(Error::VersionConflict {
+                entity: "session state",
+                id: id.to_string(),
+                expected: expected_version,
+                actual,
+            });
+        }
+        sqlx::query("UPDATE forge_threads SET state = $1, state_version = $2 WHERE id = $3 AND tenant_id = $4")
+            .bind(to_json(&values)?)
+            .bind(i64_of(actual + 1)?)
+            .bind(id.0)
+            .bind(scope.tenant_id().as_str())
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error)?;
+        tx.commit().await.map_err(db_error)?;
+        Ok(SessionState {
+            version: actual + 1,
+            values,
+        })
+    }
+}
+
+#[async_trait]
+impl RunStore for PostgresStore {
+    async fn create_run(&self, scope: &Scope, new: NewRun) -> Result<Run, Error> {
+        if new.input.is_empty() {
+            return Err(Error::invalid(
+                "a run needs an input message with at least one part",
+            ));
+        }
+        let now = self.clock.now();
+        let run = Run {
+            id: RunId::generate(self.ids.as_ref()),
+            tenant_id: scope.tenant_id().clone(),
+            principal_id: scope.principal_id().clone(),
+            thread_id: new.thread_id,
+            agent: new.agent,
+            status: RunStatus::Queued,
+            version: 0,
+            last_seq: 0,
+            checkpoint: Checkpoint::default(),
+            failure: None,
+            lease: None,
+            fence: 0,
+            created_at: now,
+            updated_at: now,
+        };
+        let input = Message {
+            id: MessageId::generate(self.ids.as_ref()),
+            run_id: run.id,
+            role: Role::User,
+            parts: new.input,
+            created_at: now,
+        };
+        let mut tx = self.tenant_tx(scope).await?;
+        thread_exists(&mut tx, scope, run.thread_id).await?;
+        sqlx::query(
+            "INSERT INTO forge_runs (id, tenant_id, principal_id, thread_id, agent_name, agent_version, status, version, last_seq, \
+             checkpoint, fence, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, 'queued', 0, 0, $7, 0, $8, $8)",
+        )
+        .bind(run.id.0)
+        .bind(run.tenant_id.as_str())
+        .bind(run.principal_id.as_str())
+        .bind(run.thread_id.0)
+        .bind(&run.agent.name)
+        .bind(&run.agent.version)
+        .bind(to_json(&run.checkpoint)?)
+        .bind(now.0)
+        .execute(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        insert_messages(&mut tx, scope, run.thread_id, std::slice::from_ref(&input)).await?;
+        tx.commit().await.map_err(db_error)?;
+        Ok(run)
+    }
+
+    async fn get_run(&self, scope: &Scope, id: RunId) -> Result<Run, Error> {
+        let mut tx = self.tenant_tx(scope).await?;
+        let run = fetch_run(&mut tx, scope, id, false).await?;
+        tx.commit().await.map_err(db_error)?;
+        Ok(run)
+    }
+
+    async fn list_runs(&self, scope: &Scope, thread_id: ThreadId) -> Result<Vec<Run>, Error> {
+        let mut tx = self.tenant_tx(scope).await?;
+        thread_exists(&mut tx, scope, thread_id).await?;
+        let found = sqlx::query("SELECT * FROM forge_runs WHERE thread_id = $1 AND tenant_id = $2 ORDER BY created_at, id")
+            .bind(thread_id.0)
+            .bind(scope.tenant_id().as_str())
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(db_error)?;
+        tx.commit().await.map_err(db_error)?;
+        found.iter().map(rows::run).collect()
+    }
+
+    async fn acquire_lease(
+        &self,
+        scope: &Scope,
+        id: RunId,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<RunLease, Error> {
+        let now = self.clock.now();
+        let mut tx = self.tenant_tx(scope).await?;
+        let run = fetch_run(&mut tx, scope, id, true).await?;
+        let lease = next_lease(&run, holder, ttl, now)?;
+        set_lease(&mut tx, &lease, Some(lease.token)).await?;
+        tx.commit().await.map_err(db_error)?;
+        Ok(lease)
+    }
+
+    async fn renew_lease(
+        &self,
+        scope: &Scope,
+        lease: &RunLease,
+        ttl: Duration,
+    ) -> Result<RunLease, Error> {
+        let now = self.clock.now();
+        let mut tx = self.tenant_tx(scope).await?;
+        let run = fetch_run(&mut tx, scope, lease.run_id, true).await?;
+        let renewed = renewed_lease(&run, lease, ttl, now)?;
+        set_lease(&mut tx, &renewed, None).await?;
+        tx.commit().await.map_err(db_error)?;
+        Ok(renewed)
+    }
+
+    async fn release_lease(&self, scope: &Scope, lease: &RunLease) -> Result<(), Error> {
+        let mut tx = self.tenant_tx(scope).await?;
+        fetch_run(&mut tx, scope, lease.run_id, true).await?;
+        sqlx::query(
+            "UPDATE forge_runs SET lease_holder = NULL, lease_token = NULL, lease_expires_at = NULL \
+             WHERE id = $1 AND tenant_id = $2 AND lease_token = $3",
+        )
+        .bind(lease.run_id.0)
+        .bind(scope.tenant_id().as_str())
+        .bind(i64_of(lease.token)?)
+        .execute(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        tx.commit().await.map_err(db_error)
+    }
+
+    async fn commit_step(&self, scope: &Scope, commit: StepCommit) -> Result<Committed, Error> {
+        let now = self.clock.now();
+        let mut tx = self.tenant_tx(scope).await?;
+        let run = fetch_run(&mut tx, scope, commit.run_id, true).await?;
+        let committed = check_commit(&run, &commit, now)?;
+        if !commit.events.is_empty() {
+            let seqs = commit
+                .events
+                .iter()
+                .map(|e| i64_of(e.seq))
+                .collect::<Result<Vec<_>, _>>()?;
+            let ats: Vec<chrono::DateTime<chrono::Utc>> =
+                commit.events.iter().map(|e| e.at.0).collect();
+            let bodies = commit
+                .events
+                .iter()
+                .map(|e| to_json(e).map(|j| j.0))
+                .collect::<Result<Vec<_>, _>>()?;
+            sqlx::query(
+                "INSERT INTO forge_run_events (run_id, seq, tenant_id, at, body) \
+                 SELECT $1, e.seq, $2, e.at, e.body FROM UNNEST($3::bigint[], $4::timestamptz[], $5::jsonb[]) AS e(seq, at, body)",
+            )
+            .bind(run.id.0)
+            .bind(scope.tenant_id().as_str())
+            .bind(seqs)
+            .bind(ats)
+            .bind(bodies)
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error)?;
+        }
+        insert_messages(&mut tx, scope, run.thread_id, &commit.messages).await?;
+        sqlx::query(
+            "UPDATE forge_runs SET version = $1, last_seq = $2, status = $3, waiting_for = $4, checkpoint = $5, failure = $6, \
+             updated_at = $7 WHERE id = $8 AND tenant_id = $9",
+        )
+        .bind(i64_of(committed.version)?)
+        .bind(i64_of(committed.last_seq)?)
+        .bind(commit.status.name())
+        .bind(commit.status.wait_reason().map(|r| r.name()))
+        .bind(to_json(&commit.checkpoint)?)
+        .bind(commit.failure.as_ref().map(to_json).transpose()?)
+        .bind(now.0)
+        .bind(run.id.0)
+        .bind(scope.tenant_id().as_str())
+        .execute(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        tx.commit().await.map_err(db_error)?;
+        Ok(committed)
+    }
+
+    async fn read_events(
+        &self,
+        scope: &Scope,
+        id: RunId,
+        after_seq: u64,
+        limit: usize,
+    ) -> Result<Vec<RunEvent>, Error> {
+        let mut tx = self.tenant_tx(scope).await?;
+        fetch_run(&mut tx, scope, id, false).await?;
+        let found = sqlx::query(
+            "SELECT body FROM forge_run_events WHERE run_id = $1 AND tenant_id = $2 AND seq > $3 ORDER BY seq LIMIT $4",
+        )
+        .bind(id.0)
+        .bind(scope.tenant_id().as_str())
+        .bind(i64::try_from(after_seq).unwrap_or(i64::MAX))
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        tx.commit().await.map_err(db_error)?;
+        found.iter().map(|r| rows::json(r, "body")).collect()
+    }
+}

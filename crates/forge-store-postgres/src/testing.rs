@@ -1,0 +1,232 @@
+//! Test support: a fresh database per test on a real PostgreSQL, used through an application role
+//! that is neither superuser nor `BYPASSRLS`, and dropped afterwards.
+//!
+//! The server is `FORGE_TEST_DATABASE_URL` (an administrator URL), or
+//! `postgres://postgres@127.0.0.1:5432/postgres`. The administrator only creates roles and
+//! databases; every query under test runs as the application role.
+//!
+//! A Supabase database is imitated by what Supabase's Postgres provides and Forge relies on: the
+//! roles `anon`, `authenticated` and `service_role` (the last with `BYPASSRLS`), a login role that
+//! may switch to them (like Supabase's `authenticator`), and `auth.jwt()` / `auth.uid()` /
+//! `auth.role()` reading `request.jwt.claims` as Supabase defines them.
+
+use std::time::Duration;
+
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{Connection, PgConnection};
+
+/// Application role used by `Rls` tests: no superuser, no `BYPASSRLS`.
+pub const APP_ROLE: &str = "forge_test_app";
+/// Login role used by `Supabase` tests, a member of `anon`, `authenticated` and `service_role`.
+pub const SUPABASE_LOGIN_ROLE: &str = "forge_test_authenticator";
+const PASSWORD: &str = "forge_test";
+
+/// Which kind of database to provision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flavor {
+    /// Plain PostgreSQL, used as [`APP_ROLE`].
+    Plain,
+    /// PostgreSQL with Supabase's `auth` functions and roles, used as [`SUPABASE_LOGIN_ROLE`].
+    Supabase,
+}
+
+/// The administrator URL tests use.
+pub fn admin_url() -> String {
+    std::env::var("FORGE_TEST_DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
+}
+
+fn unreachable(url: &str, e: impl std::fmt::Display) -> String {
+    format!(
+        "PostgreSQL is not reachable at {url}: {e}\nstart it with `pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start` \
+         or point FORGE_TEST_DATABASE_URL at an administrator URL"
+    )
+}
+
+/// A database created for one test and dropped when this value is dropped.
+#[derive(Debug)]
+pub struct TestDatabase {
+    name: String,
+    url: String,
+    admin: String,
+}
+
+impl TestDatabase {
+    /// Creates an empty database owned by the flavor's login role.
+    pub async fn create(flavor: Flavor) -> Result<Self, String> {
+        let admin = admin_url();
+        let mut conn = PgConnection::connect(&admin)
+            .await
+            .map_err(|e| unreachable(&admin, e))?;
+        ensure_roles(&mut conn).await?;
+        let name = format!("forge_test_{}", uuid::Uuid::new_v4().simple());
+        let owner = match flavor {
+            Flavor::Plain => APP_ROLE,
+            Flavor::Supabase => SUPABASE_LOGIN_ROLE,
+        };
+        exec(&mut conn, &format!("CREATE DATABASE {name} OWNER {owner}")).await?;
+        conn.close().await.map_err(|e| e.to_string())?;
+        let options: PgConnectOptions = admin.parse().map_err(|e| format!("bad admin URL: {e}"))?;
+        let url = format!(
+            "postgres://{owner}:{PASSWORD}@{}:{}/{name}",
+            options.get_host(),
+            options.get_port()
+        );
+        let db = Self {
+            admin: database_url(&admin, &name),
+            name,
+            url,
+        };
+        if flavor == Flavor::Supabase {
+            let mut conn = PgConnection::connect(&db.admin)
+                .await
+                .map_err(|e| unreachable(&db.admin, e))?;
+            // Like Supabase's login roles, ours is NOINHERIT, so it needs its rights on `public` and
+            // `auth` granted directly.
+            let auth = format!(
+                "{SUPABASE_AUTH}\nGRANT USAGE ON SCHEMA auth TO {SUPABASE_LOGIN_ROLE};\nGRANT ALL ON SCHEMA public TO {SUPABASE_LOGIN_ROLE};"
+            );
+            exec(&mut conn, &auth)
+                .await
+                .map_err(|e| format!("could not provision auth: {e}"))?;
+            conn.close().await.map_err(|e| e.to_string())?;
+        }
+        Ok(db)
+    }
+
+    /// The URL of the login role for this database.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The administrator URL for this database (only for setting up and inspecting).
+    pub fn admin_url(&self) -> &str {
+        &self.admin
+    }
+
+    /// The database's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+impl Drop for TestDatabase {
+    fn drop(&mut self) {
+        let (admin, name) = (admin_url(), self.name.clone());
+        // Drop runs outside any async context we can rely on; use a thread with its own runtime.
+        let dropped = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| e.to_string())?;
+            rt.block_on(async {
+                let pool = PgPoolOptions::new()
+                    .max_connections(1)
+                    .acquire_timeout(Duration::from_secs(10))
+                    .connect(&admin)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                sqlx::query(sqlx::AssertSqlSafe(format!(
+                    "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
+                )))
+                .execute(&pool)
+                .await
+                .map_err(|e| e.to_string())?;
+                pool.close().await;
+                Ok::<(), String>(())
+            })
+        })
+        .join();
+        if let Ok(Err(e)) | Err(e) = dropped.map_err(|_| "panicked".to_string()) {
+            eprintln!("warning: could not drop test database {}: {e}", self.name);
+        }
+    }
+}
+
+fn database_url(admin: &str, name: &str) -> String {
+    // Replace the path (database name) of the administrator URL, keeping any query string.
+    let (base, query) = admin
+        .split_once('?')
+        .map_or((admin, None), |(b, q)| (b, Some(q)));
+    let prefix = base
+        .rfind('/')
+        .filter(|i| *i > "postgres://".len())
+        .map_or(base, |i| &base[..i]);
+    match query {
+        Some(q) => format!("{prefix}/{name}?{q}"),
+        None => format!("{prefix}/{name}"),
+    }
+}
+
+async fn exec(conn: &mut PgConnection, sql: &str) -> Result<(), String> {
+    sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_owned()))
+        .execute(conn)
+        .await
+        .map(|_| ())
+        .map_err(|e| format!("{sql}: {e}"))
+}
+
+/// Creates the cluster-wide roles once, under an advisory lock (test binaries run concurrently).
+async fn ensure_roles(conn: &mut PgConnection) -> Result<(), String> {
+    let sql = format!(
+        "BEGIN;
+        SELECT pg_advisory_xact_lock(7277265);
+        DO $$ BEGIN
+            IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '{APP_ROLE}') THEN
+                CREATE ROLE {APP_ROLE} LOGIN NOSUPERUSER NOBYPASSRLS PASSWORD '{PASSWORD}';
+            END IF;
+            IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'anon') THEN
+                CREATE ROLE anon NOLOGIN NOINHERIT;
+            END IF;
+            IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'authenticated') THEN
+                CREATE ROLE authenticated NOLOGIN NOINHERIT;
+            END IF;
+            IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'service_role') THEN
+                CREATE ROLE service_role NOLOGIN NOINHERIT BYPASSRLS;
+            END IF;
+            IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '{SUPABASE_LOGIN_ROLE}') THEN
+                CREATE ROLE {SUPABASE_LOGIN_ROLE} LOGIN NOINHERIT NOSUPERUSER NOBYPASSRLS PASSWORD '{PASSWORD}';
+                GRANT anon, authenticated, service_role TO {SUPABASE_LOGIN_ROLE};
+            END IF;
+        END $$;
+        COMMIT;"
+    );
+    exec(conn, &sql).await
+}
+
+/// What a Supabase database provides in its `auth` schema, as far as Forge relies on it.
+const SUPABASE_AUTH: &str = "
+CREATE SCHEMA IF NOT EXISTS auth;
+CREATE OR REPLACE FUNCTION auth.jwt() RETURNS jsonb LANGUAGE sql STABLE AS $$
+    SELECT coalesce(
+        nullif(current_setting('request.jwt.claim', true), ''),
+        nullif(current_setting('request.jwt.claims', true), '')
+    )::jsonb
+$$;
+CREATE OR REPLACE FUNCTION auth.role() RETURNS text LANGUAGE sql STABLE AS $$
+    SELECT coalesce(nullif(current_setting('request.jwt.claim.role', true), ''), auth.jwt() ->> 'role')
+$$;
+CREATE OR REPLACE FUNCTION auth.uid() RETURNS uuid LANGUAGE sql STABLE AS $$
+    SELECT nullif(coalesce(nullif(current_setting('request.jwt.claim.sub', true), ''), auth.jwt() ->> 'sub'), '')::uuid
+$$;
+GRANT USAGE ON SCHEMA auth TO anon, authenticated, service_role;
+GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA auth TO anon, authenticated, service_role;
+";
+
+#[cfg(test)]
+mod tests {
+    use super::database_url;
+
+    #[test]
+    fn database_url_replaces_only_the_database() {
+        assert_eq!(
+            database_url("postgres://postgres@127.0.0.1:5432/postgres", "x"),
+            "postgres://postgres@127.0.0.1:5432/x"
+        );
+        assert_eq!(
+            database_url("postgres://u:p@h:1/db?sslmode=disable", "x"),
+            "postgres://u:p@h:1/x?sslmode=disable"
+        );
+        assert_eq!(database_url("postgres://u@h:1", "x"), "postgres://u@h:1/x");
+    }
+}

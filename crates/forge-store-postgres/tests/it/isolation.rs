@@ -1,0 +1,318 @@
+//! Row-level security, checked below the adapter: raw SQL as the application role sees none of
+//! another tenant's rows, and the adapter will not start as a role that would bypass the policies.
+
+use std::sync::Arc;
+
+use forge_core::part::Part;
+use forge_core::ports::queue::{JobQueue, NewJob};
+use forge_core::ports::store::{NewRun, NewThread, RunStore, StepCommit, ThreadStore};
+use forge_core::run::{Checkpoint, RunStatus};
+use forge_core::time::{Clock, ManualClock};
+use forge_store_postgres::testing::{Flavor, TestDatabase, admin_url};
+use forge_store_postgres::{Mode, OpenError, PostgresStore};
+use forge_testkit::fixtures::{agent_ref, scope};
+use sqlx::{Connection, PgConnection};
+
+const TABLES: [&str; 5] = [
+    "forge_threads",
+    "forge_messages",
+    "forge_runs",
+    "forge_run_events",
+    "forge_jobs",
+];
+
+/// Tenant A gets a thread, a run with a committed step and events, and a job.
+async fn seed_tenant_a(store: &PostgresStore, clock: &ManualClock) {
+    let a = scope("tenant-a");
+    let thread = store.create_thread(&a, NewThread::default()).await.unwrap();
+    let run = store
+        .create_run(
+            &a,
+            NewRun {
+                thread_id: thread.id,
+                agent: agent_ref(),
+                input: vec![Part::text("secret")],
+            },
+        )
+        .await
+        .unwrap();
+    let lease = store
+        .acquire_lease(&a, run.id, "w", std::time::Duration::from_secs(60))
+        .await
+        .unwrap();
+    let events = vec![forge_core::event::RunEvent {
+        run_id: run.id,
+        seq: 1,
+        at: clock.now(),
+        kind: forge_core::event::RunEventKind::StepStarted { step: 1 },
+    }];
+    let commit = StepCommit {
+        run_id: run.id,
+        expected_version: 0,
+        lease,
+        events,
+        messages: vec![],
+        checkpoint: Checkpoint::default(),
+        status: RunStatus::Running,
+        failure: None,
+    };
+    store.commit_step(&a, commit).await.unwrap();
+    store
+        .enqueue(
+            &a,
+            NewJob {
+                run_id: run.id,
+                not_before: None,
+                max_attempts: 3,
+            },
+        )
+        .await
+        .unwrap();
+}
+
+/// Counts every table's rows in one transaction after `setup` statements, as the connected role.
+async fn counts(conn: &mut PgConnection, setup: &[&str]) -> Vec<i64> {
+    let mut tx = conn.begin().await.unwrap();
+    for s in setup {
+        sqlx::raw_sql(sqlx::AssertSqlSafe(s.to_string()))
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+    }
+    let mut out = Vec::new();
+    for t in TABLES {
+        let n: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT count(*) FROM {t}")))
+            .fetch_one(&mut *tx)
+            .await
+            .unwrap();
+        out.push(n);
+    }
+    tx.rollback().await.unwrap();
+    out
+}
+
+/// Tries to change or remove tenant A's rows; returns the rows affected per statement.
+async fn tamper(conn: &mut PgConnection, setup: &[&str]) -> Vec<u64> {
+    let mut tx = conn.begin().await.unwrap();
+    for s in setup {
+        sqlx::raw_sql(sqlx::AssertSqlSafe(s.to_string()))
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+    }
+    let mut out = Vec::new();
+    for sql in [
+        "UPDATE forge_threads SET title = 'pwned'",
+        "UPDATE forge_runs SET status = 'cancelled'",
+        "DELETE FROM forge_run_events",
+        "DELETE FROM forge_messages",
+        "UPDATE forge_jobs SET state = 'dead'",
+    ] {
+        out.push(
+            sqlx::query(sql)
+                .execute(&mut *tx)
+                .await
+                .unwrap()
+                .rows_affected(),
+        );
+    }
+    tx.rollback().await.unwrap();
+    out
+}
+
+#[tokio::test]
+async fn raw_sql_as_the_application_role_sees_only_its_tenant() {
+    let clock = Arc::new(ManualClock::at_2026());
+    let (store, url, _) = crate::fresh(Flavor::Plain, clock.clone()).await;
+    seed_tenant_a(&store, &clock).await;
+    // Connect as the application role itself, never as a superuser.
+    let mut conn = PgConnection::connect(&url).await.unwrap();
+    let who: (String, bool, bool) = sqlx::query_as("SELECT current_user::text, rolsuper, rolbypassrls FROM pg_roles WHERE rolname = current_user")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(
+        who,
+        ("forge_test_app".to_owned(), false, false),
+        "the check must run as the application role"
+    );
+
+    assert_eq!(
+        counts(
+            &mut conn,
+            &["SELECT set_config('forge.tenant_id', 'tenant-a', true)"]
+        )
+        .await,
+        [1, 1, 1, 1, 1],
+        "tenant A sees its rows"
+    );
+    assert_eq!(
+        counts(
+            &mut conn,
+            &["SELECT set_config('forge.tenant_id', 'tenant-b', true)"]
+        )
+        .await,
+        [0; 5],
+        "tenant B sees none"
+    );
+    assert_eq!(
+        counts(&mut conn, &[]).await,
+        [0; 5],
+        "no tenant setting sees none"
+    );
+    assert_eq!(
+        counts(
+            &mut conn,
+            &["SELECT set_config('forge.tenant_id', '', true)"]
+        )
+        .await,
+        [0; 5]
+    );
+    assert_eq!(
+        tamper(
+            &mut conn,
+            &["SELECT set_config('forge.tenant_id', 'tenant-b', true)"]
+        )
+        .await,
+        [0; 5],
+        "B changes nothing of A's"
+    );
+    assert_eq!(tamper(&mut conn, &[]).await, [0; 5]);
+
+    // Writing a row for another tenant is refused by the policy's WITH CHECK.
+    let mut tx = conn.begin().await.unwrap();
+    sqlx::query("SELECT set_config('forge.tenant_id', 'tenant-b', true)")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    let err = sqlx::query(
+        "INSERT INTO forge_threads (id, tenant_id, created_by, state, state_version, created_at) \
+         VALUES (gen_random_uuid(), 'tenant-a', 'mallory', '{}', 0, now())",
+    )
+    .execute(&mut *tx)
+    .await
+    .unwrap_err();
+    assert!(err.to_string().contains("row-level security"), "{err}");
+}
+
+#[tokio::test]
+async fn raw_sql_as_authenticated_with_another_tenants_jwt_sees_nothing() {
+    let clock = Arc::new(ManualClock::at_2026());
+    let (store, url, _) = crate::fresh(Flavor::Supabase, clock.clone()).await;
+    seed_tenant_a(&store, &clock).await;
+    let mut conn = PgConnection::connect(&url).await.unwrap();
+    let as_jwt = |tenant: &str| {
+        format!(
+            "SELECT set_config('role', 'authenticated', true), set_config('request.jwt.claims', '{{\"role\":\"authenticated\",\"sub\":\"u\",\"tenant_id\":\"{tenant}\"}}', true)"
+        )
+    };
+    let a = as_jwt("tenant-a");
+    let b = as_jwt("tenant-b");
+    assert_eq!(counts(&mut conn, &[&a]).await, [1, 1, 1, 1, 1]);
+    assert_eq!(counts(&mut conn, &[&b]).await, [0; 5]);
+    assert_eq!(
+        counts(
+            &mut conn,
+            &["SELECT set_config('role', 'authenticated', true)"]
+        )
+        .await,
+        [0; 5],
+        "no claims see none"
+    );
+    // `anon` (a request without a signed-in user) is refused the tables outright.
+    let mut tx = conn.begin().await.unwrap();
+    sqlx::query("SELECT set_config('role', 'anon', true)")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    let err = sqlx::query("SELECT count(*) FROM forge_runs")
+        .execute(&mut *tx)
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("permission denied for table forge_runs"),
+        "{err}"
+    );
+    tx.rollback().await.unwrap();
+    assert_eq!(tamper(&mut conn, &[&b]).await, [0; 5]);
+    // The tenant may also come from app_metadata, as Supabase auth hooks often put it.
+    let meta = "SELECT set_config('role', 'authenticated', true), set_config('request.jwt.claims', '{\"app_metadata\":{\"tenant_id\":\"tenant-a\"}}', true)";
+    assert_eq!(counts(&mut conn, &[meta]).await, [1, 1, 1, 1, 1]);
+}
+
+#[tokio::test]
+async fn refuses_to_start_as_a_superuser_or_a_bypassrls_role() {
+    let db = TestDatabase::create(Flavor::Plain)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let err = PostgresStore::connect(db.admin_url(), Mode::Rls)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, OpenError::BypassesRls { role } if role == "postgres"),
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains("bypasses row-level security"),
+        "{err}"
+    );
+
+    let mut admin = PgConnection::connect(&admin_url()).await.unwrap();
+    sqlx::raw_sql(
+        "BEGIN; SELECT pg_advisory_xact_lock(7277266);
+         DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'forge_test_bypass') THEN
+             CREATE ROLE forge_test_bypass LOGIN BYPASSRLS PASSWORD 'forge_test'; END IF; END $$; COMMIT;",
+    )
+    .execute(&mut admin)
+    .await
+    .unwrap();
+    let url = db.url().replace("forge_test_app", "forge_test_bypass");
+    let err = PostgresStore::connect(&url, Mode::Rls).await.unwrap_err();
+    assert!(
+        matches!(&err, OpenError::BypassesRls { role } if role == "forge_test_bypass"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn supabase_mode_refuses_a_database_without_supabase_auth() {
+    let db = TestDatabase::create(Flavor::Plain)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let err = PostgresStore::connect(db.url(), Mode::Supabase)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "supabase mode needs the function auth.jwt(); is this a Supabase database?"
+    );
+}
+
+#[tokio::test]
+async fn a_database_provisioned_for_one_mode_is_refused_in_the_other() {
+    let db = TestDatabase::create(Flavor::Supabase)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    PostgresStore::connect(db.url(), Mode::Supabase)
+        .await
+        .unwrap()
+        .close()
+        .await;
+    // The Supabase login role may also connect in RLS mode (it has no BYPASSRLS itself).
+    let err = PostgresStore::connect(db.url(), Mode::Rls)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "the database was provisioned for mode supabase, not rls"
+    );
+}
+
+#[tokio::test]
+async fn an_unreachable_server_is_a_clear_error() {
+    let err = PostgresStore::connect("postgres://nobody@127.0.0.1:1/none", Mode::Rls)
+        .await
+        .unwrap_err();
+    assert_eq!(err.to_string(), "could not connect to PostgreSQL");
+}

@@ -1,0 +1,65 @@
+//! The PostgreSQL store on a real server: the conformance suite in both modes, row-level security
+//! checked with raw SQL as the application role, start-up refusals, and migrations.
+
+#![allow(clippy::unwrap_used)]
+
+mod isolation;
+mod migrations;
+
+use std::sync::Arc;
+
+use forge_core::id::SequentialIds;
+use forge_core::time::ManualClock;
+use forge_store_postgres::testing::{Flavor, TestDatabase};
+use forge_store_postgres::{Mode, PostgresStore};
+
+/// A store on a fresh database, with the database's login and administrator URLs; the database is
+/// dropped with the last clone of the store.
+pub(crate) async fn fresh(
+    flavor: Flavor,
+    clock: Arc<ManualClock>,
+) -> (PostgresStore, String, String) {
+    let db = TestDatabase::create(flavor)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mode = match flavor {
+        Flavor::Plain => Mode::Rls,
+        Flavor::Supabase => Mode::Supabase,
+    };
+    let url = db.url().to_owned();
+    let store = PostgresStore::connect_with(&url, mode, clock, Arc::new(SequentialIds::new()))
+        .await
+        .unwrap_or_else(|e| panic!("failed to connect: {e}"));
+    let admin = db.admin_url().to_owned();
+    (store.with_guard(db), url, admin)
+}
+
+struct Postgres;
+
+impl forge_testkit::StoreFactory for Postgres {
+    type Store = PostgresStore;
+
+    async fn make(clock: Arc<ManualClock>) -> Arc<PostgresStore> {
+        Arc::new(fresh(Flavor::Plain, clock).await.0)
+    }
+}
+
+struct Supabase;
+
+impl forge_testkit::StoreFactory for Supabase {
+    type Store = PostgresStore;
+
+    async fn make(clock: Arc<ManualClock>) -> Arc<PostgresStore> {
+        Arc::new(fresh(Flavor::Supabase, clock).await.0)
+    }
+}
+
+mod rls_mode {
+    use super::*;
+    forge_testkit::store_conformance!(Postgres);
+}
+
+mod supabase_mode {
+    use super::*;
+    forge_testkit::store_conformance!(Supabase);
+}

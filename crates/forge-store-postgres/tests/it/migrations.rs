@@ -1,0 +1,75 @@
+//! Migrations: up from empty, down, up again leaves an identical catalog.
+
+use std::sync::Arc;
+
+use forge_core::time::ManualClock;
+use forge_store_postgres::testing::Flavor;
+use sqlx::{Connection, PgConnection};
+
+/// Everything the migrations create, as the catalog describes it, one line an object, sorted.
+async fn catalog(admin_url: &str) -> String {
+    let mut conn = PgConnection::connect(admin_url).await.unwrap();
+    let queries = [
+        "SELECT format('column %s.%s %s %s default %s', table_name, column_name, data_type, is_nullable, coalesce(column_default, '-')) \
+         FROM information_schema.columns WHERE table_schema = 'public'",
+        "SELECT format('constraint %s %s %s', conrelid::regclass, conname, pg_get_constraintdef(oid)) \
+         FROM pg_constraint WHERE connamespace = 'public'::regnamespace",
+        "SELECT format('index %s', indexdef) FROM pg_indexes WHERE schemaname = 'public'",
+        "SELECT format('rls %s enabled=%s forced=%s', relname, relrowsecurity, relforcerowsecurity) \
+         FROM pg_class WHERE relnamespace = 'public'::regnamespace AND relkind = 'r'",
+        "SELECT format('policy %s.%s %s %s using %s check %s', tablename, policyname, cmd, roles, qual, with_check) \
+         FROM pg_policies WHERE schemaname = 'public'",
+        "SELECT format('function %s %s', oid::regprocedure, prosrc) FROM pg_proc WHERE pronamespace = 'public'::regnamespace",
+        "SELECT format('grant %s %s %s', table_name, grantee, privilege_type) FROM information_schema.role_table_grants \
+         WHERE table_schema = 'public' AND grantee IN ('authenticated', 'anon')",
+    ];
+    let mut lines = Vec::new();
+    for q in queries {
+        let rows: Vec<String> = sqlx::query_scalar(q).fetch_all(&mut conn).await.unwrap();
+        lines.extend(
+            rows.into_iter()
+                .filter(|l| !l.contains("forge_schema_migrations")),
+        );
+    }
+    lines.sort();
+    lines.join("\n")
+}
+
+async fn up_down_up(flavor: Flavor) {
+    let (store, _, admin) = crate::fresh(flavor, Arc::new(ManualClock::at_2026())).await;
+    assert_eq!(store.applied_migrations().await.unwrap(), [1, 2]);
+    let first = catalog(&admin).await;
+    for expected in [
+        "column forge_run_events.seq bigint NO",
+        "rls forge_runs enabled=t forced=t",
+        "policy forge_jobs.forge_tenant",
+    ] {
+        assert!(
+            first.contains(expected),
+            "missing {expected:?} in:\n{first}"
+        );
+    }
+    store.migrate_down_all().await.unwrap();
+    assert_eq!(
+        catalog(&admin).await,
+        "",
+        "down must remove everything the migrations created"
+    );
+    assert!(store.applied_migrations().await.unwrap().is_empty());
+    store.migrate_up().await.unwrap();
+    assert_eq!(
+        catalog(&admin).await,
+        first,
+        "up after down must rebuild the identical schema"
+    );
+}
+
+#[tokio::test]
+async fn migrations_up_down_up_leave_an_identical_schema() {
+    up_down_up(Flavor::Plain).await;
+}
+
+#[tokio::test]
+async fn supabase_migrations_up_down_up_leave_an_identical_schema() {
+    up_down_up(Flavor::Supabase).await;
+}

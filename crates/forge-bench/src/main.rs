@@ -1,0 +1,235 @@
+//! `forge-bench`: measurements that are not tests.
+//!
+//! `forge-bench commit-step --store <memory|sqlite|postgres> [--writers 1,32] [--commits N]`
+//! measures `commit_step` latency (p50, p99) and commits per second with W concurrent writers, each
+//! committing N steps of 8 events and one message to its own run (the shape of one agent step).
+//! `--store postgres` creates a fresh database through `FORGE_TEST_DATABASE_URL` (or the local
+//! server) and drops it afterwards. Prints a table and one JSON line per configuration.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use clap::{Parser, Subcommand};
+use forge_core::agent::AgentRef;
+use forge_core::event::{RunEvent, RunEventKind};
+use forge_core::id::{IdGenerator, MessageId, UuidV7Generator};
+use forge_core::message::{Message, Role};
+use forge_core::part::{Part, PartUpdate};
+use forge_core::ports::store::{NewRun, NewThread, StepCommit, Store};
+use forge_core::run::{Checkpoint, RunStatus};
+use forge_core::scope::Scope;
+use forge_core::time::{Clock, SystemClock};
+
+#[derive(Debug, Parser)]
+#[command(name = "forge-bench", about = "Forge benchmarks")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// `commit_step` latency and throughput.
+    CommitStep {
+        /// memory, sqlite or postgres.
+        #[arg(long)]
+        store: String,
+        /// Concurrent writers, comma separated.
+        #[arg(long, default_value = "1,32", value_delimiter = ',')]
+        writers: Vec<usize>,
+        /// Commits per writer.
+        #[arg(long, default_value_t = 500)]
+        commits: usize,
+    },
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("failed to start the runtime")?;
+    rt.block_on(async {
+        match cli.command {
+            Command::CommitStep {
+                store,
+                writers,
+                commits,
+            } => commit_step(&store, &writers, commits).await,
+        }
+    })
+}
+
+/// Holds whatever must live as long as the store (a temporary directory or database).
+enum Guard {
+    None,
+    Dir(std::path::PathBuf),
+    Db(#[allow(dead_code)] forge_store_postgres::testing::TestDatabase),
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        if let Guard::Dir(d) = self {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    }
+}
+
+async fn open(kind: &str) -> anyhow::Result<(Arc<dyn Store>, Guard)> {
+    Ok(match kind {
+        "memory" => (
+            Arc::new(forge_store_memory::MemoryStore::default()),
+            Guard::None,
+        ),
+        "sqlite" => {
+            let dir = std::env::temp_dir().join(format!("forge-bench-{}", std::process::id()));
+            std::fs::create_dir_all(&dir)?;
+            let url = format!("sqlite://{}", dir.join("bench.db").display());
+            (
+                Arc::new(forge_store_sqlite::SqliteStore::open(&url).await?),
+                Guard::Dir(dir),
+            )
+        }
+        "postgres" => {
+            let db = forge_store_postgres::testing::TestDatabase::create(
+                forge_store_postgres::testing::Flavor::Plain,
+            )
+            .await
+            .map_err(anyhow::Error::msg)?;
+            let store = forge_store_postgres::PostgresStore::connect(
+                db.url(),
+                forge_store_postgres::Mode::Rls,
+            )
+            .await?;
+            (Arc::new(store), Guard::Db(db))
+        }
+        other => bail!("--store must be memory, sqlite or postgres, not {other:?}"),
+    })
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted.get(i).copied().unwrap_or_default()
+}
+
+/// One writer: its own thread and run, `commits` steps of 8 events and a message each.
+async fn writer(
+    store: Arc<dyn Store>,
+    scope: Scope,
+    commits: usize,
+) -> anyhow::Result<Vec<Duration>> {
+    let ids = UuidV7Generator;
+    let clock = SystemClock;
+    let thread = store.create_thread(&scope, NewThread::default()).await?;
+    let agent = AgentRef {
+        name: "bench".into(),
+        version: "1".into(),
+    };
+    let run = store
+        .create_run(
+            &scope,
+            NewRun {
+                thread_id: thread.id,
+                agent,
+                input: vec![Part::text("go")],
+            },
+        )
+        .await?;
+    let lease = store
+        .acquire_lease(&scope, run.id, "bench", Duration::from_secs(3600))
+        .await?;
+    let (mut version, mut seq) = (0u64, 0u64);
+    let mut latencies = Vec::with_capacity(commits);
+    for step in 0..commits {
+        let message_id = MessageId::generate(&ids);
+        let mut events = Vec::with_capacity(8);
+        for i in 0..8u32 {
+            seq += 1;
+            let kind = if i == 0 {
+                RunEventKind::PartAdded {
+                    message_id,
+                    role: Role::Assistant,
+                    index: 0,
+                    part: Part::text("w0 "),
+                }
+            } else {
+                RunEventKind::PartUpdated {
+                    message_id,
+                    index: 0,
+                    update: PartUpdate::TextDelta {
+                        text: format!("w{i} "),
+                    },
+                }
+            };
+            events.push(RunEvent {
+                run_id: run.id,
+                seq,
+                at: clock.now(),
+                kind,
+            });
+        }
+        let message = Message {
+            id: message_id,
+            run_id: run.id,
+            role: Role::Assistant,
+            parts: vec![Part::text("w0 w1 w2 w3 w4 w5 w6 w7 ")],
+            created_at: clock.now(),
+        };
+        let commit = StepCommit {
+            run_id: run.id,
+            expected_version: version,
+            lease: lease.clone(),
+            events,
+            messages: vec![message],
+            checkpoint: Checkpoint {
+                step: step as u32 + 1,
+                ..Checkpoint::default()
+            },
+            status: RunStatus::Running,
+            failure: None,
+        };
+        let start = Instant::now();
+        let done = store.commit_step(&scope, commit).await?;
+        latencies.push(start.elapsed());
+        version = done.version;
+    }
+    let _ = ids.next_uuid();
+    Ok(latencies)
+}
+
+async fn commit_step(kind: &str, writers: &[usize], commits: usize) -> anyhow::Result<()> {
+    println!(
+        "{:<9} {:>7} {:>9} {:>10} {:>10} {:>12}",
+        "store", "writers", "commits", "p50 ms", "p99 ms", "commits/s"
+    );
+    for &w in writers {
+        let (store, _guard) = open(kind).await?;
+        let start = Instant::now();
+        let mut tasks = Vec::new();
+        for i in 0..w {
+            let scope = Scope::parse(&format!("tenant-{}", i % 4), "bench", &[])?;
+            tasks.push(tokio::spawn(writer(store.clone(), scope, commits)));
+        }
+        let mut all = Vec::new();
+        for t in tasks {
+            all.extend(t.await??);
+        }
+        let elapsed = start.elapsed();
+        all.sort();
+        let (p50, p99) = (percentile(&all, 0.50), percentile(&all, 0.99));
+        let rate = all.len() as f64 / elapsed.as_secs_f64();
+        println!(
+            "{kind:<9} {w:>7} {:>9} {:>10.3} {:>10.3} {rate:>12.0}",
+            all.len(),
+            p50.as_secs_f64() * 1e3,
+            p99.as_secs_f64() * 1e3
+        );
+        let line = serde_json::json!({
+            "bench": "commit_step", "store": kind, "writers": w, "commits": all.len(),
+            "p50_ms": p50.as_secs_f64() * 1e3, "p99_ms": p99.as_secs_f64() * 1e3, "commits_per_s": rate,
+        });
+        eprintln!("{line}");
+    }
+    Ok(())
+}

@@ -26,7 +26,7 @@ use forge_core::id::{IdGenerator, UuidV7Generator};
 use forge_core::scope::Scope;
 use forge_core::time::{Clock, SystemClock};
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
-use sqlx::{Postgres, Transaction};
+use sqlx::{Connection, PgConnection, Postgres, Transaction};
 
 pub use migrate::{Migration, migrations};
 
@@ -122,13 +122,20 @@ impl PostgresStore {
         ids: Arc<dyn IdGenerator>,
     ) -> Result<Self, OpenError> {
         let options: PgConnectOptions = url.parse().map_err(OpenError::Url)?;
-        let pool = PgPoolOptions::new()
-            .max_connections(16)
-            .connect_with(options.application_name("forge"))
+        let options = options.application_name("forge");
+        // One direct connection first: it fails fast with the real reason (a pool would retry a
+        // refused connection until its timeout), checks the role and provisions the schema.
+        let mut conn = PgConnection::connect_with(&options)
             .await
             .map_err(|e| OpenError::Connect(db_error(e)))?;
-        check_role(&pool, mode).await?;
-        let applied_on_connect = migrate::up(&pool, mode).await?;
+        check_role(&mut conn, mode).await?;
+        let applied_on_connect = migrate::up(&mut conn, mode).await?;
+        conn.close()
+            .await
+            .map_err(|e| OpenError::Connect(db_error(e)))?;
+        let pool = PgPoolOptions::new()
+            .max_connections(16)
+            .connect_lazy_with(options);
         Ok(Self {
             pool,
             mode,
@@ -167,7 +174,8 @@ impl PostgresStore {
 
     /// Applies pending migrations (done on connect; idempotent).
     pub async fn migrate_up(&self) -> Result<(), forge_core::Error> {
-        migrate::up(&self.pool, self.mode)
+        let mut conn = self.pool.acquire().await.map_err(db_error)?;
+        migrate::up(&mut conn, self.mode)
             .await
             .map(|_| ())
             .map_err(|e| match e {
@@ -224,14 +232,14 @@ impl PostgresStore {
     }
 }
 
-async fn check_role(pool: &PgPool, mode: Mode) -> Result<(), OpenError> {
+async fn check_role(pool: &mut PgConnection, mode: Mode) -> Result<(), OpenError> {
     let q = "SELECT rolname::text, rolsuper, rolbypassrls FROM pg_roles WHERE rolname = $1";
     match mode {
         Mode::Rls => {
             let (role, superuser, bypass): (String, bool, bool) = sqlx::query_as(
                 "SELECT rolname::text, rolsuper, rolbypassrls FROM pg_roles WHERE rolname = current_user",
             )
-            .fetch_one(pool)
+            .fetch_one(&mut *pool)
             .await
             .map_err(|e| OpenError::Connect(db_error(e)))?;
             if superuser || bypass {
@@ -241,7 +249,7 @@ async fn check_role(pool: &PgPool, mode: Mode) -> Result<(), OpenError> {
         Mode::Supabase => {
             let role: Option<(String, bool, bool)> = sqlx::query_as(q)
                 .bind("authenticated")
-                .fetch_optional(pool)
+                .fetch_optional(&mut *pool)
                 .await
                 .map_err(|e| OpenError::Connect(db_error(e)))?;
             let Some((role, superuser, bypass)) = role else {
@@ -256,7 +264,7 @@ async fn check_role(pool: &PgPool, mode: Mode) -> Result<(), OpenError> {
                 "SELECT pg_has_role(current_user, 'authenticated', 'MEMBER'), EXISTS (SELECT 1 FROM pg_proc p \
                  JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'auth' AND p.proname = 'jwt')",
             )
-            .fetch_one(pool)
+            .fetch_one(&mut *pool)
             .await
             .map_err(|e| OpenError::Connect(db_error(e)))?;
             if !jwt {

@@ -3,7 +3,7 @@
 //! queue behind each other and each migration is applied exactly once.
 
 use forge_core::Error;
-use sqlx::{PgPool, Row};
+use sqlx::{Connection, PgConnection, PgPool, Row};
 
 use crate::rows::db_error;
 use crate::{Mode, OpenError};
@@ -60,9 +60,9 @@ const LEDGER: &str = "CREATE TABLE IF NOT EXISTS forge_schema_migrations (
 )";
 
 /// Applies pending migrations; returns how many this call applied.
-pub(crate) async fn up(pool: &PgPool, mode: Mode) -> Result<usize, OpenError> {
+pub(crate) async fn up(conn: &mut PgConnection, mode: Mode) -> Result<usize, OpenError> {
     let fail = |e: sqlx::Error| OpenError::Migrate(db_error(e));
-    let mut tx = pool.begin().await.map_err(fail)?;
+    let mut tx = conn.begin().await.map_err(fail)?;
     sqlx::query("SELECT pg_advisory_xact_lock($1)")
         .bind(LOCK_KEY)
         .execute(&mut *tx)

@@ -217,6 +217,21 @@ pub async fn tenant_isolation<F: StoreFactory>() {
         ErrorKind::NotFound,
         "acquire_lease across tenants",
     );
+    expect_kind(
+        f.store.renew_lease(&other, &lease, TTL).await,
+        ErrorKind::NotFound,
+        "renew_lease across tenants",
+    );
+    expect_kind(
+        f.store.release_lease(&other, &lease).await,
+        ErrorKind::NotFound,
+        "release_lease across tenants",
+    );
+    // The owner's lease survived both attempts.
+    f.store
+        .renew_lease(&f.scope, &lease, TTL)
+        .await
+        .expect("the owner still holds the lease");
     let commit = f.commit(&run, &lease, f.events(run.id, 1, 1), RunStatus::Running);
     expect_kind(
         f.store.commit_step(&other, commit).await,

@@ -11,7 +11,6 @@ use crate::{crate_dirs, rust_files};
 
 /// Variants declared for the wire contract whose producer arrives with a later capability.
 const LATER: &[(&str, &str)] = &[
-    ("RunQueued", "thread ordering in durable runs (issue 4)"),
     ("ApprovalRequested", "approvals (issue 5)"),
     ("QuestionRequested", "questions (issue 5)"),
 ];

@@ -129,11 +129,7 @@ async fn writer(
     let run = store
         .create_run(
             &scope,
-            NewRun {
-                thread_id: thread.id,
-                agent,
-                input: vec![Part::text("go")],
-            },
+            NewRun::new(thread.id, agent, vec![Part::text("go")]),
         )
         .await?;
     let lease = store

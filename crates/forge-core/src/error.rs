@@ -59,6 +59,14 @@ pub enum Error {
         /// When the other holder's lease expires.
         until: crate::time::Timestamp,
     },
+    /// The thread has an active run and the start strategy was `Reject`.
+    #[error("thread {thread} is busy with run {active}")]
+    ThreadBusy {
+        /// The thread.
+        thread: String,
+        /// Its active run.
+        active: String,
+    },
     /// A run-state transition the state machine forbids.
     #[error(transparent)]
     Transition(#[from] crate::run::TransitionError),
@@ -84,9 +92,10 @@ impl Error {
     pub fn kind(&self) -> ErrorKind {
         match self {
             Error::NotFound { .. } => ErrorKind::NotFound,
-            Error::VersionConflict { .. } | Error::Fenced { .. } | Error::LeaseHeld { .. } => {
-                ErrorKind::Conflict
-            }
+            Error::VersionConflict { .. }
+            | Error::Fenced { .. }
+            | Error::LeaseHeld { .. }
+            | Error::ThreadBusy { .. } => ErrorKind::Conflict,
             Error::Transition(_) | Error::Invalid(_) => ErrorKind::Invalid,
             Error::Backend {
                 retryable: true, ..

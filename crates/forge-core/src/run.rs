@@ -184,14 +184,29 @@ pub fn transition(from: RunStatus, input: RunInput) -> Result<RunStatus, Transit
     Ok(to)
 }
 
-/// Whether some single input moves `from` to `to` (or `from == to`, a step that stays running).
-pub fn reachable_in_one(from: RunStatus, to: RunStatus) -> bool {
-    if from == to {
-        return !from.is_terminal();
+/// Whether a sequence of inputs moves `from` to `to` (or `from == to` for a live run): what one
+/// committed step may do, since a step can hold several transitions (a one-step run goes from
+/// `queued` through `running` to `completed`). Leaving a terminal state is never reachable.
+pub fn reachable(from: RunStatus, to: RunStatus) -> bool {
+    if from.is_terminal() {
+        return false;
     }
-    RunInput::ALL
-        .into_iter()
-        .any(|i| transition(from, i) == Ok(to))
+    let mut seen = vec![from];
+    let mut i = 0;
+    while i < seen.len() {
+        if seen[i] == to {
+            return true;
+        }
+        for input in RunInput::ALL {
+            if let Ok(next) = transition(seen[i], input)
+                && !seen.contains(&next)
+            {
+                seen.push(next);
+            }
+        }
+        i += 1;
+    }
+    false
 }
 
 /// Why a run failed, as a stable code.
@@ -264,6 +279,8 @@ pub struct Run {
     pub thread_id: ThreadId,
     /// The agent version it executes.
     pub agent: AgentRef,
+    /// The user's message that starts it; it joins the thread's history when the run starts.
+    pub input: Vec<crate::part::Part>,
     /// Where it is in its life.
     pub status: RunStatus,
     /// Bumped by every committed step; `commit_step` expects it.
@@ -280,6 +297,9 @@ pub struct Run {
     pub lease: Option<RunLease>,
     /// Highest fencing token ever issued for this run.
     pub fence: u64,
+    /// Someone asked the run to cancel.
+    #[serde(default)]
+    pub cancel_requested: bool,
     /// When it was created.
     pub created_at: Timestamp,
     /// When it last changed.
@@ -341,6 +361,25 @@ mod tests {
         }
         assert!(RunStatus::from_stored("waiting", None).is_err());
         assert!(RunStatus::from_stored("paused", None).is_err());
+    }
+
+    #[test]
+    fn a_step_may_hold_several_transitions_but_never_leave_a_terminal_state() {
+        assert!(reachable(RunStatus::Queued, RunStatus::Completed));
+        assert!(reachable(
+            RunStatus::Waiting(WaitReason::Approval),
+            RunStatus::Completed
+        ));
+        assert!(reachable(RunStatus::Running, RunStatus::Running));
+        for t in [
+            RunStatus::Completed,
+            RunStatus::Failed,
+            RunStatus::Cancelled,
+        ] {
+            for to in reachable_states() {
+                assert!(!reachable(t, to), "{t:?} -> {to:?}");
+            }
+        }
     }
 
     #[test]
@@ -415,7 +454,7 @@ Waiting(Question) + Cancel -> Cancelled"
             match transition(s, i) {
                 Ok(next) => {
                     prop_assert!(!s.is_terminal());
-                    prop_assert!(reachable_in_one(s, next));
+                    prop_assert!(reachable(s, next));
                 }
                 Err(e) => {
                     prop_assert_eq!(e.from, s);

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use forge_core::agent::{AgentDefinition, AgentRef};
 use forge_core::event::{RunEvent, RunEventKind};
-use forge_core::id::{IdGenerator, RunId, ThreadId, UuidV7Generator};
-use forge_core::message::Message;
+use forge_core::id::{IdGenerator, MessageId, RunId, ThreadId, UuidV7Generator};
+use forge_core::message::{Message, Role};
 use forge_core::part::Part;
 use forge_core::ports::model::ModelProvider;
 use forge_core::ports::store::{NewRun, RunStore, StepCommit, ThreadStore};
@@ -33,6 +33,15 @@ pub struct RunOutcome {
     pub last_seq: u64,
     /// Why it failed, if it did.
     pub failure: Option<RunFailure>,
+}
+
+/// Signals that steer an execution from outside.
+#[derive(Debug, Clone, Default)]
+pub struct RunControl {
+    /// Cancel the run now, mid-stream or mid-tools; it ends `cancelled`.
+    pub cancel: CancellationToken,
+    /// Stop after the step in progress is committed; the run stays `running` for another worker.
+    pub drain: CancellationToken,
 }
 
 /// Executes runs. Cheap to share behind an `Arc`.
@@ -232,7 +241,8 @@ impl Engine {
         &self.runs
     }
 
-    /// Creates a queued run of a registered agent on a thread, with the user's input.
+    /// Creates a queued run of a registered agent on a thread, with the user's input, enqueued
+    /// behind any active run of the thread.
     pub async fn start_run(
         &self,
         scope: &Scope,
@@ -240,18 +250,14 @@ impl Engine {
         agent: &AgentRef,
         input: Vec<Part>,
     ) -> Result<Run, EngineError> {
-        self.agent(agent)?;
-        Ok(self
-            .runs
-            .create_run(
-                scope,
-                NewRun {
-                    thread_id,
-                    agent: agent.clone(),
-                    input,
-                },
-            )
-            .await?)
+        self.submit(scope, NewRun::new(thread_id, agent.clone(), input))
+            .await
+    }
+
+    /// Creates a run (and its job) of a registered agent, with the given start strategy.
+    pub async fn submit(&self, scope: &Scope, new: NewRun) -> Result<Run, EngineError> {
+        self.agent(&new.agent)?;
+        Ok(self.runs.create_run(scope, new).await?)
     }
 
     /// Executes a run from its last checkpoint until it ends (or `cancel` fires), committing each
@@ -261,6 +267,22 @@ impl Engine {
         scope: &Scope,
         run_id: RunId,
         cancel: &CancellationToken,
+        observer: &dyn RunObserver,
+    ) -> Result<RunOutcome, EngineError> {
+        let control = RunControl {
+            cancel: cancel.clone(),
+            drain: CancellationToken::new(),
+        };
+        self.execute_with(scope, run_id, &control, observer).await
+    }
+
+    /// Like [`Engine::execute`], and when `control.drain` fires, stops after the step in progress
+    /// is committed, leaving the run `running` at its checkpoint for another worker to resume.
+    pub async fn execute_with(
+        &self,
+        scope: &Scope,
+        run_id: RunId,
+        control: &RunControl,
         observer: &dyn RunObserver,
     ) -> Result<RunOutcome, EngineError> {
         let run = self.runs.get_run(scope, run_id).await?;
@@ -275,12 +297,25 @@ impl Engine {
             .runs
             .acquire_lease(scope, run_id, &self.worker_id, self.lease_ttl)
             .await?;
-        let result = self
-            .execute_leased(scope, run, lease.clone(), cancel, observer)
-            .await;
+        // The lease is renewed alongside the steps; losing it stops the run where it is.
+        let result = tokio::select! {
+            r = self.execute_leased(scope, run, lease.clone(), control, observer) => r,
+            e = self.keep_lease(scope, lease.clone()) => Err(e),
+        };
         // Best effort: an unreleased lease simply expires.
         let _ = self.runs.release_lease(scope, &lease).await;
         result
+    }
+
+    /// Renews the run's lease every third of its time to live; returns only when renewal fails.
+    async fn keep_lease(&self, scope: &Scope, mut lease: RunLease) -> EngineError {
+        loop {
+            tokio::time::sleep(self.lease_ttl / 3).await;
+            match self.runs.renew_lease(scope, &lease, self.lease_ttl).await {
+                Ok(renewed) => lease = renewed,
+                Err(e) => return e.into(),
+            }
+        }
     }
 
     async fn execute_leased(
@@ -288,9 +323,11 @@ impl Engine {
         scope: &Scope,
         run: Run,
         lease: RunLease,
-        cancel: &CancellationToken,
+        control: &RunControl,
         observer: &dyn RunObserver,
     ) -> Result<RunOutcome, EngineError> {
+        let cancel = &control.cancel;
+        let mut cancel_requested = run.cancel_requested;
         let mut cur = Cursor {
             status: run.status,
             checkpoint: run.checkpoint.clone(),
@@ -316,11 +353,33 @@ impl Engine {
                 cur.emit(RunEventKind::RunFailed {
                     failure: failure.clone(),
                 });
-                return self.commit(scope, &mut cur, Some(failure)).await;
+                return self
+                    .commit(scope, &mut cur, Some(failure))
+                    .await
+                    .map(|(outcome, _)| outcome);
             }
         };
+        if cancel_requested {
+            cur.apply(RunInput::Cancel)?;
+            cur.emit(RunEventKind::RunCancelled {
+                reason: Some("cancel requested".into()),
+            });
+            return self
+                .commit(scope, &mut cur, None)
+                .await
+                .map(|(outcome, _)| outcome);
+        }
         if cur.status == RunStatus::Queued {
             cur.apply(RunInput::Start)?;
+            // The input joins the thread's history now, in the first step's commit: a run queued
+            // behind another never shows its message to the run ahead of it.
+            cur.messages.push(Message {
+                id: MessageId::generate(self.ids.as_ref()),
+                run_id: cur.run.id,
+                role: Role::User,
+                parts: cur.run.input.clone(),
+                created_at: self.clock.now(),
+            });
             cur.emit(RunEventKind::RunStarted {
                 thread_id: cur.run.thread_id,
                 agent: cur.run.agent.clone(),
@@ -328,7 +387,16 @@ impl Engine {
             });
         }
         loop {
-            self.keep_lease(scope, &mut cur).await?;
+            if cancel_requested {
+                cur.apply(RunInput::Cancel)?;
+                cur.emit(RunEventKind::RunCancelled {
+                    reason: Some("cancel requested".into()),
+                });
+                return self
+                    .commit(scope, &mut cur, None)
+                    .await
+                    .map(|(outcome, _)| outcome);
+            }
             let end = StepRunner {
                 engine: self,
                 scope,
@@ -369,23 +437,12 @@ impl Engine {
                     Some(failure)
                 }
             };
-            let outcome = self.commit(scope, &mut cur, failure).await?;
-            if outcome.status.is_terminal() {
+            let (outcome, requested) = self.commit(scope, &mut cur, failure).await?;
+            if outcome.status.is_terminal() || control.drain.is_cancelled() {
                 return Ok(outcome);
             }
+            cancel_requested = requested;
         }
-    }
-
-    /// Renews the lease when less than half its time is left, so long runs keep it between commits.
-    async fn keep_lease(&self, scope: &Scope, cur: &mut Cursor<'_>) -> Result<(), EngineError> {
-        let half = self.clock.now().plus(self.lease_ttl / 2);
-        if cur.lease.expires_at < half {
-            cur.lease = self
-                .runs
-                .renew_lease(scope, &cur.lease, self.lease_ttl)
-                .await?;
-        }
-        Ok(())
     }
 
     async fn commit(
@@ -393,7 +450,7 @@ impl Engine {
         scope: &Scope,
         cur: &mut Cursor<'_>,
         failure: Option<RunFailure>,
-    ) -> Result<RunOutcome, EngineError> {
+    ) -> Result<(RunOutcome, bool), EngineError> {
         let commit = StepCommit {
             run_id: cur.run.id,
             expected_version: cur.run.version,
@@ -408,10 +465,11 @@ impl Engine {
         cur.run.version = committed.version;
         cur.run.last_seq = committed.last_seq;
         cur.run.status = cur.status;
-        Ok(RunOutcome {
+        let outcome = RunOutcome {
             status: cur.status,
             last_seq: committed.last_seq,
             failure,
-        })
+        };
+        Ok((outcome, committed.cancel_requested))
     }
 }

@@ -15,8 +15,10 @@ mod error;
 pub mod observer;
 mod step;
 pub mod tools;
+pub mod worker;
 
-pub use engine::{Engine, EngineBuilder, RunOutcome};
+pub use engine::{Engine, EngineBuilder, RunControl, RunOutcome};
 pub use error::EngineError;
 pub use observer::{NoopObserver, RunObserver};
 pub use tools::{NativeTool, ToolRegistry, native_tool};
+pub use worker::{JobOutcome, Worker, WorkerConfig, WorkerReport};

@@ -92,6 +92,9 @@ impl StepRunner<'_> {
             .threads
             .list_messages(self.scope, cur.run.thread_id)
             .await?;
+        // Messages this execution produced but has not committed yet (the run's input, on its
+        // first step) are part of the conversation too.
+        let history = [history, cur.messages.clone()].concat();
         let request = assemble(
             self.agent,
             model_name,

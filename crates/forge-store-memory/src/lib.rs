@@ -63,6 +63,37 @@ impl MemoryStore {
 }
 
 impl State {
+    /// After `finished` ends, makes the thread's oldest queued run active and its job ready.
+    fn promote_next(
+        &mut self,
+        thread: ThreadId,
+        finished: RunId,
+        now: forge_core::time::Timestamp,
+    ) {
+        let next = self
+            .runs_by_thread
+            .get(&thread)
+            .into_iter()
+            .flatten()
+            .filter(|id| **id != finished)
+            .find(|id| {
+                self.runs
+                    .get(id)
+                    .is_some_and(|r| r.status == forge_core::run::RunStatus::Queued)
+            })
+            .copied();
+        if let Some(t) = self.threads.get_mut(&thread)
+            && t.active_run == Some(finished)
+        {
+            t.active_run = next;
+        }
+        if let Some(next) = next {
+            for job in self.jobs.values_mut() {
+                job.wake(next, now);
+            }
+        }
+    }
+
     fn thread(&self, scope: &Scope, id: ThreadId) -> Result<&Thread, Error> {
         self.threads
             .get(&id)

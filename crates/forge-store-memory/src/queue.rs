@@ -23,6 +23,35 @@ pub(crate) struct JobRow {
     expires_at: Option<Timestamp>,
 }
 
+impl JobRow {
+    pub(crate) fn new(
+        tenant_id: TenantId,
+        run_id: RunId,
+        state: JobState,
+        now: Timestamp,
+        max_attempts: u32,
+    ) -> Self {
+        Self {
+            tenant_id,
+            run_id,
+            state,
+            available_at: now,
+            attempts: 0,
+            max_attempts,
+            token: 0,
+            expires_at: None,
+        }
+    }
+
+    /// Makes the held-back job of `run` ready.
+    pub(crate) fn wake(&mut self, run: RunId, now: Timestamp) {
+        if self.run_id == run && self.state == JobState::Waiting {
+            self.state = JobState::Ready;
+            self.available_at = now;
+        }
+    }
+}
+
 #[async_trait]
 impl JobQueue for MemoryStore {
     async fn enqueue(&self, scope: &Scope, job: NewJob) -> Result<JobId, Error> {
@@ -125,6 +154,22 @@ impl JobQueue for MemoryStore {
             row.available_at = now.plus(retry_in);
         }
         Ok(row.state)
+    }
+
+    async fn release(
+        &self,
+        _system: &SystemScope,
+        job: &ClaimedJob,
+        not_before: Timestamp,
+    ) -> Result<(), Error> {
+        let now = self.clock.now();
+        let mut st = self.lock();
+        let row = current(&mut st.jobs, job, now)?;
+        row.state = JobState::Ready;
+        row.attempts = row.attempts.saturating_sub(1);
+        row.available_at = not_before;
+        row.expires_at = None;
+        Ok(())
     }
 
     async fn job_state(&self, _system: &SystemScope, id: JobId) -> Result<JobState, Error> {

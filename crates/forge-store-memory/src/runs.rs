@@ -4,18 +4,21 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use forge_core::Error;
-use forge_core::event::RunEvent;
-use forge_core::id::{MessageId, RunId, ThreadId};
-use forge_core::message::{Message, Role};
+use forge_core::event::{RunEvent, RunEventKind};
+use forge_core::id::JobId;
+use forge_core::id::{RunId, ThreadId};
+use forge_core::message::Message;
+use forge_core::ports::queue::JobState;
 use forge_core::ports::store::{
-    Committed, NewRun, NewThread, RunStore, StepCommit, ThreadStore, check_commit, next_lease,
-    renewed_lease,
+    Admission, Committed, NewRun, NewThread, RunStore, StartStrategy, StepCommit, ThreadStore,
+    admit, check_commit, next_lease, renewed_lease,
 };
 use forge_core::run::{Checkpoint, Run, RunLease, RunStatus};
 use forge_core::scope::Scope;
 use forge_core::thread::{SessionState, Thread};
 
 use crate::MemoryStore;
+use crate::queue::JobRow;
 
 #[async_trait]
 impl ThreadStore for MemoryStore {
@@ -84,13 +87,20 @@ impl RunStore for MemoryStore {
                 "a run needs an input message with at least one part",
             ));
         }
+        if new.max_attempts == 0 {
+            return Err(Error::invalid("max_attempts must be at least 1"));
+        }
         let now = self.clock.now();
-        let run = Run {
+        let mut st = self.lock();
+        let thread = st.thread(scope, new.thread_id)?;
+        let admission = admit(thread.id, thread.active_run, new.strategy)?;
+        let mut run = Run {
             id: RunId::generate(self.ids.as_ref()),
             tenant_id: scope.tenant_id().clone(),
             principal_id: scope.principal_id().clone(),
             thread_id: new.thread_id,
             agent: new.agent,
+            input: new.input,
             status: RunStatus::Queued,
             version: 0,
             last_seq: 0,
@@ -98,26 +108,76 @@ impl RunStore for MemoryStore {
             failure: None,
             lease: None,
             fence: 0,
+            cancel_requested: false,
             created_at: now,
             updated_at: now,
         };
-        let message = Message {
-            id: MessageId::generate(self.ids.as_ref()),
-            run_id: run.id,
-            role: Role::User,
-            parts: new.input,
-            created_at: now,
+        let mut events = Vec::new();
+        let job_state = match admission {
+            Admission::Active => {
+                if let Some(t) = st.threads.get_mut(&new.thread_id) {
+                    t.active_run = Some(run.id);
+                }
+                JobState::Ready
+            }
+            Admission::Queued { behind } => {
+                events.push(RunEvent {
+                    run_id: run.id,
+                    seq: 1,
+                    at: now,
+                    kind: RunEventKind::RunQueued {
+                        thread_id: new.thread_id,
+                        behind,
+                    },
+                });
+                run.last_seq = 1;
+                if new.strategy == StartStrategy::Interrupt {
+                    let ahead: Vec<RunId> = st
+                        .runs_by_thread
+                        .get(&new.thread_id)
+                        .cloned()
+                        .unwrap_or_default();
+                    for id in ahead {
+                        if let Some(r) = st.runs.get_mut(&id)
+                            && !r.status.is_terminal()
+                        {
+                            r.cancel_requested = true;
+                        }
+                    }
+                }
+                JobState::Waiting
+            }
         };
-        let mut st = self.lock();
-        st.thread(scope, new.thread_id)?;
+        let job_id = JobId::generate(self.ids.as_ref());
+        st.jobs.insert(
+            job_id,
+            JobRow::new(
+                scope.tenant_id().clone(),
+                run.id,
+                job_state,
+                now,
+                new.max_attempts,
+            ),
+        );
         st.runs.insert(run.id, run.clone());
         st.runs_by_thread
             .entry(new.thread_id)
             .or_default()
             .push(run.id);
-        st.events.insert(run.id, Vec::new());
-        st.messages.entry(new.thread_id).or_default().push(message);
+        st.events.insert(run.id, events);
         Ok(run)
+    }
+
+    async fn request_cancel(&self, scope: &Scope, id: RunId) -> Result<bool, Error> {
+        let mut st = self.lock();
+        st.run(scope, id)?;
+        match st.runs.get_mut(&id) {
+            Some(r) if !r.status.is_terminal() => {
+                r.cancel_requested = true;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
     }
 
     async fn get_run(&self, scope: &Scope, id: RunId) -> Result<Run, Error> {
@@ -202,6 +262,9 @@ impl RunStore for MemoryStore {
             .entry(thread_id)
             .or_default()
             .extend(commit.messages);
+        if commit.status.is_terminal() {
+            st.promote_next(thread_id, commit.run_id, now);
+        }
         Ok(committed)
     }
 

@@ -31,6 +31,7 @@ CREATE TABLE forge_runs (
     thread_id uuid NOT NULL REFERENCES forge_threads (id),
     agent_name text NOT NULL,
     agent_version text NOT NULL,
+    input jsonb NOT NULL,
     status text NOT NULL,
     waiting_for text,
     version bigint NOT NULL,
@@ -41,6 +42,7 @@ CREATE TABLE forge_runs (
     lease_token bigint,
     lease_expires_at timestamptz,
     fence bigint NOT NULL,
+    cancel_requested boolean NOT NULL DEFAULT false,
     created_at timestamptz NOT NULL,
     updated_at timestamptz NOT NULL
 );
@@ -67,3 +69,4 @@ CREATE TABLE forge_jobs (
     expires_at timestamptz
 );
 CREATE INDEX forge_jobs_ready ON forge_jobs (state, available_at, id);
+CREATE INDEX forge_jobs_run ON forge_jobs (run_id);

@@ -8,6 +8,7 @@ use forge_core::Error;
 use forge_core::id::{JobId, RunId};
 use forge_core::ports::queue::{ClaimedJob, JobQueue, JobState, NewJob};
 use forge_core::scope::{Scope, SystemScope, TenantId};
+use forge_core::time::Timestamp;
 use sqlx::postgres::PgRow;
 
 use crate::PostgresStore;
@@ -15,6 +16,7 @@ use crate::rows::{self, db_error, i64_of};
 
 fn state_of(s: &str) -> Result<JobState, Error> {
     Ok(match s {
+        "waiting" => JobState::Waiting,
         "ready" => JobState::Ready,
         "claimed" => JobState::Claimed,
         "completed" => JobState::Completed,
@@ -184,6 +186,26 @@ impl JobQueue for PostgresStore {
         .map_err(db_error)?;
         tx.commit().await.map_err(db_error)?;
         Ok(next)
+    }
+
+    async fn release(
+        &self,
+        _system: &SystemScope,
+        job: &ClaimedJob,
+        not_before: Timestamp,
+    ) -> Result<(), Error> {
+        let mut tx = self.system_tx().await?;
+        self.current_claim(&mut tx, job).await?;
+        sqlx::query(
+            "UPDATE forge_jobs SET state = 'ready', attempts = GREATEST(attempts - 1, 0), expires_at = NULL, available_at = $1 \
+             WHERE id = $2",
+        )
+        .bind(not_before.0)
+        .bind(job.id.0)
+        .execute(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        tx.commit().await.map_err(db_error)
     }
 
     async fn job_state(&self, _system: &SystemScope, id: JobId) -> Result<JobState, Error> {

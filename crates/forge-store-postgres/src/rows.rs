@@ -129,6 +129,7 @@ pub(crate) fn run(row: &PgRow) -> Result<Run, Error> {
             name: get(row, "agent_name")?,
             version: get(row, "agent_version")?,
         },
+        input: json(row, "input")?,
         status: RunStatus::from_stored(&status_name, waiting_for.as_deref())?,
         version: u64_of(get(row, "version")?, "version")?,
         last_seq: u64_of(get(row, "last_seq")?, "last_seq")?,
@@ -137,6 +138,7 @@ pub(crate) fn run(row: &PgRow) -> Result<Run, Error> {
             .map(|f| serde_json::from_value(f).map_err(|e| corrupt("failure", e)))
             .transpose()?,
         lease,
+        cancel_requested: get::<bool>(row, "cancel_requested")?,
         fence: u64_of(get(row, "fence")?, "fence")?,
         created_at: ts(row, "created_at")?,
         updated_at: ts(row, "updated_at")?,

@@ -6,12 +6,12 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use forge_core::Error;
-use forge_core::event::RunEvent;
-use forge_core::id::{MessageId, RunId, ThreadId};
-use forge_core::message::{Message, Role};
+use forge_core::event::{RunEvent, RunEventKind};
+use forge_core::id::{RunId, ThreadId};
+use forge_core::message::Message;
 use forge_core::ports::store::{
-    Committed, NewRun, NewThread, RunStore, StepCommit, ThreadStore, check_commit, next_lease,
-    renewed_lease,
+    Admission, Committed, NewRun, NewThread, RunStore, StartStrategy, StepCommit, ThreadStore,
+    admit, check_commit, next_lease, renewed_lease,
 };
 use forge_core::run::{Checkpoint, Run, RunLease, RunStatus};
 use forge_core::scope::Scope;
@@ -85,6 +85,76 @@ async fn insert_messages(
     .execute(&mut **tx)
     .await
     .map_err(db_error)?;
+    Ok(())
+}
+
+async fn insert_events(
+    tx: &mut Tx,
+    scope: &Scope,
+    run: RunId,
+    events: &[RunEvent],
+) -> Result<(), Error> {
+    if events.is_empty() {
+        return Ok(());
+    }
+    let seqs = events
+        .iter()
+        .map(|e| i64_of(e.seq))
+        .collect::<Result<Vec<_>, _>>()?;
+    let ats: Vec<chrono::DateTime<chrono::Utc>> = events.iter().map(|e| e.at.0).collect();
+    let bodies = events
+        .iter()
+        .map(|e| to_json(e).map(|j| j.0))
+        .collect::<Result<Vec<_>, _>>()?;
+    sqlx::query(
+        "INSERT INTO forge_run_events (run_id, seq, tenant_id, at, body) \
+         SELECT $1, e.seq, $2, e.at, e.body FROM UNNEST($3::bigint[], $4::timestamptz[], $5::jsonb[]) AS e(seq, at, body)",
+    )
+    .bind(run.0)
+    .bind(scope.tenant_id().as_str())
+    .bind(seqs)
+    .bind(ats)
+    .bind(bodies)
+    .execute(&mut **tx)
+    .await
+    .map_err(db_error)?;
+    Ok(())
+}
+
+/// After `finished` ends, makes its thread's oldest queued run active and that run's job ready.
+async fn promote_next(
+    tx: &mut Tx,
+    scope: &Scope,
+    thread: ThreadId,
+    finished: RunId,
+    now: forge_core::time::Timestamp,
+) -> Result<(), Error> {
+    let next: Option<uuid::Uuid> = sqlx::query_scalar(
+        "SELECT id FROM forge_runs WHERE thread_id = $1 AND tenant_id = $2 AND status = 'queued' AND id <> $3 \
+         ORDER BY created_at, id LIMIT 1",
+    )
+    .bind(thread.0)
+    .bind(scope.tenant_id().as_str())
+    .bind(finished.0)
+    .fetch_optional(&mut **tx)
+    .await
+    .map_err(db_error)?;
+    sqlx::query("UPDATE forge_threads SET active_run = $1 WHERE id = $2 AND tenant_id = $3 AND active_run = $4")
+        .bind(next)
+        .bind(thread.0)
+        .bind(scope.tenant_id().as_str())
+        .bind(finished.0)
+        .execute(&mut **tx)
+        .await
+        .map_err(db_error)?;
+    if let Some(next) = next {
+        sqlx::query("UPDATE forge_jobs SET state = 'ready', available_at = $1 WHERE run_id = $2 AND state = 'waiting'")
+            .bind(now.0)
+            .bind(next)
+            .execute(&mut **tx)
+            .await
+            .map_err(db_error)?;
+    }
     Ok(())
 }
 
@@ -215,13 +285,17 @@ impl RunStore for PostgresStore {
                 "a run needs an input message with at least one part",
             ));
         }
+        if new.max_attempts == 0 {
+            return Err(Error::invalid("max_attempts must be at least 1"));
+        }
         let now = self.clock.now();
-        let run = Run {
+        let mut run = Run {
             id: RunId::generate(self.ids.as_ref()),
             tenant_id: scope.tenant_id().clone(),
             principal_id: scope.principal_id().clone(),
             thread_id: new.thread_id,
             agent: new.agent,
+            input: new.input,
             status: RunStatus::Queued,
             version: 0,
             last_seq: 0,
@@ -229,21 +303,44 @@ impl RunStore for PostgresStore {
             failure: None,
             lease: None,
             fence: 0,
+            cancel_requested: false,
             created_at: now,
             updated_at: now,
         };
-        let input = Message {
-            id: MessageId::generate(self.ids.as_ref()),
-            run_id: run.id,
-            role: Role::User,
-            parts: new.input,
-            created_at: now,
-        };
         let mut tx = self.tenant_tx(scope).await?;
-        thread_exists(&mut tx, scope, run.thread_id).await?;
+        // Locking the thread row serializes admissions to one thread.
+        let active: Option<Option<uuid::Uuid>> = sqlx::query_scalar(
+            "SELECT active_run FROM forge_threads WHERE id = $1 AND tenant_id = $2 FOR UPDATE",
+        )
+        .bind(run.thread_id.0)
+        .bind(scope.tenant_id().as_str())
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        let active = active
+            .ok_or_else(|| Error::not_found("thread", run.thread_id))?
+            .map(RunId);
+        let admission = admit(run.thread_id, active, new.strategy)?;
+        let mut queued_event = None;
+        let job_state = match admission {
+            Admission::Active => "ready",
+            Admission::Queued { behind } => {
+                run.last_seq = 1;
+                queued_event = Some(RunEvent {
+                    run_id: run.id,
+                    seq: 1,
+                    at: now,
+                    kind: RunEventKind::RunQueued {
+                        thread_id: run.thread_id,
+                        behind,
+                    },
+                });
+                "waiting"
+            }
+        };
         sqlx::query(
             "INSERT INTO forge_runs (id, tenant_id, principal_id, thread_id, agent_name, agent_version, status, version, last_seq, \
-             checkpoint, fence, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, 'queued', 0, 0, $7, 0, $8, $8)",
+             checkpoint, fence, created_at, updated_at, input) VALUES ($1, $2, $3, $4, $5, $6, 'queued', 0, $7, $8, 0, $9, $9, $10)",
         )
         .bind(run.id.0)
         .bind(run.tenant_id.as_str())
@@ -251,14 +348,75 @@ impl RunStore for PostgresStore {
         .bind(run.thread_id.0)
         .bind(&run.agent.name)
         .bind(&run.agent.version)
+        .bind(i64_of(run.last_seq)?)
         .bind(to_json(&run.checkpoint)?)
         .bind(now.0)
+        .bind(to_json(&run.input)?)
         .execute(&mut *tx)
         .await
         .map_err(db_error)?;
-        insert_messages(&mut tx, scope, run.thread_id, std::slice::from_ref(&input)).await?;
+        if let Some(e) = &queued_event {
+            insert_events(&mut tx, scope, run.id, std::slice::from_ref(e)).await?;
+        }
+        match admission {
+            Admission::Active => {
+                sqlx::query(
+                    "UPDATE forge_threads SET active_run = $1 WHERE id = $2 AND tenant_id = $3",
+                )
+                .bind(run.id.0)
+                .bind(run.thread_id.0)
+                .bind(scope.tenant_id().as_str())
+                .execute(&mut *tx)
+                .await
+                .map_err(db_error)?;
+            }
+            Admission::Queued { .. } if new.strategy == StartStrategy::Interrupt => {
+                sqlx::query(
+                    "UPDATE forge_runs SET cancel_requested = true WHERE thread_id = $1 AND tenant_id = $2 AND id <> $3 \
+                     AND status NOT IN ('completed', 'failed', 'cancelled')",
+                )
+                .bind(run.thread_id.0)
+                .bind(scope.tenant_id().as_str())
+                .bind(run.id.0)
+                .execute(&mut *tx)
+                .await
+                .map_err(db_error)?;
+            }
+            Admission::Queued { .. } => {}
+        }
+        sqlx::query(
+            "INSERT INTO forge_jobs (id, tenant_id, run_id, state, available_at, attempts, max_attempts, token) \
+             VALUES ($1, $2, $3, $4, $5, 0, $6, 0)",
+        )
+        .bind(forge_core::id::JobId::generate(self.ids.as_ref()).0)
+        .bind(scope.tenant_id().as_str())
+        .bind(run.id.0)
+        .bind(job_state)
+        .bind(now.0)
+        .bind(i32::try_from(new.max_attempts).unwrap_or(i32::MAX))
+        .execute(&mut *tx)
+        .await
+        .map_err(db_error)?;
         tx.commit().await.map_err(db_error)?;
         Ok(run)
+    }
+
+    async fn request_cancel(&self, scope: &Scope, id: RunId) -> Result<bool, Error> {
+        let mut tx = self.tenant_tx(scope).await?;
+        let run = fetch_run(&mut tx, scope, id, true).await?;
+        if run.status.is_terminal() {
+            return Ok(false);
+        }
+        sqlx::query(
+            "UPDATE forge_runs SET cancel_requested = true WHERE id = $1 AND tenant_id = $2",
+        )
+        .bind(id.0)
+        .bind(scope.tenant_id().as_str())
+        .execute(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        tx.commit().await.map_err(db_error)?;
+        Ok(true)
     }
 
     async fn get_run(&self, scope: &Scope, id: RunId) -> Result<Run, Error> {
@@ -333,32 +491,7 @@ impl RunStore for PostgresStore {
         let mut tx = self.tenant_tx(scope).await?;
         let run = fetch_run(&mut tx, scope, commit.run_id, true).await?;
         let committed = check_commit(&run, &commit, now)?;
-        if !commit.events.is_empty() {
-            let seqs = commit
-                .events
-                .iter()
-                .map(|e| i64_of(e.seq))
-                .collect::<Result<Vec<_>, _>>()?;
-            let ats: Vec<chrono::DateTime<chrono::Utc>> =
-                commit.events.iter().map(|e| e.at.0).collect();
-            let bodies = commit
-                .events
-                .iter()
-                .map(|e| to_json(e).map(|j| j.0))
-                .collect::<Result<Vec<_>, _>>()?;
-            sqlx::query(
-                "INSERT INTO forge_run_events (run_id, seq, tenant_id, at, body) \
-                 SELECT $1, e.seq, $2, e.at, e.body FROM UNNEST($3::bigint[], $4::timestamptz[], $5::jsonb[]) AS e(seq, at, body)",
-            )
-            .bind(run.id.0)
-            .bind(scope.tenant_id().as_str())
-            .bind(seqs)
-            .bind(ats)
-            .bind(bodies)
-            .execute(&mut *tx)
-            .await
-            .map_err(db_error)?;
-        }
+        insert_events(&mut tx, scope, run.id, &commit.events).await?;
         insert_messages(&mut tx, scope, run.thread_id, &commit.messages).await?;
         sqlx::query(
             "UPDATE forge_runs SET version = $1, last_seq = $2, status = $3, waiting_for = $4, checkpoint = $5, failure = $6, \
@@ -376,6 +509,9 @@ impl RunStore for PostgresStore {
         .execute(&mut *tx)
         .await
         .map_err(db_error)?;
+        if commit.status.is_terminal() {
+            promote_next(&mut tx, scope, run.thread_id, run.id, now).await?;
+        }
         tx.commit().await.map_err(db_error)?;
         Ok(committed)
     }

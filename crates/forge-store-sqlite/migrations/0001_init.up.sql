@@ -30,6 +30,7 @@ CREATE TABLE forge_runs (
     thread_id TEXT NOT NULL REFERENCES forge_threads (id),
     agent_name TEXT NOT NULL,
     agent_version TEXT NOT NULL,
+    input TEXT NOT NULL,
     status TEXT NOT NULL,
     waiting_for TEXT,
     version INTEGER NOT NULL,
@@ -40,6 +41,7 @@ CREATE TABLE forge_runs (
     lease_token INTEGER,
     lease_expires_at INTEGER,
     fence INTEGER NOT NULL,
+    cancel_requested INTEGER NOT NULL DEFAULT 0,
     created_at INTEGER NOT NULL,
     updated_at INTEGER NOT NULL
 ) STRICT;
@@ -66,3 +68,4 @@ CREATE TABLE forge_jobs (
     expires_at INTEGER
 ) STRICT;
 CREATE INDEX forge_jobs_ready ON forge_jobs (state, available_at, id);
+CREATE INDEX forge_jobs_run ON forge_jobs (run_id);

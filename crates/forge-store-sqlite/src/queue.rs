@@ -8,6 +8,7 @@ use forge_core::Error;
 use forge_core::id::{JobId, RunId};
 use forge_core::ports::queue::{ClaimedJob, JobQueue, JobState, NewJob};
 use forge_core::scope::{Scope, SystemScope, TenantId};
+use forge_core::time::Timestamp;
 use sqlx::sqlite::SqliteRow;
 
 use crate::SqliteStore;
@@ -15,6 +16,7 @@ use crate::rows::{self, db_error, i64_of};
 
 fn state_name(s: JobState) -> &'static str {
     match s {
+        JobState::Waiting => "waiting",
         JobState::Ready => "ready",
         JobState::Claimed => "claimed",
         JobState::Completed => "completed",
@@ -24,6 +26,7 @@ fn state_name(s: JobState) -> &'static str {
 
 fn state_of(s: &str) -> Result<JobState, Error> {
     Ok(match s {
+        "waiting" => JobState::Waiting,
         "ready" => JobState::Ready,
         "claimed" => JobState::Claimed,
         "completed" => JobState::Completed,
@@ -217,6 +220,29 @@ impl JobQueue for SqliteStore {
         .map_err(db_error)?;
         tx.commit().await.map_err(db_error)?;
         Ok(next)
+    }
+
+    async fn release(
+        &self,
+        _system: &SystemScope,
+        job: &ClaimedJob,
+        not_before: Timestamp,
+    ) -> Result<(), Error> {
+        let mut tx = self
+            .pool
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(db_error)?;
+        self.current_claim(&mut tx, job).await?;
+        sqlx::query(
+            "UPDATE forge_jobs SET state = 'ready', attempts = MAX(attempts - 1, 0), expires_at = NULL, available_at = $1 WHERE id = $2",
+        )
+        .bind(not_before.unix_millis())
+        .bind(job.id.to_string())
+        .execute(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        tx.commit().await.map_err(db_error)
     }
 
     async fn job_state(&self, _system: &SystemScope, id: JobId) -> Result<JobState, Error> {

@@ -4,12 +4,12 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use forge_core::Error;
-use forge_core::event::RunEvent;
-use forge_core::id::{MessageId, RunId, ThreadId};
-use forge_core::message::{Message, Role};
+use forge_core::event::{RunEvent, RunEventKind};
+use forge_core::id::{RunId, ThreadId};
+use forge_core::message::Message;
 use forge_core::ports::store::{
-    Committed, NewRun, NewThread, RunStore, StepCommit, ThreadStore, check_commit, next_lease,
-    renewed_lease,
+    Admission, Committed, NewRun, NewThread, RunStore, StartStrategy, StepCommit, ThreadStore,
+    admit, check_commit, next_lease, renewed_lease,
 };
 use forge_core::run::{Checkpoint, Run, RunLease, RunStatus};
 use forge_core::scope::Scope;
@@ -20,7 +20,7 @@ use crate::SqliteStore;
 use crate::rows::{self, db_error, i64_of, to_json};
 
 const RUN_COLUMNS: &str = "id, tenant_id, principal_id, thread_id, agent_name, agent_version, status, waiting_for, \
-    version, last_seq, checkpoint, failure, lease_holder, lease_token, lease_expires_at, fence, created_at, updated_at";
+    version, last_seq, checkpoint, failure, lease_holder, lease_token, lease_expires_at, fence, cancel_requested, created_at, updated_at, input";
 
 impl SqliteStore {
     async fn write_tx(&self) -> Result<Transaction<'static, Sqlite>, Error> {
@@ -84,6 +84,62 @@ impl SqliteStore {
         .map_err(db_error)?;
         Ok(())
     }
+}
+
+async fn insert_events(
+    tx: &mut Transaction<'static, Sqlite>,
+    scope: &Scope,
+    events: &[RunEvent],
+) -> Result<(), Error> {
+    for e in events {
+        sqlx::query("INSERT INTO forge_run_events (run_id, seq, tenant_id, at, body) VALUES ($1, $2, $3, $4, $5)")
+            .bind(e.run_id.to_string())
+            .bind(i64_of(e.seq)?)
+            .bind(scope.tenant_id().as_str())
+            .bind(e.at.unix_millis())
+            .bind(to_json(e)?)
+            .execute(&mut **tx)
+            .await
+            .map_err(db_error)?;
+    }
+    Ok(())
+}
+
+/// After `finished` ends, makes its thread's oldest queued run active and that run's job ready.
+async fn promote_next(
+    tx: &mut Transaction<'static, Sqlite>,
+    scope: &Scope,
+    thread: ThreadId,
+    finished: RunId,
+    now: forge_core::time::Timestamp,
+) -> Result<(), Error> {
+    let next: Option<String> = sqlx::query_scalar(
+        "SELECT id FROM forge_runs WHERE thread_id = $1 AND tenant_id = $2 AND status = 'queued' AND id <> $3 \
+         ORDER BY created_at, id LIMIT 1",
+    )
+    .bind(thread.to_string())
+    .bind(scope.tenant_id().as_str())
+    .bind(finished.to_string())
+    .fetch_optional(&mut **tx)
+    .await
+    .map_err(db_error)?;
+    sqlx::query("UPDATE forge_threads SET active_run = $1 WHERE id = $2 AND tenant_id = $3 AND active_run = $4")
+        .bind(&next)
+        .bind(thread.to_string())
+        .bind(scope.tenant_id().as_str())
+        .bind(finished.to_string())
+        .execute(&mut **tx)
+        .await
+        .map_err(db_error)?;
+    if let Some(next) = next {
+        sqlx::query("UPDATE forge_jobs SET state = 'ready', available_at = $1 WHERE run_id = $2 AND state = 'waiting'")
+            .bind(now.unix_millis())
+            .bind(next)
+            .execute(&mut **tx)
+            .await
+            .map_err(db_error)?;
+    }
+    Ok(())
 }
 
 async fn insert_message(
@@ -217,13 +273,17 @@ impl RunStore for SqliteStore {
                 "a run needs an input message with at least one part",
             ));
         }
+        if new.max_attempts == 0 {
+            return Err(Error::invalid("max_attempts must be at least 1"));
+        }
         let now = self.clock.now();
-        let run = Run {
+        let mut run = Run {
             id: RunId::generate(self.ids.as_ref()),
             tenant_id: scope.tenant_id().clone(),
             principal_id: scope.principal_id().clone(),
             thread_id: new.thread_id,
             agent: new.agent,
+            input: new.input,
             status: RunStatus::Queued,
             version: 0,
             last_seq: 0,
@@ -231,21 +291,47 @@ impl RunStore for SqliteStore {
             failure: None,
             lease: None,
             fence: 0,
+            cancel_requested: false,
             created_at: now,
             updated_at: now,
         };
-        let input = Message {
-            id: MessageId::generate(self.ids.as_ref()),
-            run_id: run.id,
-            role: Role::User,
-            parts: new.input,
-            created_at: now,
-        };
         let mut tx = self.write_tx().await?;
-        self.thread_exists(&mut tx, scope, run.thread_id).await?;
+        let active: Option<Option<String>> = sqlx::query_scalar(
+            "SELECT active_run FROM forge_threads WHERE id = $1 AND tenant_id = $2",
+        )
+        .bind(run.thread_id.to_string())
+        .bind(scope.tenant_id().as_str())
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        let active = active
+            .ok_or_else(|| Error::not_found("thread", run.thread_id))?
+            .map(|s| {
+                s.parse::<RunId>()
+                    .map_err(|e| Error::invalid(format!("stored active run: {e}")))
+            })
+            .transpose()?;
+        let admission = admit(run.thread_id, active, new.strategy)?;
+        let mut queued_event = None;
+        let job_state = match admission {
+            Admission::Active => "ready",
+            Admission::Queued { behind } => {
+                run.last_seq = 1;
+                queued_event = Some(RunEvent {
+                    run_id: run.id,
+                    seq: 1,
+                    at: now,
+                    kind: RunEventKind::RunQueued {
+                        thread_id: run.thread_id,
+                        behind,
+                    },
+                });
+                "waiting"
+            }
+        };
         sqlx::query(
             "INSERT INTO forge_runs (id, tenant_id, principal_id, thread_id, agent_name, agent_version, status, version, last_seq, \
-             checkpoint, fence, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, 'queued', 0, 0, $7, 0, $8, $8)",
+             checkpoint, fence, created_at, updated_at, input) VALUES ($1, $2, $3, $4, $5, $6, 'queued', 0, $7, $8, 0, $9, $9, $10)",
         )
         .bind(run.id.to_string())
         .bind(run.tenant_id.as_str())
@@ -253,14 +339,73 @@ impl RunStore for SqliteStore {
         .bind(run.thread_id.to_string())
         .bind(&run.agent.name)
         .bind(&run.agent.version)
+        .bind(i64_of(run.last_seq)?)
         .bind(to_json(&run.checkpoint)?)
         .bind(now.unix_millis())
+        .bind(to_json(&run.input)?)
         .execute(&mut *tx)
         .await
         .map_err(db_error)?;
-        insert_message(&mut tx, scope, run.thread_id, &input).await?;
+        if let Some(e) = &queued_event {
+            insert_events(&mut tx, scope, std::slice::from_ref(e)).await?;
+        }
+        match admission {
+            Admission::Active => {
+                sqlx::query(
+                    "UPDATE forge_threads SET active_run = $1 WHERE id = $2 AND tenant_id = $3",
+                )
+                .bind(run.id.to_string())
+                .bind(run.thread_id.to_string())
+                .bind(scope.tenant_id().as_str())
+                .execute(&mut *tx)
+                .await
+                .map_err(db_error)?;
+            }
+            Admission::Queued { .. } if new.strategy == StartStrategy::Interrupt => {
+                sqlx::query(
+                    "UPDATE forge_runs SET cancel_requested = 1 WHERE thread_id = $1 AND tenant_id = $2 AND id <> $3 \
+                     AND status NOT IN ('completed', 'failed', 'cancelled')",
+                )
+                .bind(run.thread_id.to_string())
+                .bind(scope.tenant_id().as_str())
+                .bind(run.id.to_string())
+                .execute(&mut *tx)
+                .await
+                .map_err(db_error)?;
+            }
+            Admission::Queued { .. } => {}
+        }
+        sqlx::query(
+            "INSERT INTO forge_jobs (id, tenant_id, run_id, state, available_at, attempts, max_attempts, token) \
+             VALUES ($1, $2, $3, $4, $5, 0, $6, 0)",
+        )
+        .bind(forge_core::id::JobId::generate(self.ids.as_ref()).to_string())
+        .bind(scope.tenant_id().as_str())
+        .bind(run.id.to_string())
+        .bind(job_state)
+        .bind(now.unix_millis())
+        .bind(i64::from(new.max_attempts))
+        .execute(&mut *tx)
+        .await
+        .map_err(db_error)?;
         tx.commit().await.map_err(db_error)?;
         Ok(run)
+    }
+
+    async fn request_cancel(&self, scope: &Scope, id: RunId) -> Result<bool, Error> {
+        let mut tx = self.write_tx().await?;
+        let run = self.fetch_run(&mut *tx, scope, id).await?;
+        if run.status.is_terminal() {
+            return Ok(false);
+        }
+        sqlx::query("UPDATE forge_runs SET cancel_requested = 1 WHERE id = $1 AND tenant_id = $2")
+            .bind(id.to_string())
+            .bind(scope.tenant_id().as_str())
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error)?;
+        tx.commit().await.map_err(db_error)?;
+        Ok(true)
     }
 
     async fn get_run(&self, scope: &Scope, id: RunId) -> Result<Run, Error> {
@@ -336,17 +481,7 @@ impl RunStore for SqliteStore {
         let mut tx = self.write_tx().await?;
         let run = self.fetch_run(&mut *tx, scope, commit.run_id).await?;
         let committed = check_commit(&run, &commit, now)?;
-        for e in &commit.events {
-            sqlx::query("INSERT INTO forge_run_events (run_id, seq, tenant_id, at, body) VALUES ($1, $2, $3, $4, $5)")
-                .bind(run.id.to_string())
-                .bind(i64_of(e.seq)?)
-                .bind(scope.tenant_id().as_str())
-                .bind(e.at.unix_millis())
-                .bind(to_json(e)?)
-                .execute(&mut *tx)
-                .await
-                .map_err(db_error)?;
-        }
+        insert_events(&mut tx, scope, &commit.events).await?;
         for m in &commit.messages {
             insert_message(&mut tx, scope, run.thread_id, m).await?;
         }
@@ -374,6 +509,9 @@ impl RunStore for SqliteStore {
                 expected: run.version,
                 actual: run.version + 1,
             });
+        }
+        if commit.status.is_terminal() {
+            promote_next(&mut tx, scope, run.thread_id, run.id, now).await?;
         }
         tx.commit().await.map_err(db_error)?;
         Ok(committed)

@@ -85,7 +85,17 @@ pub const SUITES: &[Suite] = &[
         scenarios: &[
             "queue_claim_heartbeat_complete",
             "queue_lapsed_claim_is_fenced_and_dead_letters",
+            "queue_release_keeps_the_attempt",
             "queue_concurrent_claims_take_each_job_once",
+        ],
+    },
+    Suite {
+        name: "ordering",
+        macro_name: "ordering_conformance",
+        scenarios: &[
+            "thread_admission_and_promotion",
+            "interrupt_requests_cancellation",
+            "request_cancel_flags_live_runs_only",
         ],
     },
     Suite {
@@ -108,6 +118,7 @@ pub const ADAPTERS: &[(&str, &str, &[&str])] = &[
             "event_log",
             "leases",
             "queue",
+            "ordering",
             "isolation",
         ],
     ),
@@ -120,6 +131,7 @@ pub const ADAPTERS: &[(&str, &str, &[&str])] = &[
             "event_log",
             "leases",
             "queue",
+            "ordering",
             "isolation",
         ],
     ),
@@ -132,6 +144,7 @@ pub const ADAPTERS: &[(&str, &str, &[&str])] = &[
             "event_log",
             "leases",
             "queue",
+            "ordering",
             "isolation",
         ],
     ),
@@ -144,6 +157,7 @@ pub const ADAPTERS: &[(&str, &str, &[&str])] = &[
             "event_log",
             "leases",
             "queue",
+            "ordering",
             "isolation",
         ],
     ),
@@ -224,7 +238,17 @@ macro_rules! queue_conformance {
     ($factory:ty) => {
         $crate::__conformance_suite!(queue_conformance, "queue", $factory;
             queue_claim_heartbeat_complete, queue_lapsed_claim_is_fenced_and_dead_letters,
-            queue_concurrent_claims_take_each_job_once);
+            queue_release_keeps_the_attempt, queue_concurrent_claims_take_each_job_once);
+    };
+}
+
+/// Thread ordering: admission strategies, promotion, cancel requests.
+#[macro_export]
+macro_rules! ordering_conformance {
+    ($factory:ty) => {
+        $crate::__conformance_suite!(ordering_conformance, "ordering", $factory;
+            thread_admission_and_promotion, interrupt_requests_cancellation,
+            request_cancel_flags_live_runs_only);
     };
 }
 
@@ -245,6 +269,7 @@ macro_rules! store_conformance {
         $crate::event_log_conformance!($factory);
         $crate::lease_conformance!($factory);
         $crate::queue_conformance!($factory);
+        $crate::ordering_conformance!($factory);
         $crate::isolation_conformance!($factory);
     };
 }

@@ -9,7 +9,9 @@ use forge_core::id::{MessageId, RunId, SequentialIds};
 use forge_core::message::{Message, Role};
 use forge_core::part::Part;
 use forge_core::ports::queue::{JobQueue, JobState, NewJob};
-use forge_core::ports::store::{NewRun, NewThread, RunStore, StepCommit, ThreadStore};
+use forge_core::ports::store::{
+    NewRun, NewThread, RunStore, StartStrategy, StepCommit, ThreadStore,
+};
 use forge_core::run::{Checkpoint, Run, RunLease, RunStatus};
 use forge_core::scope::{Scope, SystemScope};
 use forge_core::time::{Clock, ManualClock};
@@ -45,11 +47,7 @@ impl<F: StoreFactory> Fixture<F> {
         self.store
             .create_run(
                 &self.scope,
-                NewRun {
-                    thread_id: thread.id,
-                    agent: agent_ref(),
-                    input: vec![Part::text("hi")],
-                },
+                NewRun::new(thread.id, agent_ref(), vec![Part::text("hi")]),
             )
             .await
             .expect("create run")
@@ -202,11 +200,7 @@ pub async fn tenant_isolation<F: StoreFactory>() {
         f.store
             .create_run(
                 &other,
-                NewRun {
-                    thread_id: run.thread_id,
-                    agent: agent_ref(),
-                    input: vec![Part::text("x")],
-                },
+                NewRun::new(run.thread_id, agent_ref(), vec![Part::text("x")]),
             )
             .await,
         ErrorKind::NotFound,
@@ -416,7 +410,7 @@ pub async fn refused_commit_writes_nothing<F: StoreFactory>() {
     );
 }
 
-/// `commit_step` enforces the run state machine.
+/// `commit_step` enforces the run state machine: a terminal run never changes.
 pub async fn illegal_status_change_is_refused<F: StoreFactory>() {
     let f = fixture::<F>().await;
     let run = f.run().await;
@@ -425,29 +419,32 @@ pub async fn illegal_status_change_is_refused<F: StoreFactory>() {
         .acquire_lease(&f.scope, run.id, "w", TTL)
         .await
         .expect("lease");
-    let skip = f.commit(&run, &lease, f.events(run.id, 1, 1), RunStatus::Completed);
-    expect_kind(
-        f.store.commit_step(&f.scope, skip).await,
-        ErrorKind::Invalid,
-        "queued straight to completed",
-    );
-    let start = f.commit(&run, &lease, f.events(run.id, 1, 1), RunStatus::Running);
-    f.store
-        .commit_step(&f.scope, start)
-        .await
-        .expect("queued to running");
-    let run = f.store.get_run(&f.scope, run.id).await.expect("get");
-    let done = f.commit(&run, &lease, f.events(run.id, 2, 1), RunStatus::Completed);
+    // One step may hold several transitions: a one-step run goes from queued to completed.
+    let done = f.commit(&run, &lease, f.events(run.id, 1, 2), RunStatus::Completed);
     f.store
         .commit_step(&f.scope, done)
         .await
-        .expect("running to completed");
+        .expect("queued to completed in one step");
     let run = f.store.get_run(&f.scope, run.id).await.expect("get");
-    let revive = f.commit(&run, &lease, f.events(run.id, 3, 1), RunStatus::Running);
-    expect_kind(
-        f.store.commit_step(&f.scope, revive).await,
-        ErrorKind::Invalid,
-        "a terminal run moving again",
+    for to in [
+        RunStatus::Running,
+        RunStatus::Cancelled,
+        RunStatus::Completed,
+    ] {
+        let revive = f.commit(&run, &lease, f.events(run.id, 3, 1), to);
+        expect_kind(
+            f.store.commit_step(&f.scope, revive).await,
+            ErrorKind::Invalid,
+            "a terminal run changing",
+        );
+    }
+    assert_eq!(
+        f.store
+            .read_events(&f.scope, run.id, 0, 10)
+            .await
+            .expect("read")
+            .len(),
+        2
     );
 }
 
@@ -609,111 +606,6 @@ pub async fn read_events_after_sequence<F: StoreFactory>() {
     assert_eq!(page.iter().map(|e| e.seq).collect::<Vec<_>>(), vec![4, 5]);
 }
 
-/// Claim, heartbeat and complete a job; a completed job is not claimed again.
-pub async fn queue_claim_heartbeat_complete<F: StoreFactory>() {
-    let f = fixture::<F>().await;
-    let sys = SystemScope::new("conformance");
-    let run = f.run().await;
-    let id = f.enqueue(run.id, 3).await;
-    let job = f
-        .store
-        .claim(&sys, "w1", TTL)
-        .await
-        .expect("claim")
-        .expect("a ready job");
-    assert_eq!((job.id, job.run_id, job.attempt), (id, run.id, 1));
-    assert_eq!(&job.tenant_id, f.scope.tenant_id());
-    assert!(
-        f.store
-            .claim(&sys, "w2", TTL)
-            .await
-            .expect("claim")
-            .is_none(),
-        "a claimed job is not claimed twice"
-    );
-    f.clock.advance(Duration::from_secs(20));
-    let job = f.store.heartbeat(&sys, &job, TTL).await.expect("heartbeat");
-    f.clock.advance(Duration::from_secs(20));
-    assert!(
-        f.store
-            .claim(&sys, "w2", TTL)
-            .await
-            .expect("claim")
-            .is_none(),
-        "a heartbeated claim holds"
-    );
-    f.store.complete(&sys, &job).await.expect("complete");
-    assert_eq!(
-        f.store.job_state(&sys, id).await.expect("state"),
-        JobState::Completed
-    );
-    f.clock.advance(TTL * 4);
-    assert!(
-        f.store
-            .claim(&sys, "w2", TTL)
-            .await
-            .expect("claim")
-            .is_none()
-    );
-}
-
-/// A lapsed claim is re-claimed with a higher token, the old claim is fenced, and spent attempts
-/// dead-letter the job.
-pub async fn queue_lapsed_claim_is_fenced_and_dead_letters<F: StoreFactory>() {
-    let f = fixture::<F>().await;
-    let sys = SystemScope::new("conformance");
-    let run = f.run().await;
-    let id = f.enqueue(run.id, 2).await;
-    let first = f
-        .store
-        .claim(&sys, "w1", TTL)
-        .await
-        .expect("claim")
-        .expect("job");
-    f.clock.advance(TTL + Duration::from_secs(1));
-    let second = f
-        .store
-        .claim(&sys, "w2", TTL)
-        .await
-        .expect("claim")
-        .expect("the lapsed job");
-    assert_eq!(second.attempt, 2);
-    assert!(second.token > first.token);
-    expect_kind(
-        f.store.heartbeat(&sys, &first, TTL).await,
-        ErrorKind::Conflict,
-        "heartbeat of a lapsed claim",
-    );
-    expect_kind(
-        f.store.complete(&sys, &first).await,
-        ErrorKind::Conflict,
-        "completing a lapsed claim",
-    );
-    let state = f
-        .store
-        .fail(&sys, &second, Duration::from_secs(1))
-        .await
-        .expect("fail");
-    assert_eq!(
-        state,
-        JobState::Dead,
-        "the last attempt's failure dead-letters the job"
-    );
-    f.clock.advance(Duration::from_secs(60));
-    assert!(
-        f.store
-            .claim(&sys, "w3", TTL)
-            .await
-            .expect("claim")
-            .is_none(),
-        "a dead job is not claimed"
-    );
-    assert_eq!(
-        f.store.job_state(&sys, id).await.expect("state"),
-        JobState::Dead
-    );
-}
-
 /// Two concurrent session-state writers from the same version: exactly one wins.
 pub async fn session_state_single_writer<F: StoreFactory>() {
     let f = fixture::<F>().await;
@@ -752,8 +644,8 @@ pub async fn session_state_single_writer<F: StoreFactory>() {
     assert_eq!(stored, winner, "the stored state is the winner's");
 }
 
-/// Runs read back as written, list oldest first, and a step's messages join the thread's history
-/// after the run's input, in order.
+/// Runs read back as written (input included) and list oldest first; the history holds only
+/// committed messages, in commit order.
 pub async fn run_round_trip_and_history<F: StoreFactory>() {
     let f = fixture::<F>().await;
     let first = f.run().await;
@@ -761,11 +653,7 @@ pub async fn run_round_trip_and_history<F: StoreFactory>() {
         .store
         .create_run(
             &f.scope,
-            NewRun {
-                thread_id: first.thread_id,
-                agent: agent_ref(),
-                input: vec![Part::text("again")],
-            },
+            NewRun::new(first.thread_id, agent_ref(), vec![Part::text("again")]),
         )
         .await
         .expect("create second run");
@@ -776,6 +664,19 @@ pub async fn run_round_trip_and_history<F: StoreFactory>() {
     );
     assert_eq!(first.status, RunStatus::Queued);
     assert_eq!((first.version, first.last_seq, first.fence), (0, 0, 0));
+    assert_eq!(
+        first.input,
+        vec![Part::text("hi")],
+        "the run keeps its input"
+    );
+    assert!(
+        f.store
+            .list_messages(&f.scope, first.thread_id)
+            .await
+            .expect("history")
+            .is_empty(),
+        "a run's input joins the history only when the run starts"
+    );
     let listed: Vec<RunId> = f
         .store
         .list_runs(&f.scope, first.thread_id)
@@ -800,7 +701,14 @@ pub async fn run_round_trip_and_history<F: StoreFactory>() {
         created_at: f.clock.now(),
     };
     let mut commit = f.commit(&first, &lease, f.events(first.id, 1, 2), RunStatus::Running);
-    commit.messages = vec![reply.clone()];
+    let input = Message {
+        id: MessageId::generate(&ids),
+        run_id: first.id,
+        role: Role::User,
+        parts: first.input.clone(),
+        created_at: f.clock.now(),
+    };
+    commit.messages = vec![input, reply.clone()];
     commit.checkpoint.usage.input_tokens = 42;
     let done = f.store.commit_step(&f.scope, commit).await.expect("commit");
     assert_eq!((done.version, done.last_seq), (1, 2));
@@ -824,20 +732,181 @@ pub async fn run_round_trip_and_history<F: StoreFactory>() {
         summary,
         [
             (Role::User, "hi".to_owned()),
-            (Role::User, "again".to_owned()),
             (Role::Assistant, "hello there".to_owned())
         ]
     );
-    assert_eq!(history[2], reply, "a committed message reads back exactly");
+    assert_eq!(history[1], reply, "a committed message reads back exactly");
+}
+
+/// A run's job is claimable once; heartbeats keep the claim; a completed job is not claimed again.
+pub async fn queue_claim_heartbeat_complete<F: StoreFactory>() {
+    let f = fixture::<F>().await;
+    let sys = SystemScope::new("conformance");
+    let run = f.run().await;
+    let job = f
+        .store
+        .claim(&sys, "w1", TTL)
+        .await
+        .expect("claim")
+        .expect("the run's job is ready");
+    assert_eq!((job.run_id, job.attempt), (run.id, 1));
+    assert_eq!(&job.tenant_id, f.scope.tenant_id());
+    assert!(
+        f.store
+            .claim(&sys, "w2", TTL)
+            .await
+            .expect("claim")
+            .is_none(),
+        "a claimed job is not claimed twice"
+    );
+    f.clock.advance(Duration::from_secs(20));
+    let job = f.store.heartbeat(&sys, &job, TTL).await.expect("heartbeat");
+    f.clock.advance(Duration::from_secs(20));
+    assert!(
+        f.store
+            .claim(&sys, "w2", TTL)
+            .await
+            .expect("claim")
+            .is_none(),
+        "a heartbeated claim holds"
+    );
+    f.store.complete(&sys, &job).await.expect("complete");
+    assert_eq!(
+        f.store.job_state(&sys, job.id).await.expect("state"),
+        JobState::Completed
+    );
+    f.clock.advance(TTL * 4);
+    assert!(
+        f.store
+            .claim(&sys, "w2", TTL)
+            .await
+            .expect("claim")
+            .is_none()
+    );
+    // An explicitly enqueued job (as a dead-letter replay makes) is a new job for the same run.
+    let replayed = f.enqueue(run.id, 3).await;
+    let again = f
+        .store
+        .claim(&sys, "w3", TTL)
+        .await
+        .expect("claim")
+        .expect("the enqueued job");
+    assert_eq!(
+        (again.id, again.run_id, again.attempt),
+        (replayed, run.id, 1)
+    );
+}
+
+/// A lapsed claim is re-claimed with a higher token, the old claim is fenced, and spent attempts
+/// dead-letter the job.
+pub async fn queue_lapsed_claim_is_fenced_and_dead_letters<F: StoreFactory>() {
+    let f = fixture::<F>().await;
+    let sys = SystemScope::new("conformance");
+    let thread = f
+        .store
+        .create_thread(&f.scope, NewThread::default())
+        .await
+        .expect("thread");
+    let mut new = NewRun::new(thread.id, agent_ref(), vec![Part::text("poison")]);
+    new.max_attempts = 2;
+    f.store.create_run(&f.scope, new).await.expect("run");
+    let first = f
+        .store
+        .claim(&sys, "w1", TTL)
+        .await
+        .expect("claim")
+        .expect("job");
+    f.clock.advance(TTL + Duration::from_secs(1));
+    let second = f
+        .store
+        .claim(&sys, "w2", TTL)
+        .await
+        .expect("claim")
+        .expect("the lapsed job");
+    assert_eq!((second.id, second.attempt), (first.id, 2));
+    assert!(second.token > first.token);
+    expect_kind(
+        f.store.heartbeat(&sys, &first, TTL).await,
+        ErrorKind::Conflict,
+        "heartbeat of a lapsed claim",
+    );
+    expect_kind(
+        f.store.complete(&sys, &first).await,
+        ErrorKind::Conflict,
+        "completing a lapsed claim",
+    );
+    let state = f
+        .store
+        .fail(&sys, &second, Duration::from_secs(1))
+        .await
+        .expect("fail");
+    assert_eq!(
+        state,
+        JobState::Dead,
+        "the last attempt's failure dead-letters the job"
+    );
+    f.clock.advance(Duration::from_secs(60));
+    assert!(
+        f.store
+            .claim(&sys, "w3", TTL)
+            .await
+            .expect("claim")
+            .is_none(),
+        "a dead job is not claimed"
+    );
+    assert_eq!(
+        f.store.job_state(&sys, first.id).await.expect("state"),
+        JobState::Dead
+    );
+}
+
+/// Releasing a claim gives the job back without spending an attempt, and fences the old claim.
+pub async fn queue_release_keeps_the_attempt<F: StoreFactory>() {
+    let f = fixture::<F>().await;
+    let sys = SystemScope::new("conformance");
+    f.run().await;
+    let first = f
+        .store
+        .claim(&sys, "w1", TTL)
+        .await
+        .expect("claim")
+        .expect("job");
+    let later = f.clock.now().plus(Duration::from_secs(5));
+    f.store.release(&sys, &first, later).await.expect("release");
+    assert!(
+        f.store
+            .claim(&sys, "w2", TTL)
+            .await
+            .expect("claim")
+            .is_none(),
+        "not before the given time"
+    );
+    f.clock.advance(Duration::from_secs(5));
+    let again = f
+        .store
+        .claim(&sys, "w2", TTL)
+        .await
+        .expect("claim")
+        .expect("the released job");
+    assert_eq!(
+        (again.id, again.attempt),
+        (first.id, 1),
+        "releasing spent no attempt"
+    );
+    assert!(again.token > first.token);
+    expect_kind(
+        f.store.complete(&sys, &first).await,
+        ErrorKind::Conflict,
+        "completing a released claim",
+    );
 }
 
 /// Eight workers claiming at once take each of twenty jobs exactly once.
 pub async fn queue_concurrent_claims_take_each_job_once<F: StoreFactory>() {
     let f = fixture::<F>().await;
-    let run = f.run().await;
-    let mut ids = Vec::new();
+    let mut runs = Vec::new();
     for _ in 0..20 {
-        ids.push(f.enqueue(run.id, 3).await);
+        runs.push(f.run().await.id);
     }
     let mut workers = Vec::new();
     for w in 0..8 {
@@ -851,7 +920,7 @@ pub async fn queue_concurrent_claims_take_each_job_once<F: StoreFactory>() {
                 .expect("claim")
             {
                 store.complete(&sys, &job).await.expect("complete");
-                mine.push(job.id);
+                mine.push(job.run_id);
             }
             mine
         }));
@@ -861,6 +930,226 @@ pub async fn queue_concurrent_claims_take_each_job_once<F: StoreFactory>() {
         claimed.extend(w.await.expect("worker"));
     }
     claimed.sort();
-    ids.sort();
-    assert_eq!(claimed, ids, "every job claimed exactly once");
+    runs.sort();
+    assert_eq!(claimed, runs, "every run's job claimed exactly once");
+}
+
+/// A thread runs one run at a time: the first is active, the next waits behind it (`run.queued`,
+/// its job held back), `Reject` is refused, and the active run's end promotes the next.
+pub async fn thread_admission_and_promotion<F: StoreFactory>() {
+    let f = fixture::<F>().await;
+    let sys = SystemScope::new("conformance");
+    let thread = f
+        .store
+        .create_thread(&f.scope, NewThread::default())
+        .await
+        .expect("thread");
+    let new = |text: &str| NewRun::new(thread.id, agent_ref(), vec![Part::text(text)]);
+    let first = f
+        .store
+        .create_run(&f.scope, new("one"))
+        .await
+        .expect("first");
+    assert_eq!(
+        f.store
+            .get_thread(&f.scope, thread.id)
+            .await
+            .expect("thread")
+            .active_run,
+        Some(first.id)
+    );
+    assert_eq!(first.last_seq, 0, "an admitted run has no events yet");
+    let second = f
+        .store
+        .create_run(&f.scope, new("two"))
+        .await
+        .expect("second");
+    assert_eq!(second.last_seq, 1);
+    let queued = f
+        .store
+        .read_events(&f.scope, second.id, 0, 10)
+        .await
+        .expect("events");
+    assert_eq!(queued.len(), 1);
+    assert_eq!(queued[0].seq, 1);
+    assert_eq!(
+        queued[0].kind,
+        RunEventKind::RunQueued {
+            thread_id: thread.id,
+            behind: first.id
+        }
+    );
+    let busy = f
+        .store
+        .create_run(&f.scope, new("three").strategy(StartStrategy::Reject))
+        .await;
+    let busy = expect_kind(busy, ErrorKind::Conflict, "Reject on a busy thread");
+    assert!(matches!(busy, Error::ThreadBusy { .. }), "{busy:?}");
+    assert_eq!(
+        f.store
+            .list_runs(&f.scope, thread.id)
+            .await
+            .expect("runs")
+            .len(),
+        2,
+        "a rejected run is not created"
+    );
+
+    let job = f
+        .store
+        .claim(&sys, "w", TTL)
+        .await
+        .expect("claim")
+        .expect("the active run's job");
+    assert_eq!(job.run_id, first.id);
+    assert!(
+        f.store
+            .claim(&sys, "w", TTL)
+            .await
+            .expect("claim")
+            .is_none(),
+        "the queued run's job is held back"
+    );
+
+    let lease = f
+        .store
+        .acquire_lease(&f.scope, first.id, "w", TTL)
+        .await
+        .expect("lease");
+    let start = f.commit(&first, &lease, f.events(first.id, 1, 1), RunStatus::Running);
+    f.store.commit_step(&f.scope, start).await.expect("start");
+    assert!(
+        f.store
+            .claim(&sys, "w", TTL)
+            .await
+            .expect("claim")
+            .is_none(),
+        "still held back while the first runs"
+    );
+    let running = f.store.get_run(&f.scope, first.id).await.expect("get");
+    let done = f.commit(
+        &running,
+        &lease,
+        f.events(first.id, 2, 1),
+        RunStatus::Completed,
+    );
+    f.store.commit_step(&f.scope, done).await.expect("complete");
+    assert_eq!(
+        f.store
+            .get_thread(&f.scope, thread.id)
+            .await
+            .expect("thread")
+            .active_run,
+        Some(second.id)
+    );
+    let next = f
+        .store
+        .claim(&sys, "w", TTL)
+        .await
+        .expect("claim")
+        .expect("the promoted run's job");
+    assert_eq!(next.run_id, second.id);
+}
+
+/// `Interrupt` asks the active run and those queued before it to cancel, and queues itself.
+pub async fn interrupt_requests_cancellation<F: StoreFactory>() {
+    let f = fixture::<F>().await;
+    let thread = f
+        .store
+        .create_thread(&f.scope, NewThread::default())
+        .await
+        .expect("thread");
+    let new = |text: &str| NewRun::new(thread.id, agent_ref(), vec![Part::text(text)]);
+    let first = f
+        .store
+        .create_run(&f.scope, new("one"))
+        .await
+        .expect("first");
+    let second = f
+        .store
+        .create_run(&f.scope, new("two"))
+        .await
+        .expect("second");
+    let third = f
+        .store
+        .create_run(
+            &f.scope,
+            new("stop, do this").strategy(StartStrategy::Interrupt),
+        )
+        .await
+        .expect("third");
+    for (run, want) in [(first.id, true), (second.id, true), (third.id, false)] {
+        assert_eq!(
+            f.store
+                .get_run(&f.scope, run)
+                .await
+                .expect("get")
+                .cancel_requested,
+            want
+        );
+    }
+    let events = f
+        .store
+        .read_events(&f.scope, third.id, 0, 10)
+        .await
+        .expect("events");
+    assert_eq!(
+        events[0].kind,
+        RunEventKind::RunQueued {
+            thread_id: thread.id,
+            behind: first.id
+        }
+    );
+    // The executing worker learns of it from its next commit.
+    let lease = f
+        .store
+        .acquire_lease(&f.scope, first.id, "w", TTL)
+        .await
+        .expect("lease");
+    let step = f.commit(&first, &lease, f.events(first.id, 1, 1), RunStatus::Running);
+    assert!(
+        f.store
+            .commit_step(&f.scope, step)
+            .await
+            .expect("commit")
+            .cancel_requested
+    );
+}
+
+/// A cancel request flags a live run and reports whether it was live.
+pub async fn request_cancel_flags_live_runs_only<F: StoreFactory>() {
+    let f = fixture::<F>().await;
+    let run = f.run().await;
+    assert!(
+        f.store
+            .request_cancel(&f.scope, run.id)
+            .await
+            .expect("cancel")
+    );
+    let flagged = f.store.get_run(&f.scope, run.id).await.expect("get");
+    assert!(flagged.cancel_requested);
+    let lease = f
+        .store
+        .acquire_lease(&f.scope, run.id, "w", TTL)
+        .await
+        .expect("lease");
+    let done = f.commit(
+        &flagged,
+        &lease,
+        f.events(run.id, 1, 1),
+        RunStatus::Cancelled,
+    );
+    f.store.commit_step(&f.scope, done).await.expect("cancel");
+    assert!(
+        !f.store
+            .request_cancel(&f.scope, run.id)
+            .await
+            .expect("cancel"),
+        "an ended run is not live"
+    );
+    expect_kind(
+        f.store.request_cancel(&scope("tenant-b"), run.id).await,
+        ErrorKind::NotFound,
+        "cancel across tenants",
+    );
 }

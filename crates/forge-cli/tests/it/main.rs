@@ -11,12 +11,35 @@ fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
+/// Runs `forge` in a fresh working directory (so the default `sqlite://forge.db` is new), with
+/// `examples/…` arguments resolved against the repository.
 pub(crate) fn forge(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_forge"))
-        .args(args)
-        .current_dir(repo())
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static N: AtomicU32 = AtomicU32::new(0);
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!(
+        "cli-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let args: Vec<String> = args
+        .iter()
+        .map(|a| {
+            if a.starts_with("examples/") {
+                repo().join(a).display().to_string()
+            } else {
+                (*a).to_owned()
+            }
+        })
+        .collect();
+    let out = Command::new(env!("CARGO_BIN_EXE_forge"))
+        .args(&args)
+        .current_dir(&dir)
         .output()
-        .unwrap()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    out
 }
 
 pub(crate) fn text(b: &[u8]) -> String {

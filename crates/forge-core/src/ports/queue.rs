@@ -27,6 +27,8 @@ pub struct NewJob {
 /// Where a job is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum JobState {
+    /// Held back until the runs ahead of it on its thread end.
+    Waiting,
     /// Waiting to be claimed.
     Ready,
     /// Claimed under a live lease.
@@ -87,6 +89,15 @@ pub trait JobQueue: Send + Sync {
         job: &ClaimedJob,
         retry_in: Duration,
     ) -> Result<JobState, Error>;
+
+    /// Gives a claimed job back without spending an attempt (a worker draining for shutdown, or a
+    /// run still leased by a crashed worker): ready again at `not_before`.
+    async fn release(
+        &self,
+        system: &SystemScope,
+        job: &ClaimedJob,
+        not_before: Timestamp,
+    ) -> Result<(), Error>;
 
     /// The state of a job.
     async fn job_state(&self, system: &SystemScope, id: JobId) -> Result<JobState, Error>;

@@ -45,6 +45,18 @@ pub trait ThreadStore: Send + Sync {
     ) -> Result<SessionState, Error>;
 }
 
+/// What a new run does when its thread already has an active run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum StartStrategy {
+    /// Wait behind the active run (and any queued before it); emits `run.queued`.
+    #[default]
+    Enqueue,
+    /// Refuse to start: `ThreadBusy`.
+    Reject,
+    /// Ask the active run, and every run queued before this one, to cancel; then start.
+    Interrupt,
+}
+
 /// What is needed to create a run.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NewRun {
@@ -54,6 +66,29 @@ pub struct NewRun {
     pub agent: AgentRef,
     /// The user's message that starts the run.
     pub input: Vec<Part>,
+    /// What to do when the thread is busy.
+    pub strategy: StartStrategy,
+    /// Claims allowed before the run's job is dead-lettered.
+    pub max_attempts: u32,
+}
+
+impl NewRun {
+    /// A run of `agent` on `thread_id` with `input`, enqueued behind any active run, with 5 attempts.
+    pub fn new(thread_id: ThreadId, agent: AgentRef, input: Vec<Part>) -> Self {
+        Self {
+            thread_id,
+            agent,
+            input,
+            strategy: StartStrategy::Enqueue,
+            max_attempts: 5,
+        }
+    }
+
+    /// The same run with another start strategy.
+    pub fn strategy(mut self, strategy: StartStrategy) -> Self {
+        self.strategy = strategy;
+        self
+    }
 }
 
 /// Everything one step writes, committed atomically or not at all.
@@ -84,13 +119,24 @@ pub struct Committed {
     pub version: u64,
     /// The run's last event sequence.
     pub last_seq: u64,
+    /// Whether someone asked the run to cancel (the engine stops after this step).
+    pub cancel_requested: bool,
 }
 
 /// Port: runs, their leases, their event log and the atomic step commit.
 #[async_trait]
 pub trait RunStore: Send + Sync {
-    /// Creates a queued run and appends its input to the thread as a user message.
+    /// Creates a queued run with its input (which joins the thread's history only when the run
+    /// starts, in its first step's commit) and its job, all at once. If the thread has no active run, the run becomes it and its job is ready.
+    /// Otherwise, by `new.strategy`: `Enqueue` records `run.queued` (sequence 1) and holds the job
+    /// back until the runs ahead end; `Reject` fails with `ThreadBusy`; `Interrupt` also asks the
+    /// active and queued runs to cancel. When a run commits a terminal status, its thread's next
+    /// queued run becomes active and its job ready, in the same transaction.
     async fn create_run(&self, scope: &Scope, new: NewRun) -> Result<Run, Error>;
+
+    /// Asks a run to cancel; the executing worker stops after its current step (a queued run is
+    /// cancelled when its turn comes). Returns whether the run was still live.
+    async fn request_cancel(&self, scope: &Scope, id: RunId) -> Result<bool, Error>;
 
     /// Reads a run; another tenant's run is `NotFound`.
     async fn get_run(&self, scope: &Scope, id: RunId) -> Result<Run, Error>;
@@ -167,7 +213,7 @@ pub fn check_commit(
         });
     }
     crate::event::check_contiguous(run.id, run.last_seq, &commit.events)?;
-    if !crate::run::reachable_in_one(run.status, commit.status) {
+    if !crate::run::reachable(run.status, commit.status) {
         return Err(Error::invalid(format!(
             "a {} run cannot become {}",
             run.status.name(),
@@ -182,7 +228,40 @@ pub fn check_commit(
     Ok(Committed {
         version: run.version + 1,
         last_seq: run.last_seq + commit.events.len() as u64,
+        cancel_requested: run.cancel_requested,
     })
+}
+
+/// How a new run enters its thread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admission {
+    /// It becomes the thread's active run; its job is ready.
+    Active,
+    /// It waits behind `behind`, the thread's active run; its job is held back.
+    Queued {
+        /// The thread's active run.
+        behind: RunId,
+    },
+}
+
+/// Decides how a new run enters a thread whose active run is `active`. `Reject` on a busy thread
+/// is `ThreadBusy`; `Interrupt` queues like `Enqueue` (the adapter also requests cancellation of
+/// the runs ahead).
+pub fn admit(
+    thread: ThreadId,
+    active: Option<RunId>,
+    strategy: StartStrategy,
+) -> Result<Admission, Error> {
+    match (active, strategy) {
+        (None, _) => Ok(Admission::Active),
+        (Some(active), StartStrategy::Reject) => Err(Error::ThreadBusy {
+            thread: thread.to_string(),
+            active: active.to_string(),
+        }),
+        (Some(behind), StartStrategy::Enqueue | StartStrategy::Interrupt) => {
+            Ok(Admission::Queued { behind })
+        }
+    }
 }
 
 /// The lease `holder` gets on `run` for `ttl`, or `LeaseHeld` while another holder's is unexpired.

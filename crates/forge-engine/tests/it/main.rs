@@ -6,3 +6,4 @@ mod harness;
 mod loop_tests;
 mod send_sync;
 mod tools_tests;
+mod worker_tests;

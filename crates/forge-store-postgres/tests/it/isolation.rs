@@ -4,7 +4,6 @@
 use std::sync::Arc;
 
 use forge_core::part::Part;
-use forge_core::ports::queue::{JobQueue, NewJob};
 use forge_core::ports::store::{NewRun, NewThread, RunStore, StepCommit, ThreadStore};
 use forge_core::run::{Checkpoint, RunStatus};
 use forge_core::time::{Clock, ManualClock};
@@ -21,18 +20,14 @@ const TABLES: [&str; 5] = [
     "forge_jobs",
 ];
 
-/// Tenant A gets a thread, a run with a committed step and events, and a job.
+/// Tenant A gets a thread, a run (with its job) and a committed step with events.
 async fn seed_tenant_a(store: &PostgresStore, clock: &ManualClock) {
     let a = scope("tenant-a");
     let thread = store.create_thread(&a, NewThread::default()).await.unwrap();
     let run = store
         .create_run(
             &a,
-            NewRun {
-                thread_id: thread.id,
-                agent: agent_ref(),
-                input: vec![Part::text("secret")],
-            },
+            NewRun::new(thread.id, agent_ref(), vec![Part::text("secret")]),
         )
         .await
         .unwrap();
@@ -57,17 +52,6 @@ async fn seed_tenant_a(store: &PostgresStore, clock: &ManualClock) {
         failure: None,
     };
     store.commit_step(&a, commit).await.unwrap();
-    store
-        .enqueue(
-            &a,
-            NewJob {
-                run_id: run.id,
-                not_before: None,
-                max_attempts: 3,
-            },
-        )
-        .await
-        .unwrap();
 }
 
 /// Counts every table's rows in one transaction after `setup` statements, as the connected role.

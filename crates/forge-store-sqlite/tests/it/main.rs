@@ -62,14 +62,16 @@ async fn data_survives_closing_and_reopening_the_file() {
         let run = store
             .create_run(
                 &scope,
-                NewRun {
-                    thread_id: thread.id,
-                    agent: forge_testkit::fixtures::agent_ref(),
-                    input: vec![Part::text("hi")],
-                },
+                NewRun::new(
+                    thread.id,
+                    forge_testkit::fixtures::agent_ref(),
+                    vec![Part::text("hi")],
+                ),
             )
             .await
             .unwrap();
+        let thread = store.get_thread(&scope, thread.id).await.unwrap();
+        assert_eq!(thread.active_run, Some(run.id));
         store.close().await;
         (thread, run)
     };

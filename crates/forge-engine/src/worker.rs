@@ -1,0 +1,242 @@
+//! The worker: claims run jobs from the queue and executes them through the engine.
+//!
+//! A claim is a lease on the job, heartbeated while the run executes; the engine separately holds
+//! (and heartbeats) the run's lease, which fences its commits. If the worker dies, its claim
+//! lapses, another worker claims the job, and the engine resumes the run from its last committed
+//! step. On shutdown (`drain`), each execution stops after the step in progress is committed, and
+//! its job goes back to the queue without spending an attempt.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use forge_core::Error;
+use forge_core::ports::queue::{ClaimedJob, JobQueue, JobState};
+use forge_core::run::RunStatus;
+use forge_core::scope::{PrincipalId, Scope, SystemScope};
+use tokio_util::sync::CancellationToken;
+
+use crate::engine::{Engine, RunControl};
+use crate::error::EngineError;
+use crate::observer::{NoopObserver, RunObserver};
+
+/// How a worker behaves.
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    /// Names the worker in claims.
+    pub id: String,
+    /// Life of a job claim between heartbeats.
+    pub claim_ttl: Duration,
+    /// Pause between polls of an empty queue.
+    pub poll_interval: Duration,
+    /// Jobs executed at once.
+    pub concurrency: usize,
+    /// Delay before the first retry of a failed job; doubles with every attempt.
+    pub backoff_base: Duration,
+    /// Longest delay between retries.
+    pub backoff_max: Duration,
+}
+
+impl Default for WorkerConfig {
+    fn default() -> Self {
+        Self {
+            id: format!("worker-{}", std::process::id()),
+            claim_ttl: Duration::from_secs(30),
+            poll_interval: Duration::from_millis(200),
+            concurrency: 4,
+            backoff_base: Duration::from_secs(1),
+            backoff_max: Duration::from_secs(300),
+        }
+    }
+}
+
+/// What happened to one claimed job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobOutcome {
+    /// The run ended (completed, failed or cancelled); the job is done.
+    Finished(RunStatus),
+    /// The run stopped at a checkpoint (drain, or it waits for a person); the job went back or ended.
+    Paused(RunStatus),
+    /// The run is still leased by another (probably crashed) worker; the job went back until then.
+    Deferred,
+    /// Execution failed; the job will be retried, or was dead-lettered.
+    Failed(JobState),
+}
+
+/// Counts of what a worker did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WorkerReport {
+    /// Jobs whose run ended.
+    pub finished: u64,
+    /// Jobs given back at a checkpoint or deferred.
+    pub released: u64,
+    /// Jobs that failed (retried or dead-lettered).
+    pub failed: u64,
+}
+
+/// Claims and executes run jobs.
+pub struct Worker {
+    engine: Arc<Engine>,
+    queue: Arc<dyn JobQueue>,
+    config: WorkerConfig,
+    observer: Arc<dyn RunObserver>,
+}
+
+impl std::fmt::Debug for Worker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Worker")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+fn system() -> SystemScope {
+    SystemScope::new("worker claims run jobs across tenants")
+}
+
+impl Worker {
+    /// A worker executing through `engine`, claiming from `queue`.
+    pub fn new(engine: Arc<Engine>, queue: Arc<dyn JobQueue>, config: WorkerConfig) -> Self {
+        Self {
+            engine,
+            queue,
+            config,
+            observer: Arc::new(NoopObserver),
+        }
+    }
+
+    /// Hands every executed run's events to `observer` as they are produced.
+    pub fn with_observer(mut self, observer: Arc<dyn RunObserver>) -> Self {
+        self.observer = observer;
+        self
+    }
+
+    /// Runs `concurrency` claim loops until `shutdown` fires, then lets each execution finish the
+    /// step in progress, gives its job back, and returns.
+    pub async fn run(&self, shutdown: CancellationToken) -> WorkerReport {
+        let loops = (0..self.config.concurrency.max(1)).map(|_| self.claim_loop(shutdown.clone()));
+        let reports = futures_util::future::join_all(loops).await;
+        reports
+            .into_iter()
+            .fold(WorkerReport::default(), |a, b| WorkerReport {
+                finished: a.finished + b.finished,
+                released: a.released + b.released,
+                failed: a.failed + b.failed,
+            })
+    }
+
+    async fn claim_loop(&self, shutdown: CancellationToken) -> WorkerReport {
+        let mut report = WorkerReport::default();
+        while !shutdown.is_cancelled() {
+            match self.run_one(&shutdown).await {
+                Ok(Some(JobOutcome::Finished(_))) => report.finished += 1,
+                Ok(Some(JobOutcome::Paused(_) | JobOutcome::Deferred)) => report.released += 1,
+                Ok(Some(JobOutcome::Failed(_))) => report.failed += 1,
+                Ok(None) | Err(_) => {
+                    // An empty queue, or the store is unreachable: wait, then poll again.
+                    tokio::select! {
+                        _ = shutdown.cancelled() => {}
+                        _ = tokio::time::sleep(self.config.poll_interval) => {}
+                    }
+                }
+            }
+        }
+        report
+    }
+
+    /// Claims one job and executes its run; `None` when no job is ready. `drain` stops the
+    /// execution after its current step.
+    pub async fn run_one(
+        &self,
+        drain: &CancellationToken,
+    ) -> Result<Option<JobOutcome>, EngineError> {
+        let sys = system();
+        let Some(job) = self
+            .queue
+            .claim(&sys, &self.config.id, self.config.claim_ttl)
+            .await?
+        else {
+            return Ok(None);
+        };
+        let result = tokio::select! {
+            r = self.execute(&job, drain) => r,
+            e = self.keep_claim(&job) => Err(e),
+        };
+        let now = self.engine.clock.now();
+        let outcome = match result {
+            Ok(status) if status.is_terminal() => {
+                self.queue.complete(&sys, &job).await?;
+                JobOutcome::Finished(status)
+            }
+            Ok(status @ RunStatus::Waiting(_)) => {
+                // A parked run holds no job; resolving its interaction enqueues a new one.
+                self.queue.complete(&sys, &job).await?;
+                JobOutcome::Paused(status)
+            }
+            Ok(status) => {
+                self.queue.release(&sys, &job, now).await?;
+                JobOutcome::Paused(status)
+            }
+            Err(EngineError::Store(Error::LeaseHeld { until, .. })) => {
+                self.queue.release(&sys, &job, until).await?;
+                JobOutcome::Deferred
+            }
+            Err(_) => {
+                let state = self.queue.fail(&sys, &job, self.backoff(&job)).await?;
+                JobOutcome::Failed(state)
+            }
+        };
+        Ok(Some(outcome))
+    }
+
+    async fn execute(
+        &self,
+        job: &ClaimedJob,
+        drain: &CancellationToken,
+    ) -> Result<RunStatus, EngineError> {
+        // The run's principal is only known once the run is read; reading needs only the tenant.
+        let reader = Scope::new(
+            job.tenant_id.clone(),
+            PrincipalId::new(self.config.id.clone())?,
+            vec![],
+        );
+        let run = self.engine.runs().get_run(&reader, job.run_id).await?;
+        let scope = Scope::new(run.tenant_id.clone(), run.principal_id.clone(), vec![]);
+        let control = RunControl {
+            cancel: CancellationToken::new(),
+            drain: drain.clone(),
+        };
+        let outcome = self
+            .engine
+            .execute_with(&scope, job.run_id, &control, self.observer.as_ref())
+            .await?;
+        Ok(outcome.status)
+    }
+
+    /// Heartbeats the claim every third of its time to live; returns only when that fails.
+    async fn keep_claim(&self, job: &ClaimedJob) -> EngineError {
+        let sys = system();
+        let mut job = job.clone();
+        loop {
+            tokio::time::sleep(self.config.claim_ttl / 3).await;
+            match self
+                .queue
+                .heartbeat(&sys, &job, self.config.claim_ttl)
+                .await
+            {
+                Ok(renewed) => job = renewed,
+                Err(e) => return e.into(),
+            }
+        }
+    }
+
+    /// Exponential backoff with jitter derived from the claim, capped at `backoff_max`.
+    fn backoff(&self, job: &ClaimedJob) -> Duration {
+        let exp = self
+            .config
+            .backoff_base
+            .saturating_mul(1u32 << job.attempt.saturating_sub(1).min(16));
+        let capped = exp.min(self.config.backoff_max);
+        let jitter_permille = (job.token.wrapping_mul(7919) ^ u64::from(job.attempt)) % 250;
+        capped + capped.mul_f64(jitter_permille as f64 / 1000.0)
+    }
+}

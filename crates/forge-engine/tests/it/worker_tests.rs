@@ -1,0 +1,439 @@
+//! The worker: claims jobs, executes runs, resumes after a drain, honours cancel requests, defers
+//! runs still leased by a crashed worker; and one thread's runs never overlap, in every adapter.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use forge_core::agent::RunLimits;
+use forge_core::event::{RunEvent, RunEventKind};
+use forge_core::id::{RunId, SequentialIds};
+use forge_core::part::Part;
+use forge_core::ports::queue::JobQueue;
+use forge_core::ports::store::{NewRun, NewThread, RunStore, Store, ThreadStore};
+use forge_core::run::RunStatus;
+use forge_core::scope::Scope;
+use forge_core::time::{Clock, ManualClock};
+use forge_engine::{Engine, JobOutcome, RunObserver, Worker, WorkerConfig};
+use forge_providers::{Script, ScriptedProvider};
+use tokio_util::sync::CancellationToken;
+
+use crate::harness::{agent, harness};
+use crate::tools_tests::calculator;
+
+const TWO_TOOL_STEPS: &str = r#"
+[[conversation]]
+[[conversation.turn]]
+tool_calls = [{ id = "c1", name = "calculate", input = { op = "add", a = 1, b = 2 } }]
+[[conversation.turn]]
+tool_calls = [{ id = "c2", name = "calculate", input = { op = "mul", a = 3, b = 4 } }]
+[[conversation.turn]]
+text = ["done"]
+"#;
+
+fn config() -> WorkerConfig {
+    WorkerConfig {
+        id: "test-worker".into(),
+        poll_interval: Duration::from_millis(5),
+        ..WorkerConfig::default()
+    }
+}
+
+#[tokio::test]
+async fn a_worker_executes_a_submitted_run_and_completes_its_job() {
+    let h = harness(TWO_TOOL_STEPS, vec![calculator()], RunLimits::default());
+    let engine = Arc::new(h.engine);
+    let thread = h
+        .store
+        .create_thread(&h.scope, NewThread::default())
+        .await
+        .unwrap();
+    let run = engine
+        .start_run(&h.scope, thread.id, &h.agent, vec![Part::text("go")])
+        .await
+        .unwrap();
+    let worker = Worker::new(engine.clone(), h.store.clone(), config());
+    let outcome = worker.run_one(&CancellationToken::new()).await.unwrap();
+    assert_eq!(outcome, Some(JobOutcome::Finished(RunStatus::Completed)));
+    assert_eq!(
+        worker.run_one(&CancellationToken::new()).await.unwrap(),
+        None,
+        "the job is done"
+    );
+    assert_eq!(
+        h.store.get_run(&h.scope, run.id).await.unwrap().status,
+        RunStatus::Completed
+    );
+}
+
+/// Drains after the first event of step 2 is produced (so step 1 is committed, step 2 is not).
+struct DrainAt {
+    drain: CancellationToken,
+}
+
+impl RunObserver for DrainAt {
+    fn on_event(&self, e: &RunEvent) {
+        if matches!(e.kind, RunEventKind::StepStarted { step: 2 }) {
+            self.drain.cancel();
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_drained_run_checkpoints_and_another_worker_resumes_it_without_gaps() {
+    let h = harness(TWO_TOOL_STEPS, vec![calculator()], RunLimits::default());
+    let engine = Arc::new(h.engine);
+    let thread = h
+        .store
+        .create_thread(&h.scope, NewThread::default())
+        .await
+        .unwrap();
+    let run = engine
+        .start_run(&h.scope, thread.id, &h.agent, vec![Part::text("go")])
+        .await
+        .unwrap();
+    let drain = CancellationToken::new();
+    let first =
+        Worker::new(engine.clone(), h.store.clone(), config()).with_observer(Arc::new(DrainAt {
+            drain: drain.clone(),
+        }));
+    let outcome = first.run_one(&drain).await.unwrap();
+    assert_eq!(
+        outcome,
+        Some(JobOutcome::Paused(RunStatus::Running)),
+        "stopped after a committed step"
+    );
+    let parked = h.store.get_run(&h.scope, run.id).await.unwrap();
+    assert_eq!(
+        (
+            parked.status,
+            parked.checkpoint.step,
+            parked.lease.is_none()
+        ),
+        (RunStatus::Running, 2, true)
+    );
+
+    let second = Worker::new(engine.clone(), h.store.clone(), config());
+    let outcome = second.run_one(&CancellationToken::new()).await.unwrap();
+    assert_eq!(outcome, Some(JobOutcome::Finished(RunStatus::Completed)));
+    let events = h
+        .store
+        .read_events(&h.scope, run.id, 0, 1000)
+        .await
+        .unwrap();
+    for (i, e) in events.iter().enumerate() {
+        assert_eq!(e.seq, i as u64 + 1);
+    }
+    let starts = events
+        .iter()
+        .filter(|e| matches!(e.kind, RunEventKind::RunStarted { .. }))
+        .count();
+    assert_eq!(starts, 1, "a resumed run does not start again");
+    let steps: Vec<u32> = events
+        .iter()
+        .filter_map(|e| {
+            if let RunEventKind::StepStarted { step } = e.kind {
+                Some(step)
+            } else {
+                None
+            }
+        })
+        .collect();
+    assert_eq!(
+        steps,
+        [1, 2, 3],
+        "the resumed run continues at the next step"
+    );
+}
+
+#[tokio::test]
+async fn a_cancel_request_stops_the_run_after_its_step_and_starts_the_next() {
+    let h = harness(TWO_TOOL_STEPS, vec![calculator()], RunLimits::default());
+    let engine = Arc::new(h.engine);
+    let thread = h
+        .store
+        .create_thread(&h.scope, NewThread::default())
+        .await
+        .unwrap();
+    let first = engine
+        .start_run(&h.scope, thread.id, &h.agent, vec![Part::text("one")])
+        .await
+        .unwrap();
+    let second = engine
+        .start_run(&h.scope, thread.id, &h.agent, vec![Part::text("two")])
+        .await
+        .unwrap();
+    // Ask the first run to cancel while its first step runs.
+    struct CancelOnFirstTool {
+        store: Arc<forge_store_memory::MemoryStore>,
+        scope: Scope,
+        run: RunId,
+    }
+    impl RunObserver for CancelOnFirstTool {
+        fn on_event(&self, e: &RunEvent) {
+            if e.run_id == self.run && matches!(e.kind, RunEventKind::StepStarted { step: 1 }) {
+                let (store, scope, run) = (self.store.clone(), self.scope.clone(), self.run);
+                std::thread::spawn(move || {
+                    let rt = tokio::runtime::Builder::new_current_thread()
+                        .build()
+                        .unwrap();
+                    assert!(rt.block_on(store.request_cancel(&scope, run)).unwrap());
+                })
+                .join()
+                .unwrap();
+            }
+        }
+    }
+    let observer = CancelOnFirstTool {
+        store: h.store.clone(),
+        scope: h.scope.clone(),
+        run: first.id,
+    };
+    let worker =
+        Worker::new(engine.clone(), h.store.clone(), config()).with_observer(Arc::new(observer));
+    assert_eq!(
+        worker.run_one(&CancellationToken::new()).await.unwrap(),
+        Some(JobOutcome::Finished(RunStatus::Cancelled))
+    );
+    let events = h
+        .store
+        .read_events(&h.scope, first.id, 0, 100)
+        .await
+        .unwrap();
+    let last = events.last().unwrap();
+    assert_eq!(
+        last.kind,
+        RunEventKind::RunCancelled {
+            reason: Some("cancel requested".into())
+        }
+    );
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e.kind, RunEventKind::RunCheckpointed { step: 1, .. })),
+        "step 1 finished first"
+    );
+    // The next run of the thread is promoted and runs.
+    assert_eq!(
+        worker.run_one(&CancellationToken::new()).await.unwrap(),
+        Some(JobOutcome::Finished(RunStatus::Completed))
+    );
+    assert_eq!(
+        h.store.get_run(&h.scope, second.id).await.unwrap().status,
+        RunStatus::Completed
+    );
+}
+
+#[tokio::test]
+async fn a_run_still_leased_by_a_crashed_worker_is_deferred_until_the_lease_lapses() {
+    let h = harness(TWO_TOOL_STEPS, vec![calculator()], RunLimits::default());
+    let engine = Arc::new(h.engine);
+    let thread = h
+        .store
+        .create_thread(&h.scope, NewThread::default())
+        .await
+        .unwrap();
+    let run = engine
+        .start_run(&h.scope, thread.id, &h.agent, vec![Part::text("go")])
+        .await
+        .unwrap();
+    // A worker took the run and died holding its lease.
+    let dead = h
+        .store
+        .acquire_lease(&h.scope, run.id, "dead-worker", Duration::from_secs(30))
+        .await
+        .unwrap();
+    let worker = Worker::new(engine.clone(), h.store.clone(), config());
+    assert_eq!(
+        worker.run_one(&CancellationToken::new()).await.unwrap(),
+        Some(JobOutcome::Deferred)
+    );
+    assert_eq!(
+        worker.run_one(&CancellationToken::new()).await.unwrap(),
+        None,
+        "not before the lease lapses"
+    );
+    h.clock.advance(Duration::from_secs(31));
+    assert_eq!(
+        worker.run_one(&CancellationToken::new()).await.unwrap(),
+        Some(JobOutcome::Finished(RunStatus::Completed))
+    );
+    let run = h.store.get_run(&h.scope, run.id).await.unwrap();
+    assert!(
+        run.fence > dead.token,
+        "the new execution was fenced above the dead worker"
+    );
+}
+
+/// Records when each run's execution started and ended, by the wall clock.
+#[derive(Default)]
+struct Spans {
+    spans: Mutex<Vec<(RunId, Instant, Option<Instant>)>>,
+}
+
+impl RunObserver for Spans {
+    fn on_event(&self, e: &RunEvent) {
+        let mut spans = self.spans.lock().unwrap();
+        match e.kind {
+            RunEventKind::RunStarted { .. } => spans.push((e.run_id, Instant::now(), None)),
+            ref k if k.is_terminal() => {
+                if let Some(s) = spans.iter_mut().find(|s| s.0 == e.run_id) {
+                    s.2 = Some(Instant::now());
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// 50 runs started at once on one thread, executed by 4 concurrent claim loops: they never overlap
+/// and run in the order they were admitted.
+async fn fifty_starts_on_one_thread_never_overlap(store: Arc<dyn Store>, clock: Arc<ManualClock>) {
+    let script =
+        "[[conversation]]\n[[conversation.turn]]\ntext = [\"a\", \"b\"]\nchunk_delay_ms = 2\n";
+    let def = agent(&[], RunLimits::default());
+    let engine = Arc::new(
+        Engine::builder()
+            .dyn_store(store.clone())
+            .model(Arc::new(ScriptedProvider::new(
+                Script::parse(script, "inline").unwrap(),
+            )))
+            .clock(clock)
+            .ids(Arc::new(SequentialIds::new()))
+            .agent(def.clone())
+            .build()
+            .unwrap(),
+    );
+    let scope = Scope::parse("acme", "alice", &["member"]).unwrap();
+    let thread = store
+        .create_thread(&scope, NewThread::default())
+        .await
+        .unwrap();
+    let starts = (0..50).map(|i| {
+        let (engine, scope, agent) = (engine.clone(), scope.clone(), def.agent.clone());
+        tokio::spawn(async move {
+            engine
+                .submit(
+                    &scope,
+                    NewRun::new(thread.id, agent, vec![Part::text(format!("m{i}"))]),
+                )
+                .await
+        })
+    });
+    let mut admitted = Vec::new();
+    for s in starts {
+        admitted.push(s.await.unwrap().unwrap().id);
+    }
+    let spans = Arc::new(Spans::default());
+    let queue: Arc<dyn JobQueue> = store.clone();
+    let worker = Worker::new(
+        engine,
+        queue,
+        WorkerConfig {
+            concurrency: 4,
+            ..config()
+        },
+    )
+    .with_observer(spans.clone());
+    let shutdown = CancellationToken::new();
+    let stop = shutdown.clone();
+    let (store2, scope2) = (store.clone(), scope.clone());
+    let watcher = tokio::spawn(async move {
+        for _ in 0..3000 {
+            let runs = store2.list_runs(&scope2, thread.id).await.unwrap();
+            if runs.len() == 50 && runs.iter().all(|r| r.status.is_terminal()) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        stop.cancel();
+    });
+    worker.run(shutdown).await;
+    watcher.await.unwrap();
+    let runs = store.list_runs(&scope, thread.id).await.unwrap();
+    let not_done: Vec<String> = runs
+        .iter()
+        .filter(|r| r.status != RunStatus::Completed)
+        .map(|r| format!("{} {:?} {:?}", r.id, r.status, r.failure))
+        .collect();
+    assert!(
+        not_done.is_empty(),
+        "every run completed; {} did not: {not_done:?}",
+        not_done.len()
+    );
+    let mut spans = spans.spans.lock().unwrap().clone();
+    assert_eq!(spans.len(), 50, "each run started exactly once");
+    spans.sort_by_key(|s| s.1);
+    for pair in spans.windows(2) {
+        let end = pair[0].2.expect("ended");
+        assert!(
+            end <= pair[1].1,
+            "run {} started before run {} ended",
+            pair[1].0,
+            pair[0].0
+        );
+    }
+    // Admission order is creation order within the thread.
+    let by_creation: Vec<RunId> = runs.iter().map(|r| r.id).collect();
+    let executed: Vec<RunId> = spans.iter().map(|s| s.0).collect();
+    assert_eq!(executed, by_creation);
+    let mut sorted_admitted = admitted.clone();
+    sorted_admitted.sort();
+    let mut sorted_executed = executed.clone();
+    sorted_executed.sort();
+    assert_eq!(sorted_admitted, sorted_executed);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ordering_memory() {
+    let clock = Arc::new(ManualClock::at_2026());
+    let store = Arc::new(forge_store_memory::MemoryStore::new(
+        clock.clone(),
+        Arc::new(SequentialIds::new()),
+    ));
+    fifty_starts_on_one_thread_never_overlap(store, clock).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ordering_sqlite() {
+    let clock = Arc::new(ManualClock::at_2026());
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("ordering-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let url = format!("sqlite://{}", dir.join("ordering.db").display());
+    let _ = std::fs::remove_file(dir.join("ordering.db"));
+    let store = forge_store_sqlite::SqliteStore::open_with(
+        &url,
+        clock.clone(),
+        Arc::new(SequentialIds::new()),
+    )
+    .await
+    .unwrap();
+    fifty_starts_on_one_thread_never_overlap(Arc::new(store), clock).await;
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ordering_postgres() {
+    use forge_store_postgres::testing::{Flavor, TestDatabase};
+    let clock = Arc::new(ManualClock::at_2026());
+    let db = TestDatabase::create(Flavor::Plain)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let store = forge_store_postgres::PostgresStore::connect_with(
+        db.url(),
+        forge_store_postgres::Mode::Rls,
+        clock.clone(),
+        Arc::new(SequentialIds::new()),
+    )
+    .await
+    .unwrap()
+    .with_guard(db);
+    fifty_starts_on_one_thread_never_overlap(Arc::new(store), clock).await;
+}
+
+#[test]
+fn clock_is_injected_not_read() {
+    // The ordering test pins time; the assertion on wall-clock spans uses Instant, never the clock.
+    let c = ManualClock::at_2026();
+    assert_eq!(c.now(), c.now());
+}

@@ -8,12 +8,27 @@ use forge_core::agent::AgentDefinition;
 use forge_core::ports::model::ModelProvider;
 use forge_providers::{Script, ScriptedProvider};
 
-/// An agent definition with the providers it needs.
+/// An agent definition with what its model needs.
 pub(crate) struct LoadedAgent {
     pub(crate) definition: AgentDefinition,
-    pub(crate) providers: Vec<Arc<dyn ModelProvider>>,
+    /// The script to play, for a `scripted:` model (keyed by its model name).
+    pub(crate) script: Option<(String, Script)>,
     /// Whether the model is the scripted provider (output says so).
     pub(crate) scripted: bool,
+}
+
+/// The model providers a set of agents needs: one scripted provider holding every script.
+pub(crate) fn providers(agents: &[LoadedAgent]) -> Vec<Arc<dyn ModelProvider>> {
+    let scripts: Vec<&(String, Script)> = agents.iter().filter_map(|a| a.script.as_ref()).collect();
+    if scripts.is_empty() {
+        return vec![];
+    }
+    let provider = scripts
+        .into_iter()
+        .fold(ScriptedProvider::empty(), |p, (model, script)| {
+            p.with_script(model.clone(), script.clone())
+        });
+    vec![Arc::new(provider)]
 }
 
 /// Reads an agent file. A `scripted:<file>` model's script is resolved next to the agent file.
@@ -31,7 +46,7 @@ pub(crate) fn load(path: &Path) -> anyhow::Result<LoadedAgent> {
             let script_path = path.parent().unwrap_or(Path::new(".")).join(model);
             let script = Script::load(&script_path)?;
             Ok(LoadedAgent {
-                providers: vec![Arc::new(ScriptedProvider::new(script))],
+                script: Some((model.to_owned(), script)),
                 scripted: true,
                 definition,
             })

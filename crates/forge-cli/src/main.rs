@@ -2,6 +2,7 @@
 
 mod agent_file;
 mod builtin;
+mod effects;
 mod print;
 mod store;
 
@@ -31,6 +32,29 @@ enum Command {
     Run(RunArgs),
     /// Provision or update the store's schema (safe to run from many processes at once).
     Migrate(MigrateArgs),
+    /// Claim and execute queued runs until SIGTERM or Ctrl-C, then finish the step in progress.
+    Worker(WorkerArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct WorkerArgs {
+    #[command(flatten)]
+    store: store::StoreArgs,
+    /// Agent files whose runs this worker executes (repeatable).
+    #[arg(long = "agent", required = true)]
+    agents: Vec<PathBuf>,
+    /// Runs executed at once.
+    #[arg(long, default_value_t = 4)]
+    concurrency: usize,
+    /// Life of a job claim and run lease between heartbeats, in milliseconds.
+    #[arg(long, default_value_t = 30_000)]
+    lease_ttl_ms: u64,
+    /// Pause between polls of an empty queue, in milliseconds.
+    #[arg(long, default_value_t = 200)]
+    poll_ms: u64,
+    /// Enables the example `record_effect` tool, writing to this PostgreSQL database.
+    #[arg(long, env = "FORGE_EFFECTS_DB")]
+    effects_db: Option<String>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -84,6 +108,81 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Run(args) => run(args).await,
         Command::Migrate(args) => migrate(args).await,
+        Command::Worker(args) => worker(args).await,
+    }
+}
+
+async fn worker(args: WorkerArgs) -> anyhow::Result<ExitCode> {
+    let loaded = args
+        .agents
+        .iter()
+        .map(|a| agent_file::load(a))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let store = store::open(&args.store).await?.store;
+    let ttl = std::time::Duration::from_millis(args.lease_ttl_ms);
+    let id = format!("worker-{}", std::process::id());
+    let mut builder = Engine::builder()
+        .dyn_store(store.clone())
+        .worker_id(id.clone())
+        .lease_ttl(ttl);
+    for agent in &loaded {
+        builder = builder.agent(agent.definition.clone());
+    }
+    for provider in agent_file::providers(&loaded) {
+        builder = builder.model(provider);
+    }
+    for tool in builtin::tools() {
+        builder = builder.tool(tool)?;
+    }
+    if let Some(url) = &args.effects_db {
+        builder = builder.tool(effects::record_effect(url).await?)?;
+    }
+    let engine = std::sync::Arc::new(builder.build().context("failed to build the engine")?);
+    let config = forge_engine::WorkerConfig {
+        id,
+        claim_ttl: ttl,
+        poll_interval: std::time::Duration::from_millis(args.poll_ms),
+        concurrency: args.concurrency,
+        ..forge_engine::WorkerConfig::default()
+    };
+    let worker = forge_engine::Worker::new(engine, store, config);
+    let shutdown = CancellationToken::new();
+    let on_signal = shutdown.clone();
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        on_signal.cancel();
+    });
+    eprintln!(
+        "worker {} started: {} agent(s), concurrency {}",
+        std::process::id(),
+        loaded.len(),
+        args.concurrency
+    );
+    let report = worker.run(shutdown).await;
+    eprintln!(
+        "worker stopped: {} finished, {} released, {} failed",
+        report.finished, report.released, report.failed
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Resolves on SIGTERM or Ctrl-C.
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => return std::future::pending().await,
+            };
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
     }
 }
 
@@ -108,7 +207,7 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let mut builder = Engine::builder()
         .dyn_store(store.clone())
         .agent(loaded.definition.clone());
-    for provider in loaded.providers {
+    for provider in agent_file::providers(std::slice::from_ref(&loaded)) {
         builder = builder.model(provider);
     }
     for tool in builtin::tools() {

@@ -225,16 +225,42 @@ fn error_for(code: &str) -> Result<ModelError, String> {
     })
 }
 
-/// The scripted model provider, named `scripted`.
+/// The scripted model provider, named `scripted`. It plays the script registered for the request's
+/// model name (the part after `scripted:`), or its default script.
 #[derive(Debug, Clone)]
 pub struct ScriptedProvider {
-    script: Script,
+    default: Option<Script>,
+    by_model: std::collections::BTreeMap<String, Script>,
 }
 
 impl ScriptedProvider {
-    /// A provider that plays `script`.
+    /// A provider that plays `script` for every model name.
     pub fn new(script: Script) -> Self {
-        Self { script }
+        Self {
+            default: Some(script),
+            by_model: Default::default(),
+        }
+    }
+
+    /// A provider with no scripts yet; add them with [`ScriptedProvider::with_script`].
+    pub fn empty() -> Self {
+        Self {
+            default: None,
+            by_model: Default::default(),
+        }
+    }
+
+    /// Plays `script` for requests whose model name is `model`.
+    pub fn with_script(mut self, model: impl Into<String>, script: Script) -> Self {
+        self.by_model.insert(model.into(), script);
+        self
+    }
+
+    fn script(&self, model: &str) -> Result<&Script, ModelError> {
+        self.by_model
+            .get(model)
+            .or(self.default.as_ref())
+            .ok_or_else(|| ModelError::NotFound(format!("scripted: no script for model {model:?}")))
     }
 }
 
@@ -289,7 +315,7 @@ impl ModelProvider for ScriptedProvider {
     }
 
     async fn stream(&self, request: ModelRequest) -> Result<ModelStream, ModelError> {
-        let (turn_index, turn) = self.script.pick(&request.messages)?;
+        let (turn_index, turn) = self.script(&request.model)?.pick(&request.messages)?;
         let mut chunks: Vec<Result<ModelChunk, ModelError>> =
             vec![Ok(ModelChunk::RequestId(format!("scripted-{turn_index}")))];
         let mut output_chars = 0;

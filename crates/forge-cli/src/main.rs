@@ -2,6 +2,7 @@
 
 mod agent_file;
 mod builtin;
+mod dlq;
 mod effects;
 mod print;
 mod store;
@@ -34,6 +35,11 @@ enum Command {
     Migrate(MigrateArgs),
     /// Claim and execute queued runs until SIGTERM or Ctrl-C, then finish the step in progress.
     Worker(WorkerArgs),
+    /// Create a run (and its job) for workers to execute.
+    Submit(dlq::SubmitArgs),
+    /// Inspect, replay or discard dead-lettered jobs.
+    #[command(subcommand)]
+    Dlq(dlq::DlqCommand),
 }
 
 #[derive(Debug, clap::Args)]
@@ -52,6 +58,9 @@ struct WorkerArgs {
     /// Pause between polls of an empty queue, in milliseconds.
     #[arg(long, default_value_t = 200)]
     poll_ms: u64,
+    /// Delay before the first retry of a failed job, in milliseconds (doubles each attempt).
+    #[arg(long, default_value_t = 1000)]
+    backoff_ms: u64,
     /// Enables the example `record_effect` tool, writing to this PostgreSQL database.
     #[arg(long, env = "FORGE_EFFECTS_DB")]
     effects_db: Option<String>,
@@ -109,6 +118,8 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Run(args) => run(args).await,
         Command::Migrate(args) => migrate(args).await,
         Command::Worker(args) => worker(args).await,
+        Command::Submit(args) => dlq::submit(args).await,
+        Command::Dlq(command) => dlq::dlq(command).await,
     }
 }
 
@@ -143,6 +154,7 @@ async fn worker(args: WorkerArgs) -> anyhow::Result<ExitCode> {
         claim_ttl: ttl,
         poll_interval: std::time::Duration::from_millis(args.poll_ms),
         concurrency: args.concurrency,
+        backoff_base: std::time::Duration::from_millis(args.backoff_ms),
         ..forge_engine::WorkerConfig::default()
     };
     let worker = forge_engine::Worker::new(engine, store, config);

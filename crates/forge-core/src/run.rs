@@ -228,6 +228,8 @@ pub enum FailureCode {
     QuotaExceeded,
     /// The agent version the run needs is no longer registered.
     AgentVersionUnavailable,
+    /// An operator discarded the run's dead-lettered job.
+    DeadLettered,
     /// A bug or an unclassified failure in Forge.
     Internal,
 }

@@ -307,6 +307,54 @@ impl Engine {
         result
     }
 
+    /// Ends a run that will not be executed (an operator discarded its dead-lettered job): commits
+    /// `run.failed` with `dead_lettered` and `message`, which frees its thread for the next run.
+    pub async fn abandon(
+        &self,
+        scope: &Scope,
+        run_id: RunId,
+        message: &str,
+    ) -> Result<RunOutcome, EngineError> {
+        let run = self.runs.get_run(scope, run_id).await?;
+        if run.status.is_terminal() {
+            return Ok(RunOutcome {
+                status: run.status,
+                last_seq: run.last_seq,
+                failure: run.failure,
+            });
+        }
+        let lease = self
+            .runs
+            .acquire_lease(scope, run_id, &self.worker_id, self.lease_ttl)
+            .await?;
+        let observer = crate::observer::NoopObserver;
+        let mut cur = Cursor {
+            status: run.status,
+            checkpoint: run.checkpoint.clone(),
+            next_seq: run.last_seq + 1,
+            run,
+            lease: lease.clone(),
+            pending: Vec::new(),
+            messages: Vec::new(),
+            clock: self.clock.as_ref(),
+            observer: &observer,
+        };
+        let failure = RunFailure {
+            code: FailureCode::DeadLettered,
+            message: message.to_owned(),
+        };
+        cur.apply(RunInput::Fail)?;
+        cur.emit(RunEventKind::RunFailed {
+            failure: failure.clone(),
+        });
+        let result = self
+            .commit(scope, &mut cur, Some(failure))
+            .await
+            .map(|(outcome, _)| outcome);
+        let _ = self.runs.release_lease(scope, &lease).await;
+        result
+    }
+
     /// Renews the run's lease every third of its time to live; returns only when renewal fails.
     async fn keep_lease(&self, scope: &Scope, mut lease: RunLease) -> EngineError {
         loop {

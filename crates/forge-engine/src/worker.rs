@@ -180,8 +180,12 @@ impl Worker {
                 self.queue.release(&sys, &job, until).await?;
                 JobOutcome::Deferred
             }
-            Err(_) => {
-                let state = self.queue.fail(&sys, &job, self.backoff(&job)).await?;
+            Err(e) => {
+                let reason = format!("{e}");
+                let state = self
+                    .queue
+                    .fail(&sys, &job, self.backoff(&job), &reason)
+                    .await?;
                 JobOutcome::Failed(state)
             }
         };
@@ -200,6 +204,11 @@ impl Worker {
             vec![],
         );
         let run = self.engine.runs().get_run(&reader, job.run_id).await?;
+        if !run.status.is_terminal() {
+            // During a rolling deploy, a worker without the run's agent version leaves the run to
+            // one that has it: the job is retried (and dead-lettered if no worker ever has it).
+            self.engine.agent(&run.agent)?;
+        }
         let scope = Scope::new(run.tenant_id.clone(), run.principal_id.clone(), vec![]);
         let control = RunControl {
             cancel: CancellationToken::new(),

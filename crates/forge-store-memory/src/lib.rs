@@ -37,6 +37,7 @@ struct State {
     runs_by_thread: HashMap<ThreadId, Vec<RunId>>,
     events: HashMap<RunId, Vec<RunEvent>>,
     jobs: BTreeMap<JobId, queue::JobRow>,
+    audit: Vec<forge_core::ports::audit::AuditRecord>,
 }
 
 impl Default for MemoryStore {

@@ -5,7 +5,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use forge_core::Error;
 use forge_core::id::{JobId, RunId};
-use forge_core::ports::queue::{ClaimedJob, JobQueue, JobState, NewJob};
+use forge_core::ports::audit::{AuditLog, AuditRecord};
+use forge_core::ports::queue::{ClaimedJob, JobInfo, JobQueue, JobState, NewJob};
 use forge_core::scope::{Scope, SystemScope, TenantId};
 use forge_core::time::Timestamp;
 
@@ -21,6 +22,7 @@ pub(crate) struct JobRow {
     max_attempts: u32,
     token: u64,
     expires_at: Option<Timestamp>,
+    last_error: Option<String>,
 }
 
 impl JobRow {
@@ -40,6 +42,7 @@ impl JobRow {
             max_attempts,
             token: 0,
             expires_at: None,
+            last_error: None,
         }
     }
 
@@ -49,6 +52,74 @@ impl JobRow {
             self.state = JobState::Ready;
             self.available_at = now;
         }
+    }
+}
+
+impl JobRow {
+    fn info(&self, id: JobId) -> JobInfo {
+        JobInfo {
+            id,
+            tenant_id: self.tenant_id.clone(),
+            run_id: self.run_id,
+            state: self.state,
+            attempts: self.attempts,
+            max_attempts: self.max_attempts,
+            last_error: self.last_error.clone(),
+        }
+    }
+}
+
+impl MemoryStore {
+    /// Moves a dead job to `to` (a replay resets its attempts) and audits it, atomically.
+    fn operate(
+        &self,
+        id: JobId,
+        actor: &str,
+        action: &str,
+        to: JobState,
+    ) -> Result<JobInfo, Error> {
+        let now = self.clock.now();
+        let mut st = self.lock();
+        let row = st
+            .jobs
+            .get_mut(&id)
+            .ok_or_else(|| Error::not_found("job", id))?;
+        if row.state != JobState::Dead {
+            return Err(Error::invalid(format!(
+                "job {id} is {}, not dead",
+                row.state.name()
+            )));
+        }
+        row.state = to;
+        if to == JobState::Ready {
+            row.attempts = 0;
+            row.available_at = now;
+        }
+        let info = row.info(id);
+        st.audit.push(AuditRecord {
+            tenant_id: info.tenant_id.clone(),
+            at: now,
+            actor: actor.to_owned(),
+            action: action.to_owned(),
+            subject: format!("job {id}"),
+            detail: serde_json::json!({ "run_id": info.run_id, "last_error": info.last_error }),
+        });
+        Ok(info)
+    }
+}
+
+#[async_trait]
+impl AuditLog for MemoryStore {
+    async fn list_audit(&self, scope: &Scope, limit: usize) -> Result<Vec<AuditRecord>, Error> {
+        let st = self.lock();
+        Ok(st
+            .audit
+            .iter()
+            .rev()
+            .filter(|r| &r.tenant_id == scope.tenant_id())
+            .take(limit)
+            .cloned()
+            .collect())
     }
 }
 
@@ -73,6 +144,7 @@ impl JobQueue for MemoryStore {
                 max_attempts: job.max_attempts,
                 token: 0,
                 expires_at: None,
+                last_error: None,
             },
         );
         Ok(id)
@@ -142,10 +214,12 @@ impl JobQueue for MemoryStore {
         _system: &SystemScope,
         job: &ClaimedJob,
         retry_in: Duration,
+        reason: &str,
     ) -> Result<JobState, Error> {
         let now = self.clock.now();
         let mut st = self.lock();
         let row = current(&mut st.jobs, job, now)?;
+        row.last_error = Some(reason.to_owned());
         row.expires_at = None;
         if row.attempts >= row.max_attempts {
             row.state = JobState::Dead;
@@ -170,6 +244,43 @@ impl JobQueue for MemoryStore {
         row.available_at = not_before;
         row.expires_at = None;
         Ok(())
+    }
+
+    async fn dead_jobs(&self, _system: &SystemScope, limit: usize) -> Result<Vec<JobInfo>, Error> {
+        let st = self.lock();
+        Ok(st
+            .jobs
+            .iter()
+            .filter(|(_, r)| r.state == JobState::Dead)
+            .take(limit)
+            .map(|(id, r)| r.info(*id))
+            .collect())
+    }
+
+    async fn job(&self, _system: &SystemScope, id: JobId) -> Result<JobInfo, Error> {
+        self.lock()
+            .jobs
+            .get(&id)
+            .map(|r| r.info(id))
+            .ok_or_else(|| Error::not_found("job", id))
+    }
+
+    async fn replay(
+        &self,
+        _system: &SystemScope,
+        id: JobId,
+        actor: &str,
+    ) -> Result<JobInfo, Error> {
+        self.operate(id, actor, "job.replayed", JobState::Ready)
+    }
+
+    async fn discard(
+        &self,
+        _system: &SystemScope,
+        id: JobId,
+        actor: &str,
+    ) -> Result<JobInfo, Error> {
+        self.operate(id, actor, "job.discarded", JobState::Discarded)
     }
 
     async fn job_state(&self, _system: &SystemScope, id: JobId) -> Result<JobState, Error> {

@@ -1,3 +1,4 @@
+DROP TABLE forge_audit;
 DROP TABLE forge_jobs;
 DROP TABLE forge_run_events;
 DROP TABLE forge_runs;

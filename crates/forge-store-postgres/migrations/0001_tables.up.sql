@@ -66,7 +66,20 @@ CREATE TABLE forge_jobs (
     attempts integer NOT NULL,
     max_attempts integer NOT NULL,
     token bigint NOT NULL,
-    expires_at timestamptz
+    expires_at timestamptz,
+    last_error text
 );
 CREATE INDEX forge_jobs_ready ON forge_jobs (state, available_at, id);
 CREATE INDEX forge_jobs_run ON forge_jobs (run_id);
+
+-- Append-only: the application role may insert and read, never change or delete.
+CREATE TABLE forge_audit (
+    seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    tenant_id text NOT NULL,
+    at timestamptz NOT NULL,
+    actor text NOT NULL,
+    action text NOT NULL,
+    subject text NOT NULL,
+    detail jsonb NOT NULL
+);
+CREATE INDEX forge_audit_tenant ON forge_audit (tenant_id, seq);

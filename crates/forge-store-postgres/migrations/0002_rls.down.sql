@@ -1,3 +1,7 @@
+DROP POLICY forge_audit_append ON forge_audit;
+DROP POLICY forge_audit_read ON forge_audit;
+ALTER TABLE forge_audit NO FORCE ROW LEVEL SECURITY;
+ALTER TABLE forge_audit DISABLE ROW LEVEL SECURITY;
 DROP POLICY forge_tenant ON forge_jobs;
 ALTER TABLE forge_jobs NO FORCE ROW LEVEL SECURITY;
 ALTER TABLE forge_jobs DISABLE ROW LEVEL SECURITY;

@@ -1,5 +1,10 @@
 REVOKE SELECT, INSERT, UPDATE, DELETE ON forge_threads, forge_messages, forge_runs, forge_run_events, forge_jobs FROM authenticated;
+REVOKE SELECT, INSERT ON forge_audit FROM authenticated;
 REVOKE EXECUTE ON FUNCTION forge_current_tenant(), forge_system_scope() FROM authenticated;
+DROP POLICY forge_audit_append ON forge_audit;
+DROP POLICY forge_audit_read ON forge_audit;
+ALTER TABLE forge_audit NO FORCE ROW LEVEL SECURITY;
+ALTER TABLE forge_audit DISABLE ROW LEVEL SECURITY;
 DROP POLICY forge_tenant ON forge_jobs;
 ALTER TABLE forge_jobs NO FORCE ROW LEVEL SECURITY;
 ALTER TABLE forge_jobs DISABLE ROW LEVEL SECURITY;

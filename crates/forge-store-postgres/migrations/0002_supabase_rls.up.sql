@@ -33,6 +33,15 @@ CREATE POLICY forge_tenant ON forge_run_events
     USING (tenant_id = (SELECT forge_current_tenant()))
     WITH CHECK (tenant_id = (SELECT forge_current_tenant()));
 
+-- Audit entries are read per tenant; operators write them from the system scope. No policy
+-- allows UPDATE or DELETE, so with RLS forced the trail is append-only for the application role.
+ALTER TABLE forge_audit ENABLE ROW LEVEL SECURITY;
+ALTER TABLE forge_audit FORCE ROW LEVEL SECURITY;
+CREATE POLICY forge_audit_read ON forge_audit FOR SELECT
+    USING (tenant_id = (SELECT forge_current_tenant()));
+CREATE POLICY forge_audit_append ON forge_audit FOR INSERT
+    WITH CHECK (tenant_id = (SELECT forge_current_tenant()) OR (SELECT forge_system_scope()));
+
 -- Claiming jobs spans tenants: allowed only inside a transaction that declared the system scope.
 ALTER TABLE forge_jobs ENABLE ROW LEVEL SECURITY;
 ALTER TABLE forge_jobs FORCE ROW LEVEL SECURITY;
@@ -41,4 +50,5 @@ CREATE POLICY forge_tenant ON forge_jobs
     WITH CHECK (tenant_id = (SELECT forge_current_tenant()) OR (SELECT forge_system_scope()));
 
 GRANT SELECT, INSERT, UPDATE, DELETE ON forge_threads, forge_messages, forge_runs, forge_run_events, forge_jobs TO authenticated;
+GRANT SELECT, INSERT ON forge_audit TO authenticated;
 GRANT EXECUTE ON FUNCTION forge_current_tenant(), forge_system_scope() TO authenticated;

@@ -65,7 +65,19 @@ CREATE TABLE forge_jobs (
     attempts INTEGER NOT NULL,
     max_attempts INTEGER NOT NULL,
     token INTEGER NOT NULL,
-    expires_at INTEGER
+    expires_at INTEGER,
+    last_error TEXT
 ) STRICT;
 CREATE INDEX forge_jobs_ready ON forge_jobs (state, available_at, id);
 CREATE INDEX forge_jobs_run ON forge_jobs (run_id);
+
+CREATE TABLE forge_audit (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    tenant_id TEXT NOT NULL,
+    at INTEGER NOT NULL,
+    actor TEXT NOT NULL,
+    action TEXT NOT NULL,
+    subject TEXT NOT NULL,
+    detail TEXT NOT NULL
+) STRICT;
+CREATE INDEX forge_audit_tenant ON forge_audit (tenant_id, seq);

@@ -6,7 +6,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use forge_core::Error;
 use forge_core::id::{JobId, RunId};
-use forge_core::ports::queue::{ClaimedJob, JobQueue, JobState, NewJob};
+use forge_core::ports::audit::{AuditLog, AuditRecord};
+use forge_core::ports::queue::{ClaimedJob, JobInfo, JobQueue, JobState, NewJob};
 use forge_core::scope::{Scope, SystemScope, TenantId};
 use forge_core::time::Timestamp;
 use sqlx::sqlite::SqliteRow;
@@ -15,29 +16,11 @@ use crate::SqliteStore;
 use crate::rows::{self, db_error, i64_of};
 
 fn state_name(s: JobState) -> &'static str {
-    match s {
-        JobState::Waiting => "waiting",
-        JobState::Ready => "ready",
-        JobState::Claimed => "claimed",
-        JobState::Completed => "completed",
-        JobState::Dead => "dead",
-    }
+    s.name()
 }
 
 fn state_of(s: &str) -> Result<JobState, Error> {
-    Ok(match s {
-        "waiting" => JobState::Waiting,
-        "ready" => JobState::Ready,
-        "claimed" => JobState::Claimed,
-        "completed" => JobState::Completed,
-        "dead" => JobState::Dead,
-        other => {
-            return Err(Error::backend(
-                false,
-                std::io::Error::other(format!("unknown job state {other:?}")),
-            ));
-        }
-    })
+    JobState::from_name(s)
 }
 
 impl SqliteStore {
@@ -195,6 +178,7 @@ impl JobQueue for SqliteStore {
         _system: &SystemScope,
         job: &ClaimedJob,
         retry_in: Duration,
+        reason: &str,
     ) -> Result<JobState, Error> {
         let mut tx = self
             .pool
@@ -210,11 +194,12 @@ impl JobQueue for SqliteStore {
             JobState::Ready
         };
         sqlx::query(
-            "UPDATE forge_jobs SET state = $1, expires_at = NULL, available_at = $2 WHERE id = $3",
+            "UPDATE forge_jobs SET state = $1, expires_at = NULL, available_at = $2, last_error = $4 WHERE id = $3",
         )
         .bind(state_name(next))
         .bind(self.clock.now().plus(retry_in).unix_millis())
         .bind(job.id.to_string())
+        .bind(reason)
         .execute(&mut *tx)
         .await
         .map_err(db_error)?;
@@ -245,6 +230,46 @@ impl JobQueue for SqliteStore {
         tx.commit().await.map_err(db_error)
     }
 
+    async fn dead_jobs(&self, _system: &SystemScope, limit: usize) -> Result<Vec<JobInfo>, Error> {
+        let found =
+            sqlx::query("SELECT * FROM forge_jobs WHERE state = 'dead' ORDER BY id LIMIT $1")
+                .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+                .fetch_all(&self.pool)
+                .await
+                .map_err(db_error)?;
+        found.iter().map(info).collect()
+    }
+
+    async fn job(&self, _system: &SystemScope, id: JobId) -> Result<JobInfo, Error> {
+        let row = sqlx::query("SELECT * FROM forge_jobs WHERE id = $1")
+            .bind(id.to_string())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(db_error)?
+            .ok_or_else(|| Error::not_found("job", id))?;
+        info(&row)
+    }
+
+    async fn replay(
+        &self,
+        _system: &SystemScope,
+        id: JobId,
+        actor: &str,
+    ) -> Result<JobInfo, Error> {
+        self.operate(id, actor, "job.replayed", JobState::Ready)
+            .await
+    }
+
+    async fn discard(
+        &self,
+        _system: &SystemScope,
+        id: JobId,
+        actor: &str,
+    ) -> Result<JobInfo, Error> {
+        self.operate(id, actor, "job.discarded", JobState::Discarded)
+            .await
+    }
+
     async fn job_state(&self, _system: &SystemScope, id: JobId) -> Result<JobState, Error> {
         let state: Option<String> =
             sqlx::query_scalar("SELECT state FROM forge_jobs WHERE id = $1")
@@ -253,5 +278,106 @@ impl JobQueue for SqliteStore {
                 .await
                 .map_err(db_error)?;
         state_of(&state.ok_or_else(|| Error::not_found("job", id))?)
+    }
+}
+
+fn info(row: &SqliteRow) -> Result<JobInfo, Error> {
+    let attempts: i64 = rows::get(row, "attempts")?;
+    let max: i64 = rows::get(row, "max_attempts")?;
+    Ok(JobInfo {
+        id: JobId(rows::uuid(row, "id")?),
+        tenant_id: TenantId::new(rows::get::<String>(row, "tenant_id")?)?,
+        run_id: RunId(rows::uuid(row, "run_id")?),
+        state: JobState::from_name(&rows::get::<String>(row, "state")?)?,
+        attempts: u32::try_from(attempts).unwrap_or(0),
+        max_attempts: u32::try_from(max).unwrap_or(0),
+        last_error: rows::get(row, "last_error")?,
+    })
+}
+
+impl SqliteStore {
+    /// Moves a dead job to `to` (a replay resets its attempts) and audits it, in one transaction.
+    async fn operate(
+        &self,
+        id: JobId,
+        actor: &str,
+        action: &str,
+        to: JobState,
+    ) -> Result<JobInfo, Error> {
+        let now = self.clock.now();
+        let mut tx = self
+            .pool
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(db_error)?;
+        let row = sqlx::query("SELECT * FROM forge_jobs WHERE id = $1")
+            .bind(id.to_string())
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(db_error)?
+            .ok_or_else(|| Error::not_found("job", id))?;
+        let mut job = info(&row)?;
+        if job.state != JobState::Dead {
+            return Err(Error::invalid(format!(
+                "job {id} is {}, not dead",
+                job.state.name()
+            )));
+        }
+        let reset = to == JobState::Ready;
+        sqlx::query(
+            "UPDATE forge_jobs SET state = $1, attempts = CASE WHEN $2 THEN 0 ELSE attempts END, \
+             available_at = CASE WHEN $2 THEN $3 ELSE available_at END WHERE id = $4",
+        )
+        .bind(to.name())
+        .bind(reset)
+        .bind(now.unix_millis())
+        .bind(id.to_string())
+        .execute(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        let detail = serde_json::json!({ "run_id": job.run_id, "last_error": job.last_error });
+        sqlx::query("INSERT INTO forge_audit (tenant_id, at, actor, action, subject, detail) VALUES ($1, $2, $3, $4, $5, $6)")
+            .bind(job.tenant_id.as_str())
+            .bind(now.unix_millis())
+            .bind(actor)
+            .bind(action)
+            .bind(format!("job {id}"))
+            .bind(detail.to_string())
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error)?;
+        tx.commit().await.map_err(db_error)?;
+        job.state = to;
+        if reset {
+            job.attempts = 0;
+        }
+        Ok(job)
+    }
+}
+
+#[async_trait]
+impl AuditLog for SqliteStore {
+    async fn list_audit(&self, scope: &Scope, limit: usize) -> Result<Vec<AuditRecord>, Error> {
+        let found = sqlx::query(
+            "SELECT * FROM forge_audit WHERE tenant_id = $1 ORDER BY seq DESC LIMIT $2",
+        )
+        .bind(scope.tenant_id().as_str())
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(db_error)?;
+        found
+            .iter()
+            .map(|r| {
+                Ok(AuditRecord {
+                    tenant_id: TenantId::new(rows::get::<String>(r, "tenant_id")?)?,
+                    at: rows::ts(r, "at")?,
+                    actor: rows::get(r, "actor")?,
+                    action: rows::get(r, "action")?,
+                    subject: rows::get(r, "subject")?,
+                    detail: rows::json(r, "detail")?,
+                })
+            })
+            .collect()
     }
 }

@@ -28,7 +28,7 @@ use forge_core::time::ManualClock;
 /// Makes a fresh, empty store for one conformance scenario.
 pub trait StoreFactory: Send + Sync + 'static {
     /// The adapter under test.
-    type Store: ThreadStore + RunStore + JobQueue + 'static;
+    type Store: ThreadStore + RunStore + JobQueue + forge_core::ports::audit::AuditLog + 'static;
 
     /// A new store with no data, reading time from `clock`.
     fn make(clock: Arc<ManualClock>) -> impl Future<Output = Arc<Self::Store>> + Send;
@@ -87,6 +87,7 @@ pub const SUITES: &[Suite] = &[
             "queue_lapsed_claim_is_fenced_and_dead_letters",
             "queue_release_keeps_the_attempt",
             "queue_concurrent_claims_take_each_job_once",
+            "dead_letters_are_replayed_or_discarded_and_audited",
         ],
     },
     Suite {
@@ -238,7 +239,8 @@ macro_rules! queue_conformance {
     ($factory:ty) => {
         $crate::__conformance_suite!(queue_conformance, "queue", $factory;
             queue_claim_heartbeat_complete, queue_lapsed_claim_is_fenced_and_dead_letters,
-            queue_release_keeps_the_attempt, queue_concurrent_claims_take_each_job_once);
+            queue_release_keeps_the_attempt, queue_concurrent_claims_take_each_job_once,
+            dead_letters_are_replayed_or_discarded_and_audited);
     };
 }
 

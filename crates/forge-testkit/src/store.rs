@@ -5,9 +5,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use forge_core::event::{RunEvent, RunEventKind};
+use forge_core::id::JobId;
 use forge_core::id::{MessageId, RunId, SequentialIds};
 use forge_core::message::{Message, Role};
 use forge_core::part::Part;
+use forge_core::ports::audit::AuditLog;
 use forge_core::ports::queue::{JobQueue, JobState, NewJob};
 use forge_core::ports::store::{
     NewRun, NewThread, RunStore, StartStrategy, StepCommit, ThreadStore,
@@ -837,7 +839,7 @@ pub async fn queue_lapsed_claim_is_fenced_and_dead_letters<F: StoreFactory>() {
     );
     let state = f
         .store
-        .fail(&sys, &second, Duration::from_secs(1))
+        .fail(&sys, &second, Duration::from_secs(1), "poison")
         .await
         .expect("fail");
     assert_eq!(
@@ -1151,5 +1153,132 @@ pub async fn request_cancel_flags_live_runs_only<F: StoreFactory>() {
         f.store.request_cancel(&scope("tenant-b"), run.id).await,
         ErrorKind::NotFound,
         "cancel across tenants",
+    );
+}
+
+/// Dead letters are listed with their last error, replayed with a fresh attempt budget or
+/// discarded, each audited for its tenant in the same transaction.
+pub async fn dead_letters_are_replayed_or_discarded_and_audited<F: StoreFactory>() {
+    let f = fixture::<F>().await;
+    let sys = SystemScope::new("conformance");
+    let thread = f
+        .store
+        .create_thread(&f.scope, NewThread::default())
+        .await
+        .expect("thread");
+    let mut new = NewRun::new(thread.id, agent_ref(), vec![Part::text("poison")]);
+    new.max_attempts = 1;
+    let run = f.store.create_run(&f.scope, new).await.expect("run");
+    let job = f
+        .store
+        .claim(&sys, "w", TTL)
+        .await
+        .expect("claim")
+        .expect("job");
+    assert_eq!(
+        f.store
+            .fail(&sys, &job, TTL, "agent ghost version 1 is not registered")
+            .await
+            .expect("fail"),
+        JobState::Dead
+    );
+    let dead = f.store.dead_jobs(&sys, 10).await.expect("dead");
+    assert_eq!(dead.len(), 1);
+    assert_eq!(
+        (dead[0].id, dead[0].run_id, dead[0].attempts),
+        (job.id, run.id, 1)
+    );
+    assert_eq!(
+        dead[0].last_error.as_deref(),
+        Some("agent ghost version 1 is not registered")
+    );
+    assert!(
+        f.store
+            .list_audit(&f.scope, 10)
+            .await
+            .expect("audit")
+            .is_empty()
+    );
+
+    let replayed = f
+        .store
+        .replay(&sys, job.id, "operator-ann")
+        .await
+        .expect("replay");
+    assert_eq!((replayed.state, replayed.attempts), (JobState::Ready, 0));
+    assert!(f.store.dead_jobs(&sys, 10).await.expect("dead").is_empty());
+    let again = f
+        .store
+        .claim(&sys, "w", TTL)
+        .await
+        .expect("claim")
+        .expect("the replayed job");
+    assert_eq!(
+        (again.id, again.attempt),
+        (job.id, 1),
+        "a fresh attempt budget"
+    );
+    expect_kind(
+        f.store.replay(&sys, job.id, "operator-ann").await,
+        ErrorKind::Invalid,
+        "only a dead job can be replayed",
+    );
+
+    f.store
+        .fail(&sys, &again, TTL, "still broken")
+        .await
+        .expect("fail");
+    let discarded = f
+        .store
+        .discard(&sys, job.id, "operator-bob")
+        .await
+        .expect("discard");
+    assert_eq!(discarded.state, JobState::Discarded);
+    assert_eq!(
+        f.store.job(&sys, job.id).await.expect("job").state,
+        JobState::Discarded
+    );
+    f.clock.advance(TTL * 10);
+    assert!(
+        f.store
+            .claim(&sys, "w", TTL)
+            .await
+            .expect("claim")
+            .is_none(),
+        "a discarded job never runs"
+    );
+
+    let trail = f.store.list_audit(&f.scope, 10).await.expect("audit");
+    let summary: Vec<(&str, &str)> = trail
+        .iter()
+        .map(|r| (r.action.as_str(), r.actor.as_str()))
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            ("job.discarded", "operator-bob"),
+            ("job.replayed", "operator-ann")
+        ],
+        "newest first"
+    );
+    assert_eq!(trail[1].subject, format!("job {}", job.id));
+    assert_eq!(
+        trail[1].detail["last_error"],
+        "agent ghost version 1 is not registered"
+    );
+    assert!(
+        f.store
+            .list_audit(&scope("tenant-b"), 10)
+            .await
+            .expect("audit")
+            .is_empty(),
+        "audit is per tenant"
+    );
+    expect_kind(
+        f.store
+            .job(&sys, JobId::generate(&SequentialIds::new()))
+            .await,
+        ErrorKind::NotFound,
+        "a missing job",
     );
 }

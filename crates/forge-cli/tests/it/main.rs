@@ -7,7 +7,7 @@ use std::process::{Command, Output};
 
 use forge_core::event::{RunEvent, RunEventKind};
 
-fn repo() -> PathBuf {
+pub(crate) fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
@@ -178,6 +178,7 @@ fn a_bad_agent_file_is_a_clear_error_with_exit_code_2() {
 }
 
 mod chaos;
+mod dlq;
 
 mod stores {
     //! `forge` against its durable stores.

@@ -1,6 +1,7 @@
 //! Ports: the traits every adapter implements. Each ships an in-memory implementation in
 //! `forge-store-memory` (stores, queue) or `forge-engine` / `forge-providers` (tools, models).
 
+pub mod audit;
 pub mod model;
 pub mod queue;
 pub mod store;

@@ -37,6 +37,54 @@ pub enum JobState {
     Completed,
     /// Out of attempts; waits for an operator to replay or discard it.
     Dead,
+    /// An operator gave it up.
+    Discarded,
+}
+
+impl JobState {
+    /// The state's stored name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            JobState::Waiting => "waiting",
+            JobState::Ready => "ready",
+            JobState::Claimed => "claimed",
+            JobState::Completed => "completed",
+            JobState::Dead => "dead",
+            JobState::Discarded => "discarded",
+        }
+    }
+
+    /// The state named `name`.
+    pub fn from_name(name: &str) -> Result<Self, Error> {
+        Ok(match name {
+            "waiting" => JobState::Waiting,
+            "ready" => JobState::Ready,
+            "claimed" => JobState::Claimed,
+            "completed" => JobState::Completed,
+            "dead" => JobState::Dead,
+            "discarded" => JobState::Discarded,
+            other => return Err(Error::invalid(format!("unknown job state {other:?}"))),
+        })
+    }
+}
+
+/// What an operator sees of a job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobInfo {
+    /// The job.
+    pub id: JobId,
+    /// Its tenant.
+    pub tenant_id: TenantId,
+    /// Its run.
+    pub run_id: RunId,
+    /// Where it is.
+    pub state: JobState,
+    /// Claims so far.
+    pub attempts: u32,
+    /// Claims allowed.
+    pub max_attempts: u32,
+    /// Why the last attempt failed, if one did.
+    pub last_error: Option<String>,
 }
 
 /// A job a worker holds.
@@ -81,14 +129,30 @@ pub trait JobQueue: Send + Sync {
     /// Marks a claimed job done.
     async fn complete(&self, system: &SystemScope, job: &ClaimedJob) -> Result<(), Error>;
 
-    /// Gives a claimed job back after a failure: ready again after `retry_in`, or dead when its
-    /// attempts are spent. Returns the job's new state.
+    /// Gives a claimed job back after a failure, recording `reason`: ready again after `retry_in`,
+    /// or dead when its attempts are spent. Returns the job's new state.
     async fn fail(
         &self,
         system: &SystemScope,
         job: &ClaimedJob,
         retry_in: Duration,
+        reason: &str,
     ) -> Result<JobState, Error>;
+
+    /// Dead-lettered jobs, oldest first, at most `limit`.
+    async fn dead_jobs(&self, system: &SystemScope, limit: usize) -> Result<Vec<JobInfo>, Error>;
+
+    /// One job as an operator sees it.
+    async fn job(&self, system: &SystemScope, id: JobId) -> Result<JobInfo, Error>;
+
+    /// Makes a dead job ready again with a fresh attempt budget, recording an audit entry for
+    /// `actor` in the same transaction. Any other state is `Invalid`.
+    async fn replay(&self, system: &SystemScope, id: JobId, actor: &str) -> Result<JobInfo, Error>;
+
+    /// Gives a dead job up for good, recording an audit entry for `actor` in the same transaction.
+    /// Any other state is `Invalid`.
+    async fn discard(&self, system: &SystemScope, id: JobId, actor: &str)
+    -> Result<JobInfo, Error>;
 
     /// Gives a claimed job back without spending an attempt (a worker draining for shutdown, or a
     /// run still leased by a crashed worker): ready again at `not_before`.

@@ -184,9 +184,16 @@ pub trait RunStore: Send + Sync {
 
 /// Every storage port at once: what a configuration-chosen adapter provides (`Arc<dyn Store>`
 /// upcasts to each port).
-pub trait Store: ThreadStore + RunStore + crate::ports::queue::JobQueue {}
+pub trait Store:
+    ThreadStore + RunStore + crate::ports::queue::JobQueue + crate::ports::audit::AuditLog
+{
+}
 
-impl<T: ThreadStore + RunStore + crate::ports::queue::JobQueue + ?Sized> Store for T {}
+impl<
+    T: ThreadStore + RunStore + crate::ports::queue::JobQueue + crate::ports::audit::AuditLog + ?Sized,
+> Store for T
+{
+}
 
 /// The checks every adapter applies inside `commit_step`, against the run as its transaction sees
 /// it: the lease is current and unexpired, the version matches, the events continue the log, the

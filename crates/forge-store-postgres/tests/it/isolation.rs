@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use forge_core::part::Part;
+use forge_core::ports::queue::JobQueue;
 use forge_core::ports::store::{NewRun, NewThread, RunStore, StepCommit, ThreadStore};
 use forge_core::run::{Checkpoint, RunStatus};
 use forge_core::time::{Clock, ManualClock};
@@ -12,25 +13,23 @@ use forge_store_postgres::{Mode, OpenError, PostgresStore};
 use forge_testkit::fixtures::{agent_ref, scope};
 use sqlx::{Connection, PgConnection};
 
-const TABLES: [&str; 5] = [
+const TABLES: [&str; 6] = [
     "forge_threads",
     "forge_messages",
     "forge_runs",
     "forge_run_events",
     "forge_jobs",
+    "forge_audit",
 ];
 
-/// Tenant A gets a thread, a run (with its job) and a committed step with events.
+/// Tenant A gets a thread, a run (with its job), a committed step with events and a message, and
+/// an audit entry (an operator replayed its dead-lettered job).
 async fn seed_tenant_a(store: &PostgresStore, clock: &ManualClock) {
     let a = scope("tenant-a");
     let thread = store.create_thread(&a, NewThread::default()).await.unwrap();
-    let run = store
-        .create_run(
-            &a,
-            NewRun::new(thread.id, agent_ref(), vec![Part::text("secret")]),
-        )
-        .await
-        .unwrap();
+    let mut new = NewRun::new(thread.id, agent_ref(), vec![Part::text("secret")]);
+    new.max_attempts = 1;
+    let run = store.create_run(&a, new).await.unwrap();
     let lease = store
         .acquire_lease(&a, run.id, "w", std::time::Duration::from_secs(60))
         .await
@@ -46,12 +45,30 @@ async fn seed_tenant_a(store: &PostgresStore, clock: &ManualClock) {
         expected_version: 0,
         lease,
         events,
-        messages: vec![],
+        messages: vec![forge_core::message::Message {
+            id: forge_core::id::MessageId(uuid::Uuid::now_v7()),
+            run_id: run.id,
+            role: forge_core::message::Role::User,
+            parts: vec![Part::text("secret")],
+            created_at: clock.now(),
+        }],
         checkpoint: Checkpoint::default(),
         status: RunStatus::Running,
         failure: None,
     };
     store.commit_step(&a, commit).await.unwrap();
+    // A dead letter replayed by an operator leaves an audit entry.
+    let sys = forge_core::scope::SystemScope::new("test");
+    let job = store
+        .claim(&sys, "w", std::time::Duration::from_secs(60))
+        .await
+        .unwrap()
+        .unwrap();
+    store
+        .fail(&sys, &job, std::time::Duration::from_secs(1), "poison")
+        .await
+        .unwrap();
+    store.replay(&sys, job.id, "operator").await.unwrap();
 }
 
 /// Counts every table's rows in one transaction after `setup` statements, as the connected role.
@@ -75,15 +92,9 @@ async fn counts(conn: &mut PgConnection, setup: &[&str]) -> Vec<i64> {
     out
 }
 
-/// Tries to change or remove tenant A's rows; returns the rows affected per statement.
+/// Tries to change or remove tenant A's rows, each statement in its own transaction; returns the
+/// rows affected per statement (a statement refused for lack of privilege counts as 0).
 async fn tamper(conn: &mut PgConnection, setup: &[&str]) -> Vec<u64> {
-    let mut tx = conn.begin().await.unwrap();
-    for s in setup {
-        sqlx::raw_sql(sqlx::AssertSqlSafe(s.to_string()))
-            .execute(&mut *tx)
-            .await
-            .unwrap();
-    }
     let mut out = Vec::new();
     for sql in [
         "UPDATE forge_threads SET title = 'pwned'",
@@ -91,16 +102,23 @@ async fn tamper(conn: &mut PgConnection, setup: &[&str]) -> Vec<u64> {
         "DELETE FROM forge_run_events",
         "DELETE FROM forge_messages",
         "UPDATE forge_jobs SET state = 'dead'",
+        "UPDATE forge_audit SET actor = 'mallory'",
+        "DELETE FROM forge_audit",
     ] {
-        out.push(
-            sqlx::query(sql)
+        let mut tx = conn.begin().await.unwrap();
+        for s in setup {
+            sqlx::raw_sql(sqlx::AssertSqlSafe(s.to_string()))
                 .execute(&mut *tx)
                 .await
-                .unwrap()
-                .rows_affected(),
-        );
+                .unwrap();
+        }
+        match sqlx::query(sql).execute(&mut *tx).await {
+            Ok(done) => out.push(done.rows_affected()),
+            Err(e) if e.to_string().contains("permission denied") => out.push(0),
+            Err(e) => panic!("{sql}: {e}"),
+        }
+        tx.rollback().await.unwrap();
     }
-    tx.rollback().await.unwrap();
     out
 }
 
@@ -127,7 +145,7 @@ async fn raw_sql_as_the_application_role_sees_only_its_tenant() {
             &["SELECT set_config('forge.tenant_id', 'tenant-a', true)"]
         )
         .await,
-        [1, 1, 1, 1, 1],
+        [1, 1, 1, 1, 1, 1],
         "tenant A sees its rows"
     );
     assert_eq!(
@@ -136,12 +154,12 @@ async fn raw_sql_as_the_application_role_sees_only_its_tenant() {
             &["SELECT set_config('forge.tenant_id', 'tenant-b', true)"]
         )
         .await,
-        [0; 5],
+        [0; 6],
         "tenant B sees none"
     );
     assert_eq!(
         counts(&mut conn, &[]).await,
-        [0; 5],
+        [0; 6],
         "no tenant setting sees none"
     );
     assert_eq!(
@@ -150,7 +168,7 @@ async fn raw_sql_as_the_application_role_sees_only_its_tenant() {
             &["SELECT set_config('forge.tenant_id', '', true)"]
         )
         .await,
-        [0; 5]
+        [0; 6]
     );
     assert_eq!(
         tamper(
@@ -158,11 +176,22 @@ async fn raw_sql_as_the_application_role_sees_only_its_tenant() {
             &["SELECT set_config('forge.tenant_id', 'tenant-b', true)"]
         )
         .await,
-        [0; 5],
+        [0; 7],
         "B changes nothing of A's"
     );
-    assert_eq!(tamper(&mut conn, &[]).await, [0; 5]);
+    assert_eq!(tamper(&mut conn, &[]).await, [0; 7]);
 
+    // The audit trail is append-only even for its own tenant.
+    let a_own = tamper(
+        &mut conn,
+        &["SELECT set_config('forge.tenant_id', 'tenant-a', true)"],
+    )
+    .await;
+    assert_eq!(
+        &a_own[5..],
+        [0, 0],
+        "tenant A can neither change nor delete its audit entries"
+    );
     // Writing a row for another tenant is refused by the policy's WITH CHECK.
     let mut tx = conn.begin().await.unwrap();
     sqlx::query("SELECT set_config('forge.tenant_id', 'tenant-b', true)")
@@ -192,15 +221,15 @@ async fn raw_sql_as_authenticated_with_another_tenants_jwt_sees_nothing() {
     };
     let a = as_jwt("tenant-a");
     let b = as_jwt("tenant-b");
-    assert_eq!(counts(&mut conn, &[&a]).await, [1, 1, 1, 1, 1]);
-    assert_eq!(counts(&mut conn, &[&b]).await, [0; 5]);
+    assert_eq!(counts(&mut conn, &[&a]).await, [1, 1, 1, 1, 1, 1]);
+    assert_eq!(counts(&mut conn, &[&b]).await, [0; 6]);
     assert_eq!(
         counts(
             &mut conn,
             &["SELECT set_config('role', 'authenticated', true)"]
         )
         .await,
-        [0; 5],
+        [0; 6],
         "no claims see none"
     );
     // `anon` (a request without a signed-in user) is refused the tables outright.
@@ -219,10 +248,10 @@ async fn raw_sql_as_authenticated_with_another_tenants_jwt_sees_nothing() {
         "{err}"
     );
     tx.rollback().await.unwrap();
-    assert_eq!(tamper(&mut conn, &[&b]).await, [0; 5]);
+    assert_eq!(tamper(&mut conn, &[&b]).await, [0; 7]);
     // The tenant may also come from app_metadata, as Supabase auth hooks often put it.
     let meta = "SELECT set_config('role', 'authenticated', true), set_config('request.jwt.claims', '{\"app_metadata\":{\"tenant_id\":\"tenant-a\"}}', true)";
-    assert_eq!(counts(&mut conn, &[meta]).await, [1, 1, 1, 1, 1]);
+    assert_eq!(counts(&mut conn, &[meta]).await, [1, 1, 1, 1, 1, 1]);
 }
 
 #[tokio::test]

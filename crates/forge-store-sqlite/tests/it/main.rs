@@ -82,8 +82,8 @@ async fn data_survives_closing_and_reopening_the_file() {
     );
     assert_eq!(reopened.get_run(&scope, run.id).await.unwrap(), run);
     assert_eq!(
-        reopened.list_messages(&scope, thread.id).await.unwrap()[0].text(),
-        "hi"
+        reopened.get_run(&scope, run.id).await.unwrap().input,
+        vec![Part::text("hi")]
     );
     assert_eq!(
         reopened.applied_migrations().await.unwrap(),

@@ -6,6 +6,7 @@
 
 #![deny(missing_docs)]
 
+mod locks;
 mod queue;
 mod runs;
 
@@ -38,6 +39,7 @@ struct State {
     events: HashMap<RunId, Vec<RunEvent>>,
     jobs: BTreeMap<JobId, queue::JobRow>,
     audit: Vec<forge_core::ports::audit::AuditRecord>,
+    locks: HashMap<String, locks::LockRow>,
 }
 
 impl Default for MemoryStore {

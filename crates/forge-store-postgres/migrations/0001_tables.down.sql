@@ -1,3 +1,4 @@
+DROP TABLE forge_locks;
 DROP TABLE forge_audit;
 DROP TABLE forge_jobs;
 DROP TABLE forge_run_events;

@@ -83,3 +83,13 @@ CREATE TABLE forge_audit (
     detail jsonb NOT NULL
 );
 CREATE INDEX forge_audit_tenant ON forge_audit (tenant_id, seq);
+
+-- Named leases for coordinating processes. Not tenant data (keys are opaque names chosen by the
+-- platform), so not under row-level security. `fence` only grows, so tokens never repeat.
+CREATE TABLE forge_locks (
+    key text PRIMARY KEY,
+    holder text,
+    token bigint,
+    expires_at timestamptz,
+    fence bigint NOT NULL
+);

@@ -16,6 +16,7 @@
 #![deny(missing_docs)]
 
 pub mod fixtures;
+pub mod locks;
 pub mod store;
 
 use std::future::Future;
@@ -32,6 +33,15 @@ pub trait StoreFactory: Send + Sync + 'static {
 
     /// A new store with no data, reading time from `clock`.
     fn make(clock: Arc<ManualClock>) -> impl Future<Output = Arc<Self::Store>> + Send;
+}
+
+/// Makes a fresh, empty lease store for one scenario of the `locks` suite.
+pub trait LeaseFactory: Send + Sync + 'static {
+    /// The adapter under test.
+    type Locks: forge_core::ports::lease::LeaseStore + 'static;
+
+    /// A new lease store with no leases, reading time from `clock`.
+    fn make(clock: Arc<ManualClock>) -> impl Future<Output = Arc<Self::Locks>> + Send;
 }
 
 /// One conformance suite: a port's scenarios and the macro that expands them.
@@ -100,6 +110,15 @@ pub const SUITES: &[Suite] = &[
         ],
     },
     Suite {
+        name: "locks",
+        macro_name: "lock_conformance",
+        scenarios: &[
+            "lock_is_exclusive_until_expiry",
+            "renew_and_release_are_token_checked",
+            "concurrent_acquire_has_one_winner",
+        ],
+    },
+    Suite {
         name: "isolation",
         macro_name: "isolation_conformance",
         scenarios: &["tenant_isolation"],
@@ -110,10 +129,12 @@ pub const SUITES: &[Suite] = &[
 /// fails when an adapter crate's tests do not invoke every listed suite with that factory, or when
 /// a `forge-store-*` crate is missing from this list.
 pub const ADAPTERS: &[(&str, &str, &[&str])] = &[
+    ("forge-store-redis", "Redis", &["locks"]),
     (
         "forge-store-memory",
         "Memory",
         &[
+            "locks",
             "threads",
             "runs",
             "event_log",
@@ -140,6 +161,7 @@ pub const ADAPTERS: &[(&str, &str, &[&str])] = &[
         "forge-store-postgres",
         "Postgres",
         &[
+            "locks",
             "threads",
             "runs",
             "event_log",
@@ -251,6 +273,46 @@ macro_rules! ordering_conformance {
         $crate::__conformance_suite!(ordering_conformance, "ordering", $factory;
             thread_admission_and_promotion, interrupt_requests_cancellation,
             request_cancel_flags_live_runs_only);
+    };
+}
+
+/// Named leases (`LeaseStore`), with a [`LeaseFactory`].
+#[macro_export]
+macro_rules! lock_conformance {
+    ($factory:ty) => {
+        mod lock_conformance {
+            #[allow(unused_imports)]
+            use super::*;
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn lock_is_exclusive_until_expiry() {
+                $crate::locks::lock_is_exclusive_until_expiry::<$factory>().await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn renew_and_release_are_token_checked() {
+                $crate::locks::renew_and_release_are_token_checked::<$factory>().await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn concurrent_acquire_has_one_winner() {
+                $crate::locks::concurrent_acquire_has_one_winner::<$factory>().await;
+            }
+
+            #[test]
+            fn suite_is_complete() {
+                let expanded = vec![
+                    "lock_is_exclusive_until_expiry",
+                    "renew_and_release_are_token_checked",
+                    "concurrent_acquire_has_one_winner",
+                ];
+                assert_eq!(
+                    expanded,
+                    $crate::scenarios("locks"),
+                    "the locks macro and SUITES disagree"
+                );
+            }
+        }
     };
 }
 

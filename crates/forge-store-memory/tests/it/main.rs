@@ -19,3 +19,13 @@ impl forge_testkit::StoreFactory for Memory {
 }
 
 forge_testkit::store_conformance!(Memory);
+
+impl forge_testkit::LeaseFactory for Memory {
+    type Locks = MemoryStore;
+
+    async fn make(clock: Arc<ManualClock>) -> Arc<MemoryStore> {
+        Arc::new(MemoryStore::new(clock, Arc::new(SequentialIds::new())))
+    }
+}
+
+forge_testkit::lock_conformance!(Memory);

@@ -54,9 +54,18 @@ impl forge_testkit::StoreFactory for Supabase {
     }
 }
 
+impl forge_testkit::LeaseFactory for Postgres {
+    type Locks = PostgresStore;
+
+    async fn make(clock: Arc<ManualClock>) -> Arc<PostgresStore> {
+        Arc::new(fresh(Flavor::Plain, clock).await.0)
+    }
+}
+
 mod rls_mode {
     use super::*;
     forge_testkit::store_conformance!(Postgres);
+    forge_testkit::lock_conformance!(Postgres);
 }
 
 mod supabase_mode {

@@ -1,0 +1,57 @@
+//! The Redis lease store on a real Redis: the lease conformance suite the PostgreSQL lease store
+//! passes too. Each test uses its own key prefix.
+
+#![allow(clippy::unwrap_used)]
+
+use std::sync::Arc;
+
+use forge_core::time::ManualClock;
+use forge_store_redis::RedisLeaseStore;
+
+fn url() -> String {
+    std::env::var("FORGE_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
+}
+
+struct Redis;
+
+impl forge_testkit::LeaseFactory for Redis {
+    type Locks = RedisLeaseStore;
+
+    async fn make(clock: Arc<ManualClock>) -> Arc<RedisLeaseStore> {
+        let prefix = format!("forge-test-{}", uuid::Uuid::new_v4().simple());
+        let store = RedisLeaseStore::connect_with(&url(), &prefix, clock).await.unwrap_or_else(|e| {
+            panic!(
+                "Redis is not reachable at {}: {e:?}\nstart it with `redis-server --daemonize yes --bind 127.0.0.1 --port 6379 \
+                 --save \"\" --appendonly no` or point FORGE_TEST_REDIS_URL at a server",
+                url()
+            )
+        });
+        Arc::new(store)
+    }
+}
+
+forge_testkit::lock_conformance!(Redis);
+
+#[tokio::test]
+async fn a_holder_name_with_the_separator_is_refused() {
+    let clock = Arc::new(ManualClock::at_2026());
+    let store = <Redis as forge_testkit::LeaseFactory>::make(clock).await;
+    let sys = forge_core::scope::SystemScope::new("test");
+    use forge_core::ports::lease::LeaseStore;
+    let err = store
+        .acquire(&sys, "k", "a|b", std::time::Duration::from_secs(1))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "invalid input: a lease holder's name cannot contain '|'"
+    );
+}
+
+#[tokio::test]
+async fn an_unreachable_server_is_a_clear_error() {
+    let err = RedisLeaseStore::connect("redis://127.0.0.1:1", "x")
+        .await
+        .unwrap_err();
+    assert_eq!(err.to_string(), "could not connect to Redis");
+}

@@ -9,6 +9,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+mod runs;
+
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
 use forge_core::agent::AgentRef;
@@ -30,6 +32,18 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Durable runs/s and CPU per run of the 3-step workload, and claim latency.
+    Runs {
+        /// sqlite, postgres or memory.
+        #[arg(long)]
+        store: String,
+        /// Runs per configuration.
+        #[arg(long, default_value_t = 300)]
+        runs: usize,
+        /// Claim loops (runs in flight), comma separated.
+        #[arg(long, default_value = "1,50", value_delimiter = ',')]
+        in_flight: Vec<usize>,
+    },
     /// `commit_step` latency and throughput.
     CommitStep {
         /// memory, sqlite or postgres.
@@ -57,6 +71,22 @@ fn main() -> anyhow::Result<()> {
                 writers,
                 commits,
             } => commit_step(&store, &writers, commits).await,
+            Command::Runs {
+                store,
+                runs,
+                in_flight,
+            } => {
+                println!(
+                    "{:<9} {:>9} {:>6} {:>9} {:>12} {:>9}",
+                    "store", "in flight", "runs", "runs/s", "cpu ms/run", "pg ms/run"
+                );
+                for c in in_flight {
+                    let (opened, _guard) = open(&store).await?;
+                    runs::durable(&store, opened, runs, c).await?;
+                }
+                let (opened, _guard) = open(&store).await?;
+                runs::claim_latency(&store, opened, runs).await
+            }
         }
     })
 }

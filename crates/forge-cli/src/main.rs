@@ -243,16 +243,35 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         )
         .await?;
 
-    let cancel = CancellationToken::new();
-    let on_signal = cancel.clone();
+    // Executed by an in-process worker through the queue, like any other run: if this process is
+    // killed, the next `forge run` (or a `forge worker`) on the same store resumes it.
+    let engine = std::sync::Arc::new(engine);
+    let printer = std::sync::Arc::new(print::Printer::new(args.json).only(run.id));
+    let config = forge_engine::WorkerConfig {
+        id: format!("forge-run-{}", std::process::id()),
+        concurrency: 1,
+        poll_interval: std::time::Duration::from_millis(20),
+        ..forge_engine::WorkerConfig::default()
+    };
+    let worker =
+        forge_engine::Worker::new(engine, store.clone(), config).with_observer(printer.clone());
+    let (cancel_store, cancel_scope, run_id) = (store.clone(), scope.clone(), run.id);
     tokio::spawn(async move {
         if tokio::signal::ctrl_c().await.is_ok() {
-            on_signal.cancel();
+            // Durable: the run stops after its current step, whichever process executes it.
+            let _ = cancel_store.request_cancel(&cancel_scope, run_id).await;
         }
     });
-
-    let printer = print::Printer::new(args.json);
-    let outcome = engine.execute(&scope, run.id, &cancel, &printer).await?;
+    let drain = CancellationToken::new();
+    let outcome = loop {
+        let current = store.get_run(&scope, run.id).await?;
+        if current.status.is_terminal() {
+            break current;
+        }
+        if worker.run_one(&drain).await?.is_none() {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    };
     printer.finish();
     Ok(match outcome.status {
         RunStatus::Completed => ExitCode::SUCCESS,

@@ -11,6 +11,8 @@ use forge_engine::RunObserver;
 /// Prints events as the engine produces them.
 pub(crate) struct Printer {
     json: bool,
+    /// Print only this run's events (an in-process worker may execute others).
+    only: Option<forge_core::id::RunId>,
     /// Whether the cursor is mid-line after streamed text.
     mid_line: Mutex<bool>,
 }
@@ -19,8 +21,15 @@ impl Printer {
     pub(crate) fn new(json: bool) -> Self {
         Self {
             json,
+            only: None,
             mid_line: Mutex::new(false),
         }
+    }
+
+    /// Prints only the events of `run`.
+    pub(crate) fn only(mut self, run: forge_core::id::RunId) -> Self {
+        self.only = Some(run);
+        self
     }
 
     /// Ends any half-printed line.
@@ -47,6 +56,9 @@ impl Printer {
 
 impl RunObserver for Printer {
     fn on_event(&self, e: &RunEvent) {
+        if self.only.is_some_and(|r| r != e.run_id) {
+            return;
+        }
         if self.json {
             match serde_json::to_string(e) {
                 Ok(line) => println!("{line}"),

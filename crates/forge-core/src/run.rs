@@ -308,6 +308,36 @@ pub struct Run {
     pub updated_at: Timestamp,
 }
 
+impl Run {
+    /// A new run of `new` for `scope`, queued, at version 0 with no events, leases or checkpoint:
+    /// what every store's `create_run` writes.
+    pub fn queued(
+        id: RunId,
+        scope: &crate::scope::Scope,
+        new: &crate::ports::store::NewRun,
+        now: Timestamp,
+    ) -> Self {
+        Self {
+            id,
+            tenant_id: scope.tenant_id().clone(),
+            principal_id: scope.principal_id().clone(),
+            thread_id: new.thread_id,
+            agent: new.agent.clone(),
+            input: new.input.clone(),
+            status: RunStatus::Queued,
+            version: 0,
+            last_seq: 0,
+            checkpoint: Checkpoint::default(),
+            failure: None,
+            lease: None,
+            fence: 0,
+            cancel_requested: false,
+            created_at: now,
+            updated_at: now,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

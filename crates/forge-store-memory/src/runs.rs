@@ -13,7 +13,7 @@ use forge_core::ports::store::{
     Admission, Committed, NewRun, NewThread, RunStore, StartStrategy, StepCommit, ThreadStore,
     admit, check_commit, next_lease, renewed_lease,
 };
-use forge_core::run::{Checkpoint, Run, RunLease, RunStatus};
+use forge_core::run::{Run, RunLease};
 use forge_core::scope::Scope;
 use forge_core::thread::{SessionState, Thread};
 
@@ -94,24 +94,7 @@ impl RunStore for MemoryStore {
         let mut st = self.lock();
         let thread = st.thread(scope, new.thread_id)?;
         let admission = admit(thread.id, thread.active_run, new.strategy)?;
-        let mut run = Run {
-            id: RunId::generate(self.ids.as_ref()),
-            tenant_id: scope.tenant_id().clone(),
-            principal_id: scope.principal_id().clone(),
-            thread_id: new.thread_id,
-            agent: new.agent,
-            input: new.input,
-            status: RunStatus::Queued,
-            version: 0,
-            last_seq: 0,
-            checkpoint: Checkpoint::default(),
-            failure: None,
-            lease: None,
-            fence: 0,
-            cancel_requested: false,
-            created_at: now,
-            updated_at: now,
-        };
+        let mut run = Run::queued(RunId::generate(self.ids.as_ref()), scope, &new, now);
         let mut events = Vec::new();
         let job_state = match admission {
             Admission::Active => {

@@ -189,6 +189,11 @@ pub(crate) struct Cursor<'a> {
     pub(crate) checkpoint: Checkpoint,
     pending: Vec<RunEvent>,
     pub(crate) messages: Vec<Message>,
+    /// The thread's committed history, read once when the execution began and extended by each
+    /// commit of this execution.
+    pub(crate) history: Vec<Message>,
+    /// The thread's session state, read when the execution began.
+    pub(crate) state: forge_core::thread::SessionState,
     next_seq: u64,
     clock: &'a dyn Clock,
     observer: &'a dyn RunObserver,
@@ -336,6 +341,8 @@ impl Engine {
             lease: lease.clone(),
             pending: Vec::new(),
             messages: Vec::new(),
+            history: Vec::new(),
+            state: Default::default(),
             clock: self.clock.as_ref(),
             observer: &observer,
         };
@@ -384,6 +391,8 @@ impl Engine {
             lease,
             pending: Vec::new(),
             messages: Vec::new(),
+            history: Vec::new(),
+            state: Default::default(),
             clock: self.clock.as_ref(),
             observer,
         };
@@ -434,6 +443,9 @@ impl Engine {
                 model: agent.model.clone(),
             });
         }
+        let thread = self.threads.get_thread(scope, cur.run.thread_id).await?;
+        cur.state = thread.state;
+        cur.history = self.threads.list_messages(scope, cur.run.thread_id).await?;
         loop {
             if cancel_requested {
                 cur.apply(RunInput::Cancel)?;
@@ -499,17 +511,19 @@ impl Engine {
         cur: &mut Cursor<'_>,
         failure: Option<RunFailure>,
     ) -> Result<(RunOutcome, bool), EngineError> {
+        let messages = std::mem::take(&mut cur.messages);
         let commit = StepCommit {
             run_id: cur.run.id,
             expected_version: cur.run.version,
             lease: cur.lease.clone(),
             events: std::mem::take(&mut cur.pending),
-            messages: std::mem::take(&mut cur.messages),
+            messages: messages.clone(),
             checkpoint: cur.checkpoint.clone(),
             status: cur.status,
             failure: failure.clone(),
         };
         let committed = self.runs.commit_step(scope, commit).await?;
+        cur.history.extend(messages);
         cur.run.version = committed.version;
         cur.run.last_seq = committed.last_seq;
         cur.run.status = cur.status;

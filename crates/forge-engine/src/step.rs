@@ -82,23 +82,14 @@ impl StepRunner<'_> {
                 message: format!("model provider {provider_name} is not configured"),
             }));
         };
-        let thread = self
-            .engine
-            .threads
-            .get_thread(self.scope, cur.run.thread_id)
-            .await?;
-        let history = self
-            .engine
-            .threads
-            .list_messages(self.scope, cur.run.thread_id)
-            .await?;
-        // Messages this execution produced but has not committed yet (the run's input, on its
-        // first step) are part of the conversation too.
-        let history = [history, cur.messages.clone()].concat();
+        // The thread's history as read when this execution began, plus what it committed since
+        // (only the active run writes to its thread), plus what this step has not committed yet
+        // (the run's input, on its first step).
+        let history = [cur.history.clone(), cur.messages.clone()].concat();
         let request = assemble(
             self.agent,
             model_name,
-            &thread.state,
+            &cur.state,
             history,
             &self.engine.tools,
         );

@@ -90,15 +90,6 @@ impl JobQueue for PostgresStore {
     ) -> Result<Option<ClaimedJob>, Error> {
         let now = self.clock.now();
         let mut tx = self.system_tx().await?;
-        // Lapsed claims with no attempts left are dead letters, not work.
-        sqlx::query(
-            "UPDATE forge_jobs SET state = 'dead', expires_at = NULL WHERE id IN (SELECT id FROM forge_jobs \
-             WHERE state = 'claimed' AND expires_at <= $1 AND attempts >= max_attempts FOR UPDATE SKIP LOCKED)",
-        )
-        .bind(now.0)
-        .execute(&mut *tx)
-        .await
-        .map_err(db_error)?;
         let row = sqlx::query(
             "UPDATE forge_jobs j SET state = 'claimed', attempts = j.attempts + 1, token = j.token + 1, expires_at = $2 \
              FROM (SELECT id FROM forge_jobs \
@@ -112,6 +103,18 @@ impl JobQueue for PostgresStore {
         .fetch_optional(&mut *tx)
         .await
         .map_err(db_error)?;
+        if row.is_none() {
+            // Nothing to claim: mark lapsed claims with no attempts left as dead letters (the claim
+            // above never takes them), while the queue is idle rather than on every claim.
+            sqlx::query(
+                "UPDATE forge_jobs SET state = 'dead', expires_at = NULL WHERE id IN (SELECT id FROM forge_jobs \
+                 WHERE state = 'claimed' AND expires_at <= $1 AND attempts >= max_attempts FOR UPDATE SKIP LOCKED)",
+            )
+            .bind(now.0)
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error)?;
+        }
         tx.commit().await.map_err(db_error)?;
         row.as_ref().map(claimed).transpose()
     }

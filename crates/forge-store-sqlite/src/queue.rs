@@ -91,14 +91,8 @@ impl JobQueue for SqliteStore {
             .begin_with("BEGIN IMMEDIATE")
             .await
             .map_err(db_error)?;
-        // Lapsed claims with no attempts left are dead letters, not work.
-        sqlx::query("UPDATE forge_jobs SET state = 'dead', expires_at = NULL WHERE state = 'claimed' AND expires_at <= $1 AND attempts >= max_attempts")
-            .bind(now.unix_millis())
-            .execute(&mut *tx)
-            .await
-            .map_err(db_error)?;
         let row = sqlx::query(
-            "SELECT * FROM forge_jobs WHERE (state = 'ready' AND available_at <= $1) OR (state = 'claimed' AND expires_at <= $1) \
+            "SELECT * FROM forge_jobs WHERE (state = 'ready' AND available_at <= $1) OR (state = 'claimed' AND expires_at <= $1 AND attempts < max_attempts) \
              ORDER BY id LIMIT 1",
         )
         .bind(now.unix_millis())
@@ -106,6 +100,13 @@ impl JobQueue for SqliteStore {
         .await
         .map_err(db_error)?;
         let Some(row) = row else {
+            // Nothing to claim: mark lapsed claims with no attempts left as dead letters (the
+            // claim above never takes them), while the queue is idle rather than on every claim.
+            sqlx::query("UPDATE forge_jobs SET state = 'dead', expires_at = NULL WHERE state = 'claimed' AND expires_at <= $1 AND attempts >= max_attempts")
+                .bind(now.unix_millis())
+                .execute(&mut *tx)
+                .await
+                .map_err(db_error)?;
             tx.commit().await.map_err(db_error)?;
             return Ok(None);
         };

@@ -15,7 +15,7 @@ use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
 use forge_core::agent::AgentRef;
 use forge_core::event::{RunEvent, RunEventKind};
-use forge_core::id::{IdGenerator, MessageId, UuidV7Generator};
+use forge_core::id::{MessageId, UuidV7Generator};
 use forge_core::message::{Message, Role};
 use forge_core::part::{Part, PartUpdate};
 use forge_core::ports::store::{NewRun, NewThread, StepCommit, Store};
@@ -220,7 +220,6 @@ async fn writer(
         latencies.push(start.elapsed());
         version = done.version;
     }
-    let _ = ids.next_uuid();
     Ok(latencies)
 }
 

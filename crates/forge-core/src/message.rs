@@ -19,6 +19,27 @@ pub enum Role {
     Tool,
 }
 
+impl Role {
+    /// The role's name, as on the wire and in storage.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Role::User => "user",
+            Role::Assistant => "assistant",
+            Role::Tool => "tool",
+        }
+    }
+
+    /// The role named `name`.
+    pub fn from_name(name: &str) -> Result<Self, crate::Error> {
+        match name {
+            "user" => Ok(Role::User),
+            "assistant" => Ok(Role::Assistant),
+            "tool" => Ok(Role::Tool),
+            other => Err(crate::Error::invalid(format!("unknown role {other:?}"))),
+        }
+    }
+}
+
 /// One message of a thread's history.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Message {

@@ -234,6 +234,23 @@ pub enum FailureCode {
     Internal,
 }
 
+impl FailureCode {
+    /// The code's name, as on the wire.
+    pub fn name(&self) -> &'static str {
+        match self {
+            FailureCode::StepLimitExceeded => "step_limit_exceeded",
+            FailureCode::ProviderError => "provider_error",
+            FailureCode::MalformedModelOutput => "malformed_model_output",
+            FailureCode::ModelUnavailable => "model_unavailable",
+            FailureCode::BudgetExceeded => "budget_exceeded",
+            FailureCode::QuotaExceeded => "quota_exceeded",
+            FailureCode::AgentVersionUnavailable => "agent_version_unavailable",
+            FailureCode::DeadLettered => "dead_lettered",
+            FailureCode::Internal => "internal",
+        }
+    }
+}
+
 /// A run's failure, safe to show to its user.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct RunFailure {
@@ -383,6 +400,31 @@ mod tests {
             i += 1;
         }
         seen
+    }
+
+    #[test]
+    fn names_match_the_wire_format() {
+        use FailureCode as F;
+        let codes = [
+            F::StepLimitExceeded,
+            F::ProviderError,
+            F::MalformedModelOutput,
+            F::ModelUnavailable,
+            F::BudgetExceeded,
+            F::QuotaExceeded,
+            F::AgentVersionUnavailable,
+            F::DeadLettered,
+            F::Internal,
+        ];
+        for c in codes {
+            assert_eq!(serde_json::to_value(c).unwrap(), c.name(), "{c:?}");
+        }
+        use crate::message::Role;
+        for r in [Role::User, Role::Assistant, Role::Tool] {
+            assert_eq!(serde_json::to_value(r).unwrap(), r.name());
+            assert_eq!(Role::from_name(r.name()).unwrap(), r);
+        }
+        assert!(Role::from_name("system").is_err());
     }
 
     #[test]

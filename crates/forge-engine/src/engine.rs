@@ -15,7 +15,7 @@ use forge_core::ports::tool::Tool;
 use forge_core::run::{
     Checkpoint, FailureCode, Run, RunFailure, RunInput, RunLease, RunStatus, transition,
 };
-use forge_core::scope::Scope;
+use forge_core::scope::{PrincipalId, Scope, TenantId};
 use forge_core::time::{Clock, SystemClock};
 use tokio_util::sync::CancellationToken;
 
@@ -290,23 +290,69 @@ impl Engine {
         control: &RunControl,
         observer: &dyn RunObserver,
     ) -> Result<RunOutcome, EngineError> {
-        let run = self.runs.get_run(scope, run_id).await?;
-        if run.status.is_terminal() {
-            return Ok(RunOutcome {
-                status: run.status,
-                last_seq: run.last_seq,
-                failure: run.failure,
-            });
-        }
+        self.leased(scope, run_id, |_| Ok(scope.clone()), control, observer)
+            .await
+    }
+
+    /// Executes a queued run of `tenant` as the principal who started it, as a worker does. A run
+    /// whose agent version is not registered here is left untouched (`UnknownAgent`), for a worker
+    /// that has the version.
+    pub async fn execute_job(
+        &self,
+        tenant: &TenantId,
+        run_id: RunId,
+        control: &RunControl,
+        observer: &dyn RunObserver,
+    ) -> Result<RunOutcome, EngineError> {
+        // Store access needs only the tenant; the run itself says who it acts for.
+        let reader = Scope::new(
+            tenant.clone(),
+            PrincipalId::new(self.worker_id.clone())?,
+            vec![],
+        );
+        let derive = |run: &Run| {
+            self.agent(&run.agent)?;
+            Ok(Scope::new(
+                run.tenant_id.clone(),
+                run.principal_id.clone(),
+                vec![],
+            ))
+        };
+        self.leased(&reader, run_id, derive, control, observer)
+            .await
+    }
+
+    /// Takes the run's lease, then reads the run (so the read cannot be older than the lease),
+    /// and executes it under the scope `derive` gives, renewing the lease alongside; releases it.
+    async fn leased(
+        &self,
+        scope: &Scope,
+        run_id: RunId,
+        derive: impl FnOnce(&Run) -> Result<Scope, EngineError>,
+        control: &RunControl,
+        observer: &dyn RunObserver,
+    ) -> Result<RunOutcome, EngineError> {
         let lease = self
             .runs
             .acquire_lease(scope, run_id, &self.worker_id, self.lease_ttl)
             .await?;
-        // The lease is renewed alongside the steps; losing it stops the run where it is.
-        let result = tokio::select! {
-            r = self.execute_leased(scope, run, lease.clone(), control, observer) => r,
-            e = self.keep_lease(scope, lease.clone()) => Err(e),
-        };
+        let result = async {
+            let run = self.runs.get_run(scope, run_id).await?;
+            if run.status.is_terminal() {
+                return Ok(RunOutcome {
+                    status: run.status,
+                    last_seq: run.last_seq,
+                    failure: run.failure,
+                });
+            }
+            let run_scope = derive(&run)?;
+            // Losing the lease stops the run where it is.
+            tokio::select! {
+                r = self.execute_leased(&run_scope, run, lease.clone(), control, observer) => r,
+                e = self.keep_lease(scope, lease.clone()) => Err(e),
+            }
+        }
+        .await;
         // Best effort: an unreleased lease simply expires.
         let _ = self.runs.release_lease(scope, &lease).await;
         result
@@ -320,18 +366,22 @@ impl Engine {
         run_id: RunId,
         message: &str,
     ) -> Result<RunOutcome, EngineError> {
-        let run = self.runs.get_run(scope, run_id).await?;
-        if run.status.is_terminal() {
-            return Ok(RunOutcome {
-                status: run.status,
-                last_seq: run.last_seq,
-                failure: run.failure,
-            });
-        }
         let lease = self
             .runs
             .acquire_lease(scope, run_id, &self.worker_id, self.lease_ttl)
             .await?;
+        let run = match self.runs.get_run(scope, run_id).await {
+            Ok(run) if !run.status.is_terminal() => run,
+            read => {
+                let _ = self.runs.release_lease(scope, &lease).await;
+                let run = read?;
+                return Ok(RunOutcome {
+                    status: run.status,
+                    last_seq: run.last_seq,
+                    failure: run.failure,
+                });
+            }
+        };
         let observer = crate::observer::NoopObserver;
         let mut cur = Cursor {
             status: run.status,

@@ -147,7 +147,7 @@ impl StepRunner<'_> {
                 cur,
                 &mut msg,
                 Part::Error(ErrorPart {
-                    code: failure_code_name(&failure),
+                    code: failure.code.name().to_owned(),
                     message: failure.message.clone(),
                 }),
             );
@@ -458,11 +458,4 @@ fn model_failure(e: &ModelError) -> RunFailure {
         code,
         message: format!("the model call failed ({})", e.code()),
     }
-}
-
-fn failure_code_name(f: &RunFailure) -> String {
-    serde_json::to_value(f.code)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_owned))
-        .unwrap_or_else(|| "internal".into())
 }

@@ -129,7 +129,7 @@ impl<I, F> std::fmt::Debug for NativeTool<I, F> {
 
 /// Makes a read-only native tool from an async function; its input schema comes from `I`.
 ///
-/// ```ignore
+/// ```text
 /// #[derive(serde::Deserialize, schemars::JsonSchema)]
 /// struct Add { a: i64, b: i64 }
 /// let add = native_tool("add", "adds two integers", |_ctx, i: Add| async move { Ok(i.a + i.b) });

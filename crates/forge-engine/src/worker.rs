@@ -12,7 +12,7 @@ use std::time::Duration;
 use forge_core::Error;
 use forge_core::ports::queue::{ClaimedJob, JobQueue, JobState};
 use forge_core::run::RunStatus;
-use forge_core::scope::{PrincipalId, Scope, SystemScope};
+use forge_core::scope::SystemScope;
 use tokio_util::sync::CancellationToken;
 
 use crate::engine::{Engine, RunControl};
@@ -197,26 +197,13 @@ impl Worker {
         job: &ClaimedJob,
         drain: &CancellationToken,
     ) -> Result<RunStatus, EngineError> {
-        // The run's principal is only known once the run is read; reading needs only the tenant.
-        let reader = Scope::new(
-            job.tenant_id.clone(),
-            PrincipalId::new(self.config.id.clone())?,
-            vec![],
-        );
-        let run = self.engine.runs().get_run(&reader, job.run_id).await?;
-        if !run.status.is_terminal() {
-            // During a rolling deploy, a worker without the run's agent version leaves the run to
-            // one that has it: the job is retried (and dead-lettered if no worker ever has it).
-            self.engine.agent(&run.agent)?;
-        }
-        let scope = Scope::new(run.tenant_id.clone(), run.principal_id.clone(), vec![]);
         let control = RunControl {
             cancel: CancellationToken::new(),
             drain: drain.clone(),
         };
         let outcome = self
             .engine
-            .execute_with(&scope, job.run_id, &control, self.observer.as_ref())
+            .execute_job(&job.tenant_id, job.run_id, &control, self.observer.as_ref())
             .await?;
         Ok(outcome.status)
     }

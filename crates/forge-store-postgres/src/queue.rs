@@ -15,10 +15,6 @@ use sqlx::postgres::PgRow;
 use crate::PostgresStore;
 use crate::rows::{self, db_error, i64_of};
 
-fn state_of(s: &str) -> Result<JobState, Error> {
-    JobState::from_name(s)
-}
-
 fn claimed(row: &PgRow) -> Result<ClaimedJob, Error> {
     let attempts: i32 = rows::get(row, "attempts")?;
     Ok(ClaimedJob {
@@ -255,7 +251,7 @@ impl JobQueue for PostgresStore {
                 .await
                 .map_err(db_error)?;
         tx.commit().await.map_err(db_error)?;
-        state_of(&state.ok_or_else(|| Error::not_found("job", id))?)
+        JobState::from_name(&state.ok_or_else(|| Error::not_found("job", id))?)
     }
 }
 

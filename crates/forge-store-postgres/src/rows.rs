@@ -64,23 +64,6 @@ pub(crate) fn i64_of(v: u64) -> Result<i64, Error> {
     i64::try_from(v).map_err(|_| Error::invalid(format!("{v} is too large to store")))
 }
 
-pub(crate) fn role_str(r: Role) -> &'static str {
-    match r {
-        Role::User => "user",
-        Role::Assistant => "assistant",
-        Role::Tool => "tool",
-    }
-}
-
-fn role(s: &str) -> Result<Role, Error> {
-    match s {
-        "user" => Ok(Role::User),
-        "assistant" => Ok(Role::Assistant),
-        "tool" => Ok(Role::Tool),
-        other => Err(corrupt("role", other)),
-    }
-}
-
 pub(crate) fn thread(row: &PgRow) -> Result<Thread, Error> {
     Ok(Thread {
         id: ThreadId(get(row, "id")?),
@@ -100,7 +83,7 @@ pub(crate) fn message(row: &PgRow) -> Result<Message, Error> {
     Ok(Message {
         id: MessageId(get(row, "id")?),
         run_id: RunId(get(row, "run_id")?),
-        role: role(&get::<String>(row, "role")?)?,
+        role: Role::from_name(&get::<String>(row, "role")?)?,
         parts: json(row, "parts")?,
         created_at: ts(row, "created_at")?,
     })

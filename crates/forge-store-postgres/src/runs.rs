@@ -63,7 +63,7 @@ async fn insert_messages(
     }
     let ids: Vec<uuid::Uuid> = messages.iter().map(|m| m.id.0).collect();
     let runs: Vec<uuid::Uuid> = messages.iter().map(|m| m.run_id.0).collect();
-    let roles: Vec<&str> = messages.iter().map(|m| rows::role_str(m.role)).collect();
+    let roles: Vec<&str> = messages.iter().map(|m| m.role.name()).collect();
     let parts = messages
         .iter()
         .map(|m| to_json(&m.parts).map(|j| j.0))

@@ -15,14 +15,6 @@ use sqlx::sqlite::SqliteRow;
 use crate::SqliteStore;
 use crate::rows::{self, db_error, i64_of};
 
-fn state_name(s: JobState) -> &'static str {
-    s.name()
-}
-
-fn state_of(s: &str) -> Result<JobState, Error> {
-    JobState::from_name(s)
-}
-
 impl SqliteStore {
     /// The job's row if `job` is its current, unexpired claim; `Fenced` otherwise.
     async fn current_claim(
@@ -197,7 +189,7 @@ impl JobQueue for SqliteStore {
         sqlx::query(
             "UPDATE forge_jobs SET state = $1, expires_at = NULL, available_at = $2, last_error = $4 WHERE id = $3",
         )
-        .bind(state_name(next))
+        .bind(next.name())
         .bind(self.clock.now().plus(retry_in).unix_millis())
         .bind(job.id.to_string())
         .bind(reason)
@@ -278,7 +270,7 @@ impl JobQueue for SqliteStore {
                 .fetch_optional(&self.pool)
                 .await
                 .map_err(db_error)?;
-        state_of(&state.ok_or_else(|| Error::not_found("job", id))?)
+        JobState::from_name(&state.ok_or_else(|| Error::not_found("job", id))?)
     }
 }
 

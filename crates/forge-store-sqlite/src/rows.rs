@@ -62,27 +62,6 @@ pub(crate) fn i64_of(v: u64) -> Result<i64, Error> {
     i64::try_from(v).map_err(|_| Error::invalid(format!("{v} is too large to store")))
 }
 
-fn role_name(r: Role) -> &'static str {
-    match r {
-        Role::User => "user",
-        Role::Assistant => "assistant",
-        Role::Tool => "tool",
-    }
-}
-
-pub(crate) fn role_str(r: Role) -> &'static str {
-    role_name(r)
-}
-
-fn role(s: &str) -> Result<Role, Error> {
-    match s {
-        "user" => Ok(Role::User),
-        "assistant" => Ok(Role::Assistant),
-        "tool" => Ok(Role::Tool),
-        other => Err(corrupt("role", other)),
-    }
-}
-
 pub(crate) fn thread(row: &SqliteRow) -> Result<Thread, Error> {
     let active: Option<String> = get(row, "active_run")?;
     Ok(Thread {
@@ -109,7 +88,7 @@ pub(crate) fn message(row: &SqliteRow) -> Result<Message, Error> {
     Ok(Message {
         id: MessageId(uuid(row, "id")?),
         run_id: RunId(uuid(row, "run_id")?),
-        role: role(&get::<String>(row, "role")?)?,
+        role: Role::from_name(&get::<String>(row, "role")?)?,
         parts: json(row, "parts")?,
         created_at: ts(row, "created_at")?,
     })

@@ -155,7 +155,7 @@ async fn insert_message(
     .bind(thread.to_string())
     .bind(m.id.to_string())
     .bind(m.run_id.to_string())
-    .bind(rows::role_str(m.role))
+    .bind(m.role.name())
     .bind(to_json(&m.parts)?)
     .bind(m.created_at.unix_millis())
     .execute(&mut **tx)

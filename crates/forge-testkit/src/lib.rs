@@ -3,7 +3,7 @@
 //!
 //! An adapter proves it is interchangeable by invoking the suite once in its own test binary:
 //!
-//! ```ignore
+//! ```text
 //! struct Memory;
 //! impl forge_testkit::StoreFactory for Memory { /* ... */ }
 //! forge_testkit::store_conformance!(Memory); // or one suite: forge_testkit::runs_conformance!(Memory);
@@ -199,6 +199,9 @@ pub fn scenarios(suite: &str) -> Vec<&'static str> {
 #[macro_export]
 macro_rules! __conformance_suite {
     ($module:ident, $suite:literal, $factory:ty; $($name:ident),+ $(,)?) => {
+        $crate::__conformance_suite!($module, $suite, store, $factory; $($name),+);
+    };
+    ($module:ident, $suite:literal, $scenarios:ident, $factory:ty; $($name:ident),+ $(,)?) => {
         mod $module {
             #[allow(unused_imports)]
             use super::*;
@@ -206,7 +209,7 @@ macro_rules! __conformance_suite {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
-                    $crate::store::$name::<$factory>().await;
+                    $crate::$scenarios::$name::<$factory>().await;
                 }
             )+
 
@@ -280,39 +283,9 @@ macro_rules! ordering_conformance {
 #[macro_export]
 macro_rules! lock_conformance {
     ($factory:ty) => {
-        mod lock_conformance {
-            #[allow(unused_imports)]
-            use super::*;
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn lock_is_exclusive_until_expiry() {
-                $crate::locks::lock_is_exclusive_until_expiry::<$factory>().await;
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn renew_and_release_are_token_checked() {
-                $crate::locks::renew_and_release_are_token_checked::<$factory>().await;
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn concurrent_acquire_has_one_winner() {
-                $crate::locks::concurrent_acquire_has_one_winner::<$factory>().await;
-            }
-
-            #[test]
-            fn suite_is_complete() {
-                let expanded = vec![
-                    "lock_is_exclusive_until_expiry",
-                    "renew_and_release_are_token_checked",
-                    "concurrent_acquire_has_one_winner",
-                ];
-                assert_eq!(
-                    expanded,
-                    $crate::scenarios("locks"),
-                    "the locks macro and SUITES disagree"
-                );
-            }
-        }
+        $crate::__conformance_suite!(lock_conformance, "locks", locks, $factory;
+            lock_is_exclusive_until_expiry, renew_and_release_are_token_checked,
+            concurrent_acquire_has_one_winner);
     };
 }
 

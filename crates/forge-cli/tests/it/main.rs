@@ -271,7 +271,7 @@ mod stores {
     }
 
     #[test]
-    fn forge_run_on_sqlite_keeps_the_thread_in_the_file() {
+    fn forge_run_twice_on_one_sqlite_file_reuses_its_schema() {
         let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
             .join(format!("cli-sqlite-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();

@@ -218,7 +218,10 @@ fn error_for(code: &str) -> Result<ModelError, String> {
         "overloaded" => ModelError::Overloaded,
         "rate_limited" => ModelError::RateLimited { retry_after: None },
         "malformed_stream" => ModelError::MalformedStream("scripted".into()),
-        "stream_error" => ModelError::StreamError("scripted".into()),
+        "stream_error" => ModelError::StreamError {
+            message: "scripted".into(),
+            retryable: false,
+        },
         "context_length_exceeded" => ModelError::ContextLengthExceeded,
         "timeout" => ModelError::Timeout,
         other => return Err(format!("unknown error code {other:?}")),

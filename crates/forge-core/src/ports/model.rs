@@ -107,9 +107,15 @@ pub enum ModelError {
     /// The provider failed.
     #[error("model provider server error")]
     Server,
-    /// The provider reported an error inside a successful stream.
-    #[error("model provider reported an error mid-stream: {0}")]
-    StreamError(String),
+    /// The provider reported an error inside a successful (HTTP 200) stream.
+    #[error("model provider reported an error mid-stream: {message}")]
+    StreamError {
+        /// The provider's error type and message.
+        message: String,
+        /// Whether the provider's error type says retrying may help (overloaded, rate limited,
+        /// server error).
+        retryable: bool,
+    },
     /// The stream could not be parsed.
     #[error("malformed model stream: {0}")]
     MalformedStream(String),
@@ -131,6 +137,10 @@ impl ModelError {
                 | ModelError::Server
                 | ModelError::Timeout
                 | ModelError::Transport
+                | ModelError::StreamError {
+                    retryable: true,
+                    ..
+                }
         )
     }
 
@@ -144,7 +154,7 @@ impl ModelError {
             ModelError::NotFound(_) => "not_found",
             ModelError::BadRequest(_) => "bad_request",
             ModelError::Server => "server_error",
-            ModelError::StreamError(_) => "stream_error",
+            ModelError::StreamError { .. } => "stream_error",
             ModelError::MalformedStream(_) => "malformed_stream",
             ModelError::Timeout => "timeout",
             ModelError::Transport => "transport",
@@ -163,4 +173,10 @@ pub trait ModelProvider: Send + Sync {
 
     /// Starts a streaming call. Dropping the stream cancels it.
     async fn stream(&self, request: ModelRequest) -> Result<ModelStream, ModelError>;
+
+    /// Checks the provider is reachable and accepts Forge's credentials, without a model call.
+    /// Providers with nothing to check (the scripted one) are always healthy.
+    async fn health(&self) -> Result<(), ModelError> {
+        Ok(())
+    }
 }

@@ -12,12 +12,18 @@
 //! Each suite macro (one per port, listed in [`SUITES`]) expands one `#[tokio::test]` per scenario
 //! and a `suite_is_complete` test that fails when the macro and [`SUITES`] disagree; the registry
 //! test here fails when a `forge-store-*` crate does not run every suite [`ADAPTERS`] lists for it.
+//!
+//! For model providers: [`wire::WireServer`] replays provider transcripts over real HTTP and
+//! records what the adapter sent; [`mock_model::MockModelServer`] is the deterministic
+//! OpenAI-compatible server of the benchmark workload (also the `forge-mock-model` binary).
 
 #![deny(missing_docs)]
 
 pub mod fixtures;
 pub mod locks;
+pub mod mock_model;
 pub mod store;
+pub mod wire;
 
 use std::future::Future;
 use std::sync::Arc;

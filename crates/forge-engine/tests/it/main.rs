@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod harness;
+mod http_tests;
 mod loop_tests;
 mod send_sync;
 mod tools_tests;

@@ -1,0 +1,294 @@
+//! Error classification: an HTTP status, headers and body — or an error event inside a successful
+//! stream — become a [`ModelError`] whose class decides retrying.
+//!
+//! Providers disagree on shapes: OpenAI `{"error": {"message", "type", "code"}}`, Anthropic
+//! `{"type": "error", "error": {"type", "message"}}`, OpenRouter a numeric `code`, Ollama a bare
+//! string `{"error": "..."}`. The class comes from the status first and the provider's error type
+//! second, never from matching whole messages, except where a provider offers nothing better
+//! (context length and "request too large").
+
+use std::time::Duration;
+
+use forge_core::ports::model::ModelError;
+use serde_json::Value;
+
+/// The provider's error type (or code) and message, from any of the known body shapes.
+pub fn error_details(body: &str) -> (String, String) {
+    let Ok(value) = serde_json::from_str::<Value>(body) else {
+        return (String::new(), body.chars().take(300).collect());
+    };
+    error_details_json(&value)
+}
+
+/// [`error_details`] for an already parsed body.
+pub fn error_details_json(value: &Value) -> (String, String) {
+    let error = value.get("error").unwrap_or(value);
+    if let Some(message) = error.as_str() {
+        return (String::new(), message.to_owned());
+    }
+    let field = |key: &str| match error.get(key) {
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(Value::Number(n)) => Some(n.to_string()),
+        _ => None,
+    };
+    let kind = field("code")
+        .filter(|c| c.parse::<u16>().is_err())
+        .or_else(|| field("type"))
+        .unwrap_or_default();
+    let message = field("message")
+        .or_else(|| {
+            value
+                .get("detail")
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        })
+        .unwrap_or_default();
+    (kind, message)
+}
+
+/// Classifies a non-success HTTP response.
+///
+/// `retry_after` is what the response headers said (see [`retry_after`]); without it, a delay
+/// stated in the message ("Please try again in 26.604s") is used.
+pub fn classify(status: u16, retry_after: Option<Duration>, body: &str) -> ModelError {
+    let (kind, message) = error_details(body);
+    let lower = message.to_ascii_lowercase();
+    if kind == "overloaded_error" {
+        return ModelError::Overloaded;
+    }
+    match status {
+        401 | 403 => ModelError::Authentication,
+        404 => ModelError::NotFound(message),
+        408 => ModelError::Timeout,
+        429 if kind == "insufficient_quota" || lower.starts_with("request too large") => {
+            // Retrying cannot help: the request alone exceeds the limit, or the account is empty.
+            ModelError::BadRequest(message)
+        }
+        429 => ModelError::RateLimited {
+            retry_after: retry_after.or_else(|| delay_in_message(&message)),
+        },
+        503 | 529 => ModelError::Overloaded,
+        500..=599 => ModelError::Server,
+        _ if is_context_length(&kind, &lower) => ModelError::ContextLengthExceeded,
+        _ => ModelError::BadRequest(message),
+    }
+}
+
+/// Classifies an error reported inside a successful stream.
+pub fn stream_error(kind: &str, message: &str) -> ModelError {
+    let retryable = matches!(
+        kind,
+        "overloaded_error"
+            | "api_error"
+            | "rate_limit_error"
+            | "server_error"
+            | "rate_limit_exceeded"
+            | "internal_error"
+    );
+    if is_context_length(kind, &message.to_ascii_lowercase()) {
+        return ModelError::ContextLengthExceeded;
+    }
+    ModelError::StreamError {
+        message: if kind.is_empty() {
+            message.to_owned()
+        } else {
+            format!("{kind}: {message}")
+        },
+        retryable,
+    }
+}
+
+fn is_context_length(kind: &str, lower_message: &str) -> bool {
+    kind == "context_length_exceeded"
+        || lower_message.contains("prompt is too long")
+        || lower_message.contains("maximum context length")
+        || lower_message.contains("context window")
+}
+
+/// The delay a response asks for: `retry-after-ms` or `retry-after` (seconds or an HTTP date),
+/// whichever is longer when both are present. `header` looks a header up by lower-case name.
+pub fn retry_after(header: impl Fn(&str) -> Option<String>) -> Option<Duration> {
+    let ms = header("retry-after-ms")
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .filter(|v| v.is_finite() && *v >= 0.0)
+        .map(|v| Duration::from_secs_f64(v / 1000.0));
+    let secs = header("retry-after").and_then(|v| {
+        let v = v.trim();
+        match v.parse::<f64>() {
+            Ok(s) if s.is_finite() && s >= 0.0 => Some(Duration::from_secs_f64(s)),
+            Ok(_) => None,
+            Err(_) => chrono::DateTime::parse_from_rfc2822(v)
+                .ok()
+                .map(|at| at.with_timezone(&chrono::Utc) - chrono::Utc::now())
+                .map(|d| d.to_std().unwrap_or(Duration::ZERO)),
+        }
+    });
+    match (ms, secs) {
+        (Some(a), Some(b)) => Some(a.max(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// A delay stated in an error message: "try again in 26.604s", "in 1m3.5s", "in 500ms".
+pub fn delay_in_message(message: &str) -> Option<Duration> {
+    let at = message.to_ascii_lowercase().find("try again in ")? + "try again in ".len();
+    let text = &message[at..];
+    let mut total = 0.0f64;
+    let mut rest = text;
+    let mut any = false;
+    loop {
+        let digits = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        if digits == 0 {
+            break;
+        }
+        let Ok(n) = rest[..digits].parse::<f64>() else {
+            break;
+        };
+        rest = &rest[digits..];
+        let (factor, unit_len) = if rest.starts_with("ms") {
+            (0.001, 2)
+        } else if rest.starts_with('s') {
+            (1.0, 1)
+        } else if rest.starts_with('m') {
+            (60.0, 1)
+        } else if rest.starts_with('h') {
+            (3600.0, 1)
+        } else {
+            break;
+        };
+        total += n * factor;
+        any = true;
+        rest = &rest[unit_len..];
+    }
+    (any && total.is_finite()).then(|| Duration::from_secs_f64(total))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_and_types_map_to_classes() {
+        let anthropic =
+            |t: &str| format!(r#"{{"type":"error","error":{{"type":"{t}","message":"m"}}}}"#);
+        assert_eq!(
+            classify(401, None, &anthropic("authentication_error")),
+            ModelError::Authentication
+        );
+        assert_eq!(
+            classify(529, None, &anthropic("overloaded_error")),
+            ModelError::Overloaded
+        );
+        assert_eq!(
+            classify(500, None, &anthropic("api_error")),
+            ModelError::Server
+        );
+        assert_eq!(classify(503, None, "upstream down"), ModelError::Overloaded);
+        assert_eq!(
+            classify(404, None, &anthropic("not_found_error")),
+            ModelError::NotFound("m".into())
+        );
+        assert_eq!(
+            classify(
+                400,
+                None,
+                r#"{"error":{"message":"prompt is too long: 3 tokens > 2 maximum","type":"invalid_request_error"}}"#
+            ),
+            ModelError::ContextLengthExceeded
+        );
+        assert_eq!(
+            classify(
+                400,
+                None,
+                r#"{"error":{"message":"x","code":"context_length_exceeded"}}"#
+            ),
+            ModelError::ContextLengthExceeded
+        );
+        assert_eq!(
+            classify(400, None, r#"{"error":"bad"}"#),
+            ModelError::BadRequest("bad".into())
+        );
+        assert_eq!(
+            classify(422, None, "not json"),
+            ModelError::BadRequest("not json".into())
+        );
+    }
+
+    #[test]
+    fn rate_limits_carry_the_delay_from_headers_or_message() {
+        let body = r#"{"error":{"message":"Rate limit reached. Please try again in 26.604s. Visit x","type":"tokens","code":"rate_limit_exceeded"}}"#;
+        assert_eq!(
+            classify(429, None, body),
+            ModelError::RateLimited {
+                retry_after: Some(Duration::from_millis(26_604))
+            }
+        );
+        assert_eq!(
+            classify(429, Some(Duration::from_secs(3)), body),
+            ModelError::RateLimited {
+                retry_after: Some(Duration::from_secs(3))
+            }
+        );
+        let too_large = r#"{"error":{"message":"Request too large for gpt-4o: Limit 30000, Requested 36278.","code":"rate_limit_exceeded"}}"#;
+        assert!(matches!(
+            classify(429, None, too_large),
+            ModelError::BadRequest(_)
+        ));
+        assert!(!classify(429, None, too_large).is_retryable());
+    }
+
+    #[test]
+    fn retry_after_headers_seconds_millis_and_dates() {
+        let h = |pairs: &'static [(&'static str, &'static str)]| {
+            move |name: &str| {
+                pairs
+                    .iter()
+                    .find(|(k, _)| *k == name)
+                    .map(|(_, v)| (*v).to_owned())
+            }
+        };
+        assert_eq!(
+            retry_after(h(&[("retry-after", "7")])),
+            Some(Duration::from_secs(7))
+        );
+        assert_eq!(
+            retry_after(h(&[("retry-after-ms", "250")])),
+            Some(Duration::from_millis(250))
+        );
+        assert_eq!(
+            retry_after(h(&[("retry-after", "1"), ("retry-after-ms", "0")])),
+            Some(Duration::from_secs(1))
+        );
+        assert_eq!(
+            retry_after(h(&[("retry-after", "Wed, 21 Oct 2015 07:28:00 GMT")])),
+            Some(Duration::ZERO)
+        );
+        assert_eq!(retry_after(h(&[("retry-after", "soon")])), None);
+        assert_eq!(retry_after(h(&[])), None);
+    }
+
+    #[test]
+    fn delays_in_messages() {
+        assert_eq!(
+            delay_in_message("Try again in 1m3.5s."),
+            Some(Duration::from_millis(63_500))
+        );
+        assert_eq!(
+            delay_in_message("please try again in 500ms"),
+            Some(Duration::from_millis(500))
+        );
+        assert_eq!(delay_in_message("try again later"), None);
+    }
+
+    #[test]
+    fn stream_errors_say_whether_to_retry() {
+        assert!(stream_error("overloaded_error", "Overloaded").is_retryable());
+        assert!(!stream_error("invalid_request_error", "no").is_retryable());
+        assert_eq!(
+            stream_error("", "prompt is too long"),
+            ModelError::ContextLengthExceeded
+        );
+    }
+}

@@ -1,0 +1,8 @@
+//! Provider contract tests: wire transcripts replayed through a local HTTP server.
+
+#![allow(clippy::unwrap_used)]
+
+mod recorded;
+mod robustness;
+mod scenarios;
+mod support;

@@ -1,0 +1,198 @@
+//! Shared helpers: run a request through a real adapter against the wire server, and fold the
+//! chunks into something easy to assert on.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use forge_core::id::{MessageId, RunId};
+use forge_core::message::{Message, Role};
+use forge_core::part::Part;
+use forge_core::ports::model::{
+    FinishReason, ModelChunk, ModelError, ModelProvider, ModelRequest, ToolDescriptor,
+};
+use forge_core::time::Timestamp;
+use forge_core::usage::Usage;
+use forge_providers::http::{HttpProvider, HttpSettings, Timeouts};
+use forge_providers::retry::{RetryPolicy, Retrying};
+use forge_providers::{BodyOptions, Dialect, Secret};
+use forge_testkit::wire::{RecordedRequest, Reply, WireServer};
+use futures_util::StreamExt;
+use serde_json::{Value, json};
+
+/// A transcript from `tests/transcripts/`.
+pub fn transcript(name: &str) -> Reply {
+    let path = format!("{}/tests/transcripts/{name}", env!("CARGO_MANIFEST_DIR"));
+    let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    Reply::from_http(&bytes).unwrap_or_else(|| panic!("{path} is not an HTTP transcript"))
+}
+
+/// What a response came to.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Summary {
+    pub text: String,
+    /// (id, name, parsed input) by call index order.
+    pub calls: Vec<(String, String, Value)>,
+    pub usage: Option<Usage>,
+    pub finish: Option<FinishReason>,
+    pub request_id: Option<String>,
+}
+
+pub fn summarize(chunks: &[ModelChunk]) -> Summary {
+    let mut s = Summary::default();
+    let mut calls: BTreeMap<u32, (String, String, String)> = BTreeMap::new();
+    for chunk in chunks {
+        match chunk {
+            ModelChunk::TextDelta(t) => s.text.push_str(t),
+            ModelChunk::ToolCallStart { index, id, name } => {
+                assert!(
+                    calls
+                        .insert(*index, (id.clone(), name.clone(), String::new()))
+                        .is_none(),
+                    "call {index} started twice"
+                );
+            }
+            ModelChunk::ToolCallDelta { index, json } => {
+                calls
+                    .get_mut(index)
+                    .unwrap_or_else(|| panic!("delta for unstarted call {index}"))
+                    .2
+                    .push_str(json);
+            }
+            ModelChunk::Usage(u) => s.usage = Some(*u),
+            ModelChunk::RequestId(id) => s.request_id = Some(id.clone()),
+            ModelChunk::Finish(f) => {
+                assert!(s.finish.is_none(), "finished twice");
+                s.finish = Some(*f);
+            }
+        }
+    }
+    s.calls = calls
+        .into_values()
+        .map(|(id, name, raw)| {
+            let input = if raw.is_empty() {
+                json!({})
+            } else {
+                serde_json::from_str(&raw).unwrap_or_else(|e| panic!("input {raw:?}: {e}"))
+            };
+            (id, name, input)
+        })
+        .collect();
+    s
+}
+
+pub struct Outcome {
+    pub chunks: Vec<ModelChunk>,
+    pub summary: Summary,
+    pub error: Option<ModelError>,
+    pub requests: Vec<RecordedRequest>,
+}
+
+impl Outcome {
+    pub fn body(&self) -> Value {
+        self.requests.first().expect("a request was sent").json()
+    }
+}
+
+pub fn settings(dialect: Dialect, base_url: String) -> HttpSettings {
+    HttpSettings {
+        name: "test".into(),
+        dialect,
+        base_url: match dialect {
+            Dialect::Anthropic => base_url,
+            _ => format!("{base_url}/v1"),
+        },
+        api_key: Some(Secret::new("test-key-123")),
+        headers: vec![],
+        body: BodyOptions::default(),
+        timeouts: Timeouts {
+            connect: Duration::from_secs(5),
+            response: Duration::from_secs(5),
+            idle: Duration::from_secs(5),
+        },
+    }
+}
+
+pub fn fast_retries(max_retries: u32) -> RetryPolicy {
+    RetryPolicy {
+        max_retries,
+        base_delay: Duration::from_millis(5),
+        max_delay: Duration::from_millis(20),
+        max_retry_after: Duration::from_secs(1),
+    }
+}
+
+/// Sends `request` through an adapter for `dialect` (with `retries`) against `replies`.
+pub async fn call_with(
+    dialect: Dialect,
+    replies: Vec<Reply>,
+    request: ModelRequest,
+    retries: u32,
+    tweak: impl FnOnce(&mut HttpSettings),
+) -> Outcome {
+    let server = WireServer::start(replies).await.expect("wire server");
+    let mut s = settings(dialect, server.base_url());
+    tweak(&mut s);
+    let http: Arc<dyn ModelProvider> = Arc::new(HttpProvider::new(s).expect("provider"));
+    let provider = Retrying::new(http, fast_retries(retries));
+    let mut chunks = Vec::new();
+    let mut error = None;
+    match provider.stream(request).await {
+        Err(e) => error = Some(e),
+        Ok(mut stream) => {
+            while let Some(item) = stream.next().await {
+                match item {
+                    Ok(c) => chunks.push(c),
+                    Err(e) => {
+                        error = Some(e);
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    let summary = summarize(&chunks);
+    Outcome {
+        chunks,
+        summary,
+        error,
+        requests: server.requests(),
+    }
+}
+
+/// One call, no retries, default settings.
+pub async fn call(dialect: Dialect, reply: Reply) -> Outcome {
+    call_with(dialect, vec![reply], weather_request(), 0, |_| {}).await
+}
+
+pub fn message(role: Role, parts: Vec<Part>) -> Message {
+    Message {
+        id: MessageId(uuid::Uuid::now_v7()),
+        run_id: RunId(uuid::Uuid::nil()),
+        role,
+        parts,
+        created_at: Timestamp::from_unix_millis(0).expect("epoch"),
+    }
+}
+
+/// "What is the weather in Paris and Oslo?" with a `weather` tool.
+pub fn weather_request() -> ModelRequest {
+    ModelRequest {
+        model: "test-model".into(),
+        system: "You report the weather.".into(),
+        messages: vec![message(
+            Role::User,
+            vec![Part::text("What is the weather in Paris and Oslo?")],
+        )],
+        tools: vec![ToolDescriptor {
+            name: "weather".into(),
+            description: "Current weather for a city.".into(),
+            input_schema: json!({
+                "type": "object",
+                "properties": {"city": {"type": "string"}},
+                "required": ["city"],
+            }),
+        }],
+        max_output_tokens: Some(256),
+    }
+}

@@ -1,12 +1,31 @@
 //! Agent files: an agent definition in TOML, and the model providers its `model` needs.
 
-use std::path::Path;
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use forge_core::agent::AgentDefinition;
 use forge_core::ports::model::ModelProvider;
-use forge_providers::{Script, ScriptedProvider};
+use forge_providers::{ProvidersConfig, Script, ScriptedProvider};
+
+/// Where model providers are configured.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct ProviderArgs {
+    /// Providers file (TOML): base URLs, credential references, headers, timeouts. Without one,
+    /// `openai`, `openai-responses`, `anthropic` and `openai-compatible` use their defaults.
+    #[arg(long = "providers", env = "FORGE_PROVIDERS")]
+    pub(crate) file: Option<PathBuf>,
+}
+
+impl ProviderArgs {
+    fn config(&self) -> anyhow::Result<ProvidersConfig> {
+        Ok(match &self.file {
+            Some(path) => ProvidersConfig::load(path)?,
+            None => ProvidersConfig::default(),
+        })
+    }
+}
 
 /// An agent definition with what its model needs.
 pub(crate) struct LoadedAgent {
@@ -17,18 +36,37 @@ pub(crate) struct LoadedAgent {
     pub(crate) scripted: bool,
 }
 
-/// The model providers a set of agents needs: one scripted provider holding every script.
-pub(crate) fn providers(agents: &[LoadedAgent]) -> Vec<Arc<dyn ModelProvider>> {
+/// The model providers a set of agents needs: one scripted provider holding every script, and one
+/// configured provider per other prefix. A missing credential fails here, before any run starts.
+pub(crate) fn providers(
+    agents: &[LoadedAgent],
+    args: &ProviderArgs,
+) -> anyhow::Result<Vec<Arc<dyn ModelProvider>>> {
+    let mut out: Vec<Arc<dyn ModelProvider>> = Vec::new();
     let scripts: Vec<&(String, Script)> = agents.iter().filter_map(|a| a.script.as_ref()).collect();
-    if scripts.is_empty() {
-        return vec![];
+    if !scripts.is_empty() {
+        let provider = scripts
+            .into_iter()
+            .fold(ScriptedProvider::empty(), |p, (model, script)| {
+                p.with_script(model.clone(), script.clone())
+            });
+        out.push(Arc::new(provider));
     }
-    let provider = scripts
-        .into_iter()
-        .fold(ScriptedProvider::empty(), |p, (model, script)| {
-            p.with_script(model.clone(), script.clone())
-        });
-    vec![Arc::new(provider)]
+    let prefixes: BTreeSet<&str> = agents
+        .iter()
+        .filter(|a| !a.scripted)
+        .filter_map(|a| a.definition.model_parts().ok().map(|(p, _)| p))
+        .collect();
+    if !prefixes.is_empty() {
+        let config = args.config()?;
+        for prefix in prefixes {
+            let provider = config
+                .provider(prefix, &|name| std::env::var(name).ok())
+                .with_context(|| format!("model provider {prefix} cannot be used"))?;
+            out.push(provider);
+        }
+    }
+    Ok(out)
 }
 
 /// Reads an agent file. A `scripted:<file>` model's script is resolved next to the agent file.
@@ -41,16 +79,18 @@ pub(crate) fn load(path: &Path) -> anyhow::Result<LoadedAgent> {
         .validate()
         .with_context(|| format!("agent file {} is invalid", path.display()))?;
     let (provider, model) = definition.model_parts()?;
-    match provider {
-        "scripted" => {
-            let script_path = path.parent().unwrap_or(Path::new(".")).join(model);
-            let script = Script::load(&script_path)?;
-            Ok(LoadedAgent {
-                script: Some((model.to_owned(), script)),
-                scripted: true,
-                definition,
-            })
-        }
-        other => bail!("model provider {other} is not available yet; use scripted:<script file>"),
+    if provider != "scripted" {
+        return Ok(LoadedAgent {
+            script: None,
+            scripted: false,
+            definition,
+        });
     }
+    let script_path = path.parent().unwrap_or(Path::new(".")).join(model);
+    let script = Script::load(&script_path)?;
+    Ok(LoadedAgent {
+        script: Some((model.to_owned(), script)),
+        scripted: true,
+        definition,
+    })
 }

@@ -47,13 +47,31 @@ fn calculate(i: CalculateInput) -> Result<CalculateOutput, ToolError> {
     Ok(CalculateOutput { result })
 }
 
-/// Every built-in tool.
+/// Input of `lookup`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct LookupInput {
+    /// The key to look up.
+    key: String,
+}
+
+/// Every built-in tool: `calculate`, and `lookup` (the benchmark workload's tool: a constant
+/// answer for any key).
 pub(crate) fn tools() -> Vec<Arc<dyn Tool>> {
-    vec![Arc::new(native_tool(
-        "calculate",
-        "Integer arithmetic: add, sub, mul or div of a and b.",
-        |_ctx, input: CalculateInput| async move { calculate(input) },
-    ))]
+    vec![
+        Arc::new(native_tool(
+            "calculate",
+            "Integer arithmetic: add, sub, mul or div of a and b.",
+            |_ctx, input: CalculateInput| async move { calculate(input) },
+        )),
+        Arc::new(native_tool(
+            "lookup",
+            "Looks a key up in the reference table.",
+            |_ctx, input: LookupInput| async move {
+                Ok::<_, ToolError>(serde_json::json!({ "key": input.key, "value": "v" }))
+            },
+        )),
+    ]
 }
 
 #[cfg(test)]

@@ -49,6 +49,8 @@ struct WorkerArgs {
     /// Agent files whose runs this worker executes (repeatable).
     #[arg(long = "agent", required = true)]
     agents: Vec<PathBuf>,
+    #[command(flatten)]
+    providers: agent_file::ProviderArgs,
     /// Runs executed at once.
     #[arg(long, default_value_t = 4)]
     concurrency: usize,
@@ -79,6 +81,8 @@ struct RunArgs {
     agent: PathBuf,
     #[command(flatten)]
     store: store::StoreArgs,
+    #[command(flatten)]
+    providers: agent_file::ProviderArgs,
     /// Print events as JSON lines instead of for a person.
     #[arg(long)]
     json: bool,
@@ -139,7 +143,7 @@ async fn worker(args: WorkerArgs) -> anyhow::Result<ExitCode> {
     for agent in &loaded {
         builder = builder.agent(agent.definition.clone());
     }
-    for provider in agent_file::providers(&loaded) {
+    for provider in agent_file::providers(&loaded, &args.providers)? {
         builder = builder.model(provider);
     }
     for tool in builtin::tools() {
@@ -219,7 +223,7 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let mut builder = Engine::builder()
         .dyn_store(store.clone())
         .agent(loaded.definition.clone());
-    for provider in agent_file::providers(std::slice::from_ref(&loaded)) {
+    for provider in agent_file::providers(std::slice::from_ref(&loaded), &args.providers)? {
         builder = builder.model(provider);
     }
     for tool in builtin::tools() {

@@ -14,6 +14,11 @@ pub(crate) fn repo() -> PathBuf {
 /// Runs `forge` in a fresh working directory (so the default `sqlite://forge.db` is new), with
 /// `examples/…` arguments resolved against the repository.
 pub(crate) fn forge(args: &[&str]) -> Output {
+    forge_with_env(args, &[])
+}
+
+/// [`forge`] with extra environment variables.
+pub(crate) fn forge_with_env(args: &[&str], env: &[(&str, &str)]) -> Output {
     use std::sync::atomic::{AtomicU32, Ordering};
     static N: AtomicU32 = AtomicU32::new(0);
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!(
@@ -35,6 +40,7 @@ pub(crate) fn forge(args: &[&str]) -> Output {
         .collect();
     let out = Command::new(env!("CARGO_BIN_EXE_forge"))
         .args(&args)
+        .envs(env.iter().copied())
         .current_dir(&dir)
         .output()
         .unwrap();
@@ -179,6 +185,7 @@ fn a_bad_agent_file_is_a_clear_error_with_exit_code_2() {
 
 mod chaos;
 mod dlq;
+mod providers;
 
 mod stores {
     //! `forge` against its durable stores.

@@ -1,0 +1,138 @@
+//! `forge run` against real HTTP model servers: the workload's mock, reached as
+//! `openai-compatible` through a base URL, and as a named provider from a providers file.
+
+use forge_testkit::mock_model::MockModelServer;
+
+use crate::{forge, forge_with_env, text};
+
+fn mock() -> (tokio::runtime::Runtime, MockModelServer) {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let server = rt.block_on(MockModelServer::start_recording()).unwrap();
+    (rt, server)
+}
+
+#[test]
+fn forge_run_works_against_the_mock_as_openai_compatible_with_a_base_url() {
+    let (_rt, server) = mock();
+    let out = forge_with_env(
+        &[
+            "run",
+            "--json",
+            "--agent",
+            "examples/agents/workload.toml",
+            "Look three keys up.",
+        ],
+        &[("FORGE_OPENAI_COMPATIBLE_BASE_URL", &server.base_url())],
+    );
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(!stderr.contains("scripted"), "{stderr}");
+    let events: Vec<serde_json::Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let kinds: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert_eq!(
+        kinds.iter().filter(|k| **k == "step.started").count(),
+        4,
+        "{kinds:?}"
+    );
+    assert_eq!(kinds.last(), Some(&"run.completed"), "{kinds:?}");
+    let completed = events.last().unwrap();
+    assert_eq!(completed["text"], "w0 w1 w2 w3 w4 w5 w6 w7 ", "{completed}");
+    // Usage from the mock's include_usage chunks reached the run: 3 calls × 12 + 8 output tokens.
+    assert_eq!(
+        completed["usage"]["output_tokens"],
+        3 * 12 + 8,
+        "{completed}"
+    );
+
+    assert_eq!(server.stats()["chat"], 4);
+    assert_eq!(server.stats()["streamed"], 4);
+    // What Forge sent: the history grows by a call and its result per step; the tool is offered.
+    let bodies: Vec<serde_json::Value> = server
+        .requests()
+        .iter()
+        .map(|b| serde_json::from_slice(b).unwrap())
+        .collect();
+    let lengths: Vec<usize> = bodies
+        .iter()
+        .map(|b| b["messages"].as_array().unwrap().len())
+        .collect();
+    assert_eq!(lengths, vec![2, 4, 6, 8]);
+    assert_eq!(bodies[0]["model"], "mock-steps-3");
+    assert_eq!(bodies[0]["tools"][0]["function"]["name"], "lookup");
+    assert_eq!(bodies[3]["messages"][7]["role"], "tool");
+    assert_eq!(bodies[3]["messages"][7]["tool_call_id"], "call_2");
+}
+
+#[test]
+fn a_named_provider_from_a_providers_file() {
+    let (_rt, server) = mock();
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("providers-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let providers = dir.join("providers.toml");
+    std::fs::write(
+        &providers,
+        format!(
+            "[providers.local]\nkind = \"openai-compatible\"\nbase_url = \"{}\"\n\
+             headers = {{ \"x-mock-steps\" = \"1\", \"x-mock-chunks\" = \"2\" }}\n",
+            server.base_url()
+        ),
+    )
+    .unwrap();
+    let agent = dir.join("agent.toml");
+    std::fs::write(
+        &agent,
+        "name = \"a\"\nversion = \"1\"\ninstructions = \"i\"\nmodel = \"local:anything\"\ntools = [\"lookup\"]\n",
+    )
+    .unwrap();
+    let out = forge(&[
+        "run",
+        "--providers",
+        providers.to_str().unwrap(),
+        "--agent",
+        agent.to_str().unwrap(),
+        "hi",
+    ]);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("assistant: w0 w1"), "{stdout}");
+    assert_eq!(
+        server.stats()["chat"],
+        2,
+        "headers set K=1: one call, then text"
+    );
+}
+
+#[test]
+fn a_missing_credential_or_base_url_fails_before_any_run_with_what_to_set() {
+    let out = forge_with_env(
+        &["run", "--agent", "examples/agents/workload.toml", "hi"],
+        &[("FORGE_OPENAI_COMPATIBLE_BASE_URL", "")],
+    );
+    assert!(!out.status.success());
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("FORGE_OPENAI_COMPATIBLE_BASE_URL"),
+        "{stderr}"
+    );
+
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("providers-key-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let agent = dir.join("agent.toml");
+    std::fs::write(
+        &agent,
+        "name = \"a\"\nversion = \"1\"\ninstructions = \"i\"\nmodel = \"anthropic:claude-sonnet-4-5\"\n",
+    )
+    .unwrap();
+    let out = forge_with_env(
+        &["run", "--agent", agent.to_str().unwrap(), "hi"],
+        &[("ANTHROPIC_API_KEY", "")],
+    );
+    assert!(!out.status.success());
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("ANTHROPIC_API_KEY is not set"), "{stderr}");
+}

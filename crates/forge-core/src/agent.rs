@@ -34,6 +34,10 @@ pub struct RunLimits {
     /// Largest tool output kept, in bytes of JSON; larger outputs become a tool error.
     #[serde(default = "RunLimits::default_max_tool_io_bytes")]
     pub max_tool_output_bytes: usize,
+    /// How long an approval or a question stays answerable, in seconds; after that it expires and
+    /// the run goes on as if refused.
+    #[serde(default = "RunLimits::default_interaction_ttl_secs")]
+    pub interaction_ttl_secs: u64,
 }
 
 impl RunLimits {
@@ -49,6 +53,9 @@ impl RunLimits {
     fn default_max_tool_io_bytes() -> usize {
         256 * 1024
     }
+    fn default_interaction_ttl_secs() -> u64 {
+        7 * 24 * 3600
+    }
 }
 
 impl Default for RunLimits {
@@ -59,6 +66,7 @@ impl Default for RunLimits {
             tool_timeout_ms: Self::default_tool_timeout_ms(),
             max_tool_input_bytes: Self::default_max_tool_io_bytes(),
             max_tool_output_bytes: Self::default_max_tool_io_bytes(),
+            interaction_ttl_secs: Self::default_interaction_ttl_secs(),
         }
     }
 }
@@ -85,6 +93,10 @@ pub struct AgentDefinition {
     /// Run limits.
     #[serde(default)]
     pub limits: RunLimits,
+    /// Per-tool approval policies overriding each tool's own, for example
+    /// `approvals = { record_effect = "always" }`.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub approvals: std::collections::BTreeMap<String, crate::ports::tool::ApprovalPolicy>,
 }
 
 impl AgentDefinition {
@@ -110,6 +122,11 @@ impl AgentDefinition {
             if !seen.insert(tool) {
                 return Err(Error::invalid(format!("tool {tool} is listed twice")));
             }
+        }
+        if let Some(stray) = self.approvals.keys().find(|t| !seen.contains(t)) {
+            return Err(Error::invalid(format!(
+                "approvals names {stray}, which is not among the agent's tools"
+            )));
         }
         Ok(())
     }
@@ -142,6 +159,7 @@ mod tests {
             skills: vec![],
             output_schema: None,
             limits: RunLimits::default(),
+            approvals: Default::default(),
         }
     }
 

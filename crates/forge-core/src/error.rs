@@ -67,6 +67,20 @@ pub enum Error {
         /// Its active run.
         active: String,
     },
+    /// An approval or a question was already decided, under another idempotency key.
+    #[error("interaction {id} was already resolved")]
+    AlreadyResolved {
+        /// The interaction.
+        id: String,
+    },
+    /// An approval or a question is past its deadline and can no longer be resolved.
+    #[error("interaction {id} expired at {at}; the run went on without it")]
+    Expired {
+        /// The interaction.
+        id: String,
+        /// When it expired.
+        at: crate::time::Timestamp,
+    },
     /// A run-state transition the state machine forbids.
     #[error(transparent)]
     Transition(#[from] crate::run::TransitionError),
@@ -95,7 +109,9 @@ impl Error {
             Error::VersionConflict { .. }
             | Error::Fenced { .. }
             | Error::LeaseHeld { .. }
-            | Error::ThreadBusy { .. } => ErrorKind::Conflict,
+            | Error::ThreadBusy { .. }
+            | Error::AlreadyResolved { .. } => ErrorKind::Conflict,
+            Error::Expired { .. } => ErrorKind::Invalid,
             Error::Transition(_) | Error::Invalid(_) => ErrorKind::Invalid,
             Error::Backend {
                 retryable: true, ..

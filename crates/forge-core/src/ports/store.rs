@@ -110,6 +110,10 @@ pub struct StepCommit {
     pub status: RunStatus,
     /// Why the run failed, when `status` is `failed`.
     pub failure: Option<RunFailure>,
+    /// Approvals and questions the step raised (it parks the run), created with the commit.
+    pub interactions: Vec<crate::interaction::Interaction>,
+    /// Audit entries of the step (external writes it made), written with the commit.
+    pub audit: Vec<crate::ports::audit::AuditRecord>,
 }
 
 /// The result of a successful [`RunStore::commit_step`].
@@ -185,12 +189,21 @@ pub trait RunStore: Send + Sync {
 /// Every storage port at once: what a configuration-chosen adapter provides (`Arc<dyn Store>`
 /// upcasts to each port).
 pub trait Store:
-    ThreadStore + RunStore + crate::ports::queue::JobQueue + crate::ports::audit::AuditLog
+    ThreadStore
+    + RunStore
+    + crate::ports::queue::JobQueue
+    + crate::ports::audit::AuditLog
+    + crate::ports::interaction::InteractionStore
 {
 }
 
 impl<
-    T: ThreadStore + RunStore + crate::ports::queue::JobQueue + crate::ports::audit::AuditLog + ?Sized,
+    T: ThreadStore
+        + RunStore
+        + crate::ports::queue::JobQueue
+        + crate::ports::audit::AuditLog
+        + crate::ports::interaction::InteractionStore
+        + ?Sized,
 > Store for T
 {
 }
@@ -226,6 +239,20 @@ pub fn check_commit(
             run.status.name(),
             commit.status.name()
         )));
+    }
+    if commit
+        .interactions
+        .iter()
+        .any(|i| i.run_id != run.id || i.tenant_id != run.tenant_id)
+    {
+        return Err(Error::invalid(
+            "a step may only raise interactions of its own run",
+        ));
+    }
+    if !commit.interactions.is_empty() && !matches!(commit.status, RunStatus::Waiting(_)) {
+        return Err(Error::invalid(
+            "a step that raises interactions parks its run",
+        ));
     }
     if commit.messages.iter().any(|m| m.run_id != run.id) {
         return Err(Error::invalid(

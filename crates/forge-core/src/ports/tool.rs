@@ -20,7 +20,7 @@ pub enum ToolClassification {
 }
 
 /// When a call of this tool needs a person's approval.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ApprovalPolicy {
     /// Never.
@@ -121,4 +121,17 @@ pub trait Tool: Send + Sync {
         ctx: &ToolContext,
         input: serde_json::Value,
     ) -> Result<serde_json::Value, ToolError>;
+}
+
+/// Port: decides, per call, whether a tool whose policy is [`ApprovalPolicy::Policy`] needs a
+/// person's approval. An engine without one asks for approval (the safe answer).
+#[async_trait::async_trait]
+pub trait ApprovalRule: Send + Sync {
+    /// Whether `scope` calling `tool` with `input` needs approval. An error counts as "yes".
+    async fn requires_approval(
+        &self,
+        scope: &crate::scope::Scope,
+        tool: &ToolSpec,
+        input: &serde_json::Value,
+    ) -> Result<bool, crate::Error>;
 }

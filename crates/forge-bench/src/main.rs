@@ -214,6 +214,8 @@ async fn writer(
             },
             status: RunStatus::Running,
             failure: None,
+            interactions: vec![],
+            audit: vec![],
         };
         let start = Instant::now();
         let done = store.commit_step(&scope, commit).await?;

@@ -50,6 +50,7 @@ fn agent() -> AgentDefinition {
         skills: vec![],
         output_schema: None,
         limits: RunLimits::default(),
+        approvals: Default::default(),
     }
 }
 

@@ -6,6 +6,7 @@
 
 #![deny(missing_docs)]
 
+mod interactions;
 mod locks;
 mod queue;
 mod runs;
@@ -39,6 +40,7 @@ struct State {
     events: HashMap<RunId, Vec<RunEvent>>,
     jobs: BTreeMap<JobId, queue::JobRow>,
     audit: Vec<forge_core::ports::audit::AuditRecord>,
+    interactions: BTreeMap<forge_core::id::InteractionId, forge_core::interaction::Interaction>,
     locks: HashMap<String, locks::LockRow>,
 }
 

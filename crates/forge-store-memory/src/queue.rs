@@ -46,6 +46,15 @@ impl JobRow {
         }
     }
 
+    /// Whether this is a job of `run` that will still execute it.
+    pub(crate) fn is_live_for(&self, run: RunId) -> bool {
+        self.run_id == run
+            && matches!(
+                self.state,
+                JobState::Ready | JobState::Claimed | JobState::Waiting
+            )
+    }
+
     /// Makes the held-back job of `run` ready.
     pub(crate) fn wake(&mut self, run: RunId, now: Timestamp) {
         if self.run_id == run && self.state == JobState::Waiting {

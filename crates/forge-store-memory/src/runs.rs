@@ -245,6 +245,10 @@ impl RunStore for MemoryStore {
             .entry(thread_id)
             .or_default()
             .extend(commit.messages);
+        for i in commit.interactions {
+            st.interactions.insert(i.id, i);
+        }
+        st.audit.extend(commit.audit);
         if commit.status.is_terminal() {
             st.promote_next(thread_id, commit.run_id, now);
         }

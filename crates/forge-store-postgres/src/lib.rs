@@ -14,6 +14,7 @@
 
 #![deny(missing_docs)]
 
+mod interactions;
 mod locks;
 mod migrate;
 mod queue;

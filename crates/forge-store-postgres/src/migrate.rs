@@ -42,11 +42,31 @@ const SUPABASE_RLS: Migration = Migration {
     down: include_str!("../migrations/0002_supabase_rls.down.sql"),
 };
 
+const INTERACTIONS: Migration = Migration {
+    version: 3,
+    name: "interactions",
+    up: include_str!("../migrations/0003_interactions.up.sql"),
+    down: include_str!("../migrations/0003_interactions.down.sql"),
+};
+
+const SUPABASE_INTERACTIONS: Migration = Migration {
+    version: 3,
+    name: "supabase_interactions",
+    up: concat!(
+        include_str!("../migrations/0003_interactions.up.sql"),
+        include_str!("../migrations/0003_supabase_grants.up.sql")
+    ),
+    down: concat!(
+        include_str!("../migrations/0003_supabase_grants.down.sql"),
+        include_str!("../migrations/0003_interactions.down.sql")
+    ),
+};
+
 /// The migrations of a mode, in order.
-pub fn migrations(mode: Mode) -> [Migration; 2] {
+pub fn migrations(mode: Mode) -> [Migration; 3] {
     match mode {
-        Mode::Rls => [TABLES, RLS],
-        Mode::Supabase => [TABLES, SUPABASE_RLS],
+        Mode::Rls => [TABLES, RLS, INTERACTIONS],
+        Mode::Supabase => [TABLES, SUPABASE_RLS, SUPABASE_INTERACTIONS],
     }
 }
 

@@ -492,6 +492,12 @@ impl RunStore for PostgresStore {
         .execute(&mut *tx)
         .await
         .map_err(db_error)?;
+        for i in &commit.interactions {
+            crate::interactions::insert(&mut tx, i).await?;
+        }
+        for record in &commit.audit {
+            crate::interactions::audit(&mut tx, record).await?;
+        }
         if commit.status.is_terminal() {
             promote_next(&mut tx, scope, run.thread_id, run.id, now).await?;
         }

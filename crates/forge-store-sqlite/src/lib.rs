@@ -8,6 +8,7 @@
 
 #![deny(missing_docs)]
 
+mod interactions;
 mod migrate;
 mod queue;
 mod rows;

@@ -20,12 +20,20 @@ pub struct Migration {
 }
 
 /// Every migration, in order.
-pub const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    name: "init",
-    up: include_str!("../migrations/0001_init.up.sql"),
-    down: include_str!("../migrations/0001_init.down.sql"),
-}];
+pub const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "init",
+        up: include_str!("../migrations/0001_init.up.sql"),
+        down: include_str!("../migrations/0001_init.down.sql"),
+    },
+    Migration {
+        version: 2,
+        name: "interactions",
+        up: include_str!("../migrations/0002_interactions.up.sql"),
+        down: include_str!("../migrations/0002_interactions.down.sql"),
+    },
+];
 
 const LEDGER: &str = "CREATE TABLE IF NOT EXISTS forge_schema_migrations (
     version INTEGER PRIMARY KEY,

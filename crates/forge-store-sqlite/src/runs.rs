@@ -23,7 +23,7 @@ const RUN_COLUMNS: &str = "id, tenant_id, principal_id, thread_id, agent_name, a
     version, last_seq, checkpoint, failure, lease_holder, lease_token, lease_expires_at, fence, cancel_requested, created_at, updated_at, input";
 
 impl SqliteStore {
-    async fn write_tx(&self) -> Result<Transaction<'static, Sqlite>, Error> {
+    pub(crate) async fn write_tx(&self) -> Result<Transaction<'static, Sqlite>, Error> {
         self.pool
             .begin_with("BEGIN IMMEDIATE")
             .await
@@ -492,6 +492,12 @@ impl RunStore for SqliteStore {
                 expected: run.version,
                 actual: run.version + 1,
             });
+        }
+        for i in &commit.interactions {
+            crate::interactions::insert(&mut tx, i).await?;
+        }
+        for record in &commit.audit {
+            crate::interactions::audit(&mut tx, record).await?;
         }
         if commit.status.is_terminal() {
             promote_next(&mut tx, scope, run.thread_id, run.id, now).await?;

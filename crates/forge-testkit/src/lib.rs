@@ -20,6 +20,7 @@
 #![deny(missing_docs)]
 
 pub mod fixtures;
+pub mod interactions;
 pub mod locks;
 pub mod mock_model;
 pub mod store;
@@ -35,7 +36,12 @@ use forge_core::time::ManualClock;
 /// Makes a fresh, empty store for one conformance scenario.
 pub trait StoreFactory: Send + Sync + 'static {
     /// The adapter under test.
-    type Store: ThreadStore + RunStore + JobQueue + forge_core::ports::audit::AuditLog + 'static;
+    type Store: ThreadStore
+        + RunStore
+        + JobQueue
+        + forge_core::ports::audit::AuditLog
+        + forge_core::ports::interaction::InteractionStore
+        + 'static;
 
     /// A new store with no data, reading time from `clock`.
     fn make(clock: Arc<ManualClock>) -> impl Future<Output = Arc<Self::Store>> + Send;
@@ -129,6 +135,17 @@ pub const SUITES: &[Suite] = &[
         macro_name: "isolation_conformance",
         scenarios: &["tenant_isolation"],
     },
+    Suite {
+        name: "interactions",
+        macro_name: "interactions_conformance",
+        scenarios: &[
+            "interactions_resolve_once_and_resume",
+            "interactions_are_bound_to_their_call",
+            "expired_interactions_refuse_and_free_the_run",
+            "concurrent_resolutions_have_one_winner",
+            "only_a_parking_commit_raises_interactions",
+        ],
+    },
 ];
 
 /// Which adapter runs which suites: `(crate, factory type, suites)`. The registry test in this crate
@@ -148,6 +165,7 @@ pub const ADAPTERS: &[(&str, &str, &[&str])] = &[
             "queue",
             "ordering",
             "isolation",
+            "interactions",
         ],
     ),
     (
@@ -161,6 +179,7 @@ pub const ADAPTERS: &[(&str, &str, &[&str])] = &[
             "queue",
             "ordering",
             "isolation",
+            "interactions",
         ],
     ),
     (
@@ -175,6 +194,7 @@ pub const ADAPTERS: &[(&str, &str, &[&str])] = &[
             "queue",
             "ordering",
             "isolation",
+            "interactions",
         ],
     ),
     (
@@ -188,6 +208,7 @@ pub const ADAPTERS: &[(&str, &str, &[&str])] = &[
             "queue",
             "ordering",
             "isolation",
+            "interactions",
         ],
     ),
 ];
@@ -303,6 +324,17 @@ macro_rules! isolation_conformance {
     };
 }
 
+/// Approvals and questions: created by parking commits, resolved once, bound, expiring, audited.
+#[macro_export]
+macro_rules! interactions_conformance {
+    ($factory:ty) => {
+        $crate::__conformance_suite!(interactions_conformance, "interactions", interactions, $factory;
+            interactions_resolve_once_and_resume, interactions_are_bound_to_their_call,
+            expired_interactions_refuse_and_free_the_run, concurrent_resolutions_have_one_winner,
+            only_a_parking_commit_raises_interactions);
+    };
+}
+
 /// Every suite, for an adapter that implements every port.
 #[macro_export]
 macro_rules! store_conformance {
@@ -314,6 +346,7 @@ macro_rules! store_conformance {
         $crate::queue_conformance!($factory);
         $crate::ordering_conformance!($factory);
         $crate::isolation_conformance!($factory);
+        $crate::interactions_conformance!($factory);
     };
 }
 

@@ -99,6 +99,8 @@ impl<F: StoreFactory> Fixture<F> {
             },
             status,
             failure: None,
+            interactions: vec![],
+            audit: vec![],
         }
     }
 }
@@ -531,6 +533,8 @@ pub async fn event_log_gapless_under_concurrent_appenders<F: StoreFactory>() {
                     checkpoint: Checkpoint::default(),
                     status,
                     failure: None,
+                    interactions: vec![],
+                    audit: vec![],
                 };
                 match store.commit_step(&scope, commit).await {
                     Ok(_) => done += 1,

@@ -55,6 +55,8 @@ async fn seed_tenant_a(store: &PostgresStore, clock: &ManualClock) {
         checkpoint: Checkpoint::default(),
         status: RunStatus::Running,
         failure: None,
+        interactions: vec![],
+        audit: vec![],
     };
     store.commit_step(&a, commit).await.unwrap();
     // A dead letter replayed by an operator leaves an audit entry.

@@ -87,7 +87,10 @@ async fn data_survives_closing_and_reopening_the_file() {
     );
     assert_eq!(
         reopened.applied_migrations().await.unwrap(),
-        [1],
+        forge_store_sqlite::MIGRATIONS
+            .iter()
+            .map(|m| m.version)
+            .collect::<Vec<_>>(),
         "reopening applies nothing twice"
     );
 }

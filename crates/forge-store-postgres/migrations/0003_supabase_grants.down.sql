@@ -1,0 +1,1 @@
+REVOKE ALL ON forge_interactions FROM authenticated;

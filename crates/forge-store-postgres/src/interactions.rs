@@ -1,0 +1,243 @@
+//! Interactions: approvals and questions of parked runs. A resolution locks the run row, then the
+//! interaction row, so resolutions of one run are serialised: exactly one of two racing resolvers
+//! wins, and the last one to settle a run's interactions is the one that readies it.
+
+use async_trait::async_trait;
+use forge_core::Error;
+use forge_core::id::{InteractionId, JobId, RunId};
+use forge_core::interaction::{Decided, Interaction, Resolve, audit_record, decide};
+use forge_core::ports::audit::AuditRecord;
+use forge_core::ports::interaction::{
+    InteractionFilter, InteractionStore, RESUME_MAX_ATTEMPTS, Resolved, expire_due,
+};
+use forge_core::scope::{Scope, SystemScope, TenantId};
+use forge_core::time::Timestamp;
+use sqlx::{Postgres, Transaction};
+
+use crate::PostgresStore;
+use crate::rows::{db_error, get, json, to_json};
+
+type Tx = Transaction<'static, Postgres>;
+
+/// Stores a new interaction (in the parking step's commit).
+pub(crate) async fn insert(tx: &mut Tx, i: &Interaction) -> Result<(), Error> {
+    sqlx::query(
+        "INSERT INTO forge_interactions (id, tenant_id, run_id, status, created_at, expires_at, body) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7)",
+    )
+    .bind(i.id.0)
+    .bind(i.tenant_id.as_str())
+    .bind(i.run_id.0)
+    .bind(i.status.name())
+    .bind(i.created_at.0)
+    .bind(i.expires_at.0)
+    .bind(to_json(i)?)
+    .execute(&mut **tx)
+    .await
+    .map_err(db_error)?;
+    Ok(())
+}
+
+/// Appends an audit entry.
+pub(crate) async fn audit(tx: &mut Tx, r: &AuditRecord) -> Result<(), Error> {
+    sqlx::query(
+        "INSERT INTO forge_audit (tenant_id, at, actor, action, subject, detail) VALUES ($1, $2, $3, $4, $5, $6)",
+    )
+    .bind(r.tenant_id.as_str())
+    .bind(r.at.0)
+    .bind(&r.actor)
+    .bind(&r.action)
+    .bind(&r.subject)
+    .bind(&r.detail)
+    .execute(&mut **tx)
+    .await
+    .map_err(db_error)?;
+    Ok(())
+}
+
+async fn update(tx: &mut Tx, i: &Interaction) -> Result<(), Error> {
+    sqlx::query(
+        "UPDATE forge_interactions SET status = $1, body = $2 WHERE id = $3 AND tenant_id = $4",
+    )
+    .bind(i.status.name())
+    .bind(to_json(i)?)
+    .bind(i.id.0)
+    .bind(i.tenant_id.as_str())
+    .execute(&mut **tx)
+    .await
+    .map_err(db_error)?;
+    Ok(())
+}
+
+/// Readies a job for `run` when it waits with nothing pending and has no live job. The caller
+/// holds the run's row lock.
+async fn resume_if_ready(
+    tx: &mut Tx,
+    tenant: &str,
+    run: RunId,
+    job: JobId,
+    now: Timestamp,
+) -> Result<bool, Error> {
+    let inserted = sqlx::query(
+        "INSERT INTO forge_jobs (id, tenant_id, run_id, state, available_at, attempts, max_attempts, token) \
+         SELECT $1, $2, r.id, 'ready', $4, 0, $5, 0 FROM forge_runs r \
+         WHERE r.id = $3 AND r.tenant_id = $2 AND r.status = 'waiting' \
+         AND NOT EXISTS (SELECT 1 FROM forge_interactions i WHERE i.run_id = r.id AND i.status = 'pending') \
+         AND NOT EXISTS (SELECT 1 FROM forge_jobs j WHERE j.run_id = r.id AND j.state IN ('ready', 'claimed', 'waiting'))",
+    )
+    .bind(job.0)
+    .bind(tenant)
+    .bind(run.0)
+    .bind(now.0)
+    .bind(i32::try_from(RESUME_MAX_ATTEMPTS).unwrap_or(i32::MAX))
+    .execute(&mut **tx)
+    .await
+    .map_err(db_error)?;
+    Ok(inserted.rows_affected() == 1)
+}
+
+#[async_trait]
+impl InteractionStore for PostgresStore {
+    async fn get_interaction(
+        &self,
+        scope: &Scope,
+        id: InteractionId,
+    ) -> Result<Interaction, Error> {
+        let mut tx = self.tenant_tx(scope).await?;
+        let row =
+            sqlx::query("SELECT body FROM forge_interactions WHERE id = $1 AND tenant_id = $2")
+                .bind(id.0)
+                .bind(scope.tenant_id().as_str())
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(db_error)?
+                .ok_or_else(|| Error::not_found("interaction", id))?;
+        tx.commit().await.map_err(db_error)?;
+        json(&row, "body")
+    }
+
+    async fn list_interactions(
+        &self,
+        scope: &Scope,
+        filter: InteractionFilter,
+    ) -> Result<Vec<Interaction>, Error> {
+        let mut tx = self.tenant_tx(scope).await?;
+        let rows = match filter {
+            InteractionFilter::Pending => sqlx::query(
+                "SELECT body FROM forge_interactions WHERE tenant_id = $1 AND status = 'pending' \
+                 ORDER BY created_at, id",
+            )
+            .bind(scope.tenant_id().as_str())
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(db_error)?,
+            InteractionFilter::Run(run) => {
+                let found: Option<i32> =
+                    sqlx::query_scalar("SELECT 1 FROM forge_runs WHERE id = $1 AND tenant_id = $2")
+                        .bind(run.0)
+                        .bind(scope.tenant_id().as_str())
+                        .fetch_optional(&mut *tx)
+                        .await
+                        .map_err(db_error)?;
+                found.ok_or_else(|| Error::not_found("run", run))?;
+                sqlx::query(
+                    "SELECT body FROM forge_interactions WHERE tenant_id = $1 AND run_id = $2 \
+                     ORDER BY created_at, id",
+                )
+                .bind(scope.tenant_id().as_str())
+                .bind(run.0)
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(db_error)?
+            }
+        };
+        tx.commit().await.map_err(db_error)?;
+        rows.iter().map(|r| json(r, "body")).collect()
+    }
+
+    async fn resolve_interaction(&self, scope: &Scope, req: Resolve) -> Result<Resolved, Error> {
+        let now = self.clock.now();
+        let job = JobId::generate(self.ids.as_ref());
+        let tenant = scope.tenant_id().as_str();
+        let mut tx = self.tenant_tx(scope).await?;
+        let not_found = || Error::not_found("interaction", req.id);
+        let run: uuid::Uuid = sqlx::query_scalar(
+            "SELECT run_id FROM forge_interactions WHERE id = $1 AND tenant_id = $2",
+        )
+        .bind(req.id.0)
+        .bind(tenant)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(db_error)?
+        .ok_or_else(not_found)?;
+        sqlx::query("SELECT 1 FROM forge_runs WHERE id = $1 AND tenant_id = $2 FOR UPDATE")
+            .bind(run)
+            .bind(tenant)
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error)?;
+        let row = sqlx::query(
+            "SELECT body FROM forge_interactions WHERE id = $1 AND tenant_id = $2 FOR UPDATE",
+        )
+        .bind(req.id.0)
+        .bind(tenant)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(db_error)?
+        .ok_or_else(not_found)?;
+        let current: Interaction = json(&row, "body")?;
+        match decide(&current, &req, now)? {
+            Decided::Replay => {
+                tx.commit().await.map_err(db_error)?;
+                Ok(Resolved {
+                    interaction: current,
+                    replayed: true,
+                    resumed: false,
+                })
+            }
+            Decided::Expire(expired) => {
+                update(&mut tx, &expired).await?;
+                audit(&mut tx, &audit_record(&expired, now)).await?;
+                resume_if_ready(&mut tx, tenant, expired.run_id, job, now).await?;
+                tx.commit().await.map_err(db_error)?;
+                Err(Error::Expired {
+                    id: expired.id.to_string(),
+                    at: expired.expires_at,
+                })
+            }
+            Decided::Apply(resolved) => {
+                update(&mut tx, &resolved).await?;
+                audit(&mut tx, &audit_record(&resolved, now)).await?;
+                let resumed = resume_if_ready(&mut tx, tenant, resolved.run_id, job, now).await?;
+                tx.commit().await.map_err(db_error)?;
+                Ok(Resolved {
+                    interaction: resolved,
+                    replayed: false,
+                    resumed,
+                })
+            }
+        }
+    }
+
+    async fn expire_interactions(&self, _system: &SystemScope) -> Result<usize, Error> {
+        let mut tx = self.system_tx().await?;
+        let rows = sqlx::query(
+            "SELECT id, tenant_id FROM forge_interactions WHERE status = 'pending' AND expires_at <= $1",
+        )
+        .bind(self.clock.now().0)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        tx.commit().await.map_err(db_error)?;
+        let due = rows
+            .iter()
+            .map(|r| {
+                Ok((
+                    InteractionId(get::<uuid::Uuid>(r, "id")?),
+                    TenantId::new(get::<String>(r, "tenant_id")?)?,
+                ))
+            })
+            .collect::<Result<Vec<_>, Error>>()?;
+        expire_due(self, due).await
+    }
+}

@@ -10,10 +10,7 @@ use std::path::Path;
 use crate::{crate_dirs, rust_files};
 
 /// Variants declared for the wire contract whose producer arrives with a later capability.
-const LATER: &[(&str, &str)] = &[
-    ("ApprovalRequested", "approvals (issue 5)"),
-    ("QuestionRequested", "questions (issue 5)"),
-];
+const LATER: &[(&str, &str)] = &[];
 
 /// The variant names of `RunEventKind` in forge-core's event module.
 pub(crate) fn variants(event_rs: &str) -> Vec<(String, String)> {

@@ -48,6 +48,7 @@ fn agent() -> AgentDefinition {
         skills: vec![],
         output_schema: None,
         limits: RunLimits::default(),
+        approvals: Default::default(),
     }
 }
 

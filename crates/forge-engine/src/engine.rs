@@ -7,11 +7,16 @@ use std::time::Duration;
 use forge_core::agent::{AgentDefinition, AgentRef};
 use forge_core::event::{RunEvent, RunEventKind};
 use forge_core::id::{IdGenerator, MessageId, RunId, ThreadId, UuidV7Generator};
+use forge_core::interaction::{
+    Decision, Interaction, InteractionRequest, InteractionStatus, Resolve,
+};
 use forge_core::message::{Message, Role};
 use forge_core::part::Part;
+use forge_core::ports::audit::AuditRecord;
+use forge_core::ports::interaction::{InteractionFilter, InteractionStore, Resolved};
 use forge_core::ports::model::ModelProvider;
 use forge_core::ports::store::{NewRun, RunStore, StepCommit, ThreadStore};
-use forge_core::ports::tool::Tool;
+use forge_core::ports::tool::{ApprovalRule, Tool};
 use forge_core::run::{
     Checkpoint, FailureCode, Run, RunFailure, RunInput, RunLease, RunStatus, transition,
 };
@@ -48,6 +53,8 @@ pub struct RunControl {
 pub struct Engine {
     pub(crate) threads: Arc<dyn ThreadStore>,
     pub(crate) runs: Arc<dyn RunStore>,
+    pub(crate) interactions: Arc<dyn InteractionStore>,
+    pub(crate) approval_rule: Option<Arc<dyn ApprovalRule>>,
     pub(crate) models: HashMap<String, Arc<dyn ModelProvider>>,
     pub(crate) tools: ToolRegistry,
     agents: HashMap<(String, String), Arc<AgentDefinition>>,
@@ -72,6 +79,8 @@ impl std::fmt::Debug for Engine {
 pub struct EngineBuilder {
     threads: Option<Arc<dyn ThreadStore>>,
     runs: Option<Arc<dyn RunStore>>,
+    interactions: Option<Arc<dyn InteractionStore>>,
+    approval_rule: Option<Arc<dyn ApprovalRule>>,
     models: HashMap<String, Arc<dyn ModelProvider>>,
     tools: ToolRegistry,
     agents: Vec<AgentDefinition>,
@@ -82,17 +91,29 @@ pub struct EngineBuilder {
 }
 
 impl EngineBuilder {
-    /// Uses one adapter for both thread and run storage.
-    pub fn store<S: ThreadStore + RunStore + 'static>(mut self, store: Arc<S>) -> Self {
+    /// Uses one adapter for thread, run and interaction storage.
+    pub fn store<S: ThreadStore + RunStore + InteractionStore + 'static>(
+        mut self,
+        store: Arc<S>,
+    ) -> Self {
         self.threads = Some(store.clone());
-        self.runs = Some(store);
+        self.runs = Some(store.clone());
+        self.interactions = Some(store);
         self
     }
 
-    /// Uses a configuration-chosen store for both thread and run storage.
+    /// Uses a configuration-chosen store for thread, run and interaction storage.
     pub fn dyn_store(mut self, store: Arc<dyn forge_core::ports::store::Store>) -> Self {
         self.threads = Some(store.clone());
-        self.runs = Some(store);
+        self.runs = Some(store.clone());
+        self.interactions = Some(store);
+        self
+    }
+
+    /// Decides approval for tools whose policy is [`forge_core::ports::tool::ApprovalPolicy::Policy`]
+    /// (without one, such calls always need approval).
+    pub fn approval_rule(mut self, rule: Arc<dyn ApprovalRule>) -> Self {
+        self.approval_rule = Some(rule);
         self
     }
 
@@ -139,7 +160,10 @@ impl EngineBuilder {
     }
 
     /// Checks every agent against the registered models and tools and builds the engine.
-    pub fn build(self) -> Result<Engine, EngineError> {
+    pub fn build(mut self) -> Result<Engine, EngineError> {
+        if !self.tools.contains(crate::hitl::ASK_USER) {
+            self.tools.register(crate::hitl::ask_user_tool())?;
+        }
         let mut agents = HashMap::new();
         for agent in self.agents {
             let name = agent.agent.name.clone();
@@ -168,6 +192,10 @@ impl EngineBuilder {
                 .threads
                 .ok_or(EngineError::Incomplete("thread store"))?,
             runs: self.runs.ok_or(EngineError::Incomplete("run store"))?,
+            interactions: self
+                .interactions
+                .ok_or(EngineError::Incomplete("interaction store"))?,
+            approval_rule: self.approval_rule,
             models: self.models,
             tools: self.tools,
             agents,
@@ -189,6 +217,10 @@ pub(crate) struct Cursor<'a> {
     pub(crate) checkpoint: Checkpoint,
     pending: Vec<RunEvent>,
     pub(crate) messages: Vec<Message>,
+    /// Interactions the step raised, created by its commit.
+    pub(crate) interactions: Vec<Interaction>,
+    /// Audit entries of the step (external writes), written by its commit.
+    pub(crate) audit: Vec<AuditRecord>,
     /// The thread's committed history, read once when the execution began and extended by each
     /// commit of this execution.
     pub(crate) history: Vec<Message>,
@@ -391,6 +423,8 @@ impl Engine {
             lease: lease.clone(),
             pending: Vec::new(),
             messages: Vec::new(),
+            interactions: Vec::new(),
+            audit: Vec::new(),
             history: Vec::new(),
             state: Default::default(),
             clock: self.clock.as_ref(),
@@ -410,6 +444,53 @@ impl Engine {
             .map(|(outcome, _)| outcome);
         let _ = self.runs.release_lease(scope, &lease).await;
         result
+    }
+
+    /// The scope's tenant's pending approvals and questions, oldest first.
+    pub async fn pending_interactions(
+        &self,
+        scope: &Scope,
+    ) -> Result<Vec<Interaction>, EngineError> {
+        Ok(self
+            .interactions
+            .list_interactions(scope, InteractionFilter::Pending)
+            .await?)
+    }
+
+    /// Every approval and question of one run.
+    pub async fn run_interactions(
+        &self,
+        scope: &Scope,
+        run: RunId,
+    ) -> Result<Vec<Interaction>, EngineError> {
+        Ok(self
+            .interactions
+            .list_interactions(scope, InteractionFilter::Run(run))
+            .await?)
+    }
+
+    /// Resolves an approval or a question exactly once (see
+    /// [`forge_core::ports::interaction`]). An answer is checked against the question's schema
+    /// first: an answer that does not fit is refused and nothing is stored.
+    pub async fn resolve_interaction(
+        &self,
+        scope: &Scope,
+        req: Resolve,
+    ) -> Result<Resolved, EngineError> {
+        if let Decision::Answer { answer } = &req.decision {
+            let current = self.interactions.get_interaction(scope, req.id).await?;
+            if let InteractionRequest::Question { answer_schema, .. } = &current.request {
+                let problems = crate::hitl::schema_violations(answer_schema, answer);
+                if !problems.is_empty() {
+                    return Err(forge_core::Error::invalid(format!(
+                        "the answer does not match the question's schema: {}",
+                        problems.join("; ")
+                    ))
+                    .into());
+                }
+            }
+        }
+        Ok(self.interactions.resolve_interaction(scope, req).await?)
     }
 
     /// Renews the run's lease every third of its time to live; returns only when renewal fails.
@@ -441,6 +522,8 @@ impl Engine {
             lease,
             pending: Vec::new(),
             messages: Vec::new(),
+            interactions: Vec::new(),
+            audit: Vec::new(),
             history: Vec::new(),
             state: Default::default(),
             clock: self.clock.as_ref(),
@@ -496,6 +579,68 @@ impl Engine {
         let thread = self.threads.get_thread(scope, cur.run.thread_id).await?;
         cur.state = thread.state;
         cur.history = self.threads.list_messages(scope, cur.run.thread_id).await?;
+        if let RunStatus::Waiting(_) = cur.status {
+            let raised: Vec<Interaction> = self
+                .interactions
+                .list_interactions(scope, InteractionFilter::Run(cur.run.id))
+                .await?
+                .into_iter()
+                .filter(|i| i.step == cur.checkpoint.step)
+                .collect();
+            if raised
+                .iter()
+                .any(|i| i.status == InteractionStatus::Pending)
+            {
+                // Woken early: the run keeps waiting; nothing to commit.
+                return Ok(RunOutcome {
+                    status: cur.status,
+                    last_seq: cur.run.last_seq,
+                    failure: None,
+                });
+            }
+            if let Some(other) = raised.iter().find(|i| i.agent != cur.run.agent) {
+                return Err(EngineError::InvalidAgent {
+                    name: other.agent.name.clone(),
+                    reason: format!(
+                        "interaction {} was raised under version {}, not the run's {}",
+                        other.id, other.agent.version, cur.run.agent.version
+                    ),
+                });
+            }
+            cur.apply(RunInput::Resume)?;
+            let end = StepRunner {
+                engine: self,
+                scope,
+                agent: &agent,
+                cancel,
+            }
+            .resume(&mut cur, &raised)
+            .await?;
+            match end {
+                StepEnd::Cancelled => {
+                    cur.apply(RunInput::Cancel)?;
+                    cur.emit(RunEventKind::RunCancelled {
+                        reason: Some("cancelled by request".into()),
+                    });
+                    return self
+                        .commit(scope, &mut cur, None)
+                        .await
+                        .map(|(outcome, _)| outcome);
+                }
+                _ => {
+                    let version = cur.run.version + 1;
+                    cur.emit(RunEventKind::RunCheckpointed {
+                        step: cur.checkpoint.step,
+                        version,
+                    });
+                    let (outcome, requested) = self.commit(scope, &mut cur, None).await?;
+                    if control.drain.is_cancelled() {
+                        return Ok(outcome);
+                    }
+                    cancel_requested = requested;
+                }
+            }
+        }
         loop {
             if cancel_requested {
                 cur.apply(RunInput::Cancel)?;
@@ -546,9 +691,16 @@ impl Engine {
                     });
                     Some(failure)
                 }
+                StepEnd::Parked(reason) => {
+                    cur.apply(RunInput::Park(reason))?;
+                    None
+                }
             };
             let (outcome, requested) = self.commit(scope, &mut cur, failure).await?;
-            if outcome.status.is_terminal() || control.drain.is_cancelled() {
+            if outcome.status.is_terminal()
+                || matches!(outcome.status, RunStatus::Waiting(_))
+                || control.drain.is_cancelled()
+            {
                 return Ok(outcome);
             }
             cancel_requested = requested;
@@ -571,6 +723,8 @@ impl Engine {
             checkpoint: cur.checkpoint.clone(),
             status: cur.status,
             failure: failure.clone(),
+            interactions: std::mem::take(&mut cur.interactions),
+            audit: std::mem::take(&mut cur.audit),
         };
         let committed = self.runs.commit_step(scope, commit).await?;
         cur.history.extend(messages);

@@ -12,6 +12,7 @@
 pub mod context;
 mod engine;
 mod error;
+mod hitl;
 pub mod observer;
 mod step;
 pub mod tools;
@@ -19,6 +20,7 @@ pub mod worker;
 
 pub use engine::{Engine, EngineBuilder, RunControl, RunOutcome};
 pub use error::EngineError;
+pub use hitl::ASK_USER;
 pub use observer::{NoopObserver, RunObserver};
 pub use tools::{NativeTool, ToolRegistry, native_tool};
 pub use worker::{JobOutcome, Worker, WorkerConfig, WorkerReport};

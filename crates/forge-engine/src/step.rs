@@ -33,6 +33,8 @@ pub(crate) enum StepEnd {
     Cancelled,
     /// The run cannot go on.
     Failed(RunFailure),
+    /// Calls of this step need a person; the run waits.
+    Parked(forge_core::run::WaitReason),
 }
 
 pub(crate) struct StepRunner<'a> {
@@ -53,15 +55,20 @@ struct Streaming {
     usage: Usage,
 }
 
-/// A tool call ready to execute, or the error result the model gets instead.
-enum Prepared {
-    Run {
-        call: ToolCallPart,
-    },
+/// A tool call ready to execute, or the result the model gets instead.
+pub(crate) enum Prepared {
+    /// Execute it.
+    Run { call: ToolCallPart },
+    /// Do not; the model gets this error.
     Refused {
         call: ToolCallPart,
         code: &'static str,
         message: String,
+    },
+    /// Answered by a person (`ask_user`): this is its result.
+    Answered {
+        call: ToolCallPart,
+        output: serde_json::Value,
     },
 }
 
@@ -173,12 +180,12 @@ impl StepRunner<'_> {
                 _ => None,
             })
             .collect();
-        self.keep_message(cur, msg);
-
         if calls.is_empty() {
+            self.keep_message(cur, msg);
             return Ok(StepEnd::Completed { text });
         }
         if step >= self.agent.limits.max_steps {
+            self.keep_message(cur, msg);
             return Ok(StepEnd::Failed(RunFailure {
                 code: FailureCode::StepLimitExceeded,
                 message: format!(
@@ -188,8 +195,28 @@ impl StepRunner<'_> {
             }));
         }
         let prepared = self.prepare(&calls);
+        let (prepared, raised) = self.gate(cur, step, prepared).await;
+        if !raised.is_empty() {
+            // No tool of this step runs until a person has settled every interaction.
+            for i in &raised {
+                self.add_part(cur, &mut msg, Self::request_part(i));
+                Self::request_event(cur, i);
+            }
+            self.keep_message(cur, msg);
+            let reason = Self::wait_reason(&raised);
+            cur.interactions = raised;
+            return Ok(StepEnd::Parked(reason));
+        }
+        self.keep_message(cur, msg);
+        Ok(self.run_tools(cur, prepared).await)
+    }
+
+    /// Runs the step's calls, audits its external writes, and adds the tool-result message.
+    pub(crate) async fn run_tools(&self, cur: &mut Cursor<'_>, prepared: Vec<Prepared>) -> StepEnd {
+        let audit = self.external_writes(cur, &prepared);
         match self.execute_tools(cur, prepared).await {
             Some(results) => {
+                cur.audit.extend(audit);
                 let id = MessageId::generate(self.engine.ids.as_ref());
                 for (index, part) in results.iter().enumerate() {
                     cur.emit(RunEventKind::PartAdded {
@@ -206,9 +233,13 @@ impl StepRunner<'_> {
                     parts: results,
                     created_at: self.engine.clock.now(),
                 });
-                Ok(StepEnd::Continue)
+                StepEnd::Continue
             }
-            None => Ok(StepEnd::Cancelled),
+            None => {
+                // Cancelled mid-tools: calls may have acted; keep their audit entries.
+                cur.audit.extend(audit);
+                StepEnd::Cancelled
+            }
         }
     }
 
@@ -311,7 +342,7 @@ impl StepRunner<'_> {
 
     /// Checks each call: a tool the agent has, input that parsed, fits and matches the schema.
     /// `calls` pairs each call with the size of its raw streamed input.
-    fn prepare(&self, calls: &[(ToolCallPart, usize)]) -> Vec<Prepared> {
+    pub(crate) fn prepare(&self, calls: &[(ToolCallPart, usize)]) -> Vec<Prepared> {
         let limits = &self.agent.limits;
         calls
             .iter()
@@ -378,6 +409,7 @@ impl StepRunner<'_> {
                     code,
                     message,
                 } => (call, Err((code, message))),
+                Prepared::Answered { call, output } => (call, Ok(output)),
                 Prepared::Run { call } => {
                     let ctx = ToolContext {
                         scope: self.scope.clone(),

@@ -79,7 +79,12 @@ pub struct Worker {
     queue: Arc<dyn JobQueue>,
     config: WorkerConfig,
     observer: Arc<dyn RunObserver>,
+    /// When this worker last expired overdue interactions (Unix ms).
+    last_sweep: std::sync::atomic::AtomicI64,
 }
+
+/// How often an idle worker expires overdue approvals and questions.
+pub const INTERACTION_SWEEP_EVERY: Duration = Duration::from_secs(5);
 
 impl std::fmt::Debug for Worker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -101,6 +106,7 @@ impl Worker {
             queue,
             config,
             observer: Arc::new(NoopObserver),
+            last_sweep: std::sync::atomic::AtomicI64::new(i64::MIN / 2),
         }
     }
 
@@ -131,8 +137,17 @@ impl Worker {
                 Ok(Some(JobOutcome::Finished(_))) => report.finished += 1,
                 Ok(Some(JobOutcome::Paused(_) | JobOutcome::Deferred)) => report.released += 1,
                 Ok(Some(JobOutcome::Failed(_))) => report.failed += 1,
-                Ok(None) | Err(_) => {
-                    // An empty queue, or the store is unreachable: wait, then poll again.
+                Ok(None) => {
+                    // An idle moment: expire approvals and questions past their deadline, so their
+                    // runs go on (as refused) instead of waiting forever.
+                    self.sweep_interactions().await;
+                    tokio::select! {
+                        _ = shutdown.cancelled() => {}
+                        _ = tokio::time::sleep(self.config.poll_interval) => {}
+                    }
+                }
+                Err(_) => {
+                    // The store is unreachable: wait, then poll again.
                     tokio::select! {
                         _ = shutdown.cancelled() => {}
                         _ = tokio::time::sleep(self.config.poll_interval) => {}
@@ -141,6 +156,32 @@ impl Worker {
             }
         }
         report
+    }
+
+    /// Expires overdue interactions, at most once per [`INTERACTION_SWEEP_EVERY`] per worker.
+    async fn sweep_interactions(&self) {
+        let now = self.engine.clock.now().unix_millis();
+        let every = INTERACTION_SWEEP_EVERY.as_millis() as i64;
+        let last = self.last_sweep.load(std::sync::atomic::Ordering::Relaxed);
+        if now - last < every
+            || self
+                .last_sweep
+                .compare_exchange(
+                    last,
+                    now,
+                    std::sync::atomic::Ordering::Relaxed,
+                    std::sync::atomic::Ordering::Relaxed,
+                )
+                .is_err()
+        {
+            return;
+        }
+        // Best effort: a failed sweep is retried at the next idle moment.
+        let _ = self
+            .engine
+            .interactions
+            .expire_interactions(&system())
+            .await;
     }
 
     /// Claims one job and executes its run; `None` when no job is ready. `drain` stops the

@@ -62,6 +62,7 @@ pub fn agent(tools: &[&str], limits: RunLimits) -> AgentDefinition {
         skills: vec![],
         output_schema: None,
         limits,
+        approvals: Default::default(),
     }
 }
 

@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod harness;
+mod hitl_tests;
 mod http_tests;
 mod loop_tests;
 mod send_sync;

@@ -1,0 +1,448 @@
+//! Human in the loop: the approval gate before tools run, the built-in `ask_user` question tool,
+//! and resuming a parked step once its interactions are settled.
+//!
+//! A step whose calls need a person parks the run: the step's assistant message gains an approval
+//! (or question) part per call, `approval.requested` / `question.requested` are emitted, and the
+//! interactions are created by the same commit that moves the run to `waiting`. No tool of that
+//! step runs before every interaction is settled. Resuming re-validates the calls, re-checks each
+//! approval against the exact call (name and input hash), runs the approved ones with the same
+//! idempotency keys as any execution of that call, and gives the model a refusal for the rest.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use forge_core::event::RunEventKind;
+use forge_core::id::{IdempotencyKey, InteractionId};
+use forge_core::interaction::{
+    Decision, Interaction, InteractionRequest, InteractionStatus, input_hash,
+};
+use forge_core::message::Role;
+use forge_core::part::{ApprovalPart, ApprovalStatus, Part, QuestionPart, ToolCallPart};
+use forge_core::ports::audit::AuditRecord;
+use forge_core::ports::tool::{
+    ApprovalPolicy, Tool, ToolClassification, ToolContext, ToolError, ToolSpec,
+};
+use forge_core::run::WaitReason;
+use serde_json::{Value, json};
+
+use crate::engine::Cursor;
+use crate::error::EngineError;
+use crate::step::{Prepared, StepEnd, StepRunner};
+
+/// The built-in tool through which an agent asks its user a question (list it in the agent's
+/// `tools` to offer it). Input: `{"prompt": string, "answer_schema": JSON Schema}`; the run parks
+/// until the answer (checked against the schema) arrives, which is the call's result.
+pub const ASK_USER: &str = "ask_user";
+
+/// The `ask_user` declaration. The engine intercepts its calls; `call` is never reached.
+struct AskUser {
+    spec: ToolSpec,
+}
+
+#[async_trait]
+impl Tool for AskUser {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    async fn call(&self, _ctx: &ToolContext, _input: Value) -> Result<Value, ToolError> {
+        Err(ToolError::Failed(
+            "ask_user is answered by a person, not executed".into(),
+        ))
+    }
+}
+
+pub(crate) fn ask_user_tool() -> Arc<dyn Tool> {
+    Arc::new(AskUser {
+        spec: ToolSpec {
+            name: ASK_USER.into(),
+            description: "Ask the user a question and wait for the answer. Give the question and \
+                          a JSON Schema the answer must satisfy."
+                .into(),
+            input_schema: json!({
+                "type": "object",
+                "properties": {
+                    "prompt": {"type": "string", "minLength": 1},
+                    "answer_schema": {"type": "object"},
+                },
+                "required": ["prompt", "answer_schema"],
+                "additionalProperties": false,
+            }),
+            classification: ToolClassification::Read,
+            approval: ApprovalPolicy::Never,
+            version: "1".into(),
+        },
+    })
+}
+
+/// Why `value` does not satisfy `schema` (empty when it does, or a schema error when the schema
+/// itself is unusable).
+pub(crate) fn schema_violations(schema: &Value, value: &Value) -> Vec<String> {
+    match jsonschema::validator_for(schema) {
+        Err(e) => vec![format!("the answer schema is not a valid JSON Schema: {e}")],
+        Ok(v) => v.iter_errors(value).map(|e| e.to_string()).collect(),
+    }
+}
+
+/// The refusal a model sees for a call a person did not let run.
+fn refusal(call: &ToolCallPart, code: &'static str, message: String) -> Prepared {
+    Prepared::Refused {
+        call: call.clone(),
+        code,
+        message,
+    }
+}
+
+impl StepRunner<'_> {
+    /// Decides which prepared calls need a person. Returns the calls as they go on (an `ask_user`
+    /// call with an unusable schema becomes a refusal) and the interactions to raise.
+    pub(crate) async fn gate(
+        &self,
+        cur: &Cursor<'_>,
+        step: u32,
+        prepared: Vec<Prepared>,
+    ) -> (Vec<Prepared>, Vec<Interaction>) {
+        let now = self.engine.clock.now();
+        let ttl = std::time::Duration::from_secs(self.agent.limits.interaction_ttl_secs);
+        let mut raised = Vec::new();
+        let mut out = Vec::with_capacity(prepared.len());
+        for p in prepared {
+            let Prepared::Run { call } = &p else {
+                out.push(p);
+                continue;
+            };
+            let request = if call.tool_name == ASK_USER {
+                let prompt = call.input["prompt"].as_str().unwrap_or_default().to_owned();
+                let schema = call.input["answer_schema"].clone();
+                if let Err(e) = jsonschema::validator_for(&schema) {
+                    out.push(refusal(
+                        call,
+                        "invalid_input",
+                        format!("answer_schema is not a valid JSON Schema: {e}"),
+                    ));
+                    continue;
+                }
+                Some(InteractionRequest::Question {
+                    tool_call_id: call.tool_call_id.clone(),
+                    prompt,
+                    answer_schema: schema,
+                })
+            } else if self.needs_approval(call).await {
+                Some(InteractionRequest::Approval {
+                    tool_call_id: call.tool_call_id.clone(),
+                    tool_name: call.tool_name.clone(),
+                    input_hash: input_hash(&call.input),
+                    input: call.input.clone(),
+                })
+            } else {
+                None
+            };
+            if let Some(request) = request {
+                raised.push(Interaction {
+                    id: InteractionId::generate(self.engine.ids.as_ref()),
+                    tenant_id: cur.run.tenant_id.clone(),
+                    run_id: cur.run.id,
+                    thread_id: cur.run.thread_id,
+                    step,
+                    agent: cur.run.agent.clone(),
+                    request,
+                    status: InteractionStatus::Pending,
+                    resolution: None,
+                    created_at: now,
+                    expires_at: now.plus(ttl),
+                });
+            }
+            out.push(p);
+        }
+        (out, raised)
+    }
+
+    async fn needs_approval(&self, call: &ToolCallPart) -> bool {
+        let Some(registered) = self.engine.tools.get(&call.tool_name) else {
+            return false;
+        };
+        let spec = registered.tool.spec();
+        let policy = self
+            .agent
+            .approvals
+            .get(&call.tool_name)
+            .copied()
+            .unwrap_or(spec.approval);
+        match policy {
+            ApprovalPolicy::Never => false,
+            ApprovalPolicy::Always => true,
+            ApprovalPolicy::ExternalWrites => {
+                spec.classification == ToolClassification::ExternalWrite
+            }
+            ApprovalPolicy::Policy => match &self.engine.approval_rule {
+                None => true,
+                Some(rule) => rule
+                    .requires_approval(self.scope, spec, &call.input)
+                    .await
+                    .unwrap_or(true),
+            },
+        }
+    }
+
+    /// The approval or question part shown for an interaction.
+    pub(crate) fn request_part(i: &Interaction) -> Part {
+        match &i.request {
+            InteractionRequest::Approval {
+                tool_call_id,
+                tool_name,
+                input_hash,
+                ..
+            } => Part::Approval(ApprovalPart {
+                interaction_id: i.id,
+                tool_call_id: tool_call_id.clone(),
+                tool_name: tool_name.clone(),
+                input_hash: input_hash.clone(),
+                status: ApprovalStatus::Pending,
+            }),
+            InteractionRequest::Question {
+                prompt,
+                answer_schema,
+                ..
+            } => Part::Question(QuestionPart {
+                interaction_id: i.id,
+                prompt: prompt.clone(),
+                answer_schema: answer_schema.clone(),
+                answer: None,
+            }),
+        }
+    }
+
+    /// Emits `approval.requested` or `question.requested` for an interaction.
+    pub(crate) fn request_event(cur: &mut Cursor<'_>, i: &Interaction) {
+        match &i.request {
+            InteractionRequest::Approval {
+                tool_call_id,
+                tool_name,
+                input_hash,
+                ..
+            } => cur.emit(RunEventKind::ApprovalRequested {
+                interaction_id: i.id,
+                tool_call_id: tool_call_id.clone(),
+                tool_name: tool_name.clone(),
+                input_hash: input_hash.clone(),
+            }),
+            InteractionRequest::Question {
+                prompt,
+                answer_schema,
+                ..
+            } => cur.emit(RunEventKind::QuestionRequested {
+                interaction_id: i.id,
+                prompt: prompt.clone(),
+                answer_schema: answer_schema.clone(),
+            }),
+        }
+    }
+
+    /// Why the run waits: approval if any approval is pending, else a question.
+    pub(crate) fn wait_reason(raised: &[Interaction]) -> WaitReason {
+        if raised
+            .iter()
+            .any(|i| matches!(i.request, InteractionRequest::Approval { .. }))
+        {
+            WaitReason::Approval
+        } else {
+            WaitReason::Question
+        }
+    }
+
+    /// Executes the parked step's calls now that its interactions are settled.
+    pub(crate) async fn resume(
+        &self,
+        cur: &mut Cursor<'_>,
+        raised: &[Interaction],
+    ) -> Result<StepEnd, EngineError> {
+        let run_id = cur.run.id;
+        let Some(parked) = cur
+            .history
+            .iter()
+            .rev()
+            .find(|m| m.run_id == run_id && m.role == Role::Assistant)
+        else {
+            return Err(forge_core::Error::invalid(format!(
+                "run {run_id} waits but its parked message is missing"
+            ))
+            .into());
+        };
+        let calls: Vec<(ToolCallPart, usize)> = parked
+            .parts
+            .iter()
+            .filter_map(|p| match p {
+                Part::ToolCall(c) => Some((c.clone(), c.input.to_string().len())),
+                _ => None,
+            })
+            .collect();
+        let prepared = self
+            .prepare(&calls)
+            .into_iter()
+            .map(|p| match p {
+                Prepared::Run { call } => settle(call, raised),
+                other => other,
+            })
+            .collect();
+        Ok(self.run_tools(cur, prepared).await)
+    }
+
+    /// Audit entries for the external writes among `prepared` (before they run).
+    pub(crate) fn external_writes(
+        &self,
+        cur: &Cursor<'_>,
+        prepared: &[Prepared],
+    ) -> Vec<AuditRecord> {
+        let now = self.engine.clock.now();
+        prepared
+            .iter()
+            .filter_map(|p| match p {
+                Prepared::Run { call } => Some(call),
+                _ => None,
+            })
+            .filter(|call| {
+                self.engine.tools.get(&call.tool_name).is_some_and(|r| {
+                    r.tool.spec().classification == ToolClassification::ExternalWrite
+                })
+            })
+            .map(|call| AuditRecord {
+                tenant_id: cur.run.tenant_id.clone(),
+                at: now,
+                actor: self.scope.principal_id().as_str().to_owned(),
+                action: "tool.external_write".into(),
+                subject: format!("tool call {}", call.tool_call_id),
+                detail: json!({
+                    "run_id": cur.run.id,
+                    "tool_name": call.tool_name,
+                    "input_hash": input_hash(&call.input),
+                    "idempotency_key": IdempotencyKey::for_tool_call(cur.run.id, &call.tool_call_id),
+                }),
+            })
+            .collect()
+    }
+}
+
+/// What a settled interaction makes of a valid call.
+fn settle(call: ToolCallPart, raised: &[Interaction]) -> Prepared {
+    let Some(i) = raised
+        .iter()
+        .find(|i| i.request.tool_call_id() == &call.tool_call_id)
+    else {
+        return Prepared::Run { call };
+    };
+    let decision = i.resolution.as_ref().map(|r| &r.decision);
+    match &i.request {
+        InteractionRequest::Approval {
+            tool_name,
+            input_hash: approved,
+            ..
+        } => {
+            if tool_name != &call.tool_name || approved != &input_hash(&call.input) {
+                return refusal(
+                    &call,
+                    "approval_mismatch",
+                    "the approval was given for a different call; it was not run".into(),
+                );
+            }
+            match (i.status, decision) {
+                (InteractionStatus::Resolved, Some(Decision::Approve)) => Prepared::Run { call },
+                (InteractionStatus::Resolved, Some(Decision::Reject { reason })) => refusal(
+                    &call,
+                    "rejected",
+                    match reason {
+                        Some(r) => format!("a person refused this call: {r}"),
+                        None => "a person refused this call".into(),
+                    },
+                ),
+                _ => refusal(
+                    &call,
+                    "approval_expired",
+                    "nobody approved this call in time; it was not run".into(),
+                ),
+            }
+        }
+        InteractionRequest::Question { .. } => match (i.status, decision) {
+            (InteractionStatus::Resolved, Some(Decision::Answer { answer })) => {
+                Prepared::Answered {
+                    call,
+                    output: json!({ "answer": answer }),
+                }
+            }
+            (InteractionStatus::Resolved, Some(_)) => {
+                refusal(&call, "declined", "the user declined to answer".into())
+            }
+            _ => refusal(
+                &call,
+                "question_expired",
+                "the user did not answer in time".into(),
+            ),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use forge_core::agent::AgentRef;
+    use forge_core::id::{RunId, ThreadId, ToolCallId};
+    use forge_core::interaction::Resolution;
+    use forge_core::scope::TenantId;
+    use forge_core::time::Timestamp;
+
+    use super::*;
+
+    fn approved_for(input: Value) -> Interaction {
+        let at = Timestamp::from_unix_millis(0).expect("epoch");
+        Interaction {
+            id: InteractionId(uuid::Uuid::nil()),
+            tenant_id: TenantId::new("t").expect("tenant"),
+            run_id: RunId(uuid::Uuid::nil()),
+            thread_id: ThreadId(uuid::Uuid::nil()),
+            step: 1,
+            agent: AgentRef {
+                name: "a".into(),
+                version: "1".into(),
+            },
+            request: InteractionRequest::Approval {
+                tool_call_id: ToolCallId("c".into()),
+                tool_name: "pay".into(),
+                input_hash: input_hash(&input),
+                input,
+            },
+            status: InteractionStatus::Resolved,
+            resolution: Some(Resolution {
+                decision: Decision::Approve,
+                actor: "bob".into(),
+                at,
+                key: "k".into(),
+            }),
+            created_at: at,
+            expires_at: at,
+        }
+    }
+
+    fn call(name: &str, input: Value) -> ToolCallPart {
+        ToolCallPart {
+            tool_call_id: ToolCallId("c".into()),
+            tool_name: name.into(),
+            input,
+        }
+    }
+
+    #[test]
+    fn an_approval_runs_only_the_exact_call_it_approved() {
+        let approval = [approved_for(json!({"amount": 5}))];
+        assert!(matches!(
+            settle(call("pay", json!({"amount": 5})), &approval),
+            Prepared::Run { .. }
+        ));
+        for other in [
+            call("pay", json!({"amount": 5000})),
+            call("refund", json!({"amount": 5})),
+        ] {
+            match settle(other, &approval) {
+                Prepared::Refused { code, .. } => assert_eq!(code, "approval_mismatch"),
+                _ => panic!("an approval must not carry over to another call"),
+            }
+        }
+    }
+}

@@ -20,14 +20,27 @@ use crate::{MemoryStore, State};
 impl State {
     /// Readies a job for `run` when it waits with nothing pending and has no live job.
     fn resume_if_ready(&mut self, run: RunId, job_id: JobId, now: Timestamp) -> bool {
+        self.wake_waiting(run, job_id, now, true)
+    }
+
+    /// Readies a job for a waiting `run` that has no live job; with `unless_pending`, only when
+    /// none of its interactions is pending (a cancel request wakes it regardless).
+    pub(crate) fn wake_waiting(
+        &mut self,
+        run: RunId,
+        job_id: JobId,
+        now: Timestamp,
+        unless_pending: bool,
+    ) -> bool {
         let Some(r) = self.runs.get(&run) else {
             return false;
         };
         let waiting = matches!(r.status, RunStatus::Waiting(_));
-        let pending = self
-            .interactions
-            .values()
-            .any(|i| i.run_id == run && i.status == InteractionStatus::Pending);
+        let pending = unless_pending
+            && self
+                .interactions
+                .values()
+                .any(|i| i.run_id == run && i.status == InteractionStatus::Pending);
         let live = self.jobs.values().any(|j| j.is_live_for(run));
         if !waiting || pending || live {
             return false;

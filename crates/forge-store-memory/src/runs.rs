@@ -152,11 +152,15 @@ impl RunStore for MemoryStore {
     }
 
     async fn request_cancel(&self, scope: &Scope, id: RunId) -> Result<bool, Error> {
+        let job = forge_core::id::JobId::generate(self.ids.as_ref());
+        let now = self.clock.now();
         let mut st = self.lock();
         st.run(scope, id)?;
         match st.runs.get_mut(&id) {
             Some(r) if !r.status.is_terminal() => {
                 r.cancel_requested = true;
+                // A waiting run holds no job: give it one, so a worker comes and cancels it.
+                st.wake_waiting(id, job, now, false);
                 Ok(true)
             }
             _ => Ok(false),

@@ -69,20 +69,33 @@ async fn update(tx: &mut Tx, i: &Interaction) -> Result<(), Error> {
     Ok(())
 }
 
-/// Readies a job for `run` when it waits with nothing pending and has no live job. The caller
-/// holds the run's row lock.
-async fn resume_if_ready(
+/// Readies a job for `run` when it waits with nothing pending and has no live job.
+pub(crate) async fn resume_if_ready(
     tx: &mut Tx,
     tenant: &str,
     run: RunId,
     job: JobId,
     now: Timestamp,
 ) -> Result<bool, Error> {
+    wake(tx, tenant, run, job, now, true).await
+}
+
+/// Readies a job for a waiting `run` that has no live job; with `unless_pending`, only when none
+/// of its interactions is pending (a cancel request wakes it regardless). The caller
+/// holds the run's row lock.
+pub(crate) async fn wake(
+    tx: &mut Tx,
+    tenant: &str,
+    run: RunId,
+    job: JobId,
+    now: Timestamp,
+    unless_pending: bool,
+) -> Result<bool, Error> {
     let inserted = sqlx::query(
         "INSERT INTO forge_jobs (id, tenant_id, run_id, state, available_at, attempts, max_attempts, token) \
          SELECT $1, $2, r.id, 'ready', $4, 0, $5, 0 FROM forge_runs r \
          WHERE r.id = $3 AND r.tenant_id = $2 AND r.status = 'waiting' \
-         AND NOT EXISTS (SELECT 1 FROM forge_interactions i WHERE i.run_id = r.id AND i.status = 'pending') \
+         AND (NOT $6 OR NOT EXISTS (SELECT 1 FROM forge_interactions i WHERE i.run_id = r.id AND i.status = 'pending')) \
          AND NOT EXISTS (SELECT 1 FROM forge_jobs j WHERE j.run_id = r.id AND j.state IN ('ready', 'claimed', 'waiting'))",
     )
     .bind(job.0)
@@ -90,6 +103,7 @@ async fn resume_if_ready(
     .bind(run.0)
     .bind(now.0)
     .bind(i32::try_from(RESUME_MAX_ATTEMPTS).unwrap_or(i32::MAX))
+    .bind(unless_pending)
     .execute(&mut **tx)
     .await
     .map_err(db_error)?;

@@ -69,20 +69,34 @@ async fn update(tx: &mut Tx, i: &Interaction) -> Result<(), Error> {
 }
 
 /// Readies a job for `run` when it waits with nothing pending and has no live job.
-async fn resume_if_ready(
+pub(crate) async fn resume_if_ready(
     tx: &mut Tx,
     tenant: &str,
     run: RunId,
     job: JobId,
     now: Timestamp,
 ) -> Result<bool, Error> {
+    wake(tx, tenant, run, job, now, true).await
+}
+
+/// Readies a job for a waiting `run` that has no live job; with `unless_pending`, only when none
+/// of its interactions is pending (a cancel request wakes it regardless).
+pub(crate) async fn wake(
+    tx: &mut Tx,
+    tenant: &str,
+    run: RunId,
+    job: JobId,
+    now: Timestamp,
+    unless_pending: bool,
+) -> Result<bool, Error> {
     let ready: Option<i64> = sqlx::query_scalar(
         "SELECT 1 FROM forge_runs r WHERE r.id = $1 AND r.tenant_id = $2 AND r.status = 'waiting' \
-         AND NOT EXISTS (SELECT 1 FROM forge_interactions i WHERE i.run_id = r.id AND i.status = 'pending') \
+         AND (NOT $3 OR NOT EXISTS (SELECT 1 FROM forge_interactions i WHERE i.run_id = r.id AND i.status = 'pending')) \
          AND NOT EXISTS (SELECT 1 FROM forge_jobs j WHERE j.run_id = r.id AND j.state IN ('ready', 'claimed', 'waiting'))",
     )
     .bind(run.to_string())
     .bind(tenant)
+    .bind(unless_pending)
     .fetch_optional(&mut **tx)
     .await
     .map_err(db_error)?;

@@ -387,6 +387,10 @@ impl RunStore for SqliteStore {
             .execute(&mut *tx)
             .await
             .map_err(db_error)?;
+        // A waiting run holds no job: give it one, so a worker comes and cancels it.
+        let job = forge_core::id::JobId::generate(self.ids.as_ref());
+        let now = self.clock.now();
+        crate::interactions::wake(&mut tx, scope.tenant_id().as_str(), id, job, now, false).await?;
         tx.commit().await.map_err(db_error)?;
         Ok(true)
     }

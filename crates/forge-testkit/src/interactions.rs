@@ -483,3 +483,23 @@ pub async fn only_a_parking_commit_raises_interactions<F: StoreFactory>() {
         "the refused commit's interaction",
     );
 }
+
+/// A waiting run holds no job, so a cancel request gives it one: a worker comes and cancels it.
+pub async fn a_cancel_request_wakes_a_waiting_run<F: StoreFactory>() {
+    let p = parked::<F>().await;
+    assert!(!p.claimable().await);
+    assert!(
+        p.store
+            .request_cancel(&p.scope, p.run.id)
+            .await
+            .expect("request cancel")
+    );
+    assert!(p.claimable().await, "the cancel request readies the run");
+    assert!(
+        p.store
+            .request_cancel(&p.scope, p.run.id)
+            .await
+            .expect("again")
+    );
+    assert!(!p.claimable().await, "a second request adds no second job");
+}

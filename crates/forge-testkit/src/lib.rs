@@ -144,6 +144,7 @@ pub const SUITES: &[Suite] = &[
             "expired_interactions_refuse_and_free_the_run",
             "concurrent_resolutions_have_one_winner",
             "only_a_parking_commit_raises_interactions",
+            "a_cancel_request_wakes_a_waiting_run",
         ],
     },
 ];
@@ -331,7 +332,7 @@ macro_rules! interactions_conformance {
         $crate::__conformance_suite!(interactions_conformance, "interactions", interactions, $factory;
             interactions_resolve_once_and_resume, interactions_are_bound_to_their_call,
             expired_interactions_refuse_and_free_the_run, concurrent_resolutions_have_one_winner,
-            only_a_parking_commit_raises_interactions);
+            only_a_parking_commit_raises_interactions, a_cancel_request_wakes_a_waiting_run);
     };
 }
 

@@ -590,3 +590,18 @@ async fn a_run_resumes_only_with_the_agent_version_it_parked_under() {
     assert!(failure.message.contains("version 1"), "{}", failure.message);
     assert_eq!(w.paid.lock().unwrap().len(), 1, "the v2 engine ran nothing");
 }
+
+#[tokio::test]
+async fn a_waiting_run_can_be_cancelled() {
+    let w = World::new();
+    let d = def(&["pay"]);
+    let engine = w.engine(PAY_THEN_ANSWER, d.clone(), None);
+    let run = w.start(&engine, &d, "pay").await;
+    assert!(matches!(
+        w.execute(&engine, run).await.status,
+        RunStatus::Waiting(_)
+    ));
+    assert!(w.store.request_cancel(&w.scope, run).await.unwrap());
+    assert_eq!(w.execute(&engine, run).await.status, RunStatus::Cancelled);
+    assert!(w.paid.lock().unwrap().is_empty());
+}

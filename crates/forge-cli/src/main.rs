@@ -4,6 +4,7 @@ mod agent_file;
 mod builtin;
 mod dlq;
 mod effects;
+mod interactions;
 mod print;
 mod store;
 
@@ -40,6 +41,9 @@ enum Command {
     /// Inspect, replay or discard dead-lettered jobs.
     #[command(subcommand)]
     Dlq(dlq::DlqCommand),
+    /// List, approve, reject or answer what waiting runs need from a person.
+    #[command(subcommand)]
+    Interactions(interactions::InteractionsCommand),
 }
 
 #[derive(Debug, clap::Args)]
@@ -124,6 +128,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Worker(args) => worker(args).await,
         Command::Submit(args) => dlq::submit(args).await,
         Command::Dlq(command) => dlq::dlq(command).await,
+        Command::Interactions(command) => interactions::interactions(command).await,
     }
 }
 
@@ -260,10 +265,13 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let worker =
         forge_engine::Worker::new(engine, store.clone(), config).with_observer(printer.clone());
     let (cancel_store, cancel_scope, run_id) = (store.clone(), scope.clone(), run.id);
+    let interrupted = CancellationToken::new();
+    let on_interrupt = interrupted.clone();
     tokio::spawn(async move {
         if tokio::signal::ctrl_c().await.is_ok() {
             // Durable: the run stops after its current step, whichever process executes it.
             let _ = cancel_store.request_cancel(&cancel_scope, run_id).await;
+            on_interrupt.cancel();
         }
     });
     let drain = CancellationToken::new();
@@ -271,6 +279,14 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         let current = store.get_run(&scope, run.id).await?;
         if current.status.is_terminal() {
             break current;
+        }
+        if matches!(current.status, RunStatus::Waiting(_)) && interrupted.is_cancelled() {
+            // Nobody executes a waiting run until its interactions are settled.
+            printer.finish();
+            eprintln!(
+                "the run waits for a person; it goes on once its interactions are settled (forge interactions list)"
+            );
+            return Ok(ExitCode::from(3));
         }
         if worker.run_one(&drain).await?.is_none() {
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;

@@ -85,6 +85,8 @@ impl RunObserver for Printer {
                     self.line(format!("  {mark} {} {}", r.tool_name, r.output))
                 }
                 (_, Part::Error(err)) => self.line(format!("  ! {}: {}", err.code, err.message)),
+                // Announced by their `*.requested` events.
+                (_, Part::Approval(_) | Part::Question(_)) => {}
                 (_, other) => self.line(format!("  [{}]", other.type_name())),
             },
             RunEventKind::PartUpdated { update, .. } => match update {
@@ -106,6 +108,20 @@ impl RunObserver for Printer {
                 self.line(format!("✗ failed · {}", failure.message))
             }
             RunEventKind::RunCancelled { .. } => self.line("■ cancelled".into()),
+            RunEventKind::ApprovalRequested {
+                interaction_id,
+                tool_name,
+                ..
+            } => self.line(format!(
+                "⏸ {tool_name} needs approval · forge interactions approve {interaction_id}"
+            )),
+            RunEventKind::QuestionRequested {
+                interaction_id,
+                prompt,
+                ..
+            } => self.line(format!(
+                "? {prompt} · forge interactions answer {interaction_id} '<json>'"
+            )),
             other => self.line(format!("· {}", other.type_name())),
         }
     }

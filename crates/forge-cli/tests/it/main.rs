@@ -185,6 +185,7 @@ fn a_bad_agent_file_is_a_clear_error_with_exit_code_2() {
 
 mod chaos;
 mod dlq;
+mod hitl;
 mod providers;
 
 mod stores {

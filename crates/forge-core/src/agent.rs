@@ -38,6 +38,14 @@ pub struct RunLimits {
     /// the run goes on as if refused.
     #[serde(default = "RunLimits::default_interaction_ttl_secs")]
     pub interaction_ttl_secs: u64,
+    /// Most tokens (input + output) a run may spend; a model call whose estimate would pass it is
+    /// not made, and the run fails with `budget_exceeded`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u64>,
+    /// Most a run may cost, in micro-units of the price table's currency; enforced like
+    /// `max_tokens`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_cost_micros: Option<u64>,
 }
 
 impl RunLimits {
@@ -67,6 +75,8 @@ impl Default for RunLimits {
             max_tool_input_bytes: Self::default_max_tool_io_bytes(),
             max_tool_output_bytes: Self::default_max_tool_io_bytes(),
             interaction_ttl_secs: Self::default_interaction_ttl_secs(),
+            max_tokens: None,
+            max_cost_micros: None,
         }
     }
 }

@@ -81,6 +81,9 @@ pub enum Error {
         /// When it expired.
         at: crate::time::Timestamp,
     },
+    /// The tenant's usage quota for the current period would be exceeded.
+    #[error("quota exceeded: {0}")]
+    QuotaExceeded(String),
     /// A run-state transition the state machine forbids.
     #[error(transparent)]
     Transition(#[from] crate::run::TransitionError),
@@ -111,7 +114,7 @@ impl Error {
             | Error::LeaseHeld { .. }
             | Error::ThreadBusy { .. }
             | Error::AlreadyResolved { .. } => ErrorKind::Conflict,
-            Error::Expired { .. } => ErrorKind::Invalid,
+            Error::Expired { .. } | Error::QuotaExceeded(_) => ErrorKind::Invalid,
             Error::Transition(_) | Error::Invalid(_) => ErrorKind::Invalid,
             Error::Backend {
                 retryable: true, ..

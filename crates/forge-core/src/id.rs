@@ -98,6 +98,10 @@ entity_id!(
     /// Identifies an interaction: a pending approval or question.
     InteractionId
 );
+entity_id!(
+    /// Identifies one metered model call (its reservation and settlement).
+    ModelCallId
+);
 
 /// A tool call's id as the model provider assigned it (for example `call_abc123`).
 #[derive(

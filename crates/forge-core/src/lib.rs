@@ -12,6 +12,7 @@ pub mod event;
 pub mod id;
 pub mod interaction;
 pub mod message;
+pub mod metering;
 pub mod part;
 pub mod ports;
 pub mod run;

@@ -267,6 +267,9 @@ pub struct Checkpoint {
     pub step: u32,
     /// Usage summed over those steps.
     pub usage: Usage,
+    /// Cost of those steps, in micro-units of the price table's currency.
+    #[serde(default)]
+    pub cost_micros: u64,
 }
 
 /// A lease on a run: the right to commit its steps until `expires_at`.

@@ -8,3 +8,4 @@ pub mod model;
 pub mod queue;
 pub mod store;
 pub mod tool;
+pub mod usage;

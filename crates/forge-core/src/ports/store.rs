@@ -114,6 +114,8 @@ pub struct StepCommit {
     pub interactions: Vec<crate::interaction::Interaction>,
     /// Audit entries of the step (external writes it made), written with the commit.
     pub audit: Vec<crate::ports::audit::AuditRecord>,
+    /// Settlements of the model calls the step reserved, applied with the commit.
+    pub settlements: Vec<crate::metering::Settlement>,
 }
 
 /// The result of a successful [`RunStore::commit_step`].
@@ -194,6 +196,7 @@ pub trait Store:
     + crate::ports::queue::JobQueue
     + crate::ports::audit::AuditLog
     + crate::ports::interaction::InteractionStore
+    + crate::ports::usage::UsageLedger
 {
 }
 
@@ -203,6 +206,7 @@ impl<
         + crate::ports::queue::JobQueue
         + crate::ports::audit::AuditLog
         + crate::ports::interaction::InteractionStore
+        + crate::ports::usage::UsageLedger
         + ?Sized,
 > Store for T
 {

@@ -216,6 +216,7 @@ async fn writer(
             failure: None,
             interactions: vec![],
             audit: vec![],
+            settlements: vec![],
         };
         let start = Instant::now();
         let done = store.commit_step(&scope, commit).await?;

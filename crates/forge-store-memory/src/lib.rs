@@ -10,6 +10,7 @@ mod interactions;
 mod locks;
 mod queue;
 mod runs;
+mod usage;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -41,6 +42,7 @@ struct State {
     jobs: BTreeMap<JobId, queue::JobRow>,
     audit: Vec<forge_core::ports::audit::AuditRecord>,
     interactions: BTreeMap<forge_core::id::InteractionId, forge_core::interaction::Interaction>,
+    calls: Vec<forge_core::metering::ModelCall>,
     locks: HashMap<String, locks::LockRow>,
 }
 

@@ -232,6 +232,19 @@ impl RunStore for MemoryStore {
         let run = st.run(scope, commit.run_id)?;
         let committed = check_commit(run, &commit, now)?;
         let thread_id = run.thread_id;
+        // Settlements are checked before anything is applied, like every other part of the commit.
+        let settled_calls = commit
+            .settlements
+            .iter()
+            .map(|s| {
+                let call = st
+                    .calls
+                    .iter()
+                    .find(|c| c.id == s.id && c.tenant_id == run.tenant_id)
+                    .ok_or_else(|| Error::not_found("model call", s.id))?;
+                forge_core::ports::usage::apply_settlement(call.clone(), s)
+            })
+            .collect::<Result<Vec<_>, Error>>()?;
         // Every check passed: apply all of it.
         if let Some(r) = st.runs.get_mut(&commit.run_id) {
             r.version = committed.version;
@@ -253,6 +266,11 @@ impl RunStore for MemoryStore {
             st.interactions.insert(i.id, i);
         }
         st.audit.extend(commit.audit);
+        for settled in settled_calls {
+            if let Some(slot) = st.calls.iter_mut().find(|c| c.id == settled.id) {
+                *slot = settled;
+            }
+        }
         if commit.status.is_terminal() {
             st.promote_next(thread_id, commit.run_id, now);
         }

@@ -21,6 +21,7 @@ mod queue;
 mod rows;
 mod runs;
 pub mod testing;
+mod usage;
 
 use std::sync::Arc;
 

@@ -62,11 +62,31 @@ const SUPABASE_INTERACTIONS: Migration = Migration {
     ),
 };
 
+const USAGE: Migration = Migration {
+    version: 4,
+    name: "usage",
+    up: include_str!("../migrations/0004_usage.up.sql"),
+    down: include_str!("../migrations/0004_usage.down.sql"),
+};
+
+const SUPABASE_USAGE: Migration = Migration {
+    version: 4,
+    name: "supabase_usage",
+    up: concat!(
+        include_str!("../migrations/0004_usage.up.sql"),
+        include_str!("../migrations/0004_supabase_grants.up.sql")
+    ),
+    down: concat!(
+        include_str!("../migrations/0004_supabase_grants.down.sql"),
+        include_str!("../migrations/0004_usage.down.sql")
+    ),
+};
+
 /// The migrations of a mode, in order.
-pub fn migrations(mode: Mode) -> [Migration; 3] {
+pub fn migrations(mode: Mode) -> [Migration; 4] {
     match mode {
-        Mode::Rls => [TABLES, RLS, INTERACTIONS],
-        Mode::Supabase => [TABLES, SUPABASE_RLS, SUPABASE_INTERACTIONS],
+        Mode::Rls => [TABLES, RLS, INTERACTIONS, USAGE],
+        Mode::Supabase => [TABLES, SUPABASE_RLS, SUPABASE_INTERACTIONS, SUPABASE_USAGE],
     }
 }
 

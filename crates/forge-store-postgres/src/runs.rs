@@ -502,6 +502,9 @@ impl RunStore for PostgresStore {
         for record in &commit.audit {
             crate::interactions::audit(&mut tx, record).await?;
         }
+        for settlement in &commit.settlements {
+            crate::usage::settle_tx(&mut tx, scope.tenant_id().as_str(), settlement).await?;
+        }
         if commit.status.is_terminal() {
             promote_next(&mut tx, scope, run.thread_id, run.id, now).await?;
         }

@@ -13,6 +13,7 @@ mod migrate;
 mod queue;
 mod rows;
 mod runs;
+mod usage;
 
 use std::str::FromStr;
 use std::sync::Arc;

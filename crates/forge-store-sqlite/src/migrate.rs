@@ -33,6 +33,12 @@ pub const MIGRATIONS: &[Migration] = &[
         up: include_str!("../migrations/0002_interactions.up.sql"),
         down: include_str!("../migrations/0002_interactions.down.sql"),
     },
+    Migration {
+        version: 3,
+        name: "usage",
+        up: include_str!("../migrations/0003_usage.up.sql"),
+        down: include_str!("../migrations/0003_usage.down.sql"),
+    },
 ];
 
 const LEDGER: &str = "CREATE TABLE IF NOT EXISTS forge_schema_migrations (

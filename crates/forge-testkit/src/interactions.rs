@@ -131,6 +131,7 @@ async fn parked<F: StoreFactory>() -> Parked<F> {
                 failure: None,
                 interactions: vec![approval.clone(), question.clone()],
                 audit: vec![],
+                settlements: vec![],
             },
         )
         .await
@@ -471,6 +472,7 @@ pub async fn only_a_parking_commit_raises_interactions<F: StoreFactory>() {
         failure: None,
         interactions: vec![approval.clone()],
         audit: vec![],
+        settlements: vec![],
     };
     expect_kind(
         store.commit_step(&scope, commit).await,

@@ -24,6 +24,7 @@ pub mod interactions;
 pub mod locks;
 pub mod mock_model;
 pub mod store;
+pub mod usage;
 pub mod wire;
 
 use std::future::Future;
@@ -41,6 +42,7 @@ pub trait StoreFactory: Send + Sync + 'static {
         + JobQueue
         + forge_core::ports::audit::AuditLog
         + forge_core::ports::interaction::InteractionStore
+        + forge_core::ports::usage::UsageLedger
         + 'static;
 
     /// A new store with no data, reading time from `clock`.
@@ -147,6 +149,16 @@ pub const SUITES: &[Suite] = &[
             "a_cancel_request_wakes_a_waiting_run",
         ],
     },
+    Suite {
+        name: "usage",
+        macro_name: "usage_conformance",
+        scenarios: &[
+            "parallel_reservations_never_overshoot_a_quota",
+            "settlements_replace_estimates",
+            "quota_periods_roll_over",
+            "calls_are_confined_to_their_tenant",
+        ],
+    },
 ];
 
 /// Which adapter runs which suites: `(crate, factory type, suites)`. The registry test in this crate
@@ -167,6 +179,7 @@ pub const ADAPTERS: &[(&str, &str, &[&str])] = &[
             "ordering",
             "isolation",
             "interactions",
+            "usage",
         ],
     ),
     (
@@ -181,6 +194,7 @@ pub const ADAPTERS: &[(&str, &str, &[&str])] = &[
             "ordering",
             "isolation",
             "interactions",
+            "usage",
         ],
     ),
     (
@@ -196,6 +210,7 @@ pub const ADAPTERS: &[(&str, &str, &[&str])] = &[
             "ordering",
             "isolation",
             "interactions",
+            "usage",
         ],
     ),
     (
@@ -210,6 +225,7 @@ pub const ADAPTERS: &[(&str, &str, &[&str])] = &[
             "ordering",
             "isolation",
             "interactions",
+            "usage",
         ],
     ),
 ];
@@ -336,6 +352,16 @@ macro_rules! interactions_conformance {
     };
 }
 
+/// The usage ledger: atomic quota reservations, settlements, periods, tenants.
+#[macro_export]
+macro_rules! usage_conformance {
+    ($factory:ty) => {
+        $crate::__conformance_suite!(usage_conformance, "usage", usage, $factory;
+            parallel_reservations_never_overshoot_a_quota, settlements_replace_estimates,
+            quota_periods_roll_over, calls_are_confined_to_their_tenant);
+    };
+}
+
 /// Every suite, for an adapter that implements every port.
 #[macro_export]
 macro_rules! store_conformance {
@@ -348,6 +374,7 @@ macro_rules! store_conformance {
         $crate::ordering_conformance!($factory);
         $crate::isolation_conformance!($factory);
         $crate::interactions_conformance!($factory);
+        $crate::usage_conformance!($factory);
     };
 }
 

@@ -101,6 +101,7 @@ impl<F: StoreFactory> Fixture<F> {
             failure: None,
             interactions: vec![],
             audit: vec![],
+            settlements: vec![],
         }
     }
 }
@@ -535,6 +536,7 @@ pub async fn event_log_gapless_under_concurrent_appenders<F: StoreFactory>() {
                     failure: None,
                     interactions: vec![],
                     audit: vec![],
+                    settlements: vec![],
                 };
                 match store.commit_step(&scope, commit).await {
                     Ok(_) => done += 1,

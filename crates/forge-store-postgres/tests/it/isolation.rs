@@ -57,6 +57,7 @@ async fn seed_tenant_a(store: &PostgresStore, clock: &ManualClock) {
         failure: None,
         interactions: vec![],
         audit: vec![],
+        settlements: vec![],
     };
     store.commit_step(&a, commit).await.unwrap();
     // A dead letter replayed by an operator leaves an audit entry.

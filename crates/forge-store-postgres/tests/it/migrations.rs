@@ -37,7 +37,7 @@ async fn catalog(admin_url: &str) -> String {
 
 async fn up_down_up(flavor: Flavor) {
     let (store, _, admin) = crate::fresh(flavor, Arc::new(ManualClock::at_2026())).await;
-    assert_eq!(store.applied_migrations().await.unwrap(), [1, 2, 3]);
+    assert_eq!(store.applied_migrations().await.unwrap(), [1, 2, 3, 4]);
     let first = catalog(&admin).await;
     for expected in [
         "column forge_run_events.seq bigint NO",
@@ -45,6 +45,7 @@ async fn up_down_up(flavor: Flavor) {
         "policy forge_jobs.forge_tenant",
         "rls forge_interactions enabled=t forced=t",
         "policy forge_interactions.forge_tenant",
+        "rls forge_model_calls enabled=t forced=t",
     ] {
         assert!(
             first.contains(expected),

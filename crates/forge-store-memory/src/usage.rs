@@ -1,0 +1,60 @@
+//! The usage ledger: reservations checked against the tenant's quota under the store's mutex.
+
+use async_trait::async_trait;
+use forge_core::Error;
+use forge_core::metering::{ModelCall, Quota, Settlement, check_quota};
+use forge_core::ports::usage::{CallFilter, UsageLedger, apply_settlement};
+use forge_core::scope::Scope;
+
+use crate::MemoryStore;
+
+#[async_trait]
+impl UsageLedger for MemoryStore {
+    async fn reserve(
+        &self,
+        scope: &Scope,
+        call: ModelCall,
+        quota: Option<Quota>,
+    ) -> Result<(), Error> {
+        if &call.tenant_id != scope.tenant_id() {
+            return Err(Error::invalid("a call is reserved in its own tenant"));
+        }
+        let mut st = self.lock();
+        st.run(scope, call.run_id)?;
+        if let Some(quota) = quota {
+            check_quota(&st.calls, &call, &quota).map_err(Error::QuotaExceeded)?;
+        }
+        st.calls.push(call);
+        Ok(())
+    }
+
+    async fn settle(&self, scope: &Scope, settlement: Settlement) -> Result<ModelCall, Error> {
+        let mut st = self.lock();
+        let slot = st
+            .calls
+            .iter_mut()
+            .find(|c| c.id == settlement.id && &c.tenant_id == scope.tenant_id())
+            .ok_or_else(|| Error::not_found("model call", settlement.id))?;
+        let settled = apply_settlement(slot.clone(), &settlement)?;
+        *slot = settled.clone();
+        Ok(settled)
+    }
+
+    async fn model_calls(
+        &self,
+        scope: &Scope,
+        filter: CallFilter,
+    ) -> Result<Vec<ModelCall>, Error> {
+        let st = self.lock();
+        Ok(st
+            .calls
+            .iter()
+            .filter(|c| &c.tenant_id == scope.tenant_id())
+            .filter(|c| match filter {
+                CallFilter::Run(run) => c.run_id == run,
+                CallFilter::Between(from, to) => c.at >= from && c.at < to,
+            })
+            .cloned()
+            .collect())
+    }
+}

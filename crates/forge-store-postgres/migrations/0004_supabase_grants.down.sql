@@ -1,0 +1,1 @@
+REVOKE ALL ON forge_model_calls FROM authenticated;

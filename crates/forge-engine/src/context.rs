@@ -2,8 +2,10 @@
 
 use forge_core::agent::AgentDefinition;
 use forge_core::message::Message;
+use forge_core::part::Part;
 use forge_core::ports::model::ModelRequest;
 use forge_core::thread::SessionState;
+use forge_core::usage::Usage;
 
 use crate::tools::ToolRegistry;
 
@@ -29,5 +31,34 @@ pub fn assemble(
         messages: history,
         tools: tools.descriptors(&agent.tools),
         max_output_tokens: None,
+    }
+}
+
+/// Output tokens assumed for a call whose request sets no cap, when estimating before the call.
+pub const OUTPUT_ESTIMATE: u64 = 1024;
+
+/// A pre-call estimate of a request's usage, for reservations: about four characters per input
+/// token plus a few tokens of framing per message, and the output cap (or [`OUTPUT_ESTIMATE`]).
+/// Settlement replaces it with what the provider reports.
+pub fn estimate_usage(request: &ModelRequest) -> Usage {
+    let mut chars = request.system.len();
+    for m in &request.messages {
+        for p in &m.parts {
+            chars += match p {
+                Part::Text(t) => t.text.len(),
+                Part::ToolCall(c) => c.tool_name.len() + c.input.to_string().len(),
+                Part::ToolResult(r) => r.output.to_string().len(),
+                other => serde_json::to_string(other).map_or(0, |s| s.len()),
+            };
+        }
+    }
+    for t in &request.tools {
+        chars += t.name.len() + t.description.len() + t.input_schema.to_string().len();
+    }
+    let messages = request.messages.len() as u64 + 1;
+    Usage {
+        input_tokens: (chars as u64).div_ceil(4) + 4 * messages,
+        output_tokens: request.max_output_tokens.map_or(OUTPUT_ESTIMATE, u64::from),
+        ..Usage::default()
     }
 }

@@ -11,12 +11,14 @@ use forge_core::interaction::{
     Decision, Interaction, InteractionRequest, InteractionStatus, Resolve,
 };
 use forge_core::message::{Message, Role};
+use forge_core::metering::{ModelCall, Prices, Quota};
 use forge_core::part::Part;
 use forge_core::ports::audit::AuditRecord;
 use forge_core::ports::interaction::{InteractionFilter, InteractionStore, Resolved};
 use forge_core::ports::model::ModelProvider;
 use forge_core::ports::store::{NewRun, RunStore, StepCommit, ThreadStore};
 use forge_core::ports::tool::{ApprovalRule, Tool};
+use forge_core::ports::usage::{CallFilter, UsageLedger};
 use forge_core::run::{
     Checkpoint, FailureCode, Run, RunFailure, RunInput, RunLease, RunStatus, transition,
 };
@@ -49,11 +51,27 @@ pub struct RunControl {
     pub drain: CancellationToken,
 }
 
+/// Tenant quotas: a default and per-tenant overrides.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Quotas {
+    pub(crate) default: Option<Quota>,
+    pub(crate) tenants: HashMap<TenantId, Quota>,
+}
+
+impl Quotas {
+    pub(crate) fn of(&self, tenant: &TenantId) -> Option<Quota> {
+        self.tenants.get(tenant).copied().or(self.default)
+    }
+}
+
 /// Executes runs. Cheap to share behind an `Arc`.
 pub struct Engine {
     pub(crate) threads: Arc<dyn ThreadStore>,
     pub(crate) runs: Arc<dyn RunStore>,
     pub(crate) interactions: Arc<dyn InteractionStore>,
+    pub(crate) ledger: Arc<dyn UsageLedger>,
+    pub(crate) prices: Prices,
+    pub(crate) quotas: Quotas,
     pub(crate) approval_rule: Option<Arc<dyn ApprovalRule>>,
     pub(crate) models: HashMap<String, Arc<dyn ModelProvider>>,
     pub(crate) tools: ToolRegistry,
@@ -80,6 +98,9 @@ pub struct EngineBuilder {
     threads: Option<Arc<dyn ThreadStore>>,
     runs: Option<Arc<dyn RunStore>>,
     interactions: Option<Arc<dyn InteractionStore>>,
+    ledger: Option<Arc<dyn UsageLedger>>,
+    prices: Prices,
+    quotas: Quotas,
     approval_rule: Option<Arc<dyn ApprovalRule>>,
     models: HashMap<String, Arc<dyn ModelProvider>>,
     tools: ToolRegistry,
@@ -91,14 +112,15 @@ pub struct EngineBuilder {
 }
 
 impl EngineBuilder {
-    /// Uses one adapter for thread, run and interaction storage.
-    pub fn store<S: ThreadStore + RunStore + InteractionStore + 'static>(
+    /// Uses one adapter for thread, run, interaction and usage storage.
+    pub fn store<S: ThreadStore + RunStore + InteractionStore + UsageLedger + 'static>(
         mut self,
         store: Arc<S>,
     ) -> Self {
         self.threads = Some(store.clone());
         self.runs = Some(store.clone());
-        self.interactions = Some(store);
+        self.interactions = Some(store.clone());
+        self.ledger = Some(store);
         self
     }
 
@@ -106,7 +128,26 @@ impl EngineBuilder {
     pub fn dyn_store(mut self, store: Arc<dyn forge_core::ports::store::Store>) -> Self {
         self.threads = Some(store.clone());
         self.runs = Some(store.clone());
-        self.interactions = Some(store);
+        self.interactions = Some(store.clone());
+        self.ledger = Some(store);
+        self
+    }
+
+    /// Prices model calls (default: none — calls are metered in tokens and cost nothing).
+    pub fn prices(mut self, prices: Prices) -> Self {
+        self.prices = prices;
+        self
+    }
+
+    /// A quota every tenant without its own is held to (default: none).
+    pub fn quota(mut self, quota: Quota) -> Self {
+        self.quotas.default = Some(quota);
+        self
+    }
+
+    /// `tenant`'s own quota.
+    pub fn tenant_quota(mut self, tenant: TenantId, quota: Quota) -> Self {
+        self.quotas.tenants.insert(tenant, quota);
         self
     }
 
@@ -195,6 +236,9 @@ impl EngineBuilder {
             interactions: self
                 .interactions
                 .ok_or(EngineError::Incomplete("interaction store"))?,
+            ledger: self.ledger.ok_or(EngineError::Incomplete("usage ledger"))?,
+            prices: self.prices,
+            quotas: self.quotas,
             approval_rule: self.approval_rule,
             models: self.models,
             tools: self.tools,
@@ -221,6 +265,8 @@ pub(crate) struct Cursor<'a> {
     pub(crate) interactions: Vec<Interaction>,
     /// Audit entries of the step (external writes), written by its commit.
     pub(crate) audit: Vec<AuditRecord>,
+    /// Settlements of the step's model calls, applied by its commit.
+    pub(crate) settlements: Vec<forge_core::metering::Settlement>,
     /// The thread's committed history, read once when the execution began and extended by each
     /// commit of this execution.
     pub(crate) history: Vec<Message>,
@@ -425,6 +471,7 @@ impl Engine {
             messages: Vec::new(),
             interactions: Vec::new(),
             audit: Vec::new(),
+            settlements: Vec::new(),
             history: Vec::new(),
             state: Default::default(),
             clock: self.clock.as_ref(),
@@ -444,6 +491,44 @@ impl Engine {
             .map(|(outcome, _)| outcome);
         let _ = self.runs.release_lease(scope, &lease).await;
         result
+    }
+
+    /// One run's metered model calls (reservation, settlement, cost), oldest first.
+    pub async fn run_usage(
+        &self,
+        scope: &Scope,
+        run: RunId,
+    ) -> Result<Vec<ModelCall>, EngineError> {
+        Ok(self.ledger.model_calls(scope, CallFilter::Run(run)).await?)
+    }
+
+    /// The tenant's calls in `[from, to)` rolled up per UTC day and model.
+    pub async fn rollups(
+        &self,
+        scope: &Scope,
+        from: forge_core::time::Timestamp,
+        to: forge_core::time::Timestamp,
+    ) -> Result<Vec<forge_core::metering::Rollup>, EngineError> {
+        let calls = self
+            .ledger
+            .model_calls(scope, CallFilter::Between(from, to))
+            .await?;
+        Ok(forge_core::metering::rollup(&calls))
+    }
+
+    /// The reconciliation report for the tenant's calls in `[from, to)`: each estimate against
+    /// the provider's actual.
+    pub async fn reconciliation(
+        &self,
+        scope: &Scope,
+        from: forge_core::time::Timestamp,
+        to: forge_core::time::Timestamp,
+    ) -> Result<Vec<forge_core::metering::Drift>, EngineError> {
+        let calls = self
+            .ledger
+            .model_calls(scope, CallFilter::Between(from, to))
+            .await?;
+        Ok(forge_core::metering::reconcile(&calls))
     }
 
     /// The scope's tenant's pending approvals and questions, oldest first.
@@ -524,6 +609,7 @@ impl Engine {
             messages: Vec::new(),
             interactions: Vec::new(),
             audit: Vec::new(),
+            settlements: Vec::new(),
             history: Vec::new(),
             state: Default::default(),
             clock: self.clock.as_ref(),
@@ -725,6 +811,7 @@ impl Engine {
             failure: failure.clone(),
             interactions: std::mem::take(&mut cur.interactions),
             audit: std::mem::take(&mut cur.audit),
+            settlements: std::mem::take(&mut cur.settlements),
         };
         let committed = self.runs.commit_step(scope, commit).await?;
         cur.history.extend(messages);

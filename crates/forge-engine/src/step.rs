@@ -5,8 +5,10 @@ use std::time::Duration;
 
 use forge_core::agent::AgentDefinition;
 use forge_core::event::RunEventKind;
+use forge_core::id::ModelCallId;
 use forge_core::id::{IdempotencyKey, MessageId, ToolCallId};
 use forge_core::message::{Message, Role};
+use forge_core::metering::{CallStatus, ModelCall, QuotaPeriod, Settlement};
 use forge_core::part::{
     ErrorPart, Part, PartUpdate, TextPart, ToolCallPart, ToolResultPart, Trust,
 };
@@ -53,6 +55,10 @@ struct Streaming {
     /// Provider call index → (part index, raw JSON input so far).
     calls: BTreeMap<u32, (usize, String)>,
     usage: Usage,
+    /// Whether the provider reported usage at all.
+    usage_reported: bool,
+    /// The provider's request id.
+    request_id: Option<String>,
 }
 
 /// A tool call ready to execute, or the result the model gets instead.
@@ -101,12 +107,21 @@ impl StepRunner<'_> {
             &self.engine.tools,
         );
 
+        // Reserve before spending: the run's ceilings, then the tenant's quota (atomic in the
+        // store). A call that would pass either is not made.
+        let reservation = match self.reserve(cur, step, &request).await? {
+            Ok(call) => call,
+            Err(failure) => return Ok(StepEnd::Failed(failure)),
+        };
+
         let mut msg = Streaming {
             id: MessageId::generate(self.engine.ids.as_ref()),
             parts: Vec::new(),
             open_text: None,
             calls: BTreeMap::new(),
             usage: Usage::default(),
+            usage_reported: false,
+            request_id: None,
         };
         let streamed = tokio::select! {
             biased;
@@ -132,7 +147,24 @@ impl StepRunner<'_> {
         if outcome.is_ok() {
             self.finish_tool_inputs(cur, &mut msg);
         }
-        // The call's usage counts whatever happened to the stream.
+        // The call's usage counts whatever happened to the stream: what the provider reported,
+        // or the estimate, flagged unreconciled, when it reported nothing.
+        let actual = msg.usage_reported.then_some(msg.usage);
+        let cost = self
+            .engine
+            .prices
+            .cost(
+                &self.agent.model,
+                actual.as_ref().unwrap_or(&reservation.estimate),
+            )
+            .unwrap_or(0);
+        cur.settlements.push(Settlement {
+            id: reservation.id,
+            actual,
+            cost_micros: cost,
+            request_id: msg.request_id.clone(),
+        });
+        cur.checkpoint.cost_micros = cur.checkpoint.cost_micros.saturating_add(cost);
         cur.checkpoint.step = step;
         cur.checkpoint.usage += msg.usage;
         cur.emit(RunEventKind::UsageUpdated {
@@ -243,6 +275,77 @@ impl StepRunner<'_> {
         }
     }
 
+    /// Checks the run's ceilings and reserves the call's estimate against the tenant's quota.
+    /// The outer error is the store's; the inner one ends the run.
+    async fn reserve(
+        &self,
+        cur: &Cursor<'_>,
+        step: u32,
+        request: &forge_core::ports::model::ModelRequest,
+    ) -> Result<Result<ModelCall, RunFailure>, EngineError> {
+        let estimate = crate::context::estimate_usage(request);
+        let estimated_cost = self
+            .engine
+            .prices
+            .cost(&self.agent.model, &estimate)
+            .unwrap_or(0);
+        let limits = &self.agent.limits;
+        let over = |message: String| {
+            Ok(Err(RunFailure {
+                code: FailureCode::BudgetExceeded,
+                message,
+            }))
+        };
+        let spent = cur.checkpoint.usage.total_tokens();
+        if let Some(max) = limits.max_tokens
+            && spent.saturating_add(estimate.total_tokens()) > max
+        {
+            return over(format!(
+                "the run has used {spent} of its {max} tokens; the next model call needs about {}",
+                estimate.total_tokens()
+            ));
+        }
+        let cost = cur.checkpoint.cost_micros;
+        if let Some(max) = limits.max_cost_micros
+            && cost.saturating_add(estimated_cost) > max
+        {
+            return over(format!(
+                "the run has cost {cost} of its {max} micro-units; the next model call would cost about {estimated_cost}"
+            ));
+        }
+        let now = self.engine.clock.now();
+        let quota = self.engine.quotas.of(&cur.run.tenant_id);
+        let period = quota.map_or(QuotaPeriod::Day, |q| q.period);
+        let call = ModelCall {
+            id: ModelCallId::generate(self.engine.ids.as_ref()),
+            tenant_id: cur.run.tenant_id.clone(),
+            run_id: cur.run.id,
+            step,
+            model: self.agent.model.clone(),
+            at: now,
+            period_start: period.start(now),
+            estimate,
+            estimated_cost_micros: estimated_cost,
+            actual: None,
+            cost_micros: None,
+            request_id: None,
+            status: CallStatus::Reserved,
+        };
+        match self
+            .engine
+            .ledger
+            .reserve(self.scope, call.clone(), quota)
+            .await
+        {
+            Ok(()) => Ok(Ok(call)),
+            Err(forge_core::Error::QuotaExceeded(message)) => Ok(Err(RunFailure {
+                code: FailureCode::QuotaExceeded,
+                message,
+            })),
+            Err(e) => Err(e.into()),
+        }
+    }
+
     fn add_part(&self, cur: &mut Cursor<'_>, msg: &mut Streaming, part: Part) -> usize {
         let index = msg.parts.len();
         cur.emit(RunEventKind::PartAdded {
@@ -299,8 +402,12 @@ impl StepRunner<'_> {
                     });
                 }
             }
-            ModelChunk::Usage(u) => msg.usage = u,
-            ModelChunk::RequestId(_) | ModelChunk::Finish(_) => {}
+            ModelChunk::Usage(u) => {
+                msg.usage = u;
+                msg.usage_reported = true;
+            }
+            ModelChunk::RequestId(id) => msg.request_id = Some(id),
+            ModelChunk::Finish(_) => {}
         }
     }
 

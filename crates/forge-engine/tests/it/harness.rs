@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 /// Wraps a provider and keeps every request it was sent.
 pub struct Recording {
-    inner: ScriptedProvider,
+    pub inner: ScriptedProvider,
     pub requests: Mutex<Vec<ModelRequest>>,
 }
 

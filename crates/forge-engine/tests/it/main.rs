@@ -8,4 +8,5 @@ mod http_tests;
 mod loop_tests;
 mod send_sync;
 mod tools_tests;
+mod usage_tests;
 mod worker_tests;

@@ -5,6 +5,7 @@ mod builtin;
 mod dlq;
 mod effects;
 mod interactions;
+mod metering;
 mod print;
 mod store;
 
@@ -44,6 +45,8 @@ enum Command {
     /// List, approve, reject or answer what waiting runs need from a person.
     #[command(subcommand)]
     Interactions(interactions::InteractionsCommand),
+    /// Model-call usage: a run's calls, daily rollups, or the reconciliation report.
+    Usage(metering::UsageArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -55,6 +58,8 @@ struct WorkerArgs {
     agents: Vec<PathBuf>,
     #[command(flatten)]
     providers: agent_file::ProviderArgs,
+    #[command(flatten)]
+    metering: metering::MeteringArgs,
     /// Runs executed at once.
     #[arg(long, default_value_t = 4)]
     concurrency: usize,
@@ -87,6 +92,8 @@ struct RunArgs {
     store: store::StoreArgs,
     #[command(flatten)]
     providers: agent_file::ProviderArgs,
+    #[command(flatten)]
+    metering: metering::MeteringArgs,
     /// Print events as JSON lines instead of for a person.
     #[arg(long)]
     json: bool,
@@ -129,6 +136,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Submit(args) => dlq::submit(args).await,
         Command::Dlq(command) => dlq::dlq(command).await,
         Command::Interactions(command) => interactions::interactions(command).await,
+        Command::Usage(args) => metering::usage(args).await,
     }
 }
 
@@ -157,6 +165,7 @@ async fn worker(args: WorkerArgs) -> anyhow::Result<ExitCode> {
     if let Some(url) = &args.effects_db {
         builder = builder.tool(effects::record_effect(url).await?)?;
     }
+    let builder = args.metering.apply(builder)?;
     let engine = std::sync::Arc::new(builder.build().context("failed to build the engine")?);
     let config = forge_engine::WorkerConfig {
         id,
@@ -234,6 +243,7 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     for tool in builtin::tools() {
         builder = builder.tool(tool)?;
     }
+    let builder = args.metering.apply(builder)?;
     let engine = builder.build().context("failed to build the engine")?;
     if loaded.scripted {
         eprintln!(

@@ -187,6 +187,7 @@ mod chaos;
 mod dlq;
 mod hitl;
 mod providers;
+mod usage;
 
 mod stores {
     //! `forge` against its durable stores.

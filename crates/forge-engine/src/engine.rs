@@ -265,8 +265,8 @@ pub(crate) struct Cursor<'a> {
     pub(crate) interactions: Vec<Interaction>,
     /// Audit entries of the step (external writes), written by its commit.
     pub(crate) audit: Vec<AuditRecord>,
-    /// Settlements of the step's model calls, applied by its commit.
-    pub(crate) settlements: Vec<forge_core::metering::Settlement>,
+    /// The step's model calls, settled, recorded by its commit.
+    pub(crate) settlements: Vec<ModelCall>,
     /// The thread's committed history, read once when the execution began and extended by each
     /// commit of this execution.
     pub(crate) history: Vec<Message>,

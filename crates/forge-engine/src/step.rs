@@ -158,12 +158,14 @@ impl StepRunner<'_> {
                 actual.as_ref().unwrap_or(&reservation.estimate),
             )
             .unwrap_or(0);
-        cur.settlements.push(Settlement {
+        let settlement = Settlement {
             id: reservation.id,
             actual,
             cost_micros: cost,
             request_id: msg.request_id.clone(),
-        });
+        };
+        let settled = forge_core::ports::usage::apply_settlement(reservation, &settlement)?;
+        cur.settlements.push(settled);
         cur.checkpoint.cost_micros = cur.checkpoint.cost_micros.saturating_add(cost);
         cur.checkpoint.step = step;
         cur.checkpoint.usage += msg.usage;
@@ -331,10 +333,15 @@ impl StepRunner<'_> {
             request_id: None,
             status: CallStatus::Reserved,
         };
+        // Without a quota there is nothing to hold against: the call is recorded, settled, by
+        // the step's commit. With one, the reservation is durable before the call is made.
+        let Some(quota) = quota else {
+            return Ok(Ok(call));
+        };
         match self
             .engine
             .ledger
-            .reserve(self.scope, call.clone(), quota)
+            .reserve(self.scope, call.clone(), Some(quota))
             .await
         {
             Ok(()) => Ok(Ok(call)),

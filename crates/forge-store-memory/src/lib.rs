@@ -42,7 +42,8 @@ struct State {
     jobs: BTreeMap<JobId, queue::JobRow>,
     audit: Vec<forge_core::ports::audit::AuditRecord>,
     interactions: BTreeMap<forge_core::id::InteractionId, forge_core::interaction::Interaction>,
-    calls: Vec<forge_core::metering::ModelCall>,
+    /// Metered calls by id (UUIDv7, so in time order).
+    calls: BTreeMap<forge_core::id::ModelCallId, forge_core::metering::ModelCall>,
     locks: HashMap<String, locks::LockRow>,
 }
 

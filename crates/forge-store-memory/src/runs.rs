@@ -232,19 +232,21 @@ impl RunStore for MemoryStore {
         let run = st.run(scope, commit.run_id)?;
         let committed = check_commit(run, &commit, now)?;
         let thread_id = run.thread_id;
-        // Settlements are checked before anything is applied, like every other part of the commit.
-        let settled_calls = commit
-            .settlements
-            .iter()
-            .map(|s| {
-                let call = st
-                    .calls
-                    .iter()
-                    .find(|c| c.id == s.id && c.tenant_id == run.tenant_id)
-                    .ok_or_else(|| Error::not_found("model call", s.id))?;
-                forge_core::ports::usage::apply_settlement(call.clone(), s)
-            })
-            .collect::<Result<Vec<_>, Error>>()?;
+        // Settled calls are checked before anything is applied, like every other part of the
+        // commit: each belongs to this run and replaces at most a reservation.
+        for call in &commit.settlements {
+            let replaces_settled = st
+                .calls
+                .get(&call.id)
+                .is_some_and(|c| c.status != forge_core::metering::CallStatus::Reserved);
+            if call.run_id != run.id || call.tenant_id != run.tenant_id || replaces_settled {
+                return Err(Error::invalid(format!(
+                    "model call {} is not an open call of this run",
+                    call.id
+                )));
+            }
+        }
+        let settled_calls = commit.settlements.clone();
         // Every check passed: apply all of it.
         if let Some(r) = st.runs.get_mut(&commit.run_id) {
             r.version = committed.version;
@@ -267,9 +269,7 @@ impl RunStore for MemoryStore {
         }
         st.audit.extend(commit.audit);
         for settled in settled_calls {
-            if let Some(slot) = st.calls.iter_mut().find(|c| c.id == settled.id) {
-                *slot = settled;
-            }
+            st.calls.insert(settled.id, settled);
         }
         if commit.status.is_terminal() {
             st.promote_next(thread_id, commit.run_id, now);

@@ -22,9 +22,15 @@ impl UsageLedger for MemoryStore {
         let mut st = self.lock();
         st.run(scope, call.run_id)?;
         if let Some(quota) = quota {
-            check_quota(&st.calls, &call, &quota).map_err(Error::QuotaExceeded)?;
+            let period: Vec<ModelCall> = st
+                .calls
+                .values()
+                .filter(|c| c.tenant_id == call.tenant_id && c.period_start == call.period_start)
+                .cloned()
+                .collect();
+            check_quota(&period, &call, &quota).map_err(Error::QuotaExceeded)?;
         }
-        st.calls.push(call);
+        st.calls.insert(call.id, call);
         Ok(())
     }
 
@@ -32,8 +38,8 @@ impl UsageLedger for MemoryStore {
         let mut st = self.lock();
         let slot = st
             .calls
-            .iter_mut()
-            .find(|c| c.id == settlement.id && &c.tenant_id == scope.tenant_id())
+            .get_mut(&settlement.id)
+            .filter(|c| &c.tenant_id == scope.tenant_id())
             .ok_or_else(|| Error::not_found("model call", settlement.id))?;
         let settled = apply_settlement(slot.clone(), &settlement)?;
         *slot = settled.clone();
@@ -48,7 +54,7 @@ impl UsageLedger for MemoryStore {
         let st = self.lock();
         Ok(st
             .calls
-            .iter()
+            .values()
             .filter(|c| &c.tenant_id == scope.tenant_id())
             .filter(|c| match filter {
                 CallFilter::Run(run) => c.run_id == run,

@@ -503,8 +503,14 @@ impl RunStore for SqliteStore {
         for record in &commit.audit {
             crate::interactions::audit(&mut tx, record).await?;
         }
-        for settlement in &commit.settlements {
-            crate::usage::settle_tx(&mut tx, scope.tenant_id().as_str(), settlement).await?;
+        for call in &commit.settlements {
+            if call.run_id != run.id || call.tenant_id != run.tenant_id {
+                return Err(Error::invalid(format!(
+                    "model call {} is not an open call of this run",
+                    call.id
+                )));
+            }
+            crate::usage::record_call(&mut tx, call).await?;
         }
         if commit.status.is_terminal() {
             promote_next(&mut tx, scope, run.thread_id, run.id, now).await?;

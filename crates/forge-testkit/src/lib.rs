@@ -157,6 +157,7 @@ pub const SUITES: &[Suite] = &[
             "settlements_replace_estimates",
             "quota_periods_roll_over",
             "calls_are_confined_to_their_tenant",
+            "step_commits_record_settled_calls",
         ],
     },
 ];
@@ -358,7 +359,8 @@ macro_rules! usage_conformance {
     ($factory:ty) => {
         $crate::__conformance_suite!(usage_conformance, "usage", usage, $factory;
             parallel_reservations_never_overshoot_a_quota, settlements_replace_estimates,
-            quota_periods_roll_over, calls_are_confined_to_their_tenant);
+            quota_periods_roll_over, calls_are_confined_to_their_tenant,
+            step_commits_record_settled_calls);
     };
 }
 

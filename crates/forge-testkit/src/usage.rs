@@ -272,3 +272,89 @@ pub async fn calls_are_confined_to_their_tenant<F: StoreFactory>() {
         "another tenant's run is not found"
     );
 }
+
+/// A step's commit records its settled call: replacing the reservation when one was made, or
+/// inserting it; a call already settled is refused and the commit writes nothing.
+pub async fn step_commits_record_settled_calls<F: StoreFactory>() {
+    use forge_core::event::{RunEvent, RunEventKind};
+    use forge_core::ports::store::StepCommit;
+    use forge_core::run::{Checkpoint, RunStatus};
+
+    let l = ledger::<F>().await;
+    let reserved = l.call(tokens(500, 500), 10);
+    l.reserve(&reserved, DAILY_1000).await.expect("reserve");
+    let unreserved = l.call(tokens(1, 1), 1);
+    let settle = |mut c: ModelCall, actual: Usage| {
+        c.status = CallStatus::Settled;
+        c.actual = Some(actual);
+        c.cost_micros = Some(2);
+        c
+    };
+    let lease = l
+        .store
+        .acquire_lease(&l.scope, l.run, "w", Duration::from_secs(30))
+        .await
+        .expect("lease");
+    let commit = |version: u64, seq: u64, calls: Vec<ModelCall>| StepCommit {
+        run_id: l.run,
+        expected_version: version,
+        lease: lease.clone(),
+        events: vec![RunEvent {
+            run_id: l.run,
+            seq,
+            at: l.clock.now(),
+            kind: RunEventKind::StepStarted { step: seq as u32 },
+        }],
+        messages: vec![],
+        checkpoint: Checkpoint::default(),
+        status: RunStatus::Running,
+        failure: None,
+        interactions: vec![],
+        audit: vec![],
+        settlements: calls,
+    };
+    let done = l
+        .store
+        .commit_step(
+            &l.scope,
+            commit(
+                0,
+                1,
+                vec![
+                    settle(reserved.clone(), tokens(10, 10)),
+                    settle(unreserved.clone(), tokens(1, 1)),
+                ],
+            ),
+        )
+        .await
+        .expect("commit with settlements");
+    let calls = l.calls().await;
+    assert_eq!(calls.len(), 2);
+    assert!(
+        calls.iter().all(|c| c.status == CallStatus::Settled),
+        "{calls:?}"
+    );
+    l.reserve(&l.call(tokens(400, 500), 0), DAILY_1000)
+        .await
+        .expect("the settled 20 tokens replaced the reserved 1,000");
+    let again = l
+        .store
+        .commit_step(
+            &l.scope,
+            commit(done.version, 2, vec![settle(reserved, tokens(99, 99))]),
+        )
+        .await;
+    assert_eq!(
+        again.map(|_| ()).map_err(|e| e.kind()),
+        Err(ErrorKind::Invalid)
+    );
+    assert_eq!(
+        l.store
+            .read_events(&l.scope, l.run, 0, 10)
+            .await
+            .expect("events")
+            .len(),
+        1,
+        "the refused commit wrote nothing"
+    );
+}

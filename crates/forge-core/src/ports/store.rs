@@ -114,8 +114,9 @@ pub struct StepCommit {
     pub interactions: Vec<crate::interaction::Interaction>,
     /// Audit entries of the step (external writes it made), written with the commit.
     pub audit: Vec<crate::ports::audit::AuditRecord>,
-    /// Settlements of the model calls the step reserved, applied with the commit.
-    pub settlements: Vec<crate::metering::Settlement>,
+    /// The step's model calls, settled: each replaces its reservation (if one was made) or is
+    /// recorded as it is, with the commit.
+    pub settlements: Vec<crate::metering::ModelCall>,
 }
 
 /// The result of a successful [`RunStore::commit_step`].

@@ -192,47 +192,50 @@ impl PostgresStore {
         self.pool.close().await;
     }
 
-    /// Begins a transaction confined to `scope`'s tenant by row-level security.
+    /// Begins a transaction confined to `scope`'s tenant by row-level security. The `BEGIN` and
+    /// the settings travel in one simple-query round trip (values quoted as SQL literals).
     pub(crate) async fn tenant_tx(
         &self,
         scope: &Scope,
     ) -> Result<Transaction<'static, Postgres>, forge_core::Error> {
-        let mut tx = self.pool.begin().await.map_err(db_error)?;
-        match self.mode {
-            Mode::Rls => {
-                sqlx::query("SELECT set_config('forge.tenant_id', $1, true)")
-                    .bind(scope.tenant_id().as_str())
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(db_error)?;
-            }
+        let settings = match self.mode {
+            Mode::Rls => format!(
+                "SELECT set_config('forge.tenant_id', {}, true)",
+                literal(scope.tenant_id().as_str())
+            ),
             Mode::Supabase => {
                 let claims = serde_json::json!({
                     "role": "authenticated",
                     "sub": scope.principal_id().as_str(),
                     "tenant_id": scope.tenant_id().as_str(),
                 });
-                sqlx::query("SELECT set_config('role', 'authenticated', true), set_config('request.jwt.claims', $1, true)")
-                    .bind(claims.to_string())
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(db_error)?;
+                format!(
+                    "SELECT set_config('role', 'authenticated', true), set_config('request.jwt.claims', {}, true)",
+                    literal(&claims.to_string())
+                )
             }
-        }
-        Ok(tx)
+        };
+        self.pool
+            .begin_with(sqlx::AssertSqlSafe(format!("BEGIN; {settings}")))
+            .await
+            .map_err(db_error)
     }
 
     /// Begins a transaction with the system scope (cross-tenant, for queue claims).
     pub(crate) async fn system_tx(
         &self,
     ) -> Result<Transaction<'static, Postgres>, forge_core::Error> {
-        let mut tx = self.pool.begin().await.map_err(db_error)?;
-        sqlx::query("SELECT set_config('forge.system', 'on', true)")
-            .execute(&mut *tx)
+        self.pool
+            .begin_with("BEGIN; SELECT set_config('forge.system', 'on', true)")
             .await
-            .map_err(db_error)?;
-        Ok(tx)
+            .map_err(db_error)
     }
+}
+
+/// `value` as an escape-string literal, whatever `standard_conforming_strings` says: backslashes
+/// and single quotes doubled (tenant ids and principals are validated, but may contain either).
+fn literal(value: &str) -> String {
+    format!("E'{}'", value.replace('\\', "\\\\").replace('\'', "''"))
 }
 
 async fn check_role(pool: &mut PgConnection, mode: Mode) -> Result<(), OpenError> {
@@ -283,4 +286,13 @@ async fn check_role(pool: &mut PgConnection, mode: Mode) -> Result<(), OpenError
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod literal_tests {
+    #[test]
+    fn quotes_and_backslashes_are_escaped() {
+        assert_eq!(super::literal("acme"), "E'acme'");
+        assert_eq!(super::literal(r"a'b\c"), r"E'a''b\\c'");
+    }
 }

@@ -332,3 +332,40 @@ async fn an_unreachable_server_is_a_clear_error() {
         .unwrap_err();
     assert_eq!(err.to_string(), "could not connect to PostgreSQL");
 }
+
+/// Tenant and principal ids travel as quoted literals in each transaction's opening statement:
+/// quotes, backslashes and SQL in an id stay data, in both modes.
+#[tokio::test]
+async fn hostile_ids_stay_data() {
+    use forge_core::ports::store::ThreadStore;
+    use forge_core::scope::Scope;
+
+    for flavor in [Flavor::Plain, Flavor::Supabase] {
+        let (store, _, _) = crate::fresh(flavor, Arc::new(ManualClock::at_2026())).await;
+        let hostile = Scope::parse(
+            r"x'); SELECT set_config('forge.tenant_id', 'tenant-a', true); --\",
+            r"p\'q",
+            &[],
+        )
+        .unwrap();
+        let thread = store
+            .create_thread(&hostile, NewThread::default())
+            .await
+            .unwrap();
+        assert_eq!(
+            store
+                .get_thread(&hostile, thread.id)
+                .await
+                .unwrap()
+                .tenant_id,
+            *hostile.tenant_id()
+        );
+        assert!(
+            store
+                .get_thread(&scope("tenant-a"), thread.id)
+                .await
+                .is_err(),
+            "the hostile id did not switch tenants"
+        );
+    }
+}

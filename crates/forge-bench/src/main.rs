@@ -5,11 +5,16 @@
 //! committing N steps of 8 events and one message to its own run (the shape of one agent step).
 //! `--store postgres` creates a fresh database through `FORGE_TEST_DATABASE_URL` (or the local
 //! server) and drops it afterwards. Prints a table and one JSON line per configuration.
+//!
+//! `forge-bench workload` runs the shared benchmark workload against an OpenAI-compatible server
+//! (the mock from `forge-testkit`, started as its own process, by default) in every mode; see
+//! [`workload`].
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 mod runs;
+mod workload;
 
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
@@ -44,6 +49,18 @@ enum Command {
         #[arg(long, default_value = "1,50", value_delimiter = ',')]
         in_flight: Vec<usize>,
     },
+    /// The shared workload against an OpenAI-compatible server: Forge in memory, SQLite and
+    /// PostgreSQL, and a bare HTTP loop as the floor.
+    Workload(workload::WorkloadArgs),
+    /// One mode of `workload`, measured in this process (spawned by `workload`).
+    #[command(hide = true)]
+    WorkloadOne(workload::OneArgs),
+    /// The workload's mock model server: prints its base URL, serves until killed.
+    Mock {
+        /// Address to listen on.
+        #[arg(default_value = "127.0.0.1:8089")]
+        addr: String,
+    },
     /// `commit_step` latency and throughput.
     CommitStep {
         /// memory, sqlite or postgres.
@@ -66,6 +83,9 @@ fn main() -> anyhow::Result<()> {
         .context("failed to start the runtime")?;
     rt.block_on(async {
         match cli.command {
+            Command::Workload(args) => workload::workload(args).await,
+            Command::WorkloadOne(args) => workload::one(args).await,
+            Command::Mock { addr } => workload::mock(&addr).await,
             Command::CommitStep {
                 store,
                 writers,

@@ -55,7 +55,7 @@ fn agent() -> AgentDefinition {
 }
 
 /// CPU time (user + system) of a process, from `/proc/<pid>/stat`, in milliseconds.
-fn cpu_ms(pid: &str) -> Option<f64> {
+pub(crate) fn cpu_ms(pid: &str) -> Option<f64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let after = stat.rsplit_once(')')?.1;
     let fields: Vec<&str> = after.split_whitespace().collect();
@@ -64,7 +64,7 @@ fn cpu_ms(pid: &str) -> Option<f64> {
 }
 
 /// CPU of every process named `postgres` on this machine, in milliseconds.
-fn postgres_cpu_ms() -> f64 {
+pub(crate) fn postgres_cpu_ms() -> f64 {
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return 0.0;
     };

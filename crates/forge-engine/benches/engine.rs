@@ -129,5 +129,124 @@ fn bench_engine(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, bench_engine);
+/// One agent step's commit: 8 events and one message, fenced and versioned, on memory and on a
+/// SQLite file (PostgreSQL: `forge-bench commit-step`, which needs a server); and the cost of
+/// encoding one streamed event, which every append and every subscriber pays.
+fn bench_commit(c: &mut Criterion) {
+    use forge_core::event::{RunEvent, RunEventKind};
+    use forge_core::id::MessageId;
+    use forge_core::message::{Message, Role};
+    use forge_core::part::PartUpdate;
+    use forge_core::ports::store::{NewRun, StepCommit, Store};
+    use forge_core::run::{Checkpoint, RunStatus};
+    use forge_core::time::{Clock, SystemClock};
+
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let dir = std::env::temp_dir().join(format!("forge-bench-commit-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let sqlite = rt
+        .block_on(forge_store_sqlite::SqliteStore::open(&format!(
+            "sqlite://{}",
+            dir.join("bench.db").display()
+        )))
+        .expect("sqlite");
+    let stores: Vec<(&str, Arc<dyn Store>)> = vec![
+        ("memory", Arc::new(MemoryStore::default())),
+        ("sqlite", Arc::new(sqlite)),
+    ];
+    let scope = Scope::parse("bench", "bench", &[]).expect("scope");
+    let mut group = c.benchmark_group("commit_step");
+    group.throughput(Throughput::Elements(8));
+    for (name, store) in stores {
+        let (run, lease) = rt.block_on(async {
+            let thread = store
+                .create_thread(&scope, NewThread::default())
+                .await
+                .expect("thread");
+            let run = store
+                .create_run(
+                    &scope,
+                    NewRun::new(thread.id, agent().agent, vec![Part::text("go")]),
+                )
+                .await
+                .expect("run");
+            let lease = store
+                .acquire_lease(
+                    &scope,
+                    run.id,
+                    "bench",
+                    std::time::Duration::from_secs(3600),
+                )
+                .await
+                .expect("lease");
+            (run, lease)
+        });
+        let (mut version, mut seq) = (run.version, run.last_seq);
+        group.bench_function(format!("8_events_1_message/{name}"), |b| {
+            b.iter(|| {
+                let message_id = MessageId::generate(&forge_core::id::UuidV7Generator);
+                let events = (0..8u32)
+                    .map(|i| {
+                        seq += 1;
+                        RunEvent {
+                            run_id: run.id,
+                            seq,
+                            at: SystemClock.now(),
+                            kind: RunEventKind::PartUpdated {
+                                message_id,
+                                index: 0,
+                                update: PartUpdate::TextDelta {
+                                    text: format!("w{i} "),
+                                },
+                            },
+                        }
+                    })
+                    .collect();
+                let commit = StepCommit {
+                    run_id: run.id,
+                    expected_version: version,
+                    lease: lease.clone(),
+                    events,
+                    messages: vec![Message {
+                        id: message_id,
+                        run_id: run.id,
+                        role: Role::Assistant,
+                        parts: vec![Part::text("w0 w1 w2 w3 w4 w5 w6 w7 ")],
+                        created_at: SystemClock.now(),
+                    }],
+                    checkpoint: Checkpoint::default(),
+                    status: RunStatus::Running,
+                    failure: None,
+                    interactions: vec![],
+                    audit: vec![],
+                    settlements: vec![],
+                };
+                version = rt
+                    .block_on(store.commit_step(&scope, commit))
+                    .expect("commit")
+                    .version;
+            })
+        });
+    }
+    group.finish();
+    let event = RunEvent {
+        run_id: forge_core::id::RunId::generate(&forge_core::id::UuidV7Generator),
+        seq: 42,
+        at: SystemClock.now(),
+        kind: RunEventKind::PartUpdated {
+            message_id: MessageId::generate(&forge_core::id::UuidV7Generator),
+            index: 0,
+            update: PartUpdate::TextDelta { text: "w3 ".into() },
+        },
+    };
+    c.bench_function("event/encode_text_delta", |b| {
+        b.iter(|| serde_json::to_vec(&event).expect("encode"))
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+criterion_group!(benches, bench_engine, bench_commit);
 criterion_main!(benches);

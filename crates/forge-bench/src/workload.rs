@@ -1,0 +1,499 @@
+//! The shared benchmark workload (`shared/bench/WORKLOAD.md`) against an OpenAI-compatible server:
+//! Forge in memory, on SQLite and on PostgreSQL, and a bare HTTP loop making the same model calls
+//! as the floor.
+//!
+//! `forge-bench workload` starts the mock model server as its own process (unless `--base-url`
+//! names a server), then measures each mode in a fresh child process, so that CPU time and peak
+//! RSS belong to that mode alone:
+//!
+//! - latency: median and p95 ms per run, `--runs` sequential runs after `--warmup`;
+//! - throughput: runs/s with `--in-flight` runs executing at once (workers claiming from the
+//!   queue for the Forge modes; concurrent tasks for the bare loop);
+//! - CPU: user + system ms per run of the measuring process during the throughput phase, and for
+//!   PostgreSQL the server's processes separately;
+//! - peak RSS of the measuring process;
+//! - time to first token: a streamed `K=0` run (8 text chunks, 1 ms apart), from starting the run
+//!   to the first text chunk an observer receives.
+//!
+//! Prints a table, and one JSON line per mode on stderr.
+
+use std::process::Stdio;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use forge_core::agent::{AgentDefinition, AgentRef, RunLimits};
+use forge_core::event::{RunEvent, RunEventKind};
+use forge_core::part::Part;
+use forge_core::ports::queue::JobQueue;
+use forge_core::ports::store::{NewRun, NewThread};
+use forge_core::scope::Scope;
+use forge_engine::{Engine, NoopObserver, RunObserver, Worker, WorkerConfig, native_tool};
+use forge_providers::http::{HttpProvider, HttpSettings, Timeouts};
+use forge_providers::{BodyOptions, Dialect};
+use futures_util::StreamExt;
+use serde_json::{Value, json};
+use tokio::io::AsyncBufReadExt;
+use tokio_util::sync::CancellationToken;
+
+use crate::runs::{cpu_ms, postgres_cpu_ms};
+
+/// Settings of one measurement.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct WorkloadArgs {
+    /// An OpenAI-compatible base URL (default: a mock server started for the run).
+    #[arg(long)]
+    base_url: Option<String>,
+    /// Modes, comma separated: bare, memory, sqlite, postgres.
+    #[arg(
+        long,
+        default_value = "bare,memory,sqlite,postgres",
+        value_delimiter = ','
+    )]
+    modes: Vec<String>,
+    /// Sequential runs measured for latency.
+    #[arg(long, default_value_t = 200)]
+    runs: usize,
+    /// Sequential runs before measuring.
+    #[arg(long, default_value_t = 20)]
+    warmup: usize,
+    /// Runs executing at once in the throughput phase.
+    #[arg(long, default_value_t = 50)]
+    in_flight: usize,
+    /// Runs in the throughput phase.
+    #[arg(long, default_value_t = 1000)]
+    throughput_runs: usize,
+}
+
+/// Starts the mock in a child process; returns it and its base URL.
+async fn spawn_mock() -> anyhow::Result<(tokio::process::Child, String)> {
+    let mut child = tokio::process::Command::new(std::env::current_exe()?)
+        .args(["mock", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .context("failed to start the mock model server")?;
+    let stdout = child.stdout.take().context("the mock's stdout")?;
+    let mut lines = tokio::io::BufReader::new(stdout).lines();
+    let url = lines
+        .next_line()
+        .await?
+        .context("the mock server printed no URL")?;
+    Ok((child, url))
+}
+
+/// Runs the mock model server until killed.
+pub(crate) async fn mock(addr: &str) -> anyhow::Result<()> {
+    let mut server = forge_testkit::mock_model::MockModelServer::start_on(addr, false).await?;
+    println!("{}", server.base_url());
+    server.wait().await;
+    Ok(())
+}
+
+/// Measures every mode, each in its own process, and prints the table.
+pub(crate) async fn workload(args: WorkloadArgs) -> anyhow::Result<()> {
+    let (_mock, base_url) = match &args.base_url {
+        Some(url) => (None, url.clone()),
+        None => {
+            let (child, url) = spawn_mock().await?;
+            (Some(child), url)
+        }
+    };
+    println!(
+        "{:<9} {:>9} {:>9} {:>9} {:>11} {:>10} {:>9} {:>9}",
+        "mode", "p50 ms", "p95 ms", "runs/s", "cpu ms/run", "pg ms/run", "rss MiB", "ttft ms"
+    );
+    let mut results = Vec::new();
+    for mode in &args.modes {
+        let out = tokio::process::Command::new(std::env::current_exe()?)
+            .args([
+                "workload-one",
+                "--mode",
+                mode,
+                "--base-url",
+                &base_url,
+                "--runs",
+                &args.runs.to_string(),
+                "--warmup",
+                &args.warmup.to_string(),
+                "--in-flight",
+                &args.in_flight.to_string(),
+                "--throughput-runs",
+                &args.throughput_runs.to_string(),
+            ])
+            .output()
+            .await?;
+        if !out.status.success() {
+            bail!(
+                "mode {mode} failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let line: Value = serde_json::from_slice(&out.stdout)
+            .with_context(|| format!("mode {mode} printed no result"))?;
+        let f = |k: &str| line[k].as_f64().unwrap_or(f64::NAN);
+        let pg = line["postgres_cpu_ms_per_run"]
+            .as_f64()
+            .map_or_else(|| "-".to_owned(), |v| format!("{v:.2}"));
+        println!(
+            "{mode:<9} {:>9.2} {:>9.2} {:>9.1} {:>11.2} {pg:>10} {:>9.1} {:>9.2}",
+            f("p50_ms"),
+            f("p95_ms"),
+            f("runs_per_s"),
+            f("cpu_ms_per_run"),
+            f("peak_rss_mib"),
+            f("ttft_ms")
+        );
+        eprintln!("{line}");
+        results.push(line);
+    }
+    if let (Some(bare), Some(memory)) = (
+        results.iter().find(|r| r["mode"] == "bare"),
+        results.iter().find(|r| r["mode"] == "memory"),
+    ) {
+        let ratio =
+            |k: &str| memory[k].as_f64().unwrap_or(f64::NAN) / bare[k].as_f64().unwrap_or(f64::NAN);
+        println!(
+            "memory / bare: latency {:.2}×, CPU per run {:.2}×",
+            ratio("p50_ms"),
+            ratio("cpu_ms_per_run")
+        );
+    }
+    Ok(())
+}
+
+/// One mode's settings (the child process's arguments).
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct OneArgs {
+    /// bare, memory, sqlite or postgres.
+    #[arg(long)]
+    mode: String,
+    /// The model server.
+    #[arg(long)]
+    base_url: String,
+    #[arg(long)]
+    runs: usize,
+    #[arg(long)]
+    warmup: usize,
+    #[arg(long)]
+    in_flight: usize,
+    #[arg(long)]
+    throughput_runs: usize,
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> f64 {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted.get(i).copied().unwrap_or_default().as_secs_f64() * 1e3
+}
+
+fn peak_rss_mib() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<f64>().ok())
+        })
+        .map_or(f64::NAN, |kb| kb / 1024.0)
+}
+
+/// Measures one mode in this process and prints its JSON line on stdout.
+pub(crate) async fn one(args: OneArgs) -> anyhow::Result<()> {
+    let result = if args.mode == "bare" {
+        bare(&args).await?
+    } else {
+        forge(&args).await?
+    };
+    println!("{result}");
+    Ok(())
+}
+
+fn agent(model: &str) -> AgentDefinition {
+    AgentDefinition {
+        agent: AgentRef {
+            name: "workload".into(),
+            version: "1".into(),
+        },
+        instructions: "You look keys up with the lookup tool, then answer.".into(),
+        model: format!("openai-compatible:{model}"),
+        tools: vec!["lookup".into()],
+        skills: vec![],
+        output_schema: None,
+        limits: RunLimits::default(),
+        approvals: Default::default(),
+    }
+}
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct Lookup {
+    #[allow(dead_code)]
+    key: String,
+}
+
+/// Counts finished runs; records when the first text of a run arrives.
+struct Watch {
+    ended: AtomicUsize,
+    first_text: std::sync::Mutex<Option<Instant>>,
+}
+
+impl RunObserver for Watch {
+    fn on_event(&self, e: &RunEvent) {
+        match &e.kind {
+            k if k.is_terminal() => {
+                self.ended.fetch_add(1, Ordering::Relaxed);
+            }
+            RunEventKind::PartAdded {
+                part: Part::Text(_),
+                ..
+            } => {
+                let mut first = self.first_text.lock().unwrap_or_else(|p| p.into_inner());
+                first.get_or_insert_with(Instant::now);
+            }
+            _ => {}
+        }
+    }
+}
+
+async fn forge(args: &OneArgs) -> anyhow::Result<Value> {
+    let (store, _guard) = crate::open(&args.mode).await?;
+    let provider = HttpProvider::new(HttpSettings {
+        name: "openai-compatible".into(),
+        dialect: Dialect::OpenAiChat,
+        base_url: args.base_url.clone(),
+        api_key: None,
+        headers: vec![],
+        body: BodyOptions::default(),
+        timeouts: Timeouts::default(),
+    })?;
+    let workload = agent("mock-steps-3");
+    let streamed = {
+        let mut a = agent("mock-steps-0-chunks-8-cdelayus-1000");
+        a.agent.version = "ttft".into();
+        a
+    };
+    let engine = Arc::new(
+        Engine::builder()
+            .dyn_store(store.clone())
+            .model(Arc::new(provider))
+            .tool(Arc::new(native_tool(
+                "lookup",
+                "Looks a key up.",
+                |_ctx, _i: Lookup| async { Ok("value") },
+            )))?
+            .agent(workload.clone())
+            .agent(streamed.clone())
+            .build()?,
+    );
+    let scope = Scope::parse("bench", "bench", &[])?;
+    let start_run = async |def: &AgentDefinition| -> anyhow::Result<forge_core::id::RunId> {
+        let thread = store.create_thread(&scope, NewThread::default()).await?;
+        Ok(engine
+            .start_run(
+                &scope,
+                thread.id,
+                &def.agent,
+                vec![Part::text("Look three keys up.")],
+            )
+            .await?
+            .id)
+    };
+
+    // Latency: sequential runs, executed directly (as an embedding application would).
+    let mut latencies = Vec::with_capacity(args.runs);
+    for i in 0..args.warmup + args.runs {
+        let started = Instant::now();
+        let run = start_run(&workload).await?;
+        let outcome = engine
+            .execute(&scope, run, &CancellationToken::new(), &NoopObserver)
+            .await?;
+        anyhow::ensure!(outcome.status.is_terminal(), "run {run} did not finish");
+        if i >= args.warmup {
+            latencies.push(started.elapsed());
+        }
+    }
+    latencies.sort();
+
+    // Time to first token.
+    let mut ttft = Vec::new();
+    for _ in 0..20 {
+        let watch = Watch {
+            ended: AtomicUsize::new(0),
+            first_text: Default::default(),
+        };
+        let started = Instant::now();
+        let run = start_run(&streamed).await?;
+        engine
+            .execute(&scope, run, &CancellationToken::new(), &watch)
+            .await?;
+        let first = watch
+            .first_text
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .context("no text arrived")?;
+        ttft.push(first - started);
+    }
+    ttft.sort();
+
+    // Throughput: the queue and workers, `in_flight` runs at once.
+    for _ in 0..args.throughput_runs {
+        let thread = store.create_thread(&scope, NewThread::default()).await?;
+        store
+            .create_run(
+                &scope,
+                NewRun::new(thread.id, workload.agent.clone(), vec![Part::text("go")]),
+            )
+            .await?;
+    }
+    let watch = Arc::new(Watch {
+        ended: AtomicUsize::new(0),
+        first_text: Default::default(),
+    });
+    let queue: Arc<dyn JobQueue> = store.clone();
+    let worker = Worker::new(
+        engine.clone(),
+        queue,
+        WorkerConfig {
+            concurrency: args.in_flight,
+            poll_interval: Duration::from_millis(1),
+            ..WorkerConfig::default()
+        },
+    )
+    .with_observer(watch.clone());
+    let (cpu0, pg0, started) = (
+        cpu_ms("self").unwrap_or(0.0),
+        postgres_cpu_ms(),
+        Instant::now(),
+    );
+    let shutdown = CancellationToken::new();
+    let stop = shutdown.clone();
+    let target = args.throughput_runs;
+    let counting = watch.clone();
+    let watcher = tokio::spawn(async move {
+        while counting.ended.load(Ordering::Relaxed) < target {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        stop.cancel();
+    });
+    worker.run(shutdown).await;
+    watcher.await?;
+    let elapsed = started.elapsed().as_secs_f64();
+    let cpu = (cpu_ms("self").unwrap_or(0.0) - cpu0) / target as f64;
+    let pg = (postgres_cpu_ms() - pg0) / target as f64;
+    Ok(json!({
+        "bench": "workload", "mode": args.mode, "runs": args.runs,
+        "p50_ms": percentile(&latencies, 0.5), "p95_ms": percentile(&latencies, 0.95),
+        "in_flight": args.in_flight, "throughput_runs": target,
+        "runs_per_s": target as f64 / elapsed, "cpu_ms_per_run": cpu,
+        "postgres_cpu_ms_per_run": (args.mode == "postgres").then_some(pg),
+        "peak_rss_mib": peak_rss_mib(), "ttft_ms": percentile(&ttft, 0.5),
+    }))
+}
+
+/// The floor: the same four model calls per run with no framework — reqwest, the SSE read to the
+/// end with each `data:` line parsed as JSON, and the conversation grown by hand.
+async fn bare(args: &OneArgs) -> anyhow::Result<Value> {
+    // The same TLS provider Forge installs (ring), though the mock is plain HTTP.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let client = reqwest::Client::new();
+    let url = format!("{}/chat/completions", args.base_url.trim_end_matches('/'));
+    let one_run = async |model: &str| -> anyhow::Result<Option<Duration>> {
+        let started = Instant::now();
+        let mut first_text = None;
+        let mut messages = vec![
+            json!({"role": "system", "content": "You look keys up with the lookup tool, then answer."}),
+            json!({"role": "user", "content": "Look three keys up."}),
+        ];
+        loop {
+            let body = json!({
+                "model": model, "messages": messages, "stream": true,
+                "stream_options": {"include_usage": true},
+                "tools": [{"type": "function", "function": {"name": "lookup", "description": "Looks a key up.",
+                    "parameters": {"type": "object", "properties": {"key": {"type": "string"}}, "required": ["key"]}}}],
+            });
+            let response = client.post(&url).json(&body).send().await?;
+            let mut stream = response.bytes_stream();
+            let mut buffer = Vec::new();
+            let (mut call_id, mut arguments, mut text) = (None, String::new(), String::new());
+            while let Some(chunk) = stream.next().await {
+                buffer.extend_from_slice(&chunk?);
+                while let Some(end) = buffer.windows(2).position(|w| w == b"\n\n") {
+                    let event: Vec<u8> = buffer.drain(..end + 2).collect();
+                    let Some(data) = event.strip_prefix(b"data: ") else {
+                        continue;
+                    };
+                    let data = &data[..data.len() - 2];
+                    if data == b"[DONE]" {
+                        continue;
+                    }
+                    let v: Value = serde_json::from_slice(data)?;
+                    let delta = &v["choices"][0]["delta"];
+                    if let Some(t) = delta["content"].as_str().filter(|t| !t.is_empty()) {
+                        first_text.get_or_insert_with(|| started.elapsed());
+                        text.push_str(t);
+                    }
+                    if let Some(call) = delta["tool_calls"].get(0) {
+                        if let Some(id) = call["id"].as_str() {
+                            call_id = Some(id.to_owned());
+                        }
+                        arguments.push_str(call["function"]["arguments"].as_str().unwrap_or(""));
+                    }
+                }
+            }
+            match call_id {
+                Some(id) => {
+                    messages.push(json!({"role": "assistant", "content": null, "tool_calls": [
+                        {"id": id, "type": "function", "function": {"name": "lookup", "arguments": arguments}}]}));
+                    messages
+                        .push(json!({"role": "tool", "tool_call_id": id, "content": "\"value\""}));
+                }
+                None => return Ok(first_text),
+            }
+        }
+    };
+    let mut latencies = Vec::with_capacity(args.runs);
+    for i in 0..args.warmup + args.runs {
+        let started = Instant::now();
+        one_run("mock-steps-3").await?;
+        if i >= args.warmup {
+            latencies.push(started.elapsed());
+        }
+    }
+    latencies.sort();
+    let mut ttft = Vec::new();
+    for _ in 0..20 {
+        ttft.push(
+            one_run("mock-steps-0-chunks-8-cdelayus-1000")
+                .await?
+                .context("no text arrived")?,
+        );
+    }
+    ttft.sort();
+    let (cpu0, started) = (cpu_ms("self").unwrap_or(0.0), Instant::now());
+    let next = Arc::new(AtomicUsize::new(0));
+    let target = args.throughput_runs;
+    let lanes = (0..args.in_flight).map(|_| {
+        let next = next.clone();
+        let one_run = &one_run;
+        async move {
+            while next.fetch_add(1, Ordering::Relaxed) < target {
+                one_run("mock-steps-3").await?;
+            }
+            anyhow::Ok(())
+        }
+    });
+    for r in futures_util::future::join_all(lanes).await {
+        r?;
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let cpu = (cpu_ms("self").unwrap_or(0.0) - cpu0) / target as f64;
+    Ok(json!({
+        "bench": "workload", "mode": "bare", "runs": args.runs,
+        "p50_ms": percentile(&latencies, 0.5), "p95_ms": percentile(&latencies, 0.95),
+        "in_flight": args.in_flight, "throughput_runs": target,
+        "runs_per_s": target as f64 / elapsed, "cpu_ms_per_run": cpu,
+        "postgres_cpu_ms_per_run": null,
+        "peak_rss_mib": peak_rss_mib(), "ttft_ms": percentile(&ttft, 0.5),
+    }))
+}

@@ -13,13 +13,18 @@ use forge_store_postgres::{Mode, OpenError, PostgresStore};
 use forge_testkit::fixtures::{agent_ref, scope};
 use sqlx::{Connection, PgConnection};
 
-const TABLES: [&str; 6] = [
+/// Tenant A's rows per table after `seed_tenant_a` (two committed steps: two events).
+const TENANT_A_ROWS: [i64; 8] = [1, 1, 1, 2, 1, 1, 1, 1];
+
+const TABLES: [&str; 8] = [
     "forge_threads",
     "forge_messages",
     "forge_runs",
     "forge_run_events",
     "forge_jobs",
     "forge_audit",
+    "forge_interactions",
+    "forge_model_calls",
 ];
 
 /// Tenant A gets a thread, a run (with its job), a committed step with events and a message, and
@@ -57,9 +62,65 @@ async fn seed_tenant_a(store: &PostgresStore, clock: &ManualClock) {
         failure: None,
         interactions: vec![],
         audit: vec![],
+        settlements: vec![forge_core::metering::ModelCall {
+            id: forge_core::id::ModelCallId(uuid::Uuid::now_v7()),
+            tenant_id: a.tenant_id().clone(),
+            run_id: run.id,
+            step: 1,
+            model: "scripted:x".into(),
+            at: clock.now(),
+            period_start: clock.now(),
+            estimate: Default::default(),
+            estimated_cost_micros: 0,
+            actual: Some(Default::default()),
+            cost_micros: Some(0),
+            request_id: None,
+            status: forge_core::metering::CallStatus::Settled,
+        }],
+    };
+    let done = store.commit_step(&a, commit).await.unwrap();
+    // The run then parks on an approval.
+    let lease = store
+        .acquire_lease(&a, run.id, "w", std::time::Duration::from_secs(60))
+        .await
+        .unwrap();
+    let input = serde_json::json!({"amount": 5});
+    let park = StepCommit {
+        run_id: run.id,
+        expected_version: done.version,
+        lease,
+        events: vec![forge_core::event::RunEvent {
+            run_id: run.id,
+            seq: 2,
+            at: clock.now(),
+            kind: forge_core::event::RunEventKind::StepStarted { step: 2 },
+        }],
+        messages: vec![],
+        checkpoint: Checkpoint::default(),
+        status: RunStatus::Waiting(forge_core::run::WaitReason::Approval),
+        failure: None,
+        interactions: vec![forge_core::interaction::Interaction {
+            id: forge_core::id::InteractionId(uuid::Uuid::now_v7()),
+            tenant_id: a.tenant_id().clone(),
+            run_id: run.id,
+            thread_id: thread.id,
+            step: 2,
+            agent: agent_ref(),
+            request: forge_core::interaction::InteractionRequest::Approval {
+                tool_call_id: forge_core::id::ToolCallId("c".into()),
+                tool_name: "pay".into(),
+                input_hash: forge_core::interaction::input_hash(&input),
+                input,
+            },
+            status: forge_core::interaction::InteractionStatus::Pending,
+            resolution: None,
+            created_at: clock.now(),
+            expires_at: clock.now().plus(std::time::Duration::from_secs(3600)),
+        }],
+        audit: vec![],
         settlements: vec![],
     };
-    store.commit_step(&a, commit).await.unwrap();
+    store.commit_step(&a, park).await.unwrap();
     // A dead letter replayed by an operator leaves an audit entry.
     let sys = forge_core::scope::SystemScope::new("test");
     let job = store
@@ -107,6 +168,8 @@ async fn tamper(conn: &mut PgConnection, setup: &[&str]) -> Vec<u64> {
         "UPDATE forge_jobs SET state = 'dead'",
         "UPDATE forge_audit SET actor = 'mallory'",
         "DELETE FROM forge_audit",
+        "UPDATE forge_interactions SET status = 'resolved'",
+        "DELETE FROM forge_model_calls",
     ] {
         let mut tx = conn.begin().await.unwrap();
         for s in setup {
@@ -148,7 +211,7 @@ async fn raw_sql_as_the_application_role_sees_only_its_tenant() {
             &["SELECT set_config('forge.tenant_id', 'tenant-a', true)"]
         )
         .await,
-        [1, 1, 1, 1, 1, 1],
+        TENANT_A_ROWS,
         "tenant A sees its rows"
     );
     assert_eq!(
@@ -157,12 +220,12 @@ async fn raw_sql_as_the_application_role_sees_only_its_tenant() {
             &["SELECT set_config('forge.tenant_id', 'tenant-b', true)"]
         )
         .await,
-        [0; 6],
+        [0; 8],
         "tenant B sees none"
     );
     assert_eq!(
         counts(&mut conn, &[]).await,
-        [0; 6],
+        [0; 8],
         "no tenant setting sees none"
     );
     assert_eq!(
@@ -171,7 +234,7 @@ async fn raw_sql_as_the_application_role_sees_only_its_tenant() {
             &["SELECT set_config('forge.tenant_id', '', true)"]
         )
         .await,
-        [0; 6]
+        [0; 8]
     );
     assert_eq!(
         tamper(
@@ -179,10 +242,10 @@ async fn raw_sql_as_the_application_role_sees_only_its_tenant() {
             &["SELECT set_config('forge.tenant_id', 'tenant-b', true)"]
         )
         .await,
-        [0; 7],
+        [0; 9],
         "B changes nothing of A's"
     );
-    assert_eq!(tamper(&mut conn, &[]).await, [0; 7]);
+    assert_eq!(tamper(&mut conn, &[]).await, [0; 9]);
 
     // The audit trail is append-only even for its own tenant.
     let a_own = tamper(
@@ -191,7 +254,7 @@ async fn raw_sql_as_the_application_role_sees_only_its_tenant() {
     )
     .await;
     assert_eq!(
-        &a_own[5..],
+        &a_own[5..7],
         [0, 0],
         "tenant A can neither change nor delete its audit entries"
     );
@@ -224,15 +287,15 @@ async fn raw_sql_as_authenticated_with_another_tenants_jwt_sees_nothing() {
     };
     let a = as_jwt("tenant-a");
     let b = as_jwt("tenant-b");
-    assert_eq!(counts(&mut conn, &[&a]).await, [1, 1, 1, 1, 1, 1]);
-    assert_eq!(counts(&mut conn, &[&b]).await, [0; 6]);
+    assert_eq!(counts(&mut conn, &[&a]).await, TENANT_A_ROWS);
+    assert_eq!(counts(&mut conn, &[&b]).await, [0; 8]);
     assert_eq!(
         counts(
             &mut conn,
             &["SELECT set_config('role', 'authenticated', true)"]
         )
         .await,
-        [0; 6],
+        [0; 8],
         "no claims see none"
     );
     // `anon` (a request without a signed-in user) is refused the tables outright.
@@ -251,10 +314,10 @@ async fn raw_sql_as_authenticated_with_another_tenants_jwt_sees_nothing() {
         "{err}"
     );
     tx.rollback().await.unwrap();
-    assert_eq!(tamper(&mut conn, &[&b]).await, [0; 7]);
+    assert_eq!(tamper(&mut conn, &[&b]).await, [0; 9]);
     // The tenant may also come from app_metadata, as Supabase auth hooks often put it.
     let meta = "SELECT set_config('role', 'authenticated', true), set_config('request.jwt.claims', '{\"app_metadata\":{\"tenant_id\":\"tenant-a\"}}', true)";
-    assert_eq!(counts(&mut conn, &[meta]).await, [1, 1, 1, 1, 1, 1]);
+    assert_eq!(counts(&mut conn, &[meta]).await, TENANT_A_ROWS);
 }
 
 #[tokio::test]

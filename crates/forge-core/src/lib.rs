@@ -15,6 +15,7 @@ pub mod message;
 pub mod metering;
 pub mod part;
 pub mod ports;
+pub mod redact;
 pub mod run;
 pub mod scope;
 pub mod thread;

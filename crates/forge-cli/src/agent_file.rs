@@ -16,9 +16,27 @@ pub(crate) struct ProviderArgs {
     /// `openai`, `openai-responses`, `anthropic` and `openai-compatible` use their defaults.
     #[arg(long = "providers", env = "FORGE_PROVIDERS")]
     pub(crate) file: Option<PathBuf>,
+    /// Environment variables whose values are secrets to scrub from every tool result (comma
+    /// separated); the provider keys (`OPENAI_API_KEY`, `ANTHROPIC_API_KEY`,
+    /// `OPENAI_COMPATIBLE_API_KEY`) always are.
+    #[arg(long = "redact-env", env = "FORGE_REDACT_ENV", value_delimiter = ',')]
+    pub(crate) redact_env: Vec<String>,
 }
 
 impl ProviderArgs {
+    /// The redactor for this process: the named variables' values and the provider keys.
+    pub(crate) fn redactor(&self) -> forge_core::redact::Redactor {
+        let names = [
+            "OPENAI_API_KEY",
+            "ANTHROPIC_API_KEY",
+            "OPENAI_COMPATIBLE_API_KEY",
+        ]
+        .into_iter()
+        .map(str::to_owned)
+        .chain(self.redact_env.iter().cloned());
+        forge_core::redact::Redactor::new(names.filter_map(|n| std::env::var(n).ok()))
+    }
+
     fn config(&self) -> anyhow::Result<ProvidersConfig> {
         Ok(match &self.file {
             Some(path) => ProvidersConfig::load(path)?,

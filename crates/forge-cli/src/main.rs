@@ -165,7 +165,10 @@ async fn worker(args: WorkerArgs) -> anyhow::Result<ExitCode> {
     if let Some(url) = &args.effects_db {
         builder = builder.tool(effects::record_effect(url).await?)?;
     }
-    let builder = args.metering.apply(builder)?;
+    let builder = args
+        .metering
+        .apply(builder)?
+        .redactor(args.providers.redactor());
     let engine = std::sync::Arc::new(builder.build().context("failed to build the engine")?);
     let config = forge_engine::WorkerConfig {
         id,
@@ -243,7 +246,10 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     for tool in builtin::tools() {
         builder = builder.tool(tool)?;
     }
-    let builder = args.metering.apply(builder)?;
+    let builder = args
+        .metering
+        .apply(builder)?
+        .redactor(args.providers.redactor());
     let engine = builder.build().context("failed to build the engine")?;
     if loaded.scripted {
         eprintln!(

@@ -73,6 +73,7 @@ pub struct Engine {
     pub(crate) prices: Prices,
     pub(crate) quotas: Quotas,
     pub(crate) approval_rule: Option<Arc<dyn ApprovalRule>>,
+    pub(crate) redactor: forge_core::redact::Redactor,
     pub(crate) models: HashMap<String, Arc<dyn ModelProvider>>,
     pub(crate) tools: ToolRegistry,
     agents: HashMap<(String, String), Arc<AgentDefinition>>,
@@ -102,6 +103,7 @@ pub struct EngineBuilder {
     prices: Prices,
     quotas: Quotas,
     approval_rule: Option<Arc<dyn ApprovalRule>>,
+    redactor: Option<forge_core::redact::Redactor>,
     models: HashMap<String, Arc<dyn ModelProvider>>,
     tools: ToolRegistry,
     agents: Vec<AgentDefinition>,
@@ -148,6 +150,13 @@ impl EngineBuilder {
     /// `tenant`'s own quota.
     pub fn tenant_quota(mut self, tenant: TenantId, quota: Quota) -> Self {
         self.quotas.tenants.insert(tenant, quota);
+        self
+    }
+
+    /// Scrubs these secret values (and the built-in credential patterns, which apply anyway) from
+    /// every tool result before it reaches the model, the store or an observer.
+    pub fn redactor(mut self, redactor: forge_core::redact::Redactor) -> Self {
+        self.redactor = Some(redactor);
         self
     }
 
@@ -240,6 +249,7 @@ impl EngineBuilder {
             prices: self.prices,
             quotas: self.quotas,
             approval_rule: self.approval_rule,
+            redactor: self.redactor.unwrap_or_default(),
             models: self.models,
             tools: self.tools,
             agents,

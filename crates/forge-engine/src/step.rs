@@ -574,10 +574,12 @@ impl StepRunner<'_> {
                     (call, result)
                 }
             };
-            let (output, is_error) = match result {
+            let (mut output, is_error) = match result {
                 Ok(out) => (out, false),
                 Err((code, message)) => (json!({ "code": code, "message": message }), true),
             };
+            // Secrets never enter the prompt, the store or an observer through a tool result.
+            self.engine.redactor.redact_json(&mut output);
             Part::ToolResult(ToolResultPart {
                 tool_call_id: call.tool_call_id,
                 tool_name: call.tool_name,

@@ -136,3 +136,39 @@ fn a_missing_credential_or_base_url_fails_before_any_run_with_what_to_set() {
     let stderr = text(&out.stderr);
     assert!(stderr.contains("ANTHROPIC_API_KEY is not set"), "{stderr}");
 }
+
+#[test]
+fn values_of_redact_env_variables_are_scrubbed_from_tool_results() {
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("redact-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("a.toml"),
+        "name = \"a\"\nversion = \"1\"\ninstructions = \"i\"\nmodel = \"scripted:a.script.toml\"\ntools = [\"lookup\"]\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("a.script.toml"),
+        "[[conversation]]\n[[conversation.turn]]\ntool_calls = [{ name = \"lookup\", input = { key = \"tenant-db-password-42\" } }]\n[[conversation.turn]]\ntext = [\"done\"]\n",
+    )
+    .unwrap();
+    let out = forge_with_env(
+        &[
+            "run",
+            "--redact-env",
+            "SEEDED_SECRET",
+            "--agent",
+            dir.join("a.toml").to_str().unwrap(),
+            "go",
+        ],
+        &[("SEEDED_SECRET", "tenant-db-password-42")],
+    );
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
+    let result = stdout
+        .lines()
+        .find(|l| l.contains("← lookup"))
+        .unwrap_or_else(|| panic!("{stdout}"));
+    assert!(result.contains(r#""key":"[REDACTED]""#), "{result}");
+    assert!(!result.contains("tenant-db-password-42"), "{result}");
+}

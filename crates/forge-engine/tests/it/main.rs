@@ -6,6 +6,7 @@ mod harness;
 mod hitl_tests;
 mod http_tests;
 mod loop_tests;
+mod redaction_tests;
 mod send_sync;
 mod tools_tests;
 mod usage_tests;

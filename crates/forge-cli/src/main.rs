@@ -281,13 +281,11 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let worker =
         forge_engine::Worker::new(engine, store.clone(), config).with_observer(printer.clone());
     let (cancel_store, cancel_scope, run_id) = (store.clone(), scope.clone(), run.id);
-    let interrupted = CancellationToken::new();
-    let on_interrupt = interrupted.clone();
     tokio::spawn(async move {
         if tokio::signal::ctrl_c().await.is_ok() {
-            // Durable: the run stops after its current step, whichever process executes it.
+            // Durable: the run stops after its current step, whichever process executes it; a run
+            // waiting for a person is woken to be cancelled.
             let _ = cancel_store.request_cancel(&cancel_scope, run_id).await;
-            on_interrupt.cancel();
         }
     });
     let drain = CancellationToken::new();
@@ -295,14 +293,6 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         let current = store.get_run(&scope, run.id).await?;
         if current.status.is_terminal() {
             break current;
-        }
-        if matches!(current.status, RunStatus::Waiting(_)) && interrupted.is_cancelled() {
-            // Nobody executes a waiting run until its interactions are settled.
-            printer.finish();
-            eprintln!(
-                "the run waits for a person; it goes on once its interactions are settled (forge interactions list)"
-            );
-            return Ok(ExitCode::from(3));
         }
         if worker.run_one(&drain).await?.is_none() {
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;

@@ -314,3 +314,50 @@ text = ["Using {{tool_result.answer}}."]
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Ctrl-C on `forge run` while it waits for a person cancels the run durably (exit 130).
+#[test]
+fn ctrl_c_cancels_a_waiting_run() {
+    use std::io::{BufRead, BufReader};
+
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("ask-cancel-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("ask.toml"),
+        "name = \"asker\"\nversion = \"1\"\ninstructions = \"Ask first.\"\n\
+         model = \"scripted:ask.script.toml\"\ntools = [\"ask_user\"]\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("ask.script.toml"),
+        "[[conversation]]\n[[conversation.turn]]\ntool_calls = [{ name = \"ask_user\", input = { prompt = \"Sure?\", answer_schema = { type = \"boolean\" } } }]\n",
+    )
+    .unwrap();
+    let store = format!("sqlite://{}", dir.join("forge.db").display());
+    let mut run = Command::new(env!("CARGO_BIN_EXE_forge"))
+        .args(["run", "--store", &store, "--agent"])
+        .arg(dir.join("ask.toml"))
+        .arg("go")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(run.stdout.take().unwrap()).lines();
+    assert!(
+        lines
+            .by_ref()
+            .map(|l| l.unwrap())
+            .any(|l| l.starts_with("? Sure?")),
+        "the question is shown"
+    );
+    let signalled = Command::new("kill")
+        .args(["-INT", &run.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(signalled.success());
+    let rest: Vec<String> = lines.map(|l| l.unwrap()).collect();
+    assert_eq!(run.wait().unwrap().code(), Some(130), "{rest:?}");
+    assert!(rest.iter().any(|l| l.contains("■ cancelled")), "{rest:?}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

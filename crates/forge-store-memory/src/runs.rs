@@ -272,6 +272,14 @@ impl RunStore for MemoryStore {
             st.calls.insert(settled.id, settled);
         }
         if commit.status.is_terminal() {
+            // A run that ends leaves nothing for a person to decide.
+            for i in st.interactions.values_mut() {
+                if i.run_id == commit.run_id
+                    && i.status == forge_core::interaction::InteractionStatus::Pending
+                {
+                    i.status = forge_core::interaction::InteractionStatus::Expired;
+                }
+            }
             st.promote_next(thread_id, commit.run_id, now);
         }
         Ok(committed)

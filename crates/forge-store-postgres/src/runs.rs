@@ -512,6 +512,16 @@ impl RunStore for PostgresStore {
             crate::usage::record_call(&mut tx, call).await?;
         }
         if commit.status.is_terminal() {
+            // A run that ends leaves nothing for a person to decide.
+            sqlx::query(
+                "UPDATE forge_interactions SET status = 'expired', body = jsonb_set(body, '{status}', '\"expired\"') \
+                 WHERE run_id = $1 AND tenant_id = $2 AND status = 'pending'",
+            )
+            .bind(run.id.0)
+            .bind(scope.tenant_id().as_str())
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error)?;
             promote_next(&mut tx, scope, run.thread_id, run.id, now).await?;
         }
         tx.commit().await.map_err(db_error)?;

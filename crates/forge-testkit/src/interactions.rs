@@ -505,3 +505,57 @@ pub async fn a_cancel_request_wakes_a_waiting_run<F: StoreFactory>() {
     );
     assert!(!p.claimable().await, "a second request adds no second job");
 }
+
+/// A run that ends (here: cancelled while waiting) leaves no interaction pending.
+pub async fn an_ended_run_leaves_nothing_pending<F: StoreFactory>() {
+    let p = parked::<F>().await;
+    let lease = p
+        .store
+        .acquire_lease(&p.scope, p.run.id, "w1", TTL)
+        .await
+        .expect("lease");
+    p.store
+        .commit_step(
+            &p.scope,
+            StepCommit {
+                run_id: p.run.id,
+                expected_version: p.run.version,
+                lease,
+                events: vec![RunEvent {
+                    run_id: p.run.id,
+                    seq: p.run.last_seq + 1,
+                    at: p.clock.now(),
+                    kind: RunEventKind::RunCancelled { reason: None },
+                }],
+                messages: vec![],
+                checkpoint: p.run.checkpoint.clone(),
+                status: RunStatus::Cancelled,
+                failure: None,
+                interactions: vec![],
+                audit: vec![],
+                settlements: vec![],
+            },
+        )
+        .await
+        .expect("cancel");
+    assert!(
+        p.store
+            .list_interactions(&p.scope, InteractionFilter::Pending)
+            .await
+            .expect("pending")
+            .is_empty()
+    );
+    let approval = p
+        .store
+        .get_interaction(&p.scope, p.approval.id)
+        .await
+        .expect("get");
+    assert_eq!(approval.status, InteractionStatus::Expired);
+    expect_kind(
+        p.store
+            .resolve_interaction(&p.scope, resolve(p.approval.id, "k", Decision::Approve))
+            .await,
+        ErrorKind::Invalid,
+        "resolving an interaction of an ended run",
+    );
+}

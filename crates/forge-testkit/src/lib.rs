@@ -147,6 +147,7 @@ pub const SUITES: &[Suite] = &[
             "concurrent_resolutions_have_one_winner",
             "only_a_parking_commit_raises_interactions",
             "a_cancel_request_wakes_a_waiting_run",
+            "an_ended_run_leaves_nothing_pending",
         ],
     },
     Suite {
@@ -349,7 +350,8 @@ macro_rules! interactions_conformance {
         $crate::__conformance_suite!(interactions_conformance, "interactions", interactions, $factory;
             interactions_resolve_once_and_resume, interactions_are_bound_to_their_call,
             expired_interactions_refuse_and_free_the_run, concurrent_resolutions_have_one_winner,
-            only_a_parking_commit_raises_interactions, a_cancel_request_wakes_a_waiting_run);
+            only_a_parking_commit_raises_interactions, a_cancel_request_wakes_a_waiting_run,
+            an_ended_run_leaves_nothing_pending);
     };
 }
 

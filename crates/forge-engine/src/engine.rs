@@ -420,12 +420,11 @@ impl Engine {
         control: &RunControl,
         observer: &dyn RunObserver,
     ) -> Result<RunOutcome, EngineError> {
-        let lease = self
+        let (lease, run) = self
             .runs
-            .acquire_lease(scope, run_id, &self.worker_id, self.lease_ttl)
+            .lease_run(scope, run_id, &self.worker_id, self.lease_ttl)
             .await?;
         let result = async {
-            let run = self.runs.get_run(scope, run_id).await?;
             if run.status.is_terminal() {
                 return Ok(RunOutcome {
                     status: run.status,
@@ -793,8 +792,10 @@ impl Engine {
                 }
             };
             let (outcome, requested) = self.commit(scope, &mut cur, failure).await?;
+            // A run asked to cancel while its step was parking is cancelled now, not left waiting
+            // (the request found it still running, so nobody will wake it).
             if outcome.status.is_terminal()
-                || matches!(outcome.status, RunStatus::Waiting(_))
+                || (matches!(outcome.status, RunStatus::Waiting(_)) && !requested)
                 || control.drain.is_cancelled()
             {
                 return Ok(outcome);

@@ -442,6 +442,24 @@ impl RunStore for PostgresStore {
         Ok(lease)
     }
 
+    async fn lease_run(
+        &self,
+        scope: &Scope,
+        id: RunId,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<(RunLease, Run), Error> {
+        let now = self.clock.now();
+        let mut tx = self.tenant_tx(scope).await?;
+        let mut run = fetch_run(&mut tx, scope, id, true).await?;
+        let lease = next_lease(&run, holder, ttl, now)?;
+        set_lease(&mut tx, &lease, Some(lease.token)).await?;
+        tx.commit().await.map_err(db_error)?;
+        run.fence = lease.token;
+        run.lease = Some(lease.clone());
+        Ok((lease, run))
+    }
+
     async fn renew_lease(
         &self,
         scope: &Scope,

@@ -101,7 +101,10 @@ pub const SUITES: &[Suite] = &[
     Suite {
         name: "leases",
         macro_name: "lease_conformance",
-        scenarios: &["lease_is_exclusive_until_expiry"],
+        scenarios: &[
+            "lease_is_exclusive_until_expiry",
+            "lease_run_reads_the_run_under_its_lease",
+        ],
     },
     Suite {
         name: "queue",
@@ -300,7 +303,8 @@ macro_rules! event_log_conformance {
 #[macro_export]
 macro_rules! lease_conformance {
     ($factory:ty) => {
-        $crate::__conformance_suite!(lease_conformance, "leases", $factory; lease_is_exclusive_until_expiry);
+        $crate::__conformance_suite!(lease_conformance, "leases", $factory;
+            lease_is_exclusive_until_expiry, lease_run_reads_the_run_under_its_lease);
     };
 }
 

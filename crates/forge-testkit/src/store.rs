@@ -1288,3 +1288,25 @@ pub async fn dead_letters_are_replayed_or_discarded_and_audited<F: StoreFactory>
         "a missing job",
     );
 }
+
+/// `lease_run` takes the lease and returns the run exactly as the store now holds it.
+pub async fn lease_run_reads_the_run_under_its_lease<F: StoreFactory>() {
+    let f = fixture::<F>().await;
+    let run = f.run().await;
+    let (lease, leased) = f
+        .store
+        .lease_run(&f.scope, run.id, "w1", TTL)
+        .await
+        .expect("lease_run");
+    assert_eq!(leased.lease.as_ref(), Some(&lease));
+    assert_eq!(
+        leased,
+        f.store.get_run(&f.scope, run.id).await.expect("get_run"),
+        "the returned run is the stored one"
+    );
+    expect_kind(
+        f.store.lease_run(&f.scope, run.id, "w2", TTL).await,
+        ErrorKind::Conflict,
+        "another holder while the lease lives",
+    );
+}

@@ -161,6 +161,20 @@ pub trait RunStore: Send + Sync {
         ttl: Duration,
     ) -> Result<RunLease, Error>;
 
+    /// [`RunStore::acquire_lease`], then the run as it stands under that lease (its `lease` and
+    /// `fence` are the new lease's). Adapters that can do both in one transaction override this.
+    async fn lease_run(
+        &self,
+        scope: &Scope,
+        id: RunId,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<(RunLease, Run), Error> {
+        let lease = self.acquire_lease(scope, id, holder, ttl).await?;
+        let run = self.get_run(scope, id).await?;
+        Ok((lease, run))
+    }
+
     /// Extends a lease that is still current; `Fenced` if it is not.
     async fn renew_lease(
         &self,

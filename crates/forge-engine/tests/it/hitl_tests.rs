@@ -605,3 +605,45 @@ async fn a_waiting_run_can_be_cancelled() {
     assert_eq!(w.execute(&engine, run).await.status, RunStatus::Cancelled);
     assert!(w.paid.lock().unwrap().is_empty());
 }
+
+#[tokio::test]
+async fn a_cancel_requested_while_the_step_parks_cancels_the_run() {
+    let w = World::new();
+    let d = def(&["pay"]);
+    let engine = w.engine(PAY_THEN_ANSWER, d.clone(), None);
+    let run = w.start(&engine, &d, "pay").await;
+    // The request arrives while the parking step is in flight (the run is still running).
+    let store = w.store.clone();
+    let scope = w.scope.clone();
+    let asked = std::sync::atomic::AtomicBool::new(false);
+    let observer = move |e: &forge_core::event::RunEvent| {
+        if matches!(
+            e.kind,
+            forge_core::event::RunEventKind::ApprovalRequested { .. }
+        ) && !asked.swap(true, Ordering::SeqCst)
+        {
+            let (store, scope) = (store.clone(), scope.clone());
+            std::thread::spawn(move || {
+                tokio::runtime::Runtime::new()
+                    .unwrap()
+                    .block_on(store.request_cancel(&scope, run))
+                    .unwrap()
+            })
+            .join()
+            .unwrap();
+        }
+    };
+    let outcome = engine
+        .execute(&w.scope, run, &CancellationToken::new(), &observer)
+        .await
+        .unwrap();
+    assert_eq!(outcome.status, RunStatus::Cancelled, "not left waiting");
+    assert!(w.paid.lock().unwrap().is_empty());
+    assert!(
+        engine
+            .pending_interactions(&w.scope)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}

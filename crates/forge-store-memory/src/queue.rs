@@ -46,13 +46,10 @@ impl JobRow {
         }
     }
 
-    /// Whether this is a job of `run` that will still execute it.
+    /// Whether this is a job of `run` waiting to be claimed. A claimed job does not count: its
+    /// worker parked the run and is about to complete it without looking again.
     pub(crate) fn is_live_for(&self, run: RunId) -> bool {
-        self.run_id == run
-            && matches!(
-                self.state,
-                JobState::Ready | JobState::Claimed | JobState::Waiting
-            )
+        self.run_id == run && matches!(self.state, JobState::Ready | JobState::Waiting)
     }
 
     /// Makes the held-back job of `run` ready.

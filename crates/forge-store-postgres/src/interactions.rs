@@ -80,8 +80,10 @@ pub(crate) async fn resume_if_ready(
     wake(tx, tenant, run, job, now, true).await
 }
 
-/// Readies a job for a waiting `run` that has no live job; with `unless_pending`, only when none
-/// of its interactions is pending (a cancel request wakes it regardless). The caller
+/// Readies a job for a waiting `run` that has no job waiting to be claimed; with
+/// `unless_pending`, only when none of its interactions is pending (a cancel request wakes it
+/// regardless). A *claimed* job does not count: its worker parked the run and is about to
+/// complete it without looking again, so a wake that lands in between needs a job of its own. The caller
 /// holds the run's row lock.
 pub(crate) async fn wake(
     tx: &mut Tx,
@@ -96,7 +98,7 @@ pub(crate) async fn wake(
          SELECT $1, $2, r.id, 'ready', $4, 0, $5, 0 FROM forge_runs r \
          WHERE r.id = $3 AND r.tenant_id = $2 AND r.status = 'waiting' \
          AND (NOT $6 OR NOT EXISTS (SELECT 1 FROM forge_interactions i WHERE i.run_id = r.id AND i.status = 'pending')) \
-         AND NOT EXISTS (SELECT 1 FROM forge_jobs j WHERE j.run_id = r.id AND j.state IN ('ready', 'claimed', 'waiting'))",
+         AND NOT EXISTS (SELECT 1 FROM forge_jobs j WHERE j.run_id = r.id AND j.state IN ('ready', 'waiting'))",
     )
     .bind(job.0)
     .bind(tenant)

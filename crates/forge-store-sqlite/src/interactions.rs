@@ -79,8 +79,10 @@ pub(crate) async fn resume_if_ready(
     wake(tx, tenant, run, job, now, true).await
 }
 
-/// Readies a job for a waiting `run` that has no live job; with `unless_pending`, only when none
-/// of its interactions is pending (a cancel request wakes it regardless).
+/// Readies a job for a waiting `run` that has no job waiting to be claimed; with
+/// `unless_pending`, only when none of its interactions is pending (a cancel request wakes it
+/// regardless). A *claimed* job does not count: its worker parked the run and is about to
+/// complete it without looking again, so a wake that lands in between needs a job of its own.
 pub(crate) async fn wake(
     tx: &mut Tx,
     tenant: &str,
@@ -92,7 +94,7 @@ pub(crate) async fn wake(
     let ready: Option<i64> = sqlx::query_scalar(
         "SELECT 1 FROM forge_runs r WHERE r.id = $1 AND r.tenant_id = $2 AND r.status = 'waiting' \
          AND (NOT $3 OR NOT EXISTS (SELECT 1 FROM forge_interactions i WHERE i.run_id = r.id AND i.status = 'pending')) \
-         AND NOT EXISTS (SELECT 1 FROM forge_jobs j WHERE j.run_id = r.id AND j.state IN ('ready', 'claimed', 'waiting'))",
+         AND NOT EXISTS (SELECT 1 FROM forge_jobs j WHERE j.run_id = r.id AND j.state IN ('ready', 'waiting'))",
     )
     .bind(run.to_string())
     .bind(tenant)

@@ -65,6 +65,13 @@ fn interaction(
 
 /// A run whose first step raised an approval and a question and parked it; its first job is done.
 async fn parked<F: StoreFactory>() -> Parked<F> {
+    parked_with::<F>(true).await.0
+}
+
+/// Like [`parked`]; without `complete`, the parking worker's job is still claimed (returned).
+async fn parked_with<F: StoreFactory>(
+    complete: bool,
+) -> (Parked<F>, forge_core::ports::queue::ClaimedJob) {
     let clock = Arc::new(ManualClock::at_2026());
     let store = F::make(clock.clone()).await;
     let scope = scope("tenant-a");
@@ -137,16 +144,21 @@ async fn parked<F: StoreFactory>() -> Parked<F> {
         .await
         .expect("the parking commit");
     store.release_lease(&scope, &lease).await.expect("release");
-    store.complete(&sys, &job).await.expect("complete the job");
-    let run = store.get_run(&scope, run.id).await.expect("run");
-    Parked {
-        store,
-        clock,
-        scope,
-        run,
-        approval,
-        question,
+    if complete {
+        store.complete(&sys, &job).await.expect("complete the job");
     }
+    let run = store.get_run(&scope, run.id).await.expect("run");
+    (
+        Parked {
+            store,
+            clock,
+            scope,
+            run,
+            approval,
+            question,
+        },
+        job,
+    )
 }
 
 fn resolve(id: InteractionId, key: &str, decision: Decision) -> Resolve {
@@ -496,13 +508,13 @@ pub async fn a_cancel_request_wakes_a_waiting_run<F: StoreFactory>() {
             .await
             .expect("request cancel")
     );
-    assert!(p.claimable().await, "the cancel request readies the run");
     assert!(
         p.store
             .request_cancel(&p.scope, p.run.id)
             .await
             .expect("again")
     );
+    assert!(p.claimable().await, "the cancel request readies the run");
     assert!(!p.claimable().await, "a second request adds no second job");
 }
 
@@ -558,4 +570,36 @@ pub async fn an_ended_run_leaves_nothing_pending<F: StoreFactory>() {
         ErrorKind::Invalid,
         "resolving an interaction of an ended run",
     );
+}
+
+/// A wake that lands after the run parked but before its worker completed the claimed job still
+/// gives the run a job (the worker completes its own without looking again).
+pub async fn a_wake_before_the_parking_job_completes_is_not_lost<F: StoreFactory>() {
+    let sys = SystemScope::new("conformance");
+    let (p, job) = parked_with::<F>(false).await;
+    assert!(
+        p.store
+            .request_cancel(&p.scope, p.run.id)
+            .await
+            .expect("cancel")
+    );
+    p.store.complete(&sys, &job).await.expect("complete");
+    assert!(p.claimable().await, "the cancel request's job survives");
+
+    let (p, job) = parked_with::<F>(false).await;
+    p.store
+        .resolve_interaction(&p.scope, resolve(p.approval.id, "a", Decision::Approve))
+        .await
+        .expect("approve");
+    let last = p
+        .store
+        .resolve_interaction(
+            &p.scope,
+            resolve(p.question.id, "q", Decision::Answer { answer: json!("x") }),
+        )
+        .await
+        .expect("answer");
+    assert!(last.resumed);
+    p.store.complete(&sys, &job).await.expect("complete");
+    assert!(p.claimable().await, "the resumed run's job survives");
 }

@@ -151,6 +151,7 @@ pub const SUITES: &[Suite] = &[
             "only_a_parking_commit_raises_interactions",
             "a_cancel_request_wakes_a_waiting_run",
             "an_ended_run_leaves_nothing_pending",
+            "a_wake_before_the_parking_job_completes_is_not_lost",
         ],
     },
     Suite {
@@ -355,7 +356,7 @@ macro_rules! interactions_conformance {
             interactions_resolve_once_and_resume, interactions_are_bound_to_their_call,
             expired_interactions_refuse_and_free_the_run, concurrent_resolutions_have_one_winner,
             only_a_parking_commit_raises_interactions, a_cancel_request_wakes_a_waiting_run,
-            an_ended_run_leaves_nothing_pending);
+            an_ended_run_leaves_nothing_pending, a_wake_before_the_parking_job_completes_is_not_lost);
     };
 }
 

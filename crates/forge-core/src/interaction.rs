@@ -21,9 +21,45 @@ use crate::time::Timestamp;
 
 /// SHA-256, hex, of a tool input's canonical JSON (object keys sorted, no whitespace).
 pub fn input_hash(input: &serde_json::Value) -> String {
-    let canonical = input.to_string();
+    let mut canonical = String::new();
+    canonical_json(input, &mut canonical);
     let digest = Sha256::digest(canonical.as_bytes());
     digest.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Writes `value` as compact JSON with every object's keys sorted, whatever order the map keeps
+/// them in (serde_json's `preserve_order` may be on anywhere in a build).
+fn canonical_json(value: &serde_json::Value, out: &mut String) {
+    use serde_json::Value;
+    match value {
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            out.push('{');
+            for (i, k) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&Value::String(k.clone()).to_string());
+                out.push(':');
+                if let Some(v) = map.get(k) {
+                    canonical_json(v, out);
+                }
+            }
+            out.push('}');
+        }
+        Value::Array(items) => {
+            out.push('[');
+            for (i, v) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                canonical_json(v, out);
+            }
+            out.push(']');
+        }
+        scalar => out.push_str(&scalar.to_string()),
+    }
 }
 
 /// What a person is asked.

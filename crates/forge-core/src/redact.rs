@@ -134,14 +134,18 @@ impl Redactor {
                 changed
             }
             Value::Object(map) => {
+                // Values in place, so the keys keep their order.
                 let mut changed = false;
-                let keys: Vec<String> = map.keys().cloned().collect();
-                for key in keys {
-                    let clean = self.redact(&key).into_owned();
-                    if let Some(mut v) = map.remove(&key) {
-                        changed |= self.redact_json(&mut v) || clean != key;
-                        map.insert(clean, v);
+                for v in map.values_mut() {
+                    changed |= self.redact_json(v);
+                }
+                let keys_change = map.keys().any(|k| matches!(self.redact(k), Cow::Owned(_)));
+                if keys_change {
+                    let entries = std::mem::take(map);
+                    for (k, v) in entries {
+                        map.insert(self.redact(&k).into_owned(), v);
                     }
+                    changed = true;
                 }
                 changed
             }

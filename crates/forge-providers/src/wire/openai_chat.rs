@@ -257,9 +257,9 @@ mod tests {
                 {"role": "user", "content": "What is 12 times 7?"},
                 {"role": "assistant", "content": "Let me check.", "tool_calls": [
                     {"id": "call_1", "type": "function",
-                     "function": {"name": "calculate", "arguments": r#"{"a":12,"b":7,"op":"mul"}"#}},
+                     "function": {"name": "calculate", "arguments": r#"{"op":"mul","a":12,"b":7}"#}},
                     {"id": "call_2", "type": "function",
-                     "function": {"name": "calculate", "arguments": r#"{"a":1,"b":0,"op":"div"}"#}},
+                     "function": {"name": "calculate", "arguments": r#"{"op":"div","a":1,"b":0}"#}},
                 ]},
                 {"role": "tool", "tool_call_id": "call_1", "content": r#"{"result":84}"#},
                 {"role": "tool", "tool_call_id": "call_2",

@@ -297,6 +297,10 @@ pub struct Run {
     pub tenant_id: TenantId,
     /// Who started it.
     pub principal_id: PrincipalId,
+    /// The roles they held when they started it: the run's tool calls are authorized with
+    /// these, by whichever worker executes it.
+    #[serde(default)]
+    pub role_ids: Vec<crate::scope::RoleId>,
     /// The thread it runs on.
     pub thread_id: ThreadId,
     /// The agent version it executes.
@@ -341,6 +345,7 @@ impl Run {
             id,
             tenant_id: scope.tenant_id().clone(),
             principal_id: scope.principal_id().clone(),
+            role_ids: scope.role_ids().to_vec(),
             thread_id: new.thread_id,
             agent: new.agent.clone(),
             input: new.input.clone(),

@@ -82,11 +82,24 @@ const SUPABASE_USAGE: Migration = Migration {
     ),
 };
 
+const RUN_ROLES: Migration = Migration {
+    version: 5,
+    name: "run_roles",
+    up: include_str!("../migrations/0005_run_roles.up.sql"),
+    down: include_str!("../migrations/0005_run_roles.down.sql"),
+};
+
 /// The migrations of a mode, in order.
-pub fn migrations(mode: Mode) -> [Migration; 4] {
+pub fn migrations(mode: Mode) -> [Migration; 5] {
     match mode {
-        Mode::Rls => [TABLES, RLS, INTERACTIONS, USAGE],
-        Mode::Supabase => [TABLES, SUPABASE_RLS, SUPABASE_INTERACTIONS, SUPABASE_USAGE],
+        Mode::Rls => [TABLES, RLS, INTERACTIONS, USAGE, RUN_ROLES],
+        Mode::Supabase => [
+            TABLES,
+            SUPABASE_RLS,
+            SUPABASE_INTERACTIONS,
+            SUPABASE_USAGE,
+            RUN_ROLES,
+        ],
     }
 }
 

@@ -323,7 +323,7 @@ impl RunStore for PostgresStore {
         };
         sqlx::query(
             "INSERT INTO forge_runs (id, tenant_id, principal_id, thread_id, agent_name, agent_version, status, version, last_seq, \
-             checkpoint, fence, created_at, updated_at, input) VALUES ($1, $2, $3, $4, $5, $6, 'queued', 0, $7, $8, 0, $9, $9, $10)",
+             checkpoint, fence, created_at, updated_at, input, role_ids) VALUES ($1, $2, $3, $4, $5, $6, 'queued', 0, $7, $8, 0, $9, $9, $10, $11)",
         )
         .bind(run.id.0)
         .bind(run.tenant_id.as_str())
@@ -335,6 +335,7 @@ impl RunStore for PostgresStore {
         .bind(to_json(&run.checkpoint)?)
         .bind(now.0)
         .bind(to_json(&run.input)?)
+        .bind(to_json(&run.role_ids)?)
         .execute(&mut *tx)
         .await
         .map_err(db_error)?;

@@ -39,6 +39,12 @@ pub const MIGRATIONS: &[Migration] = &[
         up: include_str!("../migrations/0003_usage.up.sql"),
         down: include_str!("../migrations/0003_usage.down.sql"),
     },
+    Migration {
+        version: 4,
+        name: "run_roles",
+        up: include_str!("../migrations/0004_run_roles.up.sql"),
+        down: include_str!("../migrations/0004_run_roles.down.sql"),
+    },
 ];
 
 const LEDGER: &str = "CREATE TABLE IF NOT EXISTS forge_schema_migrations (

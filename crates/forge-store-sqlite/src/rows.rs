@@ -118,6 +118,7 @@ pub(crate) fn run(row: &SqliteRow) -> Result<Run, Error> {
         id,
         tenant_id: TenantId::new(get::<String>(row, "tenant_id")?)?,
         principal_id: PrincipalId::new(get::<String>(row, "principal_id")?)?,
+        role_ids: json(row, "role_ids")?,
         thread_id: ThreadId(uuid(row, "thread_id")?),
         agent: AgentRef {
             name: get(row, "agent_name")?,

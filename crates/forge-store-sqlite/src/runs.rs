@@ -20,7 +20,7 @@ use crate::SqliteStore;
 use crate::rows::{self, db_error, i64_of, to_json};
 
 const RUN_COLUMNS: &str = "id, tenant_id, principal_id, thread_id, agent_name, agent_version, status, waiting_for, \
-    version, last_seq, checkpoint, failure, lease_holder, lease_token, lease_expires_at, fence, cancel_requested, created_at, updated_at, input";
+    version, last_seq, checkpoint, failure, lease_holder, lease_token, lease_expires_at, fence, cancel_requested, created_at, updated_at, input, role_ids";
 
 impl SqliteStore {
     pub(crate) async fn write_tx(&self) -> Result<Transaction<'static, Sqlite>, Error> {
@@ -314,7 +314,7 @@ impl RunStore for SqliteStore {
         };
         sqlx::query(
             "INSERT INTO forge_runs (id, tenant_id, principal_id, thread_id, agent_name, agent_version, status, version, last_seq, \
-             checkpoint, fence, created_at, updated_at, input) VALUES ($1, $2, $3, $4, $5, $6, 'queued', 0, $7, $8, 0, $9, $9, $10)",
+             checkpoint, fence, created_at, updated_at, input, role_ids) VALUES ($1, $2, $3, $4, $5, $6, 'queued', 0, $7, $8, 0, $9, $9, $10, $11)",
         )
         .bind(run.id.to_string())
         .bind(run.tenant_id.as_str())
@@ -326,6 +326,7 @@ impl RunStore for SqliteStore {
         .bind(to_json(&run.checkpoint)?)
         .bind(now.unix_millis())
         .bind(to_json(&run.input)?)
+        .bind(to_json(&run.role_ids)?)
         .execute(&mut *tx)
         .await
         .map_err(db_error)?;

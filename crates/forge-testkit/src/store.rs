@@ -671,6 +671,11 @@ pub async fn run_round_trip_and_history<F: StoreFactory>() {
         "a run reads back as created"
     );
     assert_eq!(first.status, RunStatus::Queued);
+    assert_eq!(
+        first.role_ids,
+        f.scope.role_ids(),
+        "a run keeps the roles it was started with: its tool calls are authorized with them"
+    );
     assert_eq!((first.version, first.last_seq, first.fence), (0, 0, 0));
     assert_eq!(
         first.input,

@@ -5,6 +5,7 @@ pub mod audit;
 pub mod interaction;
 pub mod lease;
 pub mod model;
+pub mod policy;
 pub mod queue;
 pub mod store;
 pub mod tool;

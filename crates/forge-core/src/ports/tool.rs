@@ -48,6 +48,10 @@ pub struct ToolSpec {
     pub approval: ApprovalPolicy,
     /// Its version, recorded with every call.
     pub version: String,
+    /// The permission a policy may require for it, for example `payments.write`; policies see
+    /// it as `resource.permission`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub permission: Option<String>,
 }
 
 impl ToolSpec {

@@ -37,7 +37,7 @@ async fn catalog(admin_url: &str) -> String {
 
 async fn up_down_up(flavor: Flavor) {
     let (store, _, admin) = crate::fresh(flavor, Arc::new(ManualClock::at_2026())).await;
-    assert_eq!(store.applied_migrations().await.unwrap(), [1, 2, 3, 4]);
+    assert_eq!(store.applied_migrations().await.unwrap(), [1, 2, 3, 4, 5]);
     let first = catalog(&admin).await;
     for expected in [
         "column forge_run_events.seq bigint NO",
@@ -46,6 +46,7 @@ async fn up_down_up(flavor: Flavor) {
         "rls forge_interactions enabled=t forced=t",
         "policy forge_interactions.forge_tenant",
         "rls forge_model_calls enabled=t forced=t",
+        "column forge_runs.role_ids jsonb NO",
     ] {
         assert!(
             first.contains(expected),

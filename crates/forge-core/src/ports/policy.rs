@@ -1,0 +1,111 @@
+//! The policy port: whether a scope may discover or execute a tool, load a skill, or read a source
+//! or a thread.
+//!
+//! Forge asks twice (invariant 4): before discovery — what the model is offered, what tool search
+//! returns, what any listing shows — and again before execution, with the call's actual input. A
+//! denied call and a call of a tool that does not exist look the same to the caller, so a denial
+//! never tells anyone that a tool exists.
+
+use crate::Error;
+use crate::ports::tool::ToolSpec;
+use crate::scope::Scope;
+
+/// What the scope wants to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PolicyAction {
+    /// Learn that the resource exists: offered to the model, listed, found by search.
+    Discover,
+    /// Run it (a tool call) or load it (a skill); re-checked with the actual input.
+    Execute,
+    /// Read it (a source or a thread).
+    Read,
+}
+
+impl PolicyAction {
+    /// The action's name in policies: `discover`, `execute` or `read`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PolicyAction::Discover => "discover",
+            PolicyAction::Execute => "execute",
+            PolicyAction::Read => "read",
+        }
+    }
+}
+
+/// What the action is on.
+#[derive(Debug, Clone, Copy)]
+pub enum PolicyResource<'a> {
+    /// A tool, native or imported.
+    Tool(&'a ToolSpec),
+    /// A skill, by name and version.
+    Skill {
+        /// Its name.
+        name: &'a str,
+        /// Its version.
+        version: &'a str,
+    },
+    /// A retrieval source, by id.
+    Source(&'a str),
+    /// A thread, by id.
+    Thread(&'a str),
+}
+
+/// One authorization question.
+#[derive(Debug, Clone, Copy)]
+pub struct PolicyRequest<'a> {
+    /// Who asks: tenant, principal and roles.
+    pub scope: &'a Scope,
+    /// What they want to do.
+    pub action: PolicyAction,
+    /// On what.
+    pub resource: PolicyResource<'a>,
+    /// The call's input, for [`PolicyAction::Execute`] of a tool (already valid against its
+    /// schema); `None` otherwise.
+    pub input: Option<&'a serde_json::Value>,
+}
+
+/// The answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PolicyDecision {
+    /// Allowed.
+    Allow,
+    /// Denied, with the reason for the audit trail (policy ids, never shown to a model).
+    Deny {
+        /// Why, for operators.
+        reason: String,
+    },
+}
+
+impl PolicyDecision {
+    /// Whether the decision allows.
+    pub fn is_allowed(&self) -> bool {
+        matches!(self, PolicyDecision::Allow)
+    }
+}
+
+/// Port: a policy engine. Pure and synchronous — it decides from the request alone, so it can
+/// run for every tool on every step. An error means "deny": callers fail closed.
+pub trait Authorizer: Send + Sync {
+    /// Decides one request.
+    fn authorize(&self, request: &PolicyRequest<'_>) -> Result<PolicyDecision, Error>;
+
+    /// Decides, failing closed: an error becomes a denial naming it.
+    fn decide(&self, request: &PolicyRequest<'_>) -> PolicyDecision {
+        self.authorize(request)
+            .unwrap_or_else(|e| PolicyDecision::Deny {
+                reason: format!("policy evaluation failed: {e}"),
+            })
+    }
+}
+
+/// An authorizer that allows everything: the engine's default, where the agent's own tool and
+/// skill lists are the only restriction. Deployments with more than one role configure a real
+/// policy engine (`forge-policy`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AllowAll;
+
+impl Authorizer for AllowAll {
+    fn authorize(&self, _request: &PolicyRequest<'_>) -> Result<PolicyDecision, Error> {
+        Ok(PolicyDecision::Allow)
+    }
+}

@@ -1,0 +1,1 @@
+ALTER TABLE forge_runs DROP COLUMN role_ids;

@@ -125,7 +125,15 @@ fn bench_engine(c: &mut Criterion) {
     let def = agent();
     let state = SessionState::default();
     c.bench_function("context/assemble_8_messages", |b| {
-        b.iter(|| assemble(&def, "bench", &state, history.clone(), &tools))
+        b.iter(|| {
+            assemble(
+                &def,
+                "bench",
+                &state,
+                history.clone(),
+                tools.descriptors(&def.tools),
+            )
+        })
     });
 }
 

@@ -3,20 +3,18 @@
 use forge_core::agent::AgentDefinition;
 use forge_core::message::Message;
 use forge_core::part::Part;
-use forge_core::ports::model::ModelRequest;
+use forge_core::ports::model::{ModelRequest, ToolDescriptor};
 use forge_core::thread::SessionState;
 use forge_core::usage::Usage;
 
-use crate::tools::ToolRegistry;
-
 /// Builds the request for one model call: the agent's instructions, the session state, the
-/// thread's history and the agent's tools.
+/// thread's history and the tools offered (the agent's, narrowed to what the scope may discover).
 pub fn assemble(
     agent: &AgentDefinition,
     model: &str,
     state: &SessionState,
     history: Vec<Message>,
-    tools: &ToolRegistry,
+    tools: Vec<ToolDescriptor>,
 ) -> ModelRequest {
     let mut system = agent.instructions.clone();
     if !state.values.is_empty() {
@@ -29,7 +27,7 @@ pub fn assemble(
         model: model.to_owned(),
         system,
         messages: history,
-        tools: tools.descriptors(&agent.tools),
+        tools,
         max_output_tokens: None,
     }
 }

@@ -16,6 +16,7 @@ use forge_core::part::Part;
 use forge_core::ports::audit::AuditRecord;
 use forge_core::ports::interaction::{InteractionFilter, InteractionStore, Resolved};
 use forge_core::ports::model::ModelProvider;
+use forge_core::ports::policy::Authorizer;
 use forge_core::ports::store::{NewRun, RunStore, StepCommit, ThreadStore};
 use forge_core::ports::tool::{ApprovalRule, Tool};
 use forge_core::ports::usage::{CallFilter, UsageLedger};
@@ -73,9 +74,11 @@ pub struct Engine {
     pub(crate) prices: Prices,
     pub(crate) quotas: Quotas,
     pub(crate) approval_rule: Option<Arc<dyn ApprovalRule>>,
+    pub(crate) authorizer: Arc<dyn Authorizer>,
     pub(crate) redactor: forge_core::redact::Redactor,
     pub(crate) models: HashMap<String, Arc<dyn ModelProvider>>,
     pub(crate) tools: ToolRegistry,
+    pub(crate) skills: Arc<crate::skills::SkillLibrary>,
     agents: HashMap<(String, String), Arc<AgentDefinition>>,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) ids: Arc<dyn IdGenerator>,
@@ -103,9 +106,11 @@ pub struct EngineBuilder {
     prices: Prices,
     quotas: Quotas,
     approval_rule: Option<Arc<dyn ApprovalRule>>,
+    authorizer: Option<Arc<dyn Authorizer>>,
     redactor: Option<forge_core::redact::Redactor>,
     models: HashMap<String, Arc<dyn ModelProvider>>,
     tools: ToolRegistry,
+    skills: crate::skills::SkillLibrary,
     agents: Vec<AgentDefinition>,
     clock: Option<Arc<dyn Clock>>,
     ids: Option<Arc<dyn IdGenerator>>,
@@ -157,6 +162,19 @@ impl EngineBuilder {
     /// every tool result before it reaches the model, the store or an observer.
     pub fn redactor(mut self, redactor: forge_core::redact::Redactor) -> Self {
         self.redactor = Some(redactor);
+        self
+    }
+
+    /// Sets the skills agents may load (and whether their scripts may run).
+    pub fn skills(mut self, skills: crate::skills::SkillLibrary) -> Self {
+        self.skills = skills;
+        self
+    }
+
+    /// Sets the policy engine asked before discovery and before execution (default:
+    /// [`forge_core::ports::policy::AllowAll`], where the agent's tool list is the only limit).
+    pub fn authorizer(mut self, authorizer: Arc<dyn Authorizer>) -> Self {
+        self.authorizer = Some(authorizer);
         self
     }
 
@@ -214,6 +232,13 @@ impl EngineBuilder {
         if !self.tools.contains(crate::hitl::ASK_USER) {
             self.tools.register(crate::hitl::ask_user_tool())?;
         }
+        if !self.skills.is_empty() {
+            self.tools.register(crate::skills::load_skill_tool())?;
+            if self.skills.scripts_enabled() {
+                self.tools
+                    .register(crate::skills::run_skill_script_tool())?;
+            }
+        }
         let mut agents = HashMap::new();
         for agent in self.agents {
             let name = agent.agent.name.clone();
@@ -230,6 +255,11 @@ impl EngineBuilder {
             }
             if let Some(missing) = agent.tools.iter().find(|t| !self.tools.contains(t)) {
                 return Err(invalid(format!("tool {missing} is not registered")));
+            }
+            if let Some(missing) = agent.skills.iter().find(|s| !self.skills.contains(s)) {
+                return Err(invalid(format!(
+                    "skill {missing} is not in the skill library"
+                )));
             }
             let key = (agent.agent.name.clone(), agent.agent.version.clone());
             if agents.insert(key, Arc::new(agent)).is_some() {
@@ -249,9 +279,13 @@ impl EngineBuilder {
             prices: self.prices,
             quotas: self.quotas,
             approval_rule: self.approval_rule,
+            authorizer: self
+                .authorizer
+                .unwrap_or_else(|| Arc::new(forge_core::ports::policy::AllowAll)),
             redactor: self.redactor.unwrap_or_default(),
             models: self.models,
             tools: self.tools,
+            skills: Arc::new(self.skills),
             agents,
             clock: self.clock.unwrap_or_else(|| Arc::new(SystemClock)),
             worker_id: self
@@ -348,8 +382,27 @@ impl Engine {
     }
 
     /// Creates a run (and its job) of a registered agent, with the given start strategy.
-    pub async fn submit(&self, scope: &Scope, new: NewRun) -> Result<Run, EngineError> {
+    ///
+    /// What a caller sends is input, never a grant: files and any tool results in it are marked
+    /// untrusted whatever the caller claimed. Secrets in its text are scrubbed before it is
+    /// stored or shown to a model.
+    pub async fn submit(&self, scope: &Scope, mut new: NewRun) -> Result<Run, EngineError> {
         self.agent(&new.agent)?;
+        for part in &mut new.input {
+            match part {
+                Part::File(f) => f.trust = forge_core::part::Trust::Untrusted,
+                Part::ToolResult(r) => {
+                    r.trust = forge_core::part::Trust::Untrusted;
+                    self.redactor.redact_json(&mut r.output);
+                }
+                Part::Text(t) => {
+                    if let std::borrow::Cow::Owned(scrubbed) = self.redactor.redact(&t.text) {
+                        t.text = scrubbed;
+                    }
+                }
+                _ => {}
+            }
+        }
         Ok(self.runs.create_run(scope, new).await?)
     }
 
@@ -403,7 +456,7 @@ impl Engine {
             Ok(Scope::new(
                 run.tenant_id.clone(),
                 run.principal_id.clone(),
-                vec![],
+                run.role_ids.clone(),
             ))
         };
         self.leased(&reader, run_id, derive, control, observer)

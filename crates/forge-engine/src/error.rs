@@ -34,6 +34,14 @@ pub enum EngineError {
         /// What is wrong.
         reason: String,
     },
+    /// A skill cannot be loaded.
+    #[error("skill at {path} is invalid: {reason}")]
+    InvalidSkill {
+        /// Its directory or file.
+        path: String,
+        /// What is wrong.
+        reason: String,
+    },
     /// The engine was built without a required part.
     #[error("engine is missing its {0}")]
     Incomplete(&'static str),
@@ -47,6 +55,7 @@ impl EngineError {
             EngineError::UnknownAgent { .. } => ErrorKind::NotFound,
             EngineError::InvalidAgent { .. }
             | EngineError::InvalidTool { .. }
+            | EngineError::InvalidSkill { .. }
             | EngineError::Incomplete(_) => ErrorKind::Invalid,
         }
     }

@@ -71,6 +71,7 @@ pub(crate) fn ask_user_tool() -> Arc<dyn Tool> {
             classification: ToolClassification::Read,
             approval: ApprovalPolicy::Never,
             version: "1".into(),
+            permission: None,
         },
     })
 }
@@ -285,6 +286,31 @@ impl StepRunner<'_> {
             })
             .collect();
         Ok(self.run_tools(cur, prepared).await)
+    }
+
+    /// Audit entries for the calls policy denied (or that named a tool this run may not see).
+    pub(crate) fn denials(&self, cur: &Cursor<'_>, prepared: &[Prepared]) -> Vec<AuditRecord> {
+        let now = self.engine.clock.now();
+        prepared
+            .iter()
+            .filter_map(|p| match p {
+                Prepared::Denied { call, reason, .. } => Some(AuditRecord {
+                    tenant_id: cur.run.tenant_id.clone(),
+                    at: now,
+                    actor: self.scope.principal_id().as_str().to_owned(),
+                    action: "tool.denied".into(),
+                    subject: format!("tool call {}", call.tool_call_id),
+                    detail: json!({
+                        "run_id": cur.run.id,
+                        // The model may invent any name: keep at most a name's length of it.
+                        "tool_name": call.tool_name.chars().take(64).collect::<String>(),
+                        "input_hash": input_hash(&call.input),
+                        "reason": reason,
+                    }),
+                }),
+                _ => None,
+            })
+            .collect()
     }
 
     /// Audit entries for the external writes among `prepared` (before they run).

@@ -10,17 +10,21 @@
 #![deny(missing_docs)]
 
 pub mod context;
+pub mod discovery;
 mod engine;
 mod error;
 mod hitl;
 pub mod observer;
+pub mod skills;
 mod step;
 pub mod tools;
 pub mod worker;
 
+pub use discovery::{SearchSignal, ToolEntry, ToolSearchHit};
 pub use engine::{Engine, EngineBuilder, RunControl, RunOutcome};
 pub use error::EngineError;
 pub use hitl::ASK_USER;
 pub use observer::{NoopObserver, RunObserver};
+pub use skills::{LOAD_SKILL, RUN_SKILL_SCRIPT, Skill, SkillLibrary};
 pub use tools::{NativeTool, ToolRegistry, native_tool};
 pub use worker::{JobOutcome, Worker, WorkerConfig, WorkerReport};

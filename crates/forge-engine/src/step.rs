@@ -13,6 +13,7 @@ use forge_core::part::{
     ErrorPart, Part, PartUpdate, TextPart, ToolCallPart, ToolResultPart, Trust,
 };
 use forge_core::ports::model::{ModelChunk, ModelError};
+use forge_core::ports::policy::{PolicyAction, PolicyDecision, PolicyRequest, PolicyResource};
 use forge_core::ports::tool::ToolContext;
 use forge_core::run::{FailureCode, RunFailure};
 use forge_core::scope::Scope;
@@ -71,6 +72,13 @@ pub(crate) enum Prepared {
         code: &'static str,
         message: String,
     },
+    /// Denied by policy, or a tool this run may not see (including one the model invented): the
+    /// model gets a `forbidden` error, and the denial is audited.
+    Denied {
+        call: ToolCallPart,
+        message: String,
+        reason: String,
+    },
     /// Answered by a person (`ask_user`): this is its result.
     Answered {
         call: ToolCallPart,
@@ -104,7 +112,7 @@ impl StepRunner<'_> {
             model_name,
             &cur.state,
             history,
-            &self.engine.tools,
+            self.engine.offered(self.scope, self.agent),
         );
 
         // Reserve before spending: the run's ceilings, then the tenant's quota (atomic in the
@@ -247,7 +255,8 @@ impl StepRunner<'_> {
 
     /// Runs the step's calls, audits its external writes, and adds the tool-result message.
     pub(crate) async fn run_tools(&self, cur: &mut Cursor<'_>, prepared: Vec<Prepared>) -> StepEnd {
-        let audit = self.external_writes(cur, &prepared);
+        let mut audit = self.denials(cur, &prepared);
+        audit.extend(self.external_writes(cur, &prepared));
         match self.execute_tools(cur, prepared).await {
             Some(results) => {
                 cur.audit.extend(audit);
@@ -365,25 +374,37 @@ impl StepRunner<'_> {
         index
     }
 
+    fn on_text(&self, cur: &mut Cursor<'_>, msg: &mut Streaming, text: String) {
+        match msg.open_text {
+            Some(index) => {
+                if let Some(Part::Text(t)) = msg.parts.get_mut(index) {
+                    t.text.push_str(&text);
+                }
+                cur.emit(RunEventKind::PartUpdated {
+                    message_id: msg.id,
+                    index: index as u32,
+                    update: PartUpdate::TextDelta { text },
+                });
+            }
+            None => {
+                let index = self.add_part(cur, msg, Part::Text(TextPart { text }));
+                msg.open_text = Some(index);
+            }
+        }
+    }
+
     fn on_chunk(&self, cur: &mut Cursor<'_>, msg: &mut Streaming, chunk: ModelChunk) {
         match chunk {
             ModelChunk::TextDelta(text) if text.is_empty() => {}
-            ModelChunk::TextDelta(text) => match msg.open_text {
-                Some(index) => {
-                    if let Some(Part::Text(t)) = msg.parts.get_mut(index) {
-                        t.text.push_str(&text);
-                    }
-                    cur.emit(RunEventKind::PartUpdated {
-                        message_id: msg.id,
-                        index: index as u32,
-                        update: PartUpdate::TextDelta { text },
-                    });
-                }
-                None => {
-                    let index = self.add_part(cur, msg, Part::Text(TextPart { text }));
-                    msg.open_text = Some(index);
-                }
-            },
+            ModelChunk::TextDelta(text) => {
+                // Secrets are scrubbed from what the model says too: per delta here, and the
+                // whole text again when the message is kept.
+                let text = match self.engine.redactor.redact(&text) {
+                    std::borrow::Cow::Owned(scrubbed) => scrubbed,
+                    std::borrow::Cow::Borrowed(_) => text,
+                };
+                self.on_text(cur, msg, text);
+            }
             ModelChunk::ToolCallStart {
                 index: call,
                 id,
@@ -402,6 +423,7 @@ impl StepRunner<'_> {
                 if let Some((index, raw)) = msg.calls.get_mut(&call) {
                     raw.push_str(&json);
                     let index = *index as u32;
+                    let json = self.engine.redactor.redact(&json).into_owned();
                     cur.emit(RunEventKind::PartUpdated {
                         message_id: msg.id,
                         index,
@@ -428,9 +450,13 @@ impl StepRunner<'_> {
             } else {
                 raw.as_str()
             };
-            if let Ok(input) = serde_json::from_str::<serde_json::Value>(raw)
+            if let Ok(mut input) = serde_json::from_str::<serde_json::Value>(raw)
                 && let Some(Part::ToolCall(call)) = msg.parts.get_mut(index)
             {
+                // A secret the model writes into a call is scrubbed before anything sees the
+                // call, the tool included: tools take credentials from the deployment, never
+                // from the model.
+                self.engine.redactor.redact_json(&mut input);
                 call.input = input;
                 let part = Part::ToolCall(call.clone());
                 cur.emit(RunEventKind::PartUpdated {
@@ -442,7 +468,14 @@ impl StepRunner<'_> {
         }
     }
 
-    fn keep_message(&self, cur: &mut Cursor<'_>, msg: Streaming) {
+    fn keep_message(&self, cur: &mut Cursor<'_>, mut msg: Streaming) {
+        for part in &mut msg.parts {
+            if let Part::Text(t) = part
+                && let std::borrow::Cow::Owned(scrubbed) = self.engine.redactor.redact(&t.text)
+            {
+                t.text = scrubbed;
+            }
+        }
         if !msg.parts.is_empty() {
             cur.messages.push(Message {
                 id: msg.id,
@@ -476,13 +509,28 @@ impl StepRunner<'_> {
                         ),
                     );
                 }
+                // A tool this run may not see is refused exactly like one that does not exist.
                 let registered = match self.engine.tools.get(&call.tool_name) {
-                    Some(r) if self.agent.tools.contains(&call.tool_name) => r,
-                    _ => {
-                        return refuse(
-                            "unknown_tool",
-                            format!("there is no tool named {:?}", call.tool_name),
-                        );
+                    Some(r)
+                        if self
+                            .engine
+                            .may_call(self.scope, self.agent, &call.tool_name) =>
+                    {
+                        r
+                    }
+                    found => {
+                        return Prepared::Denied {
+                            call: call.clone(),
+                            message: format!(
+                                "there is no tool named {:?} available to this run",
+                                call.tool_name
+                            ),
+                            reason: if found.is_some() {
+                                "not discoverable by this scope".into()
+                            } else {
+                                "no such tool".into()
+                            },
+                        };
                     }
                 };
                 if *raw_len > limits.max_tool_input_bytes {
@@ -507,7 +555,23 @@ impl StepRunner<'_> {
                         ),
                     );
                 }
-                Prepared::Run { call: call.clone() }
+                // Asked again at execution, with the actual input.
+                let decision = self.engine.authorizer.decide(&PolicyRequest {
+                    scope: self.scope,
+                    action: PolicyAction::Execute,
+                    resource: PolicyResource::Tool(registered.tool.spec()),
+                    input: Some(&call.input),
+                });
+                match decision {
+                    PolicyDecision::Allow => self
+                        .skill_gate(call)
+                        .unwrap_or_else(|| Prepared::Run { call: call.clone() }),
+                    PolicyDecision::Deny { reason } => Prepared::Denied {
+                        call: call.clone(),
+                        message: format!("this call of {:?} is not permitted", call.tool_name),
+                        reason,
+                    },
+                }
             })
             .collect()
     }
@@ -523,6 +587,7 @@ impl StepRunner<'_> {
                     code,
                     message,
                 } => (call, Err((code, message))),
+                Prepared::Denied { call, message, .. } => (call, Err(("forbidden", message))),
                 Prepared::Answered { call, output } => (call, Ok(output)),
                 Prepared::Run { call } => {
                     let ctx = ToolContext {
@@ -535,12 +600,14 @@ impl StepRunner<'_> {
                             &call.tool_call_id,
                         ),
                     };
-                    let result = match self.engine.tools.get(&call.tool_name) {
-                        None => Err((
+                    let skill = self.skill_call(&call).await;
+                    let result = match (skill, self.engine.tools.get(&call.tool_name)) {
+                        (Some(answered), _) => answered,
+                        (None, None) => Err((
                             "unknown_tool",
                             format!("there is no tool named {:?}", call.tool_name),
                         )),
-                        Some(r) => match tokio::time::timeout(
+                        (None, Some(r)) => match tokio::time::timeout(
                             timeout,
                             r.tool.call(&ctx, call.input.clone()),
                         )
@@ -554,23 +621,22 @@ impl StepRunner<'_> {
                                 ),
                             )),
                             Ok(Err(e)) => Err((e.code(), e.to_string())),
-                            Ok(Ok(out)) => {
-                                let size = serde_json::to_vec(&out)
-                                    .map(|v| v.len())
-                                    .unwrap_or(usize::MAX);
-                                if size > max_out {
-                                    Err((
-                                        "output_too_large",
-                                        format!(
-                                            "tool output is {size} bytes; the limit is {max_out}"
-                                        ),
-                                    ))
-                                } else {
-                                    Ok(out)
-                                }
-                            }
+                            Ok(Ok(out)) => Ok(out),
                         },
                     };
+                    let result = result.and_then(|out| {
+                        let size = serde_json::to_vec(&out)
+                            .map(|v| v.len())
+                            .unwrap_or(usize::MAX);
+                        if size > max_out {
+                            Err((
+                                "output_too_large",
+                                format!("tool output is {size} bytes; the limit is {max_out}"),
+                            ))
+                        } else {
+                            Ok(out)
+                        }
+                    });
                     (call, result)
                 }
             };

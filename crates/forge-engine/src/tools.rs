@@ -95,6 +95,11 @@ impl ToolRegistry {
         self.tools.contains_key(name)
     }
 
+    /// Every registered tool's spec, by name.
+    pub fn specs(&self) -> impl Iterator<Item = &ToolSpec> {
+        self.tools.values().map(|r| r.tool.spec())
+    }
+
     /// The descriptors of the named tools, in the given order, as offered to a model.
     pub fn descriptors(&self, names: &[String]) -> Vec<ToolDescriptor> {
         names
@@ -150,6 +155,7 @@ where
             classification: ToolClassification::Read,
             approval: ApprovalPolicy::Never,
             version: "1".into(),
+            permission: None,
         },
         f,
         _input: PhantomData,
@@ -166,6 +172,12 @@ impl<I, F> NativeTool<I, F> {
     /// Sets when the tool needs approval (default: never).
     pub fn approval(mut self, a: ApprovalPolicy) -> Self {
         self.spec.approval = a;
+        self
+    }
+
+    /// Sets the permission policies may require for it (default: none).
+    pub fn permission(mut self, p: &str) -> Self {
+        self.spec.permission = Some(p.to_owned());
         self
     }
 

@@ -73,6 +73,16 @@ pub fn harness(script: &str, tools: Vec<Arc<dyn Tool>>, limits: RunLimits) -> Ha
 }
 
 pub fn harness_with(script: &str, tools: Vec<Arc<dyn Tool>>, def: AgentDefinition) -> Harness {
+    harness_built(script, tools, def, |b| b)
+}
+
+/// Like [`harness_with`], with a last say over the engine's builder.
+pub fn harness_built(
+    script: &str,
+    tools: Vec<Arc<dyn Tool>>,
+    def: AgentDefinition,
+    customize: impl FnOnce(EngineBuilder) -> EngineBuilder,
+) -> Harness {
     let clock = Arc::new(ManualClock::at_2026());
     let store = Arc::new(MemoryStore::new(
         clock.clone(),
@@ -94,7 +104,7 @@ pub fn harness_with(script: &str, tools: Vec<Arc<dyn Tool>>, def: AgentDefinitio
         b = b.tool(t).unwrap();
     }
     Harness {
-        engine: b.build().unwrap(),
+        engine: customize(b).build().unwrap(),
         store,
         clock,
         scope: Scope::parse("acme", "alice", &["member"]).unwrap(),

@@ -171,7 +171,7 @@ text = ["{{tool_result.result}}"]
 14 usage.updated step 1
 15 part.added Tool[0] tool_result bad_schema error {"code":"invalid_input","message":"tool input does not match the schema: /a: \"twelve\" is not of type \"integer\""}
 16 part.added Tool[1] tool_result bad_json error {"code":"invalid_json","message":"tool input is not valid JSON"}
-17 part.added Tool[2] tool_result no_such error {"code":"unknown_tool","message":"there is no tool named \"launch_rockets\""}
+17 part.added Tool[2] tool_result no_such error {"code":"forbidden","message":"there is no tool named \"launch_rockets\" available to this run"}
 18 run.checkpointed step 1 v1
 19 step.started 2
 20 part.added Assistant[0] tool_call good calculate null

@@ -8,6 +8,7 @@ mod http_tests;
 mod loop_tests;
 mod redaction_tests;
 mod send_sync;
+mod skills_tests;
 mod tools_tests;
 mod usage_tests;
 mod worker_tests;

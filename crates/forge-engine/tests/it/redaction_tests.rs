@@ -1,5 +1,6 @@
-//! A tool result carrying secrets reaches neither the next model request, nor the stored history
-//! and event log, nor what an observer (the CLI's output, a subscriber) sees.
+//! Secrets — in a tool result, in the run's input, in what the model writes (text and tool-call
+//! input) — reach neither a model request, nor the stored history and event log, nor what an
+//! observer (the CLI's output, a subscriber) sees.
 
 use std::sync::{Arc, Mutex};
 
@@ -26,9 +27,9 @@ async fn seeded_secrets_never_leave_the_tool() {
     let script = r#"
 [[conversation]]
 [[conversation.turn]]
-tool_calls = [{ id = "c1", name = "read_config", input = {} }]
+tool_calls = [{ id = "c1", name = "read_config", input = { echo = "sk-proj-ABCDEFGHIJKLMNOPQRSTUVWXYZ012345" } }]
 [[conversation.turn]]
-text = ["The config is {{tool_result}}"]
+text = ["The config is {{tool_result}}; the password is hunter2-prod-database-password"]
 "#;
     let store = Arc::new(MemoryStore::default());
     let model = Arc::new(Recording {
@@ -66,7 +67,9 @@ text = ["The config is {{tool_result}}"]
             &scope,
             thread.id,
             &def.agent,
-            vec![Part::text("show config")],
+            vec![Part::text(format!(
+                "show config; my key is {API_KEY}, the db password {DB_PASSWORD}"
+            ))],
         )
         .await
         .unwrap();
@@ -100,4 +103,10 @@ text = ["The config is {{tool_result}}"]
         history.contains("postgres://app:[REDACTED]@db/prod"),
         "{history}"
     );
+    assert!(history.contains("my key is [REDACTED]"), "{history}");
+    assert!(
+        history.contains(r#""input":{"echo":"[REDACTED]"}"#),
+        "{history}"
+    );
+    assert!(history.contains("the password is [REDACTED]"), "{history}");
 }

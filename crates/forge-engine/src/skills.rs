@@ -1,0 +1,521 @@
+//! Skills: packaged instructions and resources an agent loads when it needs them.
+//!
+//! A skill is a directory holding `SKILL.md` — a front matter of `name`, `description` and
+//! optionally `version`, then the instructions — plus text resources, and optionally executable
+//! scripts under `scripts/`. An agent names the skills it may use; the model sees their names and
+//! descriptions in the built-in [`LOAD_SKILL`] tool and loads one (or one of its resources) by
+//! calling it. Discovery and loading are authorized like tools (a `Forge::Skill` resource).
+//!
+//! **Scripts never run unless the deployment enables them** ([`SkillLibrary::enable_scripts`]).
+//! Until then the [`RUN_SKILL_SCRIPT`] tool is neither offered nor callable; a loaded skill lists
+//! its scripts as disabled. Enabled, a script runs as a child process without a shell, in its
+//! skill's directory, with a cleared environment (only `PATH`), its input as JSON on stdin, the
+//! run's tool timeout, and its stdout (JSON, or text) capped at the tool-output limit.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use forge_core::ports::tool::{
+    ApprovalPolicy, Tool, ToolClassification, ToolContext, ToolError, ToolSpec,
+};
+use serde_json::{Value, json};
+
+use forge_core::part::ToolCallPart;
+use forge_core::ports::policy::{PolicyAction, PolicyDecision, PolicyRequest, PolicyResource};
+
+use crate::error::EngineError;
+use crate::step::{Prepared, StepRunner};
+
+/// The built-in tool that loads a skill's instructions or one of its resources.
+pub const LOAD_SKILL: &str = "load_skill";
+/// The built-in tool that runs a skill's script; exists only where scripts are enabled.
+pub const RUN_SKILL_SCRIPT: &str = "run_skill_script";
+
+/// Largest resource or `SKILL.md` accepted when loading, in bytes.
+pub const MAX_SKILL_FILE_BYTES: u64 = 256 * 1024;
+
+/// One skill.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Skill {
+    /// Its name, `[A-Za-z0-9_.-]{1,64}`.
+    pub name: String,
+    /// Its version (default `1`), returned with every load.
+    pub version: String,
+    /// What it is for; shown to the model.
+    pub description: String,
+    /// The instructions (the body of `SKILL.md`).
+    pub instructions: String,
+    /// Text resources by path relative to the skill's directory.
+    pub resources: BTreeMap<String, String>,
+    /// Scripts by path relative to the skill's directory (`scripts/...`), as files on disk.
+    pub scripts: BTreeMap<String, PathBuf>,
+    /// The skill's directory, where its scripts run.
+    pub dir: PathBuf,
+}
+
+/// The skills a deployment offers.
+#[derive(Debug, Clone, Default)]
+pub struct SkillLibrary {
+    skills: BTreeMap<String, Skill>,
+    scripts_enabled: bool,
+}
+
+fn invalid(path: &Path, reason: impl std::fmt::Display) -> EngineError {
+    EngineError::InvalidSkill {
+        path: path.display().to_string(),
+        reason: reason.to_string(),
+    }
+}
+
+/// Splits `SKILL.md` into its front-matter fields and body.
+fn front_matter(
+    path: &Path,
+    text: &str,
+) -> Result<(BTreeMap<String, String>, String), EngineError> {
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let rest = text
+        .strip_prefix("---\n")
+        .or_else(|| text.strip_prefix("---\r\n"))
+        .ok_or_else(|| invalid(path, "must start with a '---' front matter"))?;
+    let end = rest
+        .find("\n---")
+        .ok_or_else(|| invalid(path, "front matter is not closed by '---'"))?;
+    let mut fields = BTreeMap::new();
+    for line in rest[..end].lines() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let (k, v) = line.split_once(':').ok_or_else(|| {
+            invalid(
+                path,
+                format!("front matter line {line:?} is not 'key: value'"),
+            )
+        })?;
+        let v = v.trim().trim_matches('"').trim_matches('\'');
+        fields.insert(k.trim().to_owned(), v.to_owned());
+    }
+    let body = rest[end + 4..].trim_start_matches(['-', '\r', '\n']);
+    Ok((fields, body.to_owned()))
+}
+
+fn read_text(path: &Path) -> Result<String, EngineError> {
+    let meta = std::fs::metadata(path).map_err(|e| invalid(path, e))?;
+    if meta.len() > MAX_SKILL_FILE_BYTES {
+        return Err(invalid(
+            path,
+            format!(
+                "is {} bytes; skill files are limited to {MAX_SKILL_FILE_BYTES}",
+                meta.len()
+            ),
+        ));
+    }
+    let bytes = std::fs::read(path).map_err(|e| invalid(path, e))?;
+    String::from_utf8(bytes).map_err(|_| invalid(path, "is not UTF-8 text"))
+}
+
+/// The entries of `dir`, by path.
+fn sorted_entries(dir: &Path) -> Result<Vec<std::fs::DirEntry>, EngineError> {
+    let mut entries: Vec<_> = std::fs::read_dir(dir)
+        .map_err(|e| invalid(dir, e))?
+        .collect::<Result<_, _>>()
+        .map_err(|e| invalid(dir, e))?;
+    entries.sort_by_key(std::fs::DirEntry::path);
+    Ok(entries)
+}
+
+/// Every regular file under `dir`, as (path relative to `root`, full path), sorted.
+fn files(root: &Path, dir: &Path, out: &mut Vec<(String, PathBuf)>) -> Result<(), EngineError> {
+    for entry in sorted_entries(dir)? {
+        let path = entry.path();
+        let kind = entry.file_type().map_err(|e| invalid(&path, e))?;
+        if kind.is_dir() {
+            files(root, &path, out)?;
+        } else if kind.is_file() {
+            let rel = path
+                .strip_prefix(root)
+                .map_err(|e| invalid(&path, e))?
+                .to_string_lossy()
+                .replace('\\', "/");
+            out.push((rel, path));
+        }
+        // Symbolic links are skipped: a skill cannot reach outside its directory.
+    }
+    Ok(())
+}
+
+impl Skill {
+    /// Reads a skill from its directory.
+    pub fn load(dir: &Path) -> Result<Self, EngineError> {
+        let manifest = dir.join("SKILL.md");
+        let (fields, instructions) = front_matter(&manifest, &read_text(&manifest)?)?;
+        let name = fields
+            .get("name")
+            .cloned()
+            .ok_or_else(|| invalid(&manifest, "front matter has no name"))?;
+        ToolSpec::validate_name(&name).map_err(|e| invalid(&manifest, e))?;
+        let description = fields
+            .get("description")
+            .cloned()
+            .ok_or_else(|| invalid(&manifest, "front matter has no description"))?;
+        let mut all = Vec::new();
+        files(dir, dir, &mut all)?;
+        let mut resources = BTreeMap::new();
+        let mut scripts = BTreeMap::new();
+        for (rel, path) in all {
+            if rel == "SKILL.md" {
+                continue;
+            }
+            if rel.starts_with("scripts/") {
+                scripts.insert(rel, path);
+            } else {
+                resources.insert(rel, read_text(&path)?);
+            }
+        }
+        Ok(Self {
+            name,
+            version: fields.get("version").cloned().unwrap_or_else(|| "1".into()),
+            description,
+            instructions,
+            resources,
+            scripts,
+            dir: dir.to_owned(),
+        })
+    }
+}
+
+impl SkillLibrary {
+    /// An empty library.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Reads every subdirectory of `dir` holding a `SKILL.md`.
+    pub fn load_dir(dir: &Path) -> Result<Self, EngineError> {
+        let mut library = Self::new();
+        for entry in sorted_entries(dir)? {
+            let path = entry.path();
+            if path.join("SKILL.md").is_file() {
+                library.insert(Skill::load(&path)?)?;
+            }
+        }
+        Ok(library)
+    }
+
+    /// Adds a skill; refuses a second skill of the same name.
+    pub fn insert(&mut self, skill: Skill) -> Result<(), EngineError> {
+        if self.skills.contains_key(&skill.name) {
+            return Err(invalid(
+                &skill.dir,
+                format!("skill {} exists twice", skill.name),
+            ));
+        }
+        self.skills.insert(skill.name.clone(), skill);
+        Ok(())
+    }
+
+    /// Lets skills' scripts run. Off unless a deployment calls this.
+    pub fn enable_scripts(mut self) -> Self {
+        self.scripts_enabled = true;
+        self
+    }
+
+    /// Whether scripts may run.
+    pub fn scripts_enabled(&self) -> bool {
+        self.scripts_enabled
+    }
+
+    /// A skill by name.
+    pub fn get(&self, name: &str) -> Option<&Skill> {
+        self.skills.get(name)
+    }
+
+    /// Whether the library holds a skill of this name.
+    pub fn contains(&self, name: &str) -> bool {
+        self.skills.contains_key(name)
+    }
+
+    /// How many skills it holds.
+    pub fn len(&self) -> usize {
+        self.skills.len()
+    }
+
+    /// Whether it holds none.
+    pub fn is_empty(&self) -> bool {
+        self.skills.is_empty()
+    }
+}
+
+/// A tool the engine answers itself; its spec is registered so calls are validated like any
+/// other's.
+struct BuiltIn(ToolSpec);
+
+#[async_trait]
+impl Tool for BuiltIn {
+    fn spec(&self) -> &ToolSpec {
+        &self.0
+    }
+    async fn call(&self, _ctx: &ToolContext, _input: Value) -> Result<Value, ToolError> {
+        Err(ToolError::Failed(format!(
+            "{} is answered by the engine",
+            self.0.name
+        )))
+    }
+}
+
+pub(crate) fn load_skill_tool() -> Arc<dyn Tool> {
+    Arc::new(BuiltIn(ToolSpec {
+        name: LOAD_SKILL.into(),
+        description:
+            "Loads a skill: its instructions, or one of its resources. Skills you can load:".into(),
+        input_schema: json!({
+            "type": "object",
+            "properties": {
+                "name": {"type": "string", "description": "The skill's name."},
+                "resource": {"type": "string", "description": "A resource path the skill lists; omit for its instructions."}
+            },
+            "required": ["name"],
+            "additionalProperties": false
+        }),
+        classification: ToolClassification::Read,
+        approval: ApprovalPolicy::Never,
+        version: "1".into(),
+        permission: None,
+    }))
+}
+
+pub(crate) fn run_skill_script_tool() -> Arc<dyn Tool> {
+    Arc::new(BuiltIn(ToolSpec {
+        name: RUN_SKILL_SCRIPT.into(),
+        description:
+            "Runs one of a loaded skill's scripts with a JSON input and returns its output.".into(),
+        input_schema: json!({
+            "type": "object",
+            "properties": {
+                "skill": {"type": "string"},
+                "script": {"type": "string", "description": "A script path the skill lists, such as scripts/run.sh."},
+                "input": {"description": "JSON passed to the script on stdin."}
+            },
+            "required": ["skill", "script"],
+            "additionalProperties": false
+        }),
+        classification: ToolClassification::Write,
+        approval: ApprovalPolicy::Never,
+        version: "1".into(),
+        permission: None,
+    }))
+}
+
+/// A skill's script, run as described in the module docs. The error is `(code, message)`.
+pub(crate) async fn run_script(
+    skill: &Skill,
+    path: &Path,
+    input: &Value,
+    timeout: Duration,
+    max_output: usize,
+) -> Result<Value, (&'static str, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut child = tokio::process::Command::new(path)
+        .current_dir(&skill.dir)
+        .env_clear()
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| ("tool_failed", format!("the script could not start: {e}")))?;
+    if let Some(mut stdin) = child.stdin.take() {
+        // A script that ignores its input may close stdin early; that is not an error.
+        let _ = stdin.write_all(input.to_string().as_bytes()).await;
+    }
+    let mut stdout = child
+        .stdout
+        .take()
+        .ok_or(("tool_failed", "the script has no stdout".to_owned()))?;
+    let mut stderr = child
+        .stderr
+        .take()
+        .ok_or(("tool_failed", "the script has no stderr".to_owned()))?;
+    let work = async {
+        let mut out = Vec::new();
+        let mut err = Vec::new();
+        let limit = max_output as u64 + 1;
+        let mut stdout = (&mut stdout).take(limit);
+        let mut stderr = (&mut stderr).take(4096);
+        let (a, b) = tokio::join!(stdout.read_to_end(&mut out), stderr.read_to_end(&mut err));
+        a.and(b)?;
+        let status = child.wait().await?;
+        Ok::<_, std::io::Error>((status, out, err))
+    };
+    let (status, out, err) = match tokio::time::timeout(timeout, work).await {
+        Err(_) => {
+            return Err((
+                "tool_timeout",
+                format!(
+                    "the script did not finish within {} ms",
+                    timeout.as_millis()
+                ),
+            ));
+        }
+        Ok(Err(e)) => return Err(("tool_failed", format!("the script failed: {e}"))),
+        Ok(Ok(done)) => done,
+    };
+    if out.len() > max_output {
+        return Err((
+            "output_too_large",
+            format!("the script wrote more than {max_output} bytes"),
+        ));
+    }
+    if !status.success() {
+        let tail = String::from_utf8_lossy(&err);
+        return Err((
+            "tool_failed",
+            format!("the script exited with {status}: {}", tail.trim()),
+        ));
+    }
+    let text = String::from_utf8_lossy(&out);
+    Ok(serde_json::from_str(&text).unwrap_or_else(|_| Value::String(text.trim_end().to_owned())))
+}
+
+/// What a skill built-in's input names: the skill, and the part of the input policies see.
+fn skill_name(call: &ToolCallPart) -> Option<&str> {
+    let key = if call.tool_name == LOAD_SKILL {
+        "name"
+    } else if call.tool_name == RUN_SKILL_SCRIPT {
+        "skill"
+    } else {
+        return None;
+    };
+    call.input.get(key).and_then(Value::as_str)
+}
+
+impl StepRunner<'_> {
+    /// For a call of a skill built-in: the denial when the scope may not see or use the skill it
+    /// names (a hidden skill is refused like one that does not exist), `None` otherwise.
+    pub(crate) fn skill_gate(&self, call: &ToolCallPart) -> Option<Prepared> {
+        let name = skill_name(call)?;
+        let denied = |message: String, reason: String| {
+            Some(Prepared::Denied {
+                call: call.clone(),
+                message,
+                reason,
+            })
+        };
+        let visible = self.engine.visible_skills(self.scope, self.agent);
+        let Some(skill) = visible.into_iter().find(|s| s.name == name) else {
+            return denied(
+                format!("there is no skill named {name:?} available to this run"),
+                "skill not discoverable by this scope".into(),
+            );
+        };
+        let decision = self.engine.authorizer.decide(&PolicyRequest {
+            scope: self.scope,
+            action: PolicyAction::Execute,
+            resource: PolicyResource::Skill {
+                name: &skill.name,
+                version: &skill.version,
+            },
+            input: Some(&call.input),
+        });
+        match decision {
+            PolicyDecision::Allow => None,
+            PolicyDecision::Deny { reason } => {
+                denied(format!("using skill {name:?} is not permitted"), reason)
+            }
+        }
+    }
+
+    /// Answers a call of [`LOAD_SKILL`] or [`RUN_SKILL_SCRIPT`] that passed [`Self::skill_gate`];
+    /// `None` for any other tool.
+    pub(crate) async fn skill_call(
+        &self,
+        call: &ToolCallPart,
+    ) -> Option<Result<Value, (&'static str, String)>> {
+        let name = skill_name(call)?;
+        let skills = &self.engine.skills;
+        let Some(skill) = skills.get(name) else {
+            return Some(Err((
+                "forbidden",
+                format!("there is no skill named {name:?} available to this run"),
+            )));
+        };
+        if call.tool_name == LOAD_SKILL {
+            return Some(match call.input.get("resource").and_then(Value::as_str) {
+                None => Ok(json!({
+                    "name": skill.name,
+                    "version": skill.version,
+                    "instructions": skill.instructions,
+                    "resources": skill.resources.keys().collect::<Vec<_>>(),
+                    "scripts": skill.scripts.keys().collect::<Vec<_>>(),
+                    "scripts_enabled": skills.scripts_enabled(),
+                })),
+                Some(path) => match skill.resources.get(path) {
+                    Some(content) => Ok(json!({
+                        "name": skill.name,
+                        "version": skill.version,
+                        "resource": path,
+                        "content": content,
+                    })),
+                    None => Err((
+                        "invalid_input",
+                        format!("skill {name:?} has no resource {path:?}"),
+                    )),
+                },
+            });
+        }
+        if !skills.scripts_enabled() {
+            return Some(Err((
+                "forbidden",
+                "skill scripts are disabled in this deployment".into(),
+            )));
+        }
+        let script = call
+            .input
+            .get("script")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let Some(path) = skill.scripts.get(script) else {
+            return Some(Err((
+                "invalid_input",
+                format!("skill {name:?} has no script {script:?}"),
+            )));
+        };
+        let limits = &self.agent.limits;
+        Some(
+            run_script(
+                skill,
+                path,
+                call.input.get("input").unwrap_or(&Value::Null),
+                Duration::from_millis(limits.tool_timeout_ms),
+                limits.max_tool_output_bytes,
+            )
+            .await,
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn front_matter_and_body_are_split() {
+        let (f, body) = front_matter(
+            Path::new("SKILL.md"),
+            "---\nname: refunds\ndescription: \"How to refund\"\nversion: 3\n---\n# Steps\n1. Check.\n",
+        )
+        .unwrap();
+        assert_eq!(f["name"], "refunds");
+        assert_eq!(f["description"], "How to refund");
+        assert_eq!(f["version"], "3");
+        assert_eq!(body, "# Steps\n1. Check.\n");
+        let e = front_matter(Path::new("SKILL.md"), "# no front matter").unwrap_err();
+        assert!(e.to_string().contains("front matter"), "{e}");
+        let e = front_matter(Path::new("SKILL.md"), "---\nname refunds\n---\n").unwrap_err();
+        assert!(e.to_string().contains("key: value"), "{e}");
+    }
+}

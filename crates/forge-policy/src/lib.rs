@@ -1,0 +1,520 @@
+//! Forge's default [`Authorizer`]: [Cedar](https://www.cedarpolicy.com) policies read from files.
+//!
+//! # The entity model policies are written against
+//!
+//! | Cedar | from |
+//! | --- | --- |
+//! | `principal`: `Forge::Principal::"<principal id>"`, attributes `id`, `tenant` | the [`Scope`] |
+//! | its parents: `Forge::Role::"<role>"` for each role, and `Forge::Tenant::"<tenant>"` | the scope's roles and tenant |
+//! | `action`: `Forge::Action::"discover"`, `"execute"` or `"read"` | [`PolicyAction`] |
+//! | `resource`: `Forge::Tool::"<name>"` with `name`, `classification` (`read` / `write` / `external_write`), `version` and, when set, `permission` | the tool's spec |
+//! | `resource`: `Forge::Skill::"<name>"` (`name`, `version`), `Forge::Source::"<id>"`, `Forge::Thread::"<id>"` (`id`, `tenant`) | |
+//! | `context`: `tenant`, `principal`, `roles` (a set), and for a tool's execution `input` (a record) | the request |
+//!
+//! Cedar denies unless a `permit` matches and no `forbid` does. This adapter also fails closed on
+//! evaluation errors: a policy that errors (say, it reads `context.input.amount` from a call
+//! without one) denies the request instead of being skipped, so a broken `forbid` never opens a
+//! door.
+//!
+//! Call inputs enter the context as data: JSON `null`s are dropped (Cedar has none), numbers that
+//! are not 64-bit integers become strings, and nothing in an input can name an entity — Cedar's
+//! JSON escapes (`__entity`, `__extn`) are never interpreted, because the conversion builds
+//! values directly.
+
+#![deny(missing_docs)]
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+use cedar_policy::{
+    Authorizer as CedarEngine, Context, Decision, Entities, Entity, EntityId, EntityTypeName,
+    EntityUid, PolicyId, PolicySet, Request, RestrictedExpression,
+};
+use forge_core::Error;
+use forge_core::ports::policy::{Authorizer, PolicyDecision, PolicyRequest, PolicyResource};
+use forge_core::ports::tool::ToolClassification;
+use forge_core::scope::Scope;
+
+/// Why policies could not be loaded.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PolicyLoadError {
+    /// A policy file or directory could not be read.
+    #[error("cannot read policies at {path}: {source}")]
+    Io {
+        /// The path.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// A file does not parse as Cedar.
+    #[error("{file}: {message}")]
+    Parse {
+        /// The file's name.
+        file: String,
+        /// Cedar's message, with the position.
+        message: String,
+    },
+    /// A file holds a template; Forge links no templates.
+    #[error("{file}: policy templates are not supported; write static policies")]
+    Template {
+        /// The file's name.
+        file: String,
+    },
+    /// A directory held no `.cedar` file: with no policy at all, everything would be denied.
+    #[error("no .cedar files in {0}")]
+    Empty(PathBuf),
+}
+
+/// Cedar policies, ready to decide.
+pub struct CedarAuthorizer {
+    policies: PolicySet,
+    engine: CedarEngine,
+}
+
+impl std::fmt::Debug for CedarAuthorizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CedarAuthorizer")
+            .field("policies", &self.policies.policies().count())
+            .finish()
+    }
+}
+
+impl CedarAuthorizer {
+    /// Parses policies from `(file name, text)` pairs. Each policy is named `<file>#<n>` in
+    /// denial reasons.
+    pub fn from_sources<'a>(
+        sources: impl IntoIterator<Item = (&'a str, &'a str)>,
+    ) -> Result<Self, PolicyLoadError> {
+        let mut policies = PolicySet::new();
+        for (file, text) in sources {
+            let parsed = PolicySet::from_str(text).map_err(|e| PolicyLoadError::Parse {
+                file: file.to_owned(),
+                message: format!("{e}: {}", render_causes(&e)),
+            })?;
+            if parsed.templates().next().is_some() {
+                return Err(PolicyLoadError::Template {
+                    file: file.to_owned(),
+                });
+            }
+            for (n, policy) in parsed.policies().enumerate() {
+                let named = policy.new_id(PolicyId::new(format!("{file}#{n}")));
+                policies.add(named).map_err(|e| PolicyLoadError::Parse {
+                    file: file.to_owned(),
+                    message: e.to_string(),
+                })?;
+            }
+        }
+        Ok(Self {
+            policies,
+            engine: CedarEngine::new(),
+        })
+    }
+
+    /// Reads every `*.cedar` file in `dir` (or the one file `dir` names), in name order.
+    pub fn from_path(path: &Path) -> Result<Self, PolicyLoadError> {
+        let io = |source| PolicyLoadError::Io {
+            path: path.to_owned(),
+            source,
+        };
+        let mut files = Vec::new();
+        if path.is_dir() {
+            for entry in std::fs::read_dir(path).map_err(io)? {
+                let p = entry.map_err(io)?.path();
+                if p.extension().is_some_and(|e| e == "cedar") {
+                    files.push(p);
+                }
+            }
+            files.sort();
+            if files.is_empty() {
+                return Err(PolicyLoadError::Empty(path.to_owned()));
+            }
+        } else {
+            files.push(path.to_owned());
+        }
+        let mut texts = Vec::with_capacity(files.len());
+        for f in &files {
+            let text = std::fs::read_to_string(f).map_err(|source| PolicyLoadError::Io {
+                path: f.clone(),
+                source,
+            })?;
+            let name = f
+                .file_name()
+                .map_or_else(|| f.display().to_string(), |n| n.to_string_lossy().into());
+            texts.push((name, text));
+        }
+        Self::from_sources(texts.iter().map(|(n, t)| (n.as_str(), t.as_str())))
+    }
+
+    /// How many policies are loaded.
+    pub fn len(&self) -> usize {
+        self.policies.policies().count()
+    }
+
+    /// Whether no policy is loaded (everything is denied).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+fn render_causes(e: &dyn std::error::Error) -> String {
+    let mut out = Vec::new();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        out.push(c.to_string());
+        cur = c.source();
+    }
+    out.join(": ")
+}
+
+fn uid(kind: &str, id: &str) -> Result<EntityUid, Error> {
+    let name = EntityTypeName::from_str(kind)
+        .map_err(|e| Error::invalid(format!("entity type {kind}: {e}")))?;
+    Ok(EntityUid::from_type_name_and_id(name, EntityId::new(id)))
+}
+
+fn string(s: &str) -> RestrictedExpression {
+    RestrictedExpression::new_string(s.to_owned())
+}
+
+/// A JSON value as Cedar data; `None` for `null`.
+fn to_cedar(value: &serde_json::Value) -> Option<RestrictedExpression> {
+    use serde_json::Value;
+    Some(match value {
+        Value::Null => return None,
+        Value::Bool(b) => RestrictedExpression::new_bool(*b),
+        Value::Number(n) => match n.as_i64() {
+            Some(i) => RestrictedExpression::new_long(i),
+            None => RestrictedExpression::new_string(n.to_string()),
+        },
+        Value::String(s) => RestrictedExpression::new_string(s.clone()),
+        Value::Array(items) => RestrictedExpression::new_set(items.iter().filter_map(to_cedar)),
+        Value::Object(fields) => RestrictedExpression::new_record(
+            fields
+                .iter()
+                .filter_map(|(k, v)| to_cedar(v).map(|v| (k.clone(), v))),
+        )
+        // Keys of a JSON object are unique, so building the record cannot fail.
+        .unwrap_or_else(|_| RestrictedExpression::new_string(String::new())),
+    })
+}
+
+fn classification(c: ToolClassification) -> &'static str {
+    match c {
+        ToolClassification::Read => "read",
+        ToolClassification::Write => "write",
+        ToolClassification::ExternalWrite => "external_write",
+    }
+}
+
+fn principal(scope: &Scope) -> Result<Entity, Error> {
+    let mut parents = HashSet::new();
+    for role in scope.role_ids() {
+        parents.insert(uid("Forge::Role", role.as_str())?);
+    }
+    parents.insert(uid("Forge::Tenant", scope.tenant_id().as_str())?);
+    let attrs = HashMap::from([
+        ("id".to_owned(), string(scope.principal_id().as_str())),
+        ("tenant".to_owned(), string(scope.tenant_id().as_str())),
+    ]);
+    Entity::new(
+        uid("Forge::Principal", scope.principal_id().as_str())?,
+        attrs,
+        parents,
+    )
+    .map_err(|e| Error::invalid(format!("principal entity: {e}")))
+}
+
+fn resource(scope: &Scope, r: &PolicyResource<'_>) -> Result<Entity, Error> {
+    let (uid, attrs) = match r {
+        PolicyResource::Tool(spec) => {
+            let mut attrs = HashMap::from([
+                ("name".to_owned(), string(&spec.name)),
+                (
+                    "classification".to_owned(),
+                    string(classification(spec.classification)),
+                ),
+                ("version".to_owned(), string(&spec.version)),
+            ]);
+            if let Some(p) = &spec.permission {
+                attrs.insert("permission".to_owned(), string(p));
+            }
+            (uid("Forge::Tool", &spec.name)?, attrs)
+        }
+        PolicyResource::Skill { name, version } => (
+            uid("Forge::Skill", name)?,
+            HashMap::from([
+                ("name".to_owned(), string(name)),
+                ("version".to_owned(), string(version)),
+            ]),
+        ),
+        PolicyResource::Source(id) | PolicyResource::Thread(id) => {
+            let kind = if matches!(r, PolicyResource::Source(_)) {
+                "Forge::Source"
+            } else {
+                "Forge::Thread"
+            };
+            (
+                uid(kind, id)?,
+                HashMap::from([
+                    ("id".to_owned(), string(id)),
+                    ("tenant".to_owned(), string(scope.tenant_id().as_str())),
+                ]),
+            )
+        }
+    };
+    Entity::new(uid, attrs, HashSet::new())
+        .map_err(|e| Error::invalid(format!("resource entity: {e}")))
+}
+
+impl Authorizer for CedarAuthorizer {
+    fn authorize(&self, req: &PolicyRequest<'_>) -> Result<PolicyDecision, Error> {
+        let scope = req.scope;
+        let principal = principal(scope)?;
+        let resource = resource(scope, &req.resource)?;
+        let mut context = vec![
+            ("tenant".to_owned(), string(scope.tenant_id().as_str())),
+            (
+                "principal".to_owned(),
+                string(scope.principal_id().as_str()),
+            ),
+            (
+                "roles".to_owned(),
+                RestrictedExpression::new_set(scope.role_ids().iter().map(|r| string(r.as_str()))),
+            ),
+        ];
+        if let Some(input) = req.input.and_then(to_cedar) {
+            context.push(("input".to_owned(), input));
+        }
+        let context = Context::from_pairs(context)
+            .map_err(|e| Error::invalid(format!("policy context: {e}")))?;
+        let request = Request::new(
+            principal.uid(),
+            uid("Forge::Action", req.action.as_str())?,
+            resource.uid(),
+            context,
+            None,
+        )
+        .map_err(|e| Error::invalid(format!("policy request: {e}")))?;
+        let entities = Entities::from_entities([principal, resource], None)
+            .map_err(|e| Error::invalid(format!("policy entities: {e}")))?;
+        let response = self
+            .engine
+            .is_authorized(&request, &self.policies, &entities);
+        let diagnostics = response.diagnostics();
+        let errors: Vec<String> = diagnostics.errors().map(ToString::to_string).collect();
+        if !errors.is_empty() {
+            return Ok(PolicyDecision::Deny {
+                reason: format!("policy evaluation failed: {}", errors.join("; ")),
+            });
+        }
+        let reasons: Vec<String> = diagnostics.reason().map(ToString::to_string).collect();
+        Ok(match response.decision() {
+            Decision::Allow => PolicyDecision::Allow,
+            Decision::Deny if reasons.is_empty() => PolicyDecision::Deny {
+                reason: "no policy permits it".into(),
+            },
+            Decision::Deny => PolicyDecision::Deny {
+                reason: format!("forbidden by {}", reasons.join(", ")),
+            },
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use forge_core::ports::policy::PolicyAction;
+    use forge_core::ports::tool::{ApprovalPolicy, ToolSpec};
+    use serde_json::json;
+
+    fn examples() -> CedarAuthorizer {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/policies");
+        CedarAuthorizer::from_path(&dir).expect("the example policies load")
+    }
+
+    fn tool(name: &str, classification: ToolClassification, permission: Option<&str>) -> ToolSpec {
+        ToolSpec {
+            name: name.into(),
+            description: String::new(),
+            input_schema: json!({"type": "object"}),
+            classification,
+            approval: ApprovalPolicy::Never,
+            version: "1".into(),
+            permission: permission.map(Into::into),
+        }
+    }
+
+    fn pay() -> ToolSpec {
+        tool(
+            "pay_invoice",
+            ToolClassification::ExternalWrite,
+            Some("payments.write"),
+        )
+    }
+
+    fn ask(
+        a: &CedarAuthorizer,
+        scope: &Scope,
+        action: PolicyAction,
+        spec: &ToolSpec,
+        input: Option<&serde_json::Value>,
+    ) -> PolicyDecision {
+        a.decide(&PolicyRequest {
+            scope,
+            action,
+            resource: PolicyResource::Tool(spec),
+            input,
+        })
+    }
+
+    #[test]
+    fn roles_and_tenants_decide_discovery() {
+        let a = examples();
+        let pay = pay();
+        let lookup = tool("lookup", ToolClassification::Read, None);
+        let support = Scope::parse("acme", "alice", &["support"]).unwrap();
+        let finance = Scope::parse("acme", "bob", &["finance"]).unwrap();
+        let finance_elsewhere = Scope::parse("globex", "carol", &["finance"]).unwrap();
+        for s in [&support, &finance, &finance_elsewhere] {
+            assert!(ask(&a, s, PolicyAction::Discover, &lookup, None).is_allowed());
+        }
+        assert!(!ask(&a, &support, PolicyAction::Discover, &pay, None).is_allowed());
+        assert!(ask(&a, &finance, PolicyAction::Discover, &pay, None).is_allowed());
+        assert!(
+            !ask(&a, &finance_elsewhere, PolicyAction::Discover, &pay, None).is_allowed(),
+            "a role of the same name in another tenant grants nothing here"
+        );
+    }
+
+    #[test]
+    fn execution_depends_on_the_input() {
+        let a = examples();
+        let pay = pay();
+        let finance = Scope::parse("acme", "bob", &["finance"]).unwrap();
+        let cfo = Scope::parse("acme", "dana", &["finance", "cfo"]).unwrap();
+        let small = json!({"invoice": "INV-1", "amount": 200});
+        let large = json!({"invoice": "INV-2", "amount": 5000});
+        assert!(ask(&a, &finance, PolicyAction::Execute, &pay, Some(&small)).is_allowed());
+        let denied = ask(&a, &finance, PolicyAction::Execute, &pay, Some(&large));
+        assert!(
+            matches!(&denied, PolicyDecision::Deny { reason } if reason.contains("tools.cedar#2")),
+            "{denied:?}"
+        );
+        assert!(ask(&a, &cfo, PolicyAction::Execute, &pay, Some(&large)).is_allowed());
+    }
+
+    #[test]
+    fn evaluation_errors_deny_instead_of_skipping_a_forbid() {
+        let a = examples();
+        let finance = Scope::parse("acme", "bob", &["finance"]).unwrap();
+        // No amount: the forbid cannot be evaluated, so the call is denied, not let through.
+        let decision = ask(
+            &a,
+            &finance,
+            PolicyAction::Execute,
+            &pay(),
+            Some(&json!({"invoice": "INV-3"})),
+        );
+        assert!(
+            matches!(&decision, PolicyDecision::Deny { reason } if reason.contains("evaluation failed")),
+            "{decision:?}"
+        );
+        // A fractional amount becomes a string, which cannot be compared: denied too.
+        let decision = ask(
+            &a,
+            &finance,
+            PolicyAction::Execute,
+            &pay(),
+            Some(&json!({"invoice": "INV-4", "amount": 99.5})),
+        );
+        assert!(!decision.is_allowed());
+    }
+
+    #[test]
+    fn input_cannot_name_entities_or_smuggle_roles() {
+        let a = CedarAuthorizer::from_sources([(
+            "t.cedar",
+            r#"permit(principal, action, resource)
+               when { context.input.who in Forge::Role::"admin" };"#,
+        )])
+        .unwrap();
+        let s = Scope::parse("acme", "mallory", &[]).unwrap();
+        let hostile = json!({"who": {"__entity": {"type": "Forge::Role", "id": "admin"}}});
+        let d = ask(&a, &s, PolicyAction::Execute, &pay(), Some(&hostile));
+        assert!(!d.is_allowed(), "{d:?}");
+    }
+
+    #[test]
+    fn nulls_are_dropped_and_nested_input_is_readable() {
+        let a = CedarAuthorizer::from_sources([(
+            "t.cedar",
+            r#"permit(principal, action, resource)
+               when { context.input.to.country == "NO" && !(context.input has note) };"#,
+        )])
+        .unwrap();
+        let s = Scope::parse("acme", "a", &[]).unwrap();
+        let input = json!({"to": {"country": "NO", "tags": [1, null]}, "note": null});
+        assert!(ask(&a, &s, PolicyAction::Execute, &pay(), Some(&input)).is_allowed());
+    }
+
+    #[test]
+    fn loading_names_the_broken_file_and_refuses_templates_and_empty_dirs() {
+        let e = CedarAuthorizer::from_sources([
+            ("ok.cedar", "permit(principal, action, resource);"),
+            ("bad.cedar", "permit(principal, action"),
+        ])
+        .unwrap_err();
+        assert!(e.to_string().starts_with("bad.cedar:"), "{e}");
+        let e = CedarAuthorizer::from_sources([(
+            "tpl.cedar",
+            "permit(principal == ?principal, action, resource);",
+        )])
+        .unwrap_err();
+        assert!(matches!(e, PolicyLoadError::Template { .. }), "{e}");
+        let dir = std::env::temp_dir().join(format!("forge-policy-empty-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let e = CedarAuthorizer::from_path(&dir).unwrap_err();
+        assert!(matches!(e, PolicyLoadError::Empty(_)), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(examples().len(), 5);
+    }
+
+    #[test]
+    fn skills_sources_and_threads_are_resources_too() {
+        let a = examples();
+        let support = Scope::parse("acme", "alice", &["support"]).unwrap();
+        let sales = Scope::parse("acme", "sam", &["sales"]).unwrap();
+        let refunds = PolicyResource::Skill {
+            name: "refunds",
+            version: "1",
+        };
+        let style = PolicyResource::Skill {
+            name: "style",
+            version: "1",
+        };
+        let req = |scope, resource| PolicyRequest {
+            scope,
+            action: PolicyAction::Discover,
+            resource,
+            input: None,
+        };
+        assert!(a.decide(&req(&support, refunds)).is_allowed());
+        assert!(!a.decide(&req(&sales, refunds)).is_allowed());
+        assert!(a.decide(&req(&sales, style)).is_allowed());
+        // Nothing permits reading sources in the examples: denied by default.
+        let source = PolicyRequest {
+            scope: &support,
+            action: PolicyAction::Read,
+            resource: PolicyResource::Source("handbook"),
+            input: None,
+        };
+        assert_eq!(
+            a.decide(&source),
+            PolicyDecision::Deny {
+                reason: "no policy permits it".into()
+            }
+        );
+    }
+}

@@ -2,6 +2,7 @@
 
 mod agent_file;
 mod builtin;
+mod compose;
 mod dlq;
 mod effects;
 mod interactions;
@@ -17,8 +18,6 @@ use clap::{Parser, Subcommand};
 use forge_core::part::Part;
 use forge_core::ports::store::NewThread;
 use forge_core::run::RunStatus;
-use forge_core::scope::Scope;
-use forge_engine::Engine;
 use tokio_util::sync::CancellationToken;
 
 /// Forge: run AI agents durably, inside each tenant's walls.
@@ -47,6 +46,9 @@ enum Command {
     Interactions(interactions::InteractionsCommand),
     /// Model-call usage: a run's calls, daily rollups, or the reconciliation report.
     Usage(metering::UsageArgs),
+    /// List or search the tools a scope may discover under the configured policies.
+    #[command(subcommand)]
+    Tools(compose::ToolsCommand),
 }
 
 #[derive(Debug, clap::Args)]
@@ -60,6 +62,8 @@ struct WorkerArgs {
     providers: agent_file::ProviderArgs,
     #[command(flatten)]
     metering: metering::MeteringArgs,
+    #[command(flatten)]
+    access: compose::AccessArgs,
     /// Runs executed at once.
     #[arg(long, default_value_t = 4)]
     concurrency: usize,
@@ -94,15 +98,13 @@ struct RunArgs {
     providers: agent_file::ProviderArgs,
     #[command(flatten)]
     metering: metering::MeteringArgs,
+    #[command(flatten)]
+    access: compose::AccessArgs,
+    #[command(flatten)]
+    scope: compose::ScopeArgs,
     /// Print events as JSON lines instead of for a person.
     #[arg(long)]
     json: bool,
-    /// Tenant to run as.
-    #[arg(long, default_value = "local", env = "FORGE_TENANT")]
-    tenant: String,
-    /// Principal to run as.
-    #[arg(long, default_value = "cli", env = "FORGE_PRINCIPAL")]
-    principal: String,
     /// The user's message.
     message: String,
 }
@@ -137,6 +139,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Dlq(command) => dlq::dlq(command).await,
         Command::Interactions(command) => interactions::interactions(command).await,
         Command::Usage(args) => metering::usage(args).await,
+        Command::Tools(command) => compose::tools(command).await,
     }
 }
 
@@ -149,26 +152,18 @@ async fn worker(args: WorkerArgs) -> anyhow::Result<ExitCode> {
     let store = store::open(&args.store).await?.store;
     let ttl = std::time::Duration::from_millis(args.lease_ttl_ms);
     let id = format!("worker-{}", std::process::id());
-    let mut builder = Engine::builder()
-        .dyn_store(store.clone())
+    let settings = compose::EngineSettings {
+        agents: &loaded,
+        providers: &args.providers,
+        metering: &args.metering,
+        access: &args.access,
+    };
+    let mut builder = compose::builder(store.clone(), &settings)?
         .worker_id(id.clone())
         .lease_ttl(ttl);
-    for agent in &loaded {
-        builder = builder.agent(agent.definition.clone());
-    }
-    for provider in agent_file::providers(&loaded, &args.providers)? {
-        builder = builder.model(provider);
-    }
-    for tool in builtin::tools() {
-        builder = builder.tool(tool)?;
-    }
     if let Some(url) = &args.effects_db {
         builder = builder.tool(effects::record_effect(url).await?)?;
     }
-    let builder = args
-        .metering
-        .apply(builder)?
-        .redactor(args.providers.redactor());
     let engine = std::sync::Arc::new(builder.build().context("failed to build the engine")?);
     let config = forge_engine::WorkerConfig {
         id,
@@ -234,22 +229,15 @@ async fn migrate(args: MigrateArgs) -> anyhow::Result<ExitCode> {
 
 async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let loaded = agent_file::load(&args.agent)?;
-    let scope = Scope::parse(&args.tenant, &args.principal, &[])
-        .context("failed to build the run's scope")?;
+    let scope = args.scope.scope()?;
     let store = store::open(&args.store).await?.store;
-    let mut builder = Engine::builder()
-        .dyn_store(store.clone())
-        .agent(loaded.definition.clone());
-    for provider in agent_file::providers(std::slice::from_ref(&loaded), &args.providers)? {
-        builder = builder.model(provider);
-    }
-    for tool in builtin::tools() {
-        builder = builder.tool(tool)?;
-    }
-    let builder = args
-        .metering
-        .apply(builder)?
-        .redactor(args.providers.redactor());
+    let settings = compose::EngineSettings {
+        agents: std::slice::from_ref(&loaded),
+        providers: &args.providers,
+        metering: &args.metering,
+        access: &args.access,
+    };
+    let builder = compose::builder(store.clone(), &settings)?;
     let engine = builder.build().context("failed to build the engine")?;
     if loaded.scripted {
         eprintln!(
@@ -271,7 +259,11 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     // Executed by an in-process worker through the queue, like any other run: if this process is
     // killed, the next `forge run` (or a `forge worker`) on the same store resumes it.
     let engine = std::sync::Arc::new(engine);
-    let printer = std::sync::Arc::new(print::Printer::new(args.json).only(run.id));
+    let printer = std::sync::Arc::new(
+        print::Printer::new(args.json)
+            .only(run.id)
+            .redactor(args.providers.redactor()),
+    );
     let config = forge_engine::WorkerConfig {
         id: format!("forge-run-{}", std::process::id()),
         concurrency: 1,

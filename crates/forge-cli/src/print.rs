@@ -15,6 +15,8 @@ pub(crate) struct Printer {
     only: Option<forge_core::id::RunId>,
     /// Whether the cursor is mid-line after streamed text.
     mid_line: Mutex<bool>,
+    /// Scrubs secrets from everything printed: the last line of defence behind the engine's.
+    redactor: forge_core::redact::Redactor,
 }
 
 impl Printer {
@@ -23,7 +25,14 @@ impl Printer {
             json,
             only: None,
             mid_line: Mutex::new(false),
+            redactor: forge_core::redact::Redactor::default(),
         }
+    }
+
+    /// Scrubs these secrets (and the usual credential patterns) from what is printed.
+    pub(crate) fn redactor(mut self, redactor: forge_core::redact::Redactor) -> Self {
+        self.redactor = redactor;
+        self
     }
 
     /// Prints only the events of `run`.
@@ -43,12 +52,12 @@ impl Printer {
 
     fn line(&self, text: String) {
         self.finish();
-        println!("{text}");
+        println!("{}", self.redactor.redact(&text));
     }
 
     fn stream(&self, text: &str) {
         let mut mid = self.mid_line.lock().unwrap_or_else(|p| p.into_inner());
-        print!("{text}");
+        print!("{}", self.redactor.redact(text));
         let _ = std::io::stdout().flush();
         *mid = !text.ends_with('\n');
     }
@@ -61,7 +70,7 @@ impl RunObserver for Printer {
         }
         if self.json {
             match serde_json::to_string(e) {
-                Ok(line) => println!("{line}"),
+                Ok(line) => println!("{}", self.redactor.redact(&line)),
                 Err(err) => eprintln!("error: failed to encode event {}: {err}", e.seq),
             }
             return;

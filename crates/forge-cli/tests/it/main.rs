@@ -183,6 +183,7 @@ fn a_bad_agent_file_is_a_clear_error_with_exit_code_2() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+mod access;
 mod chaos;
 mod dlq;
 mod hitl;

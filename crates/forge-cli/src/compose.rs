@@ -1,0 +1,191 @@
+//! Composition: the one place an engine is assembled from command-line settings — agents, model
+//! providers, built-in tools, metering, redaction, policies and skills — for `run`, `worker`,
+//! `serve` and `tools`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context;
+use forge_core::ports::store::Store;
+use forge_core::scope::Scope;
+use forge_engine::{Engine, EngineBuilder, SkillLibrary};
+use forge_policy::CedarAuthorizer;
+
+use crate::agent_file::{self, LoadedAgent, ProviderArgs};
+use crate::metering::MeteringArgs;
+
+/// Who may see and run what, and the skills agents may load.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct AccessArgs {
+    /// Cedar policies: a `.cedar` file or a directory of them. Without it every agent's tools and
+    /// skills are available to every principal.
+    #[arg(long = "policies", env = "FORGE_POLICIES")]
+    pub(crate) policies: Option<PathBuf>,
+    /// Skills directory: one subdirectory per skill, each with a `SKILL.md`.
+    #[arg(long = "skills", env = "FORGE_SKILLS")]
+    pub(crate) skills: Option<PathBuf>,
+    /// Lets skills' scripts run (off by default; scripts run without a shell, in their skill's
+    /// directory, with a cleared environment).
+    #[arg(long = "allow-skill-scripts", env = "FORGE_ALLOW_SKILL_SCRIPTS")]
+    pub(crate) allow_skill_scripts: bool,
+}
+
+impl AccessArgs {
+    /// Configures `builder` with the policies and skills.
+    pub(crate) fn apply(&self, mut builder: EngineBuilder) -> anyhow::Result<EngineBuilder> {
+        if let Some(path) = &self.policies {
+            let policies = CedarAuthorizer::from_path(path).context("failed to load policies")?;
+            builder = builder.authorizer(Arc::new(policies));
+        }
+        if let Some(dir) = &self.skills {
+            let mut library = SkillLibrary::load_dir(dir).context("failed to load skills")?;
+            if self.allow_skill_scripts {
+                library = library.enable_scripts();
+            }
+            builder = builder.skills(library);
+        }
+        Ok(builder)
+    }
+}
+
+/// Everything an engine needs besides its store.
+pub(crate) struct EngineSettings<'a> {
+    pub(crate) agents: &'a [LoadedAgent],
+    pub(crate) providers: &'a ProviderArgs,
+    pub(crate) metering: &'a MeteringArgs,
+    pub(crate) access: &'a AccessArgs,
+}
+
+/// An engine builder for `store` with every agent, its providers, the built-in tools, metering,
+/// redaction, policies and skills. Callers add what only they have (worker id, extra tools).
+pub(crate) fn builder(
+    store: Arc<dyn Store>,
+    settings: &EngineSettings<'_>,
+) -> anyhow::Result<EngineBuilder> {
+    let mut builder = Engine::builder().dyn_store(store);
+    for agent in settings.agents {
+        builder = builder.agent(agent.definition.clone());
+    }
+    for provider in agent_file::providers(settings.agents, settings.providers)? {
+        builder = builder.model(provider);
+    }
+    for tool in crate::builtin::tools() {
+        builder = builder.tool(tool)?;
+    }
+    let builder = settings
+        .metering
+        .apply(builder)?
+        .redactor(settings.providers.redactor());
+    settings.access.apply(builder)
+}
+
+/// The scope a command acts as.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct ScopeArgs {
+    /// Tenant to act as.
+    #[arg(long, default_value = "local", env = "FORGE_TENANT")]
+    pub(crate) tenant: String,
+    /// Principal to act as.
+    #[arg(long, default_value = "cli", env = "FORGE_PRINCIPAL")]
+    pub(crate) principal: String,
+    /// Roles of the principal (comma separated), as policies see them.
+    #[arg(long, env = "FORGE_ROLES", value_delimiter = ',')]
+    pub(crate) roles: Vec<String>,
+}
+
+impl ScopeArgs {
+    pub(crate) fn scope(&self) -> anyhow::Result<Scope> {
+        let roles: Vec<&str> = self.roles.iter().map(String::as_str).collect();
+        Scope::parse(&self.tenant, &self.principal, &roles).context("failed to build the scope")
+    }
+}
+
+/// `forge tools`: what a scope may discover.
+#[derive(Debug, clap::Subcommand)]
+pub(crate) enum ToolsCommand {
+    /// Lists the tools the scope may discover (an agent's, or all).
+    List(ToolsArgs),
+    /// Searches the names and descriptions of the tools the scope may discover.
+    Search {
+        #[command(flatten)]
+        args: ToolsArgs,
+        /// Most results.
+        #[arg(long, default_value_t = 10)]
+        limit: usize,
+        /// What to look for.
+        query: String,
+    },
+}
+
+/// What `forge tools` needs: agents (for their tools), policies, skills and a scope.
+#[derive(Debug, clap::Args)]
+pub(crate) struct ToolsArgs {
+    /// Agent files; with exactly one, only its tools are shown.
+    #[arg(long = "agent")]
+    agents: Vec<PathBuf>,
+    #[command(flatten)]
+    access: AccessArgs,
+    #[command(flatten)]
+    scope: ScopeArgs,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+pub(crate) async fn tools(command: ToolsCommand) -> anyhow::Result<ExitCode> {
+    let (args, search) = match &command {
+        ToolsCommand::List(args) => (args, None),
+        ToolsCommand::Search { args, limit, query } => (args, Some((query.as_str(), *limit))),
+    };
+    let loaded = args
+        .agents
+        .iter()
+        .map(|a| agent_file::load(a))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    // Listing needs no model: every agent gets a scripted stand-in so nothing is dialled.
+    let mut builder = Engine::builder()
+        .store(Arc::new(forge_store_memory::MemoryStore::default()))
+        .model(Arc::new(forge_providers::ScriptedProvider::empty()));
+    for agent in &loaded {
+        let mut def = agent.definition.clone();
+        def.model = "scripted:listing".into();
+        builder = builder.agent(def);
+    }
+    for tool in crate::builtin::tools() {
+        builder = builder.tool(tool)?;
+    }
+    let engine = args
+        .access
+        .apply(builder)?
+        .build()
+        .context("failed to build the engine")?;
+    let scope = args.scope.scope()?;
+    let agent = match loaded.as_slice() {
+        [one] => Some(one.definition.agent.clone()),
+        _ => None,
+    };
+    match search {
+        None => {
+            let entries = engine.list_tools(&scope, agent.as_ref())?;
+            if args.json {
+                println!("{}", serde_json::to_string_pretty(&entries)?);
+            } else {
+                for e in entries {
+                    println!("{}\t{:?}\t{}", e.name, e.classification, e.description);
+                }
+            }
+        }
+        Some((query, limit)) => {
+            let hits = engine.search_tools(&scope, agent.as_ref(), query, limit)?;
+            if args.json {
+                println!("{}", serde_json::to_string_pretty(&hits)?);
+            } else {
+                for h in hits {
+                    println!("{:.2}\t{}\t{}", h.score, h.entry.name, h.entry.description);
+                }
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -358,6 +358,18 @@ impl Engine {
             })
     }
 
+    /// Every registered agent version, by name then version.
+    pub fn agents(&self) -> Vec<Arc<AgentDefinition>> {
+        let mut all: Vec<_> = self.agents.values().cloned().collect();
+        all.sort_by(|a, b| {
+            a.agent
+                .name
+                .cmp(&b.agent.name)
+                .then_with(|| a.agent.version.cmp(&b.agent.version))
+        });
+        all
+    }
+
     /// The thread store.
     pub fn threads(&self) -> &Arc<dyn ThreadStore> {
         &self.threads
@@ -878,6 +890,8 @@ impl Engine {
             settlements: std::mem::take(&mut cur.settlements),
         };
         let committed = self.runs.commit_step(scope, commit).await?;
+        cur.observer
+            .on_commit(cur.run.id, cur.run.thread_id, committed.last_seq);
         cur.history.extend(messages);
         cur.run.version = committed.version;
         cur.run.last_seq = committed.last_seq;

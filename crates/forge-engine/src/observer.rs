@@ -8,11 +8,18 @@
 //! `run.checkpointed` or terminal event).
 
 use forge_core::event::RunEvent;
+use forge_core::id::{RunId, ThreadId};
 
 /// Receives a run's events live.
 pub trait RunObserver: Send + Sync {
     /// Called once per event, in sequence order, as it is produced.
     fn on_event(&self, event: &RunEvent);
+
+    /// Called after a step's commit made the run's log durable up to `last_seq`: the moment a
+    /// reader of the log can see those events (a server wakes its subscribers here).
+    fn on_commit(&self, run_id: RunId, thread_id: ThreadId, last_seq: u64) {
+        let _ = (run_id, thread_id, last_seq);
+    }
 }
 
 /// Ignores every event.

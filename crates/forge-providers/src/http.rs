@@ -21,6 +21,13 @@ use crate::secret::Secret;
 use crate::wire::errors::{classify, retry_after};
 use crate::wire::{BodyOptions, Dialect, StreamDecoder};
 
+/// Installs ring as the process's TLS crypto provider (as the database drivers use): one provider
+/// for the whole process. Idempotent; anything building a `reqwest` client calls it first.
+pub fn install_crypto_provider() {
+    // An error only means one is installed already.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
 /// Largest error body or non-streamed JSON response read (4 MiB).
 const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
 
@@ -150,9 +157,7 @@ impl HttpProvider {
         for (header, value) in &extra {
             insert(header, value.expose())?;
         }
-        // One TLS crypto provider for the whole process: ring, as the database drivers use. An
-        // error only means one is installed already.
-        let _ = rustls::crypto::ring::default_provider().install_default();
+        install_crypto_provider();
         let client = reqwest::Client::builder()
             .connect_timeout(timeouts.connect)
             .user_agent(concat!("forge/", env!("CARGO_PKG_VERSION")))

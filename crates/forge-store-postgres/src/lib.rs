@@ -17,6 +17,7 @@
 mod interactions;
 mod locks;
 mod migrate;
+pub mod notify;
 mod queue;
 mod rows;
 mod runs;

@@ -89,16 +89,24 @@ const RUN_ROLES: Migration = Migration {
     down: include_str!("../migrations/0005_run_roles.down.sql"),
 };
 
+const EVENT_NOTIFY: Migration = Migration {
+    version: 6,
+    name: "event_notify",
+    up: include_str!("../migrations/0006_event_notify.up.sql"),
+    down: include_str!("../migrations/0006_event_notify.down.sql"),
+};
+
 /// The migrations of a mode, in order.
-pub fn migrations(mode: Mode) -> [Migration; 5] {
+pub fn migrations(mode: Mode) -> [Migration; 6] {
     match mode {
-        Mode::Rls => [TABLES, RLS, INTERACTIONS, USAGE, RUN_ROLES],
+        Mode::Rls => [TABLES, RLS, INTERACTIONS, USAGE, RUN_ROLES, EVENT_NOTIFY],
         Mode::Supabase => [
             TABLES,
             SUPABASE_RLS,
             SUPABASE_INTERACTIONS,
             SUPABASE_USAGE,
             RUN_ROLES,
+            EVENT_NOTIFY,
         ],
     }
 }

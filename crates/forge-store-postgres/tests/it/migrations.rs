@@ -37,7 +37,10 @@ async fn catalog(admin_url: &str) -> String {
 
 async fn up_down_up(flavor: Flavor) {
     let (store, _, admin) = crate::fresh(flavor, Arc::new(ManualClock::at_2026())).await;
-    assert_eq!(store.applied_migrations().await.unwrap(), [1, 2, 3, 4, 5]);
+    assert_eq!(
+        store.applied_migrations().await.unwrap(),
+        [1, 2, 3, 4, 5, 6]
+    );
     let first = catalog(&admin).await;
     for expected in [
         "column forge_run_events.seq bigint NO",

@@ -1,0 +1,310 @@
+//! Bearer tokens: missing, malformed, badly signed, expired, `alg: none`, the wrong key type;
+//! RS256 and ES256 from a JWKS file; Supabase claims; and another tenant's ids, which behave
+//! exactly like ids that do not exist.
+
+use jsonwebtoken::{Algorithm, EncodingKey, Header};
+use serde_json::{Value, json};
+
+use crate::support::{Opts, SECRET, Ws, chrono_now, start, token};
+
+fn keys(name: &str) -> Vec<u8> {
+    std::fs::read(format!("{}/tests/keys/{name}", env!("CARGO_MANIFEST_DIR"))).unwrap()
+}
+
+fn claims(exp_offset: i64) -> Value {
+    json!({"sub": "alice", "tenant_id": "acme", "roles": ["member"], "exp": chrono_now() + exp_offset})
+}
+
+fn sign(alg: Algorithm, kid: Option<&str>, key: &EncodingKey, claims: &Value) -> String {
+    let mut header = Header::new(alg);
+    header.kid = kid.map(str::to_owned);
+    jsonwebtoken::encode(&header, claims, key).unwrap()
+}
+
+const WHO: &str = "{ agents { name } }";
+
+async fn status_and_challenge(
+    srv: &crate::support::Srv,
+    auth: Option<&str>,
+) -> (u16, String, Value) {
+    let mut req = srv
+        .http
+        .post(srv.url("/graphql"))
+        .json(&json!({"query": WHO}));
+    if let Some(a) = auth {
+        req = req.header("authorization", a);
+    }
+    let res = req.send().await.unwrap();
+    let status = res.status().as_u16();
+    let challenge = res
+        .headers()
+        .get("www-authenticate")
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default();
+    (status, challenge, res.json().await.unwrap_or(Value::Null))
+}
+
+#[tokio::test]
+async fn bad_tokens_are_refused_with_standard_errors() {
+    let srv = start(Opts::default()).await;
+    let (status, challenge, body) = status_and_challenge(&srv, None).await;
+    assert_eq!(status, 401);
+    assert_eq!(challenge, "Bearer realm=\"forge\"");
+    assert_eq!(body["errors"][0]["extensions"]["code"], "UNAUTHENTICATED");
+
+    let cases = [
+        ("Basic dXNlcjpwYXNz".to_owned(), "the authorization scheme must be Bearer"),
+        ("Bearer not.a.jwt".to_owned(), "malformed token"),
+        (
+            format!(
+                "Bearer {}",
+                sign(
+                    Algorithm::HS256,
+                    None,
+                    &EncodingKey::from_secret(b"another-secret-another-secret-0123456").unwrap(),
+                    &claims(600)
+                )
+            ),
+            "bad signature",
+        ),
+        (
+            format!(
+                "Bearer {}",
+                sign(
+                    Algorithm::HS256,
+                    None,
+                    &EncodingKey::from_secret(SECRET.as_bytes()).unwrap(),
+                    &claims(-600)
+                )
+            ),
+            "the token has expired",
+        ),
+        (
+            format!(
+                "Bearer {}",
+                sign(
+                    Algorithm::HS256,
+                    None,
+                    &EncodingKey::from_secret(SECRET.as_bytes()).unwrap(),
+                    &json!({"sub": "alice", "exp": chrono_now() + 600})
+                )
+            ),
+            "missing claim tenant_id",
+        ),
+        (
+            // alg "none": header {"alg":"none"}, no signature.
+            "Bearer eyJhbGciOiJub25lIiwidHlwIjoiSldUIn0.eyJzdWIiOiJhbGljZSIsInRlbmFudF9pZCI6ImFjbWUiLCJleHAiOjQxMDI0NDQ4MDB9.".to_owned(),
+            "malformed token",
+        ),
+    ];
+    for (header, why) in cases {
+        let (status, challenge, body) = status_and_challenge(&srv, Some(&header)).await;
+        assert_eq!(status, 401, "{header}: {body}");
+        assert!(challenge.contains("error=\"invalid_token\""), "{challenge}");
+        let message = body["errors"][0]["message"].as_str().unwrap();
+        assert!(message.contains(why), "{header}: {message}");
+    }
+    // An RS256 token is not accepted by an HS256 server (no algorithm confusion).
+    let rs = sign(
+        Algorithm::RS256,
+        Some("test-rsa"),
+        &EncodingKey::from_rsa_pem(&keys("rsa-private.pem")).unwrap(),
+        &claims(600),
+    );
+    let (status, _, _) = status_and_challenge(&srv, Some(&format!("Bearer {rs}"))).await;
+    assert_eq!(status, 401);
+    let (status, _, _) = status_and_challenge(
+        &srv,
+        Some(&format!("Bearer {}", token("acme", "alice", &[]))),
+    )
+    .await;
+    assert_eq!(status, 200);
+}
+
+#[tokio::test]
+async fn rs256_and_es256_tokens_verify_against_a_jwks_file() {
+    let jwks = String::from_utf8(keys("jwks.json")).unwrap();
+    let srv = start(Opts {
+        auth: Some(forge_server::Authenticator::jwks(&jwks).unwrap()),
+        ..Opts::default()
+    })
+    .await;
+    let rs = sign(
+        Algorithm::RS256,
+        Some("test-rsa"),
+        &EncodingKey::from_rsa_pem(&keys("rsa-private.pem")).unwrap(),
+        &claims(600),
+    );
+    let es = sign(
+        Algorithm::ES256,
+        Some("test-ec"),
+        &EncodingKey::from_ec_pem(&keys("ec-private.pem")).unwrap(),
+        &claims(600),
+    );
+    for t in [&rs, &es] {
+        let d = srv.gql(t, WHO, json!({})).await;
+        assert_eq!(d["agents"][0]["name"], "assistant");
+    }
+    let forged = sign(
+        Algorithm::RS256,
+        Some("test-rsa"),
+        &EncodingKey::from_rsa_pem(&keys("other-rsa-private.pem")).unwrap(),
+        &claims(600),
+    );
+    let (status, _, body) = status_and_challenge(&srv, Some(&format!("Bearer {forged}"))).await;
+    assert_eq!(status, 401);
+    assert!(
+        body["errors"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("bad signature")
+    );
+    let unknown_kid = sign(
+        Algorithm::RS256,
+        Some("rotated-away"),
+        &EncodingKey::from_rsa_pem(&keys("rsa-private.pem")).unwrap(),
+        &claims(600),
+    );
+    let (status, _, _) = status_and_challenge(&srv, Some(&format!("Bearer {unknown_kid}"))).await;
+    assert_eq!(status, 401);
+    // HS256 signed with the public key's bytes (the classic confusion) is refused.
+    let hs = sign(
+        Algorithm::HS256,
+        Some("test-rsa"),
+        &EncodingKey::from_secret(jwks.as_bytes()).unwrap(),
+        &claims(600),
+    );
+    let (status, _, _) = status_and_challenge(&srv, Some(&format!("Bearer {hs}"))).await;
+    assert_eq!(status, 401);
+}
+
+#[tokio::test]
+async fn supabase_claims_come_from_app_metadata() {
+    let auth = forge_server::Authenticator::hs256(SECRET.as_bytes())
+        .unwrap()
+        .mode(forge_server::ClaimsMode::Supabase)
+        .audience("authenticated");
+    let srv = start(Opts {
+        auth: Some(auth),
+        ..Opts::default()
+    })
+    .await;
+    let key = EncodingKey::from_secret(SECRET.as_bytes()).unwrap();
+    let supabase = json!({
+        "sub": "5a1e0000-0000-4000-8000-000000000001", "aud": "authenticated", "role": "authenticated",
+        "exp": chrono_now() + 600, "app_metadata": {"tenant_id": "acme", "roles": ["member"]},
+        // A user can write user_metadata; it must not pick the tenant.
+        "user_metadata": {"tenant_id": "globex"}, "tenant_id": "globex"
+    });
+    let t = sign(Algorithm::HS256, None, &key, &supabase);
+    let thread = srv.thread(&t).await;
+    let supa = |tenant: &str| {
+        sign(
+            Algorithm::HS256,
+            None,
+            &key,
+            &json!({"sub": "someone", "aud": "authenticated", "exp": chrono_now() + 600,
+                    "app_metadata": {"tenant_id": tenant}}),
+        )
+    };
+    let (acme, globex) = (supa("acme"), supa("globex"));
+    // A plain token (tenant at the top level) is not a Supabase token.
+    let (status, _, _) = status_and_challenge(
+        &srv,
+        Some(&format!("Bearer {}", token("acme", "alice", &[]))),
+    )
+    .await;
+    assert_eq!(status, 401);
+    let q = "query($id: ID!) { thread(id: $id) { id } }";
+    assert_eq!(
+        srv.gql(&acme, q, json!({"id": thread})).await["thread"]["id"],
+        thread.as_str()
+    );
+    let (code, _) = srv.gql_error(&globex, q, json!({"id": thread})).await;
+    assert_eq!(code, "NOT_FOUND");
+    let wrong_aud = sign(
+        Algorithm::HS256,
+        None,
+        &key,
+        &json!({"sub": "u", "aud": "anon", "exp": chrono_now() + 600, "app_metadata": {"tenant_id": "acme"}}),
+    );
+    let (status, _, _) = status_and_challenge(&srv, Some(&format!("Bearer {wrong_aud}"))).await;
+    assert_eq!(status, 401);
+}
+
+#[tokio::test]
+async fn another_tenants_ids_behave_like_ids_that_do_not_exist() {
+    let srv = start(Opts::default()).await;
+    let acme = token("acme", "alice", &[]);
+    let globex = token("globex", "mallory", &[]);
+    let thread = srv.thread(&acme).await;
+    let run = srv.start_run(&acme, &thread, "greeter", "hi").await;
+    srv.wait_status(&acme, &run, "completed").await;
+    let missing = uuid::Uuid::now_v7().to_string();
+
+    let probes = [
+        ("query($id: ID!) { thread(id: $id) { id } }", "thread"),
+        ("query($id: ID!) { run(id: $id) { id } }", "run"),
+        ("query($id: ID!) { runEvents(runId: $id) { seq } }", "run"),
+        ("mutation($id: ID!) { cancelRun(runId: $id) }", "run"),
+        (
+            "mutation($id: ID!) { startRun(input: {threadId: $id, agent: \"greeter\", message: \"x\"}) { id } }",
+            "thread",
+        ),
+        (
+            "mutation($id: ID!) { resolveApproval(interactionId: $id, approve: true, key: \"k\") { id } }",
+            "run",
+        ),
+    ];
+    for (query, kind) in probes {
+        let real = if kind == "thread" { &thread } else { &run };
+        let foreign = srv.post(Some(&globex), query, json!({"id": real})).await;
+        let absent = srv.post(Some(&globex), query, json!({"id": missing})).await;
+        assert_eq!(
+            foreign.1["errors"][0]["extensions"]["code"], "NOT_FOUND",
+            "{query}: {}",
+            foreign.1
+        );
+        assert_eq!(
+            foreign.1["errors"][0]["message"], absent.1["errors"][0]["message"],
+            "{query}: another tenant's id must look absent"
+        );
+        assert_eq!(foreign.0, absent.0);
+    }
+    // Nothing of acme's is listed for globex.
+    let d = srv
+        .gql(&globex, "{ pendingInteractions { id } }", json!({}))
+        .await;
+    assert!(d["pendingInteractions"].as_array().unwrap().is_empty());
+    // Nor can a globex subscriber attach to acme's run.
+    let (mut ws, ack) = Ws::connect(&srv, Some(&globex)).await;
+    assert!(ack.to_string().contains("connection_ack"), "{ack}");
+    ws.subscribe(
+        "1",
+        crate::support::RUN_EVENTS,
+        json!({"id": run, "after": 0}),
+    )
+    .await;
+    let m = ws.next_json().await;
+    let errors = if m["type"] == "error" {
+        &m["payload"]
+    } else {
+        &m["payload"]["errors"]
+    };
+    assert_eq!(errors[0]["extensions"]["code"], "NOT_FOUND", "{m}");
+    assert_eq!(errors[0]["message"], "not found", "{m}");
+}
+
+#[tokio::test]
+async fn a_websocket_without_a_valid_token_is_closed() {
+    let srv = start(Opts::default()).await;
+    for t in [None, Some("garbage")] {
+        let (_ws, first) = Ws::connect(&srv, t).await;
+        match first {
+            tokio_tungstenite::tungstenite::Message::Close(Some(frame)) => {
+                assert!(frame.reason.contains("unauthenticated"), "{frame:?}");
+            }
+            other => panic!("expected a close, got {other:?}"),
+        }
+    }
+}

@@ -1,0 +1,10 @@
+//! The server over real HTTP and WebSockets on loopback: resolvers, auth, subscriptions, limits,
+//! health, and the committed schema.
+
+#![allow(clippy::unwrap_used)]
+
+mod auth_tests;
+mod load_tests;
+mod resolver_tests;
+mod subscription_tests;
+mod support;

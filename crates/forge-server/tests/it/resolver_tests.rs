@@ -1,0 +1,379 @@
+//! One test per area of the schema, each asserting every field it selects; the committed SDL;
+//! query limits, body limits and error hygiene; health.
+
+use serde_json::json;
+
+use crate::support::{Opts, start, token};
+
+#[tokio::test]
+async fn agents_and_tools_are_listed_for_the_caller() {
+    let srv = start(Opts::default()).await;
+    let t = token("acme", "alice", &["member"]);
+    let d = srv
+        .gql(
+            &t,
+            "{ agents { name version model tools { name description classification version } } }",
+            json!({}),
+        )
+        .await;
+    let agents = d["agents"].as_array().unwrap();
+    assert_eq!(agents.len(), 2);
+    assert_eq!(agents[0]["name"], "assistant");
+    assert_eq!(agents[0]["version"], "1");
+    assert_eq!(agents[0]["model"], "scripted:test");
+    let tools = agents[0]["tools"].as_array().unwrap();
+    let names: Vec<&str> = tools.iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["slow_add", "send_email", "ask_user"]);
+    assert_eq!(tools[1]["classification"], "external_write");
+    assert_eq!(tools[1]["description"], "Sends an email.");
+    assert_eq!(tools[1]["version"], "1");
+
+    let d = srv
+        .gql(
+            &t,
+            "{ searchTools(query: \"email\", limit: 5) { name description score signals } }",
+            json!({}),
+        )
+        .await;
+    let hits = d["searchTools"].as_array().unwrap();
+    assert_eq!(hits[0]["name"], "send_email");
+    assert!(hits[0]["score"].as_f64().unwrap() > 0.0);
+    assert_eq!(hits[0]["signals"][0]["kind"], "name_term");
+}
+
+#[tokio::test]
+async fn threads_runs_and_their_events_read_back() {
+    let srv = start(Opts::default()).await;
+    let t = token("acme", "alice", &[]);
+    let d = srv
+        .gql(
+            &t,
+            "mutation { createThread(title: \"Support\", state: {plan: \"pro\"}) { id title state stateVersion activeRunId createdAt } }",
+            json!({}),
+        )
+        .await;
+    let thread = &d["createThread"];
+    assert_eq!(thread["title"], "Support");
+    assert_eq!(thread["state"], json!({"plan": "pro"}));
+    assert_eq!(thread["stateVersion"], 0);
+    assert!(thread["activeRunId"].is_null());
+    assert!(thread["createdAt"].as_str().unwrap().ends_with('Z'));
+    let thread_id = thread["id"].as_str().unwrap().to_owned();
+
+    let run = srv.start_run(&t, &thread_id, "greeter", "hi").await;
+    let done = srv.wait_status(&t, &run, "completed").await;
+    let last = done["lastSeq"].as_u64().unwrap();
+    let d = srv
+        .gql(
+            &t,
+            r#"query($id: ID!, $t: ID!) {
+                run(id: $id) {
+                    id threadId status agentName agentVersion lastSeq steps usage costMicros failure
+                    cancelRequested createdAt
+                    events(afterSeq: 1, limit: 2) { runId seq at type event }
+                    interactions { id }
+                    modelCalls
+                }
+                thread(id: $t) { runs { id status } messages }
+            }"#,
+            json!({"id": run, "t": thread_id}),
+        )
+        .await;
+    let r = &d["run"];
+    assert_eq!(r["id"], run.as_str());
+    assert_eq!(r["threadId"], thread_id.as_str());
+    assert_eq!(r["status"], "completed");
+    assert_eq!(
+        (r["agentName"].as_str(), r["agentVersion"].as_str()),
+        (Some("greeter"), Some("1"))
+    );
+    assert_eq!(r["lastSeq"].as_u64(), Some(last));
+    assert_eq!(r["steps"], 1);
+    assert!(r["usage"]["input_tokens"].as_u64().unwrap() > 0, "{r}");
+    assert_eq!(r["costMicros"], 0);
+    assert!(r["failure"].is_null());
+    assert_eq!(r["cancelRequested"], false);
+    let events = r["events"].as_array().unwrap();
+    assert_eq!(events.len(), 2);
+    assert_eq!(events[0]["seq"], 2);
+    assert_eq!(events[0]["runId"], run.as_str());
+    assert_eq!(events[0]["type"], events[0]["event"]["type"]);
+    assert_eq!(events[0]["event"]["seq"], 2);
+    assert!(r["interactions"].as_array().unwrap().is_empty());
+    assert_eq!(r["modelCalls"].as_array().unwrap().len(), 1);
+    assert_eq!(r["modelCalls"][0]["status"], "settled");
+    let th = &d["thread"];
+    assert_eq!(th["runs"][0]["id"], run.as_str());
+    let messages = th["messages"].as_array().unwrap();
+    assert_eq!(messages.len(), 2, "{messages:?}");
+    assert_eq!(messages[1]["parts"][0]["text"], "Hello there.");
+
+    let log = srv.log(&t, &run).await;
+    let seqs: Vec<u64> = log.iter().map(|(s, _)| *s).collect();
+    assert_eq!(seqs, (1..=last).collect::<Vec<_>>());
+    assert_eq!(log.last().unwrap().1, "run.completed");
+
+    let d = srv
+        .gql(
+            &t,
+            "query($from: String!, $to: String!) { usage(from: $from, to: $to) { day totals } }",
+            json!({"from": "2000-01-01T00:00:00Z", "to": "2100-01-01T00:00:00Z"}),
+        )
+        .await;
+    let usage = d["usage"].as_array().unwrap();
+    assert_eq!(usage.len(), 1, "{usage:?}");
+    assert_eq!(usage[0]["totals"]["calls"], 1);
+    assert_eq!(usage[0]["totals"]["model"], "scripted:test");
+}
+
+#[tokio::test]
+async fn approvals_are_listed_and_resolved_once() {
+    let srv = start(Opts::default()).await;
+    let t = token("acme", "alice", &[]);
+    let (thread, run) = srv
+        .run_until(&t, "assistant", "send the email", "waiting")
+        .await;
+    let d = srv
+        .gql(
+            &t,
+            "{ pendingInteractions { id kind runId threadId status request resolution expiresAt } }",
+            json!({}),
+        )
+        .await;
+    let pending = d["pendingInteractions"].as_array().unwrap();
+    assert_eq!(pending.len(), 1);
+    let i = &pending[0];
+    assert_eq!(i["kind"], "approval");
+    assert_eq!(i["runId"], run.as_str());
+    assert_eq!(i["threadId"], thread.as_str());
+    assert_eq!(i["status"], "pending");
+    assert_eq!(i["request"]["tool_name"], "send_email");
+    assert!(i["resolution"].is_null());
+    let id = i["id"].as_str().unwrap().to_owned();
+    let hash = i["request"]["input_hash"].as_str().unwrap().to_owned();
+
+    // A wrong input hash is refused and changes nothing.
+    let (code, _) = srv
+        .gql_error(
+            &t,
+            "mutation($id: ID!) { resolveApproval(interactionId: $id, approve: true, key: \"k1\", inputHash: \"00\") { status } }",
+            json!({"id": id}),
+        )
+        .await;
+    assert_eq!(code, "BAD_REQUEST");
+    let resolve = "mutation($id: ID!, $h: String) { resolveApproval(interactionId: $id, approve: true, key: \"k1\", inputHash: $h) { id status resolution } }";
+    let d = srv.gql(&t, resolve, json!({"id": id, "h": hash})).await;
+    assert_eq!(d["resolveApproval"]["status"], "resolved");
+    let resolution = d["resolveApproval"]["resolution"].to_string();
+    assert!(
+        resolution.contains("approve") && resolution.contains("alice"),
+        "{resolution}"
+    );
+    // The same key replays; another key conflicts.
+    let again = srv.gql(&t, resolve, json!({"id": id, "h": hash})).await;
+    assert_eq!(again["resolveApproval"]["status"], "resolved");
+    let (code, _) = srv
+        .gql_error(
+            &t,
+            "mutation($id: ID!) { resolveApproval(interactionId: $id, approve: false, key: \"k2\") { status } }",
+            json!({"id": id}),
+        )
+        .await;
+    assert_eq!(code, "CONFLICT");
+    srv.wait_status(&t, &run, "completed").await;
+    assert_eq!(srv.emails.load(std::sync::atomic::Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn questions_are_answered_against_their_schema() {
+    let srv = start(Opts::default()).await;
+    let t = token("acme", "alice", &[]);
+    let (_, run) = srv.run_until(&t, "assistant", "ask me", "waiting").await;
+    let d = srv
+        .gql(&t, "{ pendingInteractions { id kind request } }", json!({}))
+        .await;
+    let i = &d["pendingInteractions"][0];
+    assert_eq!(i["kind"], "question");
+    assert_eq!(i["request"]["prompt"], "Which account?");
+    let id = i["id"].as_str().unwrap().to_owned();
+    let answer = "mutation($id: ID!, $a: JSON!) { answerQuestion(interactionId: $id, answer: $a, key: \"a1\") { status resolution } }";
+    let (code, message) = srv
+        .gql_error(&t, answer, json!({"id": id, "a": {"acct": 1}}))
+        .await;
+    assert_eq!(code, "BAD_REQUEST");
+    assert!(message.contains("schema"), "{message}");
+    let d = srv
+        .gql(&t, answer, json!({"id": id, "a": {"account": "savings"}}))
+        .await;
+    assert_eq!(d["answerQuestion"]["status"], "resolved");
+    srv.wait_status(&t, &run, "completed").await;
+    let d = srv
+        .gql(
+            &t,
+            "query($id: ID!) { run(id: $id) { interactions { status } } }",
+            json!({"id": run}),
+        )
+        .await;
+    assert_eq!(d["run"]["interactions"][0]["status"], "resolved");
+}
+
+#[tokio::test]
+async fn cancel_and_start_strategies() {
+    let srv = start(Opts::default()).await;
+    let t = token("acme", "alice", &[]);
+    let (thread, run) = srv
+        .run_until(&t, "assistant", "send the email", "waiting")
+        .await;
+    // The thread is busy: reject refuses, with a conflict.
+    let (code, message) = srv
+        .gql_error(
+            &t,
+            "mutation($t: ID!) { startRun(input: {threadId: $t, agent: \"greeter\", message: \"hi\", strategy: REJECT}) { id } }",
+            json!({"t": thread}),
+        )
+        .await;
+    assert_eq!(code, "CONFLICT", "{message}");
+    let d = srv
+        .gql(
+            &t,
+            "mutation($id: ID!) { cancelRun(runId: $id) }",
+            json!({"id": run}),
+        )
+        .await;
+    assert_eq!(d["cancelRun"], true);
+    srv.wait_status(&t, &run, "cancelled").await;
+    // Enqueue (the default) then runs on the freed thread.
+    let next = srv.start_run(&t, &thread, "greeter", "hi").await;
+    srv.wait_status(&t, &next, "completed").await;
+    let (code, _) = srv
+        .gql_error(
+            &t,
+            "mutation($t: ID!) { startRun(input: {threadId: $t, agent: \"nobody\", message: \"hi\"}) { id } }",
+            json!({"t": thread}),
+        )
+        .await;
+    assert_eq!(code, "NOT_FOUND");
+}
+
+#[tokio::test]
+async fn the_committed_schema_is_current() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../schemas/forge.graphql");
+    let sdl = forge_server::schema::sdl();
+    if std::env::var_os("UPDATE_SCHEMA").is_some() {
+        std::fs::write(&path, &sdl).unwrap();
+    }
+    let committed = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{} ({e}); run with UPDATE_SCHEMA=1", path.display()));
+    assert!(
+        committed == sdl,
+        "schemas/forge.graphql is stale; if intended, rerun with UPDATE_SCHEMA=1"
+    );
+}
+
+#[tokio::test]
+async fn complex_and_oversized_requests_are_refused_without_internals() {
+    let srv = start(Opts::default()).await;
+    let t = token("acme", "alice", &[]);
+    let fields: String = (0..500).map(|i| format!("f{i}: id ")).collect();
+    let wide = format!("{{ thread(id: \"x\") {{ runs {{ {fields} }} }} }}");
+    let (_, body) = srv.post(Some(&t), &wide, json!({})).await;
+    assert_eq!(
+        body["errors"][0]["message"], "Query is too complex.",
+        "{body}"
+    );
+    let huge = format!("{{ agents {{ name }} }} # {}", "x".repeat(100 * 1024));
+    let (status, _) = srv.post(Some(&t), &huge, json!({})).await;
+    assert_eq!(status, 413);
+    // A malformed id is simply not found; the message names no internals.
+    let (code, message) = srv
+        .gql_error(&t, "{ run(id: \"not-a-uuid\") { id } }", json!({}))
+        .await;
+    assert_eq!(
+        (code.as_str(), message.as_str()),
+        ("NOT_FOUND", "run not found")
+    );
+    // Unknown fields are refused without suggestions that would map the schema.
+    let (_, body) = srv.post(Some(&t), "{ agentz { name } }", json!({})).await;
+    let message = body["errors"][0]["message"].as_str().unwrap();
+    assert!(!message.contains("Did you mean"), "{message}");
+}
+
+#[tokio::test]
+async fn depth_beyond_the_limit_is_refused() {
+    let schema_with = |depth| {
+        forge_server::schema::build(
+            std::sync::Arc::new(forge_server::AppState {
+                engine: std::sync::Arc::new(
+                    forge_engine::Engine::builder()
+                        .store(std::sync::Arc::new(
+                            forge_store_memory::MemoryStore::default(),
+                        ))
+                        .build()
+                        .unwrap(),
+                ),
+                bus: forge_server::EventBus::default(),
+                streams: forge_server::StreamSettings::default(),
+                shutdown: tokio_util::sync::CancellationToken::new(),
+            }),
+            forge_server::QueryLimits {
+                depth,
+                complexity: 1000,
+            },
+        )
+    };
+    let deepest = "{ thread(id: \"x\") { runs { interactions { id } } } }";
+    let res = schema_with(2).execute(deepest).await;
+    assert_eq!(res.errors[0].message, "Query is nested too deep.");
+    // The default limit admits the deepest query the schema has.
+    let res = schema_with(forge_server::QueryLimits::default().depth)
+        .execute(deepest)
+        .await;
+    assert!(
+        res.errors
+            .iter()
+            .all(|e| e.message != "Query is nested too deep."),
+        "{:?}",
+        res.errors
+    );
+}
+
+#[tokio::test]
+async fn health_and_readiness() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let healthy = std::sync::Arc::new(AtomicBool::new(true));
+    let flag = healthy.clone();
+    let srv = start(Opts {
+        readiness: vec![forge_server::ReadinessCheck {
+            name: "store".into(),
+            probe: Box::new(move || {
+                let ok = flag.load(Ordering::SeqCst);
+                Box::pin(async move {
+                    if ok {
+                        Ok(())
+                    } else {
+                        Err("schema at version 3, this build needs 6".into())
+                    }
+                })
+            }),
+        }],
+        ..Opts::default()
+    })
+    .await;
+    let live = srv.http.get(srv.url("/healthz")).send().await.unwrap();
+    assert_eq!(live.status(), 200);
+    let ready = srv.http.get(srv.url("/readyz")).send().await.unwrap();
+    assert_eq!(ready.status(), 200);
+    let body: serde_json::Value = ready.json().await.unwrap();
+    assert_eq!(
+        body,
+        json!({"ready": true, "checks": {"store": {"ok": true}}})
+    );
+    healthy.store(false, Ordering::SeqCst);
+    let ready = srv.http.get(srv.url("/readyz")).send().await.unwrap();
+    assert_eq!(ready.status(), 503);
+    let body: serde_json::Value = ready.json().await.unwrap();
+    assert_eq!(
+        body["checks"]["store"]["error"],
+        "schema at version 3, this build needs 6"
+    );
+}

@@ -1,0 +1,163 @@
+//! Subscriptions over `graphql-transport-ws` with a real WebSocket client: replay then live,
+//! reconnect with `afterSeq` without gaps or duplicates, delivery when no wake-up ever comes, and
+//! thread streams across runs.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::support::{Opts, RUN_EVENTS, Srv, Ws, start, token};
+
+fn seqs(events: &[Value]) -> Vec<u64> {
+    events.iter().map(|e| e["seq"].as_u64().unwrap()).collect()
+}
+
+async fn assert_matches_log(srv: &Srv, t: &str, run: &str, got: &[Value]) {
+    let log = srv.log(t, run).await;
+    let want: Vec<u64> = log.iter().map(|(s, _)| *s).collect();
+    assert_eq!(seqs(got), want, "the stream must equal the committed log");
+    let types: Vec<&str> = got.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    let want_types: Vec<&str> = log.iter().map(|(_, t)| t.as_str()).collect();
+    assert_eq!(types, want_types);
+    assert!(got.iter().all(|e| e["runId"] == run));
+}
+
+#[tokio::test]
+async fn a_subscription_replays_goes_live_and_completes_after_the_terminal_event() {
+    let srv = start(Opts::default()).await;
+    let t = token("acme", "alice", &[]);
+    let thread = srv.thread(&t).await;
+    let run = srv.start_run(&t, &thread, "assistant", "slow sum").await;
+    let (mut ws, ack) = Ws::connect(&srv, Some(&t)).await;
+    assert!(ack.to_string().contains("connection_ack"), "{ack}");
+    ws.subscribe("s1", RUN_EVENTS, json!({"id": run, "after": 0}))
+        .await;
+    let (events, completed) = ws.collect("s1", "runEvents", None).await;
+    assert!(completed, "the subscription completes after run.completed");
+    assert_eq!(events.last().unwrap()["type"], "run.completed");
+    assert!(
+        events.len() > 15,
+        "a 4-step run has many events: {}",
+        events.len()
+    );
+    assert_matches_log(&srv, &t, &run, &events).await;
+}
+
+#[tokio::test]
+async fn reconnecting_mid_run_with_after_seq_neither_skips_nor_repeats() {
+    let srv = start(Opts::default()).await;
+    let t = token("acme", "alice", &[]);
+    let thread = srv.thread(&t).await;
+    let run = srv.start_run(&t, &thread, "assistant", "slow sum").await;
+    let mut seen = Vec::new();
+    // Three connections, each dropped after a few events, then one to the end.
+    for _ in 0..3 {
+        let (mut ws, _) = Ws::connect(&srv, Some(&t)).await;
+        let after = seen
+            .last()
+            .map_or(0, |e: &Value| e["seq"].as_u64().unwrap());
+        ws.subscribe("s", RUN_EVENTS, json!({"id": run, "after": after}))
+            .await;
+        let (batch, completed) = ws.collect("s", "runEvents", Some(4)).await;
+        assert!(!completed);
+        seen.extend(batch);
+        drop(ws);
+    }
+    let status = srv
+        .gql(
+            &t,
+            "query($id: ID!) { run(id: $id) { status } }",
+            json!({"id": run}),
+        )
+        .await;
+    assert_ne!(
+        status["run"]["status"], "completed",
+        "the reconnects happened mid-run"
+    );
+    let (mut ws, _) = Ws::connect(&srv, Some(&t)).await;
+    let after = seen.last().unwrap()["seq"].as_u64().unwrap();
+    ws.subscribe("s", RUN_EVENTS, json!({"id": run, "after": after}))
+        .await;
+    let (rest, completed) = ws.collect("s", "runEvents", None).await;
+    assert!(completed);
+    seen.extend(rest);
+    assert_matches_log(&srv, &t, &run, &seen).await;
+}
+
+#[tokio::test]
+async fn without_any_wake_up_events_still_arrive_by_reading_the_log() {
+    // The worker never wakes the server's subscribers: as if every notification were lost.
+    let srv = start(Opts {
+        wake_on_commit: false,
+        poll: Duration::from_millis(50),
+        ..Opts::default()
+    })
+    .await;
+    let t = token("acme", "alice", &[]);
+    let thread = srv.thread(&t).await;
+    let run = srv.start_run(&t, &thread, "assistant", "slow sum").await;
+    let (mut ws, _) = Ws::connect(&srv, Some(&t)).await;
+    ws.subscribe("s", RUN_EVENTS, json!({"id": run, "after": 0}))
+        .await;
+    let (events, completed) = ws.collect("s", "runEvents", None).await;
+    assert!(completed);
+    assert_matches_log(&srv, &t, &run, &events).await;
+}
+
+#[tokio::test]
+async fn a_thread_stream_carries_every_run_and_resumes_from_per_run_positions() {
+    let srv = start(Opts::default()).await;
+    let t = token("acme", "alice", &[]);
+    let thread = srv.thread(&t).await;
+    let query = "subscription($id: ID!, $after: [RunCursor!]!) { threadEvents(threadId: $id, after: $after) { runId seq type } }";
+    let (mut ws, _) = Ws::connect(&srv, Some(&t)).await;
+    ws.subscribe("t", query, json!({"id": thread, "after": []}))
+        .await;
+    let first = srv.start_run(&t, &thread, "greeter", "hi").await;
+    let second = srv.start_run(&t, &thread, "greeter", "hello again").await;
+    srv.wait_status(&t, &second, "completed").await;
+    let (a, b) = (srv.log(&t, &first).await, srv.log(&t, &second).await);
+    let (events, _) = ws
+        .collect("t", "threadEvents", Some(a.len() + b.len()))
+        .await;
+    let of = |run: &str| -> Vec<u64> {
+        events
+            .iter()
+            .filter(|e| e["runId"] == run)
+            .map(|e| e["seq"].as_u64().unwrap())
+            .collect()
+    };
+    assert_eq!(of(&first), (1..=a.len() as u64).collect::<Vec<_>>());
+    assert_eq!(of(&second), (1..=b.len() as u64).collect::<Vec<_>>());
+    // Resume having seen all of the first run and 3 events of the second.
+    let (mut ws, _) = Ws::connect(&srv, Some(&t)).await;
+    let after = json!([{"runId": first, "seq": a.len()}, {"runId": second, "seq": 3}]);
+    ws.subscribe("t", query, json!({"id": thread, "after": after}))
+        .await;
+    let (rest, _) = ws.collect("t", "threadEvents", Some(b.len() - 3)).await;
+    assert_eq!(seqs(&rest), (4..=b.len() as u64).collect::<Vec<_>>());
+    assert!(rest.iter().all(|e| e["runId"] == second.as_str()));
+}
+
+#[tokio::test]
+async fn shutting_down_ends_open_subscriptions_and_the_server() {
+    let srv = start(Opts::default()).await;
+    let t = token("acme", "alice", &[]);
+    // A run that waits for an approval: its subscription would stay open indefinitely.
+    let (_, run) = srv
+        .run_until(&t, "assistant", "send the email", "waiting")
+        .await;
+    let (mut ws, _) = Ws::connect(&srv, Some(&t)).await;
+    ws.subscribe("s", RUN_EVENTS, json!({"id": run, "after": 0}))
+        .await;
+    let (events, completed) = ws.collect("s", "runEvents", Some(3)).await;
+    assert_eq!((events.len(), completed), (3, false));
+    srv.stop.cancel();
+    let (rest, completed) = ws.collect("s", "runEvents", None).await;
+    assert!(completed, "the subscription completes on shutdown");
+    assert!(rest.iter().all(|e| e["seq"].as_u64().unwrap() > 3));
+    tokio::time::timeout(Duration::from_secs(10), srv.task)
+        .await
+        .expect("the server stops")
+        .unwrap();
+}

@@ -1,0 +1,416 @@
+//! A server on a free loopback port over the in-memory store (or another), scripted agents, an
+//! in-process worker, and clients: GraphQL over HTTP and `graphql-transport-ws`.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use forge_core::agent::{AgentDefinition, AgentRef, RunLimits};
+use forge_core::ports::store::Store;
+use forge_core::ports::tool::{ApprovalPolicy, ToolClassification, ToolError};
+use forge_core::scope::Scope;
+use forge_engine::{Engine, Worker, WorkerConfig, native_tool};
+use forge_providers::{Script, ScriptedProvider};
+use forge_server::{
+    Authenticator, BusObserver, EventBus, ReadinessCheck, Server, ServerConfig, StreamSettings,
+};
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{Value, json};
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_util::sync::CancellationToken;
+
+pub const SECRET: &str = "test-secret-test-secret-test-secret-0123";
+
+const SCRIPT: &str = r#"
+[[conversation]]
+when_user = "slow"
+[[conversation.turn]]
+text = ["Adding."]
+tool_calls = [{ name = "slow_add", input = { a = 1, b = 2 } }]
+[[conversation.turn]]
+tool_calls = [{ name = "slow_add", input = { a = 3, b = 4 } }]
+[[conversation.turn]]
+tool_calls = [{ name = "slow_add", input = { a = 5, b = 6 } }]
+[[conversation.turn]]
+text = ["Done: ", "{{tool_result.sum}}"]
+
+[[conversation]]
+when_user = "email"
+[[conversation.turn]]
+tool_calls = [{ name = "send_email", input = { to = "a@example.com" } }]
+[[conversation.turn]]
+text = ["Sent: {{tool_result}}"]
+
+[[conversation]]
+when_user = "ask"
+[[conversation.turn]]
+tool_calls = [{ name = "ask_user", input = { prompt = "Which account?", answer_schema = { type = "object", properties = { account = { type = "string" } }, required = ["account"] } } }]
+[[conversation.turn]]
+text = ["Using {{tool_result}}"]
+
+[[conversation]]
+[[conversation.turn]]
+text = ["Hello ", "there."]
+"#;
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct Add {
+    a: i64,
+    b: i64,
+}
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+#[allow(dead_code)]
+struct Email {
+    to: String,
+}
+
+/// How a test server is set up.
+pub struct Opts {
+    pub store: Arc<dyn Store>,
+    /// Run an in-process worker.
+    pub worker: bool,
+    /// Whether the worker wakes subscribers on commit (off: only polling delivers).
+    pub wake_on_commit: bool,
+    pub poll: Duration,
+    pub auth: Option<Authenticator>,
+    pub readiness: Vec<ReadinessCheck>,
+    pub tool_delay: Duration,
+}
+
+impl Default for Opts {
+    fn default() -> Self {
+        Self {
+            store: Arc::new(forge_store_memory::MemoryStore::default()),
+            worker: true,
+            wake_on_commit: true,
+            poll: Duration::from_secs(30),
+            auth: None,
+            readiness: Vec::new(),
+            tool_delay: Duration::from_millis(100),
+        }
+    }
+}
+
+pub struct Srv {
+    pub addr: std::net::SocketAddr,
+    pub stop: CancellationToken,
+    pub emails: Arc<AtomicUsize>,
+    pub http: reqwest::Client,
+    pub task: tokio::task::JoinHandle<()>,
+}
+
+pub fn agent(name: &str, tools: &[&str]) -> AgentDefinition {
+    AgentDefinition {
+        agent: AgentRef {
+            name: name.into(),
+            version: "1".into(),
+        },
+        instructions: "Test agent.".into(),
+        model: "scripted:test".into(),
+        tools: tools.iter().map(|t| (*t).to_owned()).collect(),
+        skills: vec![],
+        output_schema: None,
+        limits: RunLimits::default(),
+        approvals: Default::default(),
+    }
+}
+
+pub async fn start(opts: Opts) -> Srv {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let delay = opts.tool_delay;
+    let slow_add = native_tool(
+        "slow_add",
+        "Adds two integers, slowly.",
+        move |_ctx, i: Add| async move {
+            tokio::time::sleep(delay).await;
+            Ok::<_, ToolError>(json!({"sum": i.a + i.b}))
+        },
+    );
+    let emails = Arc::new(AtomicUsize::new(0));
+    let sent = emails.clone();
+    let send_email = native_tool("send_email", "Sends an email.", move |_ctx, _e: Email| {
+        let sent = sent.clone();
+        async move {
+            sent.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, ToolError>(json!("sent"))
+        }
+    })
+    .classification(ToolClassification::ExternalWrite)
+    .approval(ApprovalPolicy::Always);
+    let script = Script::parse(SCRIPT, "test").unwrap();
+    let engine = Engine::builder()
+        .dyn_store(opts.store.clone())
+        .model(Arc::new(
+            ScriptedProvider::empty().with_script("test", script),
+        ))
+        .tool(Arc::new(slow_add))
+        .unwrap()
+        .tool(Arc::new(send_email))
+        .unwrap()
+        .agent(agent("assistant", &["slow_add", "send_email", "ask_user"]))
+        .agent(agent("greeter", &[]))
+        .worker_id("test-worker")
+        .build()
+        .unwrap();
+    let engine = Arc::new(engine);
+    let bus = EventBus::default();
+    let mut config = ServerConfig::new(
+        opts.auth
+            .unwrap_or_else(|| Authenticator::hs256(SECRET.as_bytes()).unwrap()),
+    );
+    config.streams = StreamSettings {
+        poll: opts.poll,
+        ..StreamSettings::default()
+    };
+    config.readiness = opts.readiness;
+    let server = Server::new(engine.clone(), bus.clone(), config);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let stop = CancellationToken::new();
+    if opts.worker {
+        let mut worker = Worker::new(
+            engine.clone(),
+            opts.store.clone(),
+            WorkerConfig {
+                id: "test-worker".into(),
+                concurrency: 16,
+                poll_interval: Duration::from_millis(10),
+                ..WorkerConfig::default()
+            },
+        );
+        if opts.wake_on_commit {
+            worker = worker.with_observer(Arc::new(BusObserver(bus.clone())));
+        }
+        let drain = stop.clone();
+        tokio::spawn(async move { worker.run(drain).await });
+    }
+    let serve_stop = stop.clone();
+    let task = tokio::spawn(async move {
+        server.serve(listener, serve_stop).await.unwrap();
+    });
+    Srv {
+        addr,
+        stop,
+        emails,
+        http: reqwest::Client::new(),
+        task,
+    }
+}
+
+pub fn token(tenant: &str, principal: &str, roles: &[&str]) -> String {
+    let scope = Scope::parse(tenant, principal, roles).unwrap();
+    let now = chrono_now();
+    forge_server::auth::sign_hs256(SECRET.as_bytes(), &scope, 3600, now).unwrap()
+}
+
+pub fn chrono_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64
+}
+
+impl Srv {
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    /// POSTs a GraphQL request; returns (status, body).
+    pub async fn post(&self, token: Option<&str>, query: &str, variables: Value) -> (u16, Value) {
+        let mut req = self
+            .http
+            .post(self.url("/graphql"))
+            .json(&json!({"query": query, "variables": variables}));
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        let res = req.send().await.unwrap();
+        let status = res.status().as_u16();
+        let body = res.json().await.unwrap_or(Value::Null);
+        (status, body)
+    }
+
+    /// A GraphQL request that must succeed; returns `data`.
+    pub async fn gql(&self, token: &str, query: &str, variables: Value) -> Value {
+        let (status, body) = self.post(Some(token), query, variables).await;
+        assert_eq!(status, 200, "{body}");
+        assert!(body.get("errors").is_none(), "{body}");
+        body["data"].clone()
+    }
+
+    /// A GraphQL request that must fail; returns its first error's `code`.
+    pub async fn gql_error(&self, token: &str, query: &str, variables: Value) -> (String, String) {
+        let (_, body) = self.post(Some(token), query, variables).await;
+        let e = &body["errors"][0];
+        assert!(!e.is_null(), "expected an error: {body}");
+        (
+            e["extensions"]["code"].as_str().unwrap_or("").to_owned(),
+            e["message"].as_str().unwrap_or("").to_owned(),
+        )
+    }
+
+    pub async fn thread(&self, token: &str) -> String {
+        let d = self
+            .gql(token, "mutation { createThread { id } }", json!({}))
+            .await;
+        d["createThread"]["id"].as_str().unwrap().to_owned()
+    }
+
+    pub async fn start_run(&self, token: &str, thread: &str, agent: &str, message: &str) -> String {
+        let d = self
+            .gql(
+                token,
+                "mutation($t: ID!, $a: String!, $m: String!) { startRun(input: {threadId: $t, agent: $a, message: $m}) { id status } }",
+                json!({"t": thread, "a": agent, "m": message}),
+            )
+            .await;
+        d["startRun"]["id"].as_str().unwrap().to_owned()
+    }
+
+    /// A new thread with a run of `agent` on it that has reached `status`.
+    pub async fn run_until(
+        &self,
+        token: &str,
+        agent: &str,
+        message: &str,
+        status: &str,
+    ) -> (String, String) {
+        let thread = self.thread(token).await;
+        let run = self.start_run(token, &thread, agent, message).await;
+        self.wait_status(token, &run, status).await;
+        (thread, run)
+    }
+
+    /// Polls until the run has the status.
+    pub async fn wait_status(&self, token: &str, run: &str, status: &str) -> Value {
+        for _ in 0..500 {
+            let d = self
+                .gql(
+                    token,
+                    "query($id: ID!) { run(id: $id) { status lastSeq } }",
+                    json!({"id": run}),
+                )
+                .await;
+            if d["run"]["status"] == status {
+                return d["run"].clone();
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("run {run} never reached {status}");
+    }
+
+    /// The committed log of a run, as `(seq, type)`.
+    pub async fn log(&self, token: &str, run: &str) -> Vec<(u64, String)> {
+        let d = self
+            .gql(
+                token,
+                "query($id: ID!) { runEvents(runId: $id, limit: 1000) { seq type } }",
+                json!({"id": run}),
+            )
+            .await;
+        d["runEvents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| {
+                (
+                    e["seq"].as_u64().unwrap(),
+                    e["type"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect()
+    }
+}
+
+/// A `graphql-transport-ws` client.
+pub struct Ws {
+    pub socket: tokio_tungstenite::WebSocketStream<
+        tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>,
+    >,
+}
+
+impl Ws {
+    /// Connects and initialises with `token` in the `connection_init` payload; returns the
+    /// server's first answer to the init (`connection_ack`, or the close).
+    pub async fn connect(srv: &Srv, token: Option<&str>) -> (Self, Message) {
+        let mut req = format!("ws://{}/graphql", srv.addr)
+            .into_client_request()
+            .unwrap();
+        req.headers_mut().insert(
+            "sec-websocket-protocol",
+            "graphql-transport-ws".parse().unwrap(),
+        );
+        let (socket, _) = tokio_tungstenite::connect_async(req).await.unwrap();
+        let mut ws = Ws { socket };
+        let payload = match token {
+            Some(t) => json!({"authorization": format!("Bearer {t}")}),
+            None => json!({}),
+        };
+        ws.send(json!({"type": "connection_init", "payload": payload}))
+            .await;
+        let first = ws.next_message().await;
+        (ws, first)
+    }
+
+    pub async fn send(&mut self, v: Value) {
+        self.socket
+            .send(Message::Text(v.to_string().into()))
+            .await
+            .unwrap();
+    }
+
+    pub async fn next_message(&mut self) -> Message {
+        loop {
+            let m = tokio::time::timeout(Duration::from_secs(20), self.socket.next())
+                .await
+                .expect("no message within 20 s")
+                .expect("the socket ended")
+                .unwrap_or_else(|e| {
+                    Message::Text(format!("{{\"type\":\"socket_error\",\"e\":\"{e}\"}}").into())
+                });
+            match m {
+                Message::Ping(_) | Message::Pong(_) => continue,
+                other => return other,
+            }
+        }
+    }
+
+    pub async fn next_json(&mut self) -> Value {
+        match self.next_message().await {
+            Message::Text(t) => serde_json::from_str(&t).unwrap(),
+            other => json!({"type": "non_text", "message": format!("{other:?}")}),
+        }
+    }
+
+    pub async fn subscribe(&mut self, id: &str, query: &str, variables: Value) {
+        self.send(json!({"id": id, "type": "subscribe", "payload": {"query": query, "variables": variables}}))
+            .await;
+    }
+
+    /// Reads `next` messages of subscription `id` until `complete` or `n` events; returns the
+    /// events' payload data.
+    pub async fn collect(&mut self, id: &str, field: &str, n: Option<usize>) -> (Vec<Value>, bool) {
+        let mut out = Vec::new();
+        loop {
+            if n.is_some_and(|n| out.len() >= n) {
+                return (out, false);
+            }
+            let m = self.next_json().await;
+            if m["id"] != id {
+                continue;
+            }
+            match m["type"].as_str() {
+                Some("next") => {
+                    assert!(m["payload"]["errors"].is_null(), "{m}");
+                    out.push(m["payload"]["data"][field].clone());
+                }
+                Some("complete") => return (out, true),
+                _ => panic!("unexpected message {m}"),
+            }
+        }
+    }
+}
+
+pub const RUN_EVENTS: &str = "subscription($id: ID!, $after: Int!) { runEvents(runId: $id, afterSeq: $after) { runId seq type } }";

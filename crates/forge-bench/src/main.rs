@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 mod runs;
+mod subscribers;
 mod workload;
 
 use anyhow::{Context, bail};
@@ -61,6 +62,11 @@ enum Command {
         #[arg(default_value = "127.0.0.1:8089")]
         addr: String,
     },
+    /// N GraphQL subscribers on one server while runs execute: delivery latency and server RSS.
+    Subscribers(subscribers::SubscribersArgs),
+    /// The server of `subscribers` (spawned by it).
+    #[command(hide = true)]
+    SubscribersServer(subscribers::ServerArgs),
     /// `commit_step` latency and throughput.
     CommitStep {
         /// memory, sqlite or postgres.
@@ -84,6 +90,8 @@ fn main() -> anyhow::Result<()> {
     rt.block_on(async {
         match cli.command {
             Command::Workload(args) => workload::workload(args).await,
+            Command::Subscribers(args) => subscribers::run(args).await,
+            Command::SubscribersServer(args) => subscribers::server(args).await,
             Command::WorkloadOne(args) => workload::one(args).await,
             Command::Mock { addr } => workload::mock(&addr).await,
             Command::CommitStep {

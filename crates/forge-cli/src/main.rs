@@ -8,6 +8,7 @@ mod effects;
 mod interactions;
 mod metering;
 mod print;
+mod serve;
 mod store;
 
 use std::path::PathBuf;
@@ -30,6 +31,10 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Serve the GraphQL API with an in-process worker (the main command).
+    Serve(serve::ServeArgs),
+    /// Print a development bearer token signed with the server's HS256 secret.
+    Token(serve::TokenArgs),
     /// Run one turn of an agent and stream its events.
     Run(RunArgs),
     /// Provision or update the store's schema (safe to run from many processes at once).
@@ -132,6 +137,8 @@ fn main() -> ExitCode {
 
 async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
+        Command::Serve(args) => serve::serve(args).await,
+        Command::Token(args) => serve::token(args),
         Command::Run(args) => run(args).await,
         Command::Migrate(args) => migrate(args).await,
         Command::Worker(args) => worker(args).await,
@@ -195,7 +202,7 @@ async fn worker(args: WorkerArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// Resolves on SIGTERM or Ctrl-C.
-async fn shutdown_signal() {
+pub(crate) async fn shutdown_signal() {
     #[cfg(unix)]
     {
         let mut term =

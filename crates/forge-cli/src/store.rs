@@ -24,9 +24,20 @@ pub(crate) struct StoreArgs {
     pub(crate) pg_mode: String,
 }
 
+/// Checks a store is reachable and its schema is current.
+pub(crate) type Probe = Arc<
+    dyn Fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>> + Send>>
+        + Send
+        + Sync,
+>;
+
 /// An opened store and what `forge migrate` reports about it.
 pub(crate) struct Opened {
     pub(crate) store: Arc<dyn Store>,
+    /// The PostgreSQL store itself, for `LISTEN`.
+    pub(crate) postgres: Option<Arc<PostgresStore>>,
+    /// Readiness: reachable, migrations current.
+    pub(crate) probe: Probe,
     /// Migrations this process applied while opening.
     pub(crate) applied: usize,
     /// Migration versions now in place.
@@ -41,12 +52,25 @@ fn redact(url: &str) -> String {
     }
 }
 
+fn current(applied: Result<Vec<i64>, forge_core::Error>, latest: i64) -> Result<(), String> {
+    match applied {
+        Err(e) => Err(format!("unreachable ({:?})", e.kind())),
+        Ok(v) if v.last().copied() == Some(latest) => Ok(()),
+        Ok(v) => Err(format!(
+            "schema at version {}, this build needs {latest}",
+            v.last().copied().unwrap_or(0)
+        )),
+    }
+}
+
 /// Opens the store the URL names, provisioning its schema.
 pub(crate) async fn open(args: &StoreArgs) -> anyhow::Result<Opened> {
     let url = args.url.as_str();
     if url == "memory" {
         return Ok(Opened {
             store: Arc::new(MemoryStore::default()),
+            postgres: None,
+            probe: Arc::new(|| Box::pin(async { Ok(()) })),
             applied: 0,
             versions: vec![],
         });
@@ -57,8 +81,19 @@ pub(crate) async fn open(args: &StoreArgs) -> anyhow::Result<Opened> {
             .with_context(|| format!("failed to open {}", redact(url)))?;
         let versions = store.applied_migrations().await?;
         let applied = store.applied_on_open();
+        let store = Arc::new(store);
+        let probed = store.clone();
+        let latest = forge_store_sqlite::MIGRATIONS
+            .last()
+            .map_or(0, |m| m.version);
+        let probe: Probe = Arc::new(move || {
+            let store = probed.clone();
+            Box::pin(async move { current(store.applied_migrations().await, latest) })
+        });
         return Ok(Opened {
-            store: Arc::new(store),
+            store,
+            postgres: None,
+            probe,
             applied,
             versions,
         });
@@ -74,8 +109,19 @@ pub(crate) async fn open(args: &StoreArgs) -> anyhow::Result<Opened> {
             .with_context(|| format!("failed to open {}", redact(url)))?;
         let versions = store.applied_migrations().await?;
         let applied = store.applied_on_connect();
+        let store = Arc::new(store);
+        let probed = store.clone();
+        let latest = forge_store_postgres::migrations(mode)
+            .last()
+            .map_or(0, |m| m.version);
+        let probe: Probe = Arc::new(move || {
+            let store = probed.clone();
+            Box::pin(async move { current(store.applied_migrations().await, latest) })
+        });
         return Ok(Opened {
-            store: Arc::new(store),
+            store: store.clone(),
+            postgres: Some(store),
+            probe,
             applied,
             versions,
         });

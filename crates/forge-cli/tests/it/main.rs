@@ -188,6 +188,7 @@ mod chaos;
 mod dlq;
 mod hitl;
 mod providers;
+mod serve;
 mod usage;
 
 mod stores {

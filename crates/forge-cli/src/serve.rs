@@ -1,0 +1,239 @@
+//! `forge serve`: the GraphQL server with an in-process worker (unless `--no-worker`), and
+//! `forge token`, which signs development tokens with the server's HS256 secret.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::{Context, bail};
+use forge_core::scope::Scope;
+use forge_server::{
+    Authenticator, BusObserver, ClaimsMode, EventBus, ReadinessCheck, Server, ServerConfig,
+    StreamSettings, Wake,
+};
+use tokio_util::sync::CancellationToken;
+
+use crate::agent_file;
+use crate::compose::{self, AccessArgs, EngineSettings, ScopeArgs};
+use crate::metering::MeteringArgs;
+use crate::store::{self, StoreArgs};
+
+/// How the server verifies bearer tokens.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct AuthArgs {
+    /// Environment variable holding the HS256 secret (at least 32 bytes).
+    #[arg(long = "jwt-secret-env", default_value = "FORGE_JWT_SECRET")]
+    secret_env: String,
+    /// A JWKS file with RS256 / ES256 public keys; used instead of the HS256 secret.
+    #[arg(long = "jwks", env = "FORGE_JWKS")]
+    jwks: Option<PathBuf>,
+    /// Required `iss` claim.
+    #[arg(long = "jwt-issuer", env = "FORGE_JWT_ISSUER")]
+    issuer: Option<String>,
+    /// Required `aud` claim.
+    #[arg(long = "jwt-audience", env = "FORGE_JWT_AUDIENCE")]
+    audience: Option<String>,
+    /// Where tenant and roles are read: `plain` (`tenant_id`, `roles`) or `supabase`
+    /// (`app_metadata.tenant_id`, `app_metadata.roles`); `supabase` by default with
+    /// `--pg-mode supabase`.
+    #[arg(long = "jwt-claims", env = "FORGE_JWT_CLAIMS")]
+    claims: Option<String>,
+}
+
+impl AuthArgs {
+    fn secret(&self) -> anyhow::Result<String> {
+        let secret = std::env::var(&self.secret_env).with_context(|| {
+            format!(
+                "set {} to the HS256 secret (32 bytes or more), or pass --jwks FILE",
+                self.secret_env
+            )
+        })?;
+        Ok(secret)
+    }
+
+    fn authenticator(&self, store: &StoreArgs) -> anyhow::Result<Authenticator> {
+        let mut auth = match &self.jwks {
+            Some(path) => {
+                let doc = std::fs::read_to_string(path)
+                    .with_context(|| format!("failed to read {}", path.display()))?;
+                Authenticator::jwks(&doc)?
+            }
+            None => Authenticator::hs256(self.secret()?.as_bytes())?,
+        };
+        let mode = match self.claims.as_deref() {
+            Some("plain") => ClaimsMode::Plain,
+            Some("supabase") => ClaimsMode::Supabase,
+            Some(other) => bail!("--jwt-claims must be plain or supabase, not {other:?}"),
+            None if store.pg_mode == "supabase" && store.url.starts_with("postgres") => {
+                ClaimsMode::Supabase
+            }
+            None => ClaimsMode::Plain,
+        };
+        auth = auth.mode(mode);
+        if let Some(iss) = &self.issuer {
+            auth = auth.issuer(iss);
+        }
+        if let Some(aud) = &self.audience {
+            auth = auth.audience(aud);
+        }
+        Ok(auth)
+    }
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct ServeArgs {
+    #[command(flatten)]
+    store: StoreArgs,
+    /// Agent files the server runs (repeatable).
+    #[arg(long = "agent", required = true)]
+    agents: Vec<PathBuf>,
+    #[command(flatten)]
+    providers: agent_file::ProviderArgs,
+    #[command(flatten)]
+    metering: MeteringArgs,
+    #[command(flatten)]
+    access: AccessArgs,
+    #[command(flatten)]
+    auth: AuthArgs,
+    /// Address to listen on.
+    #[arg(long, env = "FORGE_LISTEN", default_value = "127.0.0.1:8080")]
+    listen: String,
+    /// Serve only: runs are executed by separate `forge worker` processes.
+    #[arg(long)]
+    no_worker: bool,
+    /// Runs the in-process worker executes at once.
+    #[arg(long, default_value_t = 4)]
+    concurrency: usize,
+    /// Longest a subscription waits between reads of the log without a wake-up, in ms.
+    #[arg(long, default_value_t = 2000)]
+    poll_ms: u64,
+    /// Enables the example `record_effect` tool, writing to this PostgreSQL database.
+    #[arg(long, env = "FORGE_EFFECTS_DB")]
+    effects_db: Option<String>,
+}
+
+pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
+    let auth = args.auth.authenticator(&args.store)?;
+    let loaded = args
+        .agents
+        .iter()
+        .map(|a| agent_file::load(a))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let opened = store::open(&args.store).await?;
+    let store = opened.store.clone();
+    let settings = EngineSettings {
+        agents: &loaded,
+        providers: &args.providers,
+        metering: &args.metering,
+        access: &args.access,
+    };
+    let id = format!("serve-{}", std::process::id());
+    let mut builder = compose::builder(store.clone(), &settings)?.worker_id(id.clone());
+    if let Some(url) = &args.effects_db {
+        builder = builder.tool(crate::effects::record_effect(url).await?)?;
+    }
+    let engine = Arc::new(builder.build().context("failed to build the engine")?);
+
+    let bus = EventBus::default();
+    let listener_task = opened.postgres.as_ref().map(|pg| {
+        let bus = bus.clone();
+        pg.listen_run_events(move |wake| {
+            bus.publish(match wake {
+                Some((run_id, thread_id)) => Wake::Run { run_id, thread_id },
+                None => Wake::All,
+            });
+            true
+        })
+    });
+
+    let mut readiness = Vec::new();
+    let probe = opened.probe.clone();
+    readiness.push(ReadinessCheck {
+        name: "store".into(),
+        probe: Box::new(move || probe()),
+    });
+    for provider in agent_file::providers(&loaded, &args.providers)? {
+        let name = format!("provider {}", provider.name());
+        readiness.push(ReadinessCheck {
+            name,
+            probe: Box::new(move || {
+                let provider = provider.clone();
+                Box::pin(async move { provider.health().await.map_err(|e| e.code().to_owned()) })
+            }),
+        });
+    }
+    let mut config = ServerConfig::new(auth);
+    config.readiness = readiness;
+    config.streams = StreamSettings {
+        poll: std::time::Duration::from_millis(args.poll_ms.max(10)),
+        ..StreamSettings::default()
+    };
+    let server = Server::new(engine.clone(), bus.clone(), config);
+
+    let listener = tokio::net::TcpListener::bind(&args.listen)
+        .await
+        .with_context(|| format!("failed to listen on {}", args.listen))?;
+    let addr = listener.local_addr()?;
+    let stop = CancellationToken::new();
+    let on_signal = stop.clone();
+    tokio::spawn(async move {
+        crate::shutdown_signal().await;
+        on_signal.cancel();
+    });
+
+    let worker = (!args.no_worker).then(|| {
+        let config = forge_engine::WorkerConfig {
+            id,
+            concurrency: args.concurrency,
+            ..forge_engine::WorkerConfig::default()
+        };
+        let worker = forge_engine::Worker::new(engine.clone(), store.clone(), config)
+            .with_observer(Arc::new(BusObserver(bus.clone())));
+        let drain = stop.clone();
+        tokio::spawn(async move { worker.run(drain).await })
+    });
+    eprintln!(
+        "forge serve: listening on http://{addr}/graphql ({} agent(s), {})",
+        loaded.len(),
+        if args.no_worker {
+            "no worker".to_owned()
+        } else {
+            format!("worker concurrency {}", args.concurrency)
+        }
+    );
+    server.serve(listener, stop).await?;
+    if let Some(worker) = worker {
+        let report = worker.await?;
+        eprintln!(
+            "forge serve: stopped; worker finished {}, released {}",
+            report.finished, report.released
+        );
+    }
+    if let Some(task) = listener_task {
+        task.abort();
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct TokenArgs {
+    #[command(flatten)]
+    scope: ScopeArgs,
+    /// Environment variable holding the HS256 secret.
+    #[arg(long = "jwt-secret-env", default_value = "FORGE_JWT_SECRET")]
+    secret_env: String,
+    /// Lifetime in seconds.
+    #[arg(long, default_value_t = 3600)]
+    ttl_secs: i64,
+}
+
+/// Prints an HS256 token for the scope (development and tests).
+pub(crate) fn token(args: TokenArgs) -> anyhow::Result<ExitCode> {
+    let secret = std::env::var(&args.secret_env)
+        .with_context(|| format!("set {} to the HS256 secret", args.secret_env))?;
+    let scope: Scope = args.scope.scope()?;
+    let now = chrono::Utc::now().timestamp();
+    let token = forge_server::auth::sign_hs256(secret.as_bytes(), &scope, args.ttl_secs, now)?;
+    println!("{token}");
+    Ok(ExitCode::SUCCESS)
+}

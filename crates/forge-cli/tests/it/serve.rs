@@ -1,0 +1,239 @@
+//! `forge serve` as a user runs it: on the SQLite default with its in-process worker (the README's
+//! main command), and split across processes on PostgreSQL — a `forge serve --no-worker` whose
+//! subscriber receives events committed by a separate `forge worker` process, woken by
+//! `LISTEN/NOTIFY` alone (polling is set to 10 minutes).
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use forge_core::scope::Scope;
+use forge_store_postgres::testing::{Flavor, TestDatabase};
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{Value, json};
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+
+use crate::repo;
+
+const SECRET: &str = "cli-test-secret-cli-test-secret-012345";
+
+/// A child process killed when dropped.
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `forge serve …` on a free port; returns the process and `host:port`.
+fn serve(args: &[&str], dir: &std::path::Path) -> (Proc, String) {
+    forge_providers::http::install_crypto_provider();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_forge"))
+        .arg("serve")
+        .args(["--listen", "127.0.0.1:0"])
+        .args(args)
+        .env("FORGE_JWT_SECRET", SECRET)
+        .current_dir(dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let mut lines = BufReader::new(stderr).lines();
+    let addr = loop {
+        let line = lines
+            .next()
+            .unwrap_or_else(|| panic!("forge serve exited before listening"))
+            .unwrap();
+        if let Some(rest) = line.split("listening on http://").nth(1) {
+            break rest.split('/').next().unwrap().to_owned();
+        }
+    };
+    // Keep draining stderr so the server never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines {});
+    (Proc(child), addr)
+}
+
+fn token(tenant: &str) -> String {
+    forge_providers::http::install_crypto_provider();
+    let scope = Scope::parse(tenant, "tester", &[]).unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    forge_server::auth::sign_hs256(SECRET.as_bytes(), &scope, 600, now).unwrap()
+}
+
+async fn gql(addr: &str, token: &str, query: &str, variables: Value) -> Value {
+    let body: Value = reqwest::Client::new()
+        .post(format!("http://{addr}/graphql"))
+        .bearer_auth(token)
+        .json(&json!({"query": query, "variables": variables}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(body.get("errors").is_none(), "{body}");
+    body["data"].clone()
+}
+
+/// Subscribes to a run's events and collects them until the subscription completes.
+async fn subscribe_all(addr: &str, token: &str, run: &str) -> Vec<u64> {
+    let mut req = format!("ws://{addr}/graphql")
+        .into_client_request()
+        .unwrap();
+    req.headers_mut().insert(
+        "sec-websocket-protocol",
+        "graphql-transport-ws".parse().unwrap(),
+    );
+    req.headers_mut()
+        .insert("authorization", format!("Bearer {token}").parse().unwrap());
+    let (mut ws, _) = tokio_tungstenite::connect_async(req).await.unwrap();
+    let send = |v: Value| Message::Text(v.to_string().into());
+    ws.send(send(json!({"type": "connection_init", "payload": {}})))
+        .await
+        .unwrap();
+    ws.send(send(json!({"id": "1", "type": "subscribe", "payload": {
+        "query": "subscription($id: ID!) { runEvents(runId: $id) { seq type } }",
+        "variables": {"id": run}}})))
+        .await
+        .unwrap();
+    let mut seqs = Vec::new();
+    loop {
+        let m = tokio::time::timeout(Duration::from_secs(30), ws.next())
+            .await
+            .expect("an event within 30 s")
+            .unwrap()
+            .unwrap();
+        let Message::Text(t) = m else { continue };
+        let v: Value = serde_json::from_str(&t).unwrap();
+        match v["type"].as_str() {
+            Some("next") => seqs.push(v["payload"]["data"]["runEvents"]["seq"].as_u64().unwrap()),
+            Some("complete") => return seqs,
+            _ => {}
+        }
+    }
+}
+
+async fn start_run(addr: &str, token: &str, agent: &str, message: &str) -> String {
+    let thread = gql(addr, token, "mutation { createThread { id } }", json!({})).await;
+    let thread = thread["createThread"]["id"].as_str().unwrap().to_owned();
+    let run = gql(
+        addr,
+        token,
+        "mutation($t: ID!, $a: String!, $m: String!) { startRun(input: {threadId: $t, agent: $a, message: $m}) { id } }",
+        json!({"t": thread, "a": agent, "m": message}),
+    )
+    .await;
+    run["startRun"]["id"].as_str().unwrap().to_owned()
+}
+
+async fn last_seq(addr: &str, token: &str, run: &str) -> u64 {
+    let d = gql(
+        addr,
+        token,
+        "query($id: ID!) { run(id: $id) { status lastSeq } }",
+        json!({"id": run}),
+    )
+    .await;
+    assert_eq!(d["run"]["status"], "completed", "{d}");
+    d["run"]["lastSeq"].as_u64().unwrap()
+}
+
+fn workdir(name: &str) -> std::path::PathBuf {
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("serve-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forge_serve_runs_agents_on_the_sqlite_default_and_stops_gracefully() {
+    let dir = workdir("sqlite");
+    let agent = repo().join("examples/agents/calculator.toml");
+    let (mut server, addr) = serve(&["--agent", agent.to_str().unwrap()], &dir);
+    let health = reqwest::get(format!("http://{addr}/readyz")).await.unwrap();
+    assert_eq!(health.status(), 200);
+    let ready: Value = health.json().await.unwrap();
+    assert_eq!(ready["checks"]["store"]["ok"], true, "{ready}");
+    assert_eq!(ready["checks"]["provider scripted"]["ok"], true, "{ready}");
+    let t = token("acme");
+    let run = start_run(&addr, &t, "calculator", "What is 12 times 7?").await;
+    let seqs = subscribe_all(&addr, &t, &run).await;
+    let last = last_seq(&addr, &t, &run).await;
+    assert_eq!(seqs, (1..=last).collect::<Vec<_>>());
+    assert!(dir.join("forge.db").exists(), "the SQLite default is used");
+    // SIGTERM: the server stops and exits cleanly.
+    let pid = server.0.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let status = tokio::task::spawn_blocking(move || server.0.wait().unwrap())
+        .await
+        .unwrap();
+    assert!(status.success(), "{status:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_from_a_worker_process_reaches_a_subscriber_of_another_server_process() {
+    let db = TestDatabase::create(Flavor::Plain)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let url = db.url().to_owned();
+    let dir = workdir("pg");
+    let agent = repo().join("examples/agents/calculator.toml");
+    let agent = agent.to_str().unwrap();
+    let (_server, addr) = serve(
+        &[
+            "--store",
+            &url,
+            "--agent",
+            agent,
+            "--no-worker",
+            "--poll-ms",
+            "600000",
+        ],
+        &dir,
+    );
+    let t = token("acme");
+    let run = start_run(&addr, &t, "calculator", "What is 12 times 7?").await;
+    // Subscribe before any worker exists: every event after run creation must arrive live.
+    let sub_addr = addr.clone();
+    let sub_token = t.clone();
+    let sub_run = run.clone();
+    let subscriber =
+        tokio::spawn(async move { subscribe_all(&sub_addr, &sub_token, &sub_run).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let _worker = Proc(
+        Command::new(env!("CARGO_BIN_EXE_forge"))
+            .args([
+                "worker",
+                "--store",
+                &url,
+                "--agent",
+                agent,
+                "--poll-ms",
+                "20",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let seqs = tokio::time::timeout(Duration::from_secs(60), subscriber)
+        .await
+        .expect("the subscriber got the whole run within 60 s (NOTIFY, not polling)")
+        .unwrap();
+    let last = last_seq(&addr, &t, &run).await;
+    assert_eq!(seqs, (1..=last).collect::<Vec<_>>());
+}

@@ -6,7 +6,8 @@
 //! starts one 4-step run per thread (the tool sleeps `--tool-ms`). Every subscriber must receive
 //! every event of its thread's run, in order, once; the command fails otherwise. It reports the
 //! delivery latency (an event's `at`, stamped by the worker when produced, to its arrival at the
-//! subscriber) p50/p99/max over all deliveries, and the server's peak and final RSS.
+//! subscriber) p50/p99/max over all deliveries; the same for checkpoint and terminal events alone,
+//! which are stamped just before their commit (so: delivery after commit); and the server's RSS.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -181,7 +182,7 @@ async fn subscriber(
     token: String,
     thread: String,
     ready: Arc<tokio::sync::Barrier>,
-) -> anyhow::Result<Vec<(u64, f64)>> {
+) -> anyhow::Result<Vec<(u64, f64, bool)>> {
     let mut req = format!("ws://{addr}/graphql").into_client_request()?;
     req.headers_mut()
         .insert("sec-websocket-protocol", "graphql-transport-ws".parse()?);
@@ -221,7 +222,13 @@ async fn subscriber(
         let at: chrono::DateTime<chrono::Utc> =
             serde_json::from_value(e["at"].clone()).context("event time")?;
         let latency = (arrived - at).num_microseconds().unwrap_or(0) as f64 / 1000.0;
-        got.push((e["seq"].as_u64().unwrap_or(0), latency));
+        // Checkpoint and terminal events are stamped just before their step's commit: their
+        // latency is the delivery alone.
+        let at_commit = matches!(
+            e["type"].as_str(),
+            Some("run.checkpointed" | "run.completed")
+        );
+        got.push((e["seq"].as_u64().unwrap_or(0), latency, at_commit));
         if e["type"] == "run.completed" {
             return Ok(got);
         }
@@ -303,6 +310,7 @@ pub(crate) async fn run(args: SubscribersArgs) -> anyhow::Result<()> {
         runs.push(d["startRun"]["id"].as_str().unwrap_or_default().to_owned());
     }
     let mut latencies = Vec::new();
+    let mut commit_latencies = Vec::new();
     let mut complete = 0;
     for (i, task) in tasks.into_iter().enumerate() {
         let got = task.await??;
@@ -316,18 +324,24 @@ pub(crate) async fn run(args: SubscribersArgs) -> anyhow::Result<()> {
         )
         .await?;
         let last = d["run"]["lastSeq"].as_u64().unwrap_or(0);
-        let seqs: Vec<u64> = got.iter().map(|(s, _)| *s).collect();
+        let seqs: Vec<u64> = got.iter().map(|(s, _, _)| *s).collect();
         if seqs != (1..=last).collect::<Vec<_>>() {
             bail!("subscriber {i} received {seqs:?}, the log has 1..={last}");
         }
         complete += 1;
-        latencies.extend(got.iter().map(|(_, l)| *l));
+        latencies.extend(got.iter().map(|(_, l, _)| *l));
+        commit_latencies.extend(got.iter().filter(|(_, _, c)| *c).map(|(_, l, _)| *l));
     }
     let elapsed = started.elapsed().as_secs_f64();
     let peak = rss_mib(pid, "VmHWM:");
     let rss_end = rss_mib(pid, "VmRSS:");
     let _ = child.kill().await;
     latencies.sort_by(f64::total_cmp);
+    commit_latencies.sort_by(f64::total_cmp);
+    let (c50, c99) = (
+        percentile(&commit_latencies, 0.5),
+        percentile(&commit_latencies, 0.99),
+    );
     let (p50, p99, max) = (
         percentile(&latencies, 0.5),
         percentile(&latencies, 0.99),
@@ -353,7 +367,7 @@ pub(crate) async fn run(args: SubscribersArgs) -> anyhow::Result<()> {
         "{}",
         json!({"bench": "subscribers", "subscribers": args.subscribers, "runs": args.runs,
                "store": args.store, "deliveries": latencies.len(), "p50_ms": p50, "p99_ms": p99,
-               "max_ms": max, "rss_idle_mib": rss_idle, "rss_connected_mib": rss_connected,
+               "max_ms": max, "commit_p50_ms": c50, "commit_p99_ms": c99, "rss_idle_mib": rss_idle, "rss_connected_mib": rss_connected,
                "rss_peak_mib": peak, "connect_s": connect_s})
     );
     Ok(())

@@ -7,14 +7,14 @@
 //! ([`BusObserver`]), from this server's own mutations, and — across processes — from PostgreSQL
 //! `LISTEN/NOTIFY` (fed in by the composition root).
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use forge_core::event::{RunEvent, RunEventKind};
 use forge_core::id::{RunId, ThreadId};
 use forge_core::ports::store::RunStore;
-use forge_core::scope::Scope;
+use forge_core::scope::{Scope, TenantId};
 use forge_engine::RunObserver;
 use futures_util::Stream;
 use tokio::sync::broadcast;
@@ -121,27 +121,132 @@ fn is_terminal(e: &RunEvent) -> bool {
     )
 }
 
-/// Waits for a wake-up `concerns` accepts, the poll interval, or shutdown (`false`).
+/// Events kept per run in [`LogCache`].
+const TAIL_EVENTS: usize = 4096;
+/// Runs kept in [`LogCache`]; the least recently used is dropped beyond it.
+const TAIL_RUNS: usize = 1024;
+
+#[derive(Default)]
+struct Tail {
+    /// The most recent committed events of the run, contiguous.
+    events: VecDeque<RunEvent>,
+    /// When the store was last asked for newer events (the answer reflects every commit before).
+    checked: Option<Instant>,
+    used: Option<Instant>,
+}
+
+impl Tail {
+    fn last(&self) -> u64 {
+        self.events.back().map_or(0, |e| e.seq)
+    }
+}
+
+/// The recent committed events of the runs this server's subscribers follow, shared by them:
+/// however many subscribers a run has, one of them reads the store per wake-up and the others are
+/// served what it read. Entries are keyed by tenant and run, and only streams that have checked
+/// the caller may read the run consult them. Reads wait on a per-run lock, so a wake-up makes one
+/// store query, not one per subscriber.
+#[derive(Default)]
+pub struct LogCache {
+    runs: std::sync::Mutex<HashMap<(TenantId, RunId), SharedTail>>,
+}
+
+type SharedTail = Arc<tokio::sync::Mutex<Tail>>;
+
+impl std::fmt::Debug for LogCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LogCache").finish_non_exhaustive()
+    }
+}
+
+impl LogCache {
+    fn tail(&self, tenant: &TenantId, run: RunId) -> SharedTail {
+        let mut runs = self.runs.lock().unwrap_or_else(|p| p.into_inner());
+        if runs.len() >= TAIL_RUNS && !runs.contains_key(&(tenant.clone(), run)) {
+            // Drop the least recently used entry that nobody is reading right now.
+            let victim = runs
+                .iter()
+                .filter_map(|(k, t)| t.try_lock().ok().map(|t| (k.clone(), t.used)))
+                .min_by_key(|(_, used)| *used)
+                .map(|(k, _)| k);
+            if let Some(k) = victim {
+                runs.remove(&k);
+            }
+        }
+        runs.entry((tenant.clone(), run)).or_default().clone()
+    }
+
+    /// Committed events of `run` after `after`, at most `batch`, at least as fresh as `since`
+    /// (every commit that happened before `since` is reflected).
+    pub async fn read(
+        &self,
+        runs: &dyn RunStore,
+        scope: &Scope,
+        run: RunId,
+        after: u64,
+        batch: usize,
+        since: Instant,
+    ) -> Result<Vec<RunEvent>, StreamError> {
+        let tail = self.tail(scope.tenant_id(), run);
+        let mut t = tail.lock().await;
+        t.used = Some(Instant::now());
+        let first = t.events.front().map_or(u64::MAX, |e| e.seq);
+        let last = t.last();
+        if after < last && after + 1 >= first {
+            return Ok(t
+                .events
+                .iter()
+                .filter(|e| e.seq > after)
+                .take(batch)
+                .cloned()
+                .collect());
+        }
+        if after < last {
+            // Further behind than the cache reaches: a replay, read straight from the store.
+            drop(t);
+            return runs.read_events(scope, run, after, batch).await;
+        }
+        if after == last && t.checked.is_some_and(|c| c >= since) {
+            // Someone asked the store after this caller's wake-up: nothing newer exists.
+            return Ok(Vec::new());
+        }
+        let asked = Instant::now();
+        let events = runs.read_events(scope, run, after, batch).await?;
+        if after != last {
+            // The client is ahead of the cache (a resume): the cache restarts at its position.
+            t.events.clear();
+        }
+        t.events.extend(events.iter().cloned());
+        while t.events.len() > TAIL_EVENTS {
+            t.events.pop_front();
+        }
+        t.checked = Some(asked);
+        Ok(events)
+    }
+}
+
+/// Waits for a wake-up `concerns` accepts (returned), the poll interval or a lag (`Some(None)`:
+/// anything may have changed), or shutdown (`None`).
 async fn wait(
     rx: &mut broadcast::Receiver<Wake>,
     concerns: impl Fn(&Wake) -> bool,
     poll: Duration,
     shutdown: &CancellationToken,
-) -> bool {
+) -> Option<Option<Wake>> {
     let deadline = tokio::time::sleep(poll);
     tokio::pin!(deadline);
     loop {
         tokio::select! {
-            _ = shutdown.cancelled() => return false,
-            _ = &mut deadline => return true,
+            _ = shutdown.cancelled() => return None,
+            _ = &mut deadline => return Some(None),
             got = rx.recv() => match got {
-                Ok(w) if concerns(&w) => return true,
+                Ok(w) if concerns(&w) => return Some(Some(w)),
                 Ok(_) => {}
                 // Fell behind: something may have been missed, so read.
-                Err(broadcast::error::RecvError::Lagged(_)) => return true,
+                Err(broadcast::error::RecvError::Lagged(_)) => return Some(None),
                 Err(broadcast::error::RecvError::Closed) => {
                     deadline.as_mut().await;
-                    return true;
+                    return Some(None);
                 }
             },
         }
@@ -151,40 +256,58 @@ async fn wait(
 /// Why a stream ended early.
 pub type StreamError = forge_core::Error;
 
+/// What every stream reads through.
+#[derive(Clone)]
+pub struct StreamContext {
+    /// The store.
+    pub runs: Arc<dyn RunStore>,
+    /// The shared tail of recent events.
+    pub cache: Arc<LogCache>,
+    /// How to read.
+    pub settings: StreamSettings,
+    /// Ends the stream.
+    pub shutdown: CancellationToken,
+}
+
+impl std::fmt::Debug for StreamContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StreamContext")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
 struct RunStream {
-    runs: Arc<dyn RunStore>,
+    cx: StreamContext,
     scope: Scope,
     run: RunId,
     last: u64,
     buf: VecDeque<RunEvent>,
     ended: bool,
+    /// When the caller was last woken: reads must be at least this fresh.
+    since: Instant,
     rx: broadcast::Receiver<Wake>,
-    settings: StreamSettings,
-    shutdown: CancellationToken,
 }
 
 /// The run's events after `after_seq`, then live, in order, without gaps or duplicates; ends after
 /// the run's terminal event (or on shutdown). The caller has checked the run is visible to
 /// `scope`. Subscribes to `bus` before the first read, so nothing falls between the two.
 pub fn run_events(
-    runs: Arc<dyn RunStore>,
+    cx: StreamContext,
     bus: &EventBus,
     scope: Scope,
     run: RunId,
     after_seq: u64,
-    settings: StreamSettings,
-    shutdown: CancellationToken,
 ) -> impl Stream<Item = Result<RunEvent, StreamError>> + Send + 'static {
     let state = RunStream {
-        runs,
+        rx: bus.subscribe(),
+        since: Instant::now(),
+        cx,
         scope,
         run,
         last: after_seq,
         buf: VecDeque::new(),
         ended: false,
-        rx: bus.subscribe(),
-        settings,
-        shutdown,
     };
     futures_util::stream::unfold(state, |mut st| async move {
         loop {
@@ -193,14 +316,22 @@ pub fn run_events(
                 st.ended |= is_terminal(&e);
                 return Some((Ok(e), st));
             }
-            if st.ended || st.shutdown.is_cancelled() {
+            if st.ended || st.cx.shutdown.is_cancelled() {
                 return None;
             }
-            match st
-                .runs
-                .read_events(&st.scope, st.run, st.last, st.settings.batch)
-                .await
-            {
+            let read = st
+                .cx
+                .cache
+                .read(
+                    st.cx.runs.as_ref(),
+                    &st.scope,
+                    st.run,
+                    st.last,
+                    st.cx.settings.batch,
+                    st.since,
+                )
+                .await;
+            match read {
                 Ok(events) if !events.is_empty() => {
                     st.buf
                         .extend(events.into_iter().filter(|e| e.seq > st.last));
@@ -213,30 +344,32 @@ pub fn run_events(
                 }
             }
             let run = st.run;
-            if !wait(
+            wait(
                 &mut st.rx,
                 |w| w.concerns_run(run),
-                st.settings.poll,
-                &st.shutdown,
+                st.cx.settings.poll,
+                &st.cx.shutdown,
             )
-            .await
-            {
-                return None;
-            }
+            .await?;
+            st.since = Instant::now();
         }
     })
 }
 
 struct ThreadStream {
-    runs: Arc<dyn RunStore>,
+    cx: StreamContext,
     scope: Scope,
     thread: ThreadId,
     /// Runs of the thread in creation order, with the last sequence delivered of each.
     cursor: Vec<(RunId, u64)>,
+    /// Whether the run list must be read again (at start, after a poll or a lag, or a wake-up
+    /// for a run not in `cursor`).
+    relist: bool,
+    /// Runs to read on the next pass (all when relisting).
+    dirty: Vec<RunId>,
     buf: VecDeque<RunEvent>,
+    since: Instant,
     rx: broadcast::Receiver<Wake>,
-    settings: StreamSettings,
-    shutdown: CancellationToken,
 }
 
 /// Every run's events on a thread, then live; never ends on its own (a thread takes new runs).
@@ -244,23 +377,22 @@ struct ThreadStream {
 /// `run.queued` while another still runs) interleave. `after` holds the last sequence the client
 /// saw of each run; runs it does not name are delivered from their first event.
 pub fn thread_events(
-    runs: Arc<dyn RunStore>,
+    cx: StreamContext,
     bus: &EventBus,
     scope: Scope,
     thread: ThreadId,
     after: Vec<(RunId, u64)>,
-    settings: StreamSettings,
-    shutdown: CancellationToken,
 ) -> impl Stream<Item = Result<RunEvent, StreamError>> + Send + 'static {
     let state = ThreadStream {
-        runs,
+        rx: bus.subscribe(),
+        since: Instant::now(),
+        cx,
         scope,
         thread,
         cursor: after,
+        relist: true,
+        dirty: Vec::new(),
         buf: VecDeque::new(),
-        rx: bus.subscribe(),
-        settings,
-        shutdown,
     };
     futures_util::stream::unfold(state, |mut st| async move {
         loop {
@@ -270,50 +402,225 @@ pub fn thread_events(
                 }
                 return Some((Ok(e), st));
             }
-            if st.shutdown.is_cancelled() {
+            if st.cx.shutdown.is_cancelled() {
                 return None;
             }
-            let listed = match st.runs.list_runs(&st.scope, st.thread).await {
-                Ok(l) => l,
-                Err(e) => return Some((Err(e), st)),
-            };
-            for run in &listed {
-                if !st.cursor.iter().any(|(r, _)| *r == run.id) {
-                    st.cursor.push((run.id, 0));
+            let mut to_read = std::mem::take(&mut st.dirty);
+            if st.relist {
+                let listed = match st.cx.runs.list_runs(&st.scope, st.thread).await {
+                    Ok(l) => l,
+                    Err(e) => return Some((Err(e), st)),
+                };
+                for run in &listed {
+                    let last = match st.cursor.iter().find(|(r, _)| *r == run.id) {
+                        Some((_, s)) => *s,
+                        None => {
+                            st.cursor.push((run.id, 0));
+                            0
+                        }
+                    };
+                    if run.last_seq > last && !to_read.contains(&run.id) {
+                        to_read.push(run.id);
+                    }
                 }
+                st.relist = false;
             }
-            for run in &listed {
+            for run in to_read {
                 let last = st
                     .cursor
                     .iter()
-                    .find(|(r, _)| *r == run.id)
+                    .find(|(r, _)| *r == run)
                     .map_or(0, |(_, s)| *s);
-                if run.last_seq <= last {
-                    continue;
-                }
-                match st
-                    .runs
-                    .read_events(&st.scope, run.id, last, st.settings.batch)
-                    .await
-                {
+                let read = st
+                    .cx
+                    .cache
+                    .read(
+                        st.cx.runs.as_ref(),
+                        &st.scope,
+                        run,
+                        last,
+                        st.cx.settings.batch,
+                        st.since,
+                    )
+                    .await;
+                match read {
                     Ok(events) => st.buf.extend(events.into_iter().filter(|e| e.seq > last)),
                     Err(e) => return Some((Err(e), st)),
+                }
+                if st.buf.len() >= st.cx.settings.batch {
+                    // Read the rest on the next pass.
+                    st.dirty.push(run);
                 }
             }
             if !st.buf.is_empty() {
                 continue;
             }
             let thread = st.thread;
-            if !wait(
+            let woken = wait(
                 &mut st.rx,
                 |w| w.concerns_thread(thread),
-                st.settings.poll,
-                &st.shutdown,
+                st.cx.settings.poll,
+                &st.cx.shutdown,
             )
-            .await
-            {
-                return None;
+            .await?;
+            st.since = Instant::now();
+            match woken {
+                Some(Wake::Run { run_id, .. }) if st.cursor.iter().any(|(r, _)| *r == run_id) => {
+                    st.dirty.push(run_id);
+                }
+                _ => st.relist = true,
             }
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use async_trait::async_trait;
+    use forge_core::Error;
+    use forge_core::agent::{AgentDefinition, AgentRef, RunLimits};
+    use forge_core::part::Part;
+    use forge_core::ports::store::{Committed, NewRun, NewThread, StepCommit, ThreadStore};
+    use forge_core::run::{Run, RunLease};
+    use forge_store_memory::MemoryStore;
+
+    use super::*;
+
+    /// Counts the store reads a cache makes.
+    struct Counting {
+        inner: Arc<MemoryStore>,
+        reads: AtomicUsize,
+    }
+
+    #[async_trait]
+    impl RunStore for Counting {
+        async fn create_run(&self, scope: &Scope, new: NewRun) -> Result<Run, Error> {
+            self.inner.create_run(scope, new).await
+        }
+        async fn request_cancel(&self, scope: &Scope, id: RunId) -> Result<bool, Error> {
+            self.inner.request_cancel(scope, id).await
+        }
+        async fn get_run(&self, scope: &Scope, id: RunId) -> Result<Run, Error> {
+            self.inner.get_run(scope, id).await
+        }
+        async fn list_runs(&self, scope: &Scope, thread_id: ThreadId) -> Result<Vec<Run>, Error> {
+            self.inner.list_runs(scope, thread_id).await
+        }
+        async fn acquire_lease(
+            &self,
+            scope: &Scope,
+            id: RunId,
+            holder: &str,
+            ttl: Duration,
+        ) -> Result<RunLease, Error> {
+            self.inner.acquire_lease(scope, id, holder, ttl).await
+        }
+        async fn renew_lease(
+            &self,
+            scope: &Scope,
+            lease: &RunLease,
+            ttl: Duration,
+        ) -> Result<RunLease, Error> {
+            self.inner.renew_lease(scope, lease, ttl).await
+        }
+        async fn release_lease(&self, scope: &Scope, lease: &RunLease) -> Result<(), Error> {
+            self.inner.release_lease(scope, lease).await
+        }
+        async fn commit_step(&self, scope: &Scope, commit: StepCommit) -> Result<Committed, Error> {
+            self.inner.commit_step(scope, commit).await
+        }
+        async fn read_events(
+            &self,
+            scope: &Scope,
+            id: RunId,
+            after_seq: u64,
+            limit: usize,
+        ) -> Result<Vec<RunEvent>, Error> {
+            self.reads.fetch_add(1, Ordering::SeqCst);
+            self.inner.read_events(scope, id, after_seq, limit).await
+        }
+    }
+
+    #[tokio::test]
+    async fn many_readers_of_one_run_make_one_store_read_per_wake_up() {
+        let store = Arc::new(MemoryStore::default());
+        let script = forge_providers::Script::parse(
+            "[[conversation]]\n[[conversation.turn]]\ntext = [\"hi\"]\n",
+            "t",
+        )
+        .unwrap();
+        let def = AgentDefinition {
+            agent: AgentRef {
+                name: "a".into(),
+                version: "1".into(),
+            },
+            instructions: "i".into(),
+            model: "scripted:t".into(),
+            tools: vec![],
+            skills: vec![],
+            output_schema: None,
+            limits: RunLimits::default(),
+            approvals: Default::default(),
+        };
+        let engine = forge_engine::Engine::builder()
+            .store(store.clone())
+            .model(Arc::new(
+                forge_providers::ScriptedProvider::empty().with_script("t", script),
+            ))
+            .agent(def.clone())
+            .build()
+            .unwrap();
+        let scope = Scope::parse("acme", "alice", &[]).unwrap();
+        let thread = store
+            .create_thread(&scope, NewThread::default())
+            .await
+            .unwrap();
+        let run = engine
+            .start_run(&scope, thread.id, &def.agent, vec![Part::text("go")])
+            .await
+            .unwrap();
+        let done = engine
+            .execute(
+                &scope,
+                run.id,
+                &CancellationToken::new(),
+                &forge_engine::NoopObserver,
+            )
+            .await
+            .unwrap();
+        let counting = Counting {
+            inner: store,
+            reads: AtomicUsize::new(0),
+        };
+        let cache = LogCache::default();
+        let woken = Instant::now();
+        let reads = (0..50).map(|_| cache.read(&counting, &scope, run.id, 0, 256, woken));
+        for got in futures_util::future::join_all(reads).await {
+            let seqs: Vec<u64> = got.unwrap().iter().map(|e| e.seq).collect();
+            assert_eq!(seqs, (1..=done.last_seq).collect::<Vec<_>>());
+        }
+        assert_eq!(
+            counting.reads.load(Ordering::SeqCst),
+            1,
+            "one read for 50 readers"
+        );
+
+        // Woken again: one reader asks the store, the rest know nothing newer exists.
+        let woken = Instant::now();
+        let reads =
+            (0..50).map(|_| cache.read(&counting, &scope, run.id, done.last_seq, 256, woken));
+        for got in futures_util::future::join_all(reads).await {
+            assert!(got.unwrap().is_empty());
+        }
+        assert_eq!(counting.reads.load(Ordering::SeqCst), 2);
+
+        // Another tenant shares nothing with it.
+        let other = Scope::parse("globex", "mallory", &[]).unwrap();
+        let got = cache
+            .read(&counting, &other, run.id, 0, 256, Instant::now())
+            .await;
+        assert!(got.map_or(true, |e| e.is_empty()));
+    }
 }

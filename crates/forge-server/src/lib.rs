@@ -87,6 +87,7 @@ impl ServerConfig {
 
 struct Shared {
     schema: ForgeSchema,
+    max_body_bytes: usize,
     auth: Authenticator,
     readiness: Vec<ReadinessCheck>,
 }
@@ -114,10 +115,12 @@ impl Server {
             bus: bus.clone(),
             streams: config.streams,
             shutdown: shutdown.clone(),
+            cache: Arc::new(bus::LogCache::default()),
         });
         Self {
             shared: Arc::new(Shared {
                 schema: schema::build(state, config.limits),
+                max_body_bytes: config.max_body_bytes,
                 auth: config.auth,
                 readiness: config.readiness,
             }),
@@ -229,8 +232,14 @@ async fn graphql_ws(
         },
     };
     let schema = shared.schema.clone();
+    let limit = shared.max_body_bytes;
     upgrade
         .protocols(ALL_WEBSOCKET_PROTOCOLS)
+        // Client messages are held to the body limit; small buffers keep 1,000 idle sockets cheap.
+        .max_message_size(limit)
+        .max_frame_size(limit)
+        .read_buffer_size(8 * 1024)
+        .write_buffer_size(8 * 1024)
         .on_upgrade(move |socket| async move {
             let init_shared = shared.clone();
             GraphQLWebSocket::new(socket, schema, protocol)

@@ -42,6 +42,19 @@ pub struct AppState {
     pub streams: StreamSettings,
     /// Fires on server shutdown: open subscriptions end.
     pub shutdown: CancellationToken,
+    /// Recent events shared by this server's subscribers.
+    pub cache: Arc<bus::LogCache>,
+}
+
+impl AppState {
+    fn streams(&self) -> bus::StreamContext {
+        bus::StreamContext {
+            runs: self.engine.runs().clone(),
+            cache: self.cache.clone(),
+            settings: self.streams,
+            shutdown: self.shutdown.clone(),
+        }
+    }
 }
 
 /// Depth and complexity limits every request is held to.
@@ -783,15 +796,7 @@ impl Subscriptions {
     ) -> async_graphql::Result<EventStream> {
         let (scope, app) = (scope(ctx)?.clone(), state(ctx)?.clone());
         let run = get_run(ctx, &run_id).await?;
-        let stream = bus::run_events(
-            app.engine.runs().clone(),
-            &app.bus,
-            scope,
-            run.id,
-            after_seq,
-            app.streams,
-            app.shutdown.clone(),
-        );
+        let stream = bus::run_events(app.streams(), &app.bus, scope, run.id, after_seq);
         Ok(Box::pin(
             stream.map(|r| r.map(RunEventObject).map_err(store_error)),
         ))
@@ -817,15 +822,7 @@ impl Subscriptions {
             .iter()
             .map(|c| Ok((parse_id::<RunId>(&c.run_id, "run")?, c.seq)))
             .collect::<async_graphql::Result<Vec<_>>>()?;
-        let stream = bus::thread_events(
-            app.engine.runs().clone(),
-            &app.bus,
-            scope,
-            thread,
-            after,
-            app.streams,
-            app.shutdown.clone(),
-        );
+        let stream = bus::thread_events(app.streams(), &app.bus, scope, thread, after);
         Ok(Box::pin(
             stream.map(|r| r.map(RunEventObject).map_err(store_error)),
         ))

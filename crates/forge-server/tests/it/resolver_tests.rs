@@ -314,6 +314,7 @@ async fn depth_beyond_the_limit_is_refused() {
                 bus: forge_server::EventBus::default(),
                 streams: forge_server::StreamSettings::default(),
                 shutdown: tokio_util::sync::CancellationToken::new(),
+                cache: Default::default(),
             }),
             forge_server::QueryLimits {
                 depth,

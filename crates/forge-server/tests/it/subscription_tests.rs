@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
 
 use crate::support::{Opts, RUN_EVENTS, Srv, Ws, start, token};
@@ -160,4 +161,28 @@ async fn shutting_down_ends_open_subscriptions_and_the_server() {
         .await
         .expect("the server stops")
         .unwrap();
+}
+
+#[tokio::test]
+async fn an_oversized_websocket_message_closes_the_connection() {
+    let srv = start(Opts::default()).await;
+    let t = token("acme", "alice", &[]);
+    let (mut ws, ack) = Ws::connect(&srv, Some(&t)).await;
+    assert!(ack.to_string().contains("connection_ack"));
+    let query = format!("subscription {{ __typename }} # {}", "x".repeat(100 * 1024));
+    let _ = ws
+        .socket
+        .send(tokio_tungstenite::tungstenite::Message::Text(
+            json!({"id": "big", "type": "subscribe", "payload": {"query": query}})
+                .to_string()
+                .into(),
+        ))
+        .await;
+    let next = tokio::time::timeout(Duration::from_secs(10), ws.socket.next())
+        .await
+        .expect("the server answers within 10 s");
+    match next {
+        None | Some(Err(_)) | Some(Ok(tokio_tungstenite::tungstenite::Message::Close(_))) => {}
+        Some(Ok(other)) => panic!("expected the connection to close, got {other:?}"),
+    }
 }

@@ -222,12 +222,13 @@ impl Engine {
         specs
     }
 
-    /// Whether `agent`'s model, under `scope`, may call the tool `name` at all (before its input
-    /// is checked).
-    pub(crate) fn may_call(&self, scope: &Scope, agent: &AgentDefinition, name: &str) -> bool {
+    /// The names of the tools `agent`'s model, under `scope`, may call at all (before any input
+    /// is checked): what it is offered.
+    pub(crate) fn callable(&self, scope: &Scope, agent: &AgentDefinition) -> BTreeSet<String> {
         self.offered_specs(scope, agent)
             .iter()
-            .any(|s| s.name == name)
+            .map(|s| s.name.clone())
+            .collect()
     }
 
     /// What the model is offered: [`Self::offered_specs`], with the visible skills listed in

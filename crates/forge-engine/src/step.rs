@@ -491,6 +491,12 @@ impl StepRunner<'_> {
     /// `calls` pairs each call with the size of its raw streamed input.
     pub(crate) fn prepare(&self, calls: &[(ToolCallPart, usize)]) -> Vec<Prepared> {
         let limits = &self.agent.limits;
+        // Discovery is decided once for the step's calls (one policy decision per tool).
+        let callable = if calls.is_empty() {
+            Default::default()
+        } else {
+            self.engine.callable(self.scope, self.agent)
+        };
         calls
             .iter()
             .enumerate()
@@ -511,13 +517,7 @@ impl StepRunner<'_> {
                 }
                 // A tool this run may not see is refused exactly like one that does not exist.
                 let registered = match self.engine.tools.get(&call.tool_name) {
-                    Some(r)
-                        if self
-                            .engine
-                            .may_call(self.scope, self.agent, &call.tool_name) =>
-                    {
-                        r
-                    }
+                    Some(r) if callable.contains(&call.tool_name) => r,
                     found => {
                         return Prepared::Denied {
                             call: call.clone(),

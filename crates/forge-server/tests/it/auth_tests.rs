@@ -308,3 +308,64 @@ async fn a_websocket_without_a_valid_token_is_closed() {
         }
     }
 }
+
+/// The server over a Supabase-mode PostgreSQL store, with Supabase tokens: the tenant from
+/// `app_metadata` reaches the database's own policies (`request.jwt.claims`), runs execute and
+/// stream, and another tenant sees nothing — enforced by the database too.
+#[tokio::test]
+async fn a_supabase_deployment_streams_runs_and_isolates_tenants() {
+    use forge_store_postgres::testing::{Flavor, TestDatabase};
+    let db = TestDatabase::create(Flavor::Supabase)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let store = forge_store_postgres::PostgresStore::connect(
+        db.url(),
+        forge_store_postgres::Mode::Supabase,
+    )
+    .await
+    .unwrap()
+    .with_guard(db);
+    let auth = forge_server::Authenticator::hs256(SECRET.as_bytes())
+        .unwrap()
+        .mode(forge_server::ClaimsMode::Supabase);
+    let srv = start(Opts {
+        store: std::sync::Arc::new(store),
+        auth: Some(auth),
+        ..Opts::default()
+    })
+    .await;
+    let key = EncodingKey::from_secret(SECRET.as_bytes()).unwrap();
+    let supa = |tenant: &str, user: &str| {
+        sign(
+            Algorithm::HS256,
+            None,
+            &key,
+            &json!({"sub": user, "role": "authenticated", "exp": chrono_now() + 600,
+                    "app_metadata": {"tenant_id": tenant}}),
+        )
+    };
+    let (acme, globex) = (
+        supa("acme", "5a1e0000-0000-4000-8000-00000000000a"),
+        supa("globex", "5a1e0000-0000-4000-8000-00000000000b"),
+    );
+    let thread = srv.thread(&acme).await;
+    let run = srv.start_run(&acme, &thread, "greeter", "hi").await;
+    let (mut ws, _) = Ws::connect(&srv, Some(&acme)).await;
+    ws.subscribe(
+        "s",
+        crate::support::RUN_EVENTS,
+        json!({"id": run, "after": 0}),
+    )
+    .await;
+    let (events, completed) = ws.collect("s", "runEvents", None).await;
+    assert!(completed);
+    let log = srv.log(&acme, &run).await;
+    assert_eq!(events.len(), log.len());
+    let q = "query($id: ID!) { run(id: $id) { id } }";
+    let (code, _) = srv.gql_error(&globex, q, json!({"id": run})).await;
+    assert_eq!(code, "NOT_FOUND");
+    let d = srv
+        .gql(&globex, "{ pendingInteractions { id } }", json!({}))
+        .await;
+    assert!(d["pendingInteractions"].as_array().unwrap().is_empty());
+}

@@ -30,12 +30,18 @@ impl Drop for Proc {
 
 /// Starts `forge serve …` on a free port; returns the process and `host:port`.
 fn serve(args: &[&str], dir: &std::path::Path) -> (Proc, String) {
+    serve_with_env(args, dir, &[])
+}
+
+/// [`serve`] with extra environment variables.
+fn serve_with_env(args: &[&str], dir: &std::path::Path, env: &[(&str, &str)]) -> (Proc, String) {
     forge_providers::http::install_crypto_provider();
     let mut child = Command::new(env!("CARGO_BIN_EXE_forge"))
         .arg("serve")
         .args(["--listen", "127.0.0.1:0"])
         .args(args)
         .env("FORGE_JWT_SECRET", SECRET)
+        .envs(env.iter().copied())
         .current_dir(dir)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -236,4 +242,42 @@ async fn an_event_from_a_worker_process_reaches_a_subscriber_of_another_server_p
         .unwrap();
     let last = last_seq(&addr, &t, &run).await;
     assert_eq!(seqs, (1..=last).collect::<Vec<_>>());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readyz_checks_each_configured_provider() {
+    let mock = forge_testkit::mock_model::MockModelServer::start()
+        .await
+        .unwrap();
+    let dir = workdir("ready");
+    let agent = repo().join("examples/agents/workload.toml");
+    let agent = agent.to_str().unwrap();
+    let readyz = async |base: &str| {
+        let (_server, addr) = serve_with_env(
+            &["--agent", agent, "--no-worker"],
+            &dir,
+            &[("FORGE_OPENAI_COMPATIBLE_BASE_URL", base)],
+        );
+        let res = reqwest::get(format!("http://{addr}/readyz")).await.unwrap();
+        (res.status().as_u16(), res.json::<Value>().await.unwrap())
+    };
+    let (status, body) = readyz(&mock.base_url()).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        body["checks"]["provider openai-compatible"]["ok"], true,
+        "{body}"
+    );
+    // A provider nobody answers for: not ready, and the check says which.
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    let (status, body) = readyz(&format!("http://{closed}/v1")).await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["ready"], false);
+    assert_eq!(
+        body["checks"]["provider openai-compatible"]["ok"], false,
+        "{body}"
+    );
+    assert_eq!(body["checks"]["store"]["ok"], true, "{body}");
 }

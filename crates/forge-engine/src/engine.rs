@@ -358,6 +358,24 @@ impl Engine {
             })
     }
 
+    /// Asks the policy engine (failing closed): for callers that guard their own resources, such
+    /// as a server deciding who may read or run on a thread.
+    pub fn authorize(
+        &self,
+        request: &forge_core::ports::policy::PolicyRequest<'_>,
+    ) -> forge_core::ports::policy::PolicyDecision {
+        self.authorizer.decide(request)
+    }
+
+    /// One approval or question of the scope's tenant.
+    pub async fn interaction(
+        &self,
+        scope: &Scope,
+        id: forge_core::id::InteractionId,
+    ) -> Result<Interaction, EngineError> {
+        Ok(self.interactions.get_interaction(scope, id).await?)
+    }
+
     /// Every registered agent version, by name then version.
     pub fn agents(&self) -> Vec<Arc<AgentDefinition>> {
         let mut all: Vec<_> = self.agents.values().cloned().collect();

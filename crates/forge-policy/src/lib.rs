@@ -478,7 +478,7 @@ mod tests {
         let e = CedarAuthorizer::from_path(&dir).unwrap_err();
         assert!(matches!(e, PolicyLoadError::Empty(_)), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
-        assert_eq!(examples().len(), 5);
+        assert_eq!(examples().len(), 7);
     }
 
     #[test]

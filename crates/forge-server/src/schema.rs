@@ -18,6 +18,7 @@ use forge_core::event::RunEvent;
 use forge_core::id::{InteractionId, RunId, ThreadId};
 use forge_core::interaction::{Decision, Interaction, InteractionRequest, Resolve};
 use forge_core::part::Part;
+use forge_core::ports::policy::{PolicyAction, PolicyRequest, PolicyResource};
 use forge_core::ports::store::{NewRun, NewThread, StartStrategy};
 use forge_core::run::Run;
 use forge_core::scope::Scope;
@@ -97,7 +98,7 @@ fn error(code: &'static str, message: impl Into<String>) -> async_graphql::Error
 /// An engine error as the client sees it: a class and a safe message, never internals.
 pub(crate) fn client_error(e: EngineError) -> async_graphql::Error {
     match e.kind() {
-        ErrorKind::NotFound => error("NOT_FOUND", "not found"),
+        ErrorKind::NotFound => not_found("entity"),
         ErrorKind::Invalid => error("BAD_REQUEST", e.to_string()),
         ErrorKind::Conflict => error("CONFLICT", e.to_string()),
         ErrorKind::Cancelled => error("CANCELLED", "cancelled"),
@@ -125,9 +126,15 @@ fn store_error(e: forge_core::Error) -> async_graphql::Error {
     client_error(EngineError::Store(e))
 }
 
+/// The one answer for an absent, foreign, hidden or malformed id: the same words for all, so none
+/// tells them apart. (`what` is for readers of this code.)
+fn not_found(_what: &'static str) -> async_graphql::Error {
+    error("NOT_FOUND", "not found")
+}
+
 fn parse_id<T: FromStr>(id: &ID, what: &'static str) -> async_graphql::Result<T> {
     // A malformed id is just an id that does not exist.
-    T::from_str(id.as_str()).map_err(|_| error("NOT_FOUND", format!("{what} not found")))
+    T::from_str(id.as_str()).map_err(|_| not_found(what))
 }
 
 fn scope<'a>(ctx: &'a Context<'_>) -> async_graphql::Result<&'a Scope> {
@@ -456,15 +463,45 @@ async fn read_events(
     Ok(events.into_iter().map(RunEventObject).collect())
 }
 
+/// Whether the caller may `action` the thread under the policies: reading is required to know
+/// it exists (`NOT_FOUND` as for an absent `what`), executing (running, cancelling, resolving)
+/// additionally needs `execute` (`FORBIDDEN`).
+fn thread_access(
+    ctx: &Context<'_>,
+    thread: ThreadId,
+    action: PolicyAction,
+    what: &'static str,
+) -> async_graphql::Result<()> {
+    let (scope, state) = (scope(ctx)?, state(ctx)?);
+    let id = thread.to_string();
+    let ask = |action| {
+        state.engine.authorize(&PolicyRequest {
+            scope,
+            action,
+            resource: PolicyResource::Thread(&id),
+            input: None,
+        })
+    };
+    if !ask(PolicyAction::Read).is_allowed() {
+        return Err(not_found(what));
+    }
+    if action == PolicyAction::Execute && !ask(PolicyAction::Execute).is_allowed() {
+        return Err(error("FORBIDDEN", "not permitted"));
+    }
+    Ok(())
+}
+
 async fn get_run(ctx: &Context<'_>, id: &ID) -> async_graphql::Result<Run> {
     let (scope, state) = (scope(ctx)?, state(ctx)?);
     let id: RunId = parse_id(id, "run")?;
-    state
+    let run = state
         .engine
         .runs()
         .get_run(scope, id)
         .await
-        .map_err(store_error)
+        .map_err(store_error)?;
+    thread_access(ctx, run.thread_id, PolicyAction::Read, "run")?;
+    Ok(run)
 }
 
 /// Queries.
@@ -511,6 +548,7 @@ impl Query {
             .get_thread(scope, id)
             .await
             .map_err(store_error)?;
+        thread_access(ctx, thread.id, PolicyAction::Read, "thread")?;
         Ok(ThreadObject(thread))
     }
 
@@ -543,6 +581,7 @@ impl Query {
             .await
             .map_err(client_error)?
             .into_iter()
+            .filter(|i| thread_access(ctx, i.thread_id, PolicyAction::Read, "thread").is_ok())
             .map(InteractionObject)
             .collect())
     }
@@ -663,6 +702,7 @@ impl Mutation {
     ) -> async_graphql::Result<RunObject> {
         let (scope, app) = (scope(ctx)?, state(ctx)?);
         let thread: ThreadId = parse_id(&input.thread_id, "thread")?;
+        thread_access(ctx, thread, PolicyAction::Execute, "thread")?;
         let version = match input.version {
             Some(v) => v,
             None => app
@@ -697,6 +737,7 @@ impl Mutation {
     async fn cancel_run(&self, ctx: &Context<'_>, run_id: ID) -> async_graphql::Result<bool> {
         let (scope, app) = (scope(ctx)?, state(ctx)?);
         let run = get_run(ctx, &run_id).await?;
+        thread_access(ctx, run.thread_id, PolicyAction::Execute, "run")?;
         let asked = app
             .engine
             .runs()
@@ -752,6 +793,12 @@ async fn resolve(
 ) -> async_graphql::Result<InteractionObject> {
     let (scope, app) = (scope(ctx)?, state(ctx)?);
     let id: InteractionId = parse_id(id, "interaction")?;
+    let current = app
+        .engine
+        .interaction(scope, id)
+        .await
+        .map_err(client_error)?;
+    thread_access(ctx, current.thread_id, PolicyAction::Execute, "interaction")?;
     let resolved = app
         .engine
         .resolve_interaction(
@@ -818,6 +865,7 @@ impl Subscriptions {
             .get_thread(&scope, thread)
             .await
             .map_err(store_error)?;
+        thread_access(ctx, thread, PolicyAction::Read, "thread")?;
         let after = after
             .iter()
             .map(|c| Ok((parse_id::<RunId>(&c.run_id, "run")?, c.seq)))

@@ -369,3 +369,93 @@ async fn a_supabase_deployment_streams_runs_and_isolates_tenants() {
         .await;
     assert!(d["pendingInteractions"].as_array().unwrap().is_empty());
 }
+
+/// Policies decide, within a tenant, who reads a thread and who acts on it: the example
+/// policies plus one that hides threads from a role.
+#[tokio::test]
+async fn policies_decide_who_reads_and_who_acts_on_a_thread() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/policies");
+    let mut texts: Vec<(String, String)> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .map(|p| {
+            let name = p.file_name().unwrap().to_string_lossy().into_owned();
+            (name, std::fs::read_to_string(&p).unwrap())
+        })
+        .collect();
+    texts.push((
+        "hidden.cedar".into(),
+        r#"forbid(principal in Forge::Role::"contractor", action == Forge::Action::"read", resource is Forge::Thread);"#.into(),
+    ));
+    let policies = forge_policy::CedarAuthorizer::from_sources(
+        texts.iter().map(|(n, t)| (n.as_str(), t.as_str())),
+    )
+    .unwrap();
+    let srv = start(Opts {
+        authorizer: Some(std::sync::Arc::new(policies)),
+        ..Opts::default()
+    })
+    .await;
+    let owner = token("acme", "alice", &["member"]);
+    let auditor = token("acme", "audrey", &["auditor"]);
+    let contractor = token("acme", "carl", &["contractor"]);
+    let (thread, run) = srv.run_until(&owner, "greeter", "hi", "completed").await;
+    let read = "query($id: ID!) { thread(id: $id) { id runs { id } } }";
+    assert_eq!(
+        srv.gql(&auditor, read, json!({"id": thread})).await["thread"]["id"],
+        thread.as_str()
+    );
+    let start_run = "mutation($t: ID!) { startRun(input: {threadId: $t, agent: \"greeter\", message: \"x\"}) { id } }";
+    let (code, message) = srv
+        .gql_error(&auditor, start_run, json!({"t": thread}))
+        .await;
+    assert_eq!(
+        (code.as_str(), message.as_str()),
+        ("FORBIDDEN", "not permitted")
+    );
+    let (code, _) = srv
+        .gql_error(
+            &auditor,
+            "mutation($id: ID!) { cancelRun(runId: $id) }",
+            json!({"id": run}),
+        )
+        .await;
+    assert_eq!(code, "FORBIDDEN");
+    // Hidden from contractors: exactly like a thread that does not exist.
+    let missing = uuid::Uuid::now_v7().to_string();
+    for (query, id) in [
+        (read, &thread),
+        ("query($id: ID!) { run(id: $id) { id } }", &run),
+        ("query($id: ID!) { runEvents(runId: $id) { seq } }", &run),
+    ] {
+        let (code, message) = srv.gql_error(&contractor, query, json!({"id": id})).await;
+        let (_, absent) = srv
+            .gql_error(&contractor, query, json!({"id": missing}))
+            .await;
+        assert_eq!(code, "NOT_FOUND", "{query}");
+        assert_eq!(message, absent, "{query}");
+    }
+    let (code, _) = srv
+        .gql_error(&contractor, start_run, json!({"t": thread}))
+        .await;
+    assert_eq!(code, "NOT_FOUND");
+    let (mut ws, _) = Ws::connect(&srv, Some(&contractor)).await;
+    ws.subscribe(
+        "1",
+        crate::support::RUN_EVENTS,
+        json!({"id": run, "after": 0}),
+    )
+    .await;
+    let m = ws.next_json().await;
+    let errors = if m["type"] == "error" {
+        &m["payload"]
+    } else {
+        &m["payload"]["errors"]
+    };
+    assert_eq!(errors[0]["extensions"]["code"], "NOT_FOUND", "{m}");
+    // And the owner is unaffected.
+    assert_eq!(
+        srv.gql(&owner, read, json!({"id": thread})).await["thread"]["runs"][0]["id"],
+        run.as_str()
+    );
+}

@@ -290,7 +290,7 @@ async fn complex_and_oversized_requests_are_refused_without_internals() {
         .await;
     assert_eq!(
         (code.as_str(), message.as_str()),
-        ("NOT_FOUND", "run not found")
+        ("NOT_FOUND", "not found")
     );
     // Unknown fields are refused without suggestions that would map the schema.
     let (_, body) = srv.post(Some(&t), "{ agentz { name } }", json!({})).await;

@@ -77,6 +77,7 @@ pub struct Opts {
     pub auth: Option<Authenticator>,
     pub readiness: Vec<ReadinessCheck>,
     pub tool_delay: Duration,
+    pub authorizer: Option<Arc<dyn forge_core::ports::policy::Authorizer>>,
 }
 
 impl Default for Opts {
@@ -89,6 +90,7 @@ impl Default for Opts {
             auth: None,
             readiness: Vec::new(),
             tool_delay: Duration::from_millis(100),
+            authorizer: None,
         }
     }
 }
@@ -140,7 +142,11 @@ pub async fn start(opts: Opts) -> Srv {
     .classification(ToolClassification::ExternalWrite)
     .approval(ApprovalPolicy::Always);
     let script = Script::parse(SCRIPT, "test").unwrap();
-    let engine = Engine::builder()
+    let mut builder = Engine::builder();
+    if let Some(a) = opts.authorizer {
+        builder = builder.authorizer(a);
+    }
+    let engine = builder
         .dyn_store(opts.store.clone())
         .model(Arc::new(
             ScriptedProvider::empty().with_script("test", script),

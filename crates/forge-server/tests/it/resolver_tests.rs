@@ -378,3 +378,61 @@ async fn health_and_readiness() {
         "schema at version 3, this build needs 6"
     );
 }
+
+/// A database failure reaches the client as `INTERNAL` with a reference, never the database's
+/// words (table names, SQL, connection details).
+#[tokio::test]
+async fn a_store_failure_is_an_internal_error_that_leaks_nothing() {
+    use forge_store_postgres::testing::{Flavor, TestDatabase};
+    let db = TestDatabase::create(Flavor::Plain)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let admin = db.admin_url().to_owned();
+    let store =
+        forge_store_postgres::PostgresStore::connect(db.url(), forge_store_postgres::Mode::Rls)
+            .await
+            .unwrap()
+            .with_guard(db);
+    let srv = start(Opts {
+        store: std::sync::Arc::new(store),
+        worker: false,
+        ..Opts::default()
+    })
+    .await;
+    let t = token("acme", "alice", &[]);
+    let thread = srv.thread(&t).await;
+    // Break the schema under the server.
+    let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&admin)
+        .await
+        .unwrap();
+    sqlx::query("ALTER TABLE forge_threads RENAME TO forge_threads_gone")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let (status, body) = srv
+        .post(
+            Some(&t),
+            "query($id: ID!) { thread(id: $id) { id } }",
+            json!({"id": thread}),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let e = &body["errors"][0];
+    assert_eq!(e["extensions"]["code"], "INTERNAL", "{body}");
+    let message = e["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("internal error (reference "),
+        "{message}"
+    );
+    let text = body.to_string();
+    for leak in [
+        "forge_threads",
+        "relation",
+        "postgres",
+        "sqlx",
+        "SELECT",
+        "127.0.0.1",
+    ] {
+        assert!(!text.contains(leak), "the response leaks {leak:?}: {text}");
+    }
+}

@@ -24,7 +24,8 @@ pub(crate) struct ProviderArgs {
 }
 
 impl ProviderArgs {
-    /// The redactor for this process: the named variables' values and the provider keys.
+    /// The redactor for this process: the named variables' values, the provider keys, and every
+    /// credential the providers file references (`env:` or `file:`).
     pub(crate) fn redactor(&self) -> forge_core::redact::Redactor {
         let names = [
             "OPENAI_API_KEY",
@@ -34,7 +35,18 @@ impl ProviderArgs {
         .into_iter()
         .map(str::to_owned)
         .chain(self.redact_env.iter().cloned());
-        forge_core::redact::Redactor::new(names.filter_map(|n| std::env::var(n).ok()))
+        let mut values: Vec<String> = names.filter_map(|n| std::env::var(n).ok()).collect();
+        // A providers file that does not load is reported when its providers are built.
+        if let Ok(config) = self.config() {
+            let env = |name: &str| std::env::var(name).ok();
+            values.extend(
+                config
+                    .secret_values(&env)
+                    .into_iter()
+                    .map(|s| s.expose().to_owned()),
+            );
+        }
+        forge_core::redact::Redactor::new(values)
     }
 
     fn config(&self) -> anyhow::Result<ProvidersConfig> {

@@ -211,6 +211,24 @@ impl ProvidersConfig {
         names
     }
 
+    /// Every credential the file's entries reference (`api_key` and credential-bearing headers),
+    /// resolved through `env`, for a redactor to scrub wherever it appears. References that do not
+    /// resolve are skipped (building the provider reports them).
+    pub fn secret_values(&self, env: &dyn Fn(&str) -> Option<String>) -> Vec<Secret> {
+        let mut refs: Vec<&str> = Vec::new();
+        for entry in self.providers.values() {
+            refs.extend(entry.api_key.as_deref());
+            for (header, value) in &entry.headers {
+                if carries_credentials(header) || value.starts_with("env:") {
+                    refs.push(value);
+                }
+            }
+        }
+        refs.into_iter()
+            .filter_map(|r| r.parse::<SecretRef>().ok()?.resolve(env).ok())
+            .collect()
+    }
+
     /// Builds the provider called `name`, with retries, resolving its credentials through `env`.
     pub fn provider(
         &self,
@@ -321,6 +339,29 @@ mod tests {
                 .find(|(k, _)| *k == name)
                 .map(|(_, v)| (*v).to_owned())
         }
+    }
+
+    #[test]
+    fn every_referenced_credential_is_listed_for_redaction() {
+        let dir = std::env::temp_dir().join(format!("forge-secret-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("key");
+        std::fs::write(&file, "file-held-secret-value\n").unwrap();
+        let text = format!(
+            "[providers.a]\nkind = \"openai-compatible\"\nbase_url = \"http://x/v1\"\napi_key = \"file:{}\"\n\
+             [providers.a.headers]\nx-api-key = \"env:HEADER_KEY\"\nx-trace = \"plain\"\n\
+             [providers.b]\nkind = \"openai\"\napi_key = \"env:MISSING\"\n",
+            file.display()
+        );
+        let config = ProvidersConfig::from_toml(&text, "p.toml").unwrap();
+        let mut values: Vec<String> = config
+            .secret_values(&env(&[("HEADER_KEY", "header-secret-value")]))
+            .iter()
+            .map(|s| s.expose().to_owned())
+            .collect();
+        values.sort();
+        assert_eq!(values, ["file-held-secret-value", "header-secret-value"]);
+        std::fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]

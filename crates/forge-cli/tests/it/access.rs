@@ -197,3 +197,43 @@ fn a_seeded_secret_appears_nowhere_in_what_forge_prints() {
         assert!(stdout.contains("[REDACTED]"), "{stdout}");
     }
 }
+
+#[test]
+fn credentials_a_providers_file_references_are_scrubbed_too() {
+    const SECRET: &str = "mounted-secret-from-a-file-0042";
+    let dir = workdir("file-secret");
+    let key = dir.join("vault-key");
+    std::fs::write(&key, format!("{SECRET}\n")).unwrap();
+    let providers = dir.join("providers.toml");
+    std::fs::write(
+        &providers,
+        format!(
+            "[providers.vault]\nkind = \"openai-compatible\"\nbase_url = \"http://127.0.0.1:9/v1\"\napi_key = \"file:{}\"\n",
+            key.display()
+        ),
+    )
+    .unwrap();
+    let agent = agent(
+        &dir,
+        &format!(
+            "[[conversation]]\n[[conversation.turn]]\ntool_calls = [{{ name = \"lookup\", input = {{ key = \"{SECRET}\" }} }}]\n[[conversation.turn]]\ntext = [\"done\"]\n"
+        ),
+        "",
+    );
+    let out = forge(&[
+        "run",
+        "--json",
+        "--providers",
+        providers.to_str().unwrap(),
+        "--agent",
+        &agent,
+        "go",
+    ]);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stdout}{stderr}");
+    assert!(
+        !stdout.contains(SECRET) && !stderr.contains(SECRET),
+        "{stdout}"
+    );
+    assert!(stdout.contains("[REDACTED]"), "{stdout}");
+}

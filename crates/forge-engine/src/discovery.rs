@@ -209,6 +209,15 @@ impl Engine {
     /// plus [`LOAD_SKILL`] when it has a visible skill, plus [`RUN_SKILL_SCRIPT`] when scripts
     /// are enabled and a visible skill has one.
     fn offered_specs(&self, scope: &Scope, agent: &AgentDefinition) -> Vec<&ToolSpec> {
+        self.offered_with_skills(scope, agent).0
+    }
+
+    /// [`Self::offered_specs`] and the visible skills it was decided from.
+    fn offered_with_skills(
+        &self,
+        scope: &Scope,
+        agent: &AgentDefinition,
+    ) -> (Vec<&ToolSpec>, Vec<&Skill>) {
         let mut specs = self.visible_specs(scope, Some(&agent.tools));
         let skills = self.visible_skills(scope, agent);
         let mut builtins = Vec::new();
@@ -219,7 +228,7 @@ impl Engine {
             }
         }
         specs.extend(self.visible_specs(scope, Some(&builtins)));
-        specs
+        (specs, skills)
     }
 
     /// The names of the tools `agent`'s model, under `scope`, may call at all (before any input
@@ -234,12 +243,13 @@ impl Engine {
     /// What the model is offered: [`Self::offered_specs`], with the visible skills listed in
     /// [`LOAD_SKILL`]'s description.
     pub(crate) fn offered(&self, scope: &Scope, agent: &AgentDefinition) -> Vec<ToolDescriptor> {
-        self.offered_specs(scope, agent)
+        let (specs, skills) = self.offered_with_skills(scope, agent);
+        specs
             .into_iter()
             .map(|s| {
                 let mut description = s.description.clone();
                 if s.name == LOAD_SKILL {
-                    for skill in self.visible_skills(scope, agent) {
+                    for skill in &skills {
                         description.push_str(&format!("\n- {}: {}", skill.name, skill.description));
                     }
                 }

@@ -277,8 +277,10 @@ impl StepRunner<'_> {
                 _ => None,
             })
             .collect();
+        // Decided again on resume: permissions may have changed while the run waited.
+        let callable = self.engine.callable(self.scope, self.agent);
         let prepared = self
-            .prepare(&calls)
+            .prepare(&calls, &callable)
             .into_iter()
             .map(|p| match p {
                 Prepared::Run { call } => settle(call, raised),

@@ -1,6 +1,6 @@
 //! One step: a streamed model call, tool-call validation, concurrent tool execution.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use forge_core::agent::AgentDefinition;
@@ -114,6 +114,8 @@ impl StepRunner<'_> {
             history,
             self.engine.offered(self.scope, self.agent),
         );
+        // What the model may call this step is exactly what it is offered.
+        let callable: BTreeSet<String> = request.tools.iter().map(|t| t.name.clone()).collect();
 
         // Reserve before spending: the run's ceilings, then the tenant's quota (atomic in the
         // store). A call that would pass either is not made.
@@ -236,7 +238,7 @@ impl StepRunner<'_> {
                 ),
             }));
         }
-        let prepared = self.prepare(&calls);
+        let prepared = self.prepare(&calls, &callable);
         let (prepared, raised) = self.gate(cur, step, prepared).await;
         if !raised.is_empty() {
             // No tool of this step runs until a person has settled every interaction.
@@ -489,14 +491,13 @@ impl StepRunner<'_> {
 
     /// Checks each call: a tool the agent has, input that parsed, fits and matches the schema.
     /// `calls` pairs each call with the size of its raw streamed input.
-    pub(crate) fn prepare(&self, calls: &[(ToolCallPart, usize)]) -> Vec<Prepared> {
+    /// `callable` names the tools the model may call this step: exactly what it was offered.
+    pub(crate) fn prepare(
+        &self,
+        calls: &[(ToolCallPart, usize)],
+        callable: &BTreeSet<String>,
+    ) -> Vec<Prepared> {
         let limits = &self.agent.limits;
-        // Discovery is decided once for the step's calls (one policy decision per tool).
-        let callable = if calls.is_empty() {
-            Default::default()
-        } else {
-            self.engine.callable(self.scope, self.agent)
-        };
         calls
             .iter()
             .enumerate()

@@ -279,20 +279,9 @@ async fn another_tenants_ids_behave_like_ids_that_do_not_exist() {
     // Nor can a globex subscriber attach to acme's run.
     let (mut ws, ack) = Ws::connect(&srv, Some(&globex)).await;
     assert!(ack.to_string().contains("connection_ack"), "{ack}");
-    ws.subscribe(
-        "1",
-        crate::support::RUN_EVENTS,
-        json!({"id": run, "after": 0}),
-    )
-    .await;
-    let m = ws.next_json().await;
-    let errors = if m["type"] == "error" {
-        &m["payload"]
-    } else {
-        &m["payload"]["errors"]
-    };
-    assert_eq!(errors[0]["extensions"]["code"], "NOT_FOUND", "{m}");
-    assert_eq!(errors[0]["message"], "not found", "{m}");
+    let refused = ws.subscribe_refused(&run).await;
+    assert_eq!(refused["extensions"]["code"], "NOT_FOUND", "{refused}");
+    assert_eq!(refused["message"], "not found", "{refused}");
 }
 
 #[tokio::test]
@@ -440,19 +429,8 @@ async fn policies_decide_who_reads_and_who_acts_on_a_thread() {
         .await;
     assert_eq!(code, "NOT_FOUND");
     let (mut ws, _) = Ws::connect(&srv, Some(&contractor)).await;
-    ws.subscribe(
-        "1",
-        crate::support::RUN_EVENTS,
-        json!({"id": run, "after": 0}),
-    )
-    .await;
-    let m = ws.next_json().await;
-    let errors = if m["type"] == "error" {
-        &m["payload"]
-    } else {
-        &m["payload"]["errors"]
-    };
-    assert_eq!(errors[0]["extensions"]["code"], "NOT_FOUND", "{m}");
+    let refused = ws.subscribe_refused(&run).await;
+    assert_eq!(refused["extensions"]["code"], "NOT_FOUND", "{refused}");
     // And the owner is unaffected.
     assert_eq!(
         srv.gql(&owner, read, json!({"id": thread})).await["thread"]["runs"][0]["id"],

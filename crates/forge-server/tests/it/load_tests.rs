@@ -1,10 +1,14 @@
 //! 1,000 concurrent subscribers on one server while runs execute: every subscriber receives every
 //! event of its run, in order, once. (Latency and memory are measured by `forge-bench
 //! subscribers`, not here.)
+//!
+//! The runs park on an approval first, so every subscriber is attached before they go on: what
+//! follows the approvals is delivered live, not replayed from a finished log.
 
-use std::time::Duration;
+use std::sync::Arc;
 
 use serde_json::json;
+use tokio::sync::Barrier;
 
 use crate::support::{Opts, RUN_EVENTS, Ws, start, token};
 
@@ -13,29 +17,34 @@ const RUNS: usize = 20;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_thousand_subscribers_each_receive_every_event() {
-    let srv = std::sync::Arc::new(
-        start(Opts {
-            tool_delay: Duration::from_millis(300),
-            ..Opts::default()
-        })
-        .await,
-    );
+    let srv = Arc::new(start(Opts::default()).await);
     let t = token("acme", "alice", &[]);
     let mut runs = Vec::new();
     for _ in 0..RUNS {
-        let thread = srv.thread(&t).await;
-        runs.push(srv.start_run(&t, &thread, "assistant", "slow sum").await);
+        let (_, run) = srv
+            .run_until(&t, "assistant", "send the email", "waiting")
+            .await;
+        let parked = srv.log(&t, &run).await;
+        runs.push((run, parked.len()));
     }
+    let attached = Arc::new(Barrier::new(SUBSCRIBERS + 1));
     let mut tasks = Vec::new();
     for i in 0..SUBSCRIBERS {
-        let (srv, t, run) = (srv.clone(), t.clone(), runs[i % RUNS].clone());
+        let (srv, t, attached) = (srv.clone(), t.clone(), attached.clone());
+        let (run, parked) = runs[i % RUNS].clone();
         tasks.push(tokio::spawn(async move {
             let (mut ws, ack) = Ws::connect(&srv, Some(&t)).await;
             assert!(ack.to_string().contains("connection_ack"));
             ws.subscribe("s", RUN_EVENTS, json!({"id": run, "after": 0}))
                 .await;
-            let (events, completed) = ws.collect("s", "runEvents", None).await;
+            // Everything committed before the run parked: the subscription is live from here.
+            let (mut events, completed) = ws.collect("s", "runEvents", Some(parked)).await;
+            assert!(!completed);
+            attached.wait().await;
+            let (rest, completed) = ws.collect("s", "runEvents", None).await;
             assert!(completed);
+            assert!(!rest.is_empty(), "events after the approval arrived live");
+            events.extend(rest);
             (
                 run,
                 events
@@ -45,26 +54,32 @@ async fn a_thousand_subscribers_each_receive_every_event() {
             )
         }));
     }
-    let mut live = 0;
+    attached.wait().await;
+    // Every subscriber is attached: let the runs go on.
+    let pending = srv
+        .gql(&t, "{ pendingInteractions { id request } }", json!({}))
+        .await;
+    let pending = pending["pendingInteractions"].as_array().unwrap();
+    assert_eq!(pending.len(), RUNS);
+    for i in pending {
+        srv.gql(
+            &t,
+            "mutation($id: ID!, $h: String) { resolveApproval(interactionId: $id, approve: true, key: \"go\", inputHash: $h) { status } }",
+            json!({"id": i["id"], "h": i["request"]["input_hash"]}),
+        )
+        .await;
+    }
+    let mut complete = 0;
     for task in tasks {
         let (run, seqs) = task.await.unwrap();
         let log = srv.log(&t, &run).await;
+        assert_eq!(log.last().unwrap().1, "run.completed");
         assert_eq!(
             seqs,
             (1..=log.len() as u64).collect::<Vec<_>>(),
             "run {run}"
         );
-        live += 1;
+        complete += 1;
     }
-    assert_eq!(live, SUBSCRIBERS);
-    // They were live, not replays of finished runs: the runs were still executing when the last
-    // subscriber connected only if a run took longer than connecting all; check one is long.
-    let d = srv
-        .gql(
-            &t,
-            "query($id: ID!) { run(id: $id) { steps } }",
-            json!({"id": runs[0]}),
-        )
-        .await;
-    assert_eq!(d["run"]["steps"], 4);
+    assert_eq!(complete, SUBSCRIBERS);
 }

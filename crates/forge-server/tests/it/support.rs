@@ -395,6 +395,21 @@ impl Ws {
             .await;
     }
 
+    /// Subscribes to `run` and returns the refusal's first error (`{code, message}` in
+    /// `extensions` and `message`), whichever form the server sends it in.
+    pub async fn subscribe_refused(&mut self, run: &str) -> Value {
+        self.subscribe("1", RUN_EVENTS, json!({"id": run, "after": 0}))
+            .await;
+        let m = self.next_json().await;
+        let errors = if m["type"] == "error" {
+            &m["payload"]
+        } else {
+            &m["payload"]["errors"]
+        };
+        assert!(!errors[0].is_null(), "expected a refusal: {m}");
+        errors[0].clone()
+    }
+
     /// Reads `next` messages of subscription `id` until `complete` or `n` events; returns the
     /// events' payload data.
     pub async fn collect(&mut self, id: &str, field: &str, n: Option<usize>) -> (Vec<Value>, bool) {

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Context;
+use forge_core::ports::model::ModelProvider;
 use forge_core::ports::store::Store;
 use forge_core::scope::Scope;
 use forge_engine::{Engine, EngineBuilder, SkillLibrary};
@@ -63,12 +64,23 @@ pub(crate) fn builder(
     store: Arc<dyn Store>,
     settings: &EngineSettings<'_>,
 ) -> anyhow::Result<EngineBuilder> {
+    let providers = agent_file::providers(settings.agents, settings.providers)?;
+    builder_with(store, settings, &providers)
+}
+
+/// [`builder`] with the model providers already built (a caller that also needs them, such as
+/// `serve` for its readiness checks, builds them once).
+pub(crate) fn builder_with(
+    store: Arc<dyn Store>,
+    settings: &EngineSettings<'_>,
+    providers: &[Arc<dyn ModelProvider>],
+) -> anyhow::Result<EngineBuilder> {
     let mut builder = Engine::builder().dyn_store(store);
     for agent in settings.agents {
         builder = builder.agent(agent.definition.clone());
     }
-    for provider in agent_file::providers(settings.agents, settings.providers)? {
-        builder = builder.model(provider);
+    for provider in providers {
+        builder = builder.model(provider.clone());
     }
     for tool in crate::builtin::tools() {
         builder = builder.tool(tool)?;

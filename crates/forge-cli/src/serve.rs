@@ -128,7 +128,9 @@ pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         access: &args.access,
     };
     let id = format!("serve-{}", std::process::id());
-    let mut builder = compose::builder(store.clone(), &settings)?.worker_id(id.clone());
+    let providers = agent_file::providers(&loaded, &args.providers)?;
+    let mut builder =
+        compose::builder_with(store.clone(), &settings, &providers)?.worker_id(id.clone());
     if let Some(url) = &args.effects_db {
         builder = builder.tool(crate::effects::record_effect(url).await?)?;
     }
@@ -152,7 +154,7 @@ pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         name: "store".into(),
         probe: Box::new(move || probe()),
     });
-    for provider in agent_file::providers(&loaded, &args.providers)? {
+    for provider in providers {
         let name = format!("provider {}", provider.name());
         readiness.push(ReadinessCheck {
             name,

@@ -18,6 +18,7 @@ pub mod ports;
 pub mod redact;
 pub mod run;
 pub mod scope;
+pub mod stream;
 pub mod thread;
 pub mod time;
 pub mod usage;

@@ -4,6 +4,7 @@
 pub mod audit;
 pub mod interaction;
 pub mod lease;
+pub mod live;
 pub mod model;
 pub mod policy;
 pub mod queue;

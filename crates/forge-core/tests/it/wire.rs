@@ -304,6 +304,12 @@ fn committed_json_schema_is_current() {
 }
 
 #[test]
+fn committed_stream_schema_is_current() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../schemas/run-stream.schema.json");
+    check_golden(&path, &forge_core::stream::run_stream_schema());
+}
+
+#[test]
 fn unknown_event_type_is_a_clear_error() {
     let text = r#"{"run_id":"01900000-0000-7000-8000-000000000002","seq":1,"at":"2026-01-01T00:00:00.001Z","type":"run.exploded"}"#;
     let err = serde_json::from_str::<RunEvent>(text)

@@ -24,6 +24,7 @@ pub mod interactions;
 pub mod locks;
 pub mod mock_model;
 pub mod store;
+pub mod streams;
 pub mod usage;
 pub mod wire;
 

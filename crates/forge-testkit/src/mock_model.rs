@@ -9,6 +9,10 @@
 //! headers `x-mock-steps`, `x-mock-chunks`, `x-mock-chunk-delay-us`, `x-mock-latency-ms`; the
 //! defaults are K=3, N=8, no delays. Usage: prompt tokens = ⌊characters of all message content / 4⌋
 //! + 4 × messages; completion tokens = 12 for a tool call, N for text.
+//!
+//! With `-stamp-1` in the model name (or `x-mock-stamp: 1`) each streamed text chunk reads
+//! `w<i>@<µs> `, where `<µs>` is the Unix time in microseconds at which the server wrote it: what
+//! live-streaming latency is measured from ([`chunk_stamp`] reads it back).
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -36,6 +40,8 @@ pub struct MockSettings {
     pub chunk_delay_us: u64,
     /// Milliseconds before responding (L).
     pub latency_ms: u64,
+    /// Stamp each text chunk with the time it was written.
+    pub stamp: bool,
 }
 
 impl Default for MockSettings {
@@ -45,6 +51,7 @@ impl Default for MockSettings {
             chunks: 8,
             chunk_delay_us: 0,
             latency_ms: 0,
+            stamp: false,
         }
     }
 }
@@ -64,6 +71,7 @@ impl MockSettings {
                         "chunks" => s.chunks = v,
                         "cdelayus" => s.chunk_delay_us = v,
                         "latms" => s.latency_ms = v,
+                        "stamp" => s.stamp = v != 0,
                         _ => {}
                     }
                 }
@@ -79,6 +87,7 @@ impl MockSettings {
         s.chunks = header("x-mock-chunks").unwrap_or(s.chunks);
         s.chunk_delay_us = header("x-mock-chunk-delay-us").unwrap_or(s.chunk_delay_us);
         s.latency_ms = header("x-mock-latency-ms").unwrap_or(s.latency_ms);
+        s.stamp = header("x-mock-stamp").map_or(s.stamp, |v| v != 0);
         s
     }
 }
@@ -131,6 +140,11 @@ impl MockModelServer {
             recorded: record.then(|| Mutex::new(Vec::new())),
         });
         let app = router(Arc::clone(&shared));
+        // Chunks are small writes: without TCP_NODELAY, Nagle's algorithm would hold one until the
+        // previous is acknowledged (a delayed ACK, ~40 ms), as no real provider does.
+        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
         let task = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
         });
@@ -312,12 +326,13 @@ async fn chat(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Bytes
         .and_then(|o| o.get("include_usage"))
         .and_then(Value::as_bool)
         == Some(true);
-    let chunk = |delta: Value, finish: Value| {
+    let model_name = model.to_owned();
+    let chunk = move |delta: Value, finish: Value| {
         json!({
             "id": "chatcmpl-mock",
             "object": "chat.completion.chunk",
             "created": 0,
-            "model": model,
+            "model": model_name,
             "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
         })
     };
@@ -365,7 +380,7 @@ async fn chat(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Bytes
         }));
     }
     let frame = |v: &Value| format!("data: {v}\n\n");
-    let body = if settings.chunk_delay_us == 0 || words.is_empty() {
+    let body = if (settings.chunk_delay_us == 0 && !settings.stamp) || words.is_empty() {
         let mut all = String::new();
         for v in head.iter().chain(&words).chain(&tail) {
             all.push_str(&frame(v));
@@ -373,21 +388,48 @@ async fn chat(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Bytes
         all.push_str("data: [DONE]\n\n");
         Body::from(all)
     } else {
+        enum Piece {
+            Ready(String),
+            /// Text chunk `i`, written (and stamped) when its turn comes.
+            Word(u64),
+        }
         let delay = Duration::from_micros(settings.chunk_delay_us);
-        let mut pieces: Vec<(Duration, String)> = Vec::new();
-        pieces.push((Duration::ZERO, head.iter().map(frame).collect()));
-        for (i, w) in words.iter().enumerate() {
-            pieces.push((if i == 0 { Duration::ZERO } else { delay }, frame(w)));
+        let mut pieces: Vec<(Duration, Piece)> = Vec::new();
+        pieces.push((
+            Duration::ZERO,
+            Piece::Ready(head.iter().map(frame).collect()),
+        ));
+        for i in 0..settings.chunks {
+            let wait = if i == 0 { Duration::ZERO } else { delay };
+            pieces.push((wait, Piece::Word(i)));
         }
         let mut end: String = tail.iter().map(frame).collect();
         end.push_str("data: [DONE]\n\n");
-        pieces.push((Duration::ZERO, end));
-        let stream = futures_util::stream::unfold(pieces.into_iter(), |mut it| async move {
-            let (wait, text) = it.next()?;
-            if !wait.is_zero() {
-                tokio::time::sleep(wait).await;
+        pieces.push((Duration::ZERO, Piece::Ready(end)));
+        let stamp = settings.stamp;
+        let stream = futures_util::stream::unfold(pieces.into_iter(), move |mut it| {
+            let chunk = chunk.clone();
+            async move {
+                let (wait, piece) = it.next()?;
+                if !wait.is_zero() {
+                    tokio::time::sleep(wait).await;
+                }
+                let text = match piece {
+                    Piece::Ready(text) => text,
+                    Piece::Word(i) => {
+                        let content = if stamp {
+                            format!("w{i}@{} ", unix_micros())
+                        } else {
+                            format!("w{i} ")
+                        };
+                        format!(
+                            "data: {}\n\n",
+                            chunk(json!({"content": content}), Value::Null)
+                        )
+                    }
+                };
+                Some((Ok::<_, Infallible>(Bytes::from(text)), it))
             }
-            Some((Ok::<_, Infallible>(Bytes::from(text)), it))
         });
         Body::from_stream(stream)
     };
@@ -412,4 +454,28 @@ fn call(t: u64) -> Value {
 
 fn text(chunks: u64) -> String {
     (0..chunks).map(|i| format!("w{i} ")).collect()
+}
+
+fn unix_micros() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
+}
+
+/// The send times stamped in `text` (`w<i>@<µs>` words, see the module docs), in order.
+pub fn chunk_stamps(text: &str) -> Vec<u64> {
+    text.split_whitespace()
+        .filter_map(|w| w.split_once('@'))
+        .filter_map(|(_, us)| us.parse().ok())
+        .collect()
+}
+
+/// The send time stamped in one text chunk, if it carries one.
+pub fn chunk_stamp(text: &str) -> Option<u64> {
+    chunk_stamps(text).into_iter().next()
+}
+
+/// The Unix time now in microseconds, on the clock the stamps use.
+pub fn now_micros() -> u64 {
+    unix_micros()
 }

@@ -6,6 +6,7 @@ mod compose;
 mod dlq;
 mod effects;
 mod interactions;
+mod live;
 mod metering;
 mod print;
 mod serve;
@@ -69,6 +70,8 @@ struct WorkerArgs {
     metering: metering::MeteringArgs,
     #[command(flatten)]
     access: compose::AccessArgs,
+    #[command(flatten)]
+    live: live::LiveArgs,
     /// Runs executed at once.
     #[arg(long, default_value_t = 4)]
     concurrency: usize,
@@ -180,8 +183,16 @@ async fn worker(args: WorkerArgs) -> anyhow::Result<ExitCode> {
         backoff_base: std::time::Duration::from_millis(args.backoff_ms),
         ..forge_engine::WorkerConfig::default()
     };
-    let worker = forge_engine::Worker::new(engine, store, config);
     let shutdown = CancellationToken::new();
+    // The publisher ends after the worker has drained: it is stopped separately.
+    let live_stop = CancellationToken::new();
+    let live = args.live.publisher(&live_stop).await?;
+    let mut worker = forge_engine::Worker::new(engine, store, config);
+    if let Some((publisher, _)) = &live {
+        worker = worker.with_observer(std::sync::Arc::new(forge_engine::LiveObserver::new(vec![
+            publisher.clone(),
+        ])));
+    }
     let on_signal = shutdown.clone();
     tokio::spawn(async move {
         shutdown_signal().await;
@@ -194,6 +205,10 @@ async fn worker(args: WorkerArgs) -> anyhow::Result<ExitCode> {
         args.concurrency
     );
     let report = worker.run(shutdown).await;
+    live_stop.cancel();
+    if let Some((_, task)) = live {
+        let _ = task.await;
+    }
     eprintln!(
         "worker stopped: {} finished, {} released, {} failed",
         report.finished, report.released, report.failed
@@ -264,21 +279,22 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         .await?;
 
     // Executed by an in-process worker through the queue, like any other run: if this process is
-    // killed, the next `forge run` (or a `forge worker`) on the same store resumes it.
+    // killed, the next `forge run` (or a `forge worker`) on the same store resumes it. Printed
+    // through the same live stream a GraphQL subscriber reads.
     let engine = std::sync::Arc::new(engine);
-    let printer = std::sync::Arc::new(
-        print::Printer::new(args.json)
-            .only(run.id)
-            .redactor(args.providers.redactor()),
-    );
+    let printer = print::Printer::new(args.json).redactor(args.providers.redactor());
+    let tail = std::sync::Arc::new(forge_engine::live::LiveTail::new(
+        forge_engine::live::EventBus::default(),
+    ));
     let config = forge_engine::WorkerConfig {
         id: format!("forge-run-{}", std::process::id()),
         concurrency: 1,
         poll_interval: std::time::Duration::from_millis(20),
         ..forge_engine::WorkerConfig::default()
     };
-    let worker =
-        forge_engine::Worker::new(engine, store.clone(), config).with_observer(printer.clone());
+    let worker = forge_engine::Worker::new(engine.clone(), store.clone(), config).with_observer(
+        std::sync::Arc::new(forge_engine::LiveObserver::new(vec![tail.clone()])),
+    );
     let (cancel_store, cancel_scope, run_id) = (store.clone(), scope.clone(), run.id);
     tokio::spawn(async move {
         if tokio::signal::ctrl_c().await.is_ok() {
@@ -288,15 +304,45 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         }
     });
     let drain = CancellationToken::new();
-    let outcome = loop {
-        let current = store.get_run(&scope, run.id).await?;
-        if current.status.is_terminal() {
-            break current;
-        }
-        if worker.run_one(&drain).await?.is_none() {
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
+    let executing = {
+        let (store, scope, drain) = (store.clone(), scope.clone(), drain.clone());
+        tokio::spawn(async move {
+            loop {
+                let current = store.get_run(&scope, run_id).await?;
+                if current.status.is_terminal() || drain.is_cancelled() {
+                    return anyhow::Ok(());
+                }
+                if worker.run_one(&drain).await?.is_none() {
+                    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                }
+            }
+        })
     };
+    let streams = forge_engine::live::StreamContext {
+        runs: store.clone(),
+        cache: std::sync::Arc::new(forge_engine::live::LogCache::default()),
+        tail: Some(tail.clone()),
+        settings: forge_engine::live::StreamSettings {
+            poll: std::time::Duration::from_millis(250),
+            ..Default::default()
+        },
+        shutdown: CancellationToken::new(),
+    };
+    let mut items = std::pin::pin!(forge_engine::live::run_events(
+        streams,
+        tail.bus(),
+        scope.clone(),
+        run.id,
+        0
+    ));
+    while let Some(item) = futures_util::StreamExt::next(&mut items).await {
+        printer.item(&item.context("failed to read the run's events")?);
+    }
+    drain.cancel();
+    executing
+        .await
+        .context("the in-process worker panicked")??;
+    let outcome = store.get_run(&scope, run.id).await?;
     printer.finish();
     Ok(match outcome.status {
         RunStatus::Completed => ExitCode::SUCCESS,

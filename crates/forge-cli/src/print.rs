@@ -1,4 +1,9 @@
-//! Printing a run's events as they stream: for a person, or as JSON lines.
+//! Printing a run's stream as it arrives: for a person, or as JSON lines of stream items.
+//!
+//! `forge run` reads its run through the same live stream as a GraphQL subscriber
+//! (`forge_engine::live::run_events`): provisional events print as they are produced, a commit's
+//! confirmation prints nothing, and a discarded step (its worker was lost) is announced before its
+//! re-execution prints again.
 
 use std::io::Write;
 use std::sync::Mutex;
@@ -6,13 +11,11 @@ use std::sync::Mutex;
 use forge_core::event::{RunEvent, RunEventKind};
 use forge_core::message::Role;
 use forge_core::part::{Part, PartUpdate};
-use forge_engine::RunObserver;
+use forge_core::stream::StreamItem;
 
-/// Prints events as the engine produces them.
+/// Prints stream items as they arrive.
 pub(crate) struct Printer {
     json: bool,
-    /// Print only this run's events (an in-process worker may execute others).
-    only: Option<forge_core::id::RunId>,
     /// Whether the cursor is mid-line after streamed text.
     mid_line: Mutex<bool>,
     /// Scrubs secrets from everything printed: the last line of defence behind the engine's.
@@ -23,7 +26,6 @@ impl Printer {
     pub(crate) fn new(json: bool) -> Self {
         Self {
             json,
-            only: None,
             mid_line: Mutex::new(false),
             redactor: forge_core::redact::Redactor::default(),
         }
@@ -32,12 +34,6 @@ impl Printer {
     /// Scrubs these secrets (and the usual credential patterns) from what is printed.
     pub(crate) fn redactor(mut self, redactor: forge_core::redact::Redactor) -> Self {
         self.redactor = redactor;
-        self
-    }
-
-    /// Prints only the events of `run`.
-    pub(crate) fn only(mut self, run: forge_core::id::RunId) -> Self {
-        self.only = Some(run);
         self
     }
 
@@ -63,18 +59,28 @@ impl Printer {
     }
 }
 
-impl RunObserver for Printer {
-    fn on_event(&self, e: &RunEvent) {
-        if self.only.is_some_and(|r| r != e.run_id) {
-            return;
-        }
+impl Printer {
+    /// Prints one item of the run's stream.
+    pub(crate) fn item(&self, item: &StreamItem) {
         if self.json {
-            match serde_json::to_string(e) {
+            match serde_json::to_string(item) {
                 Ok(line) => println!("{}", self.redactor.redact(&line)),
-                Err(err) => eprintln!("error: failed to encode event {}: {err}", e.seq),
+                Err(err) => eprintln!("error: failed to encode item {}: {err}", item.seq()),
             }
             return;
         }
+        match item {
+            StreamItem::Committed { event } | StreamItem::Provisional { event } => {
+                self.event(event)
+            }
+            StreamItem::Confirmed { .. } => {}
+            StreamItem::Discarded { after_seq, .. } => self.line(format!(
+                "↺ a worker was lost mid-step: the step runs again (discarding what followed event {after_seq})"
+            )),
+        }
+    }
+
+    fn event(&self, e: &RunEvent) {
         match &e.kind {
             RunEventKind::RunStarted { agent, model, .. } => self.line(format!(
                 "▶ run {} · agent {}@{} · model {model}",

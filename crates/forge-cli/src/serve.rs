@@ -7,14 +7,16 @@ use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use forge_core::scope::Scope;
+use forge_engine::LiveObserver;
 use forge_server::{
-    Authenticator, BusObserver, ClaimsMode, EventBus, ReadinessCheck, Server, ServerConfig,
+    Authenticator, ClaimsMode, EventBus, LiveTail, ReadinessCheck, Server, ServerConfig,
     StreamSettings, Wake,
 };
 use tokio_util::sync::CancellationToken;
 
 use crate::agent_file;
 use crate::compose::{self, AccessArgs, EngineSettings, ScopeArgs};
+use crate::live::LiveArgs;
 use crate::metering::MeteringArgs;
 use crate::store::{self, StoreArgs};
 
@@ -95,6 +97,8 @@ pub(crate) struct ServeArgs {
     access: AccessArgs,
     #[command(flatten)]
     auth: AuthArgs,
+    #[command(flatten)]
+    live: LiveArgs,
     /// Address to listen on.
     #[arg(long, env = "FORGE_LISTEN", default_value = "127.0.0.1:8080")]
     listen: String,
@@ -137,6 +141,10 @@ pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let engine = Arc::new(builder.build().context("failed to build the engine")?);
 
     let bus = EventBus::default();
+    let tail = Arc::new(LiveTail::new(bus.clone()));
+    let stop = CancellationToken::new();
+    let live_feed = args.live.subscribe(tail.clone(), &stop).await?;
+    let live_publisher = args.live.publisher(&stop).await?;
     let listener_task = opened.postgres.as_ref().map(|pg| {
         let bus = bus.clone();
         pg.listen_run_events(move |wake| {
@@ -170,13 +178,12 @@ pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         poll: std::time::Duration::from_millis(args.poll_ms.max(10)),
         ..StreamSettings::default()
     };
-    let server = Server::new(engine.clone(), bus.clone(), config);
+    let server = Server::new(engine.clone(), tail.clone(), config);
 
     let listener = tokio::net::TcpListener::bind(&args.listen)
         .await
         .with_context(|| format!("failed to listen on {}", args.listen))?;
     let addr = listener.local_addr()?;
-    let stop = CancellationToken::new();
     let on_signal = stop.clone();
     tokio::spawn(async move {
         crate::shutdown_signal().await;
@@ -189,8 +196,14 @@ pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             concurrency: args.concurrency,
             ..forge_engine::WorkerConfig::default()
         };
+        // Subscribers of this server follow the step in flight through the in-process tail; with
+        // --live, other servers do through Redis.
+        let mut observer = LiveObserver::default().with(tail.clone());
+        if let Some((publisher, _)) = &live_publisher {
+            observer = observer.with(publisher.clone());
+        }
         let worker = forge_engine::Worker::new(engine.clone(), store.clone(), config)
-            .with_observer(Arc::new(BusObserver(bus.clone())));
+            .with_observer(Arc::new(observer));
         let drain = stop.clone();
         tokio::spawn(async move { worker.run(drain).await })
     });
@@ -213,6 +226,10 @@ pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     }
     if let Some(task) = listener_task {
         task.abort();
+    }
+    // `stop` has fired: the live tasks send what is queued and end.
+    for task in live_feed.into_iter().chain(live_publisher.map(|(_, t)| t)) {
+        let _ = task.await;
     }
     Ok(ExitCode::SUCCESS)
 }

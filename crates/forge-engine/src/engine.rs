@@ -331,7 +331,12 @@ impl Cursor<'_> {
             kind,
         };
         self.next_seq += 1;
-        self.observer.on_event(&event);
+        self.observer.on_emitted(&crate::observer::Emitted {
+            tenant_id: &self.run.tenant_id,
+            thread_id: self.run.thread_id,
+            attempt: self.lease.token,
+            event: &event,
+        });
         self.pending.push(event);
     }
 
@@ -908,8 +913,12 @@ impl Engine {
             settlements: std::mem::take(&mut cur.settlements),
         };
         let committed = self.runs.commit_step(scope, commit).await?;
-        cur.observer
-            .on_commit(cur.run.id, cur.run.thread_id, committed.last_seq);
+        cur.observer.on_commit(&crate::observer::Commit {
+            tenant_id: &cur.run.tenant_id,
+            run_id: cur.run.id,
+            thread_id: cur.run.thread_id,
+            last_seq: committed.last_seq,
+        });
         cur.history.extend(messages);
         cur.run.version = committed.version;
         cur.run.last_seq = committed.last_seq;

@@ -17,7 +17,6 @@
 #![deny(missing_docs)]
 
 pub mod auth;
-pub mod bus;
 pub mod schema;
 
 use std::future::Future;
@@ -36,7 +35,7 @@ use forge_engine::Engine;
 use tokio_util::sync::CancellationToken;
 
 pub use auth::{AuthError, Authenticator, ClaimsMode};
-pub use bus::{BusObserver, EventBus, StreamSettings, Wake};
+pub use forge_engine::live::{EventBus, LiveTail, StreamSettings, Wake};
 pub use schema::{AppState, ForgeSchema, QueryLimits};
 
 /// What a readiness probe returns: `Err` says why the server is not ready.
@@ -96,7 +95,7 @@ struct Shared {
 pub struct Server {
     shared: Arc<Shared>,
     max_body_bytes: usize,
-    bus: EventBus,
+    tail: Arc<LiveTail>,
     shutdown: CancellationToken,
 }
 
@@ -107,15 +106,17 @@ impl std::fmt::Debug for Server {
 }
 
 impl Server {
-    /// A server over `engine`, waking subscribers from `bus`.
-    pub fn new(engine: Arc<Engine>, bus: EventBus, config: ServerConfig) -> Self {
+    /// A server over `engine`, streaming the step in flight from `tail` and waking subscribers
+    /// on its bus. A tail nothing feeds gives committed events only.
+    pub fn new(engine: Arc<Engine>, tail: Arc<LiveTail>, config: ServerConfig) -> Self {
         let shutdown = CancellationToken::new();
         let state = Arc::new(AppState {
             engine,
-            bus: bus.clone(),
+            bus: tail.bus().clone(),
+            tail: tail.clone(),
             streams: config.streams,
             shutdown: shutdown.clone(),
-            cache: Arc::new(bus::LogCache::default()),
+            cache: Arc::new(forge_engine::live::LogCache::default()),
         });
         Self {
             shared: Arc::new(Shared {
@@ -125,14 +126,19 @@ impl Server {
                 readiness: config.readiness,
             }),
             max_body_bytes: config.max_body_bytes,
-            bus,
+            tail,
             shutdown,
         }
     }
 
     /// The bus its subscriptions wake on.
     pub fn bus(&self) -> &EventBus {
-        &self.bus
+        self.tail.bus()
+    }
+
+    /// The live tail its subscriptions follow.
+    pub fn tail(&self) -> &Arc<LiveTail> {
+        &self.tail
     }
 
     /// Cancelled when the server shuts down; open subscriptions end with it.
@@ -159,6 +165,11 @@ impl Server {
     ) -> std::io::Result<()> {
         let shutdown = self.shutdown.clone();
         let router = self.router();
+        // Streamed events are small writes in quick succession: without TCP_NODELAY, Nagle's
+        // algorithm holds the second until the first is acknowledged (up to a delayed ACK, ~40 ms).
+        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
         axum::serve(listener, router)
             .with_graceful_shutdown(async move {
                 stop.cancelled().await;

@@ -28,7 +28,8 @@ use futures_util::{Stream, StreamExt};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::bus::{self, EventBus, StreamSettings, Wake};
+use forge_core::stream::StreamItem;
+use forge_engine::live::{self as bus, EventBus, LiveTail, StreamSettings, Wake};
 
 /// The schema type.
 pub type ForgeSchema = Schema<Query, Mutation, Subscriptions>;
@@ -39,6 +40,8 @@ pub struct AppState {
     pub engine: Arc<Engine>,
     /// Wake-ups for subscribers.
     pub bus: EventBus,
+    /// The live tail of steps in flight.
+    pub tail: Arc<LiveTail>,
     /// How subscriptions read the log.
     pub streams: StreamSettings,
     /// Fires on server shutdown: open subscriptions end.
@@ -48,10 +51,11 @@ pub struct AppState {
 }
 
 impl AppState {
-    fn streams(&self) -> bus::StreamContext {
+    fn streams(&self, live: bool) -> bus::StreamContext {
         bus::StreamContext {
             runs: self.engine.runs().clone(),
             cache: self.cache.clone(),
+            tail: live.then(|| self.tail.clone()),
             settings: self.streams,
             shutdown: self.shutdown.clone(),
         }
@@ -824,39 +828,101 @@ async fn resolve(
     Ok(InteractionObject(i))
 }
 
+/// The kind of a [`RunStreamItemObject`].
+#[derive(Enum, Clone, Copy, PartialEq, Eq)]
+#[graphql(name = "RunStreamItemKind")]
+pub enum StreamItemKind {
+    /// An event from the committed log: history.
+    Committed,
+    /// An event of the step in flight, not committed yet: show it, expect it confirmed or
+    /// discarded.
+    Provisional,
+    /// The provisional events up to `seq` were committed exactly as delivered.
+    Confirmed,
+    /// Drop the provisional events after `seq`: their step is being executed again.
+    Discarded,
+}
+
+/// One item of a live run stream (`schemas/run-stream.schema.json`): a committed or provisional
+/// event, or a marker that confirms or discards provisional events. Apply them in order; resume
+/// with the last committed (or confirmed) `seq` of each run, after dropping provisional events.
+pub struct RunStreamItemObject(StreamItem);
+
+#[Object(name = "RunStreamItem")]
+impl RunStreamItemObject {
+    /// What the item is.
+    async fn kind(&self) -> StreamItemKind {
+        match self.0 {
+            StreamItem::Committed { .. } => StreamItemKind::Committed,
+            StreamItem::Provisional { .. } => StreamItemKind::Provisional,
+            StreamItem::Confirmed { .. } => StreamItemKind::Confirmed,
+            StreamItem::Discarded { .. } => StreamItemKind::Discarded,
+        }
+    }
+    /// Whether the event is provisional (not committed yet).
+    async fn provisional(&self) -> bool {
+        matches!(self.0, StreamItem::Provisional { .. })
+    }
+    /// The run.
+    async fn run_id(&self) -> ID {
+        ID(self.0.run_id().to_string())
+    }
+    /// The event's sequence number; for `CONFIRMED` the last one confirmed, for `DISCARDED` the
+    /// last one kept.
+    async fn seq(&self) -> u64 {
+        self.0.seq()
+    }
+    /// The event's type (`part.added`, `run.completed`…); null for markers.
+    async fn r#type(&self) -> Option<&'static str> {
+        self.0.event().map(|e| e.kind.type_name())
+    }
+    /// The event in its wire encoding (`schemas/run-event.schema.json`); null for markers.
+    async fn event(&self) -> Option<Json<Value>> {
+        self.0.event().map(to_json)
+    }
+    /// The whole item in its wire encoding (`schemas/run-stream.schema.json`).
+    async fn item(&self) -> Json<Value> {
+        to_json(&self.0)
+    }
+}
+
 /// Subscriptions, over `graphql-transport-ws`.
 pub struct Subscriptions;
 
 type EventStream =
-    std::pin::Pin<Box<dyn Stream<Item = async_graphql::Result<RunEventObject>> + Send>>;
+    std::pin::Pin<Box<dyn Stream<Item = async_graphql::Result<RunStreamItemObject>> + Send>>;
 
 #[Subscription]
 impl Subscriptions {
-    /// A run's events after `afterSeq`, then live as they are committed; completes after the
-    /// run's terminal event. Reconnect with the last `seq` seen to resume without gaps or
-    /// duplicates.
+    /// A run's committed events after `afterSeq`, then the step in flight as it is produced
+    /// (`PROVISIONAL` events, then `CONFIRMED` by its commit or `DISCARDED` if the step is
+    /// executed again); completes after the run's committed terminal event. With `live: false`,
+    /// committed events only. To resume, drop provisional events and pass the last committed
+    /// `seq`: no gap, no duplicate.
     async fn run_events(
         &self,
         ctx: &Context<'_>,
         run_id: ID,
         #[graphql(default = 0)] after_seq: u64,
+        #[graphql(default = true)] live: bool,
     ) -> async_graphql::Result<EventStream> {
         let (scope, app) = (scope(ctx)?.clone(), state(ctx)?.clone());
         let run = get_run(ctx, &run_id).await?;
-        let stream = bus::run_events(app.streams(), &app.bus, scope, run.id, after_seq);
+        let stream = bus::run_events(app.streams(live), &app.bus, scope, run.id, after_seq);
         Ok(Box::pin(
-            stream.map(|r| r.map(RunEventObject).map_err(store_error)),
+            stream.map(|r| r.map(RunStreamItemObject).map_err(store_error)),
         ))
     }
 
-    /// Every run's events on a thread, then live. Each run's events come in order without gaps
-    /// or duplicates; overlapping runs interleave. To resume, pass the last `seq` seen of each
-    /// run in `after`; runs not named start from their first event.
+    /// Every run's items on a thread, as `runEvents` gives them. Each run's items come in order
+    /// without gaps or duplicates; overlapping runs interleave. To resume, pass the last committed
+    /// `seq` of each run in `after`; runs not named start from their first event.
     async fn thread_events(
         &self,
         ctx: &Context<'_>,
         thread_id: ID,
         #[graphql(default)] after: Vec<RunCursor>,
+        #[graphql(default = true)] live: bool,
     ) -> async_graphql::Result<EventStream> {
         let (scope, app) = (scope(ctx)?.clone(), state(ctx)?.clone());
         let thread: ThreadId = parse_id(&thread_id, "thread")?;
@@ -870,9 +936,9 @@ impl Subscriptions {
             .iter()
             .map(|c| Ok((parse_id::<RunId>(&c.run_id, "run")?, c.seq)))
             .collect::<async_graphql::Result<Vec<_>>>()?;
-        let stream = bus::thread_events(app.streams(), &app.bus, scope, thread, after);
+        let stream = bus::thread_events(app.streams(live), &app.bus, scope, thread, after);
         Ok(Box::pin(
-            stream.map(|r| r.map(RunEventObject).map_err(store_error)),
+            stream.map(|r| r.map(RunStreamItemObject).map_err(store_error)),
         ))
     }
 }

@@ -1,4 +1,4 @@
-//! Named leases (`LeaseStore`) on Redis.
+//! Forge on Redis: named leases (`LeaseStore`), and the live tail across processes ([`live`]).
 //!
 //! Each key is one Redis string `holder|token|expires_ms`, changed only by Lua scripts, so every
 //! check-and-set is atomic on the server. Tokens come from a per-key counter that only grows.
@@ -7,6 +7,8 @@
 //! Renewal is part of the typed API ([`LeaseStore::renew`]), and it and release check the token.
 
 #![deny(missing_docs)]
+
+pub mod live;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -52,6 +52,29 @@ pub(crate) fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
+/// The committed events `forge run --json` printed: its stream items folded by the reference
+/// reducer (which refuses duplicates and gaps), with nothing provisional left over.
+pub(crate) fn run_events(stdout: &[u8]) -> Vec<RunEvent> {
+    let mut transcript = forge_core::stream::Transcript::new();
+    let mut run = None;
+    for line in text(stdout).lines() {
+        let item: forge_core::stream::StreamItem =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+        run = Some(item.run_id());
+        transcript
+            .apply(&item)
+            .unwrap_or_else(|e| panic!("protocol broken: {e}"));
+    }
+    let run = run.expect("forge run printed nothing");
+    let events = transcript.events(run);
+    assert_eq!(
+        events,
+        transcript.committed(run),
+        "nothing provisional left"
+    );
+    events
+}
+
 #[test]
 fn readme_run_command_streams_a_complete_run_with_a_tool_call() {
     let out = forge(&[
@@ -84,7 +107,7 @@ fn readme_run_command_streams_a_complete_run_with_a_tool_call() {
 }
 
 #[test]
-fn json_output_is_the_event_stream_with_gapless_sequence_numbers() {
+fn json_output_is_the_stream_of_the_run_with_gapless_sequence_numbers() {
     let out = forge(&[
         "run",
         "--json",
@@ -93,10 +116,7 @@ fn json_output_is_the_event_stream_with_gapless_sequence_numbers() {
         "What is 12 times 7?",
     ]);
     assert!(out.status.success(), "{}", text(&out.stderr));
-    let events: Vec<RunEvent> = text(&out.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let events = run_events(&out.stdout);
     for (i, e) in events.iter().enumerate() {
         assert_eq!(e.seq, i as u64 + 1);
     }
@@ -185,8 +205,10 @@ fn a_bad_agent_file_is_a_clear_error_with_exit_code_2() {
 
 mod access;
 mod chaos;
+mod client;
 mod dlq;
 mod hitl;
+mod live;
 mod providers;
 mod serve;
 mod usage;
@@ -277,7 +299,7 @@ mod stores {
             "What is 12 times 7?",
         ]);
         assert!(out.status.success(), "{}", text(&out.stderr));
-        let printed = text(&out.stdout).lines().count() as i64;
+        let printed = crate::run_events(&out.stdout).len() as i64;
         let pool = sqlx::PgPool::connect(db.admin_url()).await.unwrap();
         let (events, status): (i64, String) = sqlx::query_as(
             "SELECT (SELECT count(*) FROM forge_run_events), (SELECT status FROM forge_runs)",

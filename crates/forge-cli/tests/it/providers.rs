@@ -27,9 +27,9 @@ fn forge_run_works_against_the_mock_as_openai_compatible_with_a_base_url() {
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert!(out.status.success(), "{stdout}\n{stderr}");
     assert!(!stderr.contains("scripted"), "{stderr}");
-    let events: Vec<serde_json::Value> = stdout
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
+    let events: Vec<serde_json::Value> = crate::run_events(&out.stdout)
+        .iter()
+        .map(|e| serde_json::to_value(e).unwrap())
         .collect();
     let kinds: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
     assert_eq!(

@@ -9,17 +9,14 @@ use std::time::Duration;
 
 use forge_core::scope::Scope;
 use forge_store_postgres::testing::{Flavor, TestDatabase};
-use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
-use tokio_tungstenite::tungstenite::Message;
-use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 
 use crate::repo;
 
 const SECRET: &str = "cli-test-secret-cli-test-secret-012345";
 
 /// A child process killed when dropped.
-struct Proc(Child);
+pub(crate) struct Proc(pub(crate) Child);
 
 impl Drop for Proc {
     fn drop(&mut self) {
@@ -34,7 +31,11 @@ fn serve(args: &[&str], dir: &std::path::Path) -> (Proc, String) {
 }
 
 /// [`serve`] with extra environment variables.
-fn serve_with_env(args: &[&str], dir: &std::path::Path, env: &[(&str, &str)]) -> (Proc, String) {
+pub(crate) fn serve_with_env(
+    args: &[&str],
+    dir: &std::path::Path,
+    env: &[(&str, &str)],
+) -> (Proc, String) {
     forge_providers::http::install_crypto_provider();
     let mut child = Command::new(env!("CARGO_BIN_EXE_forge"))
         .arg("serve")
@@ -63,7 +64,7 @@ fn serve_with_env(args: &[&str], dir: &std::path::Path, env: &[(&str, &str)]) ->
     (Proc(child), addr)
 }
 
-fn token(tenant: &str) -> String {
+pub(crate) fn token(tenant: &str) -> String {
     forge_providers::http::install_crypto_provider();
     let scope = Scope::parse(tenant, "tester", &[]).unwrap();
     let now = std::time::SystemTime::now()
@@ -73,7 +74,7 @@ fn token(tenant: &str) -> String {
     forge_server::auth::sign_hs256(SECRET.as_bytes(), &scope, 600, now).unwrap()
 }
 
-async fn gql(addr: &str, token: &str, query: &str, variables: Value) -> Value {
+pub(crate) async fn gql(addr: &str, token: &str, query: &str, variables: Value) -> Value {
     let body: Value = reqwest::Client::new()
         .post(format!("http://{addr}/graphql"))
         .bearer_auth(token)
@@ -88,42 +89,19 @@ async fn gql(addr: &str, token: &str, query: &str, variables: Value) -> Value {
     body["data"].clone()
 }
 
-/// Subscribes to a run's events and collects them until the subscription completes.
+/// Subscribes to a run's stream and folds it until the subscription completes; returns the
+/// committed sequence numbers the client ends with.
 async fn subscribe_all(addr: &str, token: &str, run: &str) -> Vec<u64> {
-    let mut req = format!("ws://{addr}/graphql")
-        .into_client_request()
-        .unwrap();
-    req.headers_mut().insert(
-        "sec-websocket-protocol",
-        "graphql-transport-ws".parse().unwrap(),
-    );
-    req.headers_mut()
-        .insert("authorization", format!("Bearer {token}").parse().unwrap());
-    let (mut ws, _) = tokio_tungstenite::connect_async(req).await.unwrap();
-    let send = |v: Value| Message::Text(v.to_string().into());
-    ws.send(send(json!({"type": "connection_init", "payload": {}})))
-        .await
-        .unwrap();
-    ws.send(send(json!({"id": "1", "type": "subscribe", "payload": {
-        "query": "subscription($id: ID!) { runEvents(runId: $id) { seq type } }",
-        "variables": {"id": run}}})))
-        .await
-        .unwrap();
-    let mut seqs = Vec::new();
-    loop {
-        let m = tokio::time::timeout(Duration::from_secs(30), ws.next())
-            .await
-            .expect("an event within 30 s")
-            .unwrap()
-            .unwrap();
-        let Message::Text(t) = m else { continue };
-        let v: Value = serde_json::from_str(&t).unwrap();
-        match v["type"].as_str() {
-            Some("next") => seqs.push(v["payload"]["data"]["runEvents"]["seq"].as_u64().unwrap()),
-            Some("complete") => return seqs,
-            _ => {}
-        }
+    let mut client = crate::client::StreamClient::run(addr, token, run, 0).await;
+    let mut transcript = forge_core::stream::Transcript::new();
+    let id = run.parse().unwrap();
+    while let Some(item) = client.next().await {
+        transcript
+            .apply(&item)
+            .unwrap_or_else(|e| panic!("protocol broken: {e}"));
     }
+    assert_eq!(transcript.events(id), transcript.committed(id));
+    transcript.committed(id).iter().map(|e| e.seq).collect()
 }
 
 async fn start_run(addr: &str, token: &str, agent: &str, message: &str) -> String {

@@ -37,9 +37,7 @@ fn forge_run_prices_every_call_and_forge_usage_reports_them() {
         "What is 12 times 7?",
     ]);
     assert!(out.status.success(), "{}", text(&out.stderr));
-    let first: serde_json::Value =
-        serde_json::from_str(text(&out.stdout).lines().next().unwrap()).unwrap();
-    let run = first["run_id"].as_str().unwrap().to_owned();
+    let run = crate::run_events(&out.stdout)[0].run_id.to_string();
 
     let calls = forge(&["usage", "--store", &store, "--run", &run, "--json"]);
     assert!(calls.status.success(), "{}", text(&calls.stderr));

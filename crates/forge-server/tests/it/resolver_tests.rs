@@ -312,6 +312,9 @@ async fn depth_beyond_the_limit_is_refused() {
                         .unwrap(),
                 ),
                 bus: forge_server::EventBus::default(),
+                tail: std::sync::Arc::new(forge_server::LiveTail::new(
+                    forge_server::EventBus::default(),
+                )),
                 streams: forge_server::StreamSettings::default(),
                 shutdown: tokio_util::sync::CancellationToken::new(),
                 cache: Default::default(),

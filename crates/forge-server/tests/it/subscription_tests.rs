@@ -1,26 +1,43 @@
 //! Subscriptions over `graphql-transport-ws` with a real WebSocket client: replay then live,
 //! reconnect with `afterSeq` without gaps or duplicates, delivery when no wake-up ever comes, and
-//! thread streams across runs.
+//! thread streams across runs. Items are folded by the reference reducer
+//! (`forge_core::stream::Transcript`), which refuses any duplicate or gap.
 
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
 
-use crate::support::{Opts, RUN_EVENTS, Srv, Ws, start, token};
+use forge_core::stream::Transcript;
+
+use crate::support::{Opts, RUN_EVENTS, Srv, Ws, committed, fold, start, token};
 
 fn seqs(events: &[Value]) -> Vec<u64> {
     events.iter().map(|e| e["seq"].as_u64().unwrap()).collect()
 }
 
+/// Folds the items and checks the client ends with exactly the committed log, nothing
+/// provisional left over.
 async fn assert_matches_log(srv: &Srv, t: &str, run: &str, got: &[Value]) {
-    let log = srv.log(t, run).await;
-    let want: Vec<u64> = log.iter().map(|(s, _)| *s).collect();
-    assert_eq!(seqs(got), want, "the stream must equal the committed log");
-    let types: Vec<&str> = got.iter().map(|e| e["type"].as_str().unwrap()).collect();
-    let want_types: Vec<&str> = log.iter().map(|(_, t)| t.as_str()).collect();
-    assert_eq!(types, want_types);
+    let mut transcript = Transcript::new();
+    fold(&mut transcript, got);
+    assert_converged(srv, t, run, &transcript).await;
     assert!(got.iter().all(|e| e["runId"] == run));
+}
+
+async fn assert_converged(srv: &Srv, t: &str, run: &str, transcript: &Transcript) {
+    let log = srv.log(t, run).await;
+    assert_eq!(
+        committed(transcript, run),
+        log,
+        "the stream must equal the committed log"
+    );
+    let id = run.parse().unwrap();
+    assert_eq!(
+        transcript.events(id).len(),
+        log.len(),
+        "nothing provisional left over"
+    );
 }
 
 #[tokio::test]
@@ -50,18 +67,19 @@ async fn reconnecting_mid_run_with_after_seq_neither_skips_nor_repeats() {
     let t = token("acme", "alice", &[]);
     let thread = srv.thread(&t).await;
     let run = srv.start_run(&t, &thread, "assistant", "slow sum").await;
-    let mut seen = Vec::new();
-    // Three connections, each dropped after a few events, then one to the end.
+    let mut transcript = Transcript::new();
+    let id = run.parse().unwrap();
+    // Three connections, each dropped after a few items, then one to the end. Each resumes from
+    // the last committed sequence, having dropped what was provisional.
     for _ in 0..3 {
         let (mut ws, _) = Ws::connect(&srv, Some(&t)).await;
-        let after = seen
-            .last()
-            .map_or(0, |e: &Value| e["seq"].as_u64().unwrap());
+        transcript.reconnect();
+        let after = transcript.committed_seq(id);
         ws.subscribe("s", RUN_EVENTS, json!({"id": run, "after": after}))
             .await;
         let (batch, completed) = ws.collect("s", "runEvents", Some(4)).await;
         assert!(!completed);
-        seen.extend(batch);
+        fold(&mut transcript, &batch);
         drop(ws);
     }
     let status = srv
@@ -76,13 +94,14 @@ async fn reconnecting_mid_run_with_after_seq_neither_skips_nor_repeats() {
         "the reconnects happened mid-run"
     );
     let (mut ws, _) = Ws::connect(&srv, Some(&t)).await;
-    let after = seen.last().unwrap()["seq"].as_u64().unwrap();
+    transcript.reconnect();
+    let after = transcript.committed_seq(id);
     ws.subscribe("s", RUN_EVENTS, json!({"id": run, "after": after}))
         .await;
     let (rest, completed) = ws.collect("s", "runEvents", None).await;
     assert!(completed);
-    seen.extend(rest);
-    assert_matches_log(&srv, &t, &run, &seen).await;
+    fold(&mut transcript, &rest);
+    assert_converged(&srv, &t, &run, &transcript).await;
 }
 
 #[tokio::test]
@@ -110,7 +129,7 @@ async fn a_thread_stream_carries_every_run_and_resumes_from_per_run_positions() 
     let srv = start(Opts::default()).await;
     let t = token("acme", "alice", &[]);
     let thread = srv.thread(&t).await;
-    let query = "subscription($id: ID!, $after: [RunCursor!]!) { threadEvents(threadId: $id, after: $after) { runId seq type } }";
+    let query = "subscription($id: ID!, $after: [RunCursor!]!) { threadEvents(threadId: $id, after: $after) { kind runId seq type item } }";
     let (mut ws, _) = Ws::connect(&srv, Some(&t)).await;
     ws.subscribe("t", query, json!({"id": thread, "after": []}))
         .await;
@@ -118,18 +137,15 @@ async fn a_thread_stream_carries_every_run_and_resumes_from_per_run_positions() 
     let second = srv.start_run(&t, &thread, "greeter", "hello again").await;
     srv.wait_status(&t, &second, "completed").await;
     let (a, b) = (srv.log(&t, &first).await, srv.log(&t, &second).await);
-    let (events, _) = ws
-        .collect("t", "threadEvents", Some(a.len() + b.len()))
-        .await;
-    let of = |run: &str| -> Vec<u64> {
-        events
-            .iter()
-            .filter(|e| e["runId"] == run)
-            .map(|e| e["seq"].as_u64().unwrap())
-            .collect()
-    };
-    assert_eq!(of(&first), (1..=a.len() as u64).collect::<Vec<_>>());
-    assert_eq!(of(&second), (1..=b.len() as u64).collect::<Vec<_>>());
+    let mut transcript = Transcript::new();
+    while committed(&transcript, &first).len() < a.len()
+        || committed(&transcript, &second).len() < b.len()
+    {
+        let (items, _) = ws.collect("t", "threadEvents", Some(1)).await;
+        fold(&mut transcript, &items);
+    }
+    assert_eq!(committed(&transcript, &first), a);
+    assert_eq!(committed(&transcript, &second), b);
     // Resume having seen all of the first run and 3 events of the second.
     let (mut ws, _) = Ws::connect(&srv, Some(&t)).await;
     let after = json!([{"runId": first, "seq": a.len()}, {"runId": second, "seq": 3}]);
@@ -138,6 +154,7 @@ async fn a_thread_stream_carries_every_run_and_resumes_from_per_run_positions() 
     let (rest, _) = ws.collect("t", "threadEvents", Some(b.len() - 3)).await;
     assert_eq!(seqs(&rest), (4..=b.len() as u64).collect::<Vec<_>>());
     assert!(rest.iter().all(|e| e["runId"] == second.as_str()));
+    assert!(rest.iter().all(|e| e["kind"] == "COMMITTED"));
 }
 
 #[tokio::test]

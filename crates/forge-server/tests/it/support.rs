@@ -9,10 +9,11 @@ use forge_core::agent::{AgentDefinition, AgentRef, RunLimits};
 use forge_core::ports::store::Store;
 use forge_core::ports::tool::{ApprovalPolicy, ToolClassification, ToolError};
 use forge_core::scope::Scope;
+use forge_engine::LiveObserver;
 use forge_engine::{Engine, Worker, WorkerConfig, native_tool};
 use forge_providers::{Script, ScriptedProvider};
 use forge_server::{
-    Authenticator, BusObserver, EventBus, ReadinessCheck, Server, ServerConfig, StreamSettings,
+    Authenticator, EventBus, LiveTail, ReadinessCheck, Server, ServerConfig, StreamSettings,
 };
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
@@ -40,7 +41,8 @@ when_user = "email"
 [[conversation.turn]]
 tool_calls = [{ name = "send_email", input = { to = "a@example.com" } }]
 [[conversation.turn]]
-text = ["Sent: {{tool_result}}"]
+text = ["Sent", ": ", "{{tool_result}}"]
+chunk_delay_ms = 40
 
 [[conversation]]
 when_user = "ask"
@@ -71,13 +73,17 @@ pub struct Opts {
     pub store: Arc<dyn Store>,
     /// Run an in-process worker.
     pub worker: bool,
-    /// Whether the worker wakes subscribers on commit (off: only polling delivers).
+    /// Whether the worker feeds the live tail and wakes subscribers on commit (off: only polling
+    /// delivers, committed events only).
     pub wake_on_commit: bool,
     pub poll: Duration,
     pub auth: Option<Authenticator>,
     pub readiness: Vec<ReadinessCheck>,
     pub tool_delay: Duration,
     pub authorizer: Option<Arc<dyn forge_core::ports::policy::Authorizer>>,
+    /// More model providers and agents (the scripted ones are always there).
+    pub models: Vec<Arc<dyn forge_core::ports::model::ModelProvider>>,
+    pub agents: Vec<AgentDefinition>,
 }
 
 impl Default for Opts {
@@ -91,6 +97,8 @@ impl Default for Opts {
             readiness: Vec::new(),
             tool_delay: Duration::from_millis(100),
             authorizer: None,
+            models: Vec::new(),
+            agents: Vec::new(),
         }
     }
 }
@@ -146,6 +154,12 @@ pub async fn start(opts: Opts) -> Srv {
     if let Some(a) = opts.authorizer {
         builder = builder.authorizer(a);
     }
+    for model in opts.models {
+        builder = builder.model(model);
+    }
+    for agent in opts.agents {
+        builder = builder.agent(agent);
+    }
     let engine = builder
         .dyn_store(opts.store.clone())
         .model(Arc::new(
@@ -161,7 +175,7 @@ pub async fn start(opts: Opts) -> Srv {
         .build()
         .unwrap();
     let engine = Arc::new(engine);
-    let bus = EventBus::default();
+    let tail = Arc::new(LiveTail::new(EventBus::default()));
     let mut config = ServerConfig::new(
         opts.auth
             .unwrap_or_else(|| Authenticator::hs256(SECRET.as_bytes()).unwrap()),
@@ -171,7 +185,7 @@ pub async fn start(opts: Opts) -> Srv {
         ..StreamSettings::default()
     };
     config.readiness = opts.readiness;
-    let server = Server::new(engine.clone(), bus.clone(), config);
+    let server = Server::new(engine.clone(), tail.clone(), config);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let stop = CancellationToken::new();
@@ -187,7 +201,7 @@ pub async fn start(opts: Opts) -> Srv {
             },
         );
         if opts.wake_on_commit {
-            worker = worker.with_observer(Arc::new(BusObserver(bus.clone())));
+            worker = worker.with_observer(Arc::new(LiveObserver::default().with(tail.clone())));
         }
         let drain = stop.clone();
         tokio::spawn(async move { worker.run(drain).await });
@@ -434,4 +448,26 @@ impl Ws {
     }
 }
 
-pub const RUN_EVENTS: &str = "subscription($id: ID!, $after: Int!) { runEvents(runId: $id, afterSeq: $after) { runId seq type } }";
+pub const RUN_EVENTS: &str = "subscription($id: ID!, $after: Int!) { runEvents(runId: $id, afterSeq: $after) { kind runId seq type item } }";
+
+/// Folds stream items (as selected by [`RUN_EVENTS`]) into `transcript`, failing on any item that
+/// breaks the protocol (a duplicate, a gap, a marker that matches nothing).
+pub fn fold(transcript: &mut forge_core::stream::Transcript, items: &[Value]) {
+    for v in items {
+        let item: forge_core::stream::StreamItem =
+            serde_json::from_value(v["item"].clone()).unwrap_or_else(|e| panic!("{e}: {v}"));
+        transcript
+            .apply(&item)
+            .unwrap_or_else(|e| panic!("protocol broken: {e}"));
+    }
+}
+
+/// The sequence numbers and types a transcript holds committed for `run`.
+pub fn committed(transcript: &forge_core::stream::Transcript, run: &str) -> Vec<(u64, String)> {
+    let run: forge_core::id::RunId = run.parse().unwrap();
+    transcript
+        .committed(run)
+        .iter()
+        .map(|e| (e.seq, e.kind.type_name().to_owned()))
+        .collect()
+}

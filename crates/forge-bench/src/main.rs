@@ -67,6 +67,9 @@ enum Command {
     /// The server of `subscribers` (spawned by it).
     #[command(hide = true)]
     SubscribersServer(subscribers::ServerArgs),
+    /// The worker of `subscribers --cross-process` (spawned by it).
+    #[command(hide = true)]
+    SubscribersWorker(subscribers::ServerArgs),
     /// `commit_step` latency and throughput.
     CommitStep {
         /// memory, sqlite or postgres.
@@ -92,6 +95,7 @@ fn main() -> anyhow::Result<()> {
             Command::Workload(args) => workload::workload(args).await,
             Command::Subscribers(args) => subscribers::run(args).await,
             Command::SubscribersServer(args) => subscribers::server(args).await,
+            Command::SubscribersWorker(args) => subscribers::worker(args).await,
             Command::WorkloadOne(args) => workload::one(args).await,
             Command::Mock { addr } => workload::mock(&addr).await,
             Command::CommitStep {

@@ -64,6 +64,9 @@ pub(crate) struct WorkloadArgs {
     /// Runs in the throughput phase.
     #[arg(long, default_value_t = 1000)]
     throughput_runs: usize,
+    /// Feed every event of the throughput phase to a live tail, as `forge serve` does.
+    #[arg(long)]
+    live_tail: bool,
 }
 
 /// Starts the mock in a child process; returns it and its base URL.
@@ -122,6 +125,7 @@ pub(crate) async fn workload(args: WorkloadArgs) -> anyhow::Result<()> {
                 "--throughput-runs",
                 &args.throughput_runs.to_string(),
             ])
+            .args(args.live_tail.then_some("--live-tail"))
             .output()
             .await?;
         if !out.status.success() {
@@ -180,6 +184,8 @@ pub(crate) struct OneArgs {
     in_flight: usize,
     #[arg(long)]
     throughput_runs: usize,
+    #[arg(long)]
+    live_tail: bool,
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> f64 {
@@ -230,6 +236,27 @@ fn agent(model: &str) -> AgentDefinition {
 struct Lookup {
     #[allow(dead_code)]
     key: String,
+}
+
+/// A [`Watch`] that also feeds a live tail.
+struct WithTail {
+    watch: Arc<Watch>,
+    live: forge_engine::LiveObserver,
+}
+
+impl RunObserver for WithTail {
+    fn on_event(&self, e: &RunEvent) {
+        self.watch.on_event(e);
+    }
+
+    fn on_emitted(&self, e: &forge_engine::Emitted<'_>) {
+        self.watch.on_event(e.event);
+        self.live.on_emitted(e);
+    }
+
+    fn on_commit(&self, c: &forge_engine::Commit<'_>) {
+        self.live.on_commit(c);
+    }
 }
 
 /// Counts finished runs; records when the first text of a run arrives.
@@ -360,7 +387,17 @@ async fn forge(args: &OneArgs) -> anyhow::Result<Value> {
             ..WorkerConfig::default()
         },
     )
-    .with_observer(watch.clone());
+    .with_observer(if args.live_tail {
+        let tail = Arc::new(forge_engine::live::LiveTail::new(
+            forge_engine::live::EventBus::default(),
+        ));
+        Arc::new(WithTail {
+            watch: watch.clone(),
+            live: forge_engine::LiveObserver::default().with(tail),
+        }) as Arc<dyn RunObserver>
+    } else {
+        watch.clone()
+    });
     let (cpu0, pg0, started) = (
         cpu_ms("self").unwrap_or(0.0),
         postgres_cpu_ms(),
@@ -388,6 +425,7 @@ async fn forge(args: &OneArgs) -> anyhow::Result<Value> {
         "runs_per_s": target as f64 / elapsed, "cpu_ms_per_run": cpu,
         "postgres_cpu_ms_per_run": (args.mode == "postgres").then_some(pg),
         "peak_rss_mib": peak_rss_mib(), "ttft_ms": percentile(&ttft, 0.5),
+        "live_tail": args.live_tail,
     }))
 }
 

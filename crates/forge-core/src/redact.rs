@@ -5,6 +5,10 @@
 //! GitHub `gh?_…`, Slack `xox?-…`, Google `AIza…`, Stripe `sk_live_…`), bearer tokens, JWTs, the
 //! signature parameters of signed URLs, and PEM private keys. Each match becomes `[REDACTED]`
 //! (a bearer token keeps its `Bearer ` prefix; a URL keeps its parameter name).
+//!
+//! Text that arrives in pieces (a model's stream) goes through a [`StreamRedactor`]: scrubbing
+//! each piece alone would let a secret split across two pieces through whole, so it emits only the
+//! prefix that can no longer become part of a secret or a credential, and holds the rest back.
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -154,6 +158,143 @@ impl Redactor {
     }
 }
 
+/// Text held back at most while waiting to see whether it becomes a credential; past it the older
+/// part is released (scrubbed). A PEM private key fits well within it.
+pub const MAX_HOLD_BYTES: usize = 16 * 1024;
+
+impl Redactor {
+    /// The byte ranges of every secret value and credential pattern found in `text`.
+    fn matches(&self, text: &str) -> Vec<std::ops::Range<usize>> {
+        let mut found = Vec::new();
+        for secret in &self.inner.secrets {
+            found.extend(
+                text.match_indices(secret.as_str())
+                    .map(|(at, m)| at..at + m.len()),
+            );
+        }
+        for re in self.inner.whole.iter().chain(&self.inner.keep_prefix) {
+            found.extend(re.find_iter(text).map(|m| m.range()));
+        }
+        found
+    }
+
+    /// How much of `held` (text not yet released) can be released now: everything before the
+    /// first position at which a secret or credential could still be forming or is cut in two.
+    fn releasable(&self, held: &str) -> usize {
+        // A credential is a run of non-space characters: the last one may still grow.
+        let mut cut = held
+            .char_indices()
+            .rev()
+            .find(|(_, c)| c.is_whitespace())
+            .map_or(0, |(i, c)| i + c.len_utf8());
+        // `Bearer` and the spaces after it belong with the token that follows.
+        if let Some(m) = bearer_tail().find(&held[..cut]) {
+            cut = m.start();
+        }
+        // A private key spans lines: hold from its BEGIN until its END arrives.
+        if let Some(begin) = held.rfind("-----BEGIN")
+            && !pem_end().is_match(&held[begin..])
+        {
+            cut = cut.min(begin);
+        }
+        // A registered secret may contain spaces: hold any tail that could still become one.
+        for secret in &self.inner.secrets {
+            let longest = (1..=secret.len().min(held.len())).rev().find(|&k| {
+                held.is_char_boundary(held.len() - k) && secret.starts_with(&held[held.len() - k..])
+            });
+            if let Some(k) = longest {
+                cut = cut.min(held.len() - k);
+            }
+        }
+        // Never cut through a secret or credential already there.
+        let found = self.matches(held);
+        while let Some(start) = found
+            .iter()
+            .filter(|r| r.start < cut && cut < r.end)
+            .map(|r| r.start)
+            .min()
+        {
+            cut = start;
+        }
+        if held.len() - cut > MAX_HOLD_BYTES {
+            cut = floor_boundary(held, held.len() - MAX_HOLD_BYTES / 2);
+        }
+        cut
+    }
+}
+
+fn floor_boundary(text: &str, mut at: usize) -> usize {
+    while !text.is_char_boundary(at) {
+        at -= 1;
+    }
+    at
+}
+
+fn bearer_tail() -> &'static Regex {
+    static RE: std::sync::OnceLock<Option<Regex>> = std::sync::OnceLock::new();
+    // A constant pattern: compiled once; if it ever failed to compile, nothing would be held for
+    // it, which the tests would catch.
+    RE.get_or_init(|| Regex::new(r"(?i)\bbearer\s+$").ok())
+        .as_ref()
+        .unwrap_or_else(|| never_matches())
+}
+
+fn pem_end() -> &'static Regex {
+    static RE: std::sync::OnceLock<Option<Regex>> = std::sync::OnceLock::new();
+    RE.get_or_init(|| Regex::new(r"-----END [A-Z ]*PRIVATE KEY-----").ok())
+        .as_ref()
+        .unwrap_or_else(|| never_matches())
+}
+
+fn never_matches() -> &'static Regex {
+    static RE: std::sync::OnceLock<Regex> = std::sync::OnceLock::new();
+    RE.get_or_init(|| Regex::new(r"[^\s\S]").expect("a valid constant pattern"))
+}
+
+/// Scrubs a text that arrives in pieces (a model's streamed answer, a tool call's streamed input):
+/// [`StreamRedactor::push`] returns the scrubbed part of what has arrived that no later piece can
+/// turn into a secret or credential, and holds the rest back; [`StreamRedactor::finish`] releases
+/// what is held when the text is complete. The concatenation of everything returned never contains
+/// a registered secret or a credential-shaped span, however the text was split.
+#[derive(Debug, Clone)]
+pub struct StreamRedactor {
+    redactor: Redactor,
+    held: String,
+}
+
+impl StreamRedactor {
+    /// A stream scrubbed by `redactor`.
+    pub fn new(redactor: Redactor) -> Self {
+        Self {
+            redactor,
+            held: String::new(),
+        }
+    }
+
+    /// Adds the next piece; returns what can be released now, scrubbed (often empty).
+    pub fn push(&mut self, piece: &str) -> String {
+        self.held.push_str(piece);
+        let cut = self.redactor.releasable(&self.held);
+        if cut == 0 {
+            return String::new();
+        }
+        let rest = self.held.split_off(cut);
+        let ready = std::mem::replace(&mut self.held, rest);
+        self.redactor.redact(&ready).into_owned()
+    }
+
+    /// Whether text is held back.
+    pub fn is_holding(&self) -> bool {
+        !self.held.is_empty()
+    }
+
+    /// The text is complete: releases what is held, scrubbed.
+    pub fn finish(&mut self) -> String {
+        let held = std::mem::take(&mut self.held);
+        self.redactor.redact(&held).into_owned()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -197,6 +338,78 @@ mod tests {
             assert_eq!(r.redact(input), expected, "{input}");
         }
         assert!(matches!(r.redact("plain text"), Cow::Borrowed(_)));
+    }
+
+    /// Every secret and credential of [`registered_values_and_credential_shapes_are_scrubbed`],
+    /// embedded in running text.
+    const STREAMED: &str = "Here you go: db: hunter2-database-password! then key \
+        sk-proj-abcdefghijklmnopqrstuvwx1234 and Authorization: Bearer abc.def-ghi_jkl and \
+        https://b.s3.amazonaws.com/f?X-Amz-Signature=abc123&x=1 and jwt \
+        eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0In0.c2lnbmF0dXJlLXZhbHVl and \
+        -----BEGIN RSA PRIVATE KEY-----\nMIIEsecretkeybody\n-----END RSA PRIVATE KEY----- and \
+        correct horse battery staple, done.";
+
+    const LEAKS: &[&str] = &[
+        "hunter2",
+        "abcdefghijklmnopqrstuvwx1234",
+        "abc.def-ghi_jkl",
+        "abc123",
+        "c2lnbmF0dXJlLXZhbHVl",
+        "MIIEsecretkeybody",
+        "horse battery",
+    ];
+
+    fn streamed(r: &Redactor, pieces: &[&str]) -> String {
+        let mut s = StreamRedactor::new(r.clone());
+        let mut out: String = pieces.iter().map(|p| s.push(p)).collect();
+        out.push_str(&s.finish());
+        out
+    }
+
+    #[test]
+    fn a_secret_split_at_any_byte_is_scrubbed_from_the_stream() {
+        let r = Redactor::new(["hunter2-database-password", "correct horse battery staple"]);
+        let whole = r.redact(STREAMED).into_owned();
+        for leak in LEAKS {
+            assert!(!whole.contains(leak), "{leak} in {whole}");
+        }
+        for at in (1..STREAMED.len()).filter(|&i| STREAMED.is_char_boundary(i)) {
+            let out = streamed(&r, &[&STREAMED[..at], &STREAMED[at..]]);
+            assert_eq!(out, whole, "split at {at}");
+        }
+        // Three pieces, every pair of split points a few bytes apart, and one byte at a time.
+        for at in (1..STREAMED.len() - 3).filter(|&i| STREAMED.is_char_boundary(i)) {
+            let b = (at + 3..STREAMED.len())
+                .find(|&j| STREAMED.is_char_boundary(j))
+                .unwrap_or(STREAMED.len());
+            let out = streamed(&r, &[&STREAMED[..at], &STREAMED[at..b], &STREAMED[b..]]);
+            assert_eq!(out, whole, "split at {at} and {b}");
+        }
+        let bytes: Vec<&str> = STREAMED
+            .char_indices()
+            .map(|(i, c)| &STREAMED[i..i + c.len_utf8()])
+            .collect();
+        assert_eq!(streamed(&r, &bytes), whole);
+    }
+
+    #[test]
+    fn ordinary_text_is_released_word_by_word() {
+        let r = Redactor::default();
+        let mut s = StreamRedactor::new(r);
+        assert_eq!(s.push("Hello wor"), "Hello ");
+        assert_eq!(s.push("ld, how "), "world, how ");
+        assert_eq!(s.push("are you?"), "are ");
+        assert_eq!(s.finish(), "you?");
+    }
+
+    #[test]
+    fn a_very_long_word_is_not_held_forever() {
+        let r = Redactor::default();
+        let mut s = StreamRedactor::new(r);
+        let mut out = s.push(&"x".repeat(MAX_HOLD_BYTES + 10));
+        assert!(!out.is_empty(), "released past the hold limit");
+        out.push_str(&s.finish());
+        assert_eq!(out.len(), MAX_HOLD_BYTES + 10);
     }
 
     #[test]

@@ -15,6 +15,7 @@ use forge_core::part::{
 use forge_core::ports::model::{ModelChunk, ModelError};
 use forge_core::ports::policy::{PolicyAction, PolicyDecision, PolicyRequest, PolicyResource};
 use forge_core::ports::tool::ToolContext;
+use forge_core::redact::StreamRedactor;
 use forge_core::run::{FailureCode, RunFailure};
 use forge_core::scope::Scope;
 use forge_core::usage::Usage;
@@ -60,6 +61,10 @@ struct Streaming {
     usage_reported: bool,
     /// The provider's request id.
     request_id: Option<String>,
+    /// Scrubs the open text part's stream, holding back what could still become a secret.
+    text_scrub: StreamRedactor,
+    /// The same for each call's streamed input, by provider call index.
+    input_scrub: BTreeMap<u32, StreamRedactor>,
 }
 
 /// A tool call ready to execute, or the result the model gets instead.
@@ -107,10 +112,17 @@ impl StepRunner<'_> {
         // (only the active run writes to its thread), plus what this step has not committed yet
         // (the run's input, on its first step).
         let history = [cur.history.clone(), cur.messages.clone()].concat();
+        // Session state is application data: a secret stored in it never reaches the model.
+        let mut state = cur.state.clone();
+        let mut values = serde_json::Value::Object(std::mem::take(&mut state.values));
+        self.engine.redactor.redact_json(&mut values);
+        if let serde_json::Value::Object(values) = values {
+            state.values = values;
+        }
         let request = assemble(
             self.agent,
             model_name,
-            &cur.state,
+            &state,
             history,
             self.engine.offered(self.scope, self.agent),
         );
@@ -132,6 +144,8 @@ impl StepRunner<'_> {
             usage: Usage::default(),
             usage_reported: false,
             request_id: None,
+            text_scrub: StreamRedactor::new(self.engine.redactor.clone()),
+            input_scrub: BTreeMap::new(),
         };
         let streamed = tokio::select! {
             biased;
@@ -154,6 +168,9 @@ impl StepRunner<'_> {
                 }
             },
         };
+        // Whatever ended the stream, what was held back is released (scrubbed) now.
+        self.close_text(cur, &mut msg);
+        self.flush_inputs(cur, &mut msg);
         if outcome.is_ok() {
             self.finish_tool_inputs(cur, &mut msg);
         }
@@ -226,6 +243,8 @@ impl StepRunner<'_> {
             .collect();
         if calls.is_empty() {
             self.keep_message(cur, msg);
+            // Built from the scrubbed parts, and scrubbed once more as a whole.
+            let text = self.engine.redactor.redact(&text).into_owned();
             return Ok(StepEnd::Completed { text });
         }
         if step >= self.agent.limits.max_steps {
@@ -399,20 +418,19 @@ impl StepRunner<'_> {
         match chunk {
             ModelChunk::TextDelta(text) if text.is_empty() => {}
             ModelChunk::TextDelta(text) => {
-                // Secrets are scrubbed from what the model says too: per delta here, and the
-                // whole text again when the message is kept.
-                let text = match self.engine.redactor.redact(&text) {
-                    std::borrow::Cow::Owned(scrubbed) => scrubbed,
-                    std::borrow::Cow::Borrowed(_) => text,
-                };
-                self.on_text(cur, msg, text);
+                // Secrets are scrubbed from what the model says too, over the whole stream: a
+                // secret split across deltas is held back until it can be recognised.
+                let ready = msg.text_scrub.push(&text);
+                if !ready.is_empty() {
+                    self.on_text(cur, msg, ready);
+                }
             }
             ModelChunk::ToolCallStart {
                 index: call,
                 id,
                 name,
             } => {
-                msg.open_text = None;
+                self.close_text(cur, msg);
                 let part = Part::ToolCall(ToolCallPart {
                     tool_call_id: ToolCallId(id),
                     tool_name: name,
@@ -425,12 +443,18 @@ impl StepRunner<'_> {
                 if let Some((index, raw)) = msg.calls.get_mut(&call) {
                     raw.push_str(&json);
                     let index = *index as u32;
-                    let json = self.engine.redactor.redact(&json).into_owned();
-                    cur.emit(RunEventKind::PartUpdated {
-                        message_id: msg.id,
-                        index,
-                        update: PartUpdate::InputDelta { json },
-                    });
+                    let json = msg
+                        .input_scrub
+                        .entry(call)
+                        .or_insert_with(|| StreamRedactor::new(self.engine.redactor.clone()))
+                        .push(&json);
+                    if !json.is_empty() {
+                        cur.emit(RunEventKind::PartUpdated {
+                            message_id: msg.id,
+                            index,
+                            update: PartUpdate::InputDelta { json },
+                        });
+                    }
                 }
             }
             ModelChunk::Usage(u) => {
@@ -439,6 +463,29 @@ impl StepRunner<'_> {
             }
             ModelChunk::RequestId(id) => msg.request_id = Some(id),
             ModelChunk::Finish(_) => {}
+        }
+    }
+
+    /// Ends the open text part: what its stream held back is released, scrubbed.
+    fn close_text(&self, cur: &mut Cursor<'_>, msg: &mut Streaming) {
+        let rest = msg.text_scrub.finish();
+        if !rest.is_empty() {
+            self.on_text(cur, msg, rest);
+        }
+        msg.open_text = None;
+    }
+
+    /// Releases what each call's input stream held back, scrubbed.
+    fn flush_inputs(&self, cur: &mut Cursor<'_>, msg: &mut Streaming) {
+        for (call, mut scrub) in std::mem::take(&mut msg.input_scrub) {
+            let json = scrub.finish();
+            if let (false, Some((index, _))) = (json.is_empty(), msg.calls.get(&call)) {
+                cur.emit(RunEventKind::PartUpdated {
+                    message_id: msg.id,
+                    index: *index as u32,
+                    update: PartUpdate::InputDelta { json },
+                });
+            }
         }
     }
 

@@ -199,6 +199,48 @@ fn a_seeded_secret_appears_nowhere_in_what_forge_prints() {
 }
 
 #[test]
+fn a_secret_split_across_streamed_chunks_is_never_printed() {
+    const SECRET: &str = "qz7-vault-k9x42-zeta";
+    let answer = format!("the password is {SECRET} ok");
+    let dir = workdir("split-secret");
+    for at in 1..answer.len() {
+        let (a, b) = answer.split_at(at);
+        let agent = agent(
+            &dir,
+            &format!("[[conversation]]\n[[conversation.turn]]\ntext = [\"{a}\", \"{b}\"]\n"),
+            "",
+        );
+        for json in [false, true] {
+            let mut args = vec![
+                "run",
+                "--store",
+                "memory",
+                "--redact-env",
+                "SEEDED_SECRET",
+                "--agent",
+                &agent,
+            ];
+            if json {
+                args.push("--json");
+            }
+            args.push("hello");
+            let out = forge_with_env(&args, &[("SEEDED_SECRET", SECRET)]);
+            let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+            assert!(out.status.success(), "{stdout}{stderr}");
+            // Not the secret, nor any recognisable piece of it.
+            for piece in SECRET.as_bytes().windows(6) {
+                let piece = std::str::from_utf8(piece).unwrap();
+                assert!(
+                    !stdout.contains(piece) && !stderr.contains(piece),
+                    "split at {at}: {piece:?} printed:\n{stdout}\n{stderr}"
+                );
+            }
+            assert!(stdout.contains("the password is [REDACTED] ok"), "{stdout}");
+        }
+    }
+}
+
+#[test]
 fn credentials_a_providers_file_references_are_scrubbed_too() {
     const SECRET: &str = "mounted-secret-from-a-file-0042";
     let dir = workdir("file-secret");

@@ -181,6 +181,10 @@ impl LiveTail {
             while tail.events.front().is_some_and(|e| e.seq <= last_seq) {
                 tail.events.pop_front();
             }
+            if tail.events.is_empty() {
+                // Between steps a run holds nothing: give the step's buffer back.
+                tail.events = VecDeque::new();
+            }
         }
     }
 }
@@ -328,6 +332,10 @@ mod tests {
         feed(&tail, &acme, 1, event(run(2), 1));
         feed(&tail, &acme, 1, event(run(3), 1));
         assert_eq!(tail.runs_held(), 2);
-        assert_eq!(seqs(&tail, &acme, run(1)), None, "the least recently fed went");
+        assert_eq!(
+            seqs(&tail, &acme, run(1)),
+            None,
+            "the least recently fed went"
+        );
     }
 }

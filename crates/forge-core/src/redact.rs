@@ -158,6 +158,12 @@ impl Redactor {
     }
 }
 
+/// Characters after which a credential cannot continue (besides white space): none of the
+/// credential patterns' token characters.
+const BREAKS: &[char] = &[
+    '"', '\'', '`', ',', ';', '{', '}', '[', ']', '(', ')', '<', '>', '|',
+];
+
 /// Text held back at most while waiting to see whether it becomes a credential; past it the older
 /// part is released (scrubbed). A PEM private key fits well within it.
 pub const MAX_HOLD_BYTES: usize = 16 * 1024;
@@ -181,11 +187,13 @@ impl Redactor {
     /// How much of `held` (text not yet released) can be released now: everything before the
     /// first position at which a secret or credential could still be forming or is cut in two.
     fn releasable(&self, held: &str) -> usize {
-        // A credential is a run of non-space characters: the last one may still grow.
+        // A credential is a run of characters no credential pattern stops at (spaces, and the
+        // punctuation of JSON and prose): the last such run may still grow. A pattern that does
+        // run across one of these is protected by the loop below once it is complete.
         let mut cut = held
             .char_indices()
             .rev()
-            .find(|(_, c)| c.is_whitespace())
+            .find(|(_, c)| c.is_whitespace() || BREAKS.contains(c))
             .map_or(0, |(i, c)| i + c.len_utf8());
         // `Bearer` and the spaces after it belong with the token that follows.
         if let Some(m) = bearer_tail().find(&held[..cut]) {
@@ -366,28 +374,37 @@ mod tests {
         out
     }
 
+    /// The same secrets as JSON, the way a tool call's input streams.
+    const STREAMED_JSON: &str = r#"{"db":"hunter2-database-password","key":"sk-proj-abcdefghijklmnopqrstuvwx1234","auth":"Bearer abc.def-ghi_jkl","url":"https://b.s3.amazonaws.com/f?X-Amz-Signature=abc123&x=1","jwt":["eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0In0.c2lnbmF0dXJlLXZhbHVl"],"phrase":"correct horse battery staple"}"#;
+
     #[test]
     fn a_secret_split_at_any_byte_is_scrubbed_from_the_stream() {
+        for text in [STREAMED, STREAMED_JSON] {
+            scrubbed_at_every_split(text);
+        }
+    }
+
+    fn scrubbed_at_every_split(text: &str) {
         let r = Redactor::new(["hunter2-database-password", "correct horse battery staple"]);
-        let whole = r.redact(STREAMED).into_owned();
+        let whole = r.redact(text).into_owned();
         for leak in LEAKS {
             assert!(!whole.contains(leak), "{leak} in {whole}");
         }
-        for at in (1..STREAMED.len()).filter(|&i| STREAMED.is_char_boundary(i)) {
-            let out = streamed(&r, &[&STREAMED[..at], &STREAMED[at..]]);
+        for at in (1..text.len()).filter(|&i| text.is_char_boundary(i)) {
+            let out = streamed(&r, &[&text[..at], &text[at..]]);
             assert_eq!(out, whole, "split at {at}");
         }
         // Three pieces, every pair of split points a few bytes apart, and one byte at a time.
-        for at in (1..STREAMED.len() - 3).filter(|&i| STREAMED.is_char_boundary(i)) {
-            let b = (at + 3..STREAMED.len())
-                .find(|&j| STREAMED.is_char_boundary(j))
-                .unwrap_or(STREAMED.len());
-            let out = streamed(&r, &[&STREAMED[..at], &STREAMED[at..b], &STREAMED[b..]]);
+        for at in (1..text.len() - 3).filter(|&i| text.is_char_boundary(i)) {
+            let b = (at + 3..text.len())
+                .find(|&j| text.is_char_boundary(j))
+                .unwrap_or(text.len());
+            let out = streamed(&r, &[&text[..at], &text[at..b], &text[b..]]);
             assert_eq!(out, whole, "split at {at} and {b}");
         }
-        let bytes: Vec<&str> = STREAMED
+        let bytes: Vec<&str> = text
             .char_indices()
-            .map(|(i, c)| &STREAMED[i..i + c.len_utf8()])
+            .map(|(i, c)| &text[i..i + c.len_utf8()])
             .collect();
         assert_eq!(streamed(&r, &bytes), whole);
     }

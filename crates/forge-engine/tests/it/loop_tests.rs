@@ -37,26 +37,25 @@ async fn multi_step_tool_loop() {
 3 part.added Assistant[0] text "Let me "
 4 part.updated [0] +"compute."
 5 part.added Assistant[1] tool_call c1 calculate null
-6 part.updated [1] +json {"a":12,"b":
-7 part.updated [1] +json 7,"op":"mul"}
+6 part.updated [1] +json {"a":12,"b"
+7 part.updated [1] +json :7,"op":"mul"}
 8 part.updated [1] = tool_call c1 calculate {"a":12,"b":7,"op":"mul"}
 9 usage.updated step 1
 10 part.added Tool[0] tool_result c1 {"result":84}
 11 run.checkpointed step 1 v1
 12 step.started 2
 13 part.added Assistant[0] tool_call c2 calculate null
-14 part.updated [0] +json {"a":84,"b":
-15 part.updated [0] +json 1,"op":"add"}
+14 part.updated [0] +json {"a":84,"b"
+15 part.updated [0] +json :1,"op":"add"}
 16 part.updated [0] = tool_call c2 calculate {"a":84,"b":1,"op":"add"}
 17 usage.updated step 2
 18 part.added Tool[0] tool_result c2 {"result":85}
 19 run.checkpointed step 2 v2
 20 step.started 3
 21 part.added Assistant[0] text "The answer is "
-22 part.updated [0] +"85"
-23 part.updated [0] +"."
-24 usage.updated step 3
-25 run.completed "The answer is 85.""#
+22 part.updated [0] +"85."
+23 usage.updated step 3
+24 run.completed "The answer is 85.""#
     );
     // History holds the user message, then each step's assistant and tool messages.
     let run = h.store.get_run(&h.scope, f.events[0].run_id).await.unwrap();
@@ -112,14 +111,14 @@ text = ["all met"]
         r#"1 run.started tester@1 scripted:inline
 2 step.started 1
 3 part.added Assistant[0] tool_call a rendezvous null
-4 part.updated [0] +json {"labe
-5 part.updated [0] +json l":"a"}
+4 part.updated [0] +json {"
+5 part.updated [0] +json label":"a"}
 6 part.added Assistant[1] tool_call b rendezvous null
-7 part.updated [1] +json {"labe
-8 part.updated [1] +json l":"b"}
+7 part.updated [1] +json {"
+8 part.updated [1] +json label":"b"}
 9 part.added Assistant[2] tool_call c rendezvous null
-10 part.updated [2] +json {"labe
-11 part.updated [2] +json l":"c"}
+10 part.updated [2] +json {"
+11 part.updated [2] +json label":"c"}
 12 part.updated [0] = tool_call a rendezvous {"label":"a"}
 13 part.updated [1] = tool_call b rendezvous {"label":"b"}
 14 part.updated [2] = tool_call c rendezvous {"label":"c"}
@@ -129,9 +128,10 @@ text = ["all met"]
 18 part.added Tool[2] tool_result c "met c"
 19 run.checkpointed step 1 v1
 20 step.started 2
-21 part.added Assistant[0] text "all met"
-22 usage.updated step 2
-23 run.completed "all met""#
+21 part.added Assistant[0] text "all "
+22 part.updated [0] +"met"
+23 usage.updated step 2
+24 run.completed "all met""#
     );
 }
 
@@ -161,8 +161,8 @@ text = ["{{tool_result.result}}"]
 4 part.updated [0] +json {"a":"twelve","
 5 part.updated [0] +json b":7,"op":"mul"}
 6 part.added Assistant[1] tool_call bad_json calculate null
-7 part.updated [1] +json {"op": "mul
-8 part.updated [1] +json ", "a": 12,
+7 part.updated [1] +json {"op": "
+8 part.updated [1] +json mul", "a": 12,
 9 part.added Assistant[2] tool_call no_such launch_rockets null
 10 part.updated [2] +json {
 11 part.updated [2] +json }
@@ -175,8 +175,8 @@ text = ["{{tool_result.result}}"]
 18 run.checkpointed step 1 v1
 19 step.started 2
 20 part.added Assistant[0] tool_call good calculate null
-21 part.updated [0] +json {"a":12,"b":
-22 part.updated [0] +json 7,"op":"mul"}
+21 part.updated [0] +json {"a":12,"b"
+22 part.updated [0] +json :7,"op":"mul"}
 23 part.updated [0] = tool_call good calculate {"a":12,"b":7,"op":"mul"}
 24 usage.updated step 2
 25 part.added Tool[0] tool_result good {"result":84}
@@ -233,16 +233,16 @@ text = ["never reached"]
         r#"1 run.started tester@1 scripted:inline
 2 step.started 1
 3 part.added Assistant[0] tool_call c1 calculate null
-4 part.updated [0] +json {"a":1,"b":1
-5 part.updated [0] +json ,"op":"add"}
+4 part.updated [0] +json {"a":1,"b"
+5 part.updated [0] +json :1,"op":"add"}
 6 part.updated [0] = tool_call c1 calculate {"a":1,"b":1,"op":"add"}
 7 usage.updated step 1
 8 part.added Tool[0] tool_result c1 {"result":2}
 9 run.checkpointed step 1 v1
 10 step.started 2
 11 part.added Assistant[0] tool_call c2 calculate null
-12 part.updated [0] +json {"a":2,"b":2
-13 part.updated [0] +json ,"op":"add"}
+12 part.updated [0] +json {"a":2,"b"
+13 part.updated [0] +json :2,"op":"add"}
 14 part.updated [0] = tool_call c2 calculate {"a":2,"b":2,"op":"add"}
 15 usage.updated step 2
 16 run.failed StepLimitExceeded: the run reached its limit of 2 steps with tool calls pending"#
@@ -324,16 +324,17 @@ text = ["Division by zero is undefined."]
         r#"1 run.started tester@1 scripted:inline
 2 step.started 1
 3 part.added Assistant[0] tool_call c1 calculate null
-4 part.updated [0] +json {"a":1,"b":0
-5 part.updated [0] +json ,"op":"div"}
+4 part.updated [0] +json {"a":1,"b"
+5 part.updated [0] +json :0,"op":"div"}
 6 part.updated [0] = tool_call c1 calculate {"a":1,"b":0,"op":"div"}
 7 usage.updated step 1
 8 part.added Tool[0] tool_result c1 error {"code":"tool_failed","message":"division by zero"}
 9 run.checkpointed step 1 v1
 10 step.started 2
-11 part.added Assistant[0] text "Division by zero is undefined."
-12 usage.updated step 2
-13 run.completed "Division by zero is undefined.""#
+11 part.added Assistant[0] text "Division by zero is "
+12 part.updated [0] +"undefined."
+13 usage.updated step 2
+14 run.completed "Division by zero is undefined.""#
     );
 }
 

@@ -157,7 +157,7 @@ impl RunStore for MemoryStore {
         let mut st = self.lock();
         st.run(scope, id)?;
         match st.runs.get_mut(&id) {
-            Some(r) if !r.status.is_terminal() => {
+            Some(r) if !r.status.is_terminal() && !r.cancel_requested => {
                 r.cancel_requested = true;
                 // A waiting run holds no job: give it one, so a worker comes and cancels it.
                 st.wake_waiting(id, job, now, false);

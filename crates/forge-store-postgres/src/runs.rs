@@ -388,7 +388,7 @@ impl RunStore for PostgresStore {
     async fn request_cancel(&self, scope: &Scope, id: RunId) -> Result<bool, Error> {
         let mut tx = self.tenant_tx(scope).await?;
         let run = fetch_run(&mut tx, scope, id, true).await?;
-        if run.status.is_terminal() {
+        if run.status.is_terminal() || run.cancel_requested {
             return Ok(false);
         }
         sqlx::query(

@@ -379,7 +379,7 @@ impl RunStore for SqliteStore {
     async fn request_cancel(&self, scope: &Scope, id: RunId) -> Result<bool, Error> {
         let mut tx = self.write_tx().await?;
         let run = self.fetch_run(&mut *tx, scope, id).await?;
-        if run.status.is_terminal() {
+        if run.status.is_terminal() || run.cancel_requested {
             return Ok(false);
         }
         sqlx::query("UPDATE forge_runs SET cancel_requested = 1 WHERE id = $1 AND tenant_id = $2")

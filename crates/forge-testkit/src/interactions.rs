@@ -509,10 +509,11 @@ pub async fn a_cancel_request_wakes_a_waiting_run<F: StoreFactory>() {
             .expect("request cancel")
     );
     assert!(
-        p.store
+        !p.store
             .request_cancel(&p.scope, p.run.id)
             .await
-            .expect("again")
+            .expect("again"),
+        "already asked"
     );
     assert!(p.claimable().await, "the cancel request readies the run");
     assert!(!p.claimable().await, "a second request adds no second job");

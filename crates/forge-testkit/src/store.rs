@@ -1129,7 +1129,8 @@ pub async fn interrupt_requests_cancellation<F: StoreFactory>() {
     );
 }
 
-/// A cancel request flags a live run and reports whether it was live.
+/// A cancel request flags a live run and reports whether this call asked: a second request, or one
+/// for an ended run, answers `false` (issue 16, item 10).
 pub async fn request_cancel_flags_live_runs_only<F: StoreFactory>() {
     let f = fixture::<F>().await;
     let run = f.run().await;
@@ -1138,6 +1139,13 @@ pub async fn request_cancel_flags_live_runs_only<F: StoreFactory>() {
             .request_cancel(&f.scope, run.id)
             .await
             .expect("cancel")
+    );
+    assert!(
+        !f.store
+            .request_cancel(&f.scope, run.id)
+            .await
+            .expect("cancel again"),
+        "the second request asks nothing new"
     );
     let flagged = f.store.get_run(&f.scope, run.id).await.expect("get");
     assert!(flagged.cancel_requested);

@@ -142,7 +142,8 @@ pub trait RunStore: Send + Sync {
     async fn create_run(&self, scope: &Scope, new: NewRun) -> Result<Run, Error>;
 
     /// Asks a run to cancel; the executing worker stops after its current step (a queued run is
-    /// cancelled when its turn comes). Returns whether the run was still live.
+    /// cancelled when its turn comes). Returns whether this call asked: `false` when the run has
+    /// ended or was already asked.
     async fn request_cancel(&self, scope: &Scope, id: RunId) -> Result<bool, Error>;
 
     /// Reads a run; another tenant's run is `NotFound`.

@@ -10,6 +10,7 @@ pub mod agent;
 pub mod error;
 pub mod event;
 pub mod id;
+pub mod input;
 pub mod interaction;
 pub mod message;
 pub mod metering;

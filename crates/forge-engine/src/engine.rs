@@ -416,6 +416,19 @@ impl Engine {
             .await
     }
 
+    /// Creates a thread; its title and session state meet the input rules of every store.
+    pub async fn create_thread(
+        &self,
+        scope: &Scope,
+        new: forge_core::ports::store::NewThread,
+    ) -> Result<forge_core::thread::Thread, EngineError> {
+        if let Some(title) = &new.title {
+            forge_core::input::check_text("the title", title)?;
+        }
+        forge_core::input::check("the session state", &new.state)?;
+        Ok(self.threads.create_thread(scope, new).await?)
+    }
+
     /// Creates a run (and its job) of a registered agent, with the given start strategy.
     ///
     /// What a caller sends is input, never a grant: files and any tool results in it are marked
@@ -423,6 +436,7 @@ impl Engine {
     /// stored or shown to a model.
     pub async fn submit(&self, scope: &Scope, mut new: NewRun) -> Result<Run, EngineError> {
         self.agent(&new.agent)?;
+        forge_core::input::check("the run's input", &new.input)?;
         for part in &mut new.input {
             match part {
                 Part::File(f) => f.trust = forge_core::part::Trust::Untrusted,
@@ -659,6 +673,8 @@ impl Engine {
         scope: &Scope,
         req: Resolve,
     ) -> Result<Resolved, EngineError> {
+        forge_core::input::check("the decision", &req.decision)?;
+        forge_core::input::check_text("the key", &req.key)?;
         if let Decision::Answer { answer } = &req.decision {
             let current = self.interactions.get_interaction(scope, req.id).await?;
             if let InteractionRequest::Question { answer_schema, .. } = &current.request {

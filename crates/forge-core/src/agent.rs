@@ -109,6 +109,10 @@ pub struct AgentDefinition {
     pub approvals: std::collections::BTreeMap<String, crate::ports::tool::ApprovalPolicy>,
 }
 
+/// The built-in tool that runs a skill's script (where the deployment enables scripts). An agent
+/// with skills may set its approval policy in `approvals`.
+pub const SKILL_SCRIPT_TOOL: &str = "run_skill_script";
+
 impl AgentDefinition {
     /// Checks the definition is usable: names present, model in `provider:model` form, limits sane.
     pub fn validate(&self) -> Result<(), Error> {
@@ -133,7 +137,13 @@ impl AgentDefinition {
                 return Err(Error::invalid(format!("tool {tool} is listed twice")));
             }
         }
-        if let Some(stray) = self.approvals.keys().find(|t| !seen.contains(t)) {
+        // The skill-script built-in is the agent's when it has skills; its approval may be set.
+        let builtin = |t: &String| t == SKILL_SCRIPT_TOOL && !self.skills.is_empty();
+        if let Some(stray) = self
+            .approvals
+            .keys()
+            .find(|t| !seen.contains(t) && !builtin(t))
+        {
             return Err(Error::invalid(format!(
                 "approvals names {stray}, which is not among the agent's tools"
             )));

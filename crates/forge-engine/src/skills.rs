@@ -32,7 +32,7 @@ use crate::step::{Prepared, StepRunner};
 /// The built-in tool that loads a skill's instructions or one of its resources.
 pub const LOAD_SKILL: &str = "load_skill";
 /// The built-in tool that runs a skill's script; exists only where scripts are enabled.
-pub const RUN_SKILL_SCRIPT: &str = "run_skill_script";
+pub const RUN_SKILL_SCRIPT: &str = forge_core::agent::SKILL_SCRIPT_TOOL;
 
 /// Largest resource or `SKILL.md` accepted when loading, in bytes.
 pub const MAX_SKILL_FILE_BYTES: u64 = 256 * 1024;
@@ -303,7 +303,9 @@ pub(crate) fn run_skill_script_tool() -> Arc<dyn Tool> {
             "additionalProperties": false
         }),
         classification: ToolClassification::Write,
-        approval: ApprovalPolicy::Never,
+        // A script is code the deployment ships but the model chooses to run: a person approves
+        // each run unless the agent says otherwise (`approvals = { run_skill_script = "never" }`).
+        approval: ApprovalPolicy::Always,
         version: "1".into(),
         permission: None,
     }))
@@ -328,10 +330,8 @@ pub(crate) async fn run_script(
         .kill_on_drop(true)
         .spawn()
         .map_err(|e| ("tool_failed", format!("the script could not start: {e}")))?;
-    if let Some(mut stdin) = child.stdin.take() {
-        // A script that ignores its input may close stdin early; that is not an error.
-        let _ = stdin.write_all(input.to_string().as_bytes()).await;
-    }
+    let mut stdin = child.stdin.take();
+    let input = input.to_string();
     let mut stdout = child
         .stdout
         .take()
@@ -340,13 +340,25 @@ pub(crate) async fn run_script(
         .stderr
         .take()
         .ok_or(("tool_failed", "the script has no stderr".to_owned()))?;
+    // The whole call is under the timeout, writing its input included: a script that never reads
+    // stdin cannot hold the step on a full pipe.
     let work = async {
         let mut out = Vec::new();
         let mut err = Vec::new();
         let limit = max_output as u64 + 1;
         let mut stdout = (&mut stdout).take(limit);
         let mut stderr = (&mut stderr).take(4096);
-        let (a, b) = tokio::join!(stdout.read_to_end(&mut out), stderr.read_to_end(&mut err));
+        let write = async {
+            if let Some(mut stdin) = stdin.take() {
+                // A script that ignores its input may close stdin early; that is not an error.
+                let _ = stdin.write_all(input.as_bytes()).await;
+            }
+        };
+        let ((), a, b) = tokio::join!(
+            write,
+            stdout.read_to_end(&mut out),
+            stderr.read_to_end(&mut err)
+        );
         a.and(b)?;
         let status = child.wait().await?;
         Ok::<_, std::io::Error>((status, out, err))

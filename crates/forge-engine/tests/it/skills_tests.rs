@@ -135,7 +135,26 @@ async fn no_script_runs_unless_the_deployment_enables_scripts() {
         "the script ran although scripts are disabled"
     );
 
-    let h = harness_built(run_script_turns(), vec![], def, |b| {
+    // Enabled, a script run waits for a person by default (issue 16, item 6).
+    let h = harness_built(run_script_turns(), vec![], def.clone(), |b| {
+        b.skills(SkillLibrary::load_dir(&root).unwrap().enable_scripts())
+    });
+    let done = h.run("go").await;
+    assert!(
+        matches!(done.outcome.status, RunStatus::Waiting(_)),
+        "{}",
+        done.log
+    );
+    assert!(done.log.contains("approval.requested"), "{}", done.log);
+    assert!(!marker.exists(), "the script ran before its approval");
+
+    // An agent that waives the approval runs it at once.
+    let mut waived = def;
+    waived.approvals.insert(
+        RUN_SKILL_SCRIPT.into(),
+        forge_core::ports::tool::ApprovalPolicy::Never,
+    );
+    let h = harness_built(run_script_turns(), vec![], waived, |b| {
         b.skills(SkillLibrary::load_dir(&root).unwrap().enable_scripts())
     });
     let done = h.run("go").await;
@@ -152,6 +171,52 @@ async fn no_script_runs_unless_the_deployment_enables_scripts() {
     assert_eq!(
         std::fs::read_to_string(&marker).unwrap(),
         r#"{"order":"A-1"}"#
+    );
+    std::fs::remove_dir_all(root).unwrap();
+}
+
+#[tokio::test]
+async fn a_script_that_never_reads_its_input_times_out_writing_included() {
+    let root = skill_with_marker_script();
+    let script = root.join("probe/scripts/mark.sh");
+    std::fs::write(
+        &script,
+        "#!/bin/sh
+sleep 30
+",
+    )
+    .unwrap();
+    // Far more input than a pipe holds: writing it blocks until the script reads.
+    let big = "x".repeat(1 << 20);
+    let turns = format!(
+        "[[conversation]]\n[[conversation.turn]]\ntool_calls = [{{ id = \"c1\", name = \"run_skill_script\", input = {{ skill = \"probe\", script = \"scripts/mark.sh\", input = \"{big}\" }} }}]\n[[conversation.turn]]\ntext = [\"Done.\"]\n"
+    );
+    let mut def = agent(
+        &[],
+        RunLimits {
+            tool_timeout_ms: 500,
+            max_tool_input_bytes: 2 << 20,
+            ..RunLimits::default()
+        },
+    );
+    def.skills = vec!["probe".into()];
+    def.approvals.insert(
+        RUN_SKILL_SCRIPT.into(),
+        forge_core::ports::tool::ApprovalPolicy::Never,
+    );
+    let h = harness_built(&turns, vec![], def, |b| {
+        b.skills(SkillLibrary::load_dir(&root).unwrap().enable_scripts())
+    });
+    let started = std::time::Instant::now();
+    let done = tokio::time::timeout(std::time::Duration::from_secs(20), h.run("go"))
+        .await
+        .expect("the step is not held by the script");
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
+    assert!(
+        done.log
+            .contains(r#"tool_result c1 error {"code":"tool_timeout""#),
+        "{}",
+        done.log.chars().take(2000).collect::<String>()
     );
     std::fs::remove_dir_all(root).unwrap();
 }

@@ -26,7 +26,8 @@ pub(crate) struct AuthArgs {
     /// Environment variable holding the HS256 secret (at least 32 bytes).
     #[arg(long = "jwt-secret-env", default_value = "FORGE_JWT_SECRET")]
     secret_env: String,
-    /// A JWKS file with RS256 / ES256 public keys; used instead of the HS256 secret.
+    /// A JWKS file with RS256 / ES256 public keys, used instead of the HS256 secret; read again
+    /// when it changes.
     #[arg(long = "jwks", env = "FORGE_JWKS")]
     jwks: Option<PathBuf>,
     /// Required `iss` claim.
@@ -55,11 +56,8 @@ impl AuthArgs {
 
     fn authenticator(&self, store: &StoreArgs) -> anyhow::Result<Authenticator> {
         let mut auth = match &self.jwks {
-            Some(path) => {
-                let doc = std::fs::read_to_string(path)
-                    .with_context(|| format!("failed to read {}", path.display()))?;
-                Authenticator::jwks(&doc)?
-            }
+            // Re-read when the file changes: keys rotate without a restart.
+            Some(path) => Authenticator::jwks_file(path)?,
             None => Authenticator::hs256(self.secret()?.as_bytes())?,
         };
         let mode = match self.claims.as_deref() {

@@ -9,7 +9,14 @@
 //!   hook or admin API sets them (`app_metadata` is not writable by the user).
 //!
 //! Only the configured algorithms are accepted (never `none`), `iss` and `aud` are checked when
-//! configured, and 30 s of clock skew is tolerated.
+//! configured, `nbf` when present, and 30 s of clock skew is tolerated. A JWKS read from a file
+//! ([`Authenticator::jwks_file`]) is read again when the file changes (checked at most every few
+//! seconds, and at once for a `kid` it does not know), so keys rotate without a restart. A
+//! WebSocket session ends when its token expires ([`Authenticated::expires_at`]).
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant, SystemTime};
 
 use forge_core::scope::Scope;
 use jsonwebtoken::jwk::JwkSet;
@@ -70,9 +77,29 @@ enum Keys {
     Jwks(Vec<(Option<String>, Algorithm, DecodingKey)>),
 }
 
+/// Where a JWKS came from, to read it again when it changes.
+struct JwksSource {
+    path: PathBuf,
+    modified: Option<SystemTime>,
+    checked: Instant,
+}
+
+/// How often a JWKS file is checked for a change.
+const JWKS_RECHECK: Duration = Duration::from_secs(5);
+
+/// A verified token: who it speaks for, and until when.
+#[derive(Debug, Clone)]
+pub struct Authenticated {
+    /// The caller's scope.
+    pub scope: Scope,
+    /// The token's `exp`, in Unix seconds.
+    pub expires_at: i64,
+}
+
 /// Verifies bearer tokens.
 pub struct Authenticator {
-    keys: Keys,
+    keys: Arc<RwLock<Keys>>,
+    source: Option<Arc<Mutex<JwksSource>>>,
     mode: ClaimsMode,
     issuer: Option<String>,
     audience: Option<String>,
@@ -90,6 +117,7 @@ impl std::fmt::Debug for Authenticator {
 #[derive(Deserialize)]
 struct Claims {
     sub: Option<String>,
+    exp: i64,
     #[serde(default)]
     tenant_id: Option<String>,
     #[serde(default)]
@@ -118,6 +146,58 @@ impl Authenticator {
 
     /// Verifies RS256 / ES256 tokens against the keys of a JWKS document.
     pub fn jwks(document: &str) -> Result<Self, AuthConfigError> {
+        Ok(Self::with_keys(parse_jwks(document)?))
+    }
+
+    /// Verifies RS256 / ES256 tokens against the JWKS in a file, read again whenever it changes
+    /// (a new version that does not parse is ignored: the last good keys stay).
+    pub fn jwks_file(path: impl Into<PathBuf>) -> Result<Self, AuthConfigError> {
+        let path = path.into();
+        let document = std::fs::read_to_string(&path).map_err(|e| {
+            AuthConfigError::Jwks(format!("failed to read {}: {e}", path.display()))
+        })?;
+        let modified = std::fs::metadata(&path).and_then(|m| m.modified()).ok();
+        let mut auth = Self::with_keys(parse_jwks(&document)?);
+        auth.source = Some(Arc::new(Mutex::new(JwksSource {
+            path,
+            modified,
+            checked: Instant::now(),
+        })));
+        Ok(auth)
+    }
+
+    /// Reads the JWKS file again if it changed since it was last read; `force` skips the wait
+    /// between checks (an unknown `kid`).
+    fn refresh(&self, force: bool) {
+        let Some(source) = &self.source else {
+            return;
+        };
+        let mut source = source.lock().unwrap_or_else(|p| p.into_inner());
+        if !force && source.checked.elapsed() < JWKS_RECHECK {
+            return;
+        }
+        if force && source.checked.elapsed() < Duration::from_millis(200) {
+            return;
+        }
+        source.checked = Instant::now();
+        let modified = std::fs::metadata(&source.path)
+            .and_then(|m| m.modified())
+            .ok();
+        if modified == source.modified {
+            return;
+        }
+        if let Ok(keys) = std::fs::read_to_string(&source.path)
+            .map_err(|e| AuthConfigError::Jwks(e.to_string()))
+            .and_then(|d| parse_jwks(&d))
+        {
+            *self.keys.write().unwrap_or_else(|p| p.into_inner()) = keys;
+            source.modified = modified;
+        }
+    }
+}
+
+fn parse_jwks(document: &str) -> Result<Keys, AuthConfigError> {
+    {
         let set: JwkSet =
             serde_json::from_str(document).map_err(|e| AuthConfigError::Jwks(e.to_string()))?;
         let mut keys = Vec::new();
@@ -134,12 +214,15 @@ impl Authenticator {
         if keys.is_empty() {
             return Err(AuthConfigError::Jwks("no RSA or EC key".into()));
         }
-        Ok(Self::with_keys(Keys::Jwks(keys)))
+        Ok(Keys::Jwks(keys))
     }
+}
 
+impl Authenticator {
     fn with_keys(keys: Keys) -> Self {
         Self {
-            keys,
+            keys: Arc::new(RwLock::new(keys)),
+            source: None,
             mode: ClaimsMode::Plain,
             issuer: None,
             audience: None,
@@ -166,6 +249,11 @@ impl Authenticator {
 
     /// The scope of an `Authorization` header value.
     pub fn authenticate_header(&self, header: Option<&str>) -> Result<Scope, AuthError> {
+        self.verify_header(header).map(|a| a.scope)
+    }
+
+    /// The scope and expiry of an `Authorization` header value.
+    pub fn verify_header(&self, header: Option<&str>) -> Result<Authenticated, AuthError> {
         let header = header.map(str::trim).filter(|h| !h.is_empty());
         let Some(header) = header else {
             return Err(AuthError::Missing);
@@ -174,14 +262,32 @@ impl Authenticator {
             .strip_prefix("Bearer ")
             .or_else(|| header.strip_prefix("bearer "))
             .ok_or_else(|| AuthError::Invalid("the authorization scheme must be Bearer".into()))?;
-        self.authenticate(token.trim())
+        self.verify(token.trim())
     }
 
     /// The scope of a token.
     pub fn authenticate(&self, token: &str) -> Result<Scope, AuthError> {
+        self.verify(token).map(|a| a.scope)
+    }
+
+    /// The scope and expiry of a token.
+    pub fn verify(&self, token: &str) -> Result<Authenticated, AuthError> {
+        self.refresh(false);
+        match self.verify_with_current_keys(token) {
+            Err(AuthError::Invalid(why)) if why == NO_KEY && self.source.is_some() => {
+                // A key rotated in since the last check: look again now.
+                self.refresh(true);
+                self.verify_with_current_keys(token)
+            }
+            other => other,
+        }
+    }
+
+    fn verify_with_current_keys(&self, token: &str) -> Result<Authenticated, AuthError> {
         let header = jsonwebtoken::decode_header(token)
             .map_err(|_| AuthError::Invalid("malformed token".into()))?;
-        let (alg, key) = match &self.keys {
+        let keys = self.keys.read().unwrap_or_else(|p| p.into_inner());
+        let (alg, key) = match &*keys {
             Keys::Secret(key) => (Algorithm::HS256, key.as_ref()),
             Keys::Jwks(keys) => keys
                 .iter()
@@ -190,11 +296,12 @@ impl Authenticator {
                         && (header.kid.is_none() || kid.as_ref() == header.kid.as_ref())
                 })
                 .map(|(_, alg, key)| (*alg, key))
-                .ok_or_else(|| AuthError::Invalid("no key for this token".into()))?,
+                .ok_or_else(|| AuthError::Invalid(NO_KEY.into()))?,
         };
         let mut validation = Validation::new(alg);
         validation.leeway = 30;
         validation.set_required_spec_claims(&["exp", "sub"]);
+        validation.validate_nbf = true;
         match &self.audience {
             Some(aud) => validation.set_audience(&[aud]),
             None => validation.validate_aud = false,
@@ -206,6 +313,7 @@ impl Authenticator {
             use jsonwebtoken::errors::ErrorKind;
             match e.kind() {
                 ErrorKind::ExpiredSignature => AuthError::Expired,
+                ErrorKind::ImmatureSignature => AuthError::Invalid("token not valid yet".into()),
                 ErrorKind::InvalidSignature => AuthError::Invalid("bad signature".into()),
                 ErrorKind::InvalidAlgorithm => AuthError::Invalid("algorithm not accepted".into()),
                 ErrorKind::MissingRequiredClaim(c) => {
@@ -216,7 +324,9 @@ impl Authenticator {
                 _ => AuthError::Invalid("malformed token".into()),
             }
         })?;
+        drop(keys);
         let claims = data.claims;
+        let expires_at = claims.exp;
         let (tenant, roles) = match self.mode {
             ClaimsMode::Plain => (claims.tenant_id, claims.roles),
             ClaimsMode::Supabase => {
@@ -233,10 +343,13 @@ impl Authenticator {
             .ok_or_else(|| AuthError::Invalid("missing claim sub".into()))?;
         let roles = roles.unwrap_or_default();
         let roles: Vec<&str> = roles.iter().map(String::as_str).collect();
-        Scope::parse(&tenant, &sub, &roles)
-            .map_err(|e| AuthError::Invalid(format!("unusable identity: {e}")))
+        let scope = Scope::parse(&tenant, &sub, &roles)
+            .map_err(|e| AuthError::Invalid(format!("unusable identity: {e}")))?;
+        Ok(Authenticated { scope, expires_at })
     }
 }
+
+const NO_KEY: &str = "no key for this token";
 
 /// Signs an HS256 token for `scope`, valid for `ttl_secs`: for development (`forge token`) and
 /// tests.

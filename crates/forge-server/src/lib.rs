@@ -17,15 +17,15 @@
 #![deny(missing_docs)]
 
 pub mod auth;
+mod http;
 pub mod schema;
+mod ws;
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use async_graphql::Data;
 use async_graphql::http::ALL_WEBSOCKET_PROTOCOLS;
-use async_graphql_axum::{GraphQLProtocol, GraphQLResponse, GraphQLWebSocket};
 use axum::extract::{DefaultBodyLimit, State, WebSocketUpgrade};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -34,9 +34,11 @@ use axum::{Json, Router};
 use forge_engine::Engine;
 use tokio_util::sync::CancellationToken;
 
-pub use auth::{AuthError, Authenticator, ClaimsMode};
+pub use auth::{AuthError, Authenticated, Authenticator, ClaimsMode};
 pub use forge_engine::live::{EventBus, LiveTail, StreamSettings, Wake};
+pub use http::HttpLimits;
 pub use schema::{AppState, ForgeSchema, QueryLimits};
+pub use ws::{CLOSE_FORBIDDEN, CLOSE_GOING_AWAY, CLOSE_INIT_TIMEOUT, WsLimits};
 
 /// What a readiness probe returns: `Err` says why the server is not ready.
 pub type ProbeFuture = Pin<Box<dyn Future<Output = Result<(), String>> + Send>>;
@@ -69,6 +71,13 @@ pub struct ServerConfig {
     pub streams: StreamSettings,
     /// What `/readyz` checks.
     pub readiness: Vec<ReadinessCheck>,
+    /// `POST /graphql` limits: body time, fragment expansion, per-tenant concurrency, execution
+    /// time, response size.
+    pub http: HttpLimits,
+    /// WebSocket limits: `connection_init` time, subscriptions per connection.
+    pub ws: WsLimits,
+    /// Longest wait, after shutdown begins, for requests in flight.
+    pub drain: std::time::Duration,
 }
 
 impl ServerConfig {
@@ -80,6 +89,9 @@ impl ServerConfig {
             max_body_bytes: 64 * 1024,
             streams: StreamSettings::default(),
             readiness: Vec::new(),
+            http: HttpLimits::default(),
+            ws: WsLimits::default(),
+            drain: std::time::Duration::from_secs(10),
         }
     }
 }
@@ -87,8 +99,12 @@ impl ServerConfig {
 struct Shared {
     schema: ForgeSchema,
     max_body_bytes: usize,
-    auth: Authenticator,
+    auth: Arc<Authenticator>,
     readiness: Vec<ReadinessCheck>,
+    http: HttpLimits,
+    tenants: http::TenantLimiter,
+    ws: WsLimits,
+    shutdown: CancellationToken,
 }
 
 /// The server: routes over one engine.
@@ -97,6 +113,7 @@ pub struct Server {
     max_body_bytes: usize,
     tail: Arc<LiveTail>,
     shutdown: CancellationToken,
+    drain: std::time::Duration,
 }
 
 impl std::fmt::Debug for Server {
@@ -122,12 +139,17 @@ impl Server {
             shared: Arc::new(Shared {
                 schema: schema::build(state, config.limits),
                 max_body_bytes: config.max_body_bytes,
-                auth: config.auth,
+                auth: Arc::new(config.auth),
                 readiness: config.readiness,
+                tenants: http::TenantLimiter::new(config.http.per_tenant),
+                http: config.http,
+                ws: config.ws,
+                shutdown: shutdown.clone(),
             }),
             max_body_bytes: config.max_body_bytes,
             tail,
             shutdown,
+            drain: config.drain,
         }
     }
 
@@ -152,12 +174,14 @@ impl Server {
             .route("/graphql", get(graphql_ws).post(graphql_http))
             .route("/healthz", get(healthz))
             .route("/readyz", get(readyz))
+            // The GraphQL handler reads its body itself, after authentication.
             .layer(DefaultBodyLimit::max(self.max_body_bytes))
             .with_state(self.shared.clone())
     }
 
-    /// Serves on `listener` until `stop` fires, then stops accepting, ends subscriptions and waits
-    /// for requests in flight.
+    /// Serves on `listener` until `stop` fires, then stops accepting, closes WebSockets with
+    /// "going away" (clients resume elsewhere), and waits for requests in flight at most the
+    /// configured drain time.
     pub async fn serve(
         self,
         listener: tokio::net::TcpListener,
@@ -170,12 +194,19 @@ impl Server {
         let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
             let _ = tcp.set_nodelay(true);
         });
-        axum::serve(listener, router)
-            .with_graceful_shutdown(async move {
-                stop.cancelled().await;
-                shutdown.cancel();
-            })
-            .await
+        let drain = self.drain;
+        let stopping = stop.clone();
+        let serving = axum::serve(listener, router).with_graceful_shutdown(async move {
+            stop.cancelled().await;
+            shutdown.cancel();
+        });
+        tokio::select! {
+            served = serving => served,
+            _ = async move {
+                stopping.cancelled().await;
+                tokio::time::sleep(drain).await;
+            } => Ok(()),
+        }
     }
 }
 
@@ -200,34 +231,111 @@ fn authorization(headers: &HeaderMap) -> Option<&str> {
 async fn graphql_http(
     State(shared): State<Arc<Shared>>,
     headers: HeaderMap,
-    body: axum::body::Bytes,
+    body: axum::body::Body,
 ) -> Response {
+    // Who is asking comes first: nothing of an unauthenticated request's body is read.
     let scope = match shared.auth.authenticate_header(authorization(&headers)) {
         Ok(scope) => scope,
         Err(e) => return unauthorized(&e),
     };
-    // The body was read through `DefaultBodyLimit` (413 past it); only JSON is accepted.
+    let limit = shared.max_body_bytes;
+    let body =
+        match tokio::time::timeout(shared.http.body_timeout, axum::body::to_bytes(body, limit))
+            .await
+        {
+            Ok(Ok(body)) => body,
+            Ok(Err(_)) => {
+                return http::error_response(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "PAYLOAD_TOO_LARGE",
+                    &format!("the request body is larger than {limit} bytes"),
+                );
+            }
+            Err(_) => {
+                return http::error_response(
+                    StatusCode::REQUEST_TIMEOUT,
+                    "TIMEOUT",
+                    "the request body did not arrive in time",
+                );
+            }
+        };
     let request: async_graphql::Request = match serde_json::from_slice(&body) {
         Ok(r) => r,
         Err(_) => {
-            let body = serde_json::json!({"errors": [{
-                "message": "the body must be a JSON GraphQL request: {\"query\": …, \"variables\": …}",
-                "extensions": {"code": "BAD_REQUEST"}
-            }]});
-            return (StatusCode::BAD_REQUEST, Json(body)).into_response();
+            return http::error_response(
+                StatusCode::BAD_REQUEST,
+                "BAD_REQUEST",
+                "the body must be a JSON GraphQL request: {\"query\": …, \"variables\": …}",
+            );
         }
     };
-    let response = shared.schema.execute(request.data(scope)).await;
-    GraphQLResponse::from(response).into_response()
+    match http::check_document(&request.query, shared.http.expanded_fields) {
+        Ok(()) => {}
+        Err(http::DocumentError::Parse(why)) => {
+            return http::error_response(StatusCode::OK, "GRAPHQL_PARSE_FAILED", &why);
+        }
+        Err(http::DocumentError::TooLarge) => {
+            return http::error_response(
+                StatusCode::OK,
+                "QUERY_TOO_LARGE",
+                &format!(
+                    "the document selects more than {} fields once its fragments are expanded",
+                    shared.http.expanded_fields
+                ),
+            );
+        }
+    }
+    let Some(_permit) = shared.tenants.try_acquire(scope.tenant_id()) else {
+        return http::error_response(
+            StatusCode::TOO_MANY_REQUESTS,
+            "TOO_MANY_REQUESTS",
+            "too many requests of this tenant are executing; retry shortly",
+        );
+    };
+    let executing = shared.schema.execute(request.data(scope));
+    let mut response = match tokio::time::timeout(shared.http.execute_timeout, executing).await {
+        Ok(response) => response,
+        Err(_) => {
+            return http::error_response(StatusCode::OK, "TIMEOUT", "the request took too long");
+        }
+    };
+    http::add_codes(&mut response);
+    match serde_json::to_vec(&response) {
+        Ok(bytes) if bytes.len() <= shared.http.response_bytes => {
+            ([(header::CONTENT_TYPE, "application/json")], bytes).into_response()
+        }
+        Ok(_) => http::error_response(
+            StatusCode::OK,
+            "RESPONSE_TOO_LARGE",
+            &format!(
+                "the response is larger than {} bytes: select less, or page with limit",
+                shared.http.response_bytes
+            ),
+        ),
+        Err(_) => http::error_response(
+            StatusCode::OK,
+            "INTERNAL",
+            "the response could not be encoded",
+        ),
+    }
 }
 
 async fn graphql_ws(
     State(shared): State<Arc<Shared>>,
     headers: HeaderMap,
-    protocol: Result<GraphQLProtocol, StatusCode>,
     upgrade: WebSocketUpgrade,
 ) -> Response {
-    let Ok(protocol) = protocol else {
+    let protocol = headers
+        .get(header::SEC_WEBSOCKET_PROTOCOL)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| {
+            v.split(',').find_map(|p| {
+                p.trim()
+                    .parse::<async_graphql::http::WebSocketProtocols>()
+                    .ok()
+            })
+        });
+    let Some(protocol) = protocol else {
         return (
             StatusCode::BAD_REQUEST,
             "use a WebSocket with the graphql-transport-ws subprotocol, or POST",
@@ -237,12 +345,11 @@ async fn graphql_ws(
     // A token on the upgrade must be valid; without one, connection_init must carry it.
     let from_header = match authorization(&headers) {
         None => None,
-        Some(h) => match shared.auth.authenticate_header(Some(h)) {
-            Ok(scope) => Some(scope),
+        Some(h) => match shared.auth.verify_header(Some(h)) {
+            Ok(who) => Some(who),
             Err(e) => return unauthorized(&e),
         },
     };
-    let schema = shared.schema.clone();
     let limit = shared.max_body_bytes;
     upgrade
         .protocols(ALL_WEBSOCKET_PROTOCOLS)
@@ -251,28 +358,16 @@ async fn graphql_ws(
         .max_frame_size(limit)
         .read_buffer_size(8 * 1024)
         .write_buffer_size(8 * 1024)
-        .on_upgrade(move |socket| async move {
-            let init_shared = shared.clone();
-            GraphQLWebSocket::new(socket, schema, protocol)
-                .on_connection_init(move |payload| async move {
-                    let scope = match from_header {
-                        Some(scope) => scope,
-                        None => {
-                            let token = payload
-                                .get("authorization")
-                                .or_else(|| payload.get("Authorization"))
-                                .and_then(|v| v.as_str());
-                            init_shared.auth.authenticate_header(token).map_err(|e| {
-                                async_graphql::Error::new(format!("unauthenticated: {e}"))
-                            })?
-                        }
-                    };
-                    let mut data = Data::default();
-                    data.insert(scope);
-                    Ok(data)
-                })
-                .serve()
-                .await;
+        .on_upgrade(move |socket| {
+            ws::Session {
+                schema: shared.schema.clone(),
+                protocol,
+                auth: shared.auth.clone(),
+                from_header,
+                limits: shared.ws,
+                shutdown: shared.shutdown.clone(),
+            }
+            .serve(socket)
         })
 }
 

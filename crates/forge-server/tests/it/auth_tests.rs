@@ -292,6 +292,7 @@ async fn a_websocket_without_a_valid_token_is_closed() {
         match first {
             tokio_tungstenite::tungstenite::Message::Close(Some(frame)) => {
                 assert!(frame.reason.contains("unauthenticated"), "{frame:?}");
+                assert_eq!(u16::from(frame.code), forge_server::CLOSE_FORBIDDEN);
             }
             other => panic!("expected a close, got {other:?}"),
         }

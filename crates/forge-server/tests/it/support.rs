@@ -84,6 +84,8 @@ pub struct Opts {
     /// More model providers and agents (the scripted ones are always there).
     pub models: Vec<Arc<dyn forge_core::ports::model::ModelProvider>>,
     pub agents: Vec<AgentDefinition>,
+    /// Adjusts the server's configuration (limits) before it starts.
+    pub tune: Option<fn(&mut ServerConfig)>,
 }
 
 impl Default for Opts {
@@ -99,6 +101,7 @@ impl Default for Opts {
             authorizer: None,
             models: Vec::new(),
             agents: Vec::new(),
+            tune: None,
         }
     }
 }
@@ -185,6 +188,9 @@ pub async fn start(opts: Opts) -> Srv {
         ..StreamSettings::default()
     };
     config.readiness = opts.readiness;
+    if let Some(tune) = opts.tune {
+        tune(&mut config);
+    }
     let server = Server::new(engine.clone(), tail.clone(), config);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -352,6 +358,19 @@ pub struct Ws {
 }
 
 impl Ws {
+    /// Connects without initialising.
+    pub async fn open(srv: &Srv) -> Self {
+        let mut req = format!("ws://{}/graphql", srv.addr)
+            .into_client_request()
+            .unwrap();
+        req.headers_mut().insert(
+            "sec-websocket-protocol",
+            "graphql-transport-ws".parse().unwrap(),
+        );
+        let (socket, _) = tokio_tungstenite::connect_async(req).await.unwrap();
+        Ws { socket }
+    }
+
     /// Connects and initialises with `token` in the `connection_init` payload; returns the
     /// server's first answer to the init (`connection_ack`, or the close).
     pub async fn connect(srv: &Srv, token: Option<&str>) -> (Self, Message) {

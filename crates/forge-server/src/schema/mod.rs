@@ -1,0 +1,262 @@
+//! The GraphQL schema: queries, mutations and subscriptions over the engine.
+//!
+//! Every resolver runs as the request's [`Scope`] (from its bearer token). Another tenant's ids
+//! behave exactly like ids that do not exist: the stores answer `NotFound` for both, and both
+//! become the same `NOT_FOUND` error. Domain objects whose shape is the public wire contract
+//! (events, parts, interaction requests) are passed through as `JSON` in that same encoding.
+
+mod mutation;
+mod objects;
+mod query;
+mod subscription;
+
+pub use mutation::{Mutation, StartRunInput, Strategy};
+pub use objects::{
+    Agent, InteractionObject, Rollup, RunEventObject, RunObject, RunStreamItemObject,
+    StreamItemKind, ThreadObject, Tool, ToolHit,
+};
+pub use query::Query;
+pub use subscription::{RunCursor, Subscriptions};
+
+use std::str::FromStr;
+use std::sync::Arc;
+
+use async_graphql::{
+    Context, Enum, ErrorExtensions, ID, InputObject, Json, Object, Schema, SimpleObject,
+    Subscription,
+};
+use forge_core::ErrorKind;
+use forge_core::agent::AgentRef;
+use forge_core::event::RunEvent;
+use forge_core::id::{InteractionId, RunId, ThreadId};
+use forge_core::interaction::{Decision, Interaction, InteractionRequest, Resolve};
+use forge_core::part::Part;
+use forge_core::ports::policy::{PolicyAction, PolicyRequest, PolicyResource};
+use forge_core::ports::store::{NewRun, NewThread, StartStrategy};
+use forge_core::run::Run;
+use forge_core::scope::Scope;
+use forge_core::thread::Thread;
+use forge_engine::{Engine, EngineError};
+use futures_util::{Stream, StreamExt};
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use forge_core::stream::StreamItem;
+use forge_engine::live::{self as bus, EventBus, LiveTail, StreamSettings, Wake};
+
+/// The schema type.
+pub type ForgeSchema = Schema<Query, Mutation, Subscriptions>;
+
+/// What resolvers share.
+pub struct AppState {
+    /// The engine (agents, tools, stores).
+    pub engine: Arc<Engine>,
+    /// Wake-ups for subscribers.
+    pub bus: EventBus,
+    /// The live tail of steps in flight.
+    pub tail: Arc<LiveTail>,
+    /// How subscriptions read the log.
+    pub streams: StreamSettings,
+    /// Fires on server shutdown: open subscriptions end.
+    pub shutdown: CancellationToken,
+    /// Recent events shared by this server's subscribers.
+    pub cache: Arc<bus::LogCache>,
+}
+
+impl AppState {
+    fn streams(&self, live: bool) -> bus::StreamContext {
+        bus::StreamContext {
+            runs: self.engine.runs().clone(),
+            cache: self.cache.clone(),
+            tail: live.then(|| self.tail.clone()),
+            settings: self.streams,
+            shutdown: self.shutdown.clone(),
+        }
+    }
+}
+
+/// Depth and complexity limits every request is held to.
+#[derive(Debug, Clone, Copy)]
+pub struct QueryLimits {
+    /// Deepest selection nesting.
+    pub depth: usize,
+    /// The most a request may select: each field counts 1, and a list with a `limit` counts
+    /// `limit` times its selection.
+    pub complexity: usize,
+}
+
+impl Default for QueryLimits {
+    fn default() -> Self {
+        Self {
+            depth: 8,
+            complexity: 4_000,
+        }
+    }
+}
+
+/// Builds the schema over `state`.
+pub fn build(state: Arc<AppState>, limits: QueryLimits) -> ForgeSchema {
+    Schema::build(Query, Mutation, Subscriptions)
+        .data(state)
+        .limit_depth(limits.depth)
+        .limit_complexity(limits.complexity)
+        .disable_suggestions()
+        .finish()
+}
+
+/// The schema's SDL, as committed in `schemas/forge.graphql`.
+pub fn sdl() -> String {
+    Schema::build(Query, Mutation, Subscriptions).finish().sdl()
+}
+
+fn error(code: &'static str, message: impl Into<String>) -> async_graphql::Error {
+    async_graphql::Error::new(message).extend_with(|_, e| e.set("code", code))
+}
+
+/// An engine error as the client sees it: a class and a safe message, never internals.
+pub(crate) fn client_error(e: EngineError) -> async_graphql::Error {
+    match e.kind() {
+        ErrorKind::NotFound => not_found("entity"),
+        ErrorKind::Invalid => error("BAD_REQUEST", e.to_string()),
+        ErrorKind::Conflict => error("CONFLICT", e.to_string()),
+        ErrorKind::Cancelled => error("CANCELLED", "cancelled"),
+        _ => {
+            let (reference, line) = internal(&e);
+            // Details stay in the server's log, under a reference the client can quote.
+            eprintln!("{line}");
+            error(
+                "INTERNAL",
+                format!("internal error (reference {reference})"),
+            )
+        }
+    }
+}
+
+/// A fresh reference for an internal error, and the log line that records it with the whole
+/// cause chain (for operators; the client gets only the reference).
+pub(crate) fn internal(e: &dyn std::error::Error) -> (String, String) {
+    let reference = uuid::Uuid::new_v4().simple().to_string();
+    let mut line = format!("forge-server: internal error {reference}: {e}");
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let text = c.to_string();
+        // Layers that already print their source are not repeated.
+        if !line.ends_with(&text) {
+            line.push_str(": ");
+            line.push_str(&text);
+        }
+        cause = c.source();
+    }
+    (reference, line)
+}
+
+fn store_error(e: forge_core::Error) -> async_graphql::Error {
+    client_error(EngineError::Store(e))
+}
+
+/// The one answer for an absent, foreign, hidden or malformed id: the same words for all, so none
+/// tells them apart. (`what` is for readers of this code.)
+fn not_found(_what: &'static str) -> async_graphql::Error {
+    error("NOT_FOUND", "not found")
+}
+
+fn parse_id<T: FromStr>(id: &ID, what: &'static str) -> async_graphql::Result<T> {
+    // A malformed id is just an id that does not exist.
+    T::from_str(id.as_str()).map_err(|_| not_found(what))
+}
+
+fn scope<'a>(ctx: &'a Context<'_>) -> async_graphql::Result<&'a Scope> {
+    ctx.data::<Scope>()
+        .map_err(|_| error("UNAUTHENTICATED", "missing bearer token"))
+}
+
+fn state<'a>(ctx: &'a Context<'_>) -> async_graphql::Result<&'a Arc<AppState>> {
+    ctx.data::<Arc<AppState>>()
+        .map_err(|_| error("INTERNAL", "server state missing"))
+}
+
+fn to_json<T: serde::Serialize>(v: &T) -> Json<Value> {
+    Json(serde_json::to_value(v).unwrap_or(Value::Null))
+}
+
+async fn read_events(
+    ctx: &Context<'_>,
+    run: RunId,
+    after_seq: u64,
+    limit: u32,
+) -> async_graphql::Result<Vec<RunEventObject>> {
+    let (scope, state) = (scope(ctx)?, state(ctx)?);
+    let events = state
+        .engine
+        .runs()
+        .read_events(scope, run, after_seq, limit.clamp(1, 1000) as usize)
+        .await
+        .map_err(store_error)?;
+    Ok(events.into_iter().map(RunEventObject).collect())
+}
+
+/// Whether the caller may `action` the thread under the policies: reading is required to know
+/// it exists (`NOT_FOUND` as for an absent `what`), executing (running, cancelling, resolving)
+/// additionally needs `execute` (`FORBIDDEN`).
+fn thread_access(
+    ctx: &Context<'_>,
+    thread: ThreadId,
+    action: PolicyAction,
+    what: &'static str,
+) -> async_graphql::Result<()> {
+    let (scope, state) = (scope(ctx)?, state(ctx)?);
+    let id = thread.to_string();
+    let ask = |action| {
+        state.engine.authorize(&PolicyRequest {
+            scope,
+            action,
+            resource: PolicyResource::Thread(&id),
+            input: None,
+        })
+    };
+    if !ask(PolicyAction::Read).is_allowed() {
+        return Err(not_found(what));
+    }
+    if action == PolicyAction::Execute && !ask(PolicyAction::Execute).is_allowed() {
+        return Err(error("FORBIDDEN", "not permitted"));
+    }
+    Ok(())
+}
+
+async fn get_run(ctx: &Context<'_>, id: &ID) -> async_graphql::Result<Run> {
+    let (scope, state) = (scope(ctx)?, state(ctx)?);
+    let id: RunId = parse_id(id, "run")?;
+    let run = state
+        .engine
+        .runs()
+        .get_run(scope, id)
+        .await
+        .map_err(store_error)?;
+    thread_access(ctx, run.thread_id, PolicyAction::Read, "run")?;
+    Ok(run)
+}
+
+#[cfg(test)]
+mod tests {
+    #[derive(Debug, thiserror::Error)]
+    #[error("failed to read the thread")]
+    struct Outer(#[source] Inner);
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("relation forge_threads does not exist")]
+    struct Inner;
+
+    #[test]
+    fn an_internal_error_is_logged_with_its_causes_under_a_unique_reference() {
+        let (a, line) = super::internal(&Outer(Inner));
+        assert_eq!(
+            line,
+            format!(
+                "forge-server: internal error {a}: failed to read the thread: relation forge_threads does not exist"
+            )
+        );
+        let (b, _) = super::internal(&Outer(Inner));
+        assert_ne!(a, b);
+        assert_eq!(a.len(), 32);
+    }
+}

@@ -1,0 +1,193 @@
+//! Mutations.
+
+use super::*;
+
+/// What to do when the thread already has an active run.
+#[derive(Enum, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Strategy {
+    /// Wait behind it.
+    #[default]
+    Enqueue,
+    /// Refuse (`CONFLICT`).
+    Reject,
+    /// Cancel it, then start.
+    Interrupt,
+}
+
+/// Starts a run.
+#[derive(InputObject)]
+pub struct StartRunInput {
+    /// The thread.
+    thread_id: ID,
+    /// The agent's name.
+    agent: String,
+    /// Its version; the newest registered when omitted.
+    version: Option<String>,
+    /// The user's message.
+    message: String,
+    /// When the thread is busy.
+    #[graphql(default)]
+    strategy: Strategy,
+}
+
+/// Mutations.
+pub struct Mutation;
+
+#[Object]
+impl Mutation {
+    /// Creates a thread, optionally with a title and initial session state (a JSON object).
+    async fn create_thread(
+        &self,
+        ctx: &Context<'_>,
+        title: Option<String>,
+        state: Option<Json<Value>>,
+    ) -> async_graphql::Result<ThreadObject> {
+        let (scope, app) = (scope(ctx)?, self::state(ctx)?);
+        let values = match state.map(|j| j.0) {
+            None | Some(Value::Null) => serde_json::Map::new(),
+            Some(Value::Object(m)) => m,
+            Some(_) => return Err(error("BAD_REQUEST", "state must be a JSON object")),
+        };
+        let thread = app
+            .engine
+            .create_thread(
+                scope,
+                NewThread {
+                    title,
+                    state: values,
+                },
+            )
+            .await
+            .map_err(client_error)?;
+        Ok(ThreadObject(thread))
+    }
+
+    /// Starts a run of an agent on a thread; workers execute it.
+    async fn start_run(
+        &self,
+        ctx: &Context<'_>,
+        input: StartRunInput,
+    ) -> async_graphql::Result<RunObject> {
+        let (scope, app) = (scope(ctx)?, state(ctx)?);
+        let thread: ThreadId = parse_id(&input.thread_id, "thread")?;
+        thread_access(ctx, thread, PolicyAction::Execute, "thread")?;
+        let version = match input.version {
+            Some(v) => v,
+            None => app
+                .engine
+                .agents()
+                .iter()
+                .rev()
+                .find(|a| a.agent.name == input.agent)
+                .map(|a| a.agent.version.clone())
+                .ok_or_else(|| error("NOT_FOUND", format!("agent {} not found", input.agent)))?,
+        };
+        let agent = AgentRef {
+            name: input.agent,
+            version,
+        };
+        let strategy = match input.strategy {
+            Strategy::Enqueue => StartStrategy::Enqueue,
+            Strategy::Reject => StartStrategy::Reject,
+            Strategy::Interrupt => StartStrategy::Interrupt,
+        };
+        let new = NewRun::new(thread, agent, vec![Part::text(input.message)]).strategy(strategy);
+        let run = app.engine.submit(scope, new).await.map_err(client_error)?;
+        app.bus.publish(Wake::Run {
+            run_id: run.id,
+            thread_id: run.thread_id,
+        });
+        Ok(RunObject(run))
+    }
+
+    /// Asks a run to cancel; `true` when this call asked first. It stops after the step in
+    /// progress (a waiting run at once).
+    async fn cancel_run(&self, ctx: &Context<'_>, run_id: ID) -> async_graphql::Result<bool> {
+        let (scope, app) = (scope(ctx)?, state(ctx)?);
+        let run = get_run(ctx, &run_id).await?;
+        thread_access(ctx, run.thread_id, PolicyAction::Execute, "run")?;
+        let asked = app
+            .engine
+            .runs()
+            .request_cancel(scope, run.id)
+            .await
+            .map_err(store_error)?;
+        app.bus.publish(Wake::Run {
+            run_id: run.id,
+            thread_id: run.thread_id,
+        });
+        Ok(asked)
+    }
+
+    /// Approves or rejects a tool call. `key` makes it idempotent; `inputHash`, when given, must
+    /// match the call the approval was raised for.
+    async fn resolve_approval(
+        &self,
+        ctx: &Context<'_>,
+        interaction_id: ID,
+        approve: bool,
+        key: String,
+        reason: Option<String>,
+        input_hash: Option<String>,
+    ) -> async_graphql::Result<InteractionObject> {
+        let decision = if approve {
+            Decision::Approve
+        } else {
+            Decision::Reject { reason }
+        };
+        resolve(ctx, &interaction_id, decision, key, input_hash, "approval").await
+    }
+
+    /// Answers a question; the answer must match the question's schema.
+    async fn answer_question(
+        &self,
+        ctx: &Context<'_>,
+        interaction_id: ID,
+        answer: Json<Value>,
+        key: String,
+    ) -> async_graphql::Result<InteractionObject> {
+        let decision = Decision::Answer { answer: answer.0 };
+        resolve(ctx, &interaction_id, decision, key, None, "question").await
+    }
+}
+
+async fn resolve(
+    ctx: &Context<'_>,
+    id: &ID,
+    decision: Decision,
+    key: String,
+    input_hash: Option<String>,
+    kind: &'static str,
+) -> async_graphql::Result<InteractionObject> {
+    let (scope, app) = (scope(ctx)?, state(ctx)?);
+    let id: InteractionId = parse_id(id, "interaction")?;
+    let current = app
+        .engine
+        .interaction(scope, id)
+        .await
+        .map_err(client_error)?;
+    thread_access(ctx, current.thread_id, PolicyAction::Execute, "interaction")?;
+    let resolved = app
+        .engine
+        .resolve_interaction(
+            scope,
+            Resolve {
+                id,
+                decision,
+                actor: scope.principal_id().as_str().to_owned(),
+                key,
+                input_hash,
+            },
+        )
+        .await
+        .map_err(|e| match e.kind() {
+            ErrorKind::Invalid => error("BAD_REQUEST", format!("cannot resolve this {kind}: {e}")),
+            _ => client_error(e),
+        })?;
+    let i = resolved.interaction;
+    app.bus.publish(Wake::Run {
+        run_id: i.run_id,
+        thread_id: i.thread_id,
+    });
+    Ok(InteractionObject(i))
+}

@@ -1,0 +1,359 @@
+//! The object types queries and subscriptions return.
+
+use super::*;
+
+/// An agent version and what this caller may see of it.
+pub struct Agent(pub(crate) Arc<forge_core::agent::AgentDefinition>);
+
+#[Object]
+impl Agent {
+    /// Its name.
+    async fn name(&self) -> &str {
+        &self.0.agent.name
+    }
+    /// Its version.
+    async fn version(&self) -> &str {
+        &self.0.agent.version
+    }
+    /// `provider:model`.
+    async fn model(&self) -> &str {
+        &self.0.model
+    }
+    /// The tools the caller may discover for this agent.
+    async fn tools(&self, ctx: &Context<'_>) -> async_graphql::Result<Vec<Tool>> {
+        let (scope, state) = (scope(ctx)?, state(ctx)?);
+        Ok(state
+            .engine
+            .list_tools(scope, Some(&self.0.agent))
+            .map_err(client_error)?
+            .into_iter()
+            .map(Tool)
+            .collect())
+    }
+}
+
+/// A tool as listings show it.
+pub struct Tool(pub(crate) forge_engine::ToolEntry);
+
+#[Object]
+impl Tool {
+    /// Its name.
+    async fn name(&self) -> &str {
+        &self.0.name
+    }
+    /// What it does.
+    async fn description(&self) -> &str {
+        &self.0.description
+    }
+    /// `read`, `write` or `external_write`.
+    async fn classification(&self) -> String {
+        to_json(&self.0.classification)
+            .0
+            .as_str()
+            .unwrap_or("")
+            .to_owned()
+    }
+    /// Its version.
+    async fn version(&self) -> &str {
+        &self.0.version
+    }
+}
+
+/// A tool search result.
+#[derive(SimpleObject)]
+pub struct ToolHit {
+    /// The tool's name.
+    pub(crate) name: String,
+    /// What it does.
+    pub(crate) description: String,
+    /// Relevance, comparable within one search.
+    pub(crate) score: f64,
+    /// What matched, as `{kind, term, count}` objects.
+    pub(crate) signals: Json<Value>,
+}
+
+/// A conversation.
+pub struct ThreadObject(pub(crate) Thread);
+
+#[Object(name = "Thread")]
+impl ThreadObject {
+    /// Its id.
+    async fn id(&self) -> ID {
+        ID(self.0.id.to_string())
+    }
+    /// Its title.
+    async fn title(&self) -> Option<&str> {
+        self.0.title.as_deref()
+    }
+    /// Its session state values.
+    async fn state(&self) -> Json<Value> {
+        Json(Value::Object(self.0.state.values.clone()))
+    }
+    /// The version of its session state.
+    async fn state_version(&self) -> u64 {
+        self.0.state.version
+    }
+    /// The run executing or waiting on it.
+    async fn active_run_id(&self) -> Option<ID> {
+        self.0.active_run.map(|r| ID(r.to_string()))
+    }
+    /// When it was created (RFC 3339).
+    async fn created_at(&self) -> String {
+        self.0.created_at.to_string()
+    }
+    /// Its messages, oldest first, each in the wire encoding (`id`, `run_id`, `role`, `parts`).
+    async fn messages(&self, ctx: &Context<'_>) -> async_graphql::Result<Vec<Json<Value>>> {
+        let (scope, state) = (scope(ctx)?, state(ctx)?);
+        let messages = state
+            .engine
+            .threads()
+            .list_messages(scope, self.0.id)
+            .await
+            .map_err(store_error)?;
+        Ok(messages.iter().map(to_json).collect())
+    }
+    /// Its runs, oldest first.
+    async fn runs(&self, ctx: &Context<'_>) -> async_graphql::Result<Vec<RunObject>> {
+        let (scope, state) = (scope(ctx)?, state(ctx)?);
+        let runs = state
+            .engine
+            .runs()
+            .list_runs(scope, self.0.id)
+            .await
+            .map_err(store_error)?;
+        Ok(runs.into_iter().map(RunObject).collect())
+    }
+}
+
+/// One execution of an agent on a thread.
+pub struct RunObject(pub(crate) Run);
+
+#[Object(name = "Run")]
+impl RunObject {
+    /// Its id.
+    async fn id(&self) -> ID {
+        ID(self.0.id.to_string())
+    }
+    /// Its thread.
+    async fn thread_id(&self) -> ID {
+        ID(self.0.thread_id.to_string())
+    }
+    /// `queued`, `running`, `waiting`, `completed`, `failed` or `cancelled`.
+    async fn status(&self) -> String {
+        self.0.status.name().to_owned()
+    }
+    /// The agent's name.
+    async fn agent_name(&self) -> &str {
+        &self.0.agent.name
+    }
+    /// The agent version it executes.
+    async fn agent_version(&self) -> &str {
+        &self.0.agent.version
+    }
+    /// Sequence number of its last committed event.
+    async fn last_seq(&self) -> u64 {
+        self.0.last_seq
+    }
+    /// Steps completed.
+    async fn steps(&self) -> u32 {
+        self.0.checkpoint.step
+    }
+    /// Token usage so far (`input_tokens`, `output_tokens`, cache and reasoning tokens).
+    async fn usage(&self) -> Json<Value> {
+        to_json(&self.0.checkpoint.usage)
+    }
+    /// Cost so far, in micro-units of the price table's currency.
+    async fn cost_micros(&self) -> u64 {
+        self.0.checkpoint.cost_micros
+    }
+    /// Why it failed, when it did (`code`, `message`).
+    async fn failure(&self) -> Option<Json<Value>> {
+        self.0.failure.as_ref().map(to_json)
+    }
+    /// Whether a cancel was requested.
+    async fn cancel_requested(&self) -> bool {
+        self.0.cancel_requested
+    }
+    /// When it was created (RFC 3339).
+    async fn created_at(&self) -> String {
+        self.0.created_at.to_string()
+    }
+    /// Its committed events after `afterSeq`, at most `limit` (≤ 1000). Counts `limit` times its
+    /// selection toward the query's complexity.
+    #[graphql(complexity = "limit as usize * child_complexity")]
+    async fn events(
+        &self,
+        ctx: &Context<'_>,
+        #[graphql(default = 0)] after_seq: u64,
+        #[graphql(default = 100)] limit: u32,
+    ) -> async_graphql::Result<Vec<RunEventObject>> {
+        read_events(ctx, self.0.id, after_seq, limit).await
+    }
+    /// Its approvals and questions.
+    async fn interactions(
+        &self,
+        ctx: &Context<'_>,
+    ) -> async_graphql::Result<Vec<InteractionObject>> {
+        let (scope, state) = (scope(ctx)?, state(ctx)?);
+        Ok(state
+            .engine
+            .run_interactions(scope, self.0.id)
+            .await
+            .map_err(client_error)?
+            .into_iter()
+            .map(InteractionObject)
+            .collect())
+    }
+    /// Its metered model calls (reservation, settlement, cost), oldest first.
+    async fn model_calls(&self, ctx: &Context<'_>) -> async_graphql::Result<Vec<Json<Value>>> {
+        let (scope, state) = (scope(ctx)?, state(ctx)?);
+        let calls = state
+            .engine
+            .run_usage(scope, self.0.id)
+            .await
+            .map_err(client_error)?;
+        Ok(calls.iter().map(to_json).collect())
+    }
+}
+
+/// One event of a run's log.
+pub struct RunEventObject(pub(crate) RunEvent);
+
+#[Object(name = "RunEvent")]
+impl RunEventObject {
+    /// The run.
+    async fn run_id(&self) -> ID {
+        ID(self.0.run_id.to_string())
+    }
+    /// Its position in the run's log, from 1 without gaps.
+    async fn seq(&self) -> u64 {
+        self.0.seq
+    }
+    /// When it happened (RFC 3339).
+    async fn at(&self) -> String {
+        self.0.at.to_string()
+    }
+    /// Its type, for example `part.added` or `run.completed`.
+    async fn r#type(&self) -> String {
+        to_json(&self.0)
+            .0
+            .get("type")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned()
+    }
+    /// The whole event in its wire encoding (`schemas/run-event.schema.json`).
+    async fn event(&self) -> Json<Value> {
+        to_json(&self.0)
+    }
+}
+
+/// An approval or a question.
+pub struct InteractionObject(pub(crate) Interaction);
+
+#[Object(name = "Interaction")]
+impl InteractionObject {
+    /// Its id.
+    async fn id(&self) -> ID {
+        ID(self.0.id.to_string())
+    }
+    /// `approval` or `question`.
+    async fn kind(&self) -> &'static str {
+        match self.0.request {
+            InteractionRequest::Approval { .. } => "approval",
+            InteractionRequest::Question { .. } => "question",
+        }
+    }
+    /// The parked run.
+    async fn run_id(&self) -> ID {
+        ID(self.0.run_id.to_string())
+    }
+    /// The run's thread.
+    async fn thread_id(&self) -> ID {
+        ID(self.0.thread_id.to_string())
+    }
+    /// `pending`, `resolved` or `expired`.
+    async fn status(&self) -> String {
+        to_json(&self.0.status).0.as_str().unwrap_or("").to_owned()
+    }
+    /// What is asked, in the wire encoding (for an approval: the tool, its input and the
+    /// `input_hash` to send back).
+    async fn request(&self) -> Json<Value> {
+        to_json(&self.0.request)
+    }
+    /// The decision, once made.
+    async fn resolution(&self) -> Option<Json<Value>> {
+        self.0.resolution.as_ref().map(to_json)
+    }
+    /// When it expires if still pending (RFC 3339).
+    async fn expires_at(&self) -> String {
+        self.0.expires_at.to_string()
+    }
+}
+
+/// A day's usage of one model.
+#[derive(SimpleObject)]
+pub struct Rollup {
+    /// The UTC day, `YYYY-MM-DD`.
+    pub(crate) day: String,
+    /// Everything else (`model`, `calls`, token counts, `cost_micros`), as in `forge usage --json`.
+    pub(crate) totals: Json<Value>,
+}
+
+/// The kind of a [`RunStreamItemObject`].
+#[derive(Enum, Clone, Copy, PartialEq, Eq)]
+#[graphql(name = "RunStreamItemKind")]
+pub enum StreamItemKind {
+    /// An event from the committed log: history.
+    Committed,
+    /// An event of the step in flight, not committed yet: show it, expect it confirmed or
+    /// discarded.
+    Provisional,
+    /// The provisional events up to `seq` were committed exactly as delivered.
+    Confirmed,
+    /// Drop the provisional events after `seq`: their step is being executed again.
+    Discarded,
+}
+
+/// One item of a live run stream (`schemas/run-stream.schema.json`): a committed or provisional
+/// event, or a marker that confirms or discards provisional events. Apply them in order; resume
+/// with the last committed (or confirmed) `seq` of each run, after dropping provisional events.
+pub struct RunStreamItemObject(pub(crate) StreamItem);
+
+#[Object(name = "RunStreamItem")]
+impl RunStreamItemObject {
+    /// What the item is.
+    async fn kind(&self) -> StreamItemKind {
+        match self.0 {
+            StreamItem::Committed { .. } => StreamItemKind::Committed,
+            StreamItem::Provisional { .. } => StreamItemKind::Provisional,
+            StreamItem::Confirmed { .. } => StreamItemKind::Confirmed,
+            StreamItem::Discarded { .. } => StreamItemKind::Discarded,
+        }
+    }
+    /// Whether the event is provisional (not committed yet).
+    async fn provisional(&self) -> bool {
+        matches!(self.0, StreamItem::Provisional { .. })
+    }
+    /// The run.
+    async fn run_id(&self) -> ID {
+        ID(self.0.run_id().to_string())
+    }
+    /// The event's sequence number; for `CONFIRMED` the last one confirmed, for `DISCARDED` the
+    /// last one kept.
+    async fn seq(&self) -> u64 {
+        self.0.seq()
+    }
+    /// The event's type (`part.added`, `run.completed`…); null for markers.
+    async fn r#type(&self) -> Option<&'static str> {
+        self.0.event().map(|e| e.kind.type_name())
+    }
+    /// The event in its wire encoding (`schemas/run-event.schema.json`); null for markers.
+    async fn event(&self) -> Option<Json<Value>> {
+        self.0.event().map(to_json)
+    }
+    /// The whole item in its wire encoding (`schemas/run-stream.schema.json`).
+    async fn item(&self) -> Json<Value> {
+        to_json(&self.0)
+    }
+}

@@ -1,0 +1,126 @@
+//! Queries.
+
+use super::*;
+
+/// Queries.
+pub struct Query;
+
+#[Object]
+impl Query {
+    /// The agent versions this server runs.
+    async fn agents(&self, ctx: &Context<'_>) -> async_graphql::Result<Vec<Agent>> {
+        scope(ctx)?;
+        Ok(state(ctx)?.engine.agents().into_iter().map(Agent).collect())
+    }
+
+    /// Searches the names and descriptions of the tools the caller may discover.
+    #[graphql(complexity = "limit as usize * child_complexity")]
+    async fn search_tools(
+        &self,
+        ctx: &Context<'_>,
+        query: String,
+        #[graphql(default = 10)] limit: u32,
+    ) -> async_graphql::Result<Vec<ToolHit>> {
+        let (scope, state) = (scope(ctx)?, state(ctx)?);
+        let hits = state
+            .engine
+            .search_tools(scope, None, &query, limit.min(100) as usize)
+            .map_err(client_error)?;
+        Ok(hits
+            .into_iter()
+            .map(|h| ToolHit {
+                name: h.entry.name,
+                description: h.entry.description,
+                score: f64::from(h.score),
+                signals: to_json(&h.signals),
+            })
+            .collect())
+    }
+
+    /// A thread.
+    async fn thread(&self, ctx: &Context<'_>, id: ID) -> async_graphql::Result<ThreadObject> {
+        let (scope, state) = (scope(ctx)?, state(ctx)?);
+        let id: ThreadId = parse_id(&id, "thread")?;
+        let thread = state
+            .engine
+            .threads()
+            .get_thread(scope, id)
+            .await
+            .map_err(store_error)?;
+        thread_access(ctx, thread.id, PolicyAction::Read, "thread")?;
+        Ok(ThreadObject(thread))
+    }
+
+    /// A run.
+    async fn run(&self, ctx: &Context<'_>, id: ID) -> async_graphql::Result<RunObject> {
+        Ok(RunObject(get_run(ctx, &id).await?))
+    }
+
+    /// A run's committed events after `afterSeq`, at most `limit` (≤ 1000). Counts `limit` times
+    /// its selection toward the query's complexity.
+    #[graphql(complexity = "limit as usize * child_complexity")]
+    async fn run_events(
+        &self,
+        ctx: &Context<'_>,
+        run_id: ID,
+        #[graphql(default = 0)] after_seq: u64,
+        #[graphql(default = 100)] limit: u32,
+    ) -> async_graphql::Result<Vec<RunEventObject>> {
+        let run = get_run(ctx, &run_id).await?;
+        read_events(ctx, run.id, after_seq, limit).await
+    }
+
+    /// The caller's tenant's pending approvals and questions, oldest first.
+    async fn pending_interactions(
+        &self,
+        ctx: &Context<'_>,
+    ) -> async_graphql::Result<Vec<InteractionObject>> {
+        let (scope, state) = (scope(ctx)?, state(ctx)?);
+        Ok(state
+            .engine
+            .pending_interactions(scope)
+            .await
+            .map_err(client_error)?
+            .into_iter()
+            .filter(|i| thread_access(ctx, i.thread_id, PolicyAction::Read, "thread").is_ok())
+            .map(InteractionObject)
+            .collect())
+    }
+
+    /// The tenant's model usage per UTC day and model, for `[from, to)` (RFC 3339).
+    async fn usage(
+        &self,
+        ctx: &Context<'_>,
+        from: String,
+        to: String,
+    ) -> async_graphql::Result<Vec<Rollup>> {
+        let (scope, state) = (scope(ctx)?, state(ctx)?);
+        let parse = |s: &str| {
+            serde_json::from_value::<forge_core::time::Timestamp>(Value::String(s.to_owned()))
+                .map_err(|_| error("BAD_REQUEST", format!("{s:?} is not an RFC 3339 time")))
+        };
+        let rollups = state
+            .engine
+            .rollups(scope, parse(&from)?, parse(&to)?)
+            .await
+            .map_err(client_error)?;
+        Ok(rollups
+            .iter()
+            .map(|r| {
+                let mut totals = to_json(r).0;
+                let day = totals
+                    .get("day")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_owned();
+                if let Value::Object(m) = &mut totals {
+                    m.remove("day");
+                }
+                Rollup {
+                    day,
+                    totals: Json(totals),
+                }
+            })
+            .collect())
+    }
+}

@@ -1,0 +1,219 @@
+//! One `graphql-transport-ws` connection: async-graphql speaks the protocol; this loop around it
+//! holds the connection to Forge's rules.
+//!
+//! - A failed authentication closes with `4403` (the protocol's "forbidden"), as does the token's
+//!   expiry: a session never outlives its token.
+//! - A connection that has not completed `connection_init` within [`WsLimits::init_timeout`] closes
+//!   with `4408`.
+//! - At most [`WsLimits::subscriptions`] operations run at once on a connection; another
+//!   `subscribe` gets an `error` for its id, and the connection stays.
+//! - On server shutdown the connection closes with `1001` ("going away"), never by completing its
+//!   subscriptions: their runs go on, and a client resumes elsewhere from its cursor.
+
+use std::collections::HashSet;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use async_graphql::Data;
+use async_graphql::http::{WebSocketProtocols, WsMessage};
+use axum::extract::ws::{CloseFrame, Message, WebSocket};
+use futures_util::{SinkExt, StreamExt};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::auth::{Authenticated, Authenticator};
+use crate::schema::ForgeSchema;
+
+/// Close code: authentication failed or the token expired.
+pub const CLOSE_FORBIDDEN: u16 = 4403;
+/// Close code: `connection_init` did not arrive in time.
+pub const CLOSE_INIT_TIMEOUT: u16 = 4408;
+/// Close code: the server is going away; reconnect.
+pub const CLOSE_GOING_AWAY: u16 = 1001;
+
+/// What one connection may do.
+#[derive(Debug, Clone, Copy)]
+pub struct WsLimits {
+    /// Longest wait for a successful `connection_init`.
+    pub init_timeout: Duration,
+    /// Operations running at once on one connection.
+    pub subscriptions: usize,
+}
+
+impl Default for WsLimits {
+    fn default() -> Self {
+        Self {
+            init_timeout: Duration::from_secs(10),
+            subscriptions: 100,
+        }
+    }
+}
+
+/// Everything a session needs.
+pub(crate) struct Session {
+    pub(crate) schema: ForgeSchema,
+    pub(crate) protocol: WebSocketProtocols,
+    pub(crate) auth: std::sync::Arc<Authenticator>,
+    /// The caller, when the upgrade request carried a valid token.
+    pub(crate) from_header: Option<Authenticated>,
+    pub(crate) limits: WsLimits,
+    pub(crate) shutdown: CancellationToken,
+}
+
+fn close(code: u16, reason: &str) -> Message {
+    Message::Close(Some(CloseFrame {
+        code,
+        reason: reason.to_owned().into(),
+    }))
+}
+
+/// Time left until `exp` (Unix seconds).
+fn until(exp: i64) -> Duration {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    Duration::from_secs(exp.saturating_sub(now).max(0) as u64)
+}
+
+/// The `id` and `type` of a client message, if it is one.
+fn operation(bytes: &[u8]) -> Option<(String, String)> {
+    let v: serde_json::Value = serde_json::from_slice(bytes).ok()?;
+    Some((
+        v.get("id")?.as_str()?.to_owned(),
+        v.get("type")?.as_str()?.to_owned(),
+    ))
+}
+
+/// The id of a server message that ends an operation (`complete` or `error`).
+fn ended(text: &str) -> Option<String> {
+    // async-graphql writes the `type` first: only these two are parsed.
+    if !(text.starts_with(r#"{"type":"complete""#) || text.starts_with(r#"{"type":"error""#)) {
+        return None;
+    }
+    let v: serde_json::Value = serde_json::from_str(text).ok()?;
+    Some(v.get("id")?.as_str()?.to_owned())
+}
+
+impl Session {
+    /// Serves the connection until either side ends it.
+    pub(crate) async fn serve(self, socket: WebSocket) {
+        let (mut sink, mut source) = socket.split();
+        let (to_graphql, from_client) = mpsc::channel::<Vec<u8>>(16);
+        let (expiry_tx, mut expiry_rx) = mpsc::channel::<i64>(1);
+        let from_header = self.from_header.clone();
+        let auth = self.auth.clone();
+        let init = move |payload: serde_json::Value| async move {
+            let who = match from_header {
+                Some(who) => who,
+                None => {
+                    let token = payload
+                        .get("authorization")
+                        .or_else(|| payload.get("Authorization"))
+                        .and_then(|v| v.as_str());
+                    auth.verify_header(token)
+                        .map_err(|e| async_graphql::Error::new(format!("unauthenticated: {e}")))?
+                }
+            };
+            let _ = expiry_tx.try_send(who.expires_at);
+            let mut data = Data::default();
+            data.insert(who.scope);
+            Ok(data)
+        };
+        let input = tokio_stream_from(from_client);
+        let graphql = async_graphql::http::WebSocket::new(self.schema, input, self.protocol)
+            .on_connection_init(init);
+        let mut graphql = std::pin::pin!(graphql);
+        let mut active: HashSet<String> = HashSet::new();
+        let init_deadline = tokio::time::sleep(self.limits.init_timeout);
+        tokio::pin!(init_deadline);
+        let mut acked = false;
+        // Armed when the token is known (at `connection_ack`).
+        let expiry = tokio::time::sleep(Duration::from_secs(60 * 60 * 24 * 365));
+        tokio::pin!(expiry);
+        loop {
+            let out = tokio::select! {
+                biased;
+                _ = self.shutdown.cancelled() => {
+                    let _ = sink.send(close(CLOSE_GOING_AWAY, "server shutting down")).await;
+                    return;
+                }
+                _ = &mut init_deadline, if !acked => {
+                    let _ = sink
+                        .send(close(CLOSE_INIT_TIMEOUT, "connection initialisation timeout"))
+                        .await;
+                    return;
+                }
+                _ = &mut expiry, if acked => {
+                    let _ = sink.send(close(CLOSE_FORBIDDEN, "token expired")).await;
+                    return;
+                }
+                Some(exp) = expiry_rx.recv() => {
+                    expiry.as_mut().reset(tokio::time::Instant::now() + until(exp));
+                    continue;
+                }
+                incoming = source.next() => {
+                    let bytes = match incoming {
+                        Some(Ok(Message::Text(t))) => t.as_bytes().to_vec(),
+                        Some(Ok(Message::Binary(b))) => b.to_vec(),
+                        Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
+                        Some(Ok(Message::Close(_))) | Some(Err(_)) | None => return,
+                    };
+                    match operation(&bytes) {
+                        Some((id, kind)) if kind == "subscribe" || kind == "start" => {
+                            if active.len() >= self.limits.subscriptions && !active.contains(&id) {
+                                let refused = serde_json::json!({"id": id, "type": "error", "payload": [{
+                                    "message": format!("at most {} subscriptions run at once on a connection", self.limits.subscriptions),
+                                    "extensions": {"code": "TOO_MANY_SUBSCRIPTIONS"},
+                                }]});
+                                if sink.send(Message::Text(refused.to_string().into())).await.is_err() {
+                                    return;
+                                }
+                                continue;
+                            }
+                            active.insert(id);
+                        }
+                        Some((id, kind)) if kind == "complete" || kind == "stop" => {
+                            active.remove(&id);
+                        }
+                        _ => {}
+                    }
+                    if to_graphql.send(bytes).await.is_err() {
+                        return;
+                    }
+                    continue;
+                }
+                out = graphql.next() => out,
+            };
+            let message = match out {
+                None => return,
+                Some(WsMessage::Text(text)) => {
+                    if !acked && text.contains(r#""type":"connection_ack""#) {
+                        acked = true;
+                    }
+                    if let Some(id) = ended(&text) {
+                        active.remove(&id);
+                    }
+                    Message::Text(text.into())
+                }
+                Some(WsMessage::Close(code, reason)) => {
+                    let code = if reason.starts_with("unauthenticated") {
+                        CLOSE_FORBIDDEN
+                    } else {
+                        code
+                    };
+                    let _ = sink.send(close(code, &reason)).await;
+                    return;
+                }
+            };
+            if sink.send(message).await.is_err() {
+                return;
+            }
+        }
+    }
+}
+
+/// A stream of what the channel receives.
+fn tokio_stream_from(
+    rx: mpsc::Receiver<Vec<u8>>,
+) -> impl futures_util::Stream<Item = Vec<u8>> + Send + 'static {
+    futures_util::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|m| (m, rx)) })
+}

@@ -1,0 +1,392 @@
+//! The server against clients that misbehave (issue 16, items 5 and 10), each with a real HTTP or
+//! WebSocket client: fragment bombs and oversized responses refused while `/healthz` stays fast;
+//! bodies that never arrive; tokens not yet valid, expired mid-session or rotated; WebSockets that
+//! never initialise or open too many subscriptions; errors that always carry a `code`.
+
+use std::io::{Read, Write};
+use std::time::{Duration, Instant};
+
+use jsonwebtoken::{Algorithm, EncodingKey, Header};
+use serde_json::{Value, json};
+use tokio_tungstenite::tungstenite::Message;
+
+use crate::support::{Opts, RUN_EVENTS, SECRET, Srv, Ws, chrono_now, start, token};
+
+fn keys(name: &str) -> Vec<u8> {
+    std::fs::read(format!("{}/tests/keys/{name}", env!("CARGO_MANIFEST_DIR"))).unwrap()
+}
+
+fn hs256(claims: &Value) -> String {
+    jsonwebtoken::encode(
+        &Header::new(Algorithm::HS256),
+        claims,
+        &EncodingKey::from_secret(SECRET.as_bytes()).unwrap(),
+    )
+    .unwrap()
+}
+
+/// A document whose fragments each spread the next one twice: 2^depth fields once expanded.
+fn fragment_bomb(depth: usize) -> String {
+    let mut q = String::from("query { ...F0 }\n");
+    for i in 0..depth {
+        q.push_str(&format!(
+            "fragment F{i} on Query {{ ...F{} ...F{} }}\n",
+            i + 1,
+            i + 1
+        ));
+    }
+    q.push_str(&format!(
+        "fragment F{depth} on Query {{ agents {{ name }} }}\n"
+    ));
+    q
+}
+
+async fn healthz_ms(srv: &Srv) -> u128 {
+    let started = Instant::now();
+    let res = srv.http.get(srv.url("/healthz")).send().await.unwrap();
+    assert_eq!(res.status(), 200);
+    started.elapsed().as_millis()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fragment_bomb_is_refused_before_validation_and_the_server_stays_responsive() {
+    let srv = start(Opts::default()).await;
+    let t = token("acme", "alice", &[]);
+    let query = fragment_bomb(30);
+    assert!(
+        query.len() < 2_000,
+        "a small document: {} bytes",
+        query.len()
+    );
+    let started = Instant::now();
+    let bombs = (0..4).map(|_| srv.post(Some(&t), &query, json!({})));
+    let (answers, health) = tokio::join!(futures_util::future::join_all(bombs), async {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        healthz_ms(&srv).await
+    });
+    for (status, body) in answers {
+        assert_eq!(status, 200);
+        assert_eq!(
+            body["errors"][0]["extensions"]["code"], "QUERY_TOO_LARGE",
+            "{body}"
+        );
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "refused at once, not validated: {:?}",
+        started.elapsed()
+    );
+    assert!(health < 100, "/healthz took {health} ms");
+}
+
+#[tokio::test]
+async fn lists_count_their_limit_toward_complexity_and_responses_have_a_budget() {
+    let srv = start(Opts {
+        tune: Some(|c| c.http.response_bytes = 2_000),
+        ..Opts::default()
+    })
+    .await;
+    let t = token("acme", "alice", &[]);
+    let (_, run) = srv
+        .run_until(&t, "assistant", "slow sum", "completed")
+        .await;
+    // 10 aliases of 1,000 events each: within the old field count, far past a list-aware budget.
+    let aliases: String = (0..10)
+        .map(|i| format!("a{i}: runEvents(runId: $id, limit: 1000) {{ event }} "))
+        .collect();
+    let (_, body) = srv
+        .post(
+            Some(&t),
+            &format!("query($id: ID!) {{ {aliases} }}"),
+            json!({"id": run}),
+        )
+        .await;
+    let e = &body["errors"][0];
+    assert_eq!(
+        e["extensions"]["code"], "GRAPHQL_VALIDATION_FAILED",
+        "{body}"
+    );
+    assert!(e["message"].as_str().unwrap().contains("complex"), "{body}");
+    // Within complexity but past the response budget: an error, not megabytes.
+    let (_, body) = srv
+        .post(
+            Some(&t),
+            "query($id: ID!) { runEvents(runId: $id, limit: 50) { event } }",
+            json!({"id": run}),
+        )
+        .await;
+    assert_eq!(
+        body["errors"][0]["extensions"]["code"], "RESPONSE_TOO_LARGE",
+        "{body}"
+    );
+}
+
+#[tokio::test]
+async fn parse_and_validation_errors_carry_a_code_and_413_is_a_graphql_error() {
+    let srv = start(Opts::default()).await;
+    let t = token("acme", "alice", &[]);
+    let (_, body) = srv.post(Some(&t), "query {", json!({})).await;
+    assert_eq!(
+        body["errors"][0]["extensions"]["code"], "GRAPHQL_PARSE_FAILED",
+        "{body}"
+    );
+    let (_, body) = srv.post(Some(&t), "{ nosuchfield }", json!({})).await;
+    assert_eq!(
+        body["errors"][0]["extensions"]["code"], "GRAPHQL_VALIDATION_FAILED",
+        "{body}"
+    );
+    let huge = "x".repeat(100 * 1024);
+    let (status, body) = srv
+        .post(
+            Some(&t),
+            &format!("{{ agents {{ name }} }} # {huge}"),
+            json!({}),
+        )
+        .await;
+    assert_eq!(status, 413);
+    assert_eq!(
+        body["errors"][0]["extensions"]["code"], "PAYLOAD_TOO_LARGE",
+        "{body}"
+    );
+}
+
+/// Sends raw bytes and reads the response head.
+fn raw(addr: std::net::SocketAddr, request: &[u8], wait: Duration) -> String {
+    let mut tcp = std::net::TcpStream::connect(addr).unwrap();
+    tcp.set_read_timeout(Some(wait)).unwrap();
+    tcp.write_all(request).unwrap();
+    let mut buf = [0u8; 512];
+    let n = tcp.read(&mut buf).unwrap_or(0);
+    String::from_utf8_lossy(&buf[..n]).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_is_read_only_after_the_token_and_only_for_so_long() {
+    let srv = start(Opts {
+        tune: Some(|c| c.http.body_timeout = Duration::from_millis(300)),
+        ..Opts::default()
+    })
+    .await;
+    // No token: refused without waiting for the (never sent) body.
+    let head = tokio::task::spawn_blocking({
+        let addr = srv.addr;
+        move || {
+            raw(
+                addr,
+                b"POST /graphql HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n",
+                Duration::from_secs(5),
+            )
+        }
+    })
+    .await
+    .unwrap();
+    assert!(head.starts_with("HTTP/1.1 401"), "{head}");
+    // A token, then a body that never comes: 408 after the body timeout.
+    let t = token("acme", "alice", &[]);
+    let started = Instant::now();
+    let head = tokio::task::spawn_blocking({
+        let addr = srv.addr;
+        move || {
+            let req = format!(
+                "POST /graphql HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {t}\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{{"
+            );
+            raw(addr, req.as_bytes(), Duration::from_secs(5))
+        }
+    })
+    .await
+    .unwrap();
+    assert!(head.starts_with("HTTP/1.1 408"), "{head}");
+    assert!(started.elapsed() < Duration::from_secs(3));
+}
+
+#[tokio::test]
+async fn a_token_not_valid_yet_is_refused() {
+    let srv = start(Opts::default()).await;
+    let early = hs256(&json!({"sub": "alice", "tenant_id": "acme",
+        "nbf": chrono_now() + 3600, "exp": chrono_now() + 7200}));
+    let (status, body) = srv
+        .post(Some(&early), "{ agents { name } }", json!({}))
+        .await;
+    assert_eq!(status, 401, "{body}");
+    assert!(body.to_string().contains("not valid yet"), "{body}");
+}
+
+async fn close_code(ws: &mut Ws) -> u16 {
+    loop {
+        match ws.next_message().await {
+            Message::Close(frame) => return frame.map_or(1005, |f| u16::from(f.code)),
+            Message::Text(t) if t.contains("socket_error") => panic!("{t}"),
+            _ => {}
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_websocket_session_ends_when_its_token_expires() {
+    let srv = start(Opts::default()).await;
+    // Valid now (30 s of leeway covers clock skew, not the session): expires in 2 s.
+    let short = hs256(&json!({"sub": "alice", "tenant_id": "acme", "exp": chrono_now() + 2}));
+    let (_, run) = srv
+        .run_until(
+            &token("acme", "alice", &[]),
+            "assistant",
+            "send the email",
+            "waiting",
+        )
+        .await;
+    let (mut ws, ack) = Ws::connect(&srv, Some(&short)).await;
+    assert!(ack.to_string().contains("connection_ack"), "{ack}");
+    ws.subscribe("s", RUN_EVENTS, json!({"id": run, "after": 0}))
+        .await;
+    let started = Instant::now();
+    assert_eq!(close_code(&mut ws).await, forge_server::CLOSE_FORBIDDEN);
+    assert!(started.elapsed() < Duration::from_secs(10));
+}
+
+#[tokio::test]
+async fn a_websocket_that_never_initialises_is_closed() {
+    let srv = start(Opts {
+        tune: Some(|c| c.ws.init_timeout = Duration::from_millis(300)),
+        ..Opts::default()
+    })
+    .await;
+    let mut ws = Ws::open(&srv).await;
+    let started = Instant::now();
+    assert_eq!(close_code(&mut ws).await, forge_server::CLOSE_INIT_TIMEOUT);
+    assert!(started.elapsed() < Duration::from_secs(5));
+}
+
+#[tokio::test]
+async fn subscriptions_per_connection_are_capped() {
+    let srv = start(Opts {
+        tune: Some(|c| c.ws.subscriptions = 3),
+        ..Opts::default()
+    })
+    .await;
+    let t = token("acme", "alice", &[]);
+    let (_, run) = srv
+        .run_until(&t, "assistant", "send the email", "waiting")
+        .await;
+    let (mut ws, _) = Ws::connect(&srv, Some(&t)).await;
+    for id in ["1", "2", "3", "4"] {
+        ws.subscribe(id, RUN_EVENTS, json!({"id": run, "after": 0}))
+            .await;
+    }
+    loop {
+        let m = ws.next_json().await;
+        if m["id"] == "4" {
+            assert_eq!(m["type"], "error", "{m}");
+            assert_eq!(
+                m["payload"][0]["extensions"]["code"],
+                "TOO_MANY_SUBSCRIPTIONS"
+            );
+            break;
+        }
+    }
+    // Ending one makes room for another.
+    ws.send(json!({"id": "1", "type": "complete"})).await;
+    ws.subscribe("5", RUN_EVENTS, json!({"id": run, "after": 0}))
+        .await;
+    loop {
+        let m = ws.next_json().await;
+        if m["id"] == "5" {
+            assert_eq!(m["type"], "next", "{m}");
+            break;
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_rotated_jwks_file_is_picked_up_without_a_restart() {
+    let dir = std::env::temp_dir().join(format!("forge-jwks-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("jwks.json");
+    std::fs::write(&path, keys("jwks.json")).unwrap();
+    let srv = start(Opts {
+        auth: Some(forge_server::Authenticator::jwks_file(&path).unwrap()),
+        ..Opts::default()
+    })
+    .await;
+    let claims = json!({"sub": "alice", "tenant_id": "acme", "exp": chrono_now() + 600});
+    let mut header = Header::new(Algorithm::RS256);
+    header.kid = Some("test-rsa-2".into());
+    let rotated = jsonwebtoken::encode(
+        &header,
+        &claims,
+        &EncodingKey::from_rsa_pem(&keys("other-rsa-private.pem")).unwrap(),
+    )
+    .unwrap();
+    let (status, _) = srv
+        .post(Some(&rotated), "{ agents { name } }", json!({}))
+        .await;
+    assert_eq!(status, 401, "the new key is not trusted yet");
+    // Rotation: the operator installs the new JWKS (a new file, renamed into place).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let next = dir.join("jwks.json.new");
+    std::fs::write(&next, keys("rotated-jwks.json")).unwrap();
+    std::fs::rename(&next, &path).unwrap();
+    let (status, body) = srv
+        .post(Some(&rotated), "{ agents { name } }", json!({}))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn a_nul_character_is_refused_alike_on_every_store() {
+    use forge_store_postgres::testing::{Flavor, TestDatabase};
+    let db = TestDatabase::create(Flavor::Plain)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let pg =
+        forge_store_postgres::PostgresStore::connect(db.url(), forge_store_postgres::Mode::Rls)
+            .await
+            .unwrap()
+            .with_guard(db);
+    let dir = std::env::temp_dir().join(format!("forge-nul-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let sqlite = forge_store_sqlite::SqliteStore::open(&format!(
+        "sqlite://{}",
+        dir.join("forge.db").display()
+    ))
+    .await
+    .unwrap();
+    let stores: Vec<std::sync::Arc<dyn forge_core::ports::store::Store>> =
+        vec![std::sync::Arc::new(pg), std::sync::Arc::new(sqlite)];
+    for store in stores {
+        let srv = start(Opts {
+            store,
+            worker: false,
+            ..Opts::default()
+        })
+        .await;
+        let t = token("acme", "alice", &[]);
+        let thread = srv.thread(&t).await;
+        let (code, message) = srv
+            .gql_error(
+                &t,
+                "mutation($t: ID!) { startRun(input: {threadId: $t, agent: \"greeter\", message: \"a\\u0000b\"}) { id } }",
+                json!({"t": thread}),
+            )
+            .await;
+        assert_eq!(code, "BAD_REQUEST", "{message}");
+        assert!(message.contains("NUL"), "{message}");
+        let (code, _) = srv
+            .gql_error(
+                &t,
+                "mutation { createThread(title: \"x\\u0000\") { id } }",
+                json!({}),
+            )
+            .await;
+        assert_eq!(code, "BAD_REQUEST");
+        let (code, _) = srv
+            .gql_error(
+                &t,
+                "mutation($s: JSON) { createThread(state: $s) { id } }",
+                json!({"s": {"k": "v\u{0}"}}),
+            )
+            .await;
+        assert_eq!(code, "BAD_REQUEST");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,4 +1,5 @@
-//! Dependency boundaries: the domain and the engine stay free of I/O stacks.
+//! Dependency boundaries: the domain and the engine stay free of I/O stacks, and the shipped
+//! binary is built without test support.
 
 use std::path::Path;
 use std::process::Command;
@@ -98,9 +99,63 @@ pub(crate) fn check(root: &Path) -> Result<(), Vec<String>> {
             }
         }
     }
+    problems.extend(shipped_features(root, &cargo));
     problems.sort();
     problems.dedup();
     crate::verdict(problems)
+}
+
+/// Features of test support that the shipped `forge` binary must be built without.
+const TEST_ONLY_FEATURES: &[(&str, &str)] = &[("forge-store-postgres", "testing")];
+
+/// Test-only features enabled in a `cargo tree -e normal,features --prefix none` listing.
+pub(crate) fn test_only_features(listing: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for line in listing.lines() {
+        for (krate, feature) in TEST_ONLY_FEATURES {
+            if line.trim() == format!("{krate} feature \"{feature}\"") {
+                found.push(format!(
+                    "the shipped forge binary enables {krate}'s {feature:?} feature (test support)"
+                ));
+            }
+        }
+    }
+    found
+}
+
+/// The release build of `forge-cli` (what ships) enables no test support.
+fn shipped_features(root: &Path, cargo: &str) -> Vec<String> {
+    let out = Command::new(cargo)
+        .current_dir(root)
+        .args([
+            "tree",
+            "--quiet",
+            "--offline",
+            "-p",
+            "forge-cli",
+            "-e",
+            "normal,features",
+            "--prefix",
+            "none",
+        ])
+        .output();
+    match out {
+        Ok(o) if o.status.success() => {
+            let listing = String::from_utf8_lossy(&o.stdout);
+            if !listing.contains("forge-store-postgres feature") {
+                return vec![
+                    "cargo tree -p forge-cli listed no features; the check would pass vacuously"
+                        .into(),
+                ];
+            }
+            test_only_features(&listing)
+        }
+        Ok(o) => vec![format!(
+            "cargo tree -p forge-cli failed: {}",
+            String::from_utf8_lossy(&o.stderr).trim()
+        )],
+        Err(e) => vec![format!("could not run cargo tree: {e}")],
+    }
 }
 
 #[cfg(test)]
@@ -110,6 +165,13 @@ mod tests {
     #[test]
     fn core_and_engine_reach_no_driver_http_client_otel_or_graphql() {
         crate::assert_clean("dependency boundary violated", check(&crate::root()));
+    }
+
+    #[test]
+    fn a_test_only_feature_in_the_shipped_build_is_reported() {
+        let listing = "forge-cli v0.0.0 (/x)\nforge-store-postgres feature \"default\"\nforge-store-postgres feature \"testing\"\n";
+        assert_eq!(test_only_features(listing).len(), 1);
+        assert!(test_only_features("forge-store-postgres feature \"default\"\n").is_empty());
     }
 
     #[test]

@@ -61,14 +61,6 @@ pub(crate) async fn record_effect(url: &str) -> anyhow::Result<Arc<dyn Tool>> {
                 .fetch_one(&pool)
                 .await
                 .map_err(|e| ToolError::Unavailable(format!("the effects database failed: {e}")))?;
-                // A pause after the write, for tests that kill a worker between a tool's effect
-                // and its step's commit.
-                if let Some(ms) = std::env::var("FORGE_EFFECT_PAUSE_MS")
-                    .ok()
-                    .and_then(|v| v.parse::<u64>().ok())
-                {
-                    tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
-                }
                 Ok(serde_json::json!({ "recorded": true, "first_delivery": executions == 1 }))
             }
         },

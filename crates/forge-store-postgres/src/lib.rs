@@ -21,6 +21,7 @@ pub mod notify;
 mod queue;
 mod rows;
 mod runs;
+#[cfg(feature = "testing")]
 pub mod testing;
 mod usage;
 

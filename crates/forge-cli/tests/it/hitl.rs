@@ -89,8 +89,7 @@ async fn an_approval_survives_a_worker_kill_and_the_call_takes_effect_once() {
         "--poll-ms",
         "20",
     ];
-    // The first worker pauses 30 s after the external write: long enough to be killed in between.
-    let mut first = spawn(&worker_args, &[("FORGE_EFFECT_PAUSE_MS", "30000")]);
+    let mut first = spawn(&worker_args, &[]);
 
     let admin = sqlx::PgPool::connect(db.admin_url()).await.unwrap();
     let pending = || forge(&["interactions", "list", "--store", &url, "--json"]);
@@ -134,6 +133,15 @@ async fn an_approval_survives_a_worker_kill_and_the_call_takes_effect_once() {
             .unwrap()
     };
     assert_eq!(effects().await, 0, "nothing ran before the approval");
+
+    // Hold the first worker between the external write and its step's commit: the commit inserts
+    // run events, which this lock blocks (reads, and everything before the commit, go on). No hook
+    // in the shipped binary is needed for it.
+    let mut hold = admin.begin().await.unwrap();
+    sqlx::query("LOCK TABLE forge_run_events IN EXCLUSIVE MODE")
+        .execute(&mut *hold)
+        .await
+        .unwrap();
 
     // Two operators approve at once, each with their own key: exactly one decision stands.
     let id = interaction["id"].as_str().unwrap().to_owned();
@@ -186,6 +194,8 @@ async fn an_approval_survives_a_worker_kill_and_the_call_takes_effect_once() {
     .await;
     first.kill().unwrap(); // SIGKILL, between the write and the step's commit
     first.wait().unwrap();
+    // The dead worker's blocked transaction can never commit: its client is gone.
+    hold.rollback().await.unwrap();
 
     let mut second = spawn(&worker_args, &[]);
     wait_for(

@@ -30,11 +30,16 @@ pub(crate) struct AccessArgs {
     /// directory, with a cleared environment).
     #[arg(long = "allow-skill-scripts", env = "FORGE_ALLOW_SKILL_SCRIPTS")]
     pub(crate) allow_skill_scripts: bool,
+    /// Lets a person approve an external write in a run they started (off by default: someone
+    /// else must approve it).
+    #[arg(long = "allow-self-approval", env = "FORGE_ALLOW_SELF_APPROVAL")]
+    pub(crate) allow_self_approval: bool,
 }
 
 impl AccessArgs {
     /// Configures `builder` with the policies and skills.
     pub(crate) fn apply(&self, mut builder: EngineBuilder) -> anyhow::Result<EngineBuilder> {
+        builder = builder.allow_self_approval(self.allow_self_approval);
         if let Some(path) = &self.policies {
             let policies = CedarAuthorizer::from_path(path).context("failed to load policies")?;
             builder = builder.authorizer(Arc::new(policies));

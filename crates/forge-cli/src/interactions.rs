@@ -27,6 +27,9 @@ pub(crate) struct Who {
     /// (default: a fresh key, so a second decision is refused).
     #[arg(long)]
     key: Option<String>,
+    /// Lets the actor approve an external write in a run they started (off by default).
+    #[arg(long = "allow-self-approval", env = "FORGE_ALLOW_SELF_APPROVAL")]
+    allow_self_approval: bool,
 }
 
 /// `forge interactions` subcommands.
@@ -161,6 +164,7 @@ async fn open(who: &Who, actor: &str) -> anyhow::Result<(Engine, Scope)> {
     let store = store::open(&who.store).await?.store;
     let engine = Engine::builder()
         .dyn_store(store)
+        .allow_self_approval(who.allow_self_approval)
         .build()
         .context("failed to build the engine")?;
     let scope = Scope::parse(&who.tenant, actor, &[]).context("invalid tenant or actor")?;

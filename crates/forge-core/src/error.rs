@@ -19,6 +19,8 @@ pub enum ErrorKind {
     Fatal,
     /// The operation was cancelled.
     Cancelled,
+    /// The caller may not do this (a policy, or separation of duties, says no).
+    Forbidden,
 }
 
 /// An error from the domain or from a port's adapter.
@@ -90,6 +92,9 @@ pub enum Error {
     /// The request is malformed.
     #[error("invalid input: {0}")]
     Invalid(String),
+    /// The caller may not do this; the reason is safe to show.
+    #[error("not permitted: {0}")]
+    Forbidden(String),
     /// The storage or queue backend failed.
     #[error("storage backend failed")]
     Backend {
@@ -123,6 +128,7 @@ impl Error {
                 retryable: false, ..
             } => ErrorKind::Fatal,
             Error::Cancelled => ErrorKind::Cancelled,
+            Error::Forbidden(_) => ErrorKind::Forbidden,
         }
     }
 

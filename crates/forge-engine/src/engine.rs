@@ -76,6 +76,8 @@ pub struct Engine {
     pub(crate) approval_rule: Option<Arc<dyn ApprovalRule>>,
     pub(crate) authorizer: Arc<dyn Authorizer>,
     pub(crate) redactor: forge_core::redact::Redactor,
+    /// Whether a person may approve an external write in a run they started.
+    pub(crate) allow_self_approval: bool,
     pub(crate) models: HashMap<String, Arc<dyn ModelProvider>>,
     pub(crate) tools: ToolRegistry,
     pub(crate) skills: Arc<crate::skills::SkillLibrary>,
@@ -108,6 +110,7 @@ pub struct EngineBuilder {
     approval_rule: Option<Arc<dyn ApprovalRule>>,
     authorizer: Option<Arc<dyn Authorizer>>,
     redactor: Option<forge_core::redact::Redactor>,
+    allow_self_approval: bool,
     models: HashMap<String, Arc<dyn ModelProvider>>,
     tools: ToolRegistry,
     skills: crate::skills::SkillLibrary,
@@ -162,6 +165,13 @@ impl EngineBuilder {
     /// every tool result before it reaches the model, the store or an observer.
     pub fn redactor(mut self, redactor: forge_core::redact::Redactor) -> Self {
         self.redactor = Some(redactor);
+        self
+    }
+
+    /// Lets a person approve an external write in a run they started themselves (off by default:
+    /// separation of duties).
+    pub fn allow_self_approval(mut self, allow: bool) -> Self {
+        self.allow_self_approval = allow;
         self
     }
 
@@ -283,6 +293,7 @@ impl EngineBuilder {
                 .authorizer
                 .unwrap_or_else(|| Arc::new(forge_core::ports::policy::AllowAll)),
             redactor: self.redactor.unwrap_or_default(),
+            allow_self_approval: self.allow_self_approval,
             models: self.models,
             tools: self.tools,
             skills: Arc::new(self.skills),
@@ -296,6 +307,9 @@ impl EngineBuilder {
         })
     }
 }
+
+/// Why separation of duties refuses an approval.
+const SELF_APPROVAL: &str = "a person may not approve an external write in a run they started";
 
 /// The run being executed: its position in the log and the step's pending writes.
 pub(crate) struct Cursor<'a> {
@@ -643,14 +657,78 @@ impl Engine {
     }
 
     /// The scope's tenant's pending approvals and questions, oldest first.
+    /// The tenant's pending interactions this caller may act on: every question, and the
+    /// approvals [`Engine::may_approve`] allows.
     pub async fn pending_interactions(
         &self,
         scope: &Scope,
     ) -> Result<Vec<Interaction>, EngineError> {
-        Ok(self
+        let pending = self
             .interactions
             .list_interactions(scope, InteractionFilter::Pending)
-            .await?)
+            .await?;
+        let mut mine = Vec::with_capacity(pending.len());
+        for i in pending {
+            if !matches!(i.request, InteractionRequest::Approval { .. })
+                || self.may_approve(scope, &i).await?.is_allowed()
+            {
+                mine.push(i);
+            }
+        }
+        Ok(mine)
+    }
+
+    /// Whether the caller may approve this interaction: not an external write in a run they
+    /// started (unless self-approval is allowed), and the policies allow `approve` on it (with
+    /// the thread's creator and the run's initiator). Questions are answered, not approved:
+    /// always allowed here.
+    pub async fn may_approve(
+        &self,
+        scope: &Scope,
+        interaction: &Interaction,
+    ) -> Result<forge_core::ports::policy::PolicyDecision, EngineError> {
+        use forge_core::ports::policy::{
+            PolicyAction, PolicyDecision, PolicyRequest, PolicyResource,
+        };
+        use forge_core::ports::tool::ToolClassification;
+        let InteractionRequest::Approval { tool_name, .. } = &interaction.request else {
+            return Ok(PolicyDecision::Allow);
+        };
+        let run = self.runs.get_run(scope, interaction.run_id).await?;
+        let thread = self
+            .threads
+            .get_thread(scope, interaction.thread_id)
+            .await?;
+        // A tool this process does not know counts as the riskiest kind.
+        let classification = self
+            .tools
+            .get(tool_name)
+            .map_or(ToolClassification::ExternalWrite, |t| {
+                t.tool.spec().classification
+            });
+        if classification == ToolClassification::ExternalWrite
+            && !self.allow_self_approval
+            && run.principal_id == *scope.principal_id()
+        {
+            return Ok(PolicyDecision::Deny {
+                reason: SELF_APPROVAL.into(),
+            });
+        }
+        let id = interaction.id.to_string();
+        let thread_id = thread.id.to_string();
+        Ok(self.authorizer.decide(&PolicyRequest {
+            scope,
+            action: PolicyAction::Approve,
+            resource: PolicyResource::Approval {
+                id: &id,
+                thread: &thread_id,
+                thread_created_by: thread.created_by.as_str(),
+                run_initiator: run.principal_id.as_str(),
+                tool_name,
+                classification,
+            },
+            input: None,
+        }))
     }
 
     /// Every approval and question of one run.
@@ -675,6 +753,20 @@ impl Engine {
     ) -> Result<Resolved, EngineError> {
         forge_core::input::check("the decision", &req.decision)?;
         forge_core::input::check_text("the key", &req.key)?;
+        if let Decision::Approve = &req.decision {
+            let current = self.interactions.get_interaction(scope, req.id).await?;
+            if let forge_core::ports::policy::PolicyDecision::Deny { reason } =
+                self.may_approve(scope, &current).await?
+            {
+                // A policy's reason names policies: for operators, not for the caller.
+                let shown = if reason == SELF_APPROVAL {
+                    reason
+                } else {
+                    "the policies do not let this caller approve it".to_owned()
+                };
+                return Err(forge_core::Error::Forbidden(shown).into());
+            }
+        }
         if let Decision::Answer { answer } = &req.decision {
             let current = self.interactions.get_interaction(scope, req.id).await?;
             if let InteractionRequest::Question { answer_schema, .. } = &current.request {

@@ -6,9 +6,10 @@
 //! | --- | --- |
 //! | `principal`: `Forge::Principal::"<principal id>"`, attributes `id`, `tenant` | the [`Scope`] |
 //! | its parents: `Forge::Role::"<role>"` for each role, and `Forge::Tenant::"<tenant>"` | the scope's roles and tenant |
-//! | `action`: `Forge::Action::"discover"`, `"execute"` or `"read"` | [`PolicyAction`] |
+//! | `action`: `Forge::Action::"discover"`, `"execute"`, `"read"` or `"approve"` | [`PolicyAction`] |
 //! | `resource`: `Forge::Tool::"<name>"` with `name`, `classification` (`read` / `write` / `external_write`), `version` and, when set, `permission` | the tool's spec |
 //! | `resource`: `Forge::Skill::"<name>"` (`name`, `version`), `Forge::Source::"<id>"`, `Forge::Thread::"<id>"` (`id`, `tenant`) | |
+//! | `resource`: `Forge::Approval::"<interaction id>"` with `id`, `tenant`, `thread`, `thread_created_by`, `run_initiator`, `tool`, `classification` — for `approve` | the interaction, its run and thread |
 //! | `context`: `tenant`, `principal`, `roles` (a set), and for a tool's execution `input` (a record) | the request |
 //!
 //! Cedar denies unless a `permit` matches and no `forbid` does. This adapter also fails closed on
@@ -249,6 +250,25 @@ fn resource(scope: &Scope, r: &PolicyResource<'_>) -> Result<Entity, Error> {
                 ("version".to_owned(), string(version)),
             ]),
         ),
+        PolicyResource::Approval {
+            id,
+            thread,
+            thread_created_by,
+            run_initiator,
+            tool_name,
+            classification: c,
+        } => (
+            uid("Forge::Approval", id)?,
+            HashMap::from([
+                ("id".to_owned(), string(id)),
+                ("tenant".to_owned(), string(scope.tenant_id().as_str())),
+                ("thread".to_owned(), string(thread)),
+                ("thread_created_by".to_owned(), string(thread_created_by)),
+                ("run_initiator".to_owned(), string(run_initiator)),
+                ("tool".to_owned(), string(tool_name)),
+                ("classification".to_owned(), string(classification(*c))),
+            ]),
+        ),
         PolicyResource::Source(id) | PolicyResource::Thread(id) => {
             let kind = if matches!(r, PolicyResource::Source(_)) {
                 "Forge::Source"
@@ -478,7 +498,7 @@ mod tests {
         let e = CedarAuthorizer::from_path(&dir).unwrap_err();
         assert!(matches!(e, PolicyLoadError::Empty(_)), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
-        assert_eq!(examples().len(), 7);
+        assert_eq!(examples().len(), 9);
     }
 
     #[test]
@@ -516,5 +536,35 @@ mod tests {
                 reason: "no policy permits it".into()
             }
         );
+    }
+
+    #[test]
+    fn approvals_are_their_own_action_with_who_is_involved() {
+        let a = examples();
+        let approve = |who: &Scope, creator: &str, tool: &str| {
+            a.decide(&PolicyRequest {
+                scope: who,
+                action: PolicyAction::Approve,
+                resource: PolicyResource::Approval {
+                    id: "i1",
+                    thread: "t1",
+                    thread_created_by: creator,
+                    run_initiator: "carol",
+                    tool_name: tool,
+                    classification: ToolClassification::ExternalWrite,
+                },
+                input: None,
+            })
+            .is_allowed()
+        };
+        let finance = Scope::parse("acme", "fred", &["finance"]).unwrap();
+        let support = Scope::parse("acme", "sam", &["support"]).unwrap();
+        assert!(approve(&finance, "carol", "pay"));
+        assert!(!approve(&support, "carol", "pay"), "only finance approves");
+        assert!(
+            !approve(&finance, "fred", "pay"),
+            "not a payment on a thread one created"
+        );
+        assert!(approve(&finance, "fred", "send_email"));
     }
 }

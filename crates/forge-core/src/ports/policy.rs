@@ -7,7 +7,7 @@
 //! never tells anyone that a tool exists.
 
 use crate::Error;
-use crate::ports::tool::ToolSpec;
+use crate::ports::tool::{ToolClassification, ToolSpec};
 use crate::scope::Scope;
 
 /// What the scope wants to do.
@@ -19,15 +19,18 @@ pub enum PolicyAction {
     Execute,
     /// Read it (a source or a thread).
     Read,
+    /// Approve it: a tool call waiting for a person ([`PolicyResource::Approval`]).
+    Approve,
 }
 
 impl PolicyAction {
-    /// The action's name in policies: `discover`, `execute` or `read`.
+    /// The action's name in policies: `discover`, `execute`, `read` or `approve`.
     pub fn as_str(self) -> &'static str {
         match self {
             PolicyAction::Discover => "discover",
             PolicyAction::Execute => "execute",
             PolicyAction::Read => "read",
+            PolicyAction::Approve => "approve",
         }
     }
 }
@@ -48,6 +51,22 @@ pub enum PolicyResource<'a> {
     Source(&'a str),
     /// A thread, by id.
     Thread(&'a str),
+    /// A tool call waiting for approval, with who is involved: policies can require that the
+    /// person approving is neither the thread's creator nor the run's initiator.
+    Approval {
+        /// The interaction's id.
+        id: &'a str,
+        /// Its thread.
+        thread: &'a str,
+        /// Who created the thread.
+        thread_created_by: &'a str,
+        /// Who started the run.
+        run_initiator: &'a str,
+        /// The tool called.
+        tool_name: &'a str,
+        /// The tool's classification (an unknown tool counts as an external write).
+        classification: ToolClassification,
+    },
 }
 
 /// One authorization question.

@@ -73,6 +73,8 @@ struct World {
     store: Arc<MemoryStore>,
     clock: Arc<ManualClock>,
     scope: Scope,
+    /// Someone other than the run's initiator: approves external writes (separation of duties).
+    approver: Scope,
     paid: Arc<Mutex<Vec<(i64, String)>>>,
     looked_up: Arc<AtomicUsize>,
 }
@@ -87,6 +89,7 @@ impl World {
             )),
             clock,
             scope: Scope::parse("acme", "alice", &["member"]).unwrap(),
+            approver: Scope::parse("acme", "bob", &["member"]).unwrap(),
             paid: Arc::new(Mutex::new(vec![])),
             looked_up: Arc::new(AtomicUsize::new(0)),
         }
@@ -153,7 +156,7 @@ impl World {
     ) {
         engine
             .resolve_interaction(
-                &self.scope,
+                &self.approver,
                 Resolve {
                     id,
                     decision,
@@ -207,7 +210,7 @@ async fn an_external_write_parks_the_run_until_approved_then_runs_once() {
     assert_eq!(again.status, parked.status);
     assert_eq!(again.last_seq, parked.last_seq);
 
-    let pending = engine.pending_interactions(&w.scope).await.unwrap();
+    let pending = engine.pending_interactions(&w.approver).await.unwrap();
     assert_eq!(pending.len(), 1);
     let InteractionRequest::Approval {
         tool_name,
@@ -287,7 +290,7 @@ text = ["done"]
         0,
         "no call of a parked step runs"
     );
-    let pending = engine.pending_interactions(&w.scope).await.unwrap();
+    let pending = engine.pending_interactions(&w.approver).await.unwrap();
     assert_eq!(
         pending.len(),
         2,
@@ -353,7 +356,7 @@ text = ["Using {{tool_result.answer}}"]
     let log = w.log(run).await.join("\n");
     assert!(log.contains("question.requested"), "{log}");
     let q = engine
-        .pending_interactions(&w.scope)
+        .pending_interactions(&w.approver)
         .await
         .unwrap()
         .remove(0);
@@ -379,7 +382,11 @@ text = ["Using {{tool_result.answer}}"]
         other => panic!("an invalid answer is refused: {other:?}"),
     }
     assert_eq!(
-        engine.pending_interactions(&w.scope).await.unwrap().len(),
+        engine
+            .pending_interactions(&w.approver)
+            .await
+            .unwrap()
+            .len(),
         1,
         "a refused answer stores nothing"
     );
@@ -409,13 +416,13 @@ async fn an_approval_given_for_another_input_is_refused() {
     let run = w.start(&engine, &d, "pay").await;
     w.execute(&engine, run).await;
     let i = engine
-        .pending_interactions(&w.scope)
+        .pending_interactions(&w.approver)
         .await
         .unwrap()
         .remove(0);
     let replayed = engine
         .resolve_interaction(
-            &w.scope,
+            &w.approver,
             Resolve {
                 id: i.id,
                 decision: Decision::Approve,
@@ -444,14 +451,14 @@ async fn an_expired_approval_is_a_clear_error_and_the_run_goes_on_without_the_ca
     let run = w.start(&engine, &d, "pay").await;
     w.execute(&engine, run).await;
     let i = engine
-        .pending_interactions(&w.scope)
+        .pending_interactions(&w.approver)
         .await
         .unwrap()
         .remove(0);
     w.clock.advance(Duration::from_secs(61));
     let late = engine
         .resolve_interaction(
-            &w.scope,
+            &w.approver,
             Resolve {
                 id: i.id,
                 decision: Decision::Approve,
@@ -544,7 +551,7 @@ async fn a_run_resumes_only_with_the_agent_version_it_parked_under() {
     let run = w.start(&engine_v1, &v1, "pay").await;
     w.execute(&engine_v1, run).await;
     let i = engine_v1
-        .pending_interactions(&w.scope)
+        .pending_interactions(&w.approver)
         .await
         .unwrap()
         .remove(0);
@@ -578,7 +585,7 @@ async fn a_run_resumes_only_with_the_agent_version_it_parked_under() {
     let run2 = w.start(&engine_v1, &v1, "pay").await;
     w.execute(&engine_v1, run2).await;
     let i = engine_v1
-        .pending_interactions(&w.scope)
+        .pending_interactions(&w.approver)
         .await
         .unwrap()
         .remove(0);
@@ -641,9 +648,88 @@ async fn a_cancel_requested_while_the_step_parks_cancels_the_run() {
     assert!(w.paid.lock().unwrap().is_empty());
     assert!(
         engine
-            .pending_interactions(&w.scope)
+            .pending_interactions(&w.approver)
             .await
             .unwrap()
             .is_empty()
     );
+}
+
+/// Separation of duties (issue 16, item 4): the person who started a run may not approve its
+/// external write, sees no such approval among what they may approve, and may still reject it;
+/// a deployment can allow it.
+#[tokio::test]
+async fn the_initiator_may_not_approve_their_own_external_write_unless_allowed() {
+    let w = World::new();
+    let d = def(&["pay"]);
+    let engine = w.engine(PAY_THEN_ANSWER, d.clone(), None);
+    let run = w.start(&engine, &d, "pay five").await;
+    w.execute(&engine, run).await;
+    assert!(
+        engine
+            .pending_interactions(&w.scope)
+            .await
+            .unwrap()
+            .is_empty(),
+        "not the initiator's to approve"
+    );
+    let i = engine
+        .pending_interactions(&w.approver)
+        .await
+        .unwrap()
+        .remove(0);
+    let own = engine
+        .resolve_interaction(
+            &w.scope,
+            Resolve {
+                id: i.id,
+                decision: Decision::Approve,
+                actor: "alice".into(),
+                key: "self".into(),
+                input_hash: None,
+            },
+        )
+        .await;
+    match own {
+        Err(EngineError::Store(Error::Forbidden(why))) => {
+            assert!(why.contains("run they started"), "{why}")
+        }
+        other => panic!("expected forbidden, got {other:?}"),
+    }
+    assert!(w.paid.lock().unwrap().is_empty());
+    assert_eq!(
+        engine.run_interactions(&w.scope, run).await.unwrap()[0].status,
+        InteractionStatus::Pending
+    );
+
+    // A deployment that allows it.
+    let lenient = Engine::builder()
+        .store(w.store.clone())
+        .model(Arc::new(ScriptedProvider::new(
+            Script::parse(PAY_THEN_ANSWER, "inline").unwrap(),
+        )))
+        .clock(w.clock.clone())
+        .tool(pay(w.paid.clone(), ApprovalPolicy::ExternalWrites))
+        .unwrap()
+        .agent(d.clone())
+        .allow_self_approval(true)
+        .build()
+        .unwrap();
+    assert_eq!(
+        lenient.pending_interactions(&w.scope).await.unwrap().len(),
+        1
+    );
+    lenient
+        .resolve_interaction(
+            &w.scope,
+            Resolve {
+                id: i.id,
+                decision: Decision::Approve,
+                actor: "alice".into(),
+                key: "self".into(),
+                input_hash: None,
+            },
+        )
+        .await
+        .unwrap();
 }

@@ -120,6 +120,7 @@ pub(crate) fn client_error(e: EngineError) -> async_graphql::Error {
         ErrorKind::Invalid => error("BAD_REQUEST", e.to_string()),
         ErrorKind::Conflict => error("CONFLICT", e.to_string()),
         ErrorKind::Cancelled => error("CANCELLED", "cancelled"),
+        ErrorKind::Forbidden => error("FORBIDDEN", e.to_string()),
         _ => {
             let (reference, line) = internal(&e);
             // Details stay in the server's log, under a reference the client can quote.

@@ -166,7 +166,14 @@ async fn resolve(
         .interaction(scope, id)
         .await
         .map_err(client_error)?;
-    thread_access(ctx, current.thread_id, PolicyAction::Execute, "interaction")?;
+    // Approving is its own permission, decided by the engine (`approve`, and separation of
+    // duties); rejecting and answering act on the thread.
+    let needs = if matches!(decision, Decision::Approve) {
+        PolicyAction::Read
+    } else {
+        PolicyAction::Execute
+    };
+    thread_access(ctx, current.thread_id, needs, "interaction")?;
     let resolved = app
         .engine
         .resolve_interaction(

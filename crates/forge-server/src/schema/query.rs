@@ -70,7 +70,9 @@ impl Query {
         read_events(ctx, run.id, after_seq, limit).await
     }
 
-    /// The caller's tenant's pending approvals and questions, oldest first.
+    /// The caller's tenant's pending questions and the pending approvals the caller may approve
+    /// (never an external write in a run they started, unless the deployment allows it), oldest
+    /// first.
     async fn pending_interactions(
         &self,
         ctx: &Context<'_>,

@@ -59,15 +59,21 @@ async fn a_thousand_subscribers_each_receive_every_event() {
         }));
     }
     attached.wait().await;
-    // Every subscriber is attached: let the runs go on.
+    // Every subscriber is attached: let the runs go on (approved by someone other than alice,
+    // who started them).
+    let approver = token("acme", "bob", &[]);
     let pending = srv
-        .gql(&t, "{ pendingInteractions { id request } }", json!({}))
+        .gql(
+            &approver,
+            "{ pendingInteractions { id request } }",
+            json!({}),
+        )
         .await;
     let pending = pending["pendingInteractions"].as_array().unwrap();
     assert_eq!(pending.len(), RUNS);
     for i in pending {
         srv.gql(
-            &t,
+            &approver,
             "mutation($id: ID!, $h: String) { resolveApproval(interactionId: $id, approve: true, key: \"go\", inputHash: $h) { status } }",
             json!({"id": i["id"], "h": i["request"]["input_hash"]}),
         )

@@ -129,10 +129,34 @@ async fn threads_runs_and_their_events_read_back() {
 #[tokio::test]
 async fn approvals_are_listed_and_resolved_once() {
     let srv = start(Opts::default()).await;
-    let t = token("acme", "alice", &[]);
+    let alice = token("acme", "alice", &[]);
     let (thread, run) = srv
-        .run_until(&t, "assistant", "send the email", "waiting")
+        .run_until(&alice, "assistant", "send the email", "waiting")
         .await;
+    // Separation of duties (issue 16, item 4): alice started the run, so the external write is
+    // someone else's to approve; she neither sees it as hers to approve nor can approve it.
+    let mine = srv
+        .gql(&alice, "{ pendingInteractions { id } }", json!({}))
+        .await;
+    assert_eq!(mine["pendingInteractions"].as_array().unwrap().len(), 0);
+    let listed = srv
+        .gql(
+            &alice,
+            "query($r: ID!) { run(id: $r) { interactions { id request } } }",
+            json!({"r": run}),
+        )
+        .await;
+    let own = &listed["run"]["interactions"][0];
+    let (code, message) = srv
+        .gql_error(
+            &alice,
+            "mutation($id: ID!, $h: String) { resolveApproval(interactionId: $id, approve: true, key: \"self\", inputHash: $h) { status } }",
+            json!({"id": own["id"], "h": own["request"]["input_hash"]}),
+        )
+        .await;
+    assert_eq!(code, "FORBIDDEN", "{message}");
+    assert!(message.contains("run they started"), "{message}");
+    let t = token("acme", "bob", &[]);
     let d = srv
         .gql(
             &t,
@@ -166,7 +190,7 @@ async fn approvals_are_listed_and_resolved_once() {
     assert_eq!(d["resolveApproval"]["status"], "resolved");
     let resolution = d["resolveApproval"]["resolution"].to_string();
     assert!(
-        resolution.contains("approve") && resolution.contains("alice"),
+        resolution.contains("approve") && resolution.contains("bob"),
         "{resolution}"
     );
     // The same key replays; another key conflicts.

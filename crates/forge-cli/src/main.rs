@@ -1,6 +1,7 @@
 //! The `forge` command: the composition root that picks concrete adapters, and the operator CLI.
 
 mod agent_file;
+mod audit;
 mod builtin;
 mod compose;
 mod dlq;
@@ -55,6 +56,9 @@ enum Command {
     /// List or search the tools a scope may discover under the configured policies.
     #[command(subcommand)]
     Tools(compose::ToolsCommand),
+    /// Read the audit trail: decisions, external writes, dead letters, configuration.
+    #[command(subcommand)]
+    Audit(audit::AuditCommand),
 }
 
 #[derive(Debug, clap::Args)]
@@ -149,6 +153,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Dlq(command) => dlq::dlq(command).await,
         Command::Interactions(command) => interactions::interactions(command).await,
         Command::Usage(args) => metering::usage(args).await,
+        Command::Audit(command) => audit::audit(command).await,
         Command::Tools(command) => compose::tools(command).await,
     }
 }
@@ -175,6 +180,7 @@ async fn worker(args: WorkerArgs) -> anyhow::Result<ExitCode> {
         builder = builder.tool(effects::record_effect(url).await?)?;
     }
     let engine = std::sync::Arc::new(builder.build().context("failed to build the engine")?);
+    let engine_for_audit = engine.clone();
     let config = forge_engine::WorkerConfig {
         id,
         claim_ttl: ttl,
@@ -198,6 +204,10 @@ async fn worker(args: WorkerArgs) -> anyhow::Result<ExitCode> {
         shutdown_signal().await;
         on_signal.cancel();
     });
+    engine_for_audit
+        .audit_configuration(&format!("forge worker (pid {})", std::process::id()))
+        .await
+        .context("failed to record the configuration in the audit trail")?;
     eprintln!(
         "worker {} started: {} agent(s), concurrency {}",
         std::process::id(),

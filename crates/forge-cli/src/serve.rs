@@ -137,6 +137,10 @@ pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         builder = builder.tool(crate::effects::record_effect(url).await?)?;
     }
     let engine = Arc::new(builder.build().context("failed to build the engine")?);
+    engine
+        .audit_configuration(&format!("forge serve (pid {})", std::process::id()))
+        .await
+        .context("failed to record the configuration in the audit trail")?;
 
     let bus = EventBus::default();
     let tail = Arc::new(LiveTail::new(bus.clone()));

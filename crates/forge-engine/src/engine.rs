@@ -71,6 +71,7 @@ pub struct Engine {
     pub(crate) runs: Arc<dyn RunStore>,
     pub(crate) interactions: Arc<dyn InteractionStore>,
     pub(crate) ledger: Arc<dyn UsageLedger>,
+    pub(crate) audit: Option<Arc<dyn forge_core::ports::audit::AuditLog>>,
     pub(crate) prices: Prices,
     pub(crate) quotas: Quotas,
     pub(crate) approval_rule: Option<Arc<dyn ApprovalRule>>,
@@ -105,6 +106,7 @@ pub struct EngineBuilder {
     runs: Option<Arc<dyn RunStore>>,
     interactions: Option<Arc<dyn InteractionStore>>,
     ledger: Option<Arc<dyn UsageLedger>>,
+    audit: Option<Arc<dyn forge_core::ports::audit::AuditLog>>,
     prices: Prices,
     quotas: Quotas,
     approval_rule: Option<Arc<dyn ApprovalRule>>,
@@ -123,13 +125,21 @@ pub struct EngineBuilder {
 
 impl EngineBuilder {
     /// Uses one adapter for thread, run, interaction and usage storage.
-    pub fn store<S: ThreadStore + RunStore + InteractionStore + UsageLedger + 'static>(
+    pub fn store<
+        S: ThreadStore
+            + RunStore
+            + InteractionStore
+            + UsageLedger
+            + forge_core::ports::audit::AuditLog
+            + 'static,
+    >(
         mut self,
         store: Arc<S>,
     ) -> Self {
         self.threads = Some(store.clone());
         self.runs = Some(store.clone());
         self.interactions = Some(store.clone());
+        self.audit = Some(store.clone());
         self.ledger = Some(store);
         self
     }
@@ -139,6 +149,7 @@ impl EngineBuilder {
         self.threads = Some(store.clone());
         self.runs = Some(store.clone());
         self.interactions = Some(store.clone());
+        self.audit = Some(store.clone());
         self.ledger = Some(store);
         self
     }
@@ -294,6 +305,7 @@ impl EngineBuilder {
                 .unwrap_or_else(|| Arc::new(forge_core::ports::policy::AllowAll)),
             redactor: self.redactor.unwrap_or_default(),
             allow_self_approval: self.allow_self_approval,
+            audit: self.audit,
             models: self.models,
             tools: self.tools,
             skills: Arc::new(self.skills),

@@ -9,6 +9,7 @@
 
 #![deny(missing_docs)]
 
+mod config_audit;
 pub mod context;
 pub mod discovery;
 mod engine;
@@ -21,6 +22,7 @@ mod step;
 pub mod tools;
 pub mod worker;
 
+pub use config_audit::{CONFIG_ACTION, DEPLOYMENT_TENANT};
 pub use discovery::{SearchSignal, ToolEntry, ToolSearchHit};
 pub use engine::{Engine, EngineBuilder, RunControl, RunOutcome};
 pub use error::EngineError;

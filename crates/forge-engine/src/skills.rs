@@ -223,6 +223,11 @@ impl SkillLibrary {
         self
     }
 
+    /// Every skill, by name.
+    pub fn all(&self) -> impl Iterator<Item = &Skill> {
+        self.skills.values()
+    }
+
     /// Whether scripts may run.
     pub fn scripts_enabled(&self) -> bool {
         self.scripts_enabled

@@ -289,6 +289,13 @@ fn resource(scope: &Scope, r: &PolicyResource<'_>) -> Result<Entity, Error> {
 }
 
 impl Authorizer for CedarAuthorizer {
+    fn fingerprint(&self) -> Option<String> {
+        // The policies as loaded (ids included), hashed: a changed policy changes it.
+        Some(forge_core::interaction::input_hash(
+            &serde_json::Value::String(self.policies.to_string()),
+        ))
+    }
+
     fn authorize(&self, req: &PolicyRequest<'_>) -> Result<PolicyDecision, Error> {
         let scope = req.scope;
         let principal = principal(scope)?;

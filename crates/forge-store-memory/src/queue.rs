@@ -116,16 +116,26 @@ impl MemoryStore {
 
 #[async_trait]
 impl AuditLog for MemoryStore {
-    async fn list_audit(&self, scope: &Scope, limit: usize) -> Result<Vec<AuditRecord>, Error> {
+    async fn query_audit(
+        &self,
+        scope: &Scope,
+        query: &forge_core::ports::audit::AuditQuery,
+    ) -> Result<Vec<AuditRecord>, Error> {
         let st = self.lock();
         Ok(st
             .audit
             .iter()
             .rev()
-            .filter(|r| &r.tenant_id == scope.tenant_id())
-            .take(limit)
+            .filter(|r| &r.tenant_id == scope.tenant_id() && query.matches(r))
+            .take(query.limit)
             .cloned()
             .collect())
+    }
+
+    async fn record_audit(&self, scope: &Scope, record: AuditRecord) -> Result<(), Error> {
+        forge_core::ports::audit::check_tenant(scope, &record)?;
+        self.lock().audit.push(record);
+        Ok(())
     }
 }
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use forge_core::Error;
 use forge_core::id::{JobId, RunId};
-use forge_core::ports::audit::{AuditLog, AuditRecord};
+use forge_core::ports::audit::{AuditLog, AuditQuery, AuditRecord, SqlValue};
 use forge_core::ports::queue::{ClaimedJob, JobInfo, JobQueue, JobState, NewJob};
 use forge_core::scope::{Scope, SystemScope, TenantId};
 use forge_core::time::Timestamp;
@@ -327,16 +327,29 @@ impl PostgresStore {
 
 #[async_trait]
 impl AuditLog for PostgresStore {
-    async fn list_audit(&self, scope: &Scope, limit: usize) -> Result<Vec<AuditRecord>, Error> {
+    async fn query_audit(
+        &self,
+        scope: &Scope,
+        query: &AuditQuery,
+    ) -> Result<Vec<AuditRecord>, Error> {
+        let (filter, values) = forge_core::ports::audit::sql_filter(query);
+        let sql = format!(
+            "SELECT * FROM forge_audit WHERE tenant_id = $1{filter} ORDER BY seq DESC LIMIT ${}",
+            values.len() + 2
+        );
         let mut tx = self.tenant_tx(scope).await?;
-        let found = sqlx::query(
-            "SELECT * FROM forge_audit WHERE tenant_id = $1 ORDER BY seq DESC LIMIT $2",
-        )
-        .bind(scope.tenant_id().as_str())
-        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(db_error)?;
+        let mut q = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(scope.tenant_id().as_str());
+        for v in values {
+            q = match v {
+                SqlValue::Text(t) => q.bind(t),
+                SqlValue::Time(v) => q.bind(v.0),
+            };
+        }
+        let found = q
+            .bind(i64::try_from(query.limit).unwrap_or(i64::MAX))
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(db_error)?;
         tx.commit().await.map_err(db_error)?;
         found
             .iter()
@@ -351,5 +364,22 @@ impl AuditLog for PostgresStore {
                 })
             })
             .collect()
+    }
+
+    async fn record_audit(&self, scope: &Scope, record: AuditRecord) -> Result<(), Error> {
+        forge_core::ports::audit::check_tenant(scope, &record)?;
+        let mut tx = self.tenant_tx(scope).await?;
+        sqlx::query("INSERT INTO forge_audit (tenant_id, at, actor, action, subject, detail) VALUES ($1, $2, $3, $4, $5, $6)")
+            .bind(record.tenant_id.as_str())
+            .bind(record.at.0)
+            .bind(&record.actor)
+            .bind(&record.action)
+            .bind(&record.subject)
+            .bind(record.detail.clone())
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error)?;
+        tx.commit().await.map_err(db_error)?;
+        Ok(())
     }
 }

@@ -116,6 +116,7 @@ pub const SUITES: &[Suite] = &[
             "queue_release_keeps_the_attempt",
             "queue_concurrent_claims_take_each_job_once",
             "dead_letters_are_replayed_or_discarded_and_audited",
+            "audit_records_are_appended_and_filtered_per_tenant",
         ],
     },
     Suite {
@@ -317,7 +318,8 @@ macro_rules! queue_conformance {
         $crate::__conformance_suite!(queue_conformance, "queue", $factory;
             queue_claim_heartbeat_complete, queue_lapsed_claim_is_fenced_and_dead_letters,
             queue_release_keeps_the_attempt, queue_concurrent_claims_take_each_job_once,
-            dead_letters_are_replayed_or_discarded_and_audited);
+            dead_letters_are_replayed_or_discarded_and_audited,
+            audit_records_are_appended_and_filtered_per_tenant);
     };
 }
 

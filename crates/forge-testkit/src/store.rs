@@ -1175,6 +1175,89 @@ pub async fn request_cancel_flags_live_runs_only<F: StoreFactory>() {
     );
 }
 
+/// Audit records appended on their own (the configuration a process runs with) are listed newest
+/// first, filtered by action prefix, subject and time, for their tenant only; a record for another
+/// tenant is refused.
+pub async fn audit_records_are_appended_and_filtered_per_tenant<F: StoreFactory>() {
+    use forge_core::ports::audit::{AuditQuery, AuditRecord};
+    let f = fixture::<F>().await;
+    let t0 = f.clock.now();
+    let record = |action: &str, subject: &str, at| AuditRecord {
+        tenant_id: f.scope.tenant_id().clone(),
+        at,
+        actor: "forge serve".into(),
+        action: action.into(),
+        subject: subject.into(),
+        detail: serde_json::json!({"n": 1, "under_score": "100%"}),
+    };
+    f.store
+        .record_audit(&f.scope, record("config.changed", "deployment", t0))
+        .await
+        .expect("append");
+    f.clock.advance(Duration::from_secs(60));
+    let t1 = f.clock.now();
+    f.store
+        .record_audit(&f.scope, record("config.changed", "quota", t1))
+        .await
+        .expect("append");
+    f.store
+        .record_audit(&f.scope, record("configure_x", "deployment", t1))
+        .await
+        .expect("append");
+    let all = f.store.list_audit(&f.scope, 10).await.expect("list");
+    assert_eq!(all.len(), 3);
+    assert_eq!(all[0].action, "configure_x", "newest first");
+    assert_eq!(all[2].detail["under_score"], "100%");
+    let q = |action: Option<&str>, subject: Option<&str>, since| AuditQuery {
+        action: action.map(Into::into),
+        subject: subject.map(Into::into),
+        since,
+        limit: 10,
+    };
+    let got = f
+        .store
+        .query_audit(&f.scope, &q(Some("config."), None, None))
+        .await
+        .expect("by action");
+    assert_eq!(got.len(), 2, "a prefix, with `.` and `_` literal: {got:?}");
+    let got = f
+        .store
+        .query_audit(&f.scope, &q(Some("config_"), None, None))
+        .await
+        .expect("by action");
+    assert!(got.is_empty(), "`_` is no wildcard: {got:?}");
+    let got = f
+        .store
+        .query_audit(&f.scope, &q(None, Some("deployment"), None))
+        .await
+        .expect("by subject");
+    assert_eq!(got.len(), 2);
+    let got = f
+        .store
+        .query_audit(&f.scope, &q(Some("config."), None, Some(t1)))
+        .await
+        .expect("since");
+    assert_eq!(
+        got.iter().map(|r| r.subject.as_str()).collect::<Vec<_>>(),
+        ["quota"]
+    );
+    assert!(
+        f.store
+            .list_audit(&scope("tenant-b"), 10)
+            .await
+            .expect("list")
+            .is_empty(),
+        "per tenant"
+    );
+    expect_kind(
+        f.store
+            .record_audit(&scope("tenant-b"), record("config.changed", "x", t1))
+            .await,
+        ErrorKind::Invalid,
+        "a record for another tenant",
+    );
+}
+
 /// Dead letters are listed with their last error, replayed with a fresh attempt budget or
 /// discarded, each audited for its tenant in the same transaction.
 pub async fn dead_letters_are_replayed_or_discarded_and_audited<F: StoreFactory>() {

@@ -204,6 +204,7 @@ fn a_bad_agent_file_is_a_clear_error_with_exit_code_2() {
 }
 
 mod access;
+mod audit;
 mod chaos;
 mod client;
 mod dlq;

@@ -1,8 +1,9 @@
 //! The audit port: an append-only, tenant-scoped record of who did what.
 //!
 //! Entries are written by the adapter in the same transaction as the action they record (an
-//! operator replaying a dead letter today; approvals and external writes later), so an action never
-//! happens unrecorded.
+//! operator replaying a dead letter, a decision on an approval, an external write), so an action
+//! never happens unrecorded. A record that is itself the event — the configuration a process runs
+//! with — is appended on its own ([`AuditLog::record_audit`]).
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -28,9 +29,106 @@ pub struct AuditRecord {
     pub detail: serde_json::Value,
 }
 
-/// Port: reading the audit trail.
+/// Which audit entries to list.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditQuery {
+    /// Only actions starting with this, for example `config.` or `job.replayed`.
+    pub action: Option<String>,
+    /// Only this subject.
+    pub subject: Option<String>,
+    /// Only entries at or after this time.
+    pub since: Option<Timestamp>,
+    /// At most this many, newest first.
+    pub limit: usize,
+}
+
+impl AuditQuery {
+    /// The newest `limit` entries, unfiltered.
+    pub fn latest(limit: usize) -> Self {
+        Self {
+            action: None,
+            subject: None,
+            since: None,
+            limit,
+        }
+    }
+
+    /// Whether `record` passes the filters (the adapters' rule, in one place).
+    pub fn matches(&self, record: &AuditRecord) -> bool {
+        self.action
+            .as_deref()
+            .is_none_or(|a| record.action.starts_with(a))
+            && self.subject.as_deref().is_none_or(|s| record.subject == s)
+            && self.since.is_none_or(|t| record.at >= t)
+    }
+}
+
+/// Port: the audit trail.
 #[async_trait]
 pub trait AuditLog: Send + Sync {
     /// The scope's tenant's audit entries, newest first, at most `limit`.
-    async fn list_audit(&self, scope: &Scope, limit: usize) -> Result<Vec<AuditRecord>, Error>;
+    async fn list_audit(&self, scope: &Scope, limit: usize) -> Result<Vec<AuditRecord>, Error> {
+        self.query_audit(scope, &AuditQuery::latest(limit)).await
+    }
+
+    /// The scope's tenant's audit entries that pass `query`, newest first.
+    async fn query_audit(
+        &self,
+        scope: &Scope,
+        query: &AuditQuery,
+    ) -> Result<Vec<AuditRecord>, Error>;
+
+    /// Appends `record` to the scope's tenant's trail (its `tenant_id` must be the scope's).
+    async fn record_audit(&self, scope: &Scope, record: AuditRecord) -> Result<(), Error>;
+}
+
+/// Refuses a record for another tenant than the scope's (what every adapter's `record_audit`
+/// checks first).
+pub fn check_tenant(scope: &Scope, record: &AuditRecord) -> Result<(), Error> {
+    if &record.tenant_id != scope.tenant_id() {
+        return Err(Error::invalid(format!(
+            "an audit record of tenant {} cannot be written as tenant {}",
+            record.tenant_id,
+            scope.tenant_id()
+        )));
+    }
+    Ok(())
+}
+
+/// The `WHERE` clause (after the tenant) and the values to bind, in order, for `query` in the
+/// SQL adapters: `$2` onward, each bound as text or a timestamp.
+pub fn sql_filter(query: &AuditQuery) -> (String, Vec<SqlValue>) {
+    let mut clause = String::new();
+    let mut values = Vec::new();
+    if let Some(action) = &query.action {
+        values.push(SqlValue::Text(format!("{}%", escape_like(action))));
+        clause.push_str(&format!(
+            " AND action LIKE ${} ESCAPE '\\'",
+            values.len() + 1
+        ));
+    }
+    if let Some(subject) = &query.subject {
+        values.push(SqlValue::Text(subject.clone()));
+        clause.push_str(&format!(" AND subject = ${}", values.len() + 1));
+    }
+    if let Some(since) = query.since {
+        values.push(SqlValue::Time(since));
+        clause.push_str(&format!(" AND at >= ${}", values.len() + 1));
+    }
+    (clause, values)
+}
+
+/// A value [`sql_filter`] binds.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SqlValue {
+    /// Text.
+    Text(String),
+    /// A time.
+    Time(Timestamp),
+}
+
+fn escape_like(s: &str) -> String {
+    s.replace('\\', "\\\\")
+        .replace('%', "\\%")
+        .replace('_', "\\_")
 }

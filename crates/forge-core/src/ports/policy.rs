@@ -108,6 +108,12 @@ pub trait Authorizer: Send + Sync {
     /// Decides one request.
     fn authorize(&self, request: &PolicyRequest<'_>) -> Result<PolicyDecision, Error>;
 
+    /// What identifies this policy set in the audit trail of configuration (a hash of the
+    /// policies, say); `None` when there is nothing to tell apart.
+    fn fingerprint(&self) -> Option<String> {
+        None
+    }
+
     /// Decides, failing closed: an error becomes a denial naming it.
     fn decide(&self, request: &PolicyRequest<'_>) -> PolicyDecision {
         self.authorize(request)

@@ -2,6 +2,7 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod config_audit_tests;
 mod harness;
 mod hitl_tests;
 mod http_tests;

@@ -89,6 +89,52 @@ impl Query {
             .collect())
     }
 
+    /// The caller's tenant's audit trail, newest first: decisions on approvals, external writes,
+    /// dead-letter handling and configuration changes (`config.changed`; deployment-wide ones are
+    /// in the trail of the tenant `_deployment`). For administrators: the caller must hold the
+    /// role `admin`. `action` filters by prefix; `since` is RFC 3339.
+    async fn audit_records(
+        &self,
+        ctx: &Context<'_>,
+        action: Option<String>,
+        subject: Option<String>,
+        since: Option<String>,
+        #[graphql(default = 100)] limit: u32,
+    ) -> async_graphql::Result<Vec<Json<Value>>> {
+        let (scope, state) = (scope(ctx)?, state(ctx)?);
+        if !scope.role_ids().iter().any(|r| r.as_str() == "admin") {
+            return Err(error("FORBIDDEN", "the audit trail is for administrators"));
+        }
+        let since = since
+            .map(|s| {
+                serde_json::from_value::<forge_core::time::Timestamp>(Value::String(s))
+                    .map_err(|_| error("BAD_REQUEST", "since must be an RFC 3339 time"))
+            })
+            .transpose()?;
+        let found = state
+            .engine
+            .audit_trail(
+                scope,
+                &forge_core::ports::audit::AuditQuery {
+                    action,
+                    subject,
+                    since,
+                    limit: limit.min(1000) as usize,
+                },
+            )
+            .await
+            .map_err(client_error)?;
+        Ok(found
+            .iter()
+            .map(|r| {
+                Json(
+                    serde_json::json!({"tenant": r.tenant_id, "at": r.at, "actor": r.actor,
+                    "action": r.action, "subject": r.subject, "detail": r.detail}),
+                )
+            })
+            .collect())
+    }
+
     /// The tenant's model usage per UTC day and model, for `[from, to)` (RFC 3339).
     async fn usage(
         &self,

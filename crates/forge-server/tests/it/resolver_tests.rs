@@ -478,3 +478,44 @@ async fn a_store_failure_is_an_internal_error_that_leaks_nothing() {
         assert!(!text.contains(leak), "the response leaks {leak:?}: {text}");
     }
 }
+
+/// The audit trail is for administrators (issue 16, item 9): a decision on an approval is on it,
+/// filtered by action; a caller without the `admin` role is refused.
+#[tokio::test]
+async fn administrators_read_the_audit_trail_and_nobody_else_does() {
+    let srv = start(Opts::default()).await;
+    let alice = token("acme", "alice", &[]);
+    let (_, run) = srv
+        .run_until(&alice, "assistant", "send the email", "waiting")
+        .await;
+    let bob = token("acme", "bob", &[]);
+    let pending = srv
+        .gql(&bob, "{ pendingInteractions { id request } }", json!({}))
+        .await;
+    let i = &pending["pendingInteractions"][0];
+    srv.gql(
+        &bob,
+        "mutation($id: ID!, $h: String) { resolveApproval(interactionId: $id, approve: true, key: \"k\", inputHash: $h) { status } }",
+        json!({"id": i["id"], "h": i["request"]["input_hash"]}),
+    )
+    .await;
+    srv.wait_status(&alice, &run, "completed").await;
+    let q = "query($a: String) { auditRecords(action: $a) }";
+    let (code, _) = srv.gql_error(&alice, q, json!({"a": null})).await;
+    assert_eq!(code, "FORBIDDEN");
+    let admin = token("acme", "ada", &["admin"]);
+    let d = srv.gql(&admin, q, json!({"a": "approval."})).await;
+    let records = d["auditRecords"].as_array().unwrap();
+    assert!(!records.is_empty(), "{d}");
+    assert!(
+        records
+            .iter()
+            .all(|r| r["action"].as_str().unwrap().starts_with("approval.")),
+        "{d}"
+    );
+    assert!(records.iter().any(|r| r["actor"] == "bob"), "{d}");
+    // Another tenant's administrator sees none of it.
+    let other = token("globex", "gus", &["admin"]);
+    let d = srv.gql(&other, q, json!({"a": null})).await;
+    assert!(d["auditRecords"].as_array().unwrap().is_empty(), "{d}");
+}

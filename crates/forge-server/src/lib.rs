@@ -78,6 +78,8 @@ pub struct ServerConfig {
     pub ws: WsLimits,
     /// Longest wait, after shutdown begins, for requests in flight.
     pub drain: std::time::Duration,
+    /// Longest time a connection may take to send a request's headers.
+    pub header_timeout: std::time::Duration,
 }
 
 impl ServerConfig {
@@ -92,6 +94,7 @@ impl ServerConfig {
             http: HttpLimits::default(),
             ws: WsLimits::default(),
             drain: std::time::Duration::from_secs(10),
+            header_timeout: std::time::Duration::from_secs(10),
         }
     }
 }
@@ -104,6 +107,7 @@ struct Shared {
     http: HttpLimits,
     tenants: http::TenantLimiter,
     ws: WsLimits,
+    ws_tenants: Arc<http::TenantLimiter>,
     shutdown: CancellationToken,
 }
 
@@ -114,6 +118,7 @@ pub struct Server {
     tail: Arc<LiveTail>,
     shutdown: CancellationToken,
     drain: std::time::Duration,
+    header_timeout: std::time::Duration,
 }
 
 impl std::fmt::Debug for Server {
@@ -143,6 +148,7 @@ impl Server {
                 readiness: config.readiness,
                 tenants: http::TenantLimiter::new(config.http.per_tenant),
                 http: config.http,
+                ws_tenants: Arc::new(http::TenantLimiter::new(config.ws.per_tenant)),
                 ws: config.ws,
                 shutdown: shutdown.clone(),
             }),
@@ -150,6 +156,7 @@ impl Server {
             tail,
             shutdown,
             drain: config.drain,
+            header_timeout: config.header_timeout,
         }
     }
 
@@ -181,32 +188,55 @@ impl Server {
 
     /// Serves on `listener` until `stop` fires, then stops accepting, closes WebSockets with
     /// "going away" (clients resume elsewhere), and waits for requests in flight at most the
-    /// configured drain time.
+    /// configured drain time. A connection that does not send a request's headers within the
+    /// header timeout is closed.
     pub async fn serve(
         self,
         listener: tokio::net::TcpListener,
         stop: CancellationToken,
     ) -> std::io::Result<()> {
-        let shutdown = self.shutdown.clone();
         let router = self.router();
-        // Streamed events are small writes in quick succession: without TCP_NODELAY, Nagle's
-        // algorithm holds the second until the first is acknowledged (up to a delayed ACK, ~40 ms).
-        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+        let mut connections = tokio::task::JoinSet::new();
+        loop {
+            let tcp = tokio::select! {
+                _ = stop.cancelled() => break,
+                accepted = listener.accept() => match accepted {
+                    Ok((tcp, _)) => tcp,
+                    // Out of descriptors, a reset before accept: wait a moment, go on.
+                    Err(_) => {
+                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                        continue;
+                    }
+                },
+            };
+            // Streamed events are small writes in quick succession: without TCP_NODELAY, Nagle's
+            // algorithm holds the second until the first is acknowledged (up to ~40 ms).
             let _ = tcp.set_nodelay(true);
-        });
-        let drain = self.drain;
-        let stopping = stop.clone();
-        let serving = axum::serve(listener, router).with_graceful_shutdown(async move {
-            stop.cancelled().await;
-            shutdown.cancel();
-        });
-        tokio::select! {
-            served = serving => served,
-            _ = async move {
-                stopping.cancelled().await;
-                tokio::time::sleep(drain).await;
-            } => Ok(()),
+            let service = hyper_util::service::TowerToHyperService::new(router.clone());
+            let (stop, header_timeout) = (stop.clone(), self.header_timeout);
+            connections.spawn(async move {
+                let conn = hyper::server::conn::http1::Builder::new()
+                    .timer(hyper_util::rt::TokioTimer::new())
+                    .header_read_timeout(header_timeout)
+                    .serve_connection(hyper_util::rt::TokioIo::new(tcp), service)
+                    .with_upgrades();
+                let mut conn = std::pin::pin!(conn);
+                tokio::select! {
+                    _ = conn.as_mut() => {}
+                    _ = stop.cancelled() => {
+                        conn.as_mut().graceful_shutdown();
+                        let _ = conn.await;
+                    }
+                }
+            });
+            while connections.try_join_next().is_some() {}
         }
+        // WebSockets close with 1001 and subscriptions end; requests in flight get the drain.
+        self.shutdown.cancel();
+        let drained = async { while connections.join_next().await.is_some() {} };
+        let _ = tokio::time::timeout(self.drain, drained).await;
+        connections.abort_all();
+        Ok(())
     }
 }
 
@@ -365,6 +395,7 @@ async fn graphql_ws(
                 auth: shared.auth.clone(),
                 from_header,
                 limits: shared.ws,
+                tenants: shared.ws_tenants.clone(),
                 shutdown: shared.shutdown.clone(),
             }
             .serve(socket)

@@ -5,12 +5,13 @@
 //!   expiry: a session never outlives its token.
 //! - A connection that has not completed `connection_init` within [`WsLimits::init_timeout`] closes
 //!   with `4408`.
-//! - At most [`WsLimits::subscriptions`] operations run at once on a connection; another
-//!   `subscribe` gets an `error` for its id, and the connection stays.
+//! - At most [`WsLimits::subscriptions`] operations run at once on a connection, and at most
+//!   [`WsLimits::per_tenant`] across a tenant's connections; another `subscribe` gets an `error`
+//!   for its id, and the connection stays.
 //! - On server shutdown the connection closes with `1001` ("going away"), never by completing its
 //!   subscriptions: their runs go on, and a client resumes elsewhere from its cursor.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_graphql::Data;
@@ -37,6 +38,8 @@ pub struct WsLimits {
     pub init_timeout: Duration,
     /// Operations running at once on one connection.
     pub subscriptions: usize,
+    /// Operations running at once across all of one tenant's connections to this server.
+    pub per_tenant: usize,
 }
 
 impl Default for WsLimits {
@@ -44,6 +47,7 @@ impl Default for WsLimits {
         Self {
             init_timeout: Duration::from_secs(10),
             subscriptions: 100,
+            per_tenant: 2_000,
         }
     }
 }
@@ -56,6 +60,8 @@ pub(crate) struct Session {
     /// The caller, when the upgrade request carried a valid token.
     pub(crate) from_header: Option<Authenticated>,
     pub(crate) limits: WsLimits,
+    /// Subscriptions per tenant across this server's connections.
+    pub(crate) tenants: std::sync::Arc<crate::http::TenantLimiter>,
     pub(crate) shutdown: CancellationToken,
 }
 
@@ -99,6 +105,7 @@ impl Session {
         let (mut sink, mut source) = socket.split();
         let (to_graphql, from_client) = mpsc::channel::<Vec<u8>>(16);
         let (expiry_tx, mut expiry_rx) = mpsc::channel::<i64>(1);
+        let (tenant_tx, mut tenant_rx) = mpsc::channel::<forge_core::scope::TenantId>(1);
         let from_header = self.from_header.clone();
         let auth = self.auth.clone();
         let init = move |payload: serde_json::Value| async move {
@@ -114,6 +121,7 @@ impl Session {
                 }
             };
             let _ = expiry_tx.try_send(who.expires_at);
+            let _ = tenant_tx.try_send(who.scope.tenant_id().clone());
             let mut data = Data::default();
             data.insert(who.scope);
             Ok(data)
@@ -122,7 +130,8 @@ impl Session {
         let graphql = async_graphql::http::WebSocket::new(self.schema, input, self.protocol)
             .on_connection_init(init);
         let mut graphql = std::pin::pin!(graphql);
-        let mut active: HashSet<String> = HashSet::new();
+        let mut active: HashMap<String, Option<tokio::sync::OwnedSemaphorePermit>> = HashMap::new();
+        let mut tenant: Option<forge_core::scope::TenantId> = None;
         let init_deadline = tokio::time::sleep(self.limits.init_timeout);
         tokio::pin!(init_deadline);
         let mut acked = false;
@@ -146,6 +155,10 @@ impl Session {
                     let _ = sink.send(close(CLOSE_FORBIDDEN, "token expired")).await;
                     return;
                 }
+                Some(t) = tenant_rx.recv() => {
+                    tenant = Some(t);
+                    continue;
+                }
                 Some(exp) = expiry_rx.recv() => {
                     expiry.as_mut().reset(tokio::time::Instant::now() + until(exp));
                     continue;
@@ -159,9 +172,30 @@ impl Session {
                     };
                     match operation(&bytes) {
                         Some((id, kind)) if kind == "subscribe" || kind == "start" => {
-                            if active.len() >= self.limits.subscriptions && !active.contains(&id) {
+                            let refusal = if active.contains_key(&id) {
+                                None
+                            } else if active.len() >= self.limits.subscriptions {
+                                Some(format!("at most {} subscriptions run at once on a connection", self.limits.subscriptions))
+                            } else {
+                                // Before `connection_ack` there is no tenant; async-graphql refuses
+                                // the operation itself then.
+                                match &tenant {
+                                    Some(t) => match self.tenants.try_acquire(t) {
+                                        Some(permit) => {
+                                            active.insert(id.clone(), Some(permit));
+                                            None
+                                        }
+                                        None => Some(format!("at most {} subscriptions run at once for a tenant", self.limits.per_tenant)),
+                                    },
+                                    None => {
+                                        active.insert(id.clone(), None);
+                                        None
+                                    }
+                                }
+                            };
+                            if let Some(message) = refusal {
                                 let refused = serde_json::json!({"id": id, "type": "error", "payload": [{
-                                    "message": format!("at most {} subscriptions run at once on a connection", self.limits.subscriptions),
+                                    "message": message,
                                     "extensions": {"code": "TOO_MANY_SUBSCRIPTIONS"},
                                 }]});
                                 if sink.send(Message::Text(refused.to_string().into())).await.is_err() {
@@ -169,7 +203,6 @@ impl Session {
                                 }
                                 continue;
                             }
-                            active.insert(id);
                         }
                         Some((id, kind)) if kind == "complete" || kind == "stop" => {
                             active.remove(&id);

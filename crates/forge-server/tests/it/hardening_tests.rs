@@ -390,3 +390,94 @@ async fn a_nul_character_is_refused_alike_on_every_store() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test]
+async fn subscriptions_per_tenant_are_capped_across_connections() {
+    let srv = start(Opts {
+        tune: Some(|c| c.ws.per_tenant = 2),
+        ..Opts::default()
+    })
+    .await;
+    let t = token("acme", "alice", &[]);
+    let (_, run) = srv
+        .run_until(&t, "assistant", "send the email", "waiting")
+        .await;
+    let mut sockets = Vec::new();
+    for id in ["1", "2", "3"] {
+        let (mut ws, _) = Ws::connect(&srv, Some(&t)).await;
+        ws.subscribe(id, RUN_EVENTS, json!({"id": run, "after": 0}))
+            .await;
+        let m = loop {
+            let m = ws.next_json().await;
+            if m["id"] == id {
+                break m;
+            }
+        };
+        sockets.push((ws, m));
+    }
+    assert_eq!(sockets[0].1["type"], "next");
+    assert_eq!(sockets[1].1["type"], "next");
+    assert_eq!(sockets[2].1["type"], "error", "{}", sockets[2].1);
+    assert_eq!(
+        sockets[2].1["payload"][0]["extensions"]["code"],
+        "TOO_MANY_SUBSCRIPTIONS"
+    );
+    // Another tenant is not held to acme's count.
+    let g = token("globex", "gus", &[]);
+    let (_, other) = srv.run_until(&g, "greeter", "hi", "completed").await;
+    let (mut ws, _) = Ws::connect(&srv, Some(&g)).await;
+    ws.subscribe("g", RUN_EVENTS, json!({"id": other, "after": 0}))
+        .await;
+    let m = loop {
+        let m = ws.next_json().await;
+        if m["id"] == "g" {
+            break m;
+        }
+    };
+    assert_eq!(m["type"], "next", "{m}");
+    // A connection that goes away gives its subscriptions back.
+    drop(sockets.remove(0));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let (mut ws, _) = Ws::connect(&srv, Some(&t)).await;
+    ws.subscribe("4", RUN_EVENTS, json!({"id": run, "after": 0}))
+        .await;
+    let m = loop {
+        let m = ws.next_json().await;
+        if m["id"] == "4" {
+            break m;
+        }
+    };
+    assert_eq!(m["type"], "next", "{m}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_that_never_finishes_its_headers_is_closed() {
+    let srv = start(Opts {
+        tune: Some(|c| c.header_timeout = Duration::from_millis(300)),
+        ..Opts::default()
+    })
+    .await;
+    let addr = srv.addr;
+    let (answer, waited) = tokio::task::spawn_blocking(move || {
+        let mut tcp = std::net::TcpStream::connect(addr).unwrap();
+        tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        tcp.write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n")
+            .unwrap();
+        let started = Instant::now();
+        let mut buf = [0u8; 256];
+        let n = tcp.read(&mut buf).unwrap_or(0);
+        (
+            String::from_utf8_lossy(&buf[..n]).into_owned(),
+            started.elapsed(),
+        )
+    })
+    .await
+    .unwrap();
+    assert!(
+        answer.is_empty() || answer.starts_with("HTTP/1.1 408"),
+        "{answer}"
+    );
+    assert!(waited < Duration::from_secs(5), "closed after {waited:?}");
+    // A well-behaved client is unaffected.
+    assert!(healthz_ms(&srv).await < 1_000);
+}

@@ -6,7 +6,9 @@
 //!   adapter sets at the start of every tenant transaction. The adapter refuses to start as a role
 //!   that would bypass the policies (a superuser or a `BYPASSRLS` role).
 //! - [`Mode::Supabase`]: policies keyed on the caller's JWT claims through `auth.jwt()`, the way
-//!   Supabase projects do it; every tenant transaction runs `SET LOCAL ROLE authenticated` with
+//!   Supabase projects do it; every tenant transaction runs `SET LOCAL ROLE forge_tenant` (a role
+//!   of Forge's own: `authenticated`, which Supabase's REST layer uses for signed-in users, has no
+//!   grant on any Forge table) with
 //!   `request.jwt.claims` carrying the tenant.
 //!
 //! The schema is provisioned on connect from embedded, versioned, reversible migrations, under an
@@ -42,7 +44,7 @@ use crate::rows::db_error;
 pub enum Mode {
     /// Policies keyed on the `forge.tenant_id` transaction setting.
     Rls,
-    /// Policies keyed on Supabase JWT claims (`auth.jwt()`), queries as role `authenticated`.
+    /// Policies keyed on Supabase JWT claims (`auth.jwt()`), queries as role `forge_tenant`.
     Supabase,
 }
 
@@ -135,6 +137,9 @@ impl PostgresStore {
             .map_err(|e| OpenError::Connect(db_error(e)))?;
         check_role(&mut conn, mode).await?;
         let applied_on_connect = migrate::up(&mut conn, mode).await?;
+        if mode == Mode::Supabase {
+            check_tenant_role(&mut conn).await?;
+        }
         conn.close()
             .await
             .map_err(|e| OpenError::Connect(db_error(e)))?;
@@ -212,7 +217,7 @@ impl PostgresStore {
                     "tenant_id": scope.tenant_id().as_str(),
                 });
                 format!(
-                    "SELECT set_config('role', 'authenticated', true), set_config('request.jwt.claims', {}, true)",
+                    "SELECT set_config('role', 'forge_tenant', true), set_config('request.jwt.claims', {}, true)",
                     literal(&claims.to_string())
                 )
             }
@@ -268,8 +273,8 @@ async fn check_role(pool: &mut PgConnection, mode: Mode) -> Result<(), OpenError
             if superuser || bypass {
                 return Err(OpenError::BypassesRls { role });
             }
-            let (member, jwt): (bool, bool) = sqlx::query_as(
-                "SELECT pg_has_role(current_user, 'authenticated', 'MEMBER'), EXISTS (SELECT 1 FROM pg_proc p \
+            let jwt: bool = sqlx::query_scalar(
+                "SELECT EXISTS (SELECT 1 FROM pg_proc p \
                  JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'auth' AND p.proname = 'jwt')",
             )
             .fetch_one(&mut *pool)
@@ -280,12 +285,27 @@ async fn check_role(pool: &mut PgConnection, mode: Mode) -> Result<(), OpenError
                     missing: "the function auth.jwt()".into(),
                 });
             }
-            if !member {
-                return Err(OpenError::NotSupabase {
-                    missing: "a login role that may SET ROLE authenticated".into(),
-                });
-            }
         }
+    }
+    Ok(())
+}
+
+/// Supabase mode acts as `forge_tenant` (created by the migrations where the login role may
+/// create roles, else by an administrator): the login role must be able to become it.
+async fn check_tenant_role(conn: &mut PgConnection) -> Result<(), OpenError> {
+    let member: bool = sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'forge_tenant' \
+         AND NOT rolsuper AND NOT rolbypassrls) AND pg_has_role(current_user, 'forge_tenant', 'MEMBER')",
+    )
+    .fetch_one(&mut *conn)
+    .await
+    .map_err(|e| OpenError::Connect(db_error(e)))?;
+    if !member {
+        return Err(OpenError::NotSupabase {
+            missing: "a login role that may SET ROLE forge_tenant, a role without BYPASSRLS \
+                      (create it NOLOGIN and grant it to the login role)"
+                .into(),
+        });
     }
     Ok(())
 }

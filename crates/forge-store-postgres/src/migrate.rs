@@ -96,10 +96,32 @@ const EVENT_NOTIFY: Migration = Migration {
     down: include_str!("../migrations/0006_event_notify.down.sql"),
 };
 
+const RLS_TENANT_ROLE: Migration = Migration {
+    version: 7,
+    name: "tenant_role",
+    up: include_str!("../migrations/0007_rls_tenant_role.up.sql"),
+    down: include_str!("../migrations/0007_rls_tenant_role.down.sql"),
+};
+
+const SUPABASE_TENANT_ROLE: Migration = Migration {
+    version: 7,
+    name: "supabase_tenant_role",
+    up: include_str!("../migrations/0007_supabase_tenant_role.up.sql"),
+    down: include_str!("../migrations/0007_supabase_tenant_role.down.sql"),
+};
+
 /// The migrations of a mode, in order.
-pub fn migrations(mode: Mode) -> [Migration; 6] {
+pub fn migrations(mode: Mode) -> [Migration; 7] {
     match mode {
-        Mode::Rls => [TABLES, RLS, INTERACTIONS, USAGE, RUN_ROLES, EVENT_NOTIFY],
+        Mode::Rls => [
+            TABLES,
+            RLS,
+            INTERACTIONS,
+            USAGE,
+            RUN_ROLES,
+            EVENT_NOTIFY,
+            RLS_TENANT_ROLE,
+        ],
         Mode::Supabase => [
             TABLES,
             SUPABASE_RLS,
@@ -107,6 +129,7 @@ pub fn migrations(mode: Mode) -> [Migration; 6] {
             SUPABASE_USAGE,
             RUN_ROLES,
             EVENT_NOTIFY,
+            SUPABASE_TENANT_ROLE,
         ],
     }
 }

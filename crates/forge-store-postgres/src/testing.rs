@@ -188,6 +188,13 @@ async fn ensure_roles(conn: &mut PgConnection) -> Result<(), String> {
                 CREATE ROLE {SUPABASE_LOGIN_ROLE} LOGIN NOINHERIT NOSUPERUSER NOBYPASSRLS PASSWORD '{PASSWORD}';
                 GRANT anon, authenticated, service_role TO {SUPABASE_LOGIN_ROLE};
             END IF;
+            -- What a Supabase `postgres` creates through the migrations: Forge's own tenant role.
+            IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'forge_tenant') THEN
+                CREATE ROLE forge_tenant NOLOGIN NOINHERIT NOBYPASSRLS;
+            END IF;
+            IF NOT pg_has_role('{SUPABASE_LOGIN_ROLE}', 'forge_tenant', 'MEMBER') THEN
+                GRANT forge_tenant TO {SUPABASE_LOGIN_ROLE};
+            END IF;
         END $$;
         COMMIT;"
     );
@@ -209,8 +216,8 @@ $$;
 CREATE OR REPLACE FUNCTION auth.uid() RETURNS uuid LANGUAGE sql STABLE AS $$
     SELECT nullif(coalesce(nullif(current_setting('request.jwt.claim.sub', true), ''), auth.jwt() ->> 'sub'), '')::uuid
 $$;
-GRANT USAGE ON SCHEMA auth TO anon, authenticated, service_role;
-GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA auth TO anon, authenticated, service_role;
+GRANT USAGE ON SCHEMA auth TO anon, authenticated, service_role, forge_tenant;
+GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA auth TO anon, authenticated, service_role, forge_tenant;
 ";
 
 #[cfg(test)]

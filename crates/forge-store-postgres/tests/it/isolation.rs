@@ -275,14 +275,14 @@ async fn raw_sql_as_the_application_role_sees_only_its_tenant() {
 }
 
 #[tokio::test]
-async fn raw_sql_as_authenticated_with_another_tenants_jwt_sees_nothing() {
+async fn raw_sql_as_forges_tenant_role_with_another_tenants_jwt_sees_nothing() {
     let clock = Arc::new(ManualClock::at_2026());
     let (store, url, _) = crate::fresh(Flavor::Supabase, clock.clone()).await;
     seed_tenant_a(&store, &clock).await;
     let mut conn = PgConnection::connect(&url).await.unwrap();
     let as_jwt = |tenant: &str| {
         format!(
-            "SELECT set_config('role', 'authenticated', true), set_config('request.jwt.claims', '{{\"role\":\"authenticated\",\"sub\":\"u\",\"tenant_id\":\"{tenant}\"}}', true)"
+            "SELECT set_config('role', 'forge_tenant', true), set_config('request.jwt.claims', '{{\"role\":\"authenticated\",\"sub\":\"u\",\"tenant_id\":\"{tenant}\"}}', true)"
         )
     };
     let a = as_jwt("tenant-a");
@@ -292,7 +292,7 @@ async fn raw_sql_as_authenticated_with_another_tenants_jwt_sees_nothing() {
     assert_eq!(
         counts(
             &mut conn,
-            &["SELECT set_config('role', 'authenticated', true)"]
+            &["SELECT set_config('role', 'forge_tenant', true)"]
         )
         .await,
         [0; 8],
@@ -316,8 +316,51 @@ async fn raw_sql_as_authenticated_with_another_tenants_jwt_sees_nothing() {
     tx.rollback().await.unwrap();
     assert_eq!(tamper(&mut conn, &[&b]).await, [0; 9]);
     // The tenant may also come from app_metadata, as Supabase auth hooks often put it.
-    let meta = "SELECT set_config('role', 'authenticated', true), set_config('request.jwt.claims', '{\"app_metadata\":{\"tenant_id\":\"tenant-a\"}}', true)";
+    let meta = "SELECT set_config('role', 'forge_tenant', true), set_config('request.jwt.claims', '{\"app_metadata\":{\"tenant_id\":\"tenant-a\"}}', true)";
     assert_eq!(counts(&mut conn, &[meta]).await, TENANT_A_ROWS);
+}
+
+/// Supabase serves tables in `public` to any signed-in user as `authenticated` (issue 16, item 2):
+/// with a valid JWT of their own tenant, such a user can read no Forge table and write none — not
+/// the event log, not an approval they would grant themselves.
+#[tokio::test]
+async fn a_signed_in_supabase_user_cannot_touch_forge_tables_directly() {
+    let clock = Arc::new(ManualClock::at_2026());
+    let (store, url, _) = crate::fresh(Flavor::Supabase, clock.clone()).await;
+    seed_tenant_a(&store, &clock).await;
+    let mut conn = PgConnection::connect(&url).await.unwrap();
+    let own = "SELECT set_config('role', 'authenticated', true), set_config('request.jwt.claims', '{\"role\":\"authenticated\",\"sub\":\"u\",\"tenant_id\":\"tenant-a\"}', true)";
+    let mut statements: Vec<String> = TABLES
+        .iter()
+        .chain(&["forge_locks", "forge_schema_migrations"])
+        .map(|t| format!("SELECT count(*) FROM {t}"))
+        .collect();
+    statements.extend(
+        [
+            "UPDATE forge_interactions SET status = 'resolved'",
+            "DELETE FROM forge_run_events",
+            "DELETE FROM forge_audit",
+            "UPDATE forge_runs SET status = 'cancelled'",
+            "INSERT INTO forge_audit (tenant_id, at, actor, action, subject, detail) VALUES ('tenant-a', now(), 'me', 'approval.approved', 'x', '{}')",
+        ]
+        .map(String::from),
+    );
+    for sql in statements {
+        let mut tx = conn.begin().await.unwrap();
+        sqlx::raw_sql(sqlx::AssertSqlSafe(own.to_owned()))
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+        let err = sqlx::raw_sql(sqlx::AssertSqlSafe(sql.clone()))
+            .execute(&mut *tx)
+            .await
+            .expect_err(&sql);
+        assert!(
+            err.to_string().contains("permission denied"),
+            "{sql}: {err}"
+        );
+        tx.rollback().await.unwrap();
+    }
 }
 
 #[tokio::test]

@@ -1,0 +1,224 @@
+//! Assembling an [`Engine`].
+
+use super::*;
+
+/// Assembles an [`Engine`].
+#[derive(Default)]
+pub struct EngineBuilder {
+    threads: Option<Arc<dyn ThreadStore>>,
+    runs: Option<Arc<dyn RunStore>>,
+    interactions: Option<Arc<dyn InteractionStore>>,
+    ledger: Option<Arc<dyn UsageLedger>>,
+    audit: Option<Arc<dyn forge_core::ports::audit::AuditLog>>,
+    prices: Prices,
+    quotas: Quotas,
+    approval_rule: Option<Arc<dyn ApprovalRule>>,
+    authorizer: Option<Arc<dyn Authorizer>>,
+    redactor: Option<forge_core::redact::Redactor>,
+    allow_self_approval: bool,
+    models: HashMap<String, Arc<dyn ModelProvider>>,
+    tools: ToolRegistry,
+    skills: crate::skills::SkillLibrary,
+    agents: Vec<AgentDefinition>,
+    clock: Option<Arc<dyn Clock>>,
+    ids: Option<Arc<dyn IdGenerator>>,
+    worker_id: Option<String>,
+    lease_ttl: Option<Duration>,
+}
+
+impl EngineBuilder {
+    /// Uses one adapter for thread, run, interaction and usage storage.
+    pub fn store<
+        S: ThreadStore
+            + RunStore
+            + InteractionStore
+            + UsageLedger
+            + forge_core::ports::audit::AuditLog
+            + 'static,
+    >(
+        mut self,
+        store: Arc<S>,
+    ) -> Self {
+        self.threads = Some(store.clone());
+        self.runs = Some(store.clone());
+        self.interactions = Some(store.clone());
+        self.audit = Some(store.clone());
+        self.ledger = Some(store);
+        self
+    }
+
+    /// Uses a configuration-chosen store for thread, run and interaction storage.
+    pub fn dyn_store(mut self, store: Arc<dyn forge_core::ports::store::Store>) -> Self {
+        self.threads = Some(store.clone());
+        self.runs = Some(store.clone());
+        self.interactions = Some(store.clone());
+        self.audit = Some(store.clone());
+        self.ledger = Some(store);
+        self
+    }
+
+    /// Prices model calls (default: none — calls are metered in tokens and cost nothing).
+    pub fn prices(mut self, prices: Prices) -> Self {
+        self.prices = prices;
+        self
+    }
+
+    /// A quota every tenant without its own is held to (default: none).
+    pub fn quota(mut self, quota: Quota) -> Self {
+        self.quotas.default = Some(quota);
+        self
+    }
+
+    /// `tenant`'s own quota.
+    pub fn tenant_quota(mut self, tenant: TenantId, quota: Quota) -> Self {
+        self.quotas.tenants.insert(tenant, quota);
+        self
+    }
+
+    /// Scrubs these secret values (and the built-in credential patterns, which apply anyway) from
+    /// every tool result before it reaches the model, the store or an observer.
+    pub fn redactor(mut self, redactor: forge_core::redact::Redactor) -> Self {
+        self.redactor = Some(redactor);
+        self
+    }
+
+    /// Lets a person approve an external write in a run they started themselves (off by default:
+    /// separation of duties).
+    pub fn allow_self_approval(mut self, allow: bool) -> Self {
+        self.allow_self_approval = allow;
+        self
+    }
+
+    /// Sets the skills agents may load (and whether their scripts may run).
+    pub fn skills(mut self, skills: crate::skills::SkillLibrary) -> Self {
+        self.skills = skills;
+        self
+    }
+
+    /// Sets the policy engine asked before discovery and before execution (default:
+    /// [`forge_core::ports::policy::AllowAll`], where the agent's tool list is the only limit).
+    pub fn authorizer(mut self, authorizer: Arc<dyn Authorizer>) -> Self {
+        self.authorizer = Some(authorizer);
+        self
+    }
+
+    /// Decides approval for tools whose policy is [`forge_core::ports::tool::ApprovalPolicy::Policy`]
+    /// (without one, such calls always need approval).
+    pub fn approval_rule(mut self, rule: Arc<dyn ApprovalRule>) -> Self {
+        self.approval_rule = Some(rule);
+        self
+    }
+
+    /// Adds a model provider, found by its [`ModelProvider::name`].
+    pub fn model(mut self, provider: Arc<dyn ModelProvider>) -> Self {
+        self.models.insert(provider.name().to_owned(), provider);
+        self
+    }
+
+    /// Adds a tool.
+    pub fn tool(mut self, tool: Arc<dyn Tool>) -> Result<Self, EngineError> {
+        self.tools.register(tool)?;
+        Ok(self)
+    }
+
+    /// Registers an agent version.
+    pub fn agent(mut self, agent: AgentDefinition) -> Self {
+        self.agents.push(agent);
+        self
+    }
+
+    /// Sets the clock (default: the system clock).
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = Some(clock);
+        self
+    }
+
+    /// Sets the id generator (default: random UUIDv7).
+    pub fn ids(mut self, ids: Arc<dyn IdGenerator>) -> Self {
+        self.ids = Some(ids);
+        self
+    }
+
+    /// Names this worker in the leases it takes (default: `worker-<uuid>`).
+    pub fn worker_id(mut self, id: impl Into<String>) -> Self {
+        self.worker_id = Some(id.into());
+        self
+    }
+
+    /// How long a run lease lasts between commits (default: 60 s).
+    pub fn lease_ttl(mut self, ttl: Duration) -> Self {
+        self.lease_ttl = Some(ttl);
+        self
+    }
+
+    /// Checks every agent against the registered models and tools and builds the engine.
+    pub fn build(mut self) -> Result<Engine, EngineError> {
+        if !self.tools.contains(crate::hitl::ASK_USER) {
+            self.tools.register(crate::hitl::ask_user_tool())?;
+        }
+        if !self.skills.is_empty() {
+            self.tools.register(crate::skills::load_skill_tool())?;
+            if self.skills.scripts_enabled() {
+                self.tools
+                    .register(crate::skills::run_skill_script_tool())?;
+            }
+        }
+        let mut agents = HashMap::new();
+        for agent in self.agents {
+            let name = agent.agent.name.clone();
+            let invalid = |reason: String| EngineError::InvalidAgent {
+                name: name.clone(),
+                reason,
+            };
+            agent.validate().map_err(|e| invalid(e.to_string()))?;
+            let (provider, _) = agent.model_parts().map_err(|e| invalid(e.to_string()))?;
+            if !self.models.contains_key(provider) {
+                return Err(invalid(format!(
+                    "model provider {provider} is not configured"
+                )));
+            }
+            if let Some(missing) = agent.tools.iter().find(|t| !self.tools.contains(t)) {
+                return Err(invalid(format!("tool {missing} is not registered")));
+            }
+            if let Some(missing) = agent.skills.iter().find(|s| !self.skills.contains(s)) {
+                return Err(invalid(format!(
+                    "skill {missing} is not in the skill library"
+                )));
+            }
+            let key = (agent.agent.name.clone(), agent.agent.version.clone());
+            if agents.insert(key, Arc::new(agent)).is_some() {
+                return Err(invalid("the same version is registered twice".into()));
+            }
+        }
+        let ids = self.ids.unwrap_or_else(|| Arc::new(UuidV7Generator));
+        Ok(Engine {
+            threads: self
+                .threads
+                .ok_or(EngineError::Incomplete("thread store"))?,
+            runs: self.runs.ok_or(EngineError::Incomplete("run store"))?,
+            interactions: self
+                .interactions
+                .ok_or(EngineError::Incomplete("interaction store"))?,
+            ledger: self.ledger.ok_or(EngineError::Incomplete("usage ledger"))?,
+            prices: self.prices,
+            quotas: self.quotas,
+            approval_rule: self.approval_rule,
+            authorizer: self
+                .authorizer
+                .unwrap_or_else(|| Arc::new(forge_core::ports::policy::AllowAll)),
+            redactor: self.redactor.unwrap_or_default(),
+            allow_self_approval: self.allow_self_approval,
+            audit: self.audit,
+            models: self.models,
+            tools: self.tools,
+            skills: Arc::new(self.skills),
+            agents,
+            clock: self.clock.unwrap_or_else(|| Arc::new(SystemClock)),
+            worker_id: self
+                .worker_id
+                .unwrap_or_else(|| format!("worker-{}", ids.next_uuid())),
+            ids,
+            lease_ttl: self.lease_ttl.unwrap_or(Duration::from_secs(60)),
+        })
+    }
+}

@@ -1,0 +1,459 @@
+//! Executing a run: taking its lease, running its steps, committing each one.
+
+use super::*;
+
+/// The run being executed: its position in the log and the step's pending writes.
+pub(crate) struct Cursor<'a> {
+    pub(crate) run: Run,
+    pub(crate) lease: RunLease,
+    pub(crate) status: RunStatus,
+    pub(crate) checkpoint: Checkpoint,
+    pending: Vec<RunEvent>,
+    pub(crate) messages: Vec<Message>,
+    /// Interactions the step raised, created by its commit.
+    pub(crate) interactions: Vec<Interaction>,
+    /// Audit entries of the step (external writes), written by its commit.
+    pub(crate) audit: Vec<AuditRecord>,
+    /// The step's model calls, settled, recorded by its commit.
+    pub(crate) settlements: Vec<ModelCall>,
+    /// The thread's committed history, read once when the execution began and extended by each
+    /// commit of this execution.
+    pub(crate) history: Vec<Message>,
+    /// The thread's session state, read when the execution began.
+    pub(crate) state: forge_core::thread::SessionState,
+    next_seq: u64,
+    clock: &'a dyn Clock,
+    observer: &'a dyn RunObserver,
+}
+
+impl Cursor<'_> {
+    /// Adds an event to the step, numbering it, and shows it to the observer at once.
+    pub(crate) fn emit(&mut self, kind: RunEventKind) {
+        let event = RunEvent {
+            run_id: self.run.id,
+            seq: self.next_seq,
+            at: self.clock.now(),
+            kind,
+        };
+        self.next_seq += 1;
+        self.observer.on_emitted(&crate::observer::Emitted {
+            tenant_id: &self.run.tenant_id,
+            thread_id: self.run.thread_id,
+            attempt: self.lease.token,
+            event: &event,
+        });
+        self.pending.push(event);
+    }
+
+    pub(crate) fn apply(&mut self, input: RunInput) -> Result<(), EngineError> {
+        self.status = transition(self.status, input).map_err(forge_core::Error::from)?;
+        Ok(())
+    }
+}
+
+impl Engine {
+    /// Executes a run from its last checkpoint until it ends (or `cancel` fires), committing each
+    /// step under a lease. Events reach `observer` as they are produced.
+    pub async fn execute(
+        &self,
+        scope: &Scope,
+        run_id: RunId,
+        cancel: &CancellationToken,
+        observer: &dyn RunObserver,
+    ) -> Result<RunOutcome, EngineError> {
+        let control = RunControl {
+            cancel: cancel.clone(),
+            drain: CancellationToken::new(),
+        };
+        self.execute_with(scope, run_id, &control, observer).await
+    }
+
+    /// Like [`Engine::execute`], and when `control.drain` fires, stops after the step in progress
+    /// is committed, leaving the run `running` at its checkpoint for another worker to resume.
+    pub async fn execute_with(
+        &self,
+        scope: &Scope,
+        run_id: RunId,
+        control: &RunControl,
+        observer: &dyn RunObserver,
+    ) -> Result<RunOutcome, EngineError> {
+        self.leased(scope, run_id, |_| Ok(scope.clone()), control, observer)
+            .await
+    }
+
+    /// Executes a queued run of `tenant` as the principal who started it, as a worker does. A run
+    /// whose agent version is not registered here is left untouched (`UnknownAgent`), for a worker
+    /// that has the version.
+    pub async fn execute_job(
+        &self,
+        tenant: &TenantId,
+        run_id: RunId,
+        control: &RunControl,
+        observer: &dyn RunObserver,
+    ) -> Result<RunOutcome, EngineError> {
+        // Store access needs only the tenant; the run itself says who it acts for.
+        let reader = Scope::new(
+            tenant.clone(),
+            PrincipalId::new(self.worker_id.clone())?,
+            vec![],
+        );
+        let derive = |run: &Run| {
+            self.agent(&run.agent)?;
+            Ok(Scope::new(
+                run.tenant_id.clone(),
+                run.principal_id.clone(),
+                run.role_ids.clone(),
+            ))
+        };
+        self.leased(&reader, run_id, derive, control, observer)
+            .await
+    }
+
+    /// Takes the run's lease, then reads the run (so the read cannot be older than the lease),
+    /// and executes it under the scope `derive` gives, renewing the lease alongside; releases it.
+    async fn leased(
+        &self,
+        scope: &Scope,
+        run_id: RunId,
+        derive: impl FnOnce(&Run) -> Result<Scope, EngineError>,
+        control: &RunControl,
+        observer: &dyn RunObserver,
+    ) -> Result<RunOutcome, EngineError> {
+        let (lease, run) = self
+            .runs
+            .lease_run(scope, run_id, &self.worker_id, self.lease_ttl)
+            .await?;
+        let result = async {
+            if run.status.is_terminal() {
+                return Ok(RunOutcome {
+                    status: run.status,
+                    last_seq: run.last_seq,
+                    failure: run.failure,
+                });
+            }
+            let run_scope = derive(&run)?;
+            // Losing the lease stops the run where it is.
+            tokio::select! {
+                r = self.execute_leased(&run_scope, run, lease.clone(), control, observer) => r,
+                e = self.keep_lease(scope, lease.clone()) => Err(e),
+            }
+        }
+        .await;
+        // Best effort: an unreleased lease simply expires.
+        let _ = self.runs.release_lease(scope, &lease).await;
+        result
+    }
+
+    /// Ends a run that will not be executed (an operator discarded its dead-lettered job): commits
+    /// `run.failed` with `dead_lettered` and `message`, which frees its thread for the next run.
+    pub async fn abandon(
+        &self,
+        scope: &Scope,
+        run_id: RunId,
+        message: &str,
+    ) -> Result<RunOutcome, EngineError> {
+        let lease = self
+            .runs
+            .acquire_lease(scope, run_id, &self.worker_id, self.lease_ttl)
+            .await?;
+        let run = match self.runs.get_run(scope, run_id).await {
+            Ok(run) if !run.status.is_terminal() => run,
+            read => {
+                let _ = self.runs.release_lease(scope, &lease).await;
+                let run = read?;
+                return Ok(RunOutcome {
+                    status: run.status,
+                    last_seq: run.last_seq,
+                    failure: run.failure,
+                });
+            }
+        };
+        let observer = crate::observer::NoopObserver;
+        let mut cur = Cursor {
+            status: run.status,
+            checkpoint: run.checkpoint.clone(),
+            next_seq: run.last_seq + 1,
+            run,
+            lease: lease.clone(),
+            pending: Vec::new(),
+            messages: Vec::new(),
+            interactions: Vec::new(),
+            audit: Vec::new(),
+            settlements: Vec::new(),
+            history: Vec::new(),
+            state: Default::default(),
+            clock: self.clock.as_ref(),
+            observer: &observer,
+        };
+        let failure = RunFailure {
+            code: FailureCode::DeadLettered,
+            message: message.to_owned(),
+        };
+        cur.apply(RunInput::Fail)?;
+        cur.emit(RunEventKind::RunFailed {
+            failure: failure.clone(),
+        });
+        let result = self
+            .commit(scope, &mut cur, Some(failure))
+            .await
+            .map(|(outcome, _)| outcome);
+        let _ = self.runs.release_lease(scope, &lease).await;
+        result
+    }
+
+    /// Renews the run's lease every third of its time to live; returns only when renewal fails.
+    async fn keep_lease(&self, scope: &Scope, mut lease: RunLease) -> EngineError {
+        loop {
+            tokio::time::sleep(self.lease_ttl / 3).await;
+            match self.runs.renew_lease(scope, &lease, self.lease_ttl).await {
+                Ok(renewed) => lease = renewed,
+                Err(e) => return e.into(),
+            }
+        }
+    }
+
+    async fn execute_leased(
+        &self,
+        scope: &Scope,
+        run: Run,
+        lease: RunLease,
+        control: &RunControl,
+        observer: &dyn RunObserver,
+    ) -> Result<RunOutcome, EngineError> {
+        let cancel = &control.cancel;
+        let mut cancel_requested = run.cancel_requested;
+        let mut cur = Cursor {
+            status: run.status,
+            checkpoint: run.checkpoint.clone(),
+            next_seq: run.last_seq + 1,
+            run,
+            lease,
+            pending: Vec::new(),
+            messages: Vec::new(),
+            interactions: Vec::new(),
+            audit: Vec::new(),
+            settlements: Vec::new(),
+            history: Vec::new(),
+            state: Default::default(),
+            clock: self.clock.as_ref(),
+            observer,
+        };
+        let agent = match self.agent(&cur.run.agent) {
+            Ok(a) => a,
+            Err(_) => {
+                let failure = RunFailure {
+                    code: FailureCode::AgentVersionUnavailable,
+                    message: format!(
+                        "agent {} version {} is not registered on this worker",
+                        cur.run.agent.name, cur.run.agent.version
+                    ),
+                };
+                cur.apply(RunInput::Fail)?;
+                cur.emit(RunEventKind::RunFailed {
+                    failure: failure.clone(),
+                });
+                return self
+                    .commit(scope, &mut cur, Some(failure))
+                    .await
+                    .map(|(outcome, _)| outcome);
+            }
+        };
+        if cancel_requested {
+            cur.apply(RunInput::Cancel)?;
+            cur.emit(RunEventKind::RunCancelled {
+                reason: Some("cancel requested".into()),
+            });
+            return self
+                .commit(scope, &mut cur, None)
+                .await
+                .map(|(outcome, _)| outcome);
+        }
+        if cur.status == RunStatus::Queued {
+            cur.apply(RunInput::Start)?;
+            // The input joins the thread's history now, in the first step's commit: a run queued
+            // behind another never shows its message to the run ahead of it.
+            cur.messages.push(Message {
+                id: MessageId::generate(self.ids.as_ref()),
+                run_id: cur.run.id,
+                role: Role::User,
+                parts: cur.run.input.clone(),
+                created_at: self.clock.now(),
+            });
+            cur.emit(RunEventKind::RunStarted {
+                thread_id: cur.run.thread_id,
+                agent: cur.run.agent.clone(),
+                model: agent.model.clone(),
+            });
+        }
+        let thread = self.threads.get_thread(scope, cur.run.thread_id).await?;
+        cur.state = thread.state;
+        cur.history = self.threads.list_messages(scope, cur.run.thread_id).await?;
+        if let RunStatus::Waiting(_) = cur.status {
+            let raised: Vec<Interaction> = self
+                .interactions
+                .list_interactions(scope, InteractionFilter::Run(cur.run.id))
+                .await?
+                .into_iter()
+                .filter(|i| i.step == cur.checkpoint.step)
+                .collect();
+            if raised
+                .iter()
+                .any(|i| i.status == InteractionStatus::Pending)
+            {
+                // Woken early: the run keeps waiting; nothing to commit.
+                return Ok(RunOutcome {
+                    status: cur.status,
+                    last_seq: cur.run.last_seq,
+                    failure: None,
+                });
+            }
+            if let Some(other) = raised.iter().find(|i| i.agent != cur.run.agent) {
+                return Err(EngineError::InvalidAgent {
+                    name: other.agent.name.clone(),
+                    reason: format!(
+                        "interaction {} was raised under version {}, not the run's {}",
+                        other.id, other.agent.version, cur.run.agent.version
+                    ),
+                });
+            }
+            cur.apply(RunInput::Resume)?;
+            let end = StepRunner {
+                engine: self,
+                scope,
+                agent: &agent,
+                cancel,
+            }
+            .resume(&mut cur, &raised)
+            .await?;
+            match end {
+                StepEnd::Cancelled => {
+                    cur.apply(RunInput::Cancel)?;
+                    cur.emit(RunEventKind::RunCancelled {
+                        reason: Some("cancelled by request".into()),
+                    });
+                    return self
+                        .commit(scope, &mut cur, None)
+                        .await
+                        .map(|(outcome, _)| outcome);
+                }
+                _ => {
+                    let version = cur.run.version + 1;
+                    cur.emit(RunEventKind::RunCheckpointed {
+                        step: cur.checkpoint.step,
+                        version,
+                    });
+                    let (outcome, requested) = self.commit(scope, &mut cur, None).await?;
+                    if control.drain.is_cancelled() {
+                        return Ok(outcome);
+                    }
+                    cancel_requested = requested;
+                }
+            }
+        }
+        loop {
+            if cancel_requested {
+                cur.apply(RunInput::Cancel)?;
+                cur.emit(RunEventKind::RunCancelled {
+                    reason: Some("cancel requested".into()),
+                });
+                return self
+                    .commit(scope, &mut cur, None)
+                    .await
+                    .map(|(outcome, _)| outcome);
+            }
+            let end = StepRunner {
+                engine: self,
+                scope,
+                agent: &agent,
+                cancel,
+            }
+            .run(&mut cur)
+            .await?;
+            let failure = match end {
+                StepEnd::Continue => {
+                    let version = cur.run.version + 1;
+                    cur.emit(RunEventKind::RunCheckpointed {
+                        step: cur.checkpoint.step,
+                        version,
+                    });
+                    None
+                }
+                StepEnd::Completed { text } => {
+                    cur.apply(RunInput::Complete)?;
+                    cur.emit(RunEventKind::RunCompleted {
+                        text,
+                        usage: cur.checkpoint.usage,
+                    });
+                    None
+                }
+                StepEnd::Cancelled => {
+                    cur.apply(RunInput::Cancel)?;
+                    cur.emit(RunEventKind::RunCancelled {
+                        reason: Some("cancelled by request".into()),
+                    });
+                    None
+                }
+                StepEnd::Failed(failure) => {
+                    cur.apply(RunInput::Fail)?;
+                    cur.emit(RunEventKind::RunFailed {
+                        failure: failure.clone(),
+                    });
+                    Some(failure)
+                }
+                StepEnd::Parked(reason) => {
+                    cur.apply(RunInput::Park(reason))?;
+                    None
+                }
+            };
+            let (outcome, requested) = self.commit(scope, &mut cur, failure).await?;
+            // A run asked to cancel while its step was parking is cancelled now, not left waiting
+            // (the request found it still running, so nobody will wake it).
+            if outcome.status.is_terminal()
+                || (matches!(outcome.status, RunStatus::Waiting(_)) && !requested)
+                || control.drain.is_cancelled()
+            {
+                return Ok(outcome);
+            }
+            cancel_requested = requested;
+        }
+    }
+
+    async fn commit(
+        &self,
+        scope: &Scope,
+        cur: &mut Cursor<'_>,
+        failure: Option<RunFailure>,
+    ) -> Result<(RunOutcome, bool), EngineError> {
+        let messages = std::mem::take(&mut cur.messages);
+        let commit = StepCommit {
+            run_id: cur.run.id,
+            expected_version: cur.run.version,
+            lease: cur.lease.clone(),
+            events: std::mem::take(&mut cur.pending),
+            messages: messages.clone(),
+            checkpoint: cur.checkpoint.clone(),
+            status: cur.status,
+            failure: failure.clone(),
+            interactions: std::mem::take(&mut cur.interactions),
+            audit: std::mem::take(&mut cur.audit),
+            settlements: std::mem::take(&mut cur.settlements),
+        };
+        let committed = self.runs.commit_step(scope, commit).await?;
+        cur.observer.on_commit(&crate::observer::Commit {
+            tenant_id: &cur.run.tenant_id,
+            run_id: cur.run.id,
+            thread_id: cur.run.thread_id,
+            last_seq: committed.last_seq,
+        });
+        cur.history.extend(messages);
+        cur.run.version = committed.version;
+        cur.run.last_seq = committed.last_seq;
+        cur.run.status = cur.status;
+        let outcome = RunOutcome {
+            status: cur.status,
+            last_seq: committed.last_seq,
+            failure,
+        };
+        Ok((outcome, committed.cancel_requested))
+    }
+}

@@ -1,0 +1,249 @@
+//! The engine: registries of agents, models and tools over the storage ports, and the run loop.
+//!
+//! `builder` assembles it; `execution` runs a run step by step under its lease and commits each
+//! step; `interactions` is the human-in-the-loop API (listing, who may approve, resolving).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use forge_core::agent::{AgentDefinition, AgentRef};
+use forge_core::event::{RunEvent, RunEventKind};
+use forge_core::id::{IdGenerator, MessageId, RunId, ThreadId, UuidV7Generator};
+use forge_core::interaction::{
+    Decision, Interaction, InteractionRequest, InteractionStatus, Resolve,
+};
+use forge_core::message::{Message, Role};
+use forge_core::metering::{ModelCall, Prices, Quota};
+use forge_core::part::Part;
+use forge_core::ports::audit::AuditRecord;
+use forge_core::ports::interaction::{InteractionFilter, InteractionStore, Resolved};
+use forge_core::ports::model::ModelProvider;
+use forge_core::ports::policy::Authorizer;
+use forge_core::ports::store::{NewRun, RunStore, StepCommit, ThreadStore};
+use forge_core::ports::tool::{ApprovalRule, Tool};
+use forge_core::ports::usage::{CallFilter, UsageLedger};
+use forge_core::run::{
+    Checkpoint, FailureCode, Run, RunFailure, RunInput, RunLease, RunStatus, transition,
+};
+use forge_core::scope::{PrincipalId, Scope, TenantId};
+use forge_core::time::{Clock, SystemClock};
+use tokio_util::sync::CancellationToken;
+
+use crate::error::EngineError;
+use crate::observer::RunObserver;
+use crate::step::{StepEnd, StepRunner};
+use crate::tools::ToolRegistry;
+
+mod builder;
+mod execution;
+mod interactions;
+
+pub use builder::EngineBuilder;
+pub(crate) use execution::Cursor;
+
+/// How a call to [`Engine::execute`] left the run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunOutcome {
+    /// The run's status after the last committed step.
+    pub status: RunStatus,
+    /// Sequence number of its last committed event.
+    pub last_seq: u64,
+    /// Why it failed, if it did.
+    pub failure: Option<RunFailure>,
+}
+
+/// Signals that steer an execution from outside.
+#[derive(Debug, Clone, Default)]
+pub struct RunControl {
+    /// Cancel the run now, mid-stream or mid-tools; it ends `cancelled`.
+    pub cancel: CancellationToken,
+    /// Stop after the step in progress is committed; the run stays `running` for another worker.
+    pub drain: CancellationToken,
+}
+
+/// Tenant quotas: a default and per-tenant overrides.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Quotas {
+    pub(crate) default: Option<Quota>,
+    pub(crate) tenants: HashMap<TenantId, Quota>,
+}
+
+impl Quotas {
+    pub(crate) fn of(&self, tenant: &TenantId) -> Option<Quota> {
+        self.tenants.get(tenant).copied().or(self.default)
+    }
+}
+
+/// Executes runs. Cheap to share behind an `Arc`.
+pub struct Engine {
+    pub(crate) threads: Arc<dyn ThreadStore>,
+    pub(crate) runs: Arc<dyn RunStore>,
+    pub(crate) interactions: Arc<dyn InteractionStore>,
+    pub(crate) ledger: Arc<dyn UsageLedger>,
+    pub(crate) audit: Option<Arc<dyn forge_core::ports::audit::AuditLog>>,
+    pub(crate) prices: Prices,
+    pub(crate) quotas: Quotas,
+    pub(crate) approval_rule: Option<Arc<dyn ApprovalRule>>,
+    pub(crate) authorizer: Arc<dyn Authorizer>,
+    pub(crate) redactor: forge_core::redact::Redactor,
+    /// Whether a person may approve an external write in a run they started.
+    pub(crate) allow_self_approval: bool,
+    pub(crate) models: HashMap<String, Arc<dyn ModelProvider>>,
+    pub(crate) tools: ToolRegistry,
+    pub(crate) skills: Arc<crate::skills::SkillLibrary>,
+    agents: HashMap<(String, String), Arc<AgentDefinition>>,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) ids: Arc<dyn IdGenerator>,
+    worker_id: String,
+    lease_ttl: Duration,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("worker_id", &self.worker_id)
+            .field("models", &self.models.keys().collect::<Vec<_>>())
+            .field("tools", &self.tools)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Engine {
+    /// Starts building an engine.
+    pub fn builder() -> EngineBuilder {
+        EngineBuilder::default()
+    }
+
+    /// The registered agent version.
+    pub fn agent(&self, agent: &AgentRef) -> Result<Arc<AgentDefinition>, EngineError> {
+        self.agents
+            .get(&(agent.name.clone(), agent.version.clone()))
+            .cloned()
+            .ok_or_else(|| EngineError::UnknownAgent {
+                name: agent.name.clone(),
+                version: agent.version.clone(),
+            })
+    }
+
+    /// Asks the policy engine (failing closed): for callers that guard their own resources, such
+    /// as a server deciding who may read or run on a thread.
+    pub fn authorize(
+        &self,
+        request: &forge_core::ports::policy::PolicyRequest<'_>,
+    ) -> forge_core::ports::policy::PolicyDecision {
+        self.authorizer.decide(request)
+    }
+
+    /// Every registered agent version, by name then version.
+    pub fn agents(&self) -> Vec<Arc<AgentDefinition>> {
+        let mut all: Vec<_> = self.agents.values().cloned().collect();
+        all.sort_by(|a, b| {
+            a.agent
+                .name
+                .cmp(&b.agent.name)
+                .then_with(|| a.agent.version.cmp(&b.agent.version))
+        });
+        all
+    }
+
+    /// The thread store.
+    pub fn threads(&self) -> &Arc<dyn ThreadStore> {
+        &self.threads
+    }
+
+    /// The run store (and event log).
+    pub fn runs(&self) -> &Arc<dyn RunStore> {
+        &self.runs
+    }
+
+    /// Creates a queued run of a registered agent on a thread, with the user's input, enqueued
+    /// behind any active run of the thread.
+    pub async fn start_run(
+        &self,
+        scope: &Scope,
+        thread_id: ThreadId,
+        agent: &AgentRef,
+        input: Vec<Part>,
+    ) -> Result<Run, EngineError> {
+        self.submit(scope, NewRun::new(thread_id, agent.clone(), input))
+            .await
+    }
+
+    /// Creates a thread; its title and session state meet the input rules of every store.
+    pub async fn create_thread(
+        &self,
+        scope: &Scope,
+        new: forge_core::ports::store::NewThread,
+    ) -> Result<forge_core::thread::Thread, EngineError> {
+        if let Some(title) = &new.title {
+            forge_core::input::check_text("the title", title)?;
+        }
+        forge_core::input::check("the session state", &new.state)?;
+        Ok(self.threads.create_thread(scope, new).await?)
+    }
+
+    /// Creates a run (and its job) of a registered agent, with the given start strategy.
+    ///
+    /// What a caller sends is input, never a grant: files and any tool results in it are marked
+    /// untrusted whatever the caller claimed. Secrets in its text are scrubbed before it is
+    /// stored or shown to a model.
+    pub async fn submit(&self, scope: &Scope, mut new: NewRun) -> Result<Run, EngineError> {
+        self.agent(&new.agent)?;
+        forge_core::input::check("the run's input", &new.input)?;
+        for part in &mut new.input {
+            match part {
+                Part::File(f) => f.trust = forge_core::part::Trust::Untrusted,
+                Part::ToolResult(r) => {
+                    r.trust = forge_core::part::Trust::Untrusted;
+                    self.redactor.redact_json(&mut r.output);
+                }
+                Part::Text(t) => {
+                    if let std::borrow::Cow::Owned(scrubbed) = self.redactor.redact(&t.text) {
+                        t.text = scrubbed;
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(self.runs.create_run(scope, new).await?)
+    }
+
+    /// One run's metered model calls (reservation, settlement, cost), oldest first.
+    pub async fn run_usage(
+        &self,
+        scope: &Scope,
+        run: RunId,
+    ) -> Result<Vec<ModelCall>, EngineError> {
+        Ok(self.ledger.model_calls(scope, CallFilter::Run(run)).await?)
+    }
+
+    /// The tenant's calls in `[from, to)` rolled up per UTC day and model.
+    pub async fn rollups(
+        &self,
+        scope: &Scope,
+        from: forge_core::time::Timestamp,
+        to: forge_core::time::Timestamp,
+    ) -> Result<Vec<forge_core::metering::Rollup>, EngineError> {
+        let calls = self
+            .ledger
+            .model_calls(scope, CallFilter::Between(from, to))
+            .await?;
+        Ok(forge_core::metering::rollup(&calls))
+    }
+
+    /// The reconciliation report for the tenant's calls in `[from, to)`: each estimate against
+    /// the provider's actual.
+    pub async fn reconciliation(
+        &self,
+        scope: &Scope,
+        from: forge_core::time::Timestamp,
+        to: forge_core::time::Timestamp,
+    ) -> Result<Vec<forge_core::metering::Drift>, EngineError> {
+        let calls = self
+            .ledger
+            .model_calls(scope, CallFilter::Between(from, to))
+            .await?;
+        Ok(forge_core::metering::reconcile(&calls))
+    }
+}

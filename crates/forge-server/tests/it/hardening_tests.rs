@@ -272,28 +272,18 @@ async fn subscriptions_per_connection_are_capped() {
         ws.subscribe(id, RUN_EVENTS, json!({"id": run, "after": 0}))
             .await;
     }
-    loop {
-        let m = ws.next_json().await;
-        if m["id"] == "4" {
-            assert_eq!(m["type"], "error", "{m}");
-            assert_eq!(
-                m["payload"][0]["extensions"]["code"],
-                "TOO_MANY_SUBSCRIPTIONS"
-            );
-            break;
-        }
-    }
+    let m = ws.next_for("4").await;
+    assert_eq!(m["type"], "error", "{m}");
+    assert_eq!(
+        m["payload"][0]["extensions"]["code"],
+        "TOO_MANY_SUBSCRIPTIONS"
+    );
     // Ending one makes room for another.
     ws.send(json!({"id": "1", "type": "complete"})).await;
     ws.subscribe("5", RUN_EVENTS, json!({"id": run, "after": 0}))
         .await;
-    loop {
-        let m = ws.next_json().await;
-        if m["id"] == "5" {
-            assert_eq!(m["type"], "next", "{m}");
-            break;
-        }
-    }
+    let m = ws.next_for("5").await;
+    assert_eq!(m["type"], "next", "{m}");
 }
 
 #[tokio::test]
@@ -407,12 +397,7 @@ async fn subscriptions_per_tenant_are_capped_across_connections() {
         let (mut ws, _) = Ws::connect(&srv, Some(&t)).await;
         ws.subscribe(id, RUN_EVENTS, json!({"id": run, "after": 0}))
             .await;
-        let m = loop {
-            let m = ws.next_json().await;
-            if m["id"] == id {
-                break m;
-            }
-        };
+        let m = ws.next_for(id).await;
         sockets.push((ws, m));
     }
     assert_eq!(sockets[0].1["type"], "next");
@@ -428,12 +413,7 @@ async fn subscriptions_per_tenant_are_capped_across_connections() {
     let (mut ws, _) = Ws::connect(&srv, Some(&g)).await;
     ws.subscribe("g", RUN_EVENTS, json!({"id": other, "after": 0}))
         .await;
-    let m = loop {
-        let m = ws.next_json().await;
-        if m["id"] == "g" {
-            break m;
-        }
-    };
+    let m = ws.next_for("g").await;
     assert_eq!(m["type"], "next", "{m}");
     // A connection that goes away gives its subscriptions back.
     drop(sockets.remove(0));
@@ -441,12 +421,7 @@ async fn subscriptions_per_tenant_are_capped_across_connections() {
     let (mut ws, _) = Ws::connect(&srv, Some(&t)).await;
     ws.subscribe("4", RUN_EVENTS, json!({"id": run, "after": 0}))
         .await;
-    let m = loop {
-        let m = ws.next_json().await;
-        if m["id"] == "4" {
-            break m;
-        }
-    };
+    let m = ws.next_for("4").await;
     assert_eq!(m["type"], "next", "{m}");
 }
 

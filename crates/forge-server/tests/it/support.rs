@@ -423,6 +423,16 @@ impl Ws {
         }
     }
 
+    /// The next message of operation `id`, skipping the others.
+    pub async fn next_for(&mut self, id: &str) -> Value {
+        loop {
+            let m = self.next_json().await;
+            if m["id"] == id {
+                return m;
+            }
+        }
+    }
+
     pub async fn subscribe(&mut self, id: &str, query: &str, variables: Value) {
         self.send(json!({"id": id, "type": "subscribe", "payload": {"query": query, "variables": variables}}))
             .await;

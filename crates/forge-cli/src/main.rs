@@ -97,6 +97,11 @@ struct WorkerArgs {
 struct MigrateArgs {
     #[command(flatten)]
     store: store::StoreArgs,
+    /// PostgreSQL (RLS mode): a superuser's URL of the same database. First provisions, as that
+    /// administrator, the role `forge_system` and the functions through which alone Forge works
+    /// across tenants, executable by the store URL's role; then migrates as that role.
+    #[arg(long, env = "FORGE_ADMIN_DATABASE_URL")]
+    admin_url: Option<String>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -247,6 +252,10 @@ pub(crate) async fn shutdown_signal() {
 }
 
 async fn migrate(args: MigrateArgs) -> anyhow::Result<ExitCode> {
+    if let Some(admin) = &args.admin_url {
+        let role = store::provision_system(&args.store, admin).await?;
+        println!("provisioned forge_system for role {role}");
+    }
     let opened = store::open(&args.store).await?;
     println!(
         "applied {} migration(s); schema at version {}",

@@ -63,6 +63,27 @@ fn current(applied: Result<Vec<i64>, forge_core::Error>, latest: i64) -> Result<
     }
 }
 
+/// Provisions, as the administrator `admin_url`, what RLS mode needs and the application role must
+/// not be able to create (see `forge_store_postgres::provision_system`); returns the role.
+pub(crate) async fn provision_system(args: &StoreArgs, admin_url: &str) -> anyhow::Result<String> {
+    let url = args.url.as_str();
+    if !(url.starts_with("postgres://") || url.starts_with("postgresql://"))
+        || args.pg_mode != "rls"
+    {
+        bail!(
+            "--admin-url applies to PostgreSQL in RLS mode only (Supabase mode's migrations provision as the login role)"
+        );
+    }
+    let options: sqlx::postgres::PgConnectOptions = url
+        .parse()
+        .with_context(|| format!("invalid store URL {}", redact(url)))?;
+    let role = options.get_username().to_owned();
+    forge_store_postgres::provision_system(admin_url, &role)
+        .await
+        .with_context(|| format!("failed to provision forge_system as {}", redact(admin_url)))?;
+    Ok(role)
+}
+
 /// Opens the store the URL names, provisioning its schema.
 pub(crate) async fn open(args: &StoreArgs) -> anyhow::Result<Opened> {
     let url = args.url.as_str();

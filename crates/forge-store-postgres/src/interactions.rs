@@ -236,15 +236,13 @@ impl InteractionStore for PostgresStore {
     }
 
     async fn expire_interactions(&self, _system: &SystemScope) -> Result<usize, Error> {
-        let mut tx = self.system_tx().await?;
-        let rows = sqlx::query(
-            "SELECT id, tenant_id FROM forge_interactions WHERE status = 'pending' AND expires_at <= $1",
-        )
-        .bind(self.clock.now().0)
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(db_error)?;
-        tx.commit().await.map_err(db_error)?;
+        // Across tenants, ids only, through forge_system's function; each is then expired in
+        // its own tenant's transaction.
+        let rows = sqlx::query("SELECT * FROM forge_sys_due_interactions($1)")
+            .bind(self.clock.now().0)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db_error)?;
         let due = rows
             .iter()
             .map(|r| {

@@ -11,6 +11,13 @@
 //!   grant on any Forge table) with
 //!   `request.jwt.claims` carrying the tenant.
 //!
+//! Work across tenants (claiming and settling queue jobs, dead letters, the interaction expiry
+//! sweep) goes through `SECURITY DEFINER` functions owned by the role `forge_system`, which the
+//! application role cannot become; the policies admit cross-tenant rows only to that role, so no
+//! setting an application connection makes opens another tenant's rows. In RLS mode an
+//! administrator creates the role and its functions once ([`provision_system`]); Supabase mode's
+//! migrations do it as Supabase's `postgres`.
+//!
 //! The schema is provisioned on connect from embedded, versioned, reversible migrations, under an
 //! advisory lock so that many processes may start against one empty database at once.
 
@@ -93,7 +100,20 @@ pub enum OpenError {
     /// Applying migrations failed.
     #[error("could not apply migrations")]
     Migrate(#[source] forge_core::Error),
+    /// The role `forge_system` or its functions are missing, stale, or within the application's
+    /// reach.
+    #[error("{problem}; {SYSTEM_HINT}")]
+    SystemRole {
+        /// What is wrong.
+        problem: String,
+    },
 }
+
+const SYSTEM_HINT: &str = "an administrator provisions the role forge_system and its functions: \
+    forge migrate --store <app URL> --admin-url <superuser URL of the same database>";
+
+/// Version of `sql/system_functions.sql` this build calls (`forge_sys_version()`).
+pub const SYSTEM_FUNCTIONS_VERSION: i32 = 1;
 
 /// The PostgreSQL store.
 #[derive(Clone)]
@@ -140,6 +160,7 @@ impl PostgresStore {
         if mode == Mode::Supabase {
             check_tenant_role(&mut conn).await?;
         }
+        check_system_role(&mut conn, mode).await?;
         conn.close()
             .await
             .map_err(|e| OpenError::Connect(db_error(e)))?;
@@ -227,16 +248,141 @@ impl PostgresStore {
             .await
             .map_err(db_error)
     }
+}
 
-    /// Begins a transaction with the system scope (cross-tenant, for queue claims).
-    pub(crate) async fn system_tx(
-        &self,
-    ) -> Result<Transaction<'static, Postgres>, forge_core::Error> {
-        self.pool
-            .begin_with("BEGIN; SELECT set_config('forge.system', 'on', true)")
+/// Provisions, as an administrator, what RLS mode needs and the application role must not be able
+/// to create: the role `forge_system` (no login, no `BYPASSRLS`) and the system functions it owns,
+/// executable by `app_role` alone. `admin_url` is a superuser's URL of Forge's database.
+/// Idempotent; run it before the application's first start and after upgrades that change the
+/// functions ([`SYSTEM_FUNCTIONS_VERSION`]). Refuses an `app_role` that could become
+/// `forge_system`, or that is a superuser or `BYPASSRLS`.
+pub async fn provision_system(admin_url: &str, app_role: &str) -> Result<(), OpenError> {
+    let options: PgConnectOptions = admin_url.parse().map_err(OpenError::Url)?;
+    let mut conn = PgConnection::connect_with(&options.application_name("forge-provision"))
+        .await
+        .map_err(|e| OpenError::Connect(db_error(e)))?;
+    let fail = |e: sqlx::Error| OpenError::Migrate(db_error(e));
+    let mut tx = conn.begin().await.map_err(fail)?;
+    sqlx::query("SELECT pg_advisory_xact_lock($1)")
+        .bind(migrate::LOCK_KEY)
+        .execute(&mut *tx)
+        .await
+        .map_err(fail)?;
+    let app: Option<(bool, bool)> =
+        sqlx::query_as("SELECT rolsuper, rolbypassrls FROM pg_roles WHERE rolname = $1")
+            .bind(app_role)
+            .fetch_optional(&mut *tx)
             .await
-            .map_err(db_error)
+            .map_err(fail)?;
+    match app {
+        None => {
+            return Err(OpenError::SystemRole {
+                problem: format!("the application role {app_role} does not exist"),
+            });
+        }
+        Some((true, _) | (_, true)) => {
+            return Err(OpenError::BypassesRls {
+                role: app_role.to_owned(),
+            });
+        }
+        Some(_) => {}
     }
+    sqlx::raw_sql(
+        "DO $$ BEGIN
+            IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'forge_system') THEN
+                CREATE ROLE forge_system NOLOGIN NOINHERIT NOBYPASSRLS;
+            END IF;
+        END $$",
+    )
+    .execute(&mut *tx)
+    .await
+    .map_err(fail)?;
+    let member: bool = sqlx::query_scalar("SELECT pg_has_role($1, 'forge_system', 'MEMBER')")
+        .bind(app_role)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(fail)?;
+    if member {
+        return Err(OpenError::SystemRole {
+            problem: format!(
+                "the application role {app_role} is a member of forge_system and could act as it; revoke the membership"
+            ),
+        });
+    }
+    sqlx::raw_sql(include_str!("../sql/system_functions.sql"))
+        .execute(&mut *tx)
+        .await
+        .map_err(fail)?;
+    sqlx::query("SELECT set_config('forge.app_role', $1, true)")
+        .bind(app_role)
+        .execute(&mut *tx)
+        .await
+        .map_err(fail)?;
+    sqlx::raw_sql(include_str!("../sql/system_owner.sql"))
+        .execute(&mut *tx)
+        .await
+        .map_err(fail)?;
+    tx.commit().await.map_err(fail)?;
+    conn.close()
+        .await
+        .map_err(|e| OpenError::Connect(db_error(e)))
+}
+
+/// The system functions must be this build's, owned by `forge_system`, and (in RLS mode) out of
+/// the application role's reach: it must not be able to become `forge_system`.
+async fn check_system_role(conn: &mut PgConnection, mode: Mode) -> Result<(), OpenError> {
+    let err = |e: sqlx::Error| OpenError::Connect(db_error(e));
+    let (owned, total): (i64, i64) = sqlx::query_as(
+        "SELECT count(*) FILTER (WHERE p.prosecdef AND pg_get_userbyid(p.proowner) = 'forge_system'), \
+                count(*) \
+           FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace \
+          WHERE n.nspname = 'public' AND p.proname LIKE 'forge\\_sys\\_%' AND p.proname <> 'forge_sys_version'",
+    )
+    .fetch_one(&mut *conn)
+    .await
+    .map_err(err)?;
+    if total == 0 || owned != total {
+        return Err(OpenError::SystemRole {
+            problem: format!(
+                "{owned} of {total} system functions are SECURITY DEFINER and owned by forge_system"
+            ),
+        });
+    }
+    let exists: bool =
+        sqlx::query_scalar("SELECT to_regprocedure('forge_sys_version()') IS NOT NULL")
+            .fetch_one(&mut *conn)
+            .await
+            .map_err(err)?;
+    let version: Option<i32> = if exists {
+        sqlx::query_scalar("SELECT forge_sys_version()")
+            .fetch_one(&mut *conn)
+            .await
+            .map_err(err)?
+    } else {
+        None
+    };
+    if version != Some(SYSTEM_FUNCTIONS_VERSION) {
+        return Err(OpenError::SystemRole {
+            problem: format!(
+                "the system functions are version {}, this build needs {SYSTEM_FUNCTIONS_VERSION}",
+                version.map_or_else(|| "unknown".to_owned(), |v| v.to_string())
+            ),
+        });
+    }
+    if mode == Mode::Rls {
+        let member: bool =
+            sqlx::query_scalar("SELECT pg_has_role(current_user, 'forge_system', 'MEMBER')")
+                .fetch_one(&mut *conn)
+                .await
+                .map_err(err)?;
+        if member {
+            return Err(OpenError::SystemRole {
+                problem: "the application role is a member of forge_system and could act as it"
+                    .into(),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// `value` as an escape-string literal, whatever `standard_conforming_strings` says: backslashes

@@ -110,8 +110,30 @@ const SUPABASE_TENANT_ROLE: Migration = Migration {
     down: include_str!("../migrations/0007_supabase_tenant_role.down.sql"),
 };
 
+const RLS_SYSTEM_ROLE: Migration = Migration {
+    version: 8,
+    name: "system_role",
+    up: concat!(
+        include_str!("../migrations/0008_rls_system_role.up.sql"),
+        include_str!("../migrations/0008_system_grants.up.sql")
+    ),
+    down: include_str!("../migrations/0008_rls_system_role.down.sql"),
+};
+
+const SUPABASE_SYSTEM_ROLE: Migration = Migration {
+    version: 8,
+    name: "supabase_system_role",
+    up: concat!(
+        include_str!("../migrations/0008_supabase_system_role.up.sql"),
+        include_str!("../sql/system_functions.sql"),
+        include_str!("../sql/system_owner.sql"),
+        include_str!("../migrations/0008_system_grants.up.sql")
+    ),
+    down: include_str!("../migrations/0008_supabase_system_role.down.sql"),
+};
+
 /// The migrations of a mode, in order.
-pub fn migrations(mode: Mode) -> [Migration; 7] {
+pub fn migrations(mode: Mode) -> [Migration; 8] {
     match mode {
         Mode::Rls => [
             TABLES,
@@ -121,6 +143,7 @@ pub fn migrations(mode: Mode) -> [Migration; 7] {
             RUN_ROLES,
             EVENT_NOTIFY,
             RLS_TENANT_ROLE,
+            RLS_SYSTEM_ROLE,
         ],
         Mode::Supabase => [
             TABLES,
@@ -130,12 +153,13 @@ pub fn migrations(mode: Mode) -> [Migration; 7] {
             RUN_ROLES,
             EVENT_NOTIFY,
             SUPABASE_TENANT_ROLE,
+            SUPABASE_SYSTEM_ROLE,
         ],
     }
 }
 
 /// Key of the advisory lock migrations hold (`'forge'` in ASCII).
-const LOCK_KEY: i64 = 0x0066_6f72_6765;
+pub(crate) const LOCK_KEY: i64 = 0x0066_6f72_6765;
 
 const LEDGER: &str = "CREATE TABLE IF NOT EXISTS forge_schema_migrations (
     version bigint PRIMARY KEY,

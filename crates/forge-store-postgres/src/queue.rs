@@ -27,21 +27,9 @@ fn claimed(row: &PgRow) -> Result<ClaimedJob, Error> {
     })
 }
 
-impl PostgresStore {
-    /// Locks the job's row if `job` is its current, unexpired claim; `Fenced` otherwise.
-    async fn current_claim(
-        &self,
-        tx: &mut sqlx::Transaction<'static, sqlx::Postgres>,
-        job: &ClaimedJob,
-    ) -> Result<PgRow, Error> {
-        sqlx::query("SELECT * FROM forge_jobs WHERE id = $1 AND state = 'claimed' AND token = $2 AND expires_at > $3 FOR UPDATE")
-            .bind(job.id.0)
-            .bind(i64_of(job.token)?)
-            .bind(self.clock.now().0)
-            .fetch_optional(&mut **tx)
-            .await
-            .map_err(db_error)?
-            .ok_or_else(|| Error::Fenced { resource: format!("job {}", job.id) })
+fn fenced(job: &ClaimedJob) -> Error {
+    Error::Fenced {
+        resource: format!("job {}", job.id),
     }
 }
 
@@ -84,34 +72,14 @@ impl JobQueue for PostgresStore {
         _worker: &str,
         ttl: Duration,
     ) -> Result<Option<ClaimedJob>, Error> {
+        // Cross-tenant: only through forge_system's function (see sql/system_functions.sql).
         let now = self.clock.now();
-        let mut tx = self.system_tx().await?;
-        let row = sqlx::query(
-            "UPDATE forge_jobs j SET state = 'claimed', attempts = j.attempts + 1, token = j.token + 1, expires_at = $2 \
-             FROM (SELECT id FROM forge_jobs \
-                   WHERE (state = 'ready' AND available_at <= $1) \
-                      OR (state = 'claimed' AND expires_at <= $1 AND attempts < max_attempts) \
-                   ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED) next \
-             WHERE j.id = next.id RETURNING j.*",
-        )
-        .bind(now.0)
-        .bind(now.plus(ttl).0)
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(db_error)?;
-        if row.is_none() {
-            // Nothing to claim: mark lapsed claims with no attempts left as dead letters (the claim
-            // above never takes them), while the queue is idle rather than on every claim.
-            sqlx::query(
-                "UPDATE forge_jobs SET state = 'dead', expires_at = NULL WHERE id IN (SELECT id FROM forge_jobs \
-                 WHERE state = 'claimed' AND expires_at <= $1 AND attempts >= max_attempts FOR UPDATE SKIP LOCKED)",
-            )
+        let row = sqlx::query("SELECT * FROM forge_sys_claim($1, $2)")
             .bind(now.0)
-            .execute(&mut *tx)
+            .bind(now.plus(ttl).0)
+            .fetch_optional(&self.pool)
             .await
             .map_err(db_error)?;
-        }
-        tx.commit().await.map_err(db_error)?;
         row.as_ref().map(claimed).transpose()
     }
 
@@ -121,16 +89,19 @@ impl JobQueue for PostgresStore {
         job: &ClaimedJob,
         ttl: Duration,
     ) -> Result<ClaimedJob, Error> {
-        let mut tx = self.system_tx().await?;
-        self.current_claim(&mut tx, job).await?;
-        let expires_at = self.clock.now().plus(ttl);
-        sqlx::query("UPDATE forge_jobs SET expires_at = $1 WHERE id = $2")
-            .bind(expires_at.0)
+        let now = self.clock.now();
+        let expires_at = now.plus(ttl);
+        let held: bool = sqlx::query_scalar("SELECT forge_sys_heartbeat($1, $2, $3, $4)")
             .bind(job.id.0)
-            .execute(&mut *tx)
+            .bind(i64_of(job.token)?)
+            .bind(now.0)
+            .bind(expires_at.0)
+            .fetch_one(&self.pool)
             .await
             .map_err(db_error)?;
-        tx.commit().await.map_err(db_error)?;
+        if !held {
+            return Err(fenced(job));
+        }
         Ok(ClaimedJob {
             expires_at,
             ..job.clone()
@@ -138,14 +109,14 @@ impl JobQueue for PostgresStore {
     }
 
     async fn complete(&self, _system: &SystemScope, job: &ClaimedJob) -> Result<(), Error> {
-        let mut tx = self.system_tx().await?;
-        self.current_claim(&mut tx, job).await?;
-        sqlx::query("UPDATE forge_jobs SET state = 'completed', expires_at = NULL WHERE id = $1")
+        let held: bool = sqlx::query_scalar("SELECT forge_sys_complete($1, $2, $3)")
             .bind(job.id.0)
-            .execute(&mut *tx)
+            .bind(i64_of(job.token)?)
+            .bind(self.clock.now().0)
+            .fetch_one(&self.pool)
             .await
             .map_err(db_error)?;
-        tx.commit().await.map_err(db_error)
+        if held { Ok(()) } else { Err(fenced(job)) }
     }
 
     async fn fail(
@@ -155,27 +126,17 @@ impl JobQueue for PostgresStore {
         retry_in: Duration,
         reason: &str,
     ) -> Result<JobState, Error> {
-        let mut tx = self.system_tx().await?;
-        let row = self.current_claim(&mut tx, job).await?;
-        let attempts: i32 = rows::get(&row, "attempts")?;
-        let max: i32 = rows::get(&row, "max_attempts")?;
-        let (next, name) = if attempts >= max {
-            (JobState::Dead, "dead")
-        } else {
-            (JobState::Ready, "ready")
-        };
-        sqlx::query(
-            "UPDATE forge_jobs SET state = $1, expires_at = NULL, available_at = $2, last_error = $4 WHERE id = $3",
-        )
-        .bind(name)
-        .bind(self.clock.now().plus(retry_in).0)
-        .bind(job.id.0)
-        .bind(reason)
-            .execute(&mut *tx)
-        .await
-        .map_err(db_error)?;
-        tx.commit().await.map_err(db_error)?;
-        Ok(next)
+        let now = self.clock.now();
+        let state: Option<String> = sqlx::query_scalar("SELECT forge_sys_fail($1, $2, $3, $4, $5)")
+            .bind(job.id.0)
+            .bind(i64_of(job.token)?)
+            .bind(now.0)
+            .bind(now.plus(retry_in).0)
+            .bind(reason)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(db_error)?;
+        JobState::from_name(&state.ok_or_else(|| fenced(job))?)
     }
 
     async fn release(
@@ -184,41 +145,33 @@ impl JobQueue for PostgresStore {
         job: &ClaimedJob,
         not_before: Timestamp,
     ) -> Result<(), Error> {
-        let mut tx = self.system_tx().await?;
-        self.current_claim(&mut tx, job).await?;
-        sqlx::query(
-            "UPDATE forge_jobs SET state = 'ready', attempts = GREATEST(attempts - 1, 0), expires_at = NULL, available_at = $1 \
-             WHERE id = $2",
-        )
-        .bind(not_before.0)
-        .bind(job.id.0)
-        .execute(&mut *tx)
-        .await
-        .map_err(db_error)?;
-        tx.commit().await.map_err(db_error)
+        let held: bool = sqlx::query_scalar("SELECT forge_sys_release($1, $2, $3, $4)")
+            .bind(job.id.0)
+            .bind(i64_of(job.token)?)
+            .bind(self.clock.now().0)
+            .bind(not_before.0)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(db_error)?;
+        if held { Ok(()) } else { Err(fenced(job)) }
     }
 
     async fn dead_jobs(&self, _system: &SystemScope, limit: usize) -> Result<Vec<JobInfo>, Error> {
-        let mut tx = self.system_tx().await?;
-        let found =
-            sqlx::query("SELECT * FROM forge_jobs WHERE state = 'dead' ORDER BY id LIMIT $1")
-                .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-                .fetch_all(&mut *tx)
-                .await
-                .map_err(db_error)?;
-        tx.commit().await.map_err(db_error)?;
+        let found = sqlx::query("SELECT * FROM forge_sys_jobs(NULL, 'dead', $1)")
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db_error)?;
         found.iter().map(info).collect()
     }
 
     async fn job(&self, _system: &SystemScope, id: JobId) -> Result<JobInfo, Error> {
-        let mut tx = self.system_tx().await?;
-        let row = sqlx::query("SELECT * FROM forge_jobs WHERE id = $1")
+        let row = sqlx::query("SELECT * FROM forge_sys_jobs($1, NULL, 1)")
             .bind(id.0)
-            .fetch_optional(&mut *tx)
+            .fetch_optional(&self.pool)
             .await
             .map_err(db_error)?
             .ok_or_else(|| Error::not_found("job", id))?;
-        tx.commit().await.map_err(db_error)?;
         info(&row)
     }
 
@@ -242,16 +195,8 @@ impl JobQueue for PostgresStore {
             .await
     }
 
-    async fn job_state(&self, _system: &SystemScope, id: JobId) -> Result<JobState, Error> {
-        let mut tx = self.system_tx().await?;
-        let state: Option<String> =
-            sqlx::query_scalar("SELECT state FROM forge_jobs WHERE id = $1")
-                .bind(id.0)
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(db_error)?;
-        tx.commit().await.map_err(db_error)?;
-        JobState::from_name(&state.ok_or_else(|| Error::not_found("job", id))?)
+    async fn job_state(&self, system: &SystemScope, id: JobId) -> Result<JobState, Error> {
+        Ok(self.job(system, id).await?.state)
     }
 }
 
@@ -278,11 +223,13 @@ impl PostgresStore {
         action: &str,
         to: JobState,
     ) -> Result<JobInfo, Error> {
-        let now = self.clock.now();
-        let mut tx = self.system_tx().await?;
-        let row = sqlx::query("SELECT * FROM forge_jobs WHERE id = $1 FOR UPDATE")
+        let row = sqlx::query("SELECT * FROM forge_sys_operate($1, $2, $3, $4, $5)")
             .bind(id.0)
-            .fetch_optional(&mut *tx)
+            .bind(actor)
+            .bind(action)
+            .bind(to.name())
+            .bind(self.clock.now().0)
+            .fetch_optional(&self.pool)
             .await
             .map_err(db_error)?
             .ok_or_else(|| Error::not_found("job", id))?;
@@ -293,32 +240,8 @@ impl PostgresStore {
                 job.state.name()
             )));
         }
-        let reset = to == JobState::Ready;
-        sqlx::query(
-            "UPDATE forge_jobs SET state = $1, attempts = CASE WHEN $2 THEN 0 ELSE attempts END, \
-             available_at = CASE WHEN $2 THEN $3 ELSE available_at END WHERE id = $4",
-        )
-        .bind(to.name())
-        .bind(reset)
-        .bind(now.0)
-        .bind(id.0)
-        .execute(&mut *tx)
-        .await
-        .map_err(db_error)?;
-        let detail = serde_json::json!({ "run_id": job.run_id, "last_error": job.last_error });
-        sqlx::query("INSERT INTO forge_audit (tenant_id, at, actor, action, subject, detail) VALUES ($1, $2, $3, $4, $5, $6)")
-            .bind(job.tenant_id.as_str())
-            .bind(now.0)
-            .bind(actor)
-            .bind(action)
-            .bind(format!("job {id}"))
-            .bind(detail)
-            .execute(&mut *tx)
-            .await
-            .map_err(db_error)?;
-        tx.commit().await.map_err(db_error)?;
         job.state = to;
-        if reset {
+        if to == JobState::Ready {
             job.attempts = 0;
         }
         Ok(job)

@@ -52,8 +52,21 @@ pub struct TestDatabase {
 }
 
 impl TestDatabase {
-    /// Creates an empty database owned by the flavor's login role.
+    /// Creates an empty database owned by the flavor's login role (for [`Flavor::Plain`], with
+    /// `forge_system` and its functions provisioned, as an administrator does before Forge starts).
     pub async fn create(flavor: Flavor) -> Result<Self, String> {
+        let db = Self::create_unprovisioned(flavor).await?;
+        if flavor == Flavor::Plain {
+            crate::provision_system(&db.admin, APP_ROLE)
+                .await
+                .map_err(|e| format!("could not provision forge_system: {e}"))?;
+        }
+        Ok(db)
+    }
+
+    /// Like [`TestDatabase::create`], without the system functions an administrator provisions
+    /// for RLS mode (the cluster-wide role `forge_system` may exist).
+    pub async fn create_unprovisioned(flavor: Flavor) -> Result<Self, String> {
         let admin = admin_url();
         let mut conn = PgConnection::connect(&admin)
             .await
@@ -84,7 +97,7 @@ impl TestDatabase {
             // Like Supabase's login roles, ours is NOINHERIT, so it needs its rights on `public` and
             // `auth` granted directly.
             let auth = format!(
-                "{SUPABASE_AUTH}\nGRANT USAGE ON SCHEMA auth TO {SUPABASE_LOGIN_ROLE};\nGRANT ALL ON SCHEMA public TO {SUPABASE_LOGIN_ROLE};"
+                "{SUPABASE_AUTH}\nGRANT USAGE ON SCHEMA auth TO {SUPABASE_LOGIN_ROLE};\nGRANT ALL ON SCHEMA public TO {SUPABASE_LOGIN_ROLE};\nGRANT CREATE ON SCHEMA public TO forge_system;"
             );
             exec(&mut conn, &auth)
                 .await
@@ -195,6 +208,14 @@ async fn ensure_roles(conn: &mut PgConnection) -> Result<(), String> {
             IF NOT pg_has_role('{SUPABASE_LOGIN_ROLE}', 'forge_tenant', 'MEMBER') THEN
                 GRANT forge_tenant TO {SUPABASE_LOGIN_ROLE};
             END IF;
+            -- Likewise its system role, which Supabase's `postgres` may become (it administers
+            -- the database); RLS mode's application role never may.
+            IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'forge_system') THEN
+                CREATE ROLE forge_system NOLOGIN NOINHERIT NOBYPASSRLS;
+            END IF;
+            IF NOT pg_has_role('{SUPABASE_LOGIN_ROLE}', 'forge_system', 'MEMBER') THEN
+                GRANT forge_system TO {SUPABASE_LOGIN_ROLE};
+            END IF;
         END $$;
         COMMIT;"
     );
@@ -216,8 +237,9 @@ $$;
 CREATE OR REPLACE FUNCTION auth.uid() RETURNS uuid LANGUAGE sql STABLE AS $$
     SELECT nullif(coalesce(nullif(current_setting('request.jwt.claim.sub', true), ''), auth.jwt() ->> 'sub'), '')::uuid
 $$;
-GRANT USAGE ON SCHEMA auth TO anon, authenticated, service_role, forge_tenant;
-GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA auth TO anon, authenticated, service_role, forge_tenant;
+GRANT USAGE ON SCHEMA auth TO anon, authenticated, service_role, forge_tenant, forge_system;
+GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA auth TO anon, authenticated, service_role, forge_tenant,
+    forge_system;
 ";
 
 #[cfg(test)]

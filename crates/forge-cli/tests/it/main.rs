@@ -285,6 +285,49 @@ mod stores {
         pool.close().await;
     }
 
+    /// RLS mode's system role is an administrator's to create: without it `forge migrate` says
+    /// how, and `--admin-url` provisions it for the store URL's role before migrating.
+    #[tokio::test]
+    async fn forge_migrate_provisions_the_system_role_with_an_admin_url() {
+        let db = TestDatabase::create_unprovisioned(Flavor::Plain)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let out = forge(&["migrate", "--store", db.url()]);
+        assert_eq!(out.status.code(), Some(2), "{}", text(&out.stdout));
+        let stderr = text(&out.stderr);
+        assert!(
+            stderr.contains("forge migrate --store <app URL> --admin-url"),
+            "{stderr}"
+        );
+        assert!(
+            !stderr.contains("forge_test@"),
+            "no password printed: {stderr}"
+        );
+
+        let out = forge(&[
+            "migrate",
+            "--store",
+            db.url(),
+            "--admin-url",
+            db.admin_url(),
+        ]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let stdout = text(&out.stdout);
+        assert!(
+            stdout.starts_with("provisioned forge_system for role forge_test_app\n"),
+            "{stdout}"
+        );
+        let out = forge(&[
+            "run",
+            "--store",
+            db.url(),
+            "--agent",
+            "examples/agents/calculator.toml",
+            "What is 2 times 3?",
+        ]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+    }
+
     #[tokio::test]
     async fn forge_run_on_postgres_commits_the_run_to_the_database() {
         let db = TestDatabase::create(Flavor::Plain)

@@ -274,6 +274,162 @@ async fn raw_sql_as_the_application_role_sees_only_its_tenant() {
     assert!(err.to_string().contains("row-level security"), "{err}");
 }
 
+/// The system scope is not a setting (issue 16, item 3): the application role, turning on
+/// whatever it likes, reaches no other tenant's rows; only `forge_system`'s functions work across
+/// tenants, and the application role can neither become that role nor call the functions'
+/// internal helper.
+#[tokio::test]
+async fn the_application_role_cannot_forge_the_system_scope() {
+    let clock = Arc::new(ManualClock::at_2026());
+    let (store, url, _) = crate::fresh(Flavor::Plain, clock.clone()).await;
+    seed_tenant_a(&store, &clock).await;
+    let mut conn = PgConnection::connect(&url).await.unwrap();
+    let forged: [&[&str]; 4] = [
+        &["SELECT set_config('forge.system', 'on', true)"],
+        &[
+            "SELECT set_config('forge.system', 'on', true)",
+            "SELECT set_config('forge.tenant_id', 'tenant-b', true)",
+        ],
+        &["SET LOCAL forge.system = 'on'"],
+        &[
+            "SELECT set_config('forge.system', 'on', false)",
+            "SELECT set_config('forge.app_role', 'forge_system', true)",
+        ],
+    ];
+    for setup in forged {
+        assert_eq!(
+            counts(&mut conn, setup).await,
+            [0; 8],
+            "{setup:?} sees none"
+        );
+        assert_eq!(
+            tamper(&mut conn, setup).await,
+            [0; 9],
+            "{setup:?} changes none"
+        );
+    }
+    sqlx::query("RESET forge.system")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    // Writing another tenant's audit entry under a forged scope is refused.
+    let mut tx = conn.begin().await.unwrap();
+    sqlx::query("SELECT set_config('forge.system', 'on', true)")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    let err = sqlx::query(
+        "INSERT INTO forge_audit (tenant_id, at, actor, action, subject, detail) \
+         VALUES ('tenant-a', now(), 'mallory', 'approval.approved', 'x', '{}')",
+    )
+    .execute(&mut *tx)
+    .await
+    .unwrap_err();
+    assert!(err.to_string().contains("row-level security"), "{err}");
+    tx.rollback().await.unwrap();
+    // Nor can it become the role, or call the helper that locks any job row.
+    for sql in [
+        "SET ROLE forge_system",
+        "SELECT forge_sys_holds(gen_random_uuid(), 1, now())",
+    ] {
+        let err = sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_owned()))
+            .execute(&mut conn)
+            .await
+            .expect_err(sql);
+        assert!(
+            err.to_string().contains("permission denied"),
+            "{sql}: {err}"
+        );
+    }
+    // What it may do across tenants is exactly the queue's operations: here, list dead letters
+    // (none: the seeded one was replayed) and find the seeded job by id.
+    let dead: i64 = sqlx::query_scalar("SELECT count(*) FROM forge_sys_jobs(NULL, 'dead', 10)")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(dead, 0);
+    let all: i64 = sqlx::query_scalar("SELECT count(*) FROM forge_sys_jobs(NULL, NULL, 10)")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(all, 1, "the system function does see across tenants");
+}
+
+/// The application role must not be able to act as `forge_system`: a start as a member of it is
+/// refused, as is a start before an administrator provisioned it.
+#[tokio::test]
+async fn refuses_to_start_where_the_system_role_is_forgeable_or_missing() {
+    let db = TestDatabase::create(Flavor::Plain)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mut admin = PgConnection::connect(db.admin_url()).await.unwrap();
+    // Functions the application role made itself are not forge_system's.
+    sqlx::raw_sql(
+        "ALTER FUNCTION forge_sys_claim(timestamptz, timestamptz) OWNER TO forge_test_app",
+    )
+    .execute(&mut admin)
+    .await
+    .unwrap();
+    let err = PostgresStore::connect(db.url(), Mode::Rls)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, OpenError::SystemRole { problem } if problem.contains("8 of 9")),
+        "{err}"
+    );
+    assert!(err.to_string().contains("forge migrate"), "{err}");
+    // Provisioning again restores them, and refuses an application role that is a member.
+    forge_store_postgres::provision_system(db.admin_url(), "forge_test_app")
+        .await
+        .unwrap();
+    PostgresStore::connect(db.url(), Mode::Rls)
+        .await
+        .unwrap()
+        .close()
+        .await;
+    // A login role that is a member of forge_system (roles are cluster-wide: a role of its own,
+    // so no other test's application role changes).
+    sqlx::raw_sql(
+        "BEGIN; SELECT pg_advisory_xact_lock(7277267);
+         DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'forge_test_member') THEN
+             CREATE ROLE forge_test_member LOGIN PASSWORD 'forge_test'; GRANT forge_system TO forge_test_member;
+         END IF; END $$; COMMIT;
+         GRANT ALL ON SCHEMA public TO forge_test_member;",
+    )
+    .execute(&mut admin)
+    .await
+    .unwrap();
+    let member = TestDatabase::create(Flavor::Plain)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mut member_admin = PgConnection::connect(member.admin_url()).await.unwrap();
+    sqlx::raw_sql("GRANT ALL ON SCHEMA public TO forge_test_member")
+        .execute(&mut member_admin)
+        .await
+        .unwrap();
+    let url = member.url().replace("forge_test_app", "forge_test_member");
+    let err = PostgresStore::connect(&url, Mode::Rls).await.unwrap_err();
+    assert!(
+        matches!(&err, OpenError::SystemRole { problem } if problem.contains("member of forge_system")),
+        "{err}"
+    );
+    let again =
+        forge_store_postgres::provision_system(member.admin_url(), "forge_test_member").await;
+    assert!(
+        matches!(again, Err(OpenError::SystemRole { .. })),
+        "{again:?}"
+    );
+
+    // A database nobody provisioned: the migration that needs the role says what to do.
+    let bare = TestDatabase::create_unprovisioned(Flavor::Plain)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let err = PostgresStore::connect(bare.url(), Mode::Rls)
+        .await
+        .unwrap_err();
+    assert!(matches!(&err, OpenError::SystemRole { .. }), "{err}");
+}
+
 #[tokio::test]
 async fn raw_sql_as_forges_tenant_role_with_another_tenants_jwt_sees_nothing() {
     let clock = Arc::new(ManualClock::at_2026());
@@ -342,6 +498,10 @@ async fn a_signed_in_supabase_user_cannot_touch_forge_tables_directly() {
             "DELETE FROM forge_audit",
             "UPDATE forge_runs SET status = 'cancelled'",
             "INSERT INTO forge_audit (tenant_id, at, actor, action, subject, detail) VALUES ('tenant-a', now(), 'me', 'approval.approved', 'x', '{}')",
+            // Supabase's REST layer serves functions too: the system ones are not theirs.
+            "SELECT * FROM forge_sys_claim(now(), now() + interval '1 hour')",
+            "SELECT * FROM forge_sys_jobs(NULL, NULL, 10)",
+            "SELECT * FROM forge_sys_due_interactions(now())",
         ]
         .map(String::from),
     );

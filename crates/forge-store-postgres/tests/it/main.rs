@@ -29,7 +29,12 @@ pub(crate) async fn fresh(
     let url = db.url().to_owned();
     let store = PostgresStore::connect_with(&url, mode, clock, Arc::new(SequentialIds::new()))
         .await
-        .unwrap_or_else(|e| panic!("failed to connect: {e}"));
+        .unwrap_or_else(|e| {
+            panic!(
+                "failed to connect: {e}: {:?}",
+                std::error::Error::source(&e)
+            )
+        });
     let admin = db.admin_url().to_owned();
     (store.with_guard(db), url, admin)
 }

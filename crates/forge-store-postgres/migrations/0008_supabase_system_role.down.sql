@@ -1,0 +1,18 @@
+CREATE OR REPLACE FUNCTION forge_system_scope() RETURNS boolean
+    LANGUAGE sql STABLE
+    AS $$ SELECT coalesce(current_setting('forge.system', true), '') = 'on'
+              AND current_user NOT IN ('authenticated', 'anon', 'forge_tenant') $$;
+REVOKE ALL ON forge_jobs, forge_interactions, forge_audit FROM forge_system;
+-- Dropped as their owner: the login role is a member of forge_system, but NOINHERIT.
+SET LOCAL ROLE forge_system;
+DROP FUNCTION forge_sys_version(), forge_sys_claim(timestamptz, timestamptz),
+    forge_sys_heartbeat(uuid, bigint, timestamptz, timestamptz),
+    forge_sys_complete(uuid, bigint, timestamptz),
+    forge_sys_fail(uuid, bigint, timestamptz, timestamptz, text),
+    forge_sys_release(uuid, bigint, timestamptz, timestamptz),
+    forge_sys_jobs(uuid, text, bigint),
+    forge_sys_operate(uuid, text, text, text, timestamptz),
+    forge_sys_due_interactions(timestamptz),
+    forge_sys_holds(uuid, bigint, timestamptz);
+RESET ROLE;
+REVOKE CREATE ON SCHEMA public FROM forge_system;

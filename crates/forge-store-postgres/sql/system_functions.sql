@@ -1,0 +1,184 @@
+-- Forge's system operations: the only way to touch rows across tenants. Each function is
+-- SECURITY DEFINER and owned by the role `forge_system`, which the application role cannot
+-- become; the row-level security policies admit cross-tenant access only when the current user
+-- is `forge_system`, which inside these functions it is and outside them it never is. Whatever
+-- settings the application connection makes, it can do across tenants exactly what these
+-- functions do: claim, extend, settle and list queue jobs, replay or discard dead letters (with
+-- an audit entry), and list overdue interactions by id.
+--
+-- The search path is pinned (with pg_temp last) so a caller cannot redirect a name to an object
+-- of its own. Bodies are PL/pgSQL, checked when called, so they may be created before the tables.
+
+CREATE OR REPLACE FUNCTION forge_sys_version() RETURNS integer
+    LANGUAGE sql IMMUTABLE
+    AS $$ SELECT 1 $$;
+
+-- Claims the oldest ready (or lapsed) job; with nothing to claim, dead-letters lapsed claims that
+-- have no attempts left.
+CREATE OR REPLACE FUNCTION forge_sys_claim(p_now timestamptz, p_expires timestamptz)
+    RETURNS TABLE (id uuid, tenant_id text, run_id uuid, attempts integer, token bigint,
+                   expires_at timestamptz)
+    LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = public, pg_temp
+    AS $$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
+    UPDATE forge_jobs j
+       SET state = 'claimed', attempts = j.attempts + 1, token = j.token + 1, expires_at = p_expires
+      FROM (SELECT f.id FROM forge_jobs f
+             WHERE (f.state = 'ready' AND f.available_at <= p_now)
+                OR (f.state = 'claimed' AND f.expires_at <= p_now AND f.attempts < f.max_attempts)
+             ORDER BY f.id LIMIT 1 FOR UPDATE SKIP LOCKED) next
+     WHERE j.id = next.id
+    RETURNING j.id, j.tenant_id, j.run_id, j.attempts, j.token, j.expires_at;
+    IF NOT FOUND THEN
+        UPDATE forge_jobs d SET state = 'dead', expires_at = NULL
+         WHERE d.id IN (SELECT f.id FROM forge_jobs f
+                         WHERE f.state = 'claimed' AND f.expires_at <= p_now
+                           AND f.attempts >= f.max_attempts
+                           FOR UPDATE SKIP LOCKED);
+    END IF;
+END
+$$;
+
+-- Locks job `p_id` if `p_token` is its current, unexpired claim; false when fenced.
+CREATE OR REPLACE FUNCTION forge_sys_holds(p_id uuid, p_token bigint, p_now timestamptz)
+    RETURNS boolean
+    LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = public, pg_temp
+    AS $$
+BEGIN
+    PERFORM 1 FROM forge_jobs f
+      WHERE f.id = p_id AND f.state = 'claimed' AND f.token = p_token AND f.expires_at > p_now
+        FOR UPDATE;
+    RETURN FOUND;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION forge_sys_heartbeat(p_id uuid, p_token bigint, p_now timestamptz,
+                                               p_expires timestamptz)
+    RETURNS boolean
+    LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = public, pg_temp
+    AS $$
+BEGIN
+    IF NOT forge_sys_holds(p_id, p_token, p_now) THEN
+        RETURN false;
+    END IF;
+    UPDATE forge_jobs f SET expires_at = p_expires WHERE f.id = p_id;
+    RETURN true;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION forge_sys_complete(p_id uuid, p_token bigint, p_now timestamptz)
+    RETURNS boolean
+    LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = public, pg_temp
+    AS $$
+BEGIN
+    IF NOT forge_sys_holds(p_id, p_token, p_now) THEN
+        RETURN false;
+    END IF;
+    UPDATE forge_jobs f SET state = 'completed', expires_at = NULL WHERE f.id = p_id;
+    RETURN true;
+END
+$$;
+
+-- Fails the claim: ready again after `p_available`, or dead with no attempts left. Returns the
+-- new state, or NULL when fenced.
+CREATE OR REPLACE FUNCTION forge_sys_fail(p_id uuid, p_token bigint, p_now timestamptz,
+                                          p_available timestamptz, p_reason text)
+    RETURNS text
+    LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = public, pg_temp
+    AS $$
+DECLARE
+    next_state text;
+BEGIN
+    IF NOT forge_sys_holds(p_id, p_token, p_now) THEN
+        RETURN NULL;
+    END IF;
+    UPDATE forge_jobs f
+       SET state = CASE WHEN f.attempts >= f.max_attempts THEN 'dead' ELSE 'ready' END,
+           expires_at = NULL, available_at = p_available, last_error = p_reason
+     WHERE f.id = p_id
+    RETURNING f.state INTO next_state;
+    RETURN next_state;
+END
+$$;
+
+-- Gives the claim back without spending an attempt.
+CREATE OR REPLACE FUNCTION forge_sys_release(p_id uuid, p_token bigint, p_now timestamptz,
+                                             p_available timestamptz)
+    RETURNS boolean
+    LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = public, pg_temp
+    AS $$
+BEGIN
+    IF NOT forge_sys_holds(p_id, p_token, p_now) THEN
+        RETURN false;
+    END IF;
+    UPDATE forge_jobs f
+       SET state = 'ready', attempts = GREATEST(f.attempts - 1, 0), expires_at = NULL,
+           available_at = p_available
+     WHERE f.id = p_id;
+    RETURN true;
+END
+$$;
+
+-- Jobs for operators: one by id (`p_id`), or those in state `p_state`, oldest first.
+CREATE OR REPLACE FUNCTION forge_sys_jobs(p_id uuid, p_state text, p_limit bigint)
+    RETURNS TABLE (id uuid, tenant_id text, run_id uuid, state text, attempts integer,
+                   max_attempts integer, last_error text)
+    LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = public, pg_temp
+    AS $$
+BEGIN
+    RETURN QUERY
+    SELECT f.id, f.tenant_id, f.run_id, f.state, f.attempts, f.max_attempts, f.last_error
+      FROM forge_jobs f
+     WHERE (p_id IS NULL OR f.id = p_id) AND (p_state IS NULL OR f.state = p_state)
+     ORDER BY f.id LIMIT p_limit;
+END
+$$;
+
+-- Moves a dead job to `p_to` ('ready' resets its attempts, or 'discarded') and audits it as
+-- `p_action` by `p_actor`. Returns the job as it was; a job that is not dead is returned
+-- unchanged (the caller refuses it) and nothing is written.
+CREATE OR REPLACE FUNCTION forge_sys_operate(p_id uuid, p_actor text, p_action text, p_to text,
+                                             p_now timestamptz)
+    RETURNS TABLE (id uuid, tenant_id text, run_id uuid, state text, attempts integer,
+                   max_attempts integer, last_error text)
+    LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = public, pg_temp
+    AS $$
+DECLARE
+    job record;
+BEGIN
+    IF p_to NOT IN ('ready', 'discarded') THEN
+        RAISE EXCEPTION 'a dead job moves to ready or discarded, not %', p_to;
+    END IF;
+    SELECT * INTO job FROM forge_jobs f WHERE f.id = p_id FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    IF job.state = 'dead' THEN
+        UPDATE forge_jobs f
+           SET state = p_to,
+               attempts = CASE WHEN p_to = 'ready' THEN 0 ELSE f.attempts END,
+               available_at = CASE WHEN p_to = 'ready' THEN p_now ELSE f.available_at END
+         WHERE f.id = p_id;
+        INSERT INTO forge_audit (tenant_id, at, actor, action, subject, detail)
+        VALUES (job.tenant_id, p_now, p_actor, p_action, 'job ' || p_id,
+                jsonb_build_object('run_id', job.run_id, 'last_error', job.last_error));
+    END IF;
+    RETURN QUERY SELECT job.id, job.tenant_id, job.run_id, job.state, job.attempts,
+                        job.max_attempts, job.last_error;
+END
+$$;
+
+-- Pending interactions past their expiry, by id and tenant only: each is then expired in its own
+-- tenant's transaction.
+CREATE OR REPLACE FUNCTION forge_sys_due_interactions(p_now timestamptz)
+    RETURNS TABLE (id uuid, tenant_id text)
+    LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = public, pg_temp
+    AS $$
+BEGIN
+    RETURN QUERY
+    SELECT i.id, i.tenant_id FROM forge_interactions i
+     WHERE i.status = 'pending' AND i.expires_at <= p_now;
+END
+$$;

@@ -17,6 +17,7 @@
 #![deny(missing_docs)]
 
 pub mod auth;
+mod budget;
 mod http;
 pub mod schema;
 mod ws;
@@ -322,32 +323,39 @@ async fn graphql_http(
             "too many requests of this tenant are executing; retry shortly",
         );
     };
-    let executing = shared.schema.execute(request.data(scope));
+    let budget = budget::ResponseBudget::new(shared.http.response_bytes);
+    let executing = shared
+        .schema
+        .execute(request.data(scope).data(budget.clone()));
     let mut response = match tokio::time::timeout(shared.http.execute_timeout, executing).await {
         Ok(response) => response,
         Err(_) => {
             return http::error_response(StatusCode::OK, "TIMEOUT", "the request took too long");
         }
     };
+    if budget.exceeded() {
+        return response_too_large(shared.http.response_bytes);
+    }
     http::add_codes(&mut response);
     match serde_json::to_vec(&response) {
         Ok(bytes) if bytes.len() <= shared.http.response_bytes => {
             ([(header::CONTENT_TYPE, "application/json")], bytes).into_response()
         }
-        Ok(_) => http::error_response(
-            StatusCode::OK,
-            "RESPONSE_TOO_LARGE",
-            &format!(
-                "the response is larger than {} bytes: select less, or page with limit",
-                shared.http.response_bytes
-            ),
-        ),
+        Ok(_) => response_too_large(shared.http.response_bytes),
         Err(_) => http::error_response(
             StatusCode::OK,
             "INTERNAL",
             "the response could not be encoded",
         ),
     }
+}
+
+fn response_too_large(limit: usize) -> Response {
+    http::error_response(
+        StatusCode::OK,
+        "RESPONSE_TOO_LARGE",
+        &format!("the response is larger than {limit} bytes: select less, or page with limit"),
+    )
 }
 
 async fn graphql_ws(

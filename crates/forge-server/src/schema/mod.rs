@@ -101,6 +101,7 @@ pub fn build(state: Arc<AppState>, limits: QueryLimits) -> ForgeSchema {
         .limit_depth(limits.depth)
         .limit_complexity(limits.complexity)
         .disable_suggestions()
+        .extension(crate::budget::Budgeted)
         .finish()
 }
 

@@ -188,7 +188,15 @@ pub(crate) async fn claim_latency(
     let mut latencies = Vec::with_capacity(jobs);
     loop {
         let start = Instant::now();
-        let Some(job) = store.claim(&sys, "bench", Duration::from_secs(60)).await? else {
+        let Some(job) = store
+            .claim(
+                &sys,
+                "bench",
+                Duration::from_secs(60),
+                &forge_core::ports::queue::ClaimFilter::any(),
+            )
+            .await?
+        else {
             break;
         };
         latencies.push(start.elapsed());

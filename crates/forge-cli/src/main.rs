@@ -309,6 +309,7 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         id: format!("forge-run-{}", std::process::id()),
         concurrency: 1,
         poll_interval: std::time::Duration::from_millis(20),
+        only_run: Some(run.id),
         ..forge_engine::WorkerConfig::default()
     };
     let worker = forge_engine::Worker::new(engine.clone(), store.clone(), config).with_observer(

@@ -10,7 +10,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use forge_core::Error;
-use forge_core::ports::queue::{ClaimedJob, JobQueue, JobState};
+use forge_core::id::RunId;
+use forge_core::ports::queue::{ClaimFilter, ClaimedJob, JobQueue, JobState};
 use forge_core::run::RunStatus;
 use forge_core::scope::SystemScope;
 use tokio_util::sync::CancellationToken;
@@ -34,6 +35,8 @@ pub struct WorkerConfig {
     pub backoff_base: Duration,
     /// Longest delay between retries.
     pub backoff_max: Duration,
+    /// Claim only this run's job (`forge run` executes its own run, never another's).
+    pub only_run: Option<RunId>,
 }
 
 impl Default for WorkerConfig {
@@ -45,6 +48,7 @@ impl Default for WorkerConfig {
             concurrency: 4,
             backoff_base: Duration::from_secs(1),
             backoff_max: Duration::from_secs(300),
+            only_run: None,
         }
     }
 }
@@ -79,6 +83,9 @@ pub struct Worker {
     queue: Arc<dyn JobQueue>,
     config: WorkerConfig,
     observer: Arc<dyn RunObserver>,
+    /// The jobs it claims: runs of the agent versions its engine has (and its own run only, when
+    /// configured so).
+    filter: ClaimFilter,
     /// When this worker last expired overdue interactions (Unix ms).
     last_sweep: std::sync::atomic::AtomicI64,
 }
@@ -101,7 +108,10 @@ fn system() -> SystemScope {
 impl Worker {
     /// A worker executing through `engine`, claiming from `queue`.
     pub fn new(engine: Arc<Engine>, queue: Arc<dyn JobQueue>, config: WorkerConfig) -> Self {
+        let mut filter = ClaimFilter::agents(engine.agents().iter().map(|a| a.agent.clone()));
+        filter.run = config.only_run;
         Self {
+            filter,
             engine,
             queue,
             config,
@@ -193,7 +203,7 @@ impl Worker {
         let sys = system();
         let Some(job) = self
             .queue
-            .claim(&sys, &self.config.id, self.config.claim_ttl)
+            .claim(&sys, &self.config.id, self.config.claim_ttl, &self.filter)
             .await?
         else {
             return Ok(None);

@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use forge_core::Error;
 use forge_core::id::{JobId, RunId};
 use forge_core::ports::audit::{AuditLog, AuditRecord};
-use forge_core::ports::queue::{ClaimedJob, JobInfo, JobQueue, JobState, NewJob};
+use forge_core::ports::queue::{ClaimFilter, ClaimedJob, JobInfo, JobQueue, JobState, NewJob};
 use forge_core::scope::{Scope, SystemScope, TenantId};
 use forge_core::time::Timestamp;
 
@@ -171,16 +171,22 @@ impl JobQueue for MemoryStore {
         _system: &SystemScope,
         _worker: &str,
         ttl: Duration,
+        filter: &ClaimFilter,
     ) -> Result<Option<ClaimedJob>, Error> {
         let now = self.clock.now();
         let mut st = self.lock();
+        let st = &mut *st;
         for (id, row) in st.jobs.iter_mut() {
             let lapsed = row.state == JobState::Claimed && row.expires_at.is_some_and(|t| t <= now);
             if lapsed && row.attempts >= row.max_attempts {
                 row.state = JobState::Dead;
                 continue;
             }
-            if (row.state == JobState::Ready && row.available_at <= now) || lapsed {
+            let admitted = st
+                .runs
+                .get(&row.run_id)
+                .is_some_and(|run| filter.admits(row.run_id, &run.agent));
+            if ((row.state == JobState::Ready && row.available_at <= now) || lapsed) && admitted {
                 row.state = JobState::Claimed;
                 row.attempts += 1;
                 row.token += 1;

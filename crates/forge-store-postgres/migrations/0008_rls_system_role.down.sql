@@ -1,4 +1,5 @@
 CREATE OR REPLACE FUNCTION forge_system_scope() RETURNS boolean
     LANGUAGE sql STABLE
     AS $$ SELECT coalesce(current_setting('forge.system', true), '') = 'on' $$;
-REVOKE ALL ON forge_jobs, forge_interactions, forge_audit FROM forge_system;
+DROP POLICY forge_system_read ON forge_runs;
+REVOKE ALL ON forge_jobs, forge_interactions, forge_audit, forge_runs FROM forge_system;

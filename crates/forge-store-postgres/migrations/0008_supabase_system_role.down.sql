@@ -2,10 +2,11 @@ CREATE OR REPLACE FUNCTION forge_system_scope() RETURNS boolean
     LANGUAGE sql STABLE
     AS $$ SELECT coalesce(current_setting('forge.system', true), '') = 'on'
               AND current_user NOT IN ('authenticated', 'anon', 'forge_tenant') $$;
-REVOKE ALL ON forge_jobs, forge_interactions, forge_audit FROM forge_system;
+DROP POLICY forge_system_read ON forge_runs;
+REVOKE ALL ON forge_jobs, forge_interactions, forge_audit, forge_runs FROM forge_system;
 -- Dropped as their owner: the login role is a member of forge_system, but NOINHERIT.
 SET LOCAL ROLE forge_system;
-DROP FUNCTION forge_sys_version(), forge_sys_claim(timestamptz, timestamptz),
+DROP FUNCTION forge_sys_version(), forge_sys_claim(timestamptz, timestamptz, uuid, text[], text[]),
     forge_sys_heartbeat(uuid, bigint, timestamptz, timestamptz),
     forge_sys_complete(uuid, bigint, timestamptz),
     forge_sys_fail(uuid, bigint, timestamptz, timestamptz, text),

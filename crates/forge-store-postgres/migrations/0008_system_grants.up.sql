@@ -4,6 +4,9 @@
 GRANT SELECT, UPDATE ON forge_jobs TO forge_system;
 GRANT SELECT ON forge_interactions TO forge_system;
 GRANT INSERT ON forge_audit TO forge_system;
+-- Claims admit a job by its run's agent version: those columns of every run, read-only.
+GRANT SELECT (id, agent_name, agent_version) ON forge_runs TO forge_system;
+CREATE POLICY forge_system_read ON forge_runs FOR SELECT USING ((SELECT forge_system_scope()));
 
 CREATE OR REPLACE FUNCTION forge_system_scope() RETURNS boolean
     LANGUAGE sql STABLE

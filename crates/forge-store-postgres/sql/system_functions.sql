@@ -13,9 +13,11 @@ CREATE OR REPLACE FUNCTION forge_sys_version() RETURNS integer
     LANGUAGE sql IMMUTABLE
     AS $$ SELECT 1 $$;
 
--- Claims the oldest ready (or lapsed) job; with nothing to claim, dead-letters lapsed claims that
--- have no attempts left.
-CREATE OR REPLACE FUNCTION forge_sys_claim(p_now timestamptz, p_expires timestamptz)
+-- Claims the oldest ready (or lapsed) job the filter admits: its run `p_run` when given, and its
+-- run's agent version among the pairs (`p_names`, `p_versions`) when given. With nothing to
+-- claim, dead-letters lapsed claims that have no attempts left.
+CREATE OR REPLACE FUNCTION forge_sys_claim(p_now timestamptz, p_expires timestamptz, p_run uuid,
+                                           p_names text[], p_versions text[])
     RETURNS TABLE (id uuid, tenant_id text, run_id uuid, attempts integer, token bigint,
                    expires_at timestamptz)
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = public, pg_temp
@@ -26,9 +28,13 @@ BEGIN
     UPDATE forge_jobs j
        SET state = 'claimed', attempts = j.attempts + 1, token = j.token + 1, expires_at = p_expires
       FROM (SELECT f.id FROM forge_jobs f
-             WHERE (f.state = 'ready' AND f.available_at <= p_now)
-                OR (f.state = 'claimed' AND f.expires_at <= p_now AND f.attempts < f.max_attempts)
-             ORDER BY f.id LIMIT 1 FOR UPDATE SKIP LOCKED) next
+             WHERE ((f.state = 'ready' AND f.available_at <= p_now)
+                OR (f.state = 'claimed' AND f.expires_at <= p_now AND f.attempts < f.max_attempts))
+               AND (p_run IS NULL OR f.run_id = p_run)
+               AND (p_names IS NULL OR EXISTS (
+                     SELECT 1 FROM forge_runs r, unnest(p_names, p_versions) AS a (name, version)
+                      WHERE r.id = f.run_id AND r.agent_name = a.name AND r.agent_version = a.version))
+             ORDER BY f.id LIMIT 1 FOR UPDATE OF f SKIP LOCKED) next
      WHERE j.id = next.id
     RETURNING j.id, j.tenant_id, j.run_id, j.attempts, j.token, j.expires_at;
     IF NOT FOUND THEN

@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use forge_core::Error;
 use forge_core::id::{JobId, RunId};
 use forge_core::ports::audit::{AuditLog, AuditQuery, AuditRecord, SqlValue};
-use forge_core::ports::queue::{ClaimedJob, JobInfo, JobQueue, JobState, NewJob};
+use forge_core::ports::queue::{ClaimFilter, ClaimedJob, JobInfo, JobQueue, JobState, NewJob};
 use forge_core::scope::{Scope, SystemScope, TenantId};
 use forge_core::time::Timestamp;
 use sqlx::postgres::PgRow;
@@ -71,12 +71,23 @@ impl JobQueue for PostgresStore {
         _system: &SystemScope,
         _worker: &str,
         ttl: Duration,
+        filter: &ClaimFilter,
     ) -> Result<Option<ClaimedJob>, Error> {
         // Cross-tenant: only through forge_system's function (see sql/system_functions.sql).
         let now = self.clock.now();
-        let row = sqlx::query("SELECT * FROM forge_sys_claim($1, $2)")
+        let (names, versions): (Option<Vec<&str>>, Option<Vec<&str>>) = match &filter.agents {
+            Some(agents) => (
+                Some(agents.iter().map(|a| a.name.as_str()).collect()),
+                Some(agents.iter().map(|a| a.version.as_str()).collect()),
+            ),
+            None => (None, None),
+        };
+        let row = sqlx::query("SELECT * FROM forge_sys_claim($1, $2, $3, $4, $5)")
             .bind(now.0)
             .bind(now.plus(ttl).0)
+            .bind(filter.run.map(|r| r.0))
+            .bind(names)
+            .bind(versions)
             .fetch_optional(&self.pool)
             .await
             .map_err(db_error)?;

@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use forge_core::Error;
 use forge_core::id::{JobId, RunId};
 use forge_core::ports::audit::{AuditLog, AuditQuery, AuditRecord, SqlValue};
-use forge_core::ports::queue::{ClaimedJob, JobInfo, JobQueue, JobState, NewJob};
+use forge_core::ports::queue::{ClaimFilter, ClaimedJob, JobInfo, JobQueue, JobState, NewJob};
 use forge_core::scope::{Scope, SystemScope, TenantId};
 use forge_core::time::Timestamp;
 use sqlx::sqlite::SqliteRow;
@@ -76,6 +76,7 @@ impl JobQueue for SqliteStore {
         _system: &SystemScope,
         _worker: &str,
         ttl: Duration,
+        filter: &ClaimFilter,
     ) -> Result<Option<ClaimedJob>, Error> {
         let now = self.clock.now();
         let mut tx = self
@@ -83,11 +84,18 @@ impl JobQueue for SqliteStore {
             .begin_with("BEGIN IMMEDIATE")
             .await
             .map_err(db_error)?;
+        // The filter (ClaimFilter::admits) in SQL: the run's agent version among the worker's
+        // `[name, version]` pairs, and the run itself when one is named.
         let row = sqlx::query(
-            "SELECT * FROM forge_jobs WHERE (state = 'ready' AND available_at <= $1) OR (state = 'claimed' AND expires_at <= $1 AND attempts < max_attempts) \
+            "SELECT * FROM forge_jobs j WHERE ((state = 'ready' AND available_at <= $1) OR (state = 'claimed' AND expires_at <= $1 AND attempts < max_attempts)) \
+             AND ($2 IS NULL OR run_id = $2) \
+             AND ($3 IS NULL OR EXISTS (SELECT 1 FROM forge_runs r, json_each($3) a WHERE r.id = j.run_id \
+                  AND r.agent_name = json_extract(a.value, '$[0]') AND r.agent_version = json_extract(a.value, '$[1]'))) \
              ORDER BY id LIMIT 1",
         )
         .bind(now.unix_millis())
+        .bind(filter.run.map(|r| r.to_string()))
+        .bind(filter.agents_json())
         .fetch_optional(&mut *tx)
         .await
         .map_err(db_error)?;

@@ -13,7 +13,7 @@ use forge_core::interaction::{
 use forge_core::part::Part;
 use forge_core::ports::audit::AuditLog;
 use forge_core::ports::interaction::{InteractionFilter, InteractionStore};
-use forge_core::ports::queue::JobQueue;
+use forge_core::ports::queue::{ClaimFilter, JobQueue};
 use forge_core::ports::store::{NewRun, NewThread, RunStore, StepCommit, ThreadStore};
 use forge_core::run::{Checkpoint, Run, RunStatus, WaitReason};
 use forge_core::scope::{Scope, SystemScope};
@@ -88,7 +88,7 @@ async fn parked_with<F: StoreFactory>(
         .await
         .expect("create run");
     let job = store
-        .claim(&sys, "w1", TTL)
+        .claim(&sys, "w1", TTL, &ClaimFilter::any())
         .await
         .expect("claim")
         .expect("the run's job");
@@ -174,7 +174,12 @@ fn resolve(id: InteractionId, key: &str, decision: Decision) -> Resolve {
 impl<F: StoreFactory> Parked<F> {
     async fn claimable(&self) -> bool {
         let sys = SystemScope::new("conformance");
-        match self.store.claim(&sys, "w2", TTL).await.expect("claim") {
+        match self
+            .store
+            .claim(&sys, "w2", TTL, &ClaimFilter::any())
+            .await
+            .expect("claim")
+        {
             Some(job) => {
                 assert_eq!(job.run_id, self.run.id, "only the parked run has jobs");
                 true

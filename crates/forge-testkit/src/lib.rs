@@ -117,6 +117,7 @@ pub const SUITES: &[Suite] = &[
             "queue_concurrent_claims_take_each_job_once",
             "dead_letters_are_replayed_or_discarded_and_audited",
             "audit_records_are_appended_and_filtered_per_tenant",
+            "claims_take_only_jobs_the_filter_admits",
         ],
     },
     Suite {
@@ -319,7 +320,8 @@ macro_rules! queue_conformance {
             queue_claim_heartbeat_complete, queue_lapsed_claim_is_fenced_and_dead_letters,
             queue_release_keeps_the_attempt, queue_concurrent_claims_take_each_job_once,
             dead_letters_are_replayed_or_discarded_and_audited,
-            audit_records_are_appended_and_filtered_per_tenant);
+            audit_records_are_appended_and_filtered_per_tenant,
+            claims_take_only_jobs_the_filter_admits);
     };
 }
 

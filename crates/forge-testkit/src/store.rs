@@ -4,13 +4,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use forge_core::agent::AgentRef;
 use forge_core::event::{RunEvent, RunEventKind};
 use forge_core::id::JobId;
 use forge_core::id::{MessageId, RunId, SequentialIds};
 use forge_core::message::{Message, Role};
 use forge_core::part::Part;
 use forge_core::ports::audit::AuditLog;
-use forge_core::ports::queue::{JobQueue, JobState, NewJob};
+use forge_core::ports::queue::{ClaimFilter, JobQueue, JobState, NewJob};
 use forge_core::ports::store::{
     NewRun, NewThread, RunStore, StartStrategy, StepCommit, ThreadStore,
 };
@@ -751,6 +752,81 @@ pub async fn run_round_trip_and_history<F: StoreFactory>() {
     assert_eq!(history[1], reply, "a committed message reads back exactly");
 }
 
+/// A claim takes only jobs its filter admits (issue 17, item 1): a worker without a run's agent
+/// version never takes its job (and so never spends its attempts), and a claim for one run takes
+/// that run's job only, however many older jobs are ready. Another tenant's jobs pass the filter
+/// like any other: the filter is about what a worker can run, not whose run it is.
+pub async fn claims_take_only_jobs_the_filter_admits<F: StoreFactory>() {
+    let f = fixture::<F>().await;
+    let sys = SystemScope::new("conformance");
+    let v1 = f.run().await;
+    let v2_agent = AgentRef {
+        name: v1.agent.name.clone(),
+        version: format!("{}-next", v1.agent.version),
+    };
+    let other_scope = scope("tenant-b");
+    let thread = f
+        .store
+        .create_thread(&other_scope, NewThread::default())
+        .await
+        .expect("create thread");
+    let v2 = f
+        .store
+        .create_run(
+            &other_scope,
+            NewRun::new(thread.id, v2_agent.clone(), vec![Part::text("hi")]),
+        )
+        .await
+        .expect("create run");
+    let unknown = ClaimFilter::agents([AgentRef {
+        name: "someone-else".into(),
+        version: v1.agent.version.clone(),
+    }]);
+    assert!(
+        f.store
+            .claim(&sys, "w0", TTL, &unknown)
+            .await
+            .expect("claim")
+            .is_none(),
+        "no job is of an agent this worker has"
+    );
+    // Only the newer version's run, though the older job is first in line.
+    let new_only = ClaimFilter::agents([v2_agent.clone()]);
+    let job = f
+        .store
+        .claim(&sys, "w2", TTL, &new_only)
+        .await
+        .expect("claim")
+        .expect("the v2 run's job");
+    assert_eq!(job.run_id, v2.id);
+    assert!(
+        f.store
+            .claim(&sys, "w2", TTL, &new_only)
+            .await
+            .expect("claim")
+            .is_none()
+    );
+    f.store.complete(&sys, &job).await.expect("complete");
+    // A claim for one run takes only that run's job.
+    let third = f.run().await;
+    let own = ClaimFilter::agents([v1.agent.clone(), v2_agent]).only_run(third.id);
+    let job = f
+        .store
+        .claim(&sys, "forge-run", TTL, &own)
+        .await
+        .expect("claim")
+        .expect("its own run's job");
+    assert_eq!(job.run_id, third.id, "not the older v1 job ahead of it");
+    // The job no worker could take was never claimed, so it spent no attempt.
+    let job = f
+        .store
+        .claim(&sys, "w1", TTL, &ClaimFilter::agents([v1.agent.clone()]))
+        .await
+        .expect("claim")
+        .expect("the v1 run's job");
+    assert_eq!((job.run_id, job.attempt), (v1.id, 1));
+}
+
 /// A run's job is claimable once; heartbeats keep the claim; a completed job is not claimed again.
 pub async fn queue_claim_heartbeat_complete<F: StoreFactory>() {
     let f = fixture::<F>().await;
@@ -758,7 +834,7 @@ pub async fn queue_claim_heartbeat_complete<F: StoreFactory>() {
     let run = f.run().await;
     let job = f
         .store
-        .claim(&sys, "w1", TTL)
+        .claim(&sys, "w1", TTL, &ClaimFilter::any())
         .await
         .expect("claim")
         .expect("the run's job is ready");
@@ -766,7 +842,7 @@ pub async fn queue_claim_heartbeat_complete<F: StoreFactory>() {
     assert_eq!(&job.tenant_id, f.scope.tenant_id());
     assert!(
         f.store
-            .claim(&sys, "w2", TTL)
+            .claim(&sys, "w2", TTL, &ClaimFilter::any())
             .await
             .expect("claim")
             .is_none(),
@@ -777,7 +853,7 @@ pub async fn queue_claim_heartbeat_complete<F: StoreFactory>() {
     f.clock.advance(Duration::from_secs(20));
     assert!(
         f.store
-            .claim(&sys, "w2", TTL)
+            .claim(&sys, "w2", TTL, &ClaimFilter::any())
             .await
             .expect("claim")
             .is_none(),
@@ -791,7 +867,7 @@ pub async fn queue_claim_heartbeat_complete<F: StoreFactory>() {
     f.clock.advance(TTL * 4);
     assert!(
         f.store
-            .claim(&sys, "w2", TTL)
+            .claim(&sys, "w2", TTL, &ClaimFilter::any())
             .await
             .expect("claim")
             .is_none()
@@ -800,7 +876,7 @@ pub async fn queue_claim_heartbeat_complete<F: StoreFactory>() {
     let replayed = f.enqueue(run.id, 3).await;
     let again = f
         .store
-        .claim(&sys, "w3", TTL)
+        .claim(&sys, "w3", TTL, &ClaimFilter::any())
         .await
         .expect("claim")
         .expect("the enqueued job");
@@ -825,14 +901,14 @@ pub async fn queue_lapsed_claim_is_fenced_and_dead_letters<F: StoreFactory>() {
     f.store.create_run(&f.scope, new).await.expect("run");
     let first = f
         .store
-        .claim(&sys, "w1", TTL)
+        .claim(&sys, "w1", TTL, &ClaimFilter::any())
         .await
         .expect("claim")
         .expect("job");
     f.clock.advance(TTL + Duration::from_secs(1));
     let second = f
         .store
-        .claim(&sys, "w2", TTL)
+        .claim(&sys, "w2", TTL, &ClaimFilter::any())
         .await
         .expect("claim")
         .expect("the lapsed job");
@@ -861,7 +937,7 @@ pub async fn queue_lapsed_claim_is_fenced_and_dead_letters<F: StoreFactory>() {
     f.clock.advance(Duration::from_secs(60));
     assert!(
         f.store
-            .claim(&sys, "w3", TTL)
+            .claim(&sys, "w3", TTL, &ClaimFilter::any())
             .await
             .expect("claim")
             .is_none(),
@@ -880,7 +956,7 @@ pub async fn queue_release_keeps_the_attempt<F: StoreFactory>() {
     f.run().await;
     let first = f
         .store
-        .claim(&sys, "w1", TTL)
+        .claim(&sys, "w1", TTL, &ClaimFilter::any())
         .await
         .expect("claim")
         .expect("job");
@@ -888,7 +964,7 @@ pub async fn queue_release_keeps_the_attempt<F: StoreFactory>() {
     f.store.release(&sys, &first, later).await.expect("release");
     assert!(
         f.store
-            .claim(&sys, "w2", TTL)
+            .claim(&sys, "w2", TTL, &ClaimFilter::any())
             .await
             .expect("claim")
             .is_none(),
@@ -897,7 +973,7 @@ pub async fn queue_release_keeps_the_attempt<F: StoreFactory>() {
     f.clock.advance(Duration::from_secs(5));
     let again = f
         .store
-        .claim(&sys, "w2", TTL)
+        .claim(&sys, "w2", TTL, &ClaimFilter::any())
         .await
         .expect("claim")
         .expect("the released job");
@@ -928,7 +1004,7 @@ pub async fn queue_concurrent_claims_take_each_job_once<F: StoreFactory>() {
             let sys = SystemScope::new("conformance");
             let mut mine = Vec::new();
             while let Some(job) = store
-                .claim(&sys, &format!("w{w}"), TTL)
+                .claim(&sys, &format!("w{w}"), TTL, &ClaimFilter::any())
                 .await
                 .expect("claim")
             {
@@ -1010,14 +1086,14 @@ pub async fn thread_admission_and_promotion<F: StoreFactory>() {
 
     let job = f
         .store
-        .claim(&sys, "w", TTL)
+        .claim(&sys, "w", TTL, &ClaimFilter::any())
         .await
         .expect("claim")
         .expect("the active run's job");
     assert_eq!(job.run_id, first.id);
     assert!(
         f.store
-            .claim(&sys, "w", TTL)
+            .claim(&sys, "w", TTL, &ClaimFilter::any())
             .await
             .expect("claim")
             .is_none(),
@@ -1033,7 +1109,7 @@ pub async fn thread_admission_and_promotion<F: StoreFactory>() {
     f.store.commit_step(&f.scope, start).await.expect("start");
     assert!(
         f.store
-            .claim(&sys, "w", TTL)
+            .claim(&sys, "w", TTL, &ClaimFilter::any())
             .await
             .expect("claim")
             .is_none(),
@@ -1057,7 +1133,7 @@ pub async fn thread_admission_and_promotion<F: StoreFactory>() {
     );
     let next = f
         .store
-        .claim(&sys, "w", TTL)
+        .claim(&sys, "w", TTL, &ClaimFilter::any())
         .await
         .expect("claim")
         .expect("the promoted run's job");
@@ -1273,7 +1349,7 @@ pub async fn dead_letters_are_replayed_or_discarded_and_audited<F: StoreFactory>
     let run = f.store.create_run(&f.scope, new).await.expect("run");
     let job = f
         .store
-        .claim(&sys, "w", TTL)
+        .claim(&sys, "w", TTL, &ClaimFilter::any())
         .await
         .expect("claim")
         .expect("job");
@@ -1311,7 +1387,7 @@ pub async fn dead_letters_are_replayed_or_discarded_and_audited<F: StoreFactory>
     assert!(f.store.dead_jobs(&sys, 10).await.expect("dead").is_empty());
     let again = f
         .store
-        .claim(&sys, "w", TTL)
+        .claim(&sys, "w", TTL, &ClaimFilter::any())
         .await
         .expect("claim")
         .expect("the replayed job");
@@ -1343,7 +1419,7 @@ pub async fn dead_letters_are_replayed_or_discarded_and_audited<F: StoreFactory>
     f.clock.advance(TTL * 10);
     assert!(
         f.store
-            .claim(&sys, "w", TTL)
+            .claim(&sys, "w", TTL, &ClaimFilter::any())
             .await
             .expect("claim")
             .is_none(),

@@ -359,6 +359,57 @@ mod stores {
         pool.close().await;
     }
 
+    /// `forge run` on a shared store executes its own run only (issue 17, item 1): a run another
+    /// user submitted earlier, first in the queue, stays queued for a worker.
+    #[tokio::test]
+    async fn forge_run_on_a_shared_store_executes_only_its_own_run() {
+        let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("cli-own-run-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let url = format!("sqlite://{}", dir.join("forge.db").display());
+        let agent = "examples/agents/calculator.toml";
+        let out = forge(&[
+            "submit",
+            "--store",
+            &url,
+            "--agent",
+            agent,
+            "--tenant",
+            "other",
+            "What is 1 plus 1?",
+        ]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let submitted = text(&out.stdout)
+            .split_whitespace()
+            .nth(1)
+            .unwrap()
+            .to_owned();
+        let out = forge(&[
+            "run",
+            "--store",
+            &url,
+            "--agent",
+            agent,
+            "What is 12 times 7?",
+        ]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let pool = sqlx::SqlitePool::connect(&url).await.unwrap();
+        let statuses: Vec<(String, String)> =
+            sqlx::query_as("SELECT id, status FROM forge_runs ORDER BY created_at")
+                .fetch_all(&pool)
+                .await
+                .unwrap();
+        pool.close().await;
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(statuses.len(), 2, "{statuses:?}");
+        assert_eq!(
+            statuses[0],
+            (submitted, "queued".to_owned()),
+            "the other tenant's run is untouched"
+        );
+        assert_eq!(statuses[1].1, "completed");
+    }
+
     #[test]
     fn forge_run_twice_on_one_sqlite_file_reuses_its_schema() {
         let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))

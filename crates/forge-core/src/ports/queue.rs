@@ -9,6 +9,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::Error;
+use crate::agent::AgentRef;
 use crate::id::{JobId, RunId};
 use crate::scope::{Scope, SystemScope, TenantId};
 use crate::time::Timestamp;
@@ -104,18 +105,75 @@ pub struct ClaimedJob {
     pub expires_at: Timestamp,
 }
 
+/// Which jobs a claim may take. Adapters apply it in the claim's own query, so a worker never
+/// takes (and spends an attempt of) a job it cannot run.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClaimFilter {
+    /// Only jobs of runs of these agent versions; `None` takes any. A worker names the versions
+    /// it has, so in a rolling deploy or a mixed fleet each run waits for a worker that can run
+    /// it instead of being failed (and dead-lettered) by those that cannot.
+    pub agents: Option<Vec<AgentRef>>,
+    /// Only this run's job (`forge run` executes its own run and nobody else's).
+    pub run: Option<RunId>,
+}
+
+impl ClaimFilter {
+    /// Takes any job.
+    pub fn any() -> Self {
+        Self::default()
+    }
+
+    /// Takes jobs of runs of these agent versions only.
+    pub fn agents(agents: impl IntoIterator<Item = AgentRef>) -> Self {
+        Self {
+            agents: Some(agents.into_iter().collect()),
+            run: None,
+        }
+    }
+
+    /// Narrows the filter to one run.
+    pub fn only_run(mut self, run: RunId) -> Self {
+        self.run = Some(run);
+        self
+    }
+
+    /// Whether a run of `agent` with id `run` passes (the rule each adapter's query encodes).
+    pub fn admits(&self, run: RunId, agent: &AgentRef) -> bool {
+        self.run.is_none_or(|r| r == run)
+            && self
+                .agents
+                .as_ref()
+                .is_none_or(|agents| agents.contains(agent))
+    }
+
+    /// The agent filter as a JSON array of `[name, version]` pairs, for SQL adapters (`None` when
+    /// any agent passes).
+    pub fn agents_json(&self) -> Option<String> {
+        self.agents.as_ref().map(|agents| {
+            serde_json::Value::Array(
+                agents
+                    .iter()
+                    .map(|a| serde_json::json!([a.name, a.version]))
+                    .collect(),
+            )
+            .to_string()
+        })
+    }
+}
+
 /// Port: the durable run queue.
 #[async_trait]
 pub trait JobQueue: Send + Sync {
     /// Adds a job for a run of the scope's tenant.
     async fn enqueue(&self, scope: &Scope, job: NewJob) -> Result<JobId, Error>;
 
-    /// Claims the oldest ready job (or one whose claim lapsed) for `ttl`.
+    /// Claims the oldest ready job (or one whose claim lapsed) that `filter` admits, for `ttl`.
     async fn claim(
         &self,
         system: &SystemScope,
         worker: &str,
         ttl: Duration,
+        filter: &ClaimFilter,
     ) -> Result<Option<ClaimedJob>, Error>;
 
     /// Extends a claim that is still current; `Fenced` if another claim replaced it.

@@ -65,6 +65,44 @@ async fn a_worker_executes_a_submitted_run_and_completes_its_job() {
     );
 }
 
+/// A worker leaves alone the runs of agent versions it does not have (issue 17, item 1): in a
+/// rolling deploy the old fleet neither fails nor dead-letters the new version's runs.
+#[tokio::test]
+async fn a_worker_does_not_claim_runs_of_agent_versions_it_lacks() {
+    let h = harness(TWO_TOOL_STEPS, vec![calculator()], RunLimits::default());
+    let engine = Arc::new(h.engine);
+    let thread = h
+        .store
+        .create_thread(&h.scope, NewThread::default())
+        .await
+        .unwrap();
+    let next = forge_core::agent::AgentRef {
+        name: h.agent.name.clone(),
+        version: "2".into(),
+    };
+    let mut new = NewRun::new(thread.id, next, vec![Part::text("go")]);
+    new.max_attempts = 1;
+    let run = h.store.create_run(&h.scope, new).await.unwrap();
+    let worker = Worker::new(engine.clone(), h.store.clone(), config());
+    for _ in 0..3 {
+        assert_eq!(
+            worker.run_one(&CancellationToken::new()).await.unwrap(),
+            None
+        );
+    }
+    let jobs = h
+        .store
+        .dead_jobs(&forge_core::scope::SystemScope::new("test"), 10)
+        .await
+        .unwrap();
+    assert!(jobs.is_empty(), "nothing dead-lettered: {jobs:?}");
+    assert_eq!(
+        h.store.get_run(&h.scope, run.id).await.unwrap().status,
+        RunStatus::Queued,
+        "the run waits for a worker that has its version"
+    );
+}
+
 /// Drains after the first event of step 2 is produced (so step 1 is committed, step 2 is not).
 struct DrainAt {
     drain: CancellationToken,

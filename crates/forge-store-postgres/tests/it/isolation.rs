@@ -124,7 +124,12 @@ async fn seed_tenant_a(store: &PostgresStore, clock: &ManualClock) {
     // A dead letter replayed by an operator leaves an audit entry.
     let sys = forge_core::scope::SystemScope::new("test");
     let job = store
-        .claim(&sys, "w", std::time::Duration::from_secs(60))
+        .claim(
+            &sys,
+            "w",
+            std::time::Duration::from_secs(60),
+            &Default::default(),
+        )
         .await
         .unwrap()
         .unwrap();

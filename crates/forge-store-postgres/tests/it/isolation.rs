@@ -370,7 +370,7 @@ async fn refuses_to_start_where_the_system_role_is_forgeable_or_missing() {
     let mut admin = PgConnection::connect(db.admin_url()).await.unwrap();
     // Functions the application role made itself are not forge_system's.
     sqlx::raw_sql(
-        "ALTER FUNCTION forge_sys_claim(timestamptz, timestamptz) OWNER TO forge_test_app",
+        "ALTER FUNCTION forge_sys_claim(timestamptz, timestamptz, uuid, text[], text[]) OWNER TO forge_test_app",
     )
     .execute(&mut admin)
     .await
@@ -504,7 +504,7 @@ async fn a_signed_in_supabase_user_cannot_touch_forge_tables_directly() {
             "UPDATE forge_runs SET status = 'cancelled'",
             "INSERT INTO forge_audit (tenant_id, at, actor, action, subject, detail) VALUES ('tenant-a', now(), 'me', 'approval.approved', 'x', '{}')",
             // Supabase's REST layer serves functions too: the system ones are not theirs.
-            "SELECT * FROM forge_sys_claim(now(), now() + interval '1 hour')",
+            "SELECT * FROM forge_sys_claim(now(), now() + interval '1 hour', NULL, NULL, NULL)",
             "SELECT * FROM forge_sys_jobs(NULL, NULL, 10)",
             "SELECT * FROM forge_sys_due_interactions(now())",
         ]

@@ -287,7 +287,7 @@ impl StepRunner<'_> {
                 other => other,
             })
             .collect();
-        Ok(self.run_tools(cur, prepared).await)
+        self.run_tools(cur, prepared).await
     }
 
     /// Audit entries for the calls policy denied (or that named a tool this run may not see).

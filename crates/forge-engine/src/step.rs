@@ -271,14 +271,22 @@ impl StepRunner<'_> {
             return Ok(StepEnd::Parked(reason));
         }
         self.keep_message(cur, msg);
-        Ok(self.run_tools(cur, prepared).await)
+        self.run_tools(cur, prepared).await
     }
 
     /// Runs the step's calls, audits its external writes, and adds the tool-result message.
-    pub(crate) async fn run_tools(&self, cur: &mut Cursor<'_>, prepared: Vec<Prepared>) -> StepEnd {
+    /// `Fenced` when the run's lease is lost before the calls start: nothing runs.
+    pub(crate) async fn run_tools(
+        &self,
+        cur: &mut Cursor<'_>,
+        prepared: Vec<Prepared>,
+    ) -> Result<StepEnd, EngineError> {
+        if prepared.iter().any(|p| matches!(p, Prepared::Run { .. })) {
+            self.confirm_lease(cur).await?;
+        }
         let mut audit = self.denials(cur, &prepared);
         audit.extend(self.external_writes(cur, &prepared));
-        match self.execute_tools(cur, prepared).await {
+        Ok(match self.execute_tools(cur, prepared).await {
             Some(results) => {
                 cur.audit.extend(audit);
                 let id = MessageId::generate(self.engine.ids.as_ref());
@@ -304,7 +312,24 @@ impl StepRunner<'_> {
                 cur.audit.extend(audit);
                 StepEnd::Cancelled
             }
+        })
+    }
+
+    /// Makes sure the run's lease is still this execution's before tools act on the world. A
+    /// process frozen past its lease (SIGSTOP, a long pause, a stalled VM) may find on waking that
+    /// another worker took the run over; its calls must not run a second time. Within the first
+    /// half of the lease's life no other worker can have taken it (no round trip); later, the
+    /// lease is renewed in the store, and a lost lease abandons the step (`Fenced`).
+    async fn confirm_lease(&self, cur: &Cursor<'_>) -> Result<(), EngineError> {
+        let ttl = self.engine.lease_ttl;
+        if self.engine.clock.now().plus(ttl / 2) <= cur.lease.expires_at {
+            return Ok(());
         }
+        self.engine
+            .runs
+            .renew_lease(self.scope, &cur.lease, ttl)
+            .await?;
+        Ok(())
     }
 
     /// Checks the run's ceilings and reserves the call's estimate against the tenant's quota.

@@ -37,6 +37,9 @@ pub struct WorkerConfig {
     pub backoff_max: Duration,
     /// Claim only this run's job (`forge run` executes its own run, never another's).
     pub only_run: Option<RunId>,
+    /// How often overdue approvals and questions are expired, on a schedule of its own: busy
+    /// claim loops never delay it.
+    pub sweep_interval: Duration,
 }
 
 impl Default for WorkerConfig {
@@ -49,6 +52,7 @@ impl Default for WorkerConfig {
             backoff_base: Duration::from_secs(1),
             backoff_max: Duration::from_secs(300),
             only_run: None,
+            sweep_interval: INTERACTION_SWEEP_EVERY,
         }
     }
 }
@@ -64,6 +68,9 @@ pub enum JobOutcome {
     Deferred,
     /// Execution failed; the job will be retried, or was dead-lettered.
     Failed(JobState),
+    /// Another worker took the run (or its job) over after this one's lease or claim lapsed: this
+    /// worker abandoned it, changing nothing (reported on stderr).
+    TakenOver,
 }
 
 /// Counts of what a worker did.
@@ -86,11 +93,9 @@ pub struct Worker {
     /// The jobs it claims: runs of the agent versions its engine has (and its own run only, when
     /// configured so).
     filter: ClaimFilter,
-    /// When this worker last expired overdue interactions (Unix ms).
-    last_sweep: std::sync::atomic::AtomicI64,
 }
 
-/// How often an idle worker expires overdue approvals and questions.
+/// How often a worker expires overdue approvals and questions, by default.
 pub const INTERACTION_SWEEP_EVERY: Duration = Duration::from_secs(5);
 
 impl std::fmt::Debug for Worker {
@@ -116,7 +121,6 @@ impl Worker {
             queue,
             config,
             observer: Arc::new(NoopObserver),
-            last_sweep: std::sync::atomic::AtomicI64::new(i64::MIN / 2),
         }
     }
 
@@ -126,11 +130,15 @@ impl Worker {
         self
     }
 
-    /// Runs `concurrency` claim loops until `shutdown` fires, then lets each execution finish the
-    /// step in progress, gives its job back, and returns.
+    /// Runs `concurrency` claim loops and the interaction sweep until `shutdown` fires, then lets
+    /// each execution finish the step in progress, gives its job back, and returns.
     pub async fn run(&self, shutdown: CancellationToken) -> WorkerReport {
         let loops = (0..self.config.concurrency.max(1)).map(|_| self.claim_loop(shutdown.clone()));
-        let reports = futures_util::future::join_all(loops).await;
+        let (reports, ()) = futures_util::future::join(
+            futures_util::future::join_all(loops),
+            self.sweep_loop(shutdown.clone()),
+        )
+        .await;
         reports
             .into_iter()
             .fold(WorkerReport::default(), |a, b| WorkerReport {
@@ -142,15 +150,31 @@ impl Worker {
 
     async fn claim_loop(&self, shutdown: CancellationToken) -> WorkerReport {
         let mut report = WorkerReport::default();
+        let mut failing = false;
         while !shutdown.is_cancelled() {
-            match self.run_one(&shutdown).await {
+            let result = self.run_one(&shutdown).await;
+            // Store errors are reported when they start and when they stop, not every poll.
+            match (&result, failing) {
+                (Err(e), false) => {
+                    eprintln!(
+                        "forge worker {}: the store failed, retrying: {e}",
+                        self.config.id
+                    );
+                    failing = true;
+                }
+                (Ok(_), true) => {
+                    eprintln!("forge worker {}: the store answers again", self.config.id);
+                    failing = false;
+                }
+                _ => {}
+            }
+            match result {
                 Ok(Some(JobOutcome::Finished(_))) => report.finished += 1,
-                Ok(Some(JobOutcome::Paused(_) | JobOutcome::Deferred)) => report.released += 1,
+                Ok(Some(JobOutcome::Paused(_) | JobOutcome::Deferred | JobOutcome::TakenOver)) => {
+                    report.released += 1
+                }
                 Ok(Some(JobOutcome::Failed(_))) => report.failed += 1,
                 Ok(None) => {
-                    // An idle moment: expire approvals and questions past their deadline, so their
-                    // runs go on (as refused) instead of waiting forever.
-                    self.sweep_interactions().await;
                     tokio::select! {
                         _ = shutdown.cancelled() => {}
                         _ = tokio::time::sleep(self.config.poll_interval) => {}
@@ -168,30 +192,27 @@ impl Worker {
         report
     }
 
-    /// Expires overdue interactions, at most once per [`INTERACTION_SWEEP_EVERY`] per worker.
-    async fn sweep_interactions(&self) {
-        let now = self.engine.clock.now().unix_millis();
-        let every = INTERACTION_SWEEP_EVERY.as_millis() as i64;
-        let last = self.last_sweep.load(std::sync::atomic::Ordering::Relaxed);
-        if now - last < every
-            || self
-                .last_sweep
-                .compare_exchange(
-                    last,
-                    now,
-                    std::sync::atomic::Ordering::Relaxed,
-                    std::sync::atomic::Ordering::Relaxed,
-                )
-                .is_err()
-        {
-            return;
+    /// Expires approvals and questions past their deadline every `sweep_interval`, however busy
+    /// the claim loops are, so their runs go on (as refused) instead of waiting forever.
+    async fn sweep_loop(&self, shutdown: CancellationToken) {
+        while !shutdown.is_cancelled() {
+            if let Err(e) = self
+                .engine
+                .interactions
+                .expire_interactions(&system())
+                .await
+            {
+                // Retried at the next tick; said, not swallowed.
+                eprintln!(
+                    "forge worker {}: expiring interactions failed: {e}",
+                    self.config.id
+                );
+            }
+            tokio::select! {
+                _ = shutdown.cancelled() => {}
+                _ = tokio::time::sleep(self.config.sweep_interval) => {}
+            }
         }
-        // Best effort: a failed sweep is retried at the next idle moment.
-        let _ = self
-            .engine
-            .interactions
-            .expire_interactions(&system())
-            .await;
     }
 
     /// Claims one job and executes its run; `None` when no job is ready. `drain` stops the
@@ -212,6 +233,25 @@ impl Worker {
             r = self.execute(&job, drain) => r,
             e = self.keep_claim(&job) => Err(e),
         };
+        match self.settle(&job, result).await {
+            Err(EngineError::Store(Error::Fenced { resource })) => {
+                eprintln!(
+                    "forge worker {}: run {} was taken over by another worker ({resource} lapsed); abandoned it",
+                    self.config.id, job.run_id
+                );
+                Ok(Some(JobOutcome::TakenOver))
+            }
+            settled => settled.map(Some),
+        }
+    }
+
+    /// Settles the claim by how the execution ended.
+    async fn settle(
+        &self,
+        job: &ClaimedJob,
+        result: Result<RunStatus, EngineError>,
+    ) -> Result<JobOutcome, EngineError> {
+        let (sys, job) = (system(), job.clone());
         let now = self.engine.clock.now();
         let outcome = match result {
             Ok(status) if status.is_terminal() => {
@@ -231,6 +271,7 @@ impl Worker {
                 self.queue.release(&sys, &job, until).await?;
                 JobOutcome::Deferred
             }
+            Err(e @ EngineError::Store(Error::Fenced { .. })) => return Err(e),
             Err(e) => {
                 let reason = format!("{e}");
                 let state = self
@@ -240,7 +281,7 @@ impl Worker {
                 JobOutcome::Failed(state)
             }
         };
-        Ok(Some(outcome))
+        Ok(outcome)
     }
 
     async fn execute(

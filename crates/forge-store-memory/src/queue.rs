@@ -180,6 +180,7 @@ impl JobQueue for MemoryStore {
             let lapsed = row.state == JobState::Claimed && row.expires_at.is_some_and(|t| t <= now);
             if lapsed && row.attempts >= row.max_attempts {
                 row.state = JobState::Dead;
+                row.last_error = Some(forge_core::ports::queue::WORKER_LOST.to_owned());
                 continue;
             }
             let admitted = st

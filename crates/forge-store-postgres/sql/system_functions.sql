@@ -38,7 +38,9 @@ BEGIN
      WHERE j.id = next.id
     RETURNING j.id, j.tenant_id, j.run_id, j.attempts, j.token, j.expires_at;
     IF NOT FOUND THEN
-        UPDATE forge_jobs d SET state = 'dead', expires_at = NULL
+        -- The reason is forge_core::ports::queue::WORKER_LOST.
+        UPDATE forge_jobs d SET state = 'dead', expires_at = NULL,
+               last_error = 'lease expired (worker lost)'
          WHERE d.id IN (SELECT f.id FROM forge_jobs f
                          WHERE f.state = 'claimed' AND f.expires_at <= p_now
                            AND f.attempts >= f.max_attempts

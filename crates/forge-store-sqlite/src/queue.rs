@@ -102,8 +102,9 @@ impl JobQueue for SqliteStore {
         let Some(row) = row else {
             // Nothing to claim: mark lapsed claims with no attempts left as dead letters (the
             // claim above never takes them), while the queue is idle rather than on every claim.
-            sqlx::query("UPDATE forge_jobs SET state = 'dead', expires_at = NULL WHERE state = 'claimed' AND expires_at <= $1 AND attempts >= max_attempts")
+            sqlx::query("UPDATE forge_jobs SET state = 'dead', expires_at = NULL, last_error = $2 WHERE state = 'claimed' AND expires_at <= $1 AND attempts >= max_attempts")
                 .bind(now.unix_millis())
+                .bind(forge_core::ports::queue::WORKER_LOST)
                 .execute(&mut *tx)
                 .await
                 .map_err(db_error)?;

@@ -947,6 +947,39 @@ pub async fn queue_lapsed_claim_is_fenced_and_dead_letters<F: StoreFactory>() {
         f.store.job_state(&sys, first.id).await.expect("state"),
         JobState::Dead
     );
+    let dead = f.store.job(&sys, first.id).await.expect("job");
+    assert_eq!(dead.last_error.as_deref(), Some("poison"));
+
+    // A job whose workers all died is dead-lettered with that as its reason (issue 17, item 10).
+    let thread = f
+        .store
+        .create_thread(&f.scope, NewThread::default())
+        .await
+        .expect("thread");
+    let mut new = NewRun::new(thread.id, agent_ref(), vec![Part::text("crash")]);
+    new.max_attempts = 1;
+    f.store.create_run(&f.scope, new).await.expect("run");
+    let lost = f
+        .store
+        .claim(&sys, "w4", TTL, &ClaimFilter::any())
+        .await
+        .expect("claim")
+        .expect("job");
+    f.clock.advance(TTL + Duration::from_secs(1));
+    assert!(
+        f.store
+            .claim(&sys, "w5", TTL, &ClaimFilter::any())
+            .await
+            .expect("claim")
+            .is_none()
+    );
+    let dead = f.store.job(&sys, lost.id).await.expect("job");
+    assert_eq!(dead.state, JobState::Dead);
+    assert_eq!(
+        dead.last_error.as_deref(),
+        Some(forge_core::ports::queue::WORKER_LOST),
+        "dead letters say why"
+    );
 }
 
 /// Releasing a claim gives the job back without spending an attempt, and fences the old claim.

@@ -105,6 +105,10 @@ pub struct ClaimedJob {
     pub expires_at: Timestamp,
 }
 
+/// The last error of a job dead-lettered because its claims lapsed: its workers died (or froze)
+/// holding it until it ran out of attempts.
+pub const WORKER_LOST: &str = "lease expired (worker lost)";
+
 /// Which jobs a claim may take. Adapters apply it in the claim's own query, so a worker never
 /// takes (and spends an attempt of) a job it cannot run.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -96,7 +96,7 @@ pub struct Engine {
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) ids: Arc<dyn IdGenerator>,
     worker_id: String,
-    lease_ttl: Duration,
+    pub(crate) lease_ttl: Duration,
 }
 
 impl std::fmt::Debug for Engine {

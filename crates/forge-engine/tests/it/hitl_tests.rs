@@ -733,3 +733,106 @@ async fn the_initiator_may_not_approve_their_own_external_write_unless_allowed()
         .await
         .unwrap();
 }
+
+const PAY_OR_BLOCK: &str = r#"
+[[conversation]]
+when_user = "pay"
+[[conversation.turn]]
+tool_calls = [{ id = "call_pay", name = "pay", input = { amount = 5 } }]
+[[conversation.turn]]
+text = ["Paid: {{tool_result}}"]
+
+[[conversation]]
+when_user = "block"
+[[conversation.turn]]
+tool_calls = [{ id = "call_block", name = "block", input = {} }]
+[[conversation.turn]]
+text = ["unblocked"]
+"#;
+
+/// Overdue approvals expire on the worker's own schedule, not only when a claim loop is idle
+/// (issue 17, item 3): here the only claim loop is held by a run whose tool blocks, and the
+/// approval of another run still expires.
+#[tokio::test]
+async fn overdue_approvals_expire_while_every_claim_loop_is_busy() {
+    let w = World::new();
+    let entered = Arc::new(tokio::sync::Notify::new());
+    let release = Arc::new(tokio::sync::Notify::new());
+    let block = {
+        let (entered, release) = (entered.clone(), release.clone());
+        Arc::new(native_tool(
+            "block",
+            "waits to be released",
+            move |_ctx, _i: serde_json::Value| {
+                let (entered, release) = (entered.clone(), release.clone());
+                async move {
+                    entered.notify_one();
+                    release.notified().await;
+                    Ok::<_, ToolError>(json!("ok"))
+                }
+            },
+        )) as Arc<dyn Tool>
+    };
+    let mut d = def(&["pay", "block"]);
+    d.limits.interaction_ttl_secs = 60;
+    let engine = Arc::new(
+        Engine::builder()
+            .store(w.store.clone())
+            .model(Arc::new(ScriptedProvider::new(
+                Script::parse(PAY_OR_BLOCK, "inline").unwrap(),
+            )))
+            .clock(w.clock.clone())
+            .tool(pay(w.paid.clone(), ApprovalPolicy::ExternalWrites))
+            .unwrap()
+            .tool(block)
+            .unwrap()
+            .agent(d.clone())
+            .build()
+            .unwrap(),
+    );
+    let worker = Arc::new(forge_engine::Worker::new(
+        engine.clone(),
+        w.store.clone(),
+        forge_engine::WorkerConfig {
+            concurrency: 1,
+            poll_interval: Duration::from_millis(5),
+            sweep_interval: Duration::from_millis(20),
+            ..forge_engine::WorkerConfig::default()
+        },
+    ));
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn({
+        let (worker, shutdown) = (worker.clone(), shutdown.clone());
+        async move { worker.run(shutdown).await }
+    });
+    let parked = w.start(&engine, &d, "pay").await;
+    let pending = loop {
+        let found = engine.run_interactions(&w.scope, parked).await.unwrap();
+        if let Some(i) = found.into_iter().next() {
+            break i;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    w.start(&engine, &d, "block").await;
+    entered.notified().await;
+    // The only claim loop is now busy; the approval's deadline passes.
+    w.clock.advance(Duration::from_secs(61));
+    let expired = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            let now = engine.run_interactions(&w.scope, parked).await.unwrap();
+            if now[0].status != InteractionStatus::Pending {
+                break now[0].status;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    release.notify_one();
+    shutdown.cancel();
+    running.await.unwrap();
+    assert_eq!(
+        expired.map_err(|_| "still pending after 5 s of a busy worker"),
+        Ok(InteractionStatus::Expired),
+        "{pending:?}"
+    );
+}

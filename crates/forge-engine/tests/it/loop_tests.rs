@@ -476,6 +476,83 @@ async fn a_worker_that_lost_its_lease_cannot_commit() {
     );
 }
 
+/// A worker frozen past its lease wakes to find the run taken over: its step's tools must not run
+/// (issue 17, item 9). The lease is lost after the model answered and before the calls start; the
+/// call is never made, and the step is abandoned as fenced.
+#[tokio::test]
+async fn a_worker_that_lost_its_lease_runs_no_tool() {
+    const ONE_CALL: &str = r#"
+[[conversation]]
+[[conversation.turn]]
+tool_calls = [{ id = "c1", name = "count", input = {} }]
+[[conversation.turn]]
+text = ["done"]
+"#;
+    let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count: Arc<dyn forge_core::ports::tool::Tool> = {
+        let calls = calls.clone();
+        Arc::new(forge_engine::native_tool(
+            "count",
+            "counts its calls",
+            move |_ctx, _i: serde_json::Value| {
+                let calls = calls.clone();
+                async move {
+                    calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    Ok::<_, forge_core::ports::tool::ToolError>(serde_json::json!("counted"))
+                }
+            },
+        ))
+    };
+    let h = harness(ONE_CALL, vec![count], RunLimits::default());
+    let store = h.store.clone();
+    let clock = h.clock.clone();
+    let scope = h.scope.clone();
+    let stolen = std::sync::Mutex::new(false);
+    let on = move |e: &RunEvent| {
+        let mut done = stolen.lock().unwrap();
+        if !*done && matches!(e.kind, RunEventKind::UsageUpdated { .. }) {
+            *done = true;
+            clock.advance(std::time::Duration::from_secs(120));
+            let (store, scope, run) = (store.clone(), scope.clone(), e.run_id);
+            std::thread::spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .build()
+                    .unwrap();
+                rt.block_on(store.acquire_lease(
+                    &scope,
+                    run,
+                    "w2",
+                    std::time::Duration::from_secs(60),
+                ))
+                .unwrap();
+            })
+            .join()
+            .unwrap();
+        }
+    };
+    let thread = h
+        .store
+        .create_thread(&h.scope, NewThread::default())
+        .await
+        .unwrap();
+    let run = h
+        .engine
+        .start_run(&h.scope, thread.id, &h.agent, vec![Part::text("go")])
+        .await
+        .unwrap();
+    let err = h
+        .engine
+        .execute(&h.scope, run.id, &CancellationToken::new(), &on)
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Conflict, "{err}");
+    assert_eq!(
+        calls.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "the tool ran after the lease was lost"
+    );
+}
+
 #[tokio::test]
 async fn an_unregistered_agent_version_fails_the_run_with_a_clear_error() {
     let h = harness(TWO_STEP, vec![calculator()], RunLimits::default());

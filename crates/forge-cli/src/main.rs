@@ -10,6 +10,7 @@ mod interactions;
 mod live;
 mod metering;
 mod print;
+mod runs;
 mod serve;
 mod store;
 
@@ -59,6 +60,9 @@ enum Command {
     /// Read the audit trail: decisions, external writes, dead letters, configuration.
     #[command(subcommand)]
     Audit(audit::AuditCommand),
+    /// See runs without SQL: a tenant's runs, one run's detail, its committed events.
+    #[command(subcommand)]
+    Runs(runs::RunsCommand),
 }
 
 #[derive(Debug, clap::Args)]
@@ -159,6 +163,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Interactions(command) => interactions::interactions(command).await,
         Command::Usage(args) => metering::usage(args).await,
         Command::Audit(command) => audit::audit(command).await,
+        Command::Runs(command) => runs::runs(command).await,
         Command::Tools(command) => compose::tools(command).await,
     }
 }

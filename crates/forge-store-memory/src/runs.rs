@@ -10,8 +10,8 @@ use forge_core::id::{RunId, ThreadId};
 use forge_core::message::Message;
 use forge_core::ports::queue::JobState;
 use forge_core::ports::store::{
-    Admission, Committed, NewRun, NewThread, RunStore, StartStrategy, StepCommit, ThreadStore,
-    admit, check_commit, next_lease, renewed_lease,
+    Admission, Committed, NewRun, NewThread, RunQuery, RunStore, StartStrategy, StepCommit,
+    ThreadStore, admit, check_commit, next_lease, renewed_lease,
 };
 use forge_core::run::{Run, RunLease};
 use forge_core::scope::Scope;
@@ -181,6 +181,19 @@ impl RunStore for MemoryStore {
             .flatten()
             .filter_map(|id| st.runs.get(id).cloned())
             .collect())
+    }
+
+    async fn query_runs(&self, scope: &Scope, query: &RunQuery) -> Result<Vec<Run>, Error> {
+        let st = self.lock();
+        let mut found: Vec<Run> = st
+            .runs
+            .values()
+            .filter(|r| &r.tenant_id == scope.tenant_id() && query.admits(r))
+            .cloned()
+            .collect();
+        found.sort_by(|a, b| (b.created_at, b.id).cmp(&(a.created_at, a.id)));
+        found.truncate(query.limit);
+        Ok(found)
     }
 
     async fn acquire_lease(

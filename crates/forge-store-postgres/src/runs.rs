@@ -10,8 +10,8 @@ use forge_core::event::{RunEvent, RunEventKind};
 use forge_core::id::{RunId, ThreadId};
 use forge_core::message::Message;
 use forge_core::ports::store::{
-    Admission, Committed, NewRun, NewThread, RunStore, StartStrategy, StepCommit, ThreadStore,
-    admit, check_commit, next_lease, renewed_lease,
+    Admission, Committed, NewRun, NewThread, RunQuery, RunStore, StartStrategy, StepCommit,
+    ThreadStore, admit, check_commit, next_lease, renewed_lease,
 };
 use forge_core::run::{Run, RunLease};
 use forge_core::scope::Scope;
@@ -423,6 +423,24 @@ impl RunStore for PostgresStore {
             .fetch_all(&mut *tx)
             .await
             .map_err(db_error)?;
+        tx.commit().await.map_err(db_error)?;
+        found.iter().map(rows::run).collect()
+    }
+
+    async fn query_runs(&self, scope: &Scope, query: &RunQuery) -> Result<Vec<Run>, Error> {
+        // RunQuery::admits, in SQL.
+        let mut tx = self.tenant_tx(scope).await?;
+        let found = sqlx::query(
+            "SELECT * FROM forge_runs WHERE tenant_id = $1 AND ($2::text IS NULL OR status = $2) \
+             AND ($3::uuid IS NULL OR thread_id = $3) ORDER BY created_at DESC, id DESC LIMIT $4",
+        )
+        .bind(scope.tenant_id().as_str())
+        .bind(query.status.as_deref())
+        .bind(query.thread_id.map(|t| t.0))
+        .bind(i64::try_from(query.limit).unwrap_or(i64::MAX))
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(db_error)?;
         tx.commit().await.map_err(db_error)?;
         found.iter().map(rows::run).collect()
     }

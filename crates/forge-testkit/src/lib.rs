@@ -89,6 +89,7 @@ pub const SUITES: &[Suite] = &[
             "commit_step_fencing",
             "refused_commit_writes_nothing",
             "illegal_status_change_is_refused",
+            "runs_are_queried_by_status_and_thread_newest_first",
         ],
     },
     Suite {
@@ -290,7 +291,8 @@ macro_rules! runs_conformance {
     ($factory:ty) => {
         $crate::__conformance_suite!(runs_conformance, "runs", $factory;
             run_round_trip_and_history, commit_step_single_writer, commit_step_fencing,
-            refused_commit_writes_nothing, illegal_status_change_is_refused);
+            refused_commit_writes_nothing, illegal_status_change_is_refused,
+            runs_are_queried_by_status_and_thread_newest_first);
     };
 }
 

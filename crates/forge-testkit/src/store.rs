@@ -13,7 +13,7 @@ use forge_core::part::Part;
 use forge_core::ports::audit::AuditLog;
 use forge_core::ports::queue::{ClaimFilter, JobQueue, JobState, NewJob};
 use forge_core::ports::store::{
-    NewRun, NewThread, RunStore, StartStrategy, StepCommit, ThreadStore,
+    NewRun, NewThread, RunQuery, RunStore, StartStrategy, StepCommit, ThreadStore,
 };
 use forge_core::run::{Checkpoint, Run, RunLease, RunStatus};
 use forge_core::scope::{Scope, SystemScope};
@@ -825,6 +825,96 @@ pub async fn claims_take_only_jobs_the_filter_admits<F: StoreFactory>() {
         .expect("claim")
         .expect("the v1 run's job");
     assert_eq!((job.run_id, job.attempt), (v1.id, 1));
+}
+
+/// Operators list a tenant's runs (issue 17, item 7): newest first, by state and by thread,
+/// limited, never another tenant's; an unknown state name is refused before any query.
+pub async fn runs_are_queried_by_status_and_thread_newest_first<F: StoreFactory>() {
+    let f = fixture::<F>().await;
+    let first = f.run().await;
+    f.clock.advance(Duration::from_secs(1));
+    let second = f.run().await;
+    f.clock.advance(Duration::from_secs(1));
+    let third = f.run().await;
+    let other = scope("tenant-b");
+    let thread = f
+        .store
+        .create_thread(&other, NewThread::default())
+        .await
+        .expect("thread");
+    f.store
+        .create_run(
+            &other,
+            NewRun::new(thread.id, agent_ref(), vec![Part::text("hi")]),
+        )
+        .await
+        .expect("run");
+    // The second one starts running.
+    let lease = f
+        .store
+        .acquire_lease(&f.scope, second.id, "w", TTL)
+        .await
+        .expect("lease");
+    let commit = f.commit(
+        &second,
+        &lease,
+        f.events(second.id, 1, 1),
+        RunStatus::Running,
+    );
+    f.store.commit_step(&f.scope, commit).await.expect("commit");
+
+    let ids = |runs: Vec<Run>| runs.into_iter().map(|r| r.id).collect::<Vec<_>>();
+    let all = f
+        .store
+        .query_runs(&f.scope, &RunQuery::newest(10))
+        .await
+        .expect("query");
+    assert_eq!(
+        ids(all),
+        [third.id, second.id, first.id],
+        "newest first, own tenant only"
+    );
+    let limited = f
+        .store
+        .query_runs(&f.scope, &RunQuery::newest(2))
+        .await
+        .expect("query");
+    assert_eq!(ids(limited), [third.id, second.id]);
+    let queued = RunQuery::newest(10).status("queued").expect("a state");
+    assert_eq!(
+        ids(f.store.query_runs(&f.scope, &queued).await.expect("query")),
+        [third.id, first.id]
+    );
+    let running = RunQuery::newest(10).status("running").expect("a state");
+    assert_eq!(
+        ids(f.store.query_runs(&f.scope, &running).await.expect("query")),
+        [second.id]
+    );
+    let on_thread = RunQuery {
+        thread_id: Some(first.thread_id),
+        ..RunQuery::newest(10)
+    };
+    assert_eq!(
+        ids(f
+            .store
+            .query_runs(&f.scope, &on_thread)
+            .await
+            .expect("query")),
+        [first.id]
+    );
+    let foreign = RunQuery {
+        thread_id: Some(thread.id),
+        ..RunQuery::newest(10)
+    };
+    assert!(
+        f.store
+            .query_runs(&f.scope, &foreign)
+            .await
+            .expect("query")
+            .is_empty(),
+        "another tenant's thread shows nothing"
+    );
+    assert!(RunQuery::newest(1).status("sleeping").is_err());
 }
 
 /// A run's job is claimable once; heartbeats keep the claim; a completed job is not claimed again.

@@ -411,6 +411,83 @@ mod stores {
         assert_eq!(statuses[1].1, "completed");
     }
 
+    /// Operators see runs without SQL (issue 17, item 7): a tenant's runs by state, one run's
+    /// detail, and its events as `forge run` printed them.
+    #[test]
+    fn forge_runs_lists_shows_and_prints_a_tenants_runs() {
+        let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("cli-runs-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let url = format!("sqlite://{}", dir.join("forge.db").display());
+        let agent = "examples/agents/calculator.toml";
+        let out = forge(&[
+            "run",
+            "--store",
+            &url,
+            "--agent",
+            agent,
+            "What is 12 times 7?",
+        ]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let printed_by_run = text(&out.stdout);
+        let out = forge(&[
+            "submit",
+            "--store",
+            &url,
+            "--agent",
+            agent,
+            "What is 1 plus 1?",
+        ]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let queued = text(&out.stdout)
+            .split_whitespace()
+            .nth(1)
+            .unwrap()
+            .to_owned();
+
+        let out = forge(&["runs", "list", "--store", &url]);
+        let listed = text(&out.stdout);
+        let lines: Vec<&str> = listed.lines().collect();
+        assert_eq!(lines.len(), 2, "{listed}");
+        assert!(
+            lines[0].starts_with(&queued) && lines[0].contains("queued"),
+            "newest first: {listed}"
+        );
+        assert!(
+            lines[1].contains("completed") && lines[1].contains("calculator@"),
+            "{listed}"
+        );
+        let done = lines[1].split_whitespace().next().unwrap().to_owned();
+
+        let out = forge(&["runs", "list", "--store", &url, "--status", "completed"]);
+        assert_eq!(text(&out.stdout).lines().count(), 1);
+        let out = forge(&["runs", "list", "--store", &url, "--tenant", "someone-else"]);
+        assert_eq!(text(&out.stdout).trim(), "no runs");
+        let out = forge(&["runs", "list", "--store", &url, "--status", "sleeping"]);
+        assert_eq!(out.status.code(), Some(2));
+        assert!(
+            text(&out.stderr).contains("unknown run status"),
+            "{}",
+            text(&out.stderr)
+        );
+
+        let out = forge(&["runs", "show", "--store", &url, &done]);
+        let shown = text(&out.stdout);
+        assert!(shown.contains("status    completed"), "{shown}");
+        assert!(shown.contains("lease     -"), "{shown}");
+
+        let out = forge(&["runs", "events", "--store", &url, &done]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        assert_eq!(
+            text(&out.stdout),
+            printed_by_run,
+            "the same lines forge run printed"
+        );
+        let out = forge(&["runs", "events", "--store", &url, "--json", &done]);
+        assert!(text(&out.stdout).lines().count() > 3);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     #[test]
     fn forge_run_twice_on_one_sqlite_file_reuses_its_schema() {
         let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))

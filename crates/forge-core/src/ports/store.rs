@@ -152,6 +152,9 @@ pub trait RunStore: Send + Sync {
     /// The thread's runs, oldest first.
     async fn list_runs(&self, scope: &Scope, thread_id: ThreadId) -> Result<Vec<Run>, Error>;
 
+    /// The tenant's runs that `query` selects, newest first (for operators: `forge runs list`).
+    async fn query_runs(&self, scope: &Scope, query: &RunQuery) -> Result<Vec<Run>, Error>;
+
     /// Takes the run's lease for `ttl`, issuing a new fencing token. Fails with `LeaseHeld` while
     /// another holder's lease is unexpired; the same holder re-acquiring gets a new token.
     async fn acquire_lease(
@@ -315,6 +318,59 @@ pub fn admit(
         (Some(behind), StartStrategy::Enqueue | StartStrategy::Interrupt) => {
             Ok(Admission::Queued { behind })
         }
+    }
+}
+
+/// Which of a tenant's runs [`RunStore::query_runs`] returns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunQuery {
+    /// Only runs in this state, by its stored name (`queued`, `running`, `waiting`, `completed`,
+    /// `failed`, `cancelled`); see [`RunQuery::status`].
+    pub status: Option<String>,
+    /// Only runs of this thread.
+    pub thread_id: Option<ThreadId>,
+    /// At most this many, newest first.
+    pub limit: usize,
+}
+
+/// The run states [`RunQuery::status`] may name.
+pub const RUN_STATUS_NAMES: [&str; 6] = [
+    "queued",
+    "running",
+    "waiting",
+    "completed",
+    "failed",
+    "cancelled",
+];
+
+impl RunQuery {
+    /// The newest `limit` runs.
+    pub fn newest(limit: usize) -> Self {
+        Self {
+            status: None,
+            thread_id: None,
+            limit,
+        }
+    }
+
+    /// Narrows to a state, refusing a name no run can have.
+    pub fn status(mut self, name: &str) -> Result<Self, Error> {
+        if !RUN_STATUS_NAMES.contains(&name) {
+            return Err(Error::invalid(format!(
+                "unknown run status {name:?}: one of {}",
+                RUN_STATUS_NAMES.join(", ")
+            )));
+        }
+        self.status = Some(name.to_owned());
+        Ok(self)
+    }
+
+    /// Whether `run` is selected (the rule each adapter's query encodes).
+    pub fn admits(&self, run: &Run) -> bool {
+        self.status
+            .as_deref()
+            .is_none_or(|s| run.status.name() == s)
+            && self.thread_id.is_none_or(|t| run.thread_id == t)
     }
 }
 

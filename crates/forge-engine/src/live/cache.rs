@@ -154,6 +154,13 @@ mod tests {
         async fn list_runs(&self, scope: &Scope, thread_id: ThreadId) -> Result<Vec<Run>, Error> {
             self.inner.list_runs(scope, thread_id).await
         }
+        async fn query_runs(
+            &self,
+            scope: &Scope,
+            query: &forge_core::ports::store::RunQuery,
+        ) -> Result<Vec<Run>, Error> {
+            self.inner.query_runs(scope, query).await
+        }
         async fn acquire_lease(
             &self,
             scope: &Scope,

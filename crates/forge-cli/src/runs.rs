@@ -1,0 +1,181 @@
+//! `forge runs list | show | events`: what an operator needs to see a run without SQL — a
+//! tenant's runs by state and thread, one run's detail (lease, job, interactions, failure), and its
+//! committed events, printed as `forge run` prints them (or as JSON lines).
+
+use std::process::ExitCode;
+
+use forge_core::id::{RunId, ThreadId};
+use forge_core::ports::interaction::InteractionFilter;
+use forge_core::ports::store::RunQuery;
+use forge_core::run::Run;
+use forge_core::scope::{PrincipalId, Scope, TenantId};
+use forge_core::stream::StreamItem;
+
+use crate::store::{self, StoreArgs};
+
+/// `forge runs` subcommands.
+#[derive(Debug, clap::Subcommand)]
+pub(crate) enum RunsCommand {
+    /// A tenant's runs, newest first.
+    List {
+        #[command(flatten)]
+        store: StoreArgs,
+        #[command(flatten)]
+        tenant: TenantArg,
+        /// Only runs in this state: queued, running, waiting, completed, failed or cancelled.
+        #[arg(long)]
+        status: Option<String>,
+        /// Only runs of this thread.
+        #[arg(long)]
+        thread: Option<ThreadId>,
+        /// At most this many.
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+    },
+    /// One run: its state, agent, lease, failure and interactions.
+    Show {
+        #[command(flatten)]
+        store: StoreArgs,
+        #[command(flatten)]
+        tenant: TenantArg,
+        /// The run.
+        run: RunId,
+    },
+    /// A run's committed events, as `forge run` prints them.
+    Events {
+        #[command(flatten)]
+        store: StoreArgs,
+        #[command(flatten)]
+        tenant: TenantArg,
+        /// The run.
+        run: RunId,
+        /// Only events after this sequence number.
+        #[arg(long, default_value_t = 0)]
+        after: u64,
+        /// Print events as JSON lines.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Whose runs: operators read one tenant at a time.
+#[derive(Debug, clap::Args)]
+pub(crate) struct TenantArg {
+    /// The tenant.
+    #[arg(long, default_value = "local", env = "FORGE_TENANT")]
+    tenant: String,
+}
+
+impl TenantArg {
+    fn scope(&self) -> anyhow::Result<Scope> {
+        Ok(Scope::new(
+            TenantId::new(self.tenant.clone())?,
+            PrincipalId::new("operator")?,
+            vec![],
+        ))
+    }
+}
+
+fn row(run: &Run) -> String {
+    format!(
+        "{}  {:<9}  {}@{}  thread {}  {}",
+        run.id,
+        run.status.name(),
+        run.agent.name,
+        run.agent.version,
+        run.thread_id,
+        run.created_at
+    )
+}
+
+/// Runs one `forge runs` subcommand.
+pub(crate) async fn runs(command: RunsCommand) -> anyhow::Result<ExitCode> {
+    match command {
+        RunsCommand::List {
+            store,
+            tenant,
+            status,
+            thread,
+            limit,
+        } => {
+            let store = store::open(&store).await?.store;
+            let mut query = RunQuery::newest(limit);
+            if let Some(status) = status {
+                query = query.status(&status)?;
+            }
+            query.thread_id = thread;
+            let found = store.query_runs(&tenant.scope()?, &query).await?;
+            if found.is_empty() {
+                println!("no runs");
+            }
+            for run in &found {
+                println!("{}", row(run));
+            }
+        }
+        RunsCommand::Show { store, tenant, run } => {
+            let store = store::open(&store).await?.store;
+            let scope = tenant.scope()?;
+            let run = store.get_run(&scope, run).await?;
+            println!("run       {}", run.id);
+            println!("status    {}", run.status.name());
+            if let forge_core::run::RunStatus::Waiting(why) = run.status {
+                println!("waits for {}", why.name());
+            }
+            println!("agent     {}@{}", run.agent.name, run.agent.version);
+            println!("thread    {}", run.thread_id);
+            println!("principal {}", run.principal_id.as_str());
+            println!("created   {}", run.created_at);
+            println!("updated   {}", run.updated_at);
+            println!(
+                "step      {} (events 1..={})",
+                run.checkpoint.step, run.last_seq
+            );
+            match &run.lease {
+                Some(l) => println!(
+                    "lease     {} until {} (token {})",
+                    l.holder, l.expires_at, l.token
+                ),
+                None => println!("lease     -"),
+            }
+            if run.cancel_requested {
+                println!("cancel    requested");
+            }
+            if let Some(f) = &run.failure {
+                println!("failure   {}: {}", f.code.name(), f.message);
+            }
+            for i in store
+                .list_interactions(&scope, InteractionFilter::Run(run.id))
+                .await?
+            {
+                println!(
+                    "interaction {} {} (expires {})",
+                    i.id,
+                    i.status.name(),
+                    i.expires_at
+                );
+            }
+        }
+        RunsCommand::Events {
+            store,
+            tenant,
+            run,
+            after,
+            json,
+        } => {
+            let store = store::open(&store).await?.store;
+            let scope = tenant.scope()?;
+            let printer = crate::print::Printer::new(json);
+            let mut from = after;
+            loop {
+                let page = store.read_events(&scope, run, from, 500).await?;
+                let Some(last) = page.last() else { break };
+                from = last.seq;
+                for event in page {
+                    printer.item(&StreamItem::Committed { event });
+                }
+            }
+            printer.finish();
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

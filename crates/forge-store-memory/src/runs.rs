@@ -191,7 +191,7 @@ impl RunStore for MemoryStore {
             .filter(|r| &r.tenant_id == scope.tenant_id() && query.admits(r))
             .cloned()
             .collect();
-        found.sort_by(|a, b| (b.created_at, b.id).cmp(&(a.created_at, a.id)));
+        found.sort_by_key(|r| std::cmp::Reverse((r.created_at, r.id)));
         found.truncate(query.limit);
         Ok(found)
     }

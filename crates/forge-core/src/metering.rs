@@ -124,6 +124,10 @@ pub enum CallStatus {
     Settled,
     /// Settled without a provider report: the estimate stands, flagged.
     Unreconciled,
+    /// A reservation whose call never settled, given back: replaced by a re-execution of its step,
+    /// or orphaned (its worker died) and released by the sweep. It charges nothing; a settlement
+    /// that still arrives for it counts as usual.
+    Released,
 }
 
 impl CallStatus {
@@ -133,6 +137,7 @@ impl CallStatus {
             CallStatus::Reserved => "reserved",
             CallStatus::Settled => "settled",
             CallStatus::Unreconciled => "unreconciled",
+            CallStatus::Released => "released",
         }
     }
 }
@@ -148,6 +153,10 @@ pub struct ModelCall {
     pub run_id: RunId,
     /// The run's step.
     pub step: u32,
+    /// The execution that reserved it (its run lease's fencing token; 0 when unknown): a
+    /// re-execution of the step reserves with a greater one and replaces this reservation.
+    #[serde(default)]
+    pub attempt: u64,
     /// The full model string.
     pub model: String,
     /// When it was reserved.
@@ -176,6 +185,7 @@ impl ModelCall {
     /// until then.
     pub fn charged(&self) -> (u64, u64) {
         match (self.status, self.actual) {
+            (CallStatus::Released, _) => (0, 0),
             (CallStatus::Settled, Some(actual)) => {
                 (actual.total_tokens(), self.cost_micros.unwrap_or(0))
             }
@@ -198,6 +208,39 @@ pub struct Settlement {
     pub cost_micros: u64,
     /// The provider's request id.
     pub request_id: Option<String>,
+}
+
+/// How long a reservation may stay unsettled before the sweep releases it as orphaned: far past
+/// any model call's own timeout, so only a call whose worker died is released.
+pub const ORPHANED_AFTER: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// The reservations `call` replaces (every adapter's rule): the still-reserved calls of the same
+/// run and step made by an earlier execution, returned released. A re-executed step's reservation
+/// replaces its predecessor's instead of adding to it.
+pub fn superseded(existing: &[ModelCall], call: &ModelCall) -> Vec<ModelCall> {
+    existing
+        .iter()
+        .filter(|c| {
+            c.id != call.id
+                && c.run_id == call.run_id
+                && c.step == call.step
+                && c.status == CallStatus::Reserved
+                && c.attempt < call.attempt
+        })
+        .map(|c| ModelCall {
+            status: CallStatus::Released,
+            ..c.clone()
+        })
+        .collect()
+}
+
+/// `call` released by the orphan sweep when it is still reserved and was reserved before
+/// `before`.
+pub fn orphaned(call: &ModelCall, before: Timestamp) -> Option<ModelCall> {
+    (call.status == CallStatus::Reserved && call.at < before).then(|| ModelCall {
+        status: CallStatus::Released,
+        ..call.clone()
+    })
 }
 
 /// Whether reserving `call` keeps the tenant within `quota`, given the period's `existing` calls.

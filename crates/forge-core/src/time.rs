@@ -38,6 +38,16 @@ impl Timestamp {
                 .unwrap_or(DateTime::<Utc>::MAX_UTC),
         )
     }
+
+    /// This instant minus `d`, saturating at the far past.
+    pub fn minus(&self, d: Duration) -> Self {
+        let delta = chrono::TimeDelta::from_std(d).unwrap_or(chrono::TimeDelta::MAX);
+        Self(
+            self.0
+                .checked_sub_signed(delta)
+                .unwrap_or(DateTime::<Utc>::MIN_UTC),
+        )
+    }
 }
 
 impl fmt::Display for Timestamp {

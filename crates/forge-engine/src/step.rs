@@ -378,6 +378,7 @@ impl StepRunner<'_> {
             tenant_id: cur.run.tenant_id.clone(),
             run_id: cur.run.id,
             step,
+            attempt: cur.lease.token,
             model: self.agent.model.clone(),
             at: now,
             period_start: period.start(now),

@@ -193,7 +193,8 @@ impl Worker {
     }
 
     /// Expires approvals and questions past their deadline every `sweep_interval`, however busy
-    /// the claim loops are, so their runs go on (as refused) instead of waiting forever.
+    /// the claim loops are, so their runs go on (as refused) instead of waiting forever; and
+    /// releases usage reservations orphaned for longer than `metering::ORPHANED_AFTER`.
     async fn sweep_loop(&self, shutdown: CancellationToken) {
         while !shutdown.is_cancelled() {
             if let Err(e) = self
@@ -205,6 +206,17 @@ impl Worker {
                 // Retried at the next tick; said, not swallowed.
                 eprintln!(
                     "forge worker {}: expiring interactions failed: {e}",
+                    self.config.id
+                );
+            }
+            let before = self
+                .engine
+                .clock
+                .now()
+                .minus(forge_core::metering::ORPHANED_AFTER);
+            if let Err(e) = self.engine.ledger.release_orphans(&system(), before).await {
+                eprintln!(
+                    "forge worker {}: releasing orphaned reservations failed: {e}",
                     self.config.id
                 );
             }

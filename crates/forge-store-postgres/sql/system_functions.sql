@@ -4,7 +4,7 @@
 -- is `forge_system`, which inside these functions it is and outside them it never is. Whatever
 -- settings the application connection makes, it can do across tenants exactly what these
 -- functions do: claim, extend, settle and list queue jobs, replay or discard dead letters (with
--- an audit entry), and list overdue interactions by id.
+-- an audit entry), list overdue interactions by id, and release orphaned usage reservations.
 --
 -- The search path is pinned (with pg_temp last) so a caller cannot redirect a name to an object
 -- of its own. Bodies are PL/pgSQL, checked when called, so they may be created before the tables.
@@ -188,5 +188,22 @@ BEGIN
     RETURN QUERY
     SELECT i.id, i.tenant_id FROM forge_interactions i
      WHERE i.status = 'pending' AND i.expires_at <= p_now;
+END
+$$;
+
+-- Releases usage reservations still unsettled that were made before `p_before`: their workers
+-- died and no re-execution replaced them (forge_core::metering::orphaned). Returns how many.
+CREATE OR REPLACE FUNCTION forge_sys_release_orphans(p_before timestamptz)
+    RETURNS integer
+    LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = public, pg_temp
+    AS $$
+DECLARE
+    released integer;
+BEGIN
+    UPDATE forge_model_calls c
+       SET status = 'released', body = jsonb_set(c.body, '{status}', '"released"')
+     WHERE c.status = 'reserved' AND c.at < p_before;
+    GET DIAGNOSTICS released = ROW_COUNT;
+    RETURN released;
 END
 $$;

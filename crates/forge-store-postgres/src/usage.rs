@@ -4,9 +4,10 @@
 
 use async_trait::async_trait;
 use forge_core::Error;
-use forge_core::metering::{ModelCall, Quota, Settlement, check_quota};
+use forge_core::metering::{ModelCall, Quota, Settlement, check_quota, superseded};
 use forge_core::ports::usage::{CallFilter, UsageLedger, apply_settlement};
-use forge_core::scope::Scope;
+use forge_core::scope::{Scope, SystemScope};
+use forge_core::time::Timestamp;
 
 use crate::PostgresStore;
 use crate::rows::{db_error, json, to_json};
@@ -32,6 +33,20 @@ impl UsageLedger for PostgresStore {
                 .await
                 .map_err(db_error)?;
         run.ok_or_else(|| Error::not_found("run", call.run_id))?;
+        let reserved = sqlx::query(
+            "SELECT body FROM forge_model_calls WHERE tenant_id = $1 AND run_id = $2 AND status = 'reserved' FOR UPDATE",
+        )
+        .bind(tenant)
+        .bind(call.run_id.0)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(db_error)?
+        .iter()
+        .map(|r| json(r, "body"))
+        .collect::<Result<Vec<ModelCall>, Error>>()?;
+        for released in superseded(&reserved, &call) {
+            update_call(&mut tx, tenant, &released).await?;
+        }
         if let Some(quota) = quota {
             sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 7277267))")
                 .bind(format!("forge-quota/{tenant}/{}", call.period_start))
@@ -68,6 +83,20 @@ impl UsageLedger for PostgresStore {
         .map_err(db_error)?;
         tx.commit().await.map_err(db_error)?;
         Ok(())
+    }
+
+    async fn release_orphans(
+        &self,
+        _system: &SystemScope,
+        before: Timestamp,
+    ) -> Result<usize, Error> {
+        // Across tenants: only through forge_system's function (sql/system_functions.sql).
+        let released: i32 = sqlx::query_scalar("SELECT forge_sys_release_orphans($1)")
+            .bind(before.0)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(db_error)?;
+        Ok(usize::try_from(released).unwrap_or(0))
     }
 
     async fn settle(&self, scope: &Scope, settlement: Settlement) -> Result<ModelCall, Error> {
@@ -123,17 +152,27 @@ pub(crate) async fn settle_tx(
     .map_err(db_error)?
     .ok_or_else(|| Error::not_found("model call", settlement.id))?;
     let settled = apply_settlement(json(&row, "body")?, settlement)?;
+    update_call(tx, tenant, &settled).await?;
+    Ok(settled)
+}
+
+/// Writes a call's new state (its status column and body).
+async fn update_call(
+    tx: &mut sqlx::Transaction<'static, sqlx::Postgres>,
+    tenant: &str,
+    call: &ModelCall,
+) -> Result<(), Error> {
     sqlx::query(
         "UPDATE forge_model_calls SET status = $1, body = $2 WHERE id = $3 AND tenant_id = $4",
     )
-    .bind(settled.status.name())
-    .bind(to_json(&settled)?)
-    .bind(settled.id.0)
+    .bind(call.status.name())
+    .bind(to_json(call)?)
+    .bind(call.id.0)
     .bind(tenant)
     .execute(&mut **tx)
     .await
     .map_err(db_error)?;
-    Ok(settled)
+    Ok(())
 }
 
 /// Records a step's settled call with its commit: it replaces the call's reservation, or is

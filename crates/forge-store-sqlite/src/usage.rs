@@ -3,9 +3,10 @@
 
 use async_trait::async_trait;
 use forge_core::Error;
-use forge_core::metering::{ModelCall, Quota, Settlement, check_quota};
+use forge_core::metering::{ModelCall, Quota, Settlement, check_quota, orphaned, superseded};
 use forge_core::ports::usage::{CallFilter, UsageLedger, apply_settlement};
-use forge_core::scope::Scope;
+use forge_core::scope::{Scope, SystemScope};
+use forge_core::time::Timestamp;
 
 use crate::SqliteStore;
 use crate::rows::{db_error, json, to_json};
@@ -31,6 +32,20 @@ impl UsageLedger for SqliteStore {
                 .await
                 .map_err(db_error)?;
         run.ok_or_else(|| Error::not_found("run", call.run_id))?;
+        let reserved = sqlx::query(
+            "SELECT body FROM forge_model_calls WHERE tenant_id = $1 AND run_id = $2 AND status = 'reserved'",
+        )
+        .bind(tenant)
+        .bind(call.run_id.to_string())
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(db_error)?
+        .iter()
+        .map(|r| json(r, "body"))
+        .collect::<Result<Vec<ModelCall>, Error>>()?;
+        for released in superseded(&reserved, &call) {
+            update_call(&mut tx, tenant, &released).await?;
+        }
         if let Some(quota) = quota {
             let rows = sqlx::query(
                 "SELECT body FROM forge_model_calls WHERE tenant_id = $1 AND period_start = $2",
@@ -62,6 +77,31 @@ impl UsageLedger for SqliteStore {
         .map_err(db_error)?;
         tx.commit().await.map_err(db_error)?;
         Ok(())
+    }
+
+    async fn release_orphans(
+        &self,
+        _system: &SystemScope,
+        before: Timestamp,
+    ) -> Result<usize, Error> {
+        let mut tx = self.write_tx().await?;
+        let rows = sqlx::query(
+            "SELECT tenant_id, body FROM forge_model_calls WHERE status = 'reserved' AND at < $1",
+        )
+        .bind(before.unix_millis())
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        let mut released = 0;
+        for row in &rows {
+            let tenant: String = crate::rows::get(row, "tenant_id")?;
+            if let Some(r) = orphaned(&json(row, "body")?, before) {
+                update_call(&mut tx, &tenant, &r).await?;
+                released += 1;
+            }
+        }
+        tx.commit().await.map_err(db_error)?;
+        Ok(released)
     }
 
     async fn settle(&self, scope: &Scope, settlement: Settlement) -> Result<ModelCall, Error> {
@@ -113,17 +153,27 @@ pub(crate) async fn settle_tx(
         .map_err(db_error)?
         .ok_or_else(|| Error::not_found("model call", settlement.id))?;
     let settled = apply_settlement(json(&row, "body")?, settlement)?;
+    update_call(tx, tenant, &settled).await?;
+    Ok(settled)
+}
+
+/// Writes a call's new state (its status column and body).
+async fn update_call(
+    tx: &mut sqlx::Transaction<'static, sqlx::Sqlite>,
+    tenant: &str,
+    call: &ModelCall,
+) -> Result<(), Error> {
     sqlx::query(
         "UPDATE forge_model_calls SET status = $1, body = $2 WHERE id = $3 AND tenant_id = $4",
     )
-    .bind(settled.status.name())
-    .bind(to_json(&settled)?)
-    .bind(settled.id.to_string())
+    .bind(call.status.name())
+    .bind(to_json(call)?)
+    .bind(call.id.to_string())
     .bind(tenant)
     .execute(&mut **tx)
     .await
     .map_err(db_error)?;
-    Ok(settled)
+    Ok(())
 }
 
 /// Records a step's settled call with its commit: it replaces the call's reservation, or is

@@ -167,6 +167,7 @@ pub const SUITES: &[Suite] = &[
             "quota_periods_roll_over",
             "calls_are_confined_to_their_tenant",
             "step_commits_record_settled_calls",
+            "reservations_are_replaced_on_reexecution_and_orphans_released",
         ],
     },
 ];
@@ -374,7 +375,8 @@ macro_rules! usage_conformance {
         $crate::__conformance_suite!(usage_conformance, "usage", usage, $factory;
             parallel_reservations_never_overshoot_a_quota, settlements_replace_estimates,
             quota_periods_roll_over, calls_are_confined_to_their_tenant,
-            step_commits_record_settled_calls);
+            step_commits_record_settled_calls,
+            reservations_are_replaced_on_reexecution_and_orphans_released);
     };
 }
 

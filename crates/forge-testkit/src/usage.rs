@@ -70,6 +70,7 @@ impl<F: StoreFactory> Ledger<F> {
             tenant_id: self.scope.tenant_id().clone(),
             run_id: self.run,
             step: 1,
+            attempt: 1,
             model: "openai:gpt-4o-mini".into(),
             at,
             period_start: QuotaPeriod::Day.start(at),
@@ -101,6 +102,79 @@ fn refused(r: Result<(), Error>, what: &str) {
         Err(Error::QuotaExceeded(m)) => assert!(m.contains("tenant-a"), "{m}"),
         other => panic!("{what}: expected QuotaExceeded, got {other:?}"),
     }
+}
+
+/// A re-executed step's reservation replaces its predecessor's instead of adding to it, and a
+/// reservation nothing replaces is released by the orphan sweep (issue 17, item 2). Released
+/// reservations charge nothing; a settlement arriving for one still counts.
+pub async fn reservations_are_replaced_on_reexecution_and_orphans_released<F: StoreFactory>() {
+    let l = ledger::<F>().await;
+    // The first execution reserves 600 of 1,000 and dies before settling.
+    let first = l.call(tokens(600, 0), 0);
+    l.reserve(&first, DAILY_1000)
+        .await
+        .expect("first reservation");
+    // Its re-execution reserves the same step again: without replacement 1,200 > 1,000.
+    let again = ModelCall {
+        id: ModelCallId::generate(&UuidV7Generator),
+        attempt: 2,
+        ..l.call(tokens(600, 0), 0)
+    };
+    l.reserve(&again, DAILY_1000)
+        .await
+        .expect("the re-execution's reservation replaces the first");
+    let calls = l.calls().await;
+    let status = |id| calls.iter().find(|c| c.id == id).map(|c| c.status);
+    assert_eq!(status(first.id), Some(CallStatus::Released));
+    assert_eq!(status(again.id), Some(CallStatus::Reserved));
+    // Another step's reservation is not replaced: 600 + 600 is over.
+    let other_step = ModelCall {
+        id: ModelCallId::generate(&UuidV7Generator),
+        step: 2,
+        attempt: 2,
+        ..l.call(tokens(600, 0), 0)
+    };
+    refused(
+        l.reserve(&other_step, DAILY_1000).await,
+        "another step's reservation",
+    );
+    // An hour later the sweep releases the orphan, and the quota is free again.
+    l.clock
+        .advance(forge_core::metering::ORPHANED_AFTER + Duration::from_secs(1));
+    // The worker's sweep passes `now - ORPHANED_AFTER`: here, just after the reservations.
+    let before = first.at.plus(Duration::from_secs(1));
+    let released = l
+        .store
+        .release_orphans(&forge_core::scope::SystemScope::new("conformance"), before)
+        .await
+        .expect("sweep");
+    assert_eq!(released, 1);
+    let calls = l.calls().await;
+    assert!(
+        calls.iter().all(|c| c.status == CallStatus::Released),
+        "{calls:?}"
+    );
+    let late = l.call(tokens(900, 0), 0);
+    l.reserve(&late, DAILY_1000)
+        .await
+        .expect("released reservations charge nothing");
+    // A call that finishes after its reservation was released still settles, and counts.
+    l.store
+        .settle(
+            &l.scope,
+            Settlement {
+                id: again.id,
+                actual: Some(tokens(50, 50)),
+                cost_micros: 0,
+                request_id: None,
+            },
+        )
+        .await
+        .expect("a released reservation settles");
+    refused(
+        l.reserve(&l.call(tokens(1, 0), 0), DAILY_1000).await,
+        "900 reserved + 100 settled",
+    );
 }
 
 /// 64 reservations of 100 tokens at once against a daily quota of 1,000: exactly 10 succeed.

@@ -1,5 +1,5 @@
-//! Dead letters end to end with real processes: a run whose agent version no worker has is
-//! dead-lettered; an operator replays it after deploying that version, or discards it.
+//! Dead letters end to end with real processes: a run whose worker is killed holding it, with no
+//! attempt left, is dead-lettered with that as its reason; an operator replays it, or discards it.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -28,6 +28,8 @@ fn worker(dir: &Path, agent: &str) -> Child {
             "20",
             "--backoff-ms",
             "10",
+            "--lease-ttl-ms",
+            "300",
         ])
         .current_dir(dir)
         .stdout(Stdio::null())
@@ -59,6 +61,38 @@ fn eventually(what: &str, mut check: impl FnMut() -> bool) {
     }
 }
 
+/// Submits a run of ghost@7 with one attempt, lets a worker take it and kills that worker (SIGKILL)
+/// mid-run; another worker, which lacks ghost@7 and so never claims it, dead-letters it once its
+/// claim lapses.
+fn dead_letter_by_crash(dir: &Path, message: &str) {
+    let (ok, out, err) = forge_in(
+        dir,
+        &[
+            "submit",
+            "--store",
+            "sqlite://forge.db",
+            "--agent",
+            "ghost.toml",
+            "--max-attempts",
+            "1",
+            message,
+        ],
+    );
+    assert!(ok, "{err}");
+    let run = out.split_whitespace().nth(1).unwrap().to_owned();
+    let mut doomed = worker(dir, "ghost.toml");
+    eventually("the ghost worker to hold the run", || {
+        forge_in(dir, &["runs", "show", "--store", "sqlite://forge.db", &run])
+            .1
+            .contains("lease     worker-")
+    });
+    doomed.kill().unwrap();
+    doomed.wait().unwrap();
+    let w = worker(dir, "calculator.toml");
+    eventually("the job to be dead-lettered", || dead_job(dir).is_some());
+    stop(w);
+}
+
 fn dead_job(dir: &Path) -> Option<String> {
     let (_, out, _) = forge_in(dir, &["dlq", "list", "--store", "sqlite://forge.db"]);
     out.lines()
@@ -83,43 +117,32 @@ fn a_poison_run_is_dead_lettered_then_replayed_or_discarded() {
         dir.join("calculator.script.toml"),
     )
     .unwrap();
-    std::fs::write(dir.join("ghost.toml"), "name = \"ghost\"\nversion = \"7\"\ninstructions = \"x\"\nmodel = \"scripted:calculator.script.toml\"\n").unwrap();
+    std::fs::write(dir.join("ghost.toml"), "name = \"ghost\"\nversion = \"7\"\ninstructions = \"x\"\nmodel = \"scripted:ghost.script.toml\"\n").unwrap();
+    // Slow enough to be killed mid-run.
+    std::fs::write(
+        dir.join("ghost.script.toml"),
+        "[[conversation]]\n[[conversation.turn]]\ntext = [\"boo\"]\nchunk_delay_ms = 1500\n",
+    )
+    .unwrap();
 
-    // A run of ghost@7, which the running worker does not have.
-    let (ok, out, err) = forge_in(
-        &dir,
-        &[
-            "submit",
-            "--store",
-            "sqlite://forge.db",
-            "--agent",
-            "ghost.toml",
-            "--max-attempts",
-            "2",
-            "hello",
-        ],
-    );
-    assert!(ok, "{err}");
-    assert!(out.starts_with("run ") && out.contains("(active)"), "{out}");
-    let w = worker(&dir, "calculator.toml");
-    eventually("the job to be dead-lettered", || dead_job(&dir).is_some());
-    stop(w);
+    // A run of ghost@7 whose worker dies holding it, with no attempt left.
+    dead_letter_by_crash(&dir, "hello");
     let job = dead_job(&dir).unwrap();
     let (_, shown, _) = forge_in(&dir, &["dlq", "show", "--store", "sqlite://forge.db", &job]);
     assert!(
-        shown.contains("state    dead") && shown.contains("attempts 2/2"),
+        shown.contains("state    dead") && shown.contains("attempts 1/1"),
         "{shown}"
     );
     assert!(
-        shown.contains("error    agent ghost version 7 is not registered"),
+        shown.contains("error    lease expired (worker lost)"),
         "{shown}"
     );
     assert!(
-        shown.contains("(queued) agent ghost@7"),
-        "the run waits, untouched: {shown}"
+        shown.contains("agent ghost@7"),
+        "the run is untouched: {shown}"
     );
 
-    // The version is deployed; the operator replays.
+    // The operator replays; a healthy worker completes the run.
     let (ok, out, err) = forge_in(
         &dir,
         &[
@@ -154,25 +177,7 @@ fn a_poison_run_is_dead_lettered_then_replayed_or_discarded() {
     );
 
     // Another poison run, discarded this time: its run fails and says why.
-    let (ok, _, err) = forge_in(
-        &dir,
-        &[
-            "submit",
-            "--store",
-            "sqlite://forge.db",
-            "--agent",
-            "ghost.toml",
-            "--max-attempts",
-            "1",
-            "again",
-        ],
-    );
-    assert!(ok, "{err}");
-    let w = worker(&dir, "calculator.toml");
-    eventually("the second job to be dead-lettered", || {
-        dead_job(&dir).is_some()
-    });
-    stop(w);
+    dead_letter_by_crash(&dir, "again");
     let job = dead_job(&dir).unwrap();
     let (ok, out, err) = forge_in(
         &dir,

@@ -4,13 +4,17 @@
 //! `reserve` applies [`crate::metering::check_quota`] to the tenant's calls of the same period
 //! under the store's lock (a per-tenant advisory lock in PostgreSQL, the single writer in SQLite,
 //! the mutex in memory), so concurrent runs of one tenant can never overshoot a quota together.
+//! In the same transaction it releases the reservations the call replaces
+//! ([`crate::metering::superseded`]: the same step's, from an earlier execution), so a re-executed
+//! step holds one reservation, not two; [`UsageLedger::release_orphans`] releases those nothing
+//! will replace.
 
 use async_trait::async_trait;
 
 use crate::Error;
 use crate::id::RunId;
 use crate::metering::{ModelCall, Quota, Settlement};
-use crate::scope::Scope;
+use crate::scope::{Scope, SystemScope};
 use crate::time::Timestamp;
 
 /// Which calls to read.
@@ -40,11 +44,24 @@ pub trait UsageLedger: Send + Sync {
     /// The tenant's calls, oldest first.
     async fn model_calls(&self, scope: &Scope, filter: CallFilter)
     -> Result<Vec<ModelCall>, Error>;
+
+    /// Releases, across tenants, every reservation still unsettled that was made before `before`
+    /// (`metering::orphaned`): their workers died, and no re-execution replaced them. Returns how
+    /// many.
+    async fn release_orphans(
+        &self,
+        system: &SystemScope,
+        before: Timestamp,
+    ) -> Result<usize, Error>;
 }
 
 /// Applies a settlement to a reserved call (every adapter's rule).
 pub fn apply_settlement(mut call: ModelCall, s: &Settlement) -> Result<ModelCall, Error> {
-    if call.status != crate::metering::CallStatus::Reserved {
+    // A released reservation may still settle (its call finished after all): it counts again.
+    if !matches!(
+        call.status,
+        crate::metering::CallStatus::Reserved | crate::metering::CallStatus::Released
+    ) {
         return Err(Error::invalid(format!(
             "model call {} is already settled",
             call.id

@@ -67,6 +67,7 @@ async fn seed_tenant_a(store: &PostgresStore, clock: &ManualClock) {
             tenant_id: a.tenant_id().clone(),
             run_id: run.id,
             step: 1,
+            attempt: 1,
             model: "scripted:x".into(),
             at: clock.now(),
             period_start: clock.now(),
@@ -379,7 +380,7 @@ async fn refuses_to_start_where_the_system_role_is_forgeable_or_missing() {
         .await
         .unwrap_err();
     assert!(
-        matches!(&err, OpenError::SystemRole { problem } if problem.contains("8 of 9")),
+        matches!(&err, OpenError::SystemRole { problem } if problem.contains("9 of 10")),
         "{err}"
     );
     assert!(err.to_string().contains("forge migrate"), "{err}");

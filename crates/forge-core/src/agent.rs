@@ -46,6 +46,11 @@ pub struct RunLimits {
     /// `max_tokens`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_cost_micros: Option<u64>,
+    /// Most output tokens one model call may produce, sent with every call. Under a token or cost
+    /// ceiling or a tenant quota every call carries a cap anyway (this one, or 1,024), lowered to
+    /// what the remaining budget allows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_output_tokens: Option<u32>,
 }
 
 impl RunLimits {
@@ -77,6 +82,7 @@ impl Default for RunLimits {
             interaction_ttl_secs: Self::default_interaction_ttl_secs(),
             max_tokens: None,
             max_cost_micros: None,
+            max_output_tokens: None,
         }
     }
 }

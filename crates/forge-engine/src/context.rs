@@ -28,12 +28,16 @@ pub fn assemble(
         system,
         messages: history,
         tools,
-        max_output_tokens: None,
+        max_output_tokens: agent.limits.max_output_tokens,
     }
 }
 
-/// Output tokens assumed for a call whose request sets no cap, when estimating before the call.
+/// Output tokens assumed for a call whose request sets no cap, when estimating before the call;
+/// also the cap sent under a ceiling or quota when the agent sets none.
 pub const OUTPUT_ESTIMATE: u64 = 1024;
+
+/// The smallest output cap worth a call: a ceiling that leaves less refuses the call instead.
+pub const MIN_OUTPUT: u64 = 64;
 
 /// A pre-call estimate of a request's usage, for reservations: about four characters per input
 /// token plus a few tokens of framing per message, and the output cap (or [`OUTPUT_ESTIMATE`]).

@@ -119,7 +119,7 @@ impl StepRunner<'_> {
         if let serde_json::Value::Object(values) = values {
             state.values = values;
         }
-        let request = assemble(
+        let mut request = assemble(
             self.agent,
             model_name,
             &state,
@@ -131,7 +131,7 @@ impl StepRunner<'_> {
 
         // Reserve before spending: the run's ceilings, then the tenant's quota (atomic in the
         // store). A call that would pass either is not made.
-        let reservation = match self.reserve(cur, step, &request).await? {
+        let reservation = match self.reserve(cur, step, &mut request).await? {
             Ok(call) => call,
             Err(failure) => return Ok(StepEnd::Failed(failure)),
         };
@@ -315,6 +315,49 @@ impl StepRunner<'_> {
         })
     }
 
+    /// The output cap a call carries: the agent's own, or [`crate::context::OUTPUT_ESTIMATE`] when a
+    /// ceiling or quota applies, lowered to the tokens and the cost the run has left after the
+    /// call's input. `None` when nothing bounds the call. A cap is never under
+    /// [`crate::context::MIN_OUTPUT`]: where the budget leaves less, the ceiling check refuses the
+    /// call rather than make one that can say nothing.
+    fn output_cap(
+        &self,
+        cur: &Cursor<'_>,
+        request: &forge_core::ports::model::ModelRequest,
+    ) -> Option<u64> {
+        let limits = &self.agent.limits;
+        let bounded = limits.max_tokens.is_some()
+            || limits.max_cost_micros.is_some()
+            || self.engine.quotas.of(&cur.run.tenant_id).is_some();
+        let mut cap = limits
+            .max_output_tokens
+            .map(u64::from)
+            .or(bounded.then_some(crate::context::OUTPUT_ESTIMATE))?;
+        // The input part of the estimate does not depend on the cap.
+        let input = Usage {
+            input_tokens: crate::context::estimate_usage(request).input_tokens,
+            ..Usage::default()
+        };
+        if let Some(max) = limits.max_tokens {
+            let left = max
+                .saturating_sub(cur.checkpoint.usage.total_tokens())
+                .saturating_sub(input.input_tokens);
+            cap = cap.min(left);
+        }
+        if let (Some(max), Some(price)) = (
+            limits.max_cost_micros,
+            self.engine.prices.models.get(&self.agent.model),
+        ) && price.output > 0
+        {
+            let left = max
+                .saturating_sub(cur.checkpoint.cost_micros)
+                .saturating_sub(price.cost(&input));
+            let affordable = u128::from(left).saturating_mul(1_000_000) / u128::from(price.output);
+            cap = cap.min(u64::try_from(affordable).unwrap_or(u64::MAX));
+        }
+        Some(cap.max(crate::context::MIN_OUTPUT))
+    }
+
     /// Makes sure the run's lease is still this execution's before tools act on the world. A
     /// process frozen past its lease (SIGSTOP, a long pause, a stalled VM) may find on waking that
     /// another worker took the run over; its calls must not run a second time. Within the first
@@ -332,14 +375,18 @@ impl StepRunner<'_> {
         Ok(())
     }
 
-    /// Checks the run's ceilings and reserves the call's estimate against the tenant's quota.
+    /// Caps the call's output at what the run's ceilings leave (so the provider cannot spend past
+    /// them), checks the ceilings, and reserves the call's estimate against the tenant's quota.
     /// The outer error is the store's; the inner one ends the run.
     async fn reserve(
         &self,
         cur: &Cursor<'_>,
         step: u32,
-        request: &forge_core::ports::model::ModelRequest,
+        request: &mut forge_core::ports::model::ModelRequest,
     ) -> Result<Result<ModelCall, RunFailure>, EngineError> {
+        if let Some(cap) = self.output_cap(cur, request) {
+            request.max_output_tokens = Some(u32::try_from(cap).unwrap_or(u32::MAX));
+        }
         let estimate = crate::context::estimate_usage(request);
         let estimated_cost = self
             .engine

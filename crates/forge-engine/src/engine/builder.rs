@@ -185,6 +185,22 @@ impl EngineBuilder {
                     "skill {missing} is not in the skill library"
                 )));
             }
+            // A model missing from the price table costs nothing: under a cost ceiling or a cost
+            // quota that would spend without limit, so such a configuration is refused.
+            let cost_bounded = agent.limits.max_cost_micros.is_some()
+                || self
+                    .quotas
+                    .default
+                    .iter()
+                    .chain(self.quotas.tenants.values())
+                    .any(|q| q.max_cost_micros.is_some());
+            if cost_bounded && !self.prices.models.contains_key(&agent.model) {
+                return Err(invalid(format!(
+                    "model {} has no price in the price table, and a cost ceiling or cost quota \
+                     applies: its calls would cost nothing against it",
+                    agent.model
+                )));
+            }
             let key = (agent.agent.name.clone(), agent.agent.version.clone());
             if agents.insert(key, Arc::new(agent)).is_some() {
                 return Err(invalid("the same version is registered twice".into()));

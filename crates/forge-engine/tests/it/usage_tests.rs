@@ -152,18 +152,54 @@ async fn every_call_is_reserved_settled_and_priced_by_default() {
     );
 }
 
-#[tokio::test]
-async fn a_token_ceiling_stops_a_run_mid_loop_before_the_call() {
-    let s = Setup::new();
-    // Measure the first call's estimate on an unlimited run; a ceiling of exactly that admits
-    // the first call, and the second (whose history is longer, on top of what the first spent)
-    // does not fit.
+/// The first call's input, estimated as the engine does, on an unlimited run.
+async fn first_input(s: &Setup) -> u64 {
     let free = agent(&["calculate"], RunLimits::default());
     let probe = s.engine(scripted(TWO_STEPS), &free, |b| b);
     let (probe_run, _) = s.run(&probe, &free).await;
-    let first = probe.run_usage(&s.scope, probe_run).await.unwrap()[0]
+    probe.run_usage(&s.scope, probe_run).await.unwrap()[0]
         .estimate
-        .total_tokens();
+        .input_tokens
+}
+
+/// Under a token ceiling every call carries an output cap that fits what the run has left
+/// (issue 17, item 4): the provider cannot spend past the ceiling, whatever it would say.
+#[tokio::test]
+async fn a_token_ceiling_caps_each_calls_output_at_what_is_left() {
+    let s = Setup::new();
+    let input = first_input(&s).await;
+    let max = input + 1024;
+    let def = agent(
+        &["calculate"],
+        RunLimits {
+            max_tokens: Some(max),
+            ..RunLimits::default()
+        },
+    );
+    let model = scripted(TWO_STEPS);
+    let engine = s.engine(model.clone(), &def, |b| b);
+    let (run, outcome) = s.run(&engine, &def).await;
+    assert_eq!(outcome.status, RunStatus::Completed);
+    let requests = model.requests.lock().unwrap().clone();
+    assert_eq!(requests[0].max_output_tokens, Some(1024));
+    let calls = engine.run_usage(&s.scope, run).await.unwrap();
+    let spent = calls[0].actual.unwrap().total_tokens();
+    let second = u64::from(requests[1].max_output_tokens.expect("a cap"));
+    assert!(second < 1024, "lowered to what is left: {second}");
+    assert_eq!(
+        calls[1].estimate.input_tokens + second,
+        max - spent,
+        "the second call's cap is exactly what the ceiling leaves after its input"
+    );
+}
+
+#[tokio::test]
+async fn a_token_ceiling_stops_a_run_mid_loop_before_the_call() {
+    let s = Setup::new();
+    // A ceiling that admits the first call with the smallest cap; the second (whose history is
+    // longer, on top of what the first spent) has less than that left, and is not made.
+    let input = first_input(&s).await;
+    let first = input + forge_engine::context::MIN_OUTPUT;
     let def = agent(
         &["calculate"],
         RunLimits {
@@ -415,4 +451,48 @@ async fn rollups_split_at_utc_midnight_with_a_pinned_clock() {
         .await
         .unwrap();
     assert_eq!(only_day2.len(), 1);
+}
+
+/// A model missing from the price table would cost nothing against a cost ceiling or a cost quota
+/// (issue 17, item 4): such a configuration is refused when the engine is built.
+#[test]
+fn a_cost_bound_without_a_price_is_refused_at_start() {
+    let s = Setup::new();
+    let capped = agent(
+        &["calculate"],
+        RunLimits {
+            max_cost_micros: Some(1_000),
+            ..RunLimits::default()
+        },
+    );
+    let build = |def: &AgentDefinition, prices: Prices, quota: Option<Quota>| {
+        let mut b = Engine::builder()
+            .store(s.store.clone())
+            .model(scripted(TWO_STEPS))
+            .tool(crate::tools_tests::calculator())
+            .unwrap()
+            .prices(prices)
+            .agent(def.clone());
+        if let Some(q) = quota {
+            b = b.quota(q);
+        }
+        b.build().map(|_| ())
+    };
+    let err = build(&capped, Prices::default(), None).unwrap_err();
+    assert!(err.to_string().contains("has no price"), "{err}");
+    build(&capped, prices(&capped.model, PRICE), None).expect("priced: accepted");
+    let plain = agent(&["calculate"], RunLimits::default());
+    let cost_quota = Quota {
+        period: QuotaPeriod::Month,
+        max_tokens: None,
+        max_cost_micros: Some(5_000_000),
+    };
+    let err = build(&plain, Prices::default(), Some(cost_quota)).unwrap_err();
+    assert!(err.to_string().contains("cost quota"), "{err}");
+    let token_quota = Quota {
+        max_cost_micros: None,
+        max_tokens: Some(1_000),
+        ..cost_quota
+    };
+    build(&plain, Prices::default(), Some(token_quota)).expect("a token quota needs no price");
 }

@@ -176,7 +176,7 @@ async fn worker(args: WorkerArgs) -> anyhow::Result<ExitCode> {
         .collect::<anyhow::Result<Vec<_>>>()?;
     let store = store::open(&args.store).await?.store;
     let ttl = std::time::Duration::from_millis(args.lease_ttl_ms);
-    let id = format!("worker-{}", std::process::id());
+    let id = forge_core::holder::this_process("worker");
     let settings = compose::EngineSettings {
         agents: &loaded,
         providers: &args.providers,
@@ -283,7 +283,9 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         metering: &args.metering,
         access: &args.access,
     };
-    let builder = compose::builder(store.clone(), &settings)?;
+    // Named so that a later process on this host can tell it died (forge_core::holder).
+    let holder = forge_core::holder::this_process("forge-run");
+    let builder = compose::builder(store.clone(), &settings)?.worker_id(holder.clone());
     let engine = builder.build().context("failed to build the engine")?;
     if loaded.scripted {
         eprintln!(
@@ -311,7 +313,7 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         forge_engine::live::EventBus::default(),
     ));
     let config = forge_engine::WorkerConfig {
-        id: format!("forge-run-{}", std::process::id()),
+        id: holder,
         concurrency: 1,
         poll_interval: std::time::Duration::from_millis(20),
         only_run: Some(run.id),

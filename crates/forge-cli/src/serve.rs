@@ -129,7 +129,7 @@ pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         metering: &args.metering,
         access: &args.access,
     };
-    let id = format!("serve-{}", std::process::id());
+    let id = forge_core::holder::this_process("serve");
     let providers = agent_file::providers(&loaded, &args.providers)?;
     let mut builder =
         compose::builder_with(store.clone(), &settings, &providers)?.worker_id(id.clone());

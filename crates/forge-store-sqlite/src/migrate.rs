@@ -45,6 +45,12 @@ pub const MIGRATIONS: &[Migration] = &[
         up: include_str!("../migrations/0004_run_roles.up.sql"),
         down: include_str!("../migrations/0004_run_roles.down.sql"),
     },
+    Migration {
+        version: 5,
+        name: "job_holder",
+        up: include_str!("../migrations/0005_job_holder.up.sql"),
+        down: include_str!("../migrations/0005_job_holder.down.sql"),
+    },
 ];
 
 const LEDGER: &str = "CREATE TABLE IF NOT EXISTS forge_schema_migrations (

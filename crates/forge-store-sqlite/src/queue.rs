@@ -74,7 +74,7 @@ impl JobQueue for SqliteStore {
     async fn claim(
         &self,
         _system: &SystemScope,
-        _worker: &str,
+        worker: &str,
         ttl: Duration,
         filter: &ClaimFilter,
     ) -> Result<Option<ClaimedJob>, Error> {
@@ -84,6 +84,30 @@ impl JobQueue for SqliteStore {
             .begin_with("BEGIN IMMEDIATE")
             .await
             .map_err(db_error)?;
+        // One host holds every process of this store: a claim whose holder is no longer running
+        // lapses now, not when its lease runs out (a restarted process takes over at once).
+        let holders: Vec<String> = sqlx::query_scalar(
+            "SELECT DISTINCT holder FROM forge_jobs WHERE state = 'claimed' AND expires_at > $1 \
+             AND holder IS NOT NULL AND holder <> $2",
+        )
+        .bind(now.unix_millis())
+        .bind(worker)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        for dead in holders
+            .iter()
+            .filter(|h| forge_core::holder::is_dead_here(h))
+        {
+            sqlx::query(
+                "UPDATE forge_jobs SET expires_at = $1 WHERE state = 'claimed' AND holder = $2",
+            )
+            .bind(now.unix_millis())
+            .bind(dead)
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error)?;
+        }
         // The filter (ClaimFilter::admits) in SQL: the run's agent version among the worker's
         // `[name, version]` pairs, and the run itself when one is named.
         let row = sqlx::query(
@@ -115,11 +139,12 @@ impl JobQueue for SqliteStore {
         let token: i64 = rows::get(&row, "token")?;
         let expires_at = now.plus(ttl);
         let id = JobId(rows::uuid(&row, "id")?);
-        sqlx::query("UPDATE forge_jobs SET state = 'claimed', attempts = $1, token = $2, expires_at = $3 WHERE id = $4")
+        sqlx::query("UPDATE forge_jobs SET state = 'claimed', attempts = $1, token = $2, expires_at = $3, holder = $5 WHERE id = $4")
             .bind(attempts + 1)
             .bind(token + 1)
             .bind(expires_at.unix_millis())
             .bind(id.to_string())
+            .bind(worker)
             .execute(&mut *tx)
             .await
             .map_err(db_error)?;

@@ -442,7 +442,16 @@ impl RunStore for SqliteStore {
     ) -> Result<RunLease, Error> {
         let now = self.clock.now();
         let mut tx = self.write_tx().await?;
-        let run = self.fetch_run(&mut *tx, scope, id).await?;
+        let mut run = self.fetch_run(&mut *tx, scope, id).await?;
+        // One host holds every process of this store: the lease of a holder that is no longer
+        // running is over now, not when it runs out.
+        if let Some(held) = run.lease.as_mut()
+            && held.expires_at > now
+            && held.holder != holder
+            && forge_core::holder::is_dead_here(&held.holder)
+        {
+            held.expires_at = now;
+        }
         let lease = next_lease(&run, holder, ttl, now)?;
         self.set_lease(&mut tx, &lease, Some(lease.token)).await?;
         tx.commit().await.map_err(db_error)?;

@@ -359,3 +359,52 @@ async fn huge_responses_are_refused_while_they_resolve_and_memory_stays_bounded(
     );
     assert!(health_ms < 100, "/healthz took {health_ms} ms");
 }
+
+/// Issue 17, item 13: `forge serve` on the SQLite default, killed with SIGKILL a second into a run
+/// and started again at once, takes the run over from its dead predecessor without waiting out
+/// the 30 s lease (it knows the holder is dead: same host, its process is gone).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_sqlite_server_takes_over_its_dead_predecessors_run_at_once() {
+    let dir = workdir("takeover");
+    std::fs::write(
+        dir.join("slow.toml"),
+        "name = \"slow\"\nversion = \"1\"\ninstructions = \"x\"\nmodel = \"scripted:slow.script.toml\"\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("slow.script.toml"),
+        "[[conversation]]\n[[conversation.turn]]\ntext = [\"one \", \"two \", \"three\"]\nchunk_delay_ms = 700\n",
+    )
+    .unwrap();
+    let (mut first, addr) = serve(&["--agent", "slow.toml"], &dir);
+    let t = token("acme");
+    let run = start_run(&addr, &t, "slow", "go").await;
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    first.0.kill().unwrap(); // SIGKILL, mid-step
+    first.0.wait().unwrap();
+    let killed_at = std::time::Instant::now();
+    let (_second, addr) = serve(&["--agent", "slow.toml"], &dir);
+    loop {
+        let d = gql(
+            &addr,
+            &t,
+            "query($id: ID!) { run(id: $id) { status } }",
+            json!({"id": run}),
+        )
+        .await;
+        if d["run"]["status"] == "completed" {
+            break;
+        }
+        assert!(
+            killed_at.elapsed() < Duration::from_secs(20),
+            "the run is still {} 20 s after the restart (the dead holder's lease is 30 s)",
+            d["run"]["status"]
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let seqs = subscribe_all(&addr, &t, &run).await;
+    assert_eq!(
+        seqs,
+        (1..=last_seq(&addr, &t, &run).await).collect::<Vec<_>>()
+    );
+}

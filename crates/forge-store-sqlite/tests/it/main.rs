@@ -139,3 +139,79 @@ async fn a_bad_url_is_a_clear_error() {
         "could not open SQLite database \"sqlite:///no/such/dir/forge.db\""
     );
 }
+
+/// A holder name for a process that has exited (spawned, named, reaped).
+fn dead_holder() -> String {
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    let pid = child.id();
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let start = stat[stat.rfind(')').unwrap() + 1..]
+        .split_whitespace()
+        .nth(19)
+        .unwrap()
+        .to_owned();
+    child.wait().unwrap();
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    format!("worker-{pid}@{}#{start}", host.trim())
+}
+
+/// One host holds every process of a SQLite store (issue 17, item 13): the claim and the run
+/// lease of a holder that is no longer running are taken over at once, not after their lease;
+/// those of a live holder are not.
+#[tokio::test]
+async fn a_dead_holders_claim_and_lease_are_taken_over_at_once() {
+    use forge_core::ports::queue::{ClaimFilter, JobQueue};
+    let clock = Arc::new(ManualClock::at_2026());
+    let store = SqliteStore::open_with(
+        &url(&fresh_path("holders")),
+        clock.clone(),
+        Arc::new(SequentialIds::new()),
+    )
+    .await
+    .unwrap();
+    let scope = forge_testkit::fixtures::scope("acme");
+    let sys = forge_core::scope::SystemScope::new("test");
+    let ttl = std::time::Duration::from_secs(30);
+    let mut runs = vec![];
+    for _ in 0..2 {
+        let thread = store
+            .create_thread(&scope, NewThread::default())
+            .await
+            .unwrap();
+        let new = NewRun::new(
+            thread.id,
+            forge_testkit::fixtures::agent_ref(),
+            vec![Part::text("hi")],
+        );
+        runs.push(store.create_run(&scope, new).await.unwrap());
+    }
+    let (dead, alive) = (dead_holder(), forge_core::holder::this_process("other"));
+    let any = ClaimFilter::any();
+    // (The live holder claims first: any claim takes over a dead holder's job.)
+    let second = store.claim(&sys, &alive, ttl, &any).await.unwrap().unwrap();
+    let first = store.claim(&sys, &dead, ttl, &any).await.unwrap().unwrap();
+    store
+        .acquire_lease(&scope, first.run_id, &dead, ttl)
+        .await
+        .unwrap();
+    store
+        .acquire_lease(&scope, second.run_id, &alive, ttl)
+        .await
+        .unwrap();
+
+    // No time passes: the dead holder's job and lease are free, the live holder's are not.
+    let me = forge_core::holder::this_process("worker");
+    let taken = store.claim(&sys, &me, ttl, &any).await.unwrap().unwrap();
+    assert_eq!((taken.id, taken.attempt), (first.id, 2));
+    assert!(store.claim(&sys, &me, ttl, &any).await.unwrap().is_none());
+    let lease = store
+        .acquire_lease(&scope, first.run_id, &me, ttl)
+        .await
+        .unwrap();
+    assert_eq!(lease.holder, me);
+    let held = store
+        .acquire_lease(&scope, second.run_id, &me, ttl)
+        .await
+        .unwrap_err();
+    assert_eq!(held.kind(), forge_core::ErrorKind::Conflict, "{held}");
+}

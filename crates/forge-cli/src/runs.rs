@@ -80,7 +80,8 @@ fn row(run: &Run) -> String {
     format!(
         "{}  {:<9}  {}@{}  thread {}  {}",
         run.id,
-        run.status.name(),
+        run.shown_status(forge_core::time::Clock::now(&forge_core::time::SystemClock))
+            .name(),
         run.agent.name,
         run.agent.version,
         run.thread_id,
@@ -117,7 +118,11 @@ pub(crate) async fn runs(command: RunsCommand) -> anyhow::Result<ExitCode> {
             let scope = tenant.scope()?;
             let run = store.get_run(&scope, run).await?;
             println!("run       {}", run.id);
-            println!("status    {}", run.status.name());
+            println!(
+                "status    {}",
+                run.shown_status(forge_core::time::Clock::now(&forge_core::time::SystemClock))
+                    .name()
+            );
             if let forge_core::run::RunStatus::Waiting(why) = run.status {
                 println!("waits for {}", why.name());
             }

@@ -333,6 +333,16 @@ pub struct Run {
 }
 
 impl Run {
+    /// The state to show people at `now`: `running` for a run still `queued` in the log whose
+    /// lease a worker holds (its first step is in flight and nothing is committed yet); the
+    /// stored state otherwise. The log's state machine is unchanged.
+    pub fn shown_status(&self, now: Timestamp) -> RunStatus {
+        match (&self.status, &self.lease) {
+            (RunStatus::Queued, Some(lease)) if lease.expires_at > now => RunStatus::Running,
+            (status, _) => *status,
+        }
+    }
+
     /// A new run of `new` for `scope`, queued, at version 0 with no events, leases or checkpoint:
     /// what every store's `create_run` writes.
     pub fn queued(

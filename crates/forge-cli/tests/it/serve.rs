@@ -380,6 +380,19 @@ async fn a_restarted_sqlite_server_takes_over_its_dead_predecessors_run_at_once(
     let t = token("acme");
     let run = start_run(&addr, &t, "slow", "go").await;
     tokio::time::sleep(Duration::from_millis(1000)).await;
+    // Nothing is committed yet, but a worker holds it: it reads running, not queued.
+    let d = gql(
+        &addr,
+        &t,
+        "query($id: ID!) { run(id: $id) { status lastSeq } }",
+        json!({"id": run}),
+    )
+    .await;
+    assert_eq!(
+        (d["run"]["status"].as_str(), d["run"]["lastSeq"].as_u64()),
+        (Some("running"), Some(0)),
+        "{d}"
+    );
     first.0.kill().unwrap(); // SIGKILL, mid-step
     first.0.wait().unwrap();
     let killed_at = std::time::Instant::now();

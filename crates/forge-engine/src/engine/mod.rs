@@ -135,6 +135,11 @@ impl Engine {
         self.authorizer.decide(request)
     }
 
+    /// The engine's clock's time (what leases and deadlines are measured against).
+    pub fn now(&self) -> forge_core::time::Timestamp {
+        self.clock.now()
+    }
+
     /// Every registered agent version, by name then version.
     pub fn agents(&self) -> Vec<Arc<AgentDefinition>> {
         let mut all: Vec<_> = self.agents.values().cloned().collect();

@@ -138,9 +138,11 @@ impl RunObject {
     async fn thread_id(&self) -> ID {
         ID(self.0.thread_id.to_string())
     }
-    /// `queued`, `running`, `waiting`, `completed`, `failed` or `cancelled`.
-    async fn status(&self) -> String {
-        self.0.status.name().to_owned()
+    /// `queued`, `running`, `waiting`, `completed`, `failed` or `cancelled`. A run whose first
+    /// step a worker is executing reads `running`, though nothing is committed yet.
+    async fn status(&self, ctx: &Context<'_>) -> async_graphql::Result<String> {
+        let now = state(ctx)?.engine.now();
+        Ok(self.0.shown_status(now).name().to_owned())
     }
     /// The agent's name.
     async fn agent_name(&self) -> &str {

@@ -176,6 +176,9 @@ pub struct ModelCall {
     /// The provider's request id.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request_id: Option<String>,
+    /// The model the provider reports answering (often a dated snapshot of `model`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider_model: Option<String>,
     /// Where it stands.
     pub status: CallStatus,
 }

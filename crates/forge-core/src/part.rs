@@ -75,6 +75,9 @@ pub struct ToolResultPart {
     pub is_error: bool,
     /// Always `untrusted` for tool output.
     pub trust: Trust,
+    /// The version of the tool that ran (absent when no tool ran: refused, denied or unknown).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_version: Option<String>,
 }
 
 /// The state of an approval.

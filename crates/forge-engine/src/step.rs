@@ -61,6 +61,8 @@ struct Streaming {
     usage_reported: bool,
     /// The provider's request id.
     request_id: Option<String>,
+    /// The model the provider reports answering.
+    provider_model: Option<String>,
     /// Scrubs the open text part's stream, holding back what could still become a secret.
     text_scrub: StreamRedactor,
     /// The same for each call's streamed input, by provider call index.
@@ -144,6 +146,7 @@ impl StepRunner<'_> {
             usage: Usage::default(),
             usage_reported: false,
             request_id: None,
+            provider_model: None,
             text_scrub: StreamRedactor::new(self.engine.redactor.clone()),
             input_scrub: BTreeMap::new(),
         };
@@ -191,7 +194,8 @@ impl StepRunner<'_> {
             cost_micros: cost,
             request_id: msg.request_id.clone(),
         };
-        let settled = forge_core::ports::usage::apply_settlement(reservation, &settlement)?;
+        let mut settled = forge_core::ports::usage::apply_settlement(reservation, &settlement)?;
+        settled.provider_model = msg.provider_model.clone();
         cur.settlements.push(settled);
         cur.checkpoint.cost_micros = cur.checkpoint.cost_micros.saturating_add(cost);
         cur.checkpoint.step = step;
@@ -434,6 +438,7 @@ impl StepRunner<'_> {
             actual: None,
             cost_micros: None,
             request_id: None,
+            provider_model: None,
             status: CallStatus::Reserved,
         };
         // Without a quota there is nothing to hold against: the call is recorded, settled, by
@@ -535,6 +540,7 @@ impl StepRunner<'_> {
                 msg.usage_reported = true;
             }
             ModelChunk::RequestId(id) => msg.request_id = Some(id),
+            ModelChunk::Model(model) => msg.provider_model = Some(model),
             ModelChunk::Finish(_) => {}
         }
     }
@@ -702,14 +708,14 @@ impl StepRunner<'_> {
         let timeout = Duration::from_millis(self.agent.limits.tool_timeout_ms);
         let max_out = self.agent.limits.max_tool_output_bytes;
         let futures = prepared.into_iter().map(|p| async move {
-            let (call, result) = match p {
+            let (call, result, tool_version) = match p {
                 Prepared::Refused {
                     call,
                     code,
                     message,
-                } => (call, Err((code, message))),
-                Prepared::Denied { call, message, .. } => (call, Err(("forbidden", message))),
-                Prepared::Answered { call, output } => (call, Ok(output)),
+                } => (call, Err((code, message)), None),
+                Prepared::Denied { call, message, .. } => (call, Err(("forbidden", message)), None),
+                Prepared::Answered { call, output } => (call, Ok(output), None),
                 Prepared::Run { call } => {
                     let ctx = ToolContext {
                         scope: self.scope.clone(),
@@ -758,7 +764,13 @@ impl StepRunner<'_> {
                             Ok(out)
                         }
                     });
-                    (call, result)
+                    // The version of the tool that ran, recorded with its result.
+                    let version = self
+                        .engine
+                        .tools
+                        .get(&call.tool_name)
+                        .map(|r| r.tool.spec().version.clone());
+                    (call, result, version)
                 }
             };
             let (mut output, is_error) = match result {
@@ -773,6 +785,7 @@ impl StepRunner<'_> {
                 output,
                 is_error,
                 trust: Trust::Untrusted,
+                tool_version,
             })
         });
         tokio::select! {

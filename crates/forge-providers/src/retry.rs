@@ -96,13 +96,13 @@ impl ModelProvider for Retrying {
             let error = match self.inner.stream(request.clone()).await {
                 Err(e) => e,
                 Ok(mut stream) => {
-                    // Hold back request ids until something else arrives: an error right after
-                    // one is still a failure before any output.
+                    // Hold back request ids and model names until something else arrives: an
+                    // error right after one is still a failure before any output.
                     let mut held = Vec::new();
                     let first = loop {
                         match stream.next().await {
-                            Some(Ok(ModelChunk::RequestId(id))) => {
-                                held.push(Ok(ModelChunk::RequestId(id)))
+                            Some(Ok(chunk @ (ModelChunk::RequestId(_) | ModelChunk::Model(_)))) => {
+                                held.push(Ok(chunk))
                             }
                             other => break other,
                         }

@@ -460,6 +460,7 @@ text = ["fallback"]
                     output: serde_json::json!({"sky": "sunny"}),
                     is_error: false,
                     trust: Trust::Untrusted,
+                    tool_version: None,
                 })],
             ),
         ])

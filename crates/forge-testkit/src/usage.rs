@@ -79,6 +79,7 @@ impl<F: StoreFactory> Ledger<F> {
             actual: None,
             cost_micros: None,
             request_id: None,
+            provider_model: None,
             status: CallStatus::Reserved,
         }
     }

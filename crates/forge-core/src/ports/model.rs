@@ -75,6 +75,9 @@ pub enum ModelChunk {
     Usage(Usage),
     /// The provider's request id, for reconciliation and support.
     RequestId(String),
+    /// The model the provider reports answering, when it names one (often a dated snapshot of
+    /// the model asked for), kept with the metered call.
+    Model(String),
     /// The response is complete.
     Finish(FinishReason),
 }

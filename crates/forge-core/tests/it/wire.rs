@@ -37,6 +37,7 @@ fn one_of_each_part() -> Vec<Part> {
             output: json!({"result": 84}),
             is_error: false,
             trust: Trust::Untrusted,
+            tool_version: None,
         }),
         Part::Approval(ApprovalPart {
             interaction_id: InteractionId(uuid(3)),

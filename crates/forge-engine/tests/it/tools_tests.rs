@@ -79,6 +79,48 @@ async fn typed_native_tool_schema_comes_from_its_input_type() {
     assert_eq!(schema["properties"]["a"]["type"], "integer");
 }
 
+/// Each tool call records the version of the tool that ran (issue 17, item 11); a call that ran
+/// no tool (unknown here) records none.
+#[tokio::test]
+async fn each_tool_result_records_the_version_that_ran() {
+    let tool: Arc<dyn Tool> = Arc::new(
+        native_tool("stamp", "answers ok", |_ctx, _: serde_json::Value| async {
+            Ok("ok")
+        })
+        .version("2.3.0"),
+    );
+    let h = harness(
+        r#"
+[[conversation]]
+[[conversation.turn]]
+tool_calls = [{ id = "a", name = "stamp" }, { id = "b", name = "missing" }]
+[[conversation.turn]]
+text = ["done"]
+"#,
+        vec![tool],
+        RunLimits::default(),
+    );
+    let f = h.run("go").await;
+    let versions: Vec<(String, Option<String>)> = f
+        .events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            forge_core::event::RunEventKind::PartAdded {
+                part: forge_core::part::Part::ToolResult(r),
+                ..
+            } => Some((r.tool_name.clone(), r.tool_version.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        versions,
+        [
+            ("stamp".to_owned(), Some("2.3.0".to_owned())),
+            ("missing".to_owned(), None)
+        ]
+    );
+}
+
 #[tokio::test]
 async fn tool_gets_the_idempotency_key_of_its_run_and_call() {
     #[derive(Deserialize, JsonSchema)]

@@ -365,6 +365,11 @@ async fn usage_from_provider_transcripts_reconciles_exactly_cache_tokens_include
     let calls = engine.run_usage(&s.scope, run).await.unwrap();
     assert_eq!(calls[0].request_id.as_deref(), Some("req_chat_text_1"));
     assert_eq!(calls[0].actual.map(|u| u.reasoning_tokens), Some(3));
+    // Issue 17, item 11: the model the provider says answered is kept with the call.
+    assert_eq!(
+        calls[0].provider_model.as_deref(),
+        Some("gpt-4o-mini-2024-07-18")
+    );
 }
 
 #[tokio::test]

@@ -120,6 +120,7 @@ pub struct Decoder {
     tool_blocks: BTreeSet<u32>,
     finish: Option<FinishReason>,
     stopped: bool,
+    model_seen: bool,
 }
 
 /// Usage from Anthropic's counters.
@@ -213,6 +214,9 @@ impl Decode for Decoder {
         let index = data.get("index").and_then(Value::as_u64).unwrap_or(0) as u32;
         match kind {
             "message_start" => {
+                if let Some(message) = data.get("message") {
+                    super::report_model(&mut self.model_seen, message, out);
+                }
                 if let Some(u) = data.get("message").and_then(|m| m.get("usage")) {
                     self.merge_usage(u, out);
                 }
@@ -287,6 +291,7 @@ impl Decode for Decoder {
             let (kind, message) = error_details_json(body);
             return Err(stream_error(&kind, &message));
         }
+        super::report_model(&mut self.model_seen, body, out);
         for (index, block) in body
             .get("content")
             .and_then(Value::as_array)

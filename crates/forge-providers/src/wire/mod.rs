@@ -310,6 +310,7 @@ pub(crate) mod test_support {
                             output: json!({"result": 84}),
                             is_error: false,
                             trust: Trust::Untrusted,
+                            tool_version: None,
                         }),
                         Part::ToolResult(ToolResultPart {
                             tool_call_id: ToolCallId("call_2".into()),
@@ -317,6 +318,7 @@ pub(crate) mod test_support {
                             output: json!({"code": "division_by_zero", "message": "b is 0"}),
                             is_error: true,
                             trust: Trust::Untrusted,
+                            tool_version: None,
                         }),
                     ],
                 ),
@@ -328,5 +330,18 @@ pub(crate) mod test_support {
             }],
             max_output_tokens: None,
         }
+    }
+}
+
+/// Emits the model a provider reports (`model` in `value`), once per response.
+pub(crate) fn report_model(seen: &mut bool, value: &Value, out: &mut Vec<ModelChunk>) {
+    if *seen {
+        return;
+    }
+    if let Some(model) = value.get("model").and_then(Value::as_str)
+        && !model.is_empty()
+    {
+        *seen = true;
+        out.push(ModelChunk::Model(model.to_owned()));
     }
 }

@@ -93,6 +93,7 @@ pub struct Decoder {
     started: BTreeSet<u32>,
     finish: Option<FinishReason>,
     done: bool,
+    model_seen: bool,
 }
 
 /// Usage from a Chat Completions `usage` object.
@@ -185,6 +186,7 @@ impl Decode for Decoder {
             let (kind, message) = error_details_json(&chunk);
             return Err(stream_error(&kind, &message));
         }
+        super::report_model(&mut self.model_seen, &chunk, out);
         if let Some(choice) = chunk
             .get("choices")
             .and_then(Value::as_array)
@@ -221,6 +223,7 @@ impl Decode for Decoder {
             let (kind, message) = error_details_json(body);
             return Err(stream_error(&kind, &message));
         }
+        super::report_model(&mut self.model_seen, body, out);
         let choice = body
             .get("choices")
             .and_then(|c| c.get(0))

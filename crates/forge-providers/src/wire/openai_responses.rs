@@ -84,6 +84,7 @@ pub struct Decoder {
     /// Output index of each function call → whether argument deltas arrived for it.
     calls: BTreeMap<u32, bool>,
     finish: Option<FinishReason>,
+    model_seen: bool,
 }
 
 /// Usage from a Responses `usage` object.
@@ -186,6 +187,9 @@ impl Decode for Decoder {
             .and_then(Value::as_str)
             .or(event.event.as_deref())
             .unwrap_or_default();
+        if let Some(response) = data.get("response") {
+            super::report_model(&mut self.model_seen, response, out);
+        }
         match kind {
             "response.output_item.added" => {
                 if let Some(item) = data.get("item") {
@@ -268,6 +272,7 @@ impl Decode for Decoder {
             let (kind, message) = error_details_json(body);
             return Err(stream_error(&kind, &message));
         }
+        super::report_model(&mut self.model_seen, body, out);
         for (index, item) in body
             .get("output")
             .and_then(Value::as_array)

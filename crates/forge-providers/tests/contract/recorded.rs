@@ -339,6 +339,11 @@ async fn every_recorded_transcript_parses_to_its_manifest_row() {
                 assert_eq!(s.calls, calls, "{name}");
                 assert_eq!(s.usage, Some(usage), "{name}");
                 assert_eq!(s.finish, Some(finish), "{name}");
+                // Issue 17, item 11: the model the provider says answered is kept.
+                assert!(
+                    s.model.as_deref().is_some_and(|m| !m.is_empty()),
+                    "{name}: no reported model"
+                );
             }
             Expect::Failed(check) => {
                 let error = out
@@ -391,6 +396,7 @@ async fn forge_sends_what_the_real_apis_accepted() {
                     output: json!(out),
                     is_error: false,
                     trust: Trust::Untrusted,
+                    tool_version: None,
                 })
             })
             .collect();

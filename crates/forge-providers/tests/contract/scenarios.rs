@@ -602,6 +602,7 @@ async fn the_mock_model_server_plays_the_workload() {
                 output: json!("v"),
                 is_error: false,
                 trust: forge_core::part::Trust::Untrusted,
+                tool_version: None,
             },
         )],
     ));

@@ -36,6 +36,8 @@ pub struct Summary {
     pub usage: Option<Usage>,
     pub finish: Option<FinishReason>,
     pub request_id: Option<String>,
+    /// The model the provider reported answering.
+    pub model: Option<String>,
 }
 
 pub fn summarize(chunks: &[ModelChunk]) -> Summary {
@@ -61,6 +63,10 @@ pub fn summarize(chunks: &[ModelChunk]) -> Summary {
             }
             ModelChunk::Usage(u) => s.usage = Some(*u),
             ModelChunk::RequestId(id) => s.request_id = Some(id.clone()),
+            ModelChunk::Model(m) => {
+                assert!(s.model.is_none(), "model reported twice");
+                s.model = Some(m.clone());
+            }
             ModelChunk::Finish(f) => {
                 assert!(s.finish.is_none(), "finished twice");
                 s.finish = Some(*f);

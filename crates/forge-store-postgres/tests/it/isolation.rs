@@ -76,6 +76,7 @@ async fn seed_tenant_a(store: &PostgresStore, clock: &ManualClock) {
             actual: Some(Default::default()),
             cost_micros: Some(0),
             request_id: None,
+            provider_model: None,
             status: forge_core::metering::CallStatus::Settled,
         }],
     };

@@ -259,6 +259,19 @@ pub(crate) fn is_sendable(message: &Message) -> bool {
     })
 }
 
+/// Emits the model a provider reports (`model` in `value`), once per response.
+pub(crate) fn report_model(seen: &mut bool, value: &Value, out: &mut Vec<ModelChunk>) {
+    if *seen {
+        return;
+    }
+    if let Some(model) = value.get("model").and_then(Value::as_str)
+        && !model.is_empty()
+    {
+        *seen = true;
+        out.push(ModelChunk::Model(model.to_owned()));
+    }
+}
+
 #[cfg(test)]
 pub(crate) mod test_support {
     use forge_core::id::{MessageId, RunId, ToolCallId};
@@ -330,18 +343,5 @@ pub(crate) mod test_support {
             }],
             max_output_tokens: None,
         }
-    }
-}
-
-/// Emits the model a provider reports (`model` in `value`), once per response.
-pub(crate) fn report_model(seen: &mut bool, value: &Value, out: &mut Vec<ModelChunk>) {
-    if *seen {
-        return;
-    }
-    if let Some(model) = value.get("model").and_then(Value::as_str)
-        && !model.is_empty()
-    {
-        *seen = true;
-        out.push(ModelChunk::Model(model.to_owned()));
     }
 }

@@ -105,6 +105,8 @@ struct Shared {
     max_body_bytes: usize,
     auth: Arc<Authenticator>,
     readiness: Vec<ReadinessCheck>,
+    /// The last readiness answer and when it was made, reused for [`READINESS_CACHE`].
+    ready_cache: tokio::sync::Mutex<Option<(std::time::Instant, bool, serde_json::Value)>>,
     http: HttpLimits,
     tenants: http::TenantLimiter,
     ws: WsLimits,
@@ -147,6 +149,7 @@ impl Server {
                 max_body_bytes: config.max_body_bytes,
                 auth: Arc::new(config.auth),
                 readiness: config.readiness,
+                ready_cache: tokio::sync::Mutex::new(None),
                 tenants: http::TenantLimiter::new(config.http.per_tenant),
                 http: config.http,
                 ws_tenants: Arc::new(http::TenantLimiter::new(config.ws.per_tenant)),
@@ -414,20 +417,46 @@ async fn healthz() -> &'static str {
     "ok"
 }
 
+/// Longest a readiness probe may take before it counts as failed.
+pub const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+/// How long a readiness answer is reused: frequent probes do not each call every provider.
+pub const READINESS_CACHE: std::time::Duration = std::time::Duration::from_secs(2);
+
 async fn readyz(State(shared): State<Arc<Shared>>) -> Response {
-    let mut checks = serde_json::Map::new();
-    let mut ready = true;
-    for check in &shared.readiness {
-        let outcome = (check.probe)().await;
-        ready &= outcome.is_ok();
-        checks.insert(
-            check.name.clone(),
-            match outcome {
-                Ok(()) => serde_json::json!({"ok": true}),
-                Err(why) => serde_json::json!({"ok": false, "error": why}),
-            },
-        );
-    }
+    // One answer at a time, reused briefly: concurrent probes wait for it instead of repeating it.
+    let mut cached = shared.ready_cache.lock().await;
+    let (ready, checks) = match &*cached {
+        Some((at, ready, checks)) if at.elapsed() < READINESS_CACHE => (*ready, checks.clone()),
+        _ => {
+            // The checks run at once, each within its own deadline.
+            let outcomes = futures_util::future::join_all(shared.readiness.iter().map(|check| {
+                let probe = (check.probe)();
+                async move {
+                    match tokio::time::timeout(PROBE_TIMEOUT, probe).await {
+                        Ok(outcome) => outcome,
+                        Err(_) => Err(format!("no answer within {} s", PROBE_TIMEOUT.as_secs())),
+                    }
+                }
+            }))
+            .await;
+            let mut checks = serde_json::Map::new();
+            let mut ready = true;
+            for (check, outcome) in shared.readiness.iter().zip(outcomes) {
+                ready &= outcome.is_ok();
+                checks.insert(
+                    check.name.clone(),
+                    match outcome {
+                        Ok(()) => serde_json::json!({"ok": true}),
+                        Err(why) => serde_json::json!({"ok": false, "error": why}),
+                    },
+                );
+            }
+            let checks = serde_json::Value::Object(checks);
+            *cached = Some((std::time::Instant::now(), ready, checks.clone()));
+            (ready, checks)
+        }
+    };
+    drop(cached);
     let status = if ready {
         StatusCode::OK
     } else {

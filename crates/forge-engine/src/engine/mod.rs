@@ -75,6 +75,28 @@ impl Quotas {
     }
 }
 
+/// The longest range a usage report covers: its calls are read whole, so a range bounds the
+/// memory one report (a GraphQL `usage` query) can take.
+pub const MAX_USAGE_RANGE: Duration = Duration::from_secs(92 * 24 * 3600);
+
+/// Refuses an empty, reversed or over-long usage range.
+fn check_range(
+    from: forge_core::time::Timestamp,
+    to: forge_core::time::Timestamp,
+) -> Result<(), EngineError> {
+    if to <= from {
+        return Err(forge_core::Error::invalid("the range must end after it starts").into());
+    }
+    if to > from.plus(MAX_USAGE_RANGE) {
+        return Err(forge_core::Error::invalid(format!(
+            "a usage range covers at most {} days: ask for it in parts",
+            MAX_USAGE_RANGE.as_secs() / 86_400
+        ))
+        .into());
+    }
+    Ok(())
+}
+
 /// Executes runs. Cheap to share behind an `Arc`.
 pub struct Engine {
     pub(crate) threads: Arc<dyn ThreadStore>,
@@ -230,6 +252,7 @@ impl Engine {
         from: forge_core::time::Timestamp,
         to: forge_core::time::Timestamp,
     ) -> Result<Vec<forge_core::metering::Rollup>, EngineError> {
+        check_range(from, to)?;
         let calls = self
             .ledger
             .model_calls(scope, CallFilter::Between(from, to))
@@ -245,6 +268,7 @@ impl Engine {
         from: forge_core::time::Timestamp,
         to: forge_core::time::Timestamp,
     ) -> Result<Vec<forge_core::metering::Drift>, EngineError> {
+        check_range(from, to)?;
         let calls = self
             .ledger
             .model_calls(scope, CallFilter::Between(from, to))

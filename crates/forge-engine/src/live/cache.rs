@@ -15,11 +15,15 @@ use super::stream::StreamError;
 const TAIL_EVENTS: usize = 4096;
 /// Runs kept in [`LogCache`]; the least recently used is dropped beyond it.
 const TAIL_RUNS: usize = 1024;
+/// Bytes of events a [`LogCache`] holds by default, across runs.
+pub const CACHE_BYTES: usize = 64 * 1024 * 1024;
 
 #[derive(Default)]
 struct Tail {
-    /// The most recent committed events of the run, contiguous.
-    events: VecDeque<RunEvent>,
+    /// The most recent committed events of the run, contiguous, with their encoded sizes.
+    events: VecDeque<(RunEvent, usize)>,
+    /// The sum of those sizes.
+    bytes: usize,
     /// When the store was last asked for newer events (the answer reflects every commit before).
     checked: Option<Instant>,
     used: Option<Instant>,
@@ -27,18 +31,39 @@ struct Tail {
 
 impl Tail {
     fn last(&self) -> u64 {
-        self.events.back().map_or(0, |e| e.seq)
+        self.events.back().map_or(0, |(e, _)| e.seq)
     }
+
+    fn pop_front(&mut self) -> usize {
+        let size = self.events.pop_front().map_or(0, |(_, size)| size);
+        self.bytes -= size;
+        size
+    }
+}
+
+/// An event's size as JSON, the unit of the cache's budget.
+fn size_of(event: &RunEvent) -> usize {
+    serde_json::to_vec(event).map_or(0, |v| v.len())
 }
 
 /// The recent committed events of the runs this server's subscribers follow, shared by them:
 /// however many subscribers a run has, one of them reads the store per wake-up and the others are
 /// served what it read. Entries are keyed by tenant and run, and only streams that have checked
 /// the caller may read the run consult them. Reads wait on a per-run lock, so a wake-up makes one
-/// store query, not one per subscriber.
-#[derive(Default)]
+/// store query, not one per subscriber. The events held, across runs, stay within a byte budget
+/// ([`CACHE_BYTES`] by default; no run holds more than an eighth of it): past it the least
+/// recently used runs are dropped, and a reader further behind than the cache reads the store.
 pub struct LogCache {
     runs: std::sync::Mutex<HashMap<(TenantId, RunId), SharedTail>>,
+    /// Bytes of events held, across runs.
+    bytes: std::sync::atomic::AtomicUsize,
+    budget: usize,
+}
+
+impl Default for LogCache {
+    fn default() -> Self {
+        Self::with_budget(CACHE_BYTES)
+    }
 }
 
 type SharedTail = Arc<tokio::sync::Mutex<Tail>>;
@@ -50,17 +75,62 @@ impl std::fmt::Debug for LogCache {
 }
 
 impl LogCache {
+    /// A cache holding at most `bytes` of events (as JSON) across runs.
+    pub fn with_budget(bytes: usize) -> Self {
+        Self {
+            runs: std::sync::Mutex::default(),
+            bytes: std::sync::atomic::AtomicUsize::new(0),
+            budget: bytes,
+        }
+    }
+
+    /// Bytes of events held now.
+    pub fn bytes(&self) -> usize {
+        self.bytes.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Drops the least recently used runs nobody is reading until the cache is within budget.
+    fn shrink(&self) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let mut runs = self.runs.lock().unwrap_or_else(|p| p.into_inner());
+        while self.bytes.load(Relaxed) > self.budget {
+            // Only a tail no reader holds (the map's is the only reference; readers take theirs
+            // under the map's lock), so no bytes are added to a tail after it is dropped.
+            let victim = runs
+                .iter()
+                .filter(|(_, t)| Arc::strong_count(t) == 1)
+                .filter_map(|(k, t)| {
+                    t.try_lock()
+                        .ok()
+                        .filter(|t| t.bytes > 0)
+                        .map(|t| (k.clone(), t.used))
+                })
+                .min_by_key(|(_, used)| *used)
+                .map(|(k, _)| k);
+            let Some(k) = victim else { break };
+            if let Some(t) = runs.remove(&k)
+                && let Ok(t) = t.try_lock()
+            {
+                self.bytes.fetch_sub(t.bytes, Relaxed);
+            }
+        }
+    }
+
     fn tail(&self, tenant: &TenantId, run: RunId) -> SharedTail {
         let mut runs = self.runs.lock().unwrap_or_else(|p| p.into_inner());
         if runs.len() >= TAIL_RUNS && !runs.contains_key(&(tenant.clone(), run)) {
             // Drop the least recently used entry that nobody is reading right now.
             let victim = runs
                 .iter()
+                .filter(|(_, t)| Arc::strong_count(t) == 1)
                 .filter_map(|(k, t)| t.try_lock().ok().map(|t| (k.clone(), t.used)))
                 .min_by_key(|(_, used)| *used)
                 .map(|(k, _)| k);
-            if let Some(k) = victim {
-                runs.remove(&k);
+            if let Some(t) = victim.and_then(|k| runs.remove(&k))
+                && let Ok(t) = t.try_lock()
+            {
+                self.bytes
+                    .fetch_sub(t.bytes, std::sync::atomic::Ordering::Relaxed);
             }
         }
         runs.entry((tenant.clone(), run)).or_default().clone()
@@ -80,12 +150,13 @@ impl LogCache {
         let tail = self.tail(scope.tenant_id(), run);
         let mut t = tail.lock().await;
         t.used = Some(Instant::now());
-        let first = t.events.front().map_or(u64::MAX, |e| e.seq);
+        let first = t.events.front().map_or(u64::MAX, |(e, _)| e.seq);
         let last = t.last();
         if after < last && after + 1 >= first {
             return Ok(t
                 .events
                 .iter()
+                .map(|(e, _)| e)
                 .filter(|e| e.seq > after)
                 .take(batch)
                 .cloned()
@@ -102,15 +173,31 @@ impl LogCache {
         }
         let asked = Instant::now();
         let events = runs.read_events(scope, run, after, batch).await?;
+        use std::sync::atomic::Ordering::Relaxed;
         if after != last {
             // The client is ahead of the cache (a resume): the cache restarts at its position.
+            self.bytes.fetch_sub(t.bytes, Relaxed);
             t.events.clear();
+            t.bytes = 0;
         }
-        t.events.extend(events.iter().cloned());
-        while t.events.len() > TAIL_EVENTS {
-            t.events.pop_front();
+        let mut added = 0;
+        for e in &events {
+            let size = size_of(e);
+            added += size;
+            t.events.push_back((e.clone(), size));
         }
+        t.bytes += added;
+        let mut dropped = 0;
+        while t.events.len() > TAIL_EVENTS || (t.bytes > self.budget / 8 && !t.events.is_empty()) {
+            dropped += t.pop_front();
+        }
+        self.bytes.fetch_add(added, Relaxed);
+        self.bytes.fetch_sub(dropped, Relaxed);
         t.checked = Some(asked);
+        drop(t);
+        if self.bytes.load(Relaxed) > self.budget {
+            self.shrink();
+        }
         Ok(events)
     }
 }
@@ -194,6 +281,89 @@ mod tests {
             self.reads.fetch_add(1, Ordering::SeqCst);
             self.inner.read_events(scope, id, after_seq, limit).await
         }
+    }
+
+    /// The cache's events stay within its byte budget however many runs are read (issue 17,
+    /// item 8), and readers still get every event (from the store when the cache let it go).
+    #[tokio::test]
+    async fn the_cache_stays_within_its_byte_budget() {
+        let store = Arc::new(MemoryStore::default());
+        let scope = Scope::parse("acme", "alice", &[]).unwrap();
+        let thread = store
+            .create_thread(&scope, NewThread::default())
+            .await
+            .unwrap();
+        let agent = AgentRef {
+            name: "a".into(),
+            version: "1".into(),
+        };
+        let mut runs = vec![];
+        for i in 0..20 {
+            // Each run's input is large; its log is one big event.
+            let run = store
+                .create_run(
+                    &scope,
+                    NewRun::new(
+                        thread.id,
+                        agent.clone(),
+                        vec![Part::text("x".repeat(4_000))],
+                    ),
+                )
+                .await
+                .unwrap();
+            let lease = store
+                .acquire_lease(&scope, run.id, "w", Duration::from_secs(60))
+                .await
+                .unwrap();
+            let event = RunEvent {
+                run_id: run.id,
+                seq: 1,
+                at: forge_core::time::Timestamp::from_unix_millis(i).unwrap(),
+                kind: forge_core::event::RunEventKind::RunFailed {
+                    failure: forge_core::run::RunFailure {
+                        code: forge_core::run::FailureCode::Internal,
+                        message: "y".repeat(1_000),
+                    },
+                },
+            };
+            store
+                .commit_step(
+                    &scope,
+                    StepCommit {
+                        run_id: run.id,
+                        expected_version: 0,
+                        lease,
+                        events: vec![event],
+                        messages: vec![],
+                        checkpoint: Default::default(),
+                        status: forge_core::run::RunStatus::Failed,
+                        failure: None,
+                        interactions: vec![],
+                        audit: vec![],
+                        settlements: vec![],
+                    },
+                )
+                .await
+                .unwrap();
+            runs.push(run.id);
+        }
+        let budget = 16 * 1024;
+        let cache = LogCache::with_budget(budget);
+        for run in &runs {
+            let got = cache
+                .read(store.as_ref(), &scope, *run, 0, 10, Instant::now())
+                .await
+                .unwrap();
+            assert_eq!(got.len(), 1);
+            assert!(cache.bytes() <= budget, "{} > {budget}", cache.bytes());
+        }
+        assert!(cache.bytes() > 0, "it still caches what fits");
+        // An evicted run reads again, from the store.
+        let again = cache
+            .read(store.as_ref(), &scope, runs[0], 0, 10, Instant::now())
+            .await
+            .unwrap();
+        assert_eq!(again.len(), 1);
     }
 
     #[tokio::test]

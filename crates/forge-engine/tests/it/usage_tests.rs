@@ -501,3 +501,32 @@ fn a_cost_bound_without_a_price_is_refused_at_start() {
     };
     build(&plain, Prices::default(), Some(token_quota)).expect("a token quota needs no price");
 }
+
+/// A usage report reads its calls whole, so its range is bounded (issue 17, item 8): at most
+/// `MAX_USAGE_RANGE`, and it must end after it starts.
+#[tokio::test]
+async fn usage_reports_refuse_unbounded_ranges() {
+    let s = Setup::new();
+    let def = agent(&["calculate"], RunLimits::default());
+    let engine = s.engine(scripted(TWO_STEPS), &def, |b| b);
+    let from = s.clock.now();
+    let day = Duration::from_secs(86_400);
+    assert!(
+        engine
+            .rollups(&s.scope, from, from.plus(day * 92))
+            .await
+            .is_ok()
+    );
+    for (to, why) in [
+        (from.plus(day * 93), "93 days"),
+        (from, "empty"),
+        (from.plus(day * 36_500), "a century"),
+    ] {
+        let err = engine.rollups(&s.scope, from, to).await.unwrap_err();
+        assert_eq!(err.kind(), forge_core::ErrorKind::Invalid, "{why}: {err}");
+        assert!(
+            engine.reconciliation(&s.scope, from, to).await.is_err(),
+            "{why}"
+        );
+    }
+}

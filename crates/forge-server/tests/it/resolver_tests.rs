@@ -398,12 +398,66 @@ async fn health_and_readiness() {
         json!({"ready": true, "checks": {"store": {"ok": true}}})
     );
     healthy.store(false, Ordering::SeqCst);
+    // Answers are reused briefly; the next one after that sees the failure.
+    tokio::time::sleep(forge_server::READINESS_CACHE + std::time::Duration::from_millis(100)).await;
     let ready = srv.http.get(srv.url("/readyz")).send().await.unwrap();
     assert_eq!(ready.status(), 503);
     let body: serde_json::Value = ready.json().await.unwrap();
     assert_eq!(
         body["checks"]["store"]["error"],
         "schema at version 3, this build needs 6"
+    );
+}
+
+/// Readiness checks run at once, each within its own deadline, and an answer is reused briefly
+/// (issue 17, item 8): a provider that never answers costs one probe timeout, not a hung probe,
+/// and a burst of probes calls each check once.
+#[tokio::test]
+async fn readiness_checks_run_concurrently_with_a_deadline_and_a_short_cache() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let calls = std::sync::Arc::new(AtomicUsize::new(0));
+    let counted = calls.clone();
+    let srv = start(Opts {
+        readiness: vec![
+            forge_server::ReadinessCheck {
+                name: "provider stuck".into(),
+                probe: Box::new(|| Box::pin(std::future::pending())),
+            },
+            forge_server::ReadinessCheck {
+                name: "store".into(),
+                probe: Box::new(move || {
+                    counted.fetch_add(1, Ordering::SeqCst);
+                    Box::pin(async { Ok(()) })
+                }),
+            },
+        ],
+        ..Opts::default()
+    })
+    .await;
+    let started = std::time::Instant::now();
+    let probes = (0..5).map(|_| srv.http.get(srv.url("/readyz")).send());
+    for answer in futures_util::future::join_all(probes).await {
+        let answer = answer.unwrap();
+        assert_eq!(answer.status(), 503);
+        let body: serde_json::Value = answer.json().await.unwrap();
+        assert_eq!(body["checks"]["store"]["ok"], true, "{body}");
+        assert!(
+            body["checks"]["provider stuck"]["error"]
+                .as_str()
+                .unwrap()
+                .contains("no answer within"),
+            "{body}"
+        );
+    }
+    assert!(
+        started.elapsed() < forge_server::PROBE_TIMEOUT * 2,
+        "five probes cost one deadline, not five: {:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        1,
+        "one answer served five probes"
     );
 }
 

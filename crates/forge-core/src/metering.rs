@@ -35,6 +35,10 @@ pub struct ModelPrice {
     /// Input tokens written to the provider's cache.
     #[serde(default)]
     pub cache_write: u64,
+    /// One request of the provider's own tools (web search, say), in micro-units per request
+    /// (not per million).
+    #[serde(default)]
+    pub server_tool_request: u64,
 }
 
 impl ModelPrice {
@@ -50,7 +54,13 @@ impl ModelPrice {
             .saturating_add(part(usage.output_tokens, self.output))
             .saturating_add(part(usage.cache_read_tokens, self.cache_read))
             .saturating_add(part(usage.cache_write_tokens, self.cache_write));
-        u64::try_from(scaled.div_ceil(1_000_000)).unwrap_or(u64::MAX)
+        u64::try_from(scaled.div_ceil(1_000_000))
+            .unwrap_or(u64::MAX)
+            .saturating_add(
+                usage
+                    .server_tool_requests
+                    .saturating_mul(self.server_tool_request),
+            )
     }
 }
 
@@ -384,6 +394,7 @@ mod tests {
             cache_read_tokens: cache_read,
             cache_write_tokens: cache_write,
             reasoning_tokens: 0,
+            server_tool_requests: 0,
         }
     }
 
@@ -395,6 +406,7 @@ mod tests {
             output: 15_000_000,
             cache_read: 300_000,
             cache_write: 3_750_000,
+            server_tool_request: 0,
         };
         // 25 uncached + 1200 written + 3000 read, 88 out.
         let u = usage(4225, 88, 3000, 1200);
@@ -415,7 +427,8 @@ mod tests {
                 input: u64::MAX,
                 output: u64::MAX,
                 cache_read: 0,
-                cache_write: 0
+                cache_write: 0,
+                server_tool_request: 0,
             }
             .cost(&usage(u64::MAX, u64::MAX, 0, 0)),
             u64::MAX,

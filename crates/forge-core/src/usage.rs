@@ -21,6 +21,14 @@ pub struct Usage {
     /// Output tokens spent on hidden reasoning.
     #[serde(default)]
     pub reasoning_tokens: u64,
+    /// Requests the provider's own tools made on the call's behalf (Anthropic's web search and
+    /// fetch, for example), each charged per request by the price table.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub server_tool_requests: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl Usage {
@@ -38,6 +46,9 @@ impl AddAssign for Usage {
         self.cache_write_tokens = self
             .cache_write_tokens
             .saturating_add(rhs.cache_write_tokens);
+        self.server_tool_requests = self
+            .server_tool_requests
+            .saturating_add(rhs.server_tool_requests);
         self.reasoning_tokens = self.reasoning_tokens.saturating_add(rhs.reasoning_tokens);
     }
 }

@@ -90,6 +90,7 @@ fn one_of_each_event() -> Vec<RunEventKind> {
         cache_read_tokens: 64,
         cache_write_tokens: 0,
         reasoning_tokens: 0,
+        server_tool_requests: 0,
     };
     vec![
         RunEventKind::RunQueued {

@@ -92,6 +92,7 @@ async fn cancelling_a_streamed_call_keeps_the_usage_reported_before_the_cut() {
             cache_read_tokens: 3000,
             cache_write_tokens: 1200,
             reasoning_tokens: 0,
+            server_tool_requests: 0,
         }
     );
 }

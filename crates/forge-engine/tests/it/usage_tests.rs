@@ -45,6 +45,7 @@ const PRICE: ModelPrice = ModelPrice {
     output: 15_000_000,
     cache_read: 300_000,
     cache_write: 3_750_000,
+    server_tool_request: 0,
 };
 
 struct Setup {

@@ -140,6 +140,17 @@ pub fn usage(u: &Value) -> Usage {
             .and_then(|d| d.get("thinking_tokens"))
             .and_then(Value::as_u64)
             .unwrap_or(0),
+        // Per-request charges of Anthropic's server tools (`web_search_requests`,
+        // `web_fetch_requests`, …), whatever the tool.
+        server_tool_requests: u.get("server_tool_use").and_then(Value::as_object).map_or(
+            0,
+            |tools| {
+                tools
+                    .values()
+                    .filter_map(Value::as_u64)
+                    .fold(0u64, u64::saturating_add)
+            },
+        ),
     }
 }
 
@@ -347,6 +358,27 @@ mod tests {
         );
     }
 
+    /// Anthropic's per-request server-tool charges are metered when the usage reports them
+    /// (issue 17, item 6), as its API documents them (`usage.server_tool_use`).
+    #[test]
+    fn server_tool_requests_are_metered() {
+        let u = usage(&json!({
+            "input_tokens": 10,
+            "output_tokens": 5,
+            "server_tool_use": {"web_search_requests": 3, "web_fetch_requests": 1}
+        }));
+        assert_eq!((u.input_tokens, u.server_tool_requests), (10, 4));
+        assert_eq!(usage(&json!({"input_tokens": 1})).server_tool_requests, 0);
+        let price = forge_core::metering::ModelPrice {
+            input: 3_000_000,
+            output: 15_000_000,
+            server_tool_request: 10_000,
+            ..Default::default()
+        };
+        // 10 × $3/M + 5 × $15/M = 105 micro-dollars, plus 4 searches at 1¢.
+        assert_eq!(price.cost(&u), 105 + 40_000);
+    }
+
     #[test]
     fn usage_counts_cached_tokens_as_input_and_message_delta_wins() {
         let body = concat!(
@@ -380,6 +412,7 @@ mod tests {
                 cache_read_tokens: 1000,
                 cache_write_tokens: 100,
                 reasoning_tokens: 0,
+                server_tool_requests: 0,
             }
         );
         assert_eq!(chunks.last(), Some(&ModelChunk::Finish(FinishReason::Stop)));

@@ -46,12 +46,53 @@ pub fn error_details_json(value: &Value) -> (String, String) {
     (kind, message)
 }
 
+/// A delay the body asks for, in Google's structured form: a `google.rpc.RetryInfo` detail's
+/// `retryDelay` (`"35s"`, `"1.5s"`), in `error.details`, in a body that is an array of errors,
+/// or in a gateway's `error.metadata.raw` holding the upstream body as text.
+pub fn delay_in_body(body: &str) -> Option<Duration> {
+    let value = serde_json::from_str::<Value>(body).ok()?;
+    delay_in_json(&value, 2)
+}
+
+fn delay_in_json(value: &Value, depth: u8) -> Option<Duration> {
+    let value = match value {
+        Value::Array(items) => items.first()?,
+        other => other,
+    };
+    let error = value.get("error").unwrap_or(value);
+    let from_details = error
+        .get("details")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .find_map(|d| d.get("retryDelay").and_then(Value::as_str))
+        .and_then(|d| d.trim().strip_suffix('s')?.parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s >= 0.0)
+        .map(Duration::from_secs_f64);
+    from_details.or_else(|| {
+        let raw = error.get("metadata")?.get("raw")?.as_str()?;
+        if depth == 0 {
+            return None;
+        }
+        serde_json::from_str::<Value>(raw)
+            .ok()
+            .and_then(|v| delay_in_json(&v, depth - 1))
+            .or_else(|| delay_in_message(raw))
+    })
+}
+
 /// Classifies a non-success HTTP response.
 ///
-/// `retry_after` is what the response headers said (see [`retry_after`]); without it, a delay
-/// stated in the message ("Please try again in 26.604s") is used.
+/// `retry_after` is what the response headers said (see [`retry_after`]); without it, a delay the
+/// body states is used: Google's `retryDelay` detail ([`delay_in_body`]), or one in the message
+/// ("Please try again in 26.604s", "Please retry in 35.48s"). A tool call the model failed to
+/// generate (`tool_use_failed`, from OpenAI-compatible servers) is retryable: the same request
+/// may well produce a valid call.
 pub fn classify(status: u16, retry_after: Option<Duration>, body: &str) -> ModelError {
     let (kind, message) = error_details(body);
+    if kind == "tool_use_failed" {
+        return stream_error(&kind, &message);
+    }
     let lower = message.to_ascii_lowercase();
     if kind == "overloaded_error" {
         return ModelError::Overloaded;
@@ -65,7 +106,9 @@ pub fn classify(status: u16, retry_after: Option<Duration>, body: &str) -> Model
             ModelError::BadRequest(message)
         }
         429 => ModelError::RateLimited {
-            retry_after: retry_after.or_else(|| delay_in_message(&message)),
+            retry_after: retry_after
+                .or_else(|| delay_in_body(body))
+                .or_else(|| delay_in_message(&message)),
         },
         503 | 529 => ModelError::Overloaded,
         500..=599 => ModelError::Server,
@@ -84,6 +127,7 @@ pub fn stream_error(kind: &str, message: &str) -> ModelError {
             | "server_error"
             | "rate_limit_exceeded"
             | "internal_error"
+            | "tool_use_failed"
     );
     if is_context_length(kind, &message.to_ascii_lowercase()) {
         return ModelError::ContextLengthExceeded;
@@ -129,9 +173,13 @@ pub fn retry_after(header: impl Fn(&str) -> Option<String>) -> Option<Duration> 
     }
 }
 
-/// A delay stated in an error message: "try again in 26.604s", "in 1m3.5s", "in 500ms".
+/// A delay stated in an error message: "try again in 26.604s", "in 1m3.5s", "in 500ms", or
+/// Google's "Please retry in 35.480539813s".
 pub fn delay_in_message(message: &str) -> Option<Duration> {
-    let at = message.to_ascii_lowercase().find("try again in ")? + "try again in ".len();
+    let lower = message.to_ascii_lowercase();
+    let at = ["try again in ", "retry in "]
+        .iter()
+        .find_map(|p| lower.find(p).map(|i| i + p.len()))?;
     let text = &message[at..];
     let mut total = 0.0f64;
     let mut rest = text;
@@ -214,6 +262,63 @@ mod tests {
             classify(422, None, "not json"),
             ModelError::BadRequest("not json".into())
         );
+    }
+
+    /// Google's rate-limit forms (issue 17, item 6), as its API documents them: a `RetryInfo`
+    /// detail and the message's "Please retry in N s", the body possibly an array, possibly
+    /// wrapped by a gateway.
+    #[test]
+    fn googles_retry_delays_are_honoured() {
+        let google = r#"{"error":{"code":429,"message":"You exceeded your current quota. Please retry in 35.480539813s.","status":"RESOURCE_EXHAUSTED","details":[{"@type":"type.googleapis.com/google.rpc.QuotaFailure","violations":[{"quotaMetric":"generativelanguage.googleapis.com/generate_content_free_tier_requests"}]},{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"35s"}]}}"#;
+        assert_eq!(
+            classify(429, None, google),
+            ModelError::RateLimited {
+                retry_after: Some(Duration::from_secs(35))
+            },
+            "the structured detail first"
+        );
+        let array = format!("[{google}]");
+        assert_eq!(
+            classify(429, None, &array),
+            ModelError::RateLimited {
+                retry_after: Some(Duration::from_secs(35))
+            }
+        );
+        let message_only = r#"{"error":{"code":429,"message":"Resource exhausted. Please retry in 2.5s.","status":"RESOURCE_EXHAUSTED"}}"#;
+        assert_eq!(
+            classify(429, None, message_only),
+            ModelError::RateLimited {
+                retry_after: Some(Duration::from_millis(2_500))
+            }
+        );
+        let wrapped = format!(
+            r#"{{"error":{{"code":429,"message":"Provider returned error","metadata":{{"provider_name":"Google","raw":{}}}}}}}"#,
+            serde_json::to_string(google).unwrap_or_default()
+        );
+        assert_eq!(
+            classify(429, None, &wrapped),
+            ModelError::RateLimited {
+                retry_after: Some(Duration::from_secs(35))
+            },
+            "through a gateway"
+        );
+        assert_eq!(
+            classify(429, Some(Duration::from_secs(3)), google),
+            ModelError::RateLimited {
+                retry_after: Some(Duration::from_secs(3))
+            },
+            "a header wins"
+        );
+    }
+
+    /// A tool call the model failed to generate is worth another try (issue 17, item 6).
+    #[test]
+    fn a_failed_tool_generation_is_retryable() {
+        let groq = r#"{"error":{"message":"Failed to call a function. Please adjust your prompt. See 'failed_generation' for more details.","type":"invalid_request_error","code":"tool_use_failed","failed_generation":"<function=lookup>{q: }"}}"#;
+        let e = classify(400, None, groq);
+        assert!(e.is_retryable(), "{e:?}");
+        assert!(matches!(e, ModelError::StreamError { .. }), "{e:?}");
+        assert!(stream_error("tool_use_failed", "m").is_retryable());
     }
 
     #[test]

@@ -108,6 +108,7 @@ pub fn usage(u: &Value) -> Usage {
         reasoning_tokens: u
             .get("completion_tokens_details")
             .map_or(0, |d| count(d, "reasoning_tokens")),
+        server_tool_requests: 0,
     }
 }
 
@@ -183,6 +184,10 @@ impl Decode for Decoder {
         }
         let chunk = parse_json(data)?;
         if chunk.get("error").is_some_and(|e| !e.is_null()) {
+            // Usage reported beside the error is still spent: settle it.
+            if let Some(u) = chunk.get("usage").filter(|u| u.is_object()) {
+                out.push(ModelChunk::Usage(usage(u)));
+            }
             let (kind, message) = error_details_json(&chunk);
             return Err(stream_error(&kind, &message));
         }
@@ -306,6 +311,24 @@ mod tests {
                 message: "server_error: boom".into(),
                 retryable: true
             }
+        );
+    }
+
+    /// Usage an OpenAI-compatible server reports beside an in-stream error is still spent and
+    /// settled, not dropped with the error (issue 17, item 6).
+    #[test]
+    fn usage_beside_an_in_stream_error_is_kept() {
+        let body = b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\n\
+data: {\"error\":{\"message\":\"upstream reset\",\"type\":\"server_error\"},\"usage\":{\"prompt_tokens\":120,\"completion_tokens\":7}}\n\n";
+        let decoded = Dialect::OpenAiChat.decode_body(body, false);
+        assert!(decoded.error.is_some());
+        let usage = decoded.chunks.iter().find_map(|c| match c {
+            ModelChunk::Usage(u) => Some(*u),
+            _ => None,
+        });
+        assert_eq!(
+            usage.map(|u| (u.input_tokens, u.output_tokens)),
+            Some((120, 7))
         );
     }
 }

@@ -99,6 +99,7 @@ pub fn usage(u: &Value) -> Usage {
         reasoning_tokens: u
             .get("output_tokens_details")
             .map_or(0, |d| count(d, "reasoning_tokens")),
+        server_tool_requests: 0,
     }
 }
 
@@ -242,6 +243,14 @@ impl Decode for Decoder {
                 return Ok(Flow::Done);
             }
             "response.failed" => {
+                // What the failed response used is still spent: settle it.
+                if let Some(u) = data
+                    .get("response")
+                    .and_then(|r| r.get("usage"))
+                    .filter(|u| u.is_object())
+                {
+                    out.push(ModelChunk::Usage(usage(u)));
+                }
                 let error = data
                     .get("response")
                     .and_then(|r| r.get("error"))
@@ -327,5 +336,21 @@ mod tests {
             .result()
             .unwrap_err();
         assert!(err.is_retryable(), "{err:?}");
+    }
+
+    /// A failed response's usage is settled, not dropped with the error (issue 17, item 6).
+    #[test]
+    fn a_failed_responses_usage_is_kept() {
+        let body = b"data: {\"type\":\"response.failed\",\"response\":{\"error\":{\"code\":\"server_error\",\"message\":\"oops\"},\"usage\":{\"input_tokens\":50,\"output_tokens\":3}}}\n\n";
+        let decoded = Dialect::OpenAiResponses.decode_body(body, false);
+        assert!(decoded.error.is_some());
+        assert!(
+            decoded
+                .chunks
+                .iter()
+                .any(|c| matches!(c, ModelChunk::Usage(u) if u.input_tokens == 50 && u.output_tokens == 3)),
+            "{:?}",
+            decoded.chunks
+        );
     }
 }

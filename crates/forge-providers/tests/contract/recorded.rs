@@ -46,6 +46,7 @@ fn usage(input: u64, output: u64, cache_read: u64, cache_write: u64) -> Usage {
         cache_read_tokens: cache_read,
         cache_write_tokens: cache_write,
         reasoning_tokens: 0,
+        server_tool_requests: 0,
     }
 }
 

@@ -369,6 +369,7 @@ async fn anthropic_tool_use_with_input_json_deltas_and_cache_tokens() {
             cache_read_tokens: 3000,
             cache_write_tokens: 1200,
             reasoning_tokens: 0,
+            server_tool_requests: 0,
         })
     );
     assert_eq!(s.finish, Some(FinishReason::ToolCalls));
@@ -499,6 +500,7 @@ async fn cancelling_mid_stream_keeps_the_usage_reported_so_far() {
             cache_read_tokens: 3000,
             cache_write_tokens: 1200,
             reasoning_tokens: 0,
+            server_tool_requests: 0,
         }),
         "message_start's usage was delivered before the cut"
     );

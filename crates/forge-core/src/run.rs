@@ -230,6 +230,8 @@ pub enum FailureCode {
     AgentVersionUnavailable,
     /// An operator discarded the run's dead-lettered job.
     DeadLettered,
+    /// The final answer did not match the agent's output schema, even after a repair.
+    StructuredOutputInvalid,
     /// A bug or an unclassified failure in Forge.
     Internal,
 }
@@ -246,6 +248,7 @@ impl FailureCode {
             FailureCode::QuotaExceeded => "quota_exceeded",
             FailureCode::AgentVersionUnavailable => "agent_version_unavailable",
             FailureCode::DeadLettered => "dead_lettered",
+            FailureCode::StructuredOutputInvalid => "structured_output_invalid",
             FailureCode::Internal => "internal",
         }
     }
@@ -270,6 +273,13 @@ pub struct Checkpoint {
     /// Cost of those steps, in micro-units of the price table's currency.
     #[serde(default)]
     pub cost_micros: u64,
+    /// Repairs asked of the model after a final answer that did not match the output schema.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub repairs: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// A lease on a run: the right to commit its steps until `expires_at`.
@@ -432,6 +442,7 @@ mod tests {
             F::QuotaExceeded,
             F::AgentVersionUnavailable,
             F::DeadLettered,
+            F::StructuredOutputInvalid,
             F::Internal,
         ];
         for c in codes {

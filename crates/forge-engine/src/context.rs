@@ -29,6 +29,7 @@ pub fn assemble(
         messages: history,
         tools,
         max_output_tokens: agent.limits.max_output_tokens,
+        output_schema: agent.output_schema.clone(),
     }
 }
 

@@ -19,6 +19,7 @@ pub mod live;
 pub mod observer;
 pub mod skills;
 mod step;
+pub mod structured;
 pub mod tools;
 pub mod worker;
 

@@ -246,6 +246,9 @@ impl StepRunner<'_> {
             })
             .collect();
         if calls.is_empty() {
+            if let Some(schema) = &self.agent.output_schema {
+                return Ok(self.structured_answer(cur, msg, &text, schema, step));
+            }
             self.keep_message(cur, msg);
             // Built from the scrubbed parts, and scrubbed once more as a whole.
             let text = self.engine.redactor.redact(&text).into_owned();
@@ -458,6 +461,65 @@ impl StepRunner<'_> {
                 message,
             })),
             Err(e) => Err(e.into()),
+        }
+    }
+
+    /// A final answer under an output schema: valid JSON matching it completes the run with a
+    /// structured-output part; otherwise the model is told what is wrong and asked once to
+    /// repair its answer (a user message committed with this step), and a second miss fails the
+    /// run with `structured_output_invalid`.
+    fn structured_answer(
+        &self,
+        cur: &mut Cursor<'_>,
+        mut msg: Streaming,
+        text: &str,
+        schema: &serde_json::Value,
+        step: u32,
+    ) -> StepEnd {
+        match crate::structured::check(text, schema) {
+            Ok(value) => {
+                self.add_part(
+                    cur,
+                    &mut msg,
+                    Part::StructuredOutput(forge_core::part::StructuredOutputPart { value }),
+                );
+                self.keep_message(cur, msg);
+                let text = self.engine.redactor.redact(text).into_owned();
+                StepEnd::Completed { text }
+            }
+            Err(why) => {
+                self.keep_message(cur, msg);
+                if cur.checkpoint.repairs >= crate::structured::REPAIRS
+                    || step >= self.agent.limits.max_steps
+                {
+                    return StepEnd::Failed(RunFailure {
+                        code: FailureCode::StructuredOutputInvalid,
+                        message: format!(
+                            "the final answer does not match the agent's output schema: {why}"
+                        ),
+                    });
+                }
+                cur.checkpoint.repairs += 1;
+                let id = MessageId::generate(self.engine.ids.as_ref());
+                let part = Part::text(format!(
+                    "Your answer does not match the required JSON Schema ({why}). Reply again \
+                     with only a JSON value that matches it."
+                ));
+                cur.emit(RunEventKind::PartAdded {
+                    message_id: id,
+                    role: Role::User,
+                    index: 0,
+                    part: part.clone(),
+                });
+                cur.messages.push(Message {
+                    id,
+                    run_id: cur.run.id,
+                    role: Role::User,
+                    parts: vec![part],
+                    created_at: self.engine.clock.now(),
+                });
+                StepEnd::Continue
+            }
         }
     }
 

@@ -428,6 +428,7 @@ text = ["fallback"]
             messages,
             tools: vec![],
             max_output_tokens: None,
+            output_schema: None,
         }
     }
 

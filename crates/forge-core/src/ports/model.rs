@@ -34,6 +34,8 @@ pub struct ModelRequest {
     pub tools: Vec<ToolDescriptor>,
     /// Cap on output tokens, if the agent sets one.
     pub max_output_tokens: Option<u32>,
+    /// JSON Schema the final answer must satisfy; each dialect asks for it its own way.
+    pub output_schema: Option<serde_json::Value>,
 }
 
 /// Why the model stopped.

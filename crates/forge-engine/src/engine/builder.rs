@@ -177,6 +177,11 @@ impl EngineBuilder {
                     "model provider {provider} is not configured"
                 )));
             }
+            if let Some(schema) = &agent.output_schema {
+                jsonschema::validator_for(schema).map_err(|e| {
+                    invalid(format!("output_schema is not a valid JSON Schema: {e}"))
+                })?;
+            }
             if let Some(missing) = agent.tools.iter().find(|t| !self.tools.contains(t)) {
                 return Err(invalid(format!("tool {missing} is not registered")));
             }

@@ -624,3 +624,103 @@ async fn building_refuses_an_agent_whose_tool_or_provider_is_missing() {
         "agent tester is invalid: tool calculate is not registered"
     );
 }
+
+/// Structured output (issue 17, item 5): the request carries the schema, a matching answer
+/// completes the run with a structured-output part, a non-matching one gets one repair, and a
+/// second miss fails the run with `structured_output_invalid`.
+mod structured {
+    use super::*;
+
+    fn with_schema(script: &str) -> crate::harness::Harness {
+        let mut def = agent(&[], RunLimits::default());
+        def.output_schema = Some(serde_json::json!({
+            "type": "object",
+            "properties": {"total": {"type": "integer"}},
+            "required": ["total"],
+            "additionalProperties": false
+        }));
+        harness_with(script, vec![], def)
+    }
+
+    fn structured(f: &crate::harness::Finished) -> Vec<serde_json::Value> {
+        f.events
+            .iter()
+            .filter_map(|e| match &e.kind {
+                RunEventKind::PartAdded {
+                    part: Part::StructuredOutput(s),
+                    ..
+                } => Some(s.value.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_matching_answer_is_a_structured_output_part() {
+        let h = with_schema(
+            "[[conversation]]\n[[conversation.turn]]\ntext = [\"{\\\"total\\\": \", \"84}\"]\n",
+        );
+        let f = h.run("what is 12 times 7").await;
+        assert_eq!(f.outcome.status, RunStatus::Completed);
+        assert_eq!(structured(&f), [serde_json::json!({"total": 84})]);
+        let requests = h.model.requests.lock().unwrap();
+        assert_eq!(
+            requests[0]
+                .output_schema
+                .as_ref()
+                .map(|s| s["required"].clone()),
+            Some(serde_json::json!(["total"])),
+            "the request asks for the schema"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_non_matching_answer_gets_one_repair() {
+        let h = with_schema(
+            // The repair request is the last user message: the scripted model answers it anew.
+            "[[conversation]]\nwhen_user = \"does not match\"\n[[conversation.turn]]\ntext = [\"{\\\"total\\\": 84}\"]\n\n[[conversation]]\n[[conversation.turn]]\ntext = [\"It is 84.\"]\n",
+        );
+        let f = h.run("what is 12 times 7").await;
+        assert_eq!(f.outcome.status, RunStatus::Completed, "{}", f.log);
+        assert_eq!(structured(&f), [serde_json::json!({"total": 84})]);
+        let requests = h.model.requests.lock().unwrap();
+        assert_eq!(requests.len(), 2);
+        let asked = requests[1].messages.last().unwrap();
+        assert_eq!(asked.role, Role::User);
+        assert!(asked.text().contains("not JSON"), "{}", asked.text());
+    }
+
+    #[tokio::test]
+    async fn a_second_miss_fails_the_run_with_a_clear_code() {
+        let h = with_schema(
+            "[[conversation]]\nwhen_user = \"does not match\"\n[[conversation.turn]]\ntext = [\"{\\\"total\\\": \\\"84\\\"}\"]\n\n[[conversation]]\n[[conversation.turn]]\ntext = [\"84\"]\n",
+        );
+        let f = h.run("what is 12 times 7").await;
+        assert_eq!(f.outcome.status, RunStatus::Failed);
+        let failure = f.outcome.failure.unwrap();
+        assert_eq!(failure.code, FailureCode::StructuredOutputInvalid);
+        assert!(failure.message.contains("integer"), "{}", failure.message);
+        assert_eq!(h.model.requests.lock().unwrap().len(), 2, "one repair only");
+    }
+
+    #[test]
+    fn an_invalid_schema_is_refused_at_build() {
+        let mut def = agent(&[], RunLimits::default());
+        def.output_schema = Some(serde_json::json!({"type": 12}));
+        let built = forge_engine::Engine::builder()
+            .store(Arc::new(forge_store_memory::MemoryStore::default()))
+            .model(Arc::new(forge_providers::ScriptedProvider::new(
+                forge_providers::Script::parse(
+                    "[[conversation]]\n[[conversation.turn]]\ntext = [\"x\"]\n",
+                    "x",
+                )
+                .unwrap(),
+            )))
+            .agent(def)
+            .build();
+        assert!(
+            built.is_err_and(|e| e.to_string().contains("output_schema")),
+            "refused"
+        );
+    }
+}

@@ -84,10 +84,20 @@ pub fn body(request: &ModelRequest, options: &BodyOptions) -> Value {
         "messages": messages,
         "stream": true,
     });
-    if !request.system.is_empty() {
+    // The Messages API has no response format that leaves tools free to call, so the schema
+    // goes into the instructions; the engine validates the answer and asks once for a repair.
+    let system = match &request.output_schema {
+        Some(schema) => format!(
+            "{}\n\nWhen you give your final answer, reply with only a JSON value (no prose, no \
+             code fence) that matches this JSON Schema:\n{schema}",
+            request.system
+        ),
+        None => request.system.clone(),
+    };
+    if !system.trim().is_empty() {
         body["system"] = json!([{
             "type": "text",
-            "text": request.system,
+            "text": system.trim_start(),
             "cache_control": {"type": "ephemeral"},
         }]);
     }

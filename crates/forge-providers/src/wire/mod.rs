@@ -342,6 +342,49 @@ pub(crate) mod test_support {
                 input_schema: json!({"type": "object", "properties": {"op": {"type": "string"}}}),
             }],
             max_output_tokens: None,
+            output_schema: None,
         }
+    }
+}
+
+#[cfg(test)]
+mod structured_tests {
+    use serde_json::json;
+
+    use super::*;
+
+    /// Each dialect asks for structured output its own way (issue 17, item 5): a JSON-schema
+    /// response format for both OpenAI dialects, the instructions for Anthropic's.
+    #[test]
+    fn every_dialect_asks_for_the_output_schema() {
+        let schema = json!({"type": "object", "required": ["total"]});
+        let mut request = test_support::round_trip();
+        request.output_schema = Some(schema.clone());
+        let options = BodyOptions::default();
+        let chat = Dialect::OpenAiChat.body(&request, &options);
+        assert_eq!(chat["response_format"]["type"], "json_schema");
+        assert_eq!(chat["response_format"]["json_schema"]["schema"], schema);
+        let responses = Dialect::OpenAiResponses.body(&request, &options);
+        assert_eq!(responses["text"]["format"]["type"], "json_schema");
+        assert_eq!(responses["text"]["format"]["schema"], schema);
+        let anthropic = Dialect::Anthropic.body(&request, &options);
+        let system = anthropic["system"][0]["text"].as_str().unwrap_or_default();
+        assert!(
+            system.starts_with("Be brief.") && system.contains(r#""required":["total"]"#),
+            "{system}"
+        );
+        request.output_schema = None;
+        assert!(
+            Dialect::OpenAiChat
+                .body(&request, &options)
+                .get("response_format")
+                .is_none()
+        );
+        assert!(
+            Dialect::OpenAiResponses
+                .body(&request, &options)
+                .get("text")
+                .is_none()
+        );
     }
 }

@@ -76,6 +76,13 @@ pub fn body(request: &ModelRequest, options: &BodyOptions) -> Value {
             })
             .collect();
     }
+    if let Some(schema) = &request.output_schema {
+        // Structured output, natively: the final answer is JSON matching the schema.
+        body["response_format"] = json!({
+            "type": "json_schema",
+            "json_schema": {"name": "final_answer", "schema": schema},
+        });
+    }
     if let Some(max) = request.max_output_tokens {
         let field = if options.max_completion_tokens {
             "max_completion_tokens"

@@ -72,6 +72,12 @@ pub fn body(request: &ModelRequest, _options: &BodyOptions) -> Value {
             })
             .collect();
     }
+    if let Some(schema) = &request.output_schema {
+        // Structured output, natively: the final answer is JSON matching the schema.
+        body["text"] = json!({
+            "format": {"type": "json_schema", "name": "final_answer", "schema": schema},
+        });
+    }
     if let Some(max) = request.max_output_tokens {
         body["max_output_tokens"] = json!(max);
     }

@@ -420,6 +420,7 @@ async fn forge_sends_what_the_real_apis_accepted() {
                 input_schema: json!({"type": "object"}),
             }],
             max_output_tokens: None,
+            output_schema: None,
         }
     };
     let strip = |mut v: Value, keys: &[&str]| {

@@ -200,5 +200,6 @@ pub fn weather_request() -> ModelRequest {
             }),
         }],
         max_output_tokens: Some(256),
+        output_schema: None,
     }
 }

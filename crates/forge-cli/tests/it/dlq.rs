@@ -16,29 +16,46 @@ fn forge_in(dir: &Path, args: &[&str]) -> (bool, String, String) {
     (out.status.success(), text(&out.stdout), text(&out.stderr))
 }
 
-fn worker(dir: &Path, agent: &str) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_forge"))
-        .args([
-            "worker",
-            "--store",
-            "sqlite://forge.db",
-            "--agent",
-            agent,
-            "--poll-ms",
-            "20",
-            "--backoff-ms",
-            "10",
-            "--lease-ttl-ms",
-            "300",
-        ])
-        .current_dir(dir)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap()
+/// A worker process, killed if the test fails before stopping it.
+struct Worker(Option<Child>);
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
 }
 
-fn stop(mut child: Child) {
+fn worker(dir: &Path, agent: &str) -> Worker {
+    Worker(Some(
+        Command::new(env!("CARGO_BIN_EXE_forge"))
+            .args([
+                "worker",
+                "--store",
+                "sqlite://forge.db",
+                "--agent",
+                agent,
+                "--poll-ms",
+                "20",
+                "--backoff-ms",
+                "10",
+                "--lease-ttl-ms",
+                "300",
+            ])
+            .current_dir(dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    ))
+}
+
+fn stop(mut worker: Worker) {
+    let Some(mut child) = worker.0.take() else {
+        return;
+    };
     let _ = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status();
@@ -81,6 +98,7 @@ fn dead_letter_by_crash(dir: &Path, message: &str) {
     assert!(ok, "{err}");
     let run = out.split_whitespace().nth(1).unwrap().to_owned();
     let mut doomed = worker(dir, "ghost.toml");
+    let doomed = doomed.0.as_mut().unwrap();
     eventually("the ghost worker to hold the run", || {
         forge_in(dir, &["runs", "show", "--store", "sqlite://forge.db", &run])
             .1

@@ -143,7 +143,16 @@ async fn an_approval_survives_a_worker_kill_and_the_call_takes_effect_once() {
         .await
         .unwrap();
 
-    // Two operators approve at once, each with their own key: exactly one decision stands.
+    // Two operators approve at once, each with their own key: exactly one decision stands. The
+    // worker is paused meanwhile: were it to resume the run first, its step's commit would hold
+    // the run row behind the lock above, and the slower approver would wait on that row.
+    let signal = |sig: &str, pid: u32| {
+        Command::new("kill")
+            .args([sig, &pid.to_string()])
+            .status()
+            .unwrap()
+    };
+    signal("-STOP", first.id());
     let id = interaction["id"].as_str().unwrap().to_owned();
     let racers: Vec<Child> = ["ann", "ben"]
         .iter()
@@ -168,6 +177,7 @@ async fn an_approval_survives_a_worker_kill_and_the_call_takes_effect_once() {
         .into_iter()
         .map(|c| c.wait_with_output().unwrap())
         .collect();
+    signal("-CONT", first.id());
     let winners = outcomes.iter().filter(|o| o.status.success()).count();
     assert_eq!(
         winners,

@@ -39,7 +39,7 @@ pub use auth::{AuthError, Authenticated, Authenticator, ClaimsMode};
 pub use forge_engine::live::{EventBus, LiveTail, StreamSettings, Wake};
 pub use http::HttpLimits;
 pub use schema::{AppState, ForgeSchema, QueryLimits};
-pub use ws::{CLOSE_FORBIDDEN, CLOSE_GOING_AWAY, CLOSE_INIT_TIMEOUT, WsLimits};
+pub use ws::{CLOSE_FORBIDDEN, CLOSE_GOING_AWAY, CLOSE_INIT_TIMEOUT, CLOSE_TRY_LATER, WsLimits};
 
 /// What a readiness probe returns: `Err` says why the server is not ready.
 pub type ProbeFuture = Pin<Box<dyn Future<Output = Result<(), String>> + Send>>;
@@ -111,6 +111,7 @@ struct Shared {
     tenants: http::TenantLimiter,
     ws: WsLimits,
     ws_tenants: Arc<http::TenantLimiter>,
+    ws_connections: Arc<http::TenantLimiter>,
     shutdown: CancellationToken,
 }
 
@@ -153,6 +154,9 @@ impl Server {
                 tenants: http::TenantLimiter::new(config.http.per_tenant),
                 http: config.http,
                 ws_tenants: Arc::new(http::TenantLimiter::new(config.ws.per_tenant)),
+                ws_connections: Arc::new(http::TenantLimiter::new(
+                    config.ws.connections_per_tenant,
+                )),
                 ws: config.ws,
                 shutdown: shutdown.clone(),
             }),
@@ -407,6 +411,7 @@ async fn graphql_ws(
                 from_header,
                 limits: shared.ws,
                 tenants: shared.ws_tenants.clone(),
+                connections: shared.ws_connections.clone(),
                 shutdown: shared.shutdown.clone(),
             }
             .serve(socket)

@@ -28,6 +28,8 @@ use crate::schema::ForgeSchema;
 pub const CLOSE_FORBIDDEN: u16 = 4403;
 /// Close code: `connection_init` did not arrive in time.
 pub const CLOSE_INIT_TIMEOUT: u16 = 4408;
+/// Close code for a tenant past its connection cap: try again later.
+pub const CLOSE_TRY_LATER: u16 = 1013;
 /// Close code: the server is going away; reconnect.
 pub const CLOSE_GOING_AWAY: u16 = 1001;
 
@@ -40,6 +42,9 @@ pub struct WsLimits {
     pub subscriptions: usize,
     /// Operations running at once across all of one tenant's connections to this server.
     pub per_tenant: usize,
+    /// Authenticated connections one tenant may hold open to this server at once; one more is
+    /// closed with `1013` (try again later).
+    pub connections_per_tenant: usize,
 }
 
 impl Default for WsLimits {
@@ -48,6 +53,7 @@ impl Default for WsLimits {
             init_timeout: Duration::from_secs(10),
             subscriptions: 100,
             per_tenant: 2_000,
+            connections_per_tenant: 500,
         }
     }
 }
@@ -62,6 +68,8 @@ pub(crate) struct Session {
     pub(crate) limits: WsLimits,
     /// Subscriptions per tenant across this server's connections.
     pub(crate) tenants: std::sync::Arc<crate::http::TenantLimiter>,
+    /// Connections per tenant to this server.
+    pub(crate) connections: std::sync::Arc<crate::http::TenantLimiter>,
     pub(crate) shutdown: CancellationToken,
 }
 
@@ -132,6 +140,8 @@ impl Session {
         let mut graphql = std::pin::pin!(graphql);
         let mut active: HashMap<String, Option<tokio::sync::OwnedSemaphorePermit>> = HashMap::new();
         let mut tenant: Option<forge_core::scope::TenantId> = None;
+        // Held for the connection's life once its tenant is known.
+        let mut _connection: Option<tokio::sync::OwnedSemaphorePermit> = None;
         let init_deadline = tokio::time::sleep(self.limits.init_timeout);
         tokio::pin!(init_deadline);
         let mut acked = false;
@@ -156,6 +166,17 @@ impl Session {
                     return;
                 }
                 Some(t) = tenant_rx.recv() => {
+                    match self.connections.try_acquire(&t) {
+                        Some(permit) => _connection = Some(permit),
+                        None => {
+                            let reason = format!(
+                                "at most {} connections at once for a tenant",
+                                self.limits.connections_per_tenant
+                            );
+                            let _ = sink.send(close(CLOSE_TRY_LATER, &reason)).await;
+                            return;
+                        }
+                    }
                     tenant = Some(t);
                     continue;
                 }

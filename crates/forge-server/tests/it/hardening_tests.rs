@@ -425,6 +425,42 @@ async fn subscriptions_per_tenant_are_capped_across_connections() {
     assert_eq!(m["type"], "next", "{m}");
 }
 
+/// Authenticated connections per tenant are capped (issue 17, item 8): one past the cap is
+/// closed with `1013` (try again later); another tenant is not held to it, and a connection that
+/// goes away frees its place.
+#[tokio::test]
+async fn websocket_connections_per_tenant_are_capped() {
+    let srv = start(Opts {
+        tune: Some(|c| c.ws.connections_per_tenant = 2),
+        ..Opts::default()
+    })
+    .await;
+    let t = token("acme", "alice", &[]);
+    let (first, _) = Ws::connect(&srv, Some(&t)).await;
+    let (_second, _) = Ws::connect(&srv, Some(&t)).await;
+    let (mut third, _) = Ws::connect(&srv, Some(&t)).await;
+    assert_eq!(close_code(&mut third).await, forge_server::CLOSE_TRY_LATER);
+    // A connection that answers an operation is open (the run does not exist: an error).
+    let nowhere = json!({"id": uuid::Uuid::now_v7().to_string(), "after": 0});
+    let g = token("globex", "gus", &[]);
+    let (mut other, _) = Ws::connect(&srv, Some(&g)).await;
+    other.subscribe("g", RUN_EVENTS, nowhere.clone()).await;
+    assert_eq!(
+        other.next_for("g").await["id"],
+        "g",
+        "another tenant connects"
+    );
+    drop(first);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let (mut again, _) = Ws::connect(&srv, Some(&t)).await;
+    again.subscribe("a", RUN_EVENTS, nowhere).await;
+    assert_eq!(
+        again.next_for("a").await["id"],
+        "a",
+        "a freed place is taken"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_connection_that_never_finishes_its_headers_is_closed() {
     let srv = start(Opts {

@@ -69,7 +69,7 @@ pub(crate) struct UsageArgs {
     /// One run's calls (reservation, settlement, cost) instead of daily rollups.
     #[arg(long)]
     run: Option<RunId>,
-    /// Days back from now, for rollups and the reconciliation report.
+    /// Days back from now, for rollups and the reconciliation report (at most 92).
     #[arg(long, default_value_t = 30)]
     days: u64,
     /// The reconciliation report (estimate against actual per call) instead of rollups.

@@ -335,7 +335,7 @@ async fn usage_from_provider_transcripts_reconciles_exactly_cache_tokens_include
     let report = engine
         .reconciliation(
             &s.scope,
-            Timestamp::from_unix_millis(0).unwrap(),
+            s.clock.now().minus(Duration::from_secs(86_400)),
             s.clock.now().plus(Duration::from_secs(1)),
         )
         .await

@@ -113,11 +113,13 @@ async fn threads_runs_and_their_events_read_back() {
     assert_eq!(seqs, (1..=last).collect::<Vec<_>>());
     assert_eq!(log.last().unwrap().1, "run.completed");
 
+    let now = forge_core::time::Clock::now(&forge_core::time::SystemClock);
+    let day = std::time::Duration::from_secs(86_400);
     let d = srv
         .gql(
             &t,
             "query($from: String!, $to: String!) { usage(from: $from, to: $to) { day totals } }",
-            json!({"from": "2000-01-01T00:00:00Z", "to": "2100-01-01T00:00:00Z"}),
+            json!({"from": now.minus(day), "to": now.plus(day)}),
         )
         .await;
     let usage = d["usage"].as_array().unwrap();

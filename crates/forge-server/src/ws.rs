@@ -53,7 +53,7 @@ impl Default for WsLimits {
             init_timeout: Duration::from_secs(10),
             subscriptions: 100,
             per_tenant: 2_000,
-            connections_per_tenant: 500,
+            connections_per_tenant: 2_000,
         }
     }
 }

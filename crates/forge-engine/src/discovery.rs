@@ -173,9 +173,10 @@ impl Engine {
             Some(names) => names
                 .iter()
                 .filter_map(|n| self.tools.get(n))
+                .filter(|r| r.tool.available())
                 .map(|r| r.tool.spec())
                 .collect(),
-            None => self.tools.specs().collect(),
+            None => self.tools.available_specs().collect(),
         };
         specs
             .into_iter()
@@ -308,6 +309,7 @@ mod tests {
             approval: ApprovalPolicy::Never,
             version: "1".into(),
             permission: None,
+            source: Default::default(),
         }
     }
 

@@ -72,6 +72,7 @@ pub(crate) fn ask_user_tool() -> Arc<dyn Tool> {
             approval: ApprovalPolicy::Never,
             version: "1".into(),
             permission: None,
+            source: Default::default(),
         },
     })
 }

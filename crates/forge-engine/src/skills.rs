@@ -289,6 +289,7 @@ pub(crate) fn load_skill_tool() -> Arc<dyn Tool> {
         approval: ApprovalPolicy::Never,
         version: "1".into(),
         permission: None,
+        source: Default::default(),
     }))
 }
 
@@ -313,6 +314,7 @@ pub(crate) fn run_skill_script_tool() -> Arc<dyn Tool> {
         approval: ApprovalPolicy::Always,
         version: "1".into(),
         permission: None,
+        source: Default::default(),
     }))
 }
 

@@ -100,6 +100,14 @@ impl ToolRegistry {
         self.tools.values().map(|r| r.tool.spec())
     }
 
+    /// The specs of the tools that are [available](Tool::available) now, by name.
+    pub fn available_specs(&self) -> impl Iterator<Item = &ToolSpec> {
+        self.tools
+            .values()
+            .filter(|r| r.tool.available())
+            .map(|r| r.tool.spec())
+    }
+
     /// The descriptors of the named tools, in the given order, as offered to a model.
     pub fn descriptors(&self, names: &[String]) -> Vec<ToolDescriptor> {
         names
@@ -156,6 +164,7 @@ where
             approval: ApprovalPolicy::Never,
             version: "1".into(),
             permission: None,
+            source: Default::default(),
         },
         f,
         _input: PhantomData,

@@ -21,6 +21,7 @@ fn decide(c: &mut Criterion) {
         approval: ApprovalPolicy::Never,
         version: "1".into(),
         permission: Some("payments.write".into()),
+        source: Default::default(),
     };
     let scope = Scope::parse("acme", "bob", &["finance", "staff"]).unwrap();
     let input = json!({"invoice": "INV-1", "amount": 200, "memo": "March"});

@@ -34,7 +34,7 @@ use cedar_policy::{
 };
 use forge_core::Error;
 use forge_core::ports::policy::{Authorizer, PolicyDecision, PolicyRequest, PolicyResource};
-use forge_core::ports::tool::ToolClassification;
+use forge_core::ports::tool::{ToolClassification, ToolSource};
 use forge_core::scope::Scope;
 
 /// Why policies could not be loaded.
@@ -237,9 +237,13 @@ fn resource(scope: &Scope, r: &PolicyResource<'_>) -> Result<Entity, Error> {
                     string(classification(spec.classification)),
                 ),
                 ("version".to_owned(), string(&spec.version)),
+                ("source".to_owned(), string(spec.source.kind())),
             ]);
             if let Some(p) = &spec.permission {
                 attrs.insert("permission".to_owned(), string(p));
+            }
+            if let ToolSource::Mcp { server } = &spec.source {
+                attrs.insert("server".to_owned(), string(server));
             }
             (uid("Forge::Tool", &spec.name)?, attrs)
         }
@@ -370,6 +374,7 @@ mod tests {
             approval: ApprovalPolicy::Never,
             version: "1".into(),
             permission: permission.map(Into::into),
+            source: Default::default(),
         }
     }
 

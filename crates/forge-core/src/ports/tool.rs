@@ -33,6 +33,37 @@ pub enum ApprovalPolicy {
     Policy,
 }
 
+/// Where a tool comes from: compiled into this deployment, or imported from an MCP server.
+/// Policies see it as `resource.source` (`"native"` or `"mcp"`) and, for imported tools,
+/// `resource.server`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum ToolSource {
+    /// Part of this deployment: a native, built-in or skill tool.
+    #[default]
+    Native,
+    /// Imported from the MCP server of this name, as the deployment's configuration names it.
+    Mcp {
+        /// The server's configured name.
+        server: String,
+    },
+}
+
+impl ToolSource {
+    /// `"native"` or `"mcp"`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ToolSource::Native => "native",
+            ToolSource::Mcp { .. } => "mcp",
+        }
+    }
+
+    /// Whether the tool is native (the serialized form leaves the field out then).
+    pub fn is_native(&self) -> bool {
+        matches!(self, ToolSource::Native)
+    }
+}
+
 /// A tool's declaration.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolSpec {
@@ -52,6 +83,9 @@ pub struct ToolSpec {
     /// it as `resource.permission`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub permission: Option<String>,
+    /// Where it comes from.
+    #[serde(default, skip_serializing_if = "ToolSource::is_native")]
+    pub source: ToolSource,
 }
 
 impl ToolSpec {
@@ -118,6 +152,14 @@ impl ToolError {
 pub trait Tool: Send + Sync {
     /// Its declaration.
     fn spec(&self) -> &ToolSpec;
+
+    /// Whether the tool may be offered and called now. A tool that is not available is treated
+    /// as if it did not exist: absent from requests, listings and search, and a call of it is
+    /// refused like a call of an invented tool. An imported tool whose server changed its
+    /// definition since it was pinned is the case this exists for.
+    fn available(&self) -> bool {
+        true
+    }
 
     /// Runs it. `input` has already been validated against `spec().input_schema`.
     async fn call(

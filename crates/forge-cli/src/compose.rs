@@ -34,12 +34,22 @@ pub(crate) struct AccessArgs {
     /// else must approve it).
     #[arg(long = "allow-self-approval", env = "FORGE_ALLOW_SELF_APPROVAL")]
     pub(crate) allow_self_approval: bool,
+    /// MCP servers whose pinned tools agents may use (`forge mcp pin` records the pins).
+    #[arg(long = "mcp", env = "FORGE_MCP")]
+    pub(crate) mcp: Option<PathBuf>,
 }
 
 impl AccessArgs {
-    /// Configures `builder` with the policies and skills.
-    pub(crate) fn apply(&self, mut builder: EngineBuilder) -> anyhow::Result<EngineBuilder> {
+    /// Configures `builder` with the policies, skills and imported MCP tools.
+    pub(crate) fn apply(
+        &self,
+        mut builder: EngineBuilder,
+        mcp: Option<&forge_mcp::McpRuntime>,
+    ) -> anyhow::Result<EngineBuilder> {
         builder = builder.allow_self_approval(self.allow_self_approval);
+        for tool in mcp.map(|m| m.tools()).unwrap_or_default() {
+            builder = builder.tool(tool)?;
+        }
         if let Some(path) = &self.policies {
             let policies = CedarAuthorizer::from_path(path).context("failed to load policies")?;
             builder = builder.authorizer(Arc::new(policies));
@@ -61,6 +71,8 @@ pub(crate) struct EngineSettings<'a> {
     pub(crate) providers: &'a ProviderArgs,
     pub(crate) metering: &'a MeteringArgs,
     pub(crate) access: &'a AccessArgs,
+    /// The started MCP servers, when `--mcp` names any.
+    pub(crate) mcp: Option<&'a forge_mcp::McpRuntime>,
 }
 
 /// An engine builder for `store` with every agent, its providers, the built-in tools, metering,
@@ -94,7 +106,7 @@ pub(crate) fn builder_with(
         .metering
         .apply(builder)?
         .redactor(settings.providers.redactor());
-    settings.access.apply(builder)
+    settings.access.apply(builder, settings.mcp)
 }
 
 /// The scope a command acts as.
@@ -172,9 +184,10 @@ pub(crate) async fn tools(command: ToolsCommand) -> anyhow::Result<ExitCode> {
     for tool in crate::builtin::tools() {
         builder = builder.tool(tool)?;
     }
+    let mcp = crate::mcp::start(args.access.mcp.as_deref(), None).await?;
     let engine = args
         .access
-        .apply(builder)?
+        .apply(builder, mcp.as_ref())?
         .build()
         .context("failed to build the engine")?;
     let scope = args.scope.scope()?;

@@ -8,6 +8,7 @@ mod dlq;
 mod effects;
 mod interactions;
 mod live;
+mod mcp;
 mod metering;
 mod print;
 mod runs;
@@ -63,6 +64,9 @@ enum Command {
     /// See runs without SQL: a tenant's runs, one run's detail, its committed events.
     #[command(subcommand)]
     Runs(runs::RunsCommand),
+    /// List, pin and diff the tools of the configured MCP servers.
+    #[command(subcommand)]
+    Mcp(mcp::McpCommand),
 }
 
 #[derive(Debug, clap::Args)]
@@ -164,6 +168,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Usage(args) => metering::usage(args).await,
         Command::Audit(command) => audit::audit(command).await,
         Command::Runs(command) => runs::runs(command).await,
+        Command::Mcp(command) => mcp::run(command).await,
         Command::Tools(command) => compose::tools(command).await,
     }
 }
@@ -177,11 +182,13 @@ async fn worker(args: WorkerArgs) -> anyhow::Result<ExitCode> {
     let store = store::open(&args.store).await?.store;
     let ttl = std::time::Duration::from_millis(args.lease_ttl_ms);
     let id = forge_core::holder::this_process("worker");
+    let mcp = mcp::start(args.access.mcp.as_deref(), Some(store.clone())).await?;
     let settings = compose::EngineSettings {
         agents: &loaded,
         providers: &args.providers,
         metering: &args.metering,
         access: &args.access,
+        mcp: mcp.as_ref(),
     };
     let mut builder = compose::builder(store.clone(), &settings)?
         .worker_id(id.clone())
@@ -277,11 +284,13 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let loaded = agent_file::load(&args.agent)?;
     let scope = args.scope.scope()?;
     let store = store::open(&args.store).await?.store;
+    let mcp = mcp::start(args.access.mcp.as_deref(), Some(store.clone())).await?;
     let settings = compose::EngineSettings {
         agents: std::slice::from_ref(&loaded),
         providers: &args.providers,
         metering: &args.metering,
         access: &args.access,
+        mcp: mcp.as_ref(),
     };
     // Named so that a later process on this host can tell it died (forge_core::holder).
     let holder = forge_core::holder::this_process("forge-run");

@@ -123,11 +123,13 @@ pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         .collect::<anyhow::Result<Vec<_>>>()?;
     let opened = store::open(&args.store).await?;
     let store = opened.store.clone();
+    let mcp = crate::mcp::start(args.access.mcp.as_deref(), Some(store.clone())).await?;
     let settings = EngineSettings {
         agents: &loaded,
         providers: &args.providers,
         metering: &args.metering,
         access: &args.access,
+        mcp: mcp.as_ref(),
     };
     let id = forge_core::holder::this_process("serve");
     let providers = agent_file::providers(&loaded, &args.providers)?;

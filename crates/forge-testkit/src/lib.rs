@@ -22,6 +22,7 @@
 pub mod fixtures;
 pub mod interactions;
 pub mod locks;
+pub mod mcp_servers;
 pub mod mock_model;
 pub mod store;
 pub mod streams;

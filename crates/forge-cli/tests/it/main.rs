@@ -211,6 +211,7 @@ mod dlq;
 mod freeze;
 mod hitl;
 mod live;
+mod mcp;
 mod providers;
 mod serve;
 mod usage;

@@ -1,0 +1,274 @@
+//! MCP in the CLI: starting the configured servers for `serve`, `worker`, `run` and `tools`
+//! (`--mcp FILE`), auditing catalog drift, and `forge mcp list | pin | diff`.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use forge_core::ports::audit::{AuditLog, AuditRecord};
+use forge_core::scope::{PrincipalId, Scope, TenantId};
+use forge_core::time::{Clock, SystemClock};
+use forge_engine::DEPLOYMENT_TENANT;
+use forge_mcp::server::Reporter;
+use forge_mcp::{CatalogDiff, LockFile, McpConfig, McpRuntime, Pin, StderrReporter};
+
+use crate::store::StoreArgs;
+
+/// The audit action of a catalog that differs from its pins.
+const DRIFT_ACTION: &str = "mcp.drift";
+/// The audit action of a re-pin.
+const PIN_ACTION: &str = "mcp.pinned";
+
+/// Appends an entry to the deployment's audit trail.
+async fn audit(log: &dyn AuditLog, action: &str, subject: String, detail: serde_json::Value) {
+    let written = async {
+        let tenant = TenantId::new(DEPLOYMENT_TENANT)?;
+        let scope = Scope::new(tenant.clone(), PrincipalId::new("forge")?, vec![]);
+        log.record_audit(
+            &scope,
+            AuditRecord {
+                tenant_id: tenant,
+                at: SystemClock.now(),
+                actor: "forge".into(),
+                action: action.into(),
+                subject,
+                detail,
+            },
+        )
+        .await
+    };
+    if let Err(e) = written.await {
+        eprintln!("forge: could not audit {action}: {e}");
+    }
+}
+
+/// Reports to stderr and records drift in the deployment's audit trail.
+struct Auditing {
+    log: Option<Arc<dyn AuditLog>>,
+}
+
+impl Reporter for Auditing {
+    fn drift(&self, diff: &CatalogDiff) {
+        StderrReporter.drift(diff);
+        if let Some(log) = self.log.clone() {
+            let detail = serde_json::to_value(diff).unwrap_or_default();
+            let subject = format!("server {}", diff.server);
+            tokio::spawn(async move { audit(log.as_ref(), DRIFT_ACTION, subject, detail).await });
+        }
+    }
+
+    fn down(&self, server: &str, message: &str) {
+        StderrReporter.down(server, message);
+    }
+}
+
+/// Starts the servers of the configuration at `path` (none without one), auditing drift to
+/// `log`.
+pub(crate) async fn start(
+    path: Option<&Path>,
+    log: Option<Arc<dyn AuditLog>>,
+) -> anyhow::Result<Option<McpRuntime>> {
+    let Some(path) = path else { return Ok(None) };
+    let config = McpConfig::load(path)?;
+    let lock = LockFile::load(&config.lock_path())?;
+    let runtime = McpRuntime::start(
+        &config,
+        &lock,
+        forge_mcp::process_env(),
+        Arc::new(Auditing { log }),
+    )
+    .await?;
+    for skipped in runtime.skipped() {
+        eprintln!("forge: MCP tool {skipped} has a name no provider accepts; it is not imported");
+    }
+    Ok(Some(runtime))
+}
+
+/// `forge mcp`.
+#[derive(Debug, clap::Subcommand)]
+pub(crate) enum McpCommand {
+    /// Lists every server's live tools with their pin status, classification and approval.
+    List(McpArgs),
+    /// Records every server's live catalog (or one server's) in the lock file.
+    Pin {
+        #[command(flatten)]
+        args: McpArgs,
+        /// Only this server.
+        #[arg(long)]
+        server: Option<String>,
+        /// Where the re-pin is audited.
+        #[command(flatten)]
+        store: StoreArgs,
+    },
+    /// Shows how live catalogs differ from the pins; exits 1 when any does.
+    Diff(McpArgs),
+}
+
+/// What every `forge mcp` command reads.
+#[derive(Debug, clap::Args)]
+pub(crate) struct McpArgs {
+    /// The MCP configuration file.
+    #[arg(long = "mcp", env = "FORGE_MCP")]
+    mcp: PathBuf,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Each server's live catalog.
+async fn catalogs(
+    config: &McpConfig,
+    only: Option<&str>,
+) -> anyhow::Result<Vec<(String, Vec<forge_mcp::ToolDefinition>)>> {
+    let egress = Arc::new(config.egress.clone());
+    let mut out = Vec::new();
+    for s in &config.servers {
+        if only.is_some_and(|o| o != s.name) {
+            continue;
+        }
+        let defs = forge_mcp::fetch_catalog(s, egress.clone(), forge_mcp::process_env()).await?;
+        out.push((s.name.clone(), defs));
+    }
+    if let Some(o) = only
+        && out.is_empty()
+    {
+        anyhow::bail!("no MCP server named {o} is configured");
+    }
+    Ok(out)
+}
+
+pub(crate) async fn run(command: McpCommand) -> anyhow::Result<ExitCode> {
+    match command {
+        McpCommand::List(args) => {
+            let config = McpConfig::load(&args.mcp)?;
+            let lock = LockFile::load(&config.lock_path())?;
+            let mut rows = Vec::new();
+            for (server, defs) in catalogs(&config, None).await? {
+                let pins = lock.server(&server);
+                let over = &config
+                    .server(&server)
+                    .map(|s| s.tools.clone())
+                    .unwrap_or_default();
+                for def in defs {
+                    let status = match pins.tools.get(&def.name) {
+                        Some(p) if p.hash == def.hash() => "pinned",
+                        Some(_) => "changed",
+                        None => "unpinned",
+                    };
+                    let spec = forge_mcp::import::spec(
+                        &server,
+                        &Pin::of(def.clone()),
+                        over.get(&def.name),
+                    );
+                    rows.push(serde_json::json!({
+                        "server": server,
+                        "tool": def.name,
+                        "name": spec.as_ref().map(|s| s.name.clone()),
+                        "status": status,
+                        "classification": spec.as_ref().map(|s| s.classification),
+                        "approval": spec.as_ref().map(|s| s.approval),
+                        "hash": def.hash(),
+                        "description": spec.as_ref().map(|s| s.description.clone()),
+                    }));
+                }
+            }
+            if args.json {
+                println!("{}", serde_json::to_string_pretty(&rows)?);
+            } else {
+                for r in &rows {
+                    println!(
+                        "{}\t{}\t{}\t{}\t{}",
+                        r["name"].as_str().unwrap_or("(not importable)"),
+                        r["status"].as_str().unwrap_or(""),
+                        r["classification"].as_str().unwrap_or(""),
+                        r["approval"].as_str().unwrap_or(""),
+                        r["description"].as_str().unwrap_or("")
+                    );
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        McpCommand::Diff(args) => {
+            let config = McpConfig::load(&args.mcp)?;
+            let lock = LockFile::load(&config.lock_path())?;
+            let diffs: Vec<CatalogDiff> = catalogs(&config, None)
+                .await?
+                .into_iter()
+                .map(|(server, defs)| CatalogDiff::between(&server, &lock.server(&server), &defs))
+                .collect();
+            if args.json {
+                println!("{}", serde_json::to_string_pretty(&diffs)?);
+            } else {
+                for d in &diffs {
+                    if d.is_clean() {
+                        println!(
+                            "{}: matches its pins ({} tools)",
+                            d.server,
+                            d.unchanged.len()
+                        );
+                    } else {
+                        println!(
+                            "{}: changed (disabled) {:?}; new (not offered) {:?}; removed {:?}",
+                            d.server, d.changed, d.added, d.removed
+                        );
+                    }
+                }
+            }
+            Ok(if diffs.iter().all(CatalogDiff::is_clean) {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            })
+        }
+        McpCommand::Pin {
+            args,
+            server,
+            store,
+        } => {
+            let config = McpConfig::load(&args.mcp)?;
+            let path = config.lock_path();
+            let mut lock = LockFile::load(&path)?;
+            let mut changes = Vec::new();
+            for (name, defs) in catalogs(&config, server.as_deref()).await? {
+                let diff = CatalogDiff::between(&name, &lock.server(&name), &defs);
+                let pins = lock.servers.entry(name.clone()).or_default();
+                pins.tools.clear();
+                for d in defs {
+                    pins.tools.insert(d.name.clone(), Pin::of(d));
+                }
+                changes.push(diff);
+            }
+            // Servers no longer configured lose their pins.
+            lock.servers.retain(|s, _| config.server(s).is_some());
+            lock.save(&path)?;
+            let opened = crate::store::open(&store).await?;
+            for d in &changes {
+                if !d.is_clean() {
+                    audit(
+                        opened.store.as_ref(),
+                        PIN_ACTION,
+                        format!("server {}", d.server),
+                        serde_json::to_value(d)?,
+                    )
+                    .await;
+                }
+            }
+            if args.json {
+                println!("{}", serde_json::to_string_pretty(&changes)?);
+            } else {
+                for d in &changes {
+                    println!(
+                        "{}: pinned {} tools (changed {:?}, new {:?}, removed {:?}) in {}",
+                        d.server,
+                        d.unchanged.len() + d.changed.len() + d.added.len(),
+                        d.changed,
+                        d.added,
+                        d.removed,
+                        path.display()
+                    );
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}

@@ -273,20 +273,21 @@ fn resource(scope: &Scope, r: &PolicyResource<'_>) -> Result<Entity, Error> {
                 ("classification".to_owned(), string(classification(*c))),
             ]),
         ),
-        PolicyResource::Source(id) | PolicyResource::Thread(id) => {
-            let kind = if matches!(r, PolicyResource::Source(_)) {
-                "Forge::Source"
-            } else {
-                "Forge::Thread"
-            };
-            (
-                uid(kind, id)?,
-                HashMap::from([
-                    ("id".to_owned(), string(id)),
-                    ("tenant".to_owned(), string(scope.tenant_id().as_str())),
-                ]),
-            )
-        }
+        PolicyResource::Source { id, label } => (
+            uid("Forge::Source", id)?,
+            HashMap::from([
+                ("id".to_owned(), string(id)),
+                ("label".to_owned(), string(label)),
+                ("tenant".to_owned(), string(scope.tenant_id().as_str())),
+            ]),
+        ),
+        PolicyResource::Thread(id) => (
+            uid("Forge::Thread", id)?,
+            HashMap::from([
+                ("id".to_owned(), string(id)),
+                ("tenant".to_owned(), string(scope.tenant_id().as_str())),
+            ]),
+        ),
     };
     Entity::new(uid, attrs, HashSet::new())
         .map_err(|e| Error::invalid(format!("resource entity: {e}")))
@@ -539,7 +540,10 @@ mod tests {
         let source = PolicyRequest {
             scope: &support,
             action: PolicyAction::Read,
-            resource: PolicyResource::Source("handbook"),
+            resource: PolicyResource::Source {
+                id: "handbook",
+                label: "internal",
+            },
             input: None,
         };
         assert_eq!(

@@ -2,6 +2,7 @@
 //! `forge-store-memory` (stores, queue) or `forge-engine` / `forge-providers` (tools, models).
 
 pub mod audit;
+pub mod citation;
 pub mod interaction;
 pub mod lease;
 pub mod live;

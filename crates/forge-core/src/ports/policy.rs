@@ -47,8 +47,13 @@ pub enum PolicyResource<'a> {
         /// Its version.
         version: &'a str,
     },
-    /// A retrieval source, by id.
-    Source(&'a str),
+    /// A retrieval source: its id and the access label policies read (`resource.label`).
+    Source {
+        /// Its id.
+        id: &'a str,
+        /// Its access label.
+        label: &'a str,
+    },
     /// A thread, by id.
     Thread(&'a str),
     /// A tool call waiting for approval, with who is involved: policies can require that the

@@ -10,6 +10,7 @@ mod interactions;
 mod locks;
 mod queue;
 mod runs;
+mod sources;
 mod usage;
 
 use std::collections::{BTreeMap, HashMap};
@@ -45,6 +46,8 @@ struct State {
     /// Metered calls by id (UUIDv7, so in time order).
     calls: BTreeMap<forge_core::id::ModelCallId, forge_core::metering::ModelCall>,
     locks: HashMap<String, locks::LockRow>,
+    /// Retrieval sources by tenant and id (ordered, so listings are by id).
+    sources: BTreeMap<(forge_core::scope::TenantId, forge_rag::SourceId), sources::SourceRow>,
 }
 
 impl Default for MemoryStore {

@@ -30,6 +30,7 @@ pub mod notify;
 mod queue;
 mod rows;
 mod runs;
+mod sources;
 #[cfg(feature = "testing")]
 pub mod testing;
 mod usage;

@@ -132,8 +132,28 @@ const SUPABASE_SYSTEM_ROLE: Migration = Migration {
     down: include_str!("../migrations/0008_supabase_system_role.down.sql"),
 };
 
+const SOURCES: Migration = Migration {
+    version: 9,
+    name: "sources",
+    up: include_str!("../migrations/0009_sources.up.sql"),
+    down: include_str!("../migrations/0009_sources.down.sql"),
+};
+
+const SUPABASE_SOURCES: Migration = Migration {
+    version: 9,
+    name: "supabase_sources",
+    up: concat!(
+        include_str!("../migrations/0009_sources.up.sql"),
+        include_str!("../migrations/0009_supabase_grants.up.sql")
+    ),
+    down: concat!(
+        include_str!("../migrations/0009_supabase_grants.down.sql"),
+        include_str!("../migrations/0009_sources.down.sql")
+    ),
+};
+
 /// The migrations of a mode, in order.
-pub fn migrations(mode: Mode) -> [Migration; 8] {
+pub fn migrations(mode: Mode) -> [Migration; 9] {
     match mode {
         Mode::Rls => [
             TABLES,
@@ -144,6 +164,7 @@ pub fn migrations(mode: Mode) -> [Migration; 8] {
             EVENT_NOTIFY,
             RLS_TENANT_ROLE,
             RLS_SYSTEM_ROLE,
+            SOURCES,
         ],
         Mode::Supabase => [
             TABLES,
@@ -154,6 +175,7 @@ pub fn migrations(mode: Mode) -> [Migration; 8] {
             EVENT_NOTIFY,
             SUPABASE_TENANT_ROLE,
             SUPABASE_SYSTEM_ROLE,
+            SUPABASE_SOURCES,
         ],
     }
 }

@@ -303,16 +303,7 @@ impl AuditLog for PostgresStore {
     async fn record_audit(&self, scope: &Scope, record: AuditRecord) -> Result<(), Error> {
         forge_core::ports::audit::check_tenant(scope, &record)?;
         let mut tx = self.tenant_tx(scope).await?;
-        sqlx::query("INSERT INTO forge_audit (tenant_id, at, actor, action, subject, detail) VALUES ($1, $2, $3, $4, $5, $6)")
-            .bind(record.tenant_id.as_str())
-            .bind(record.at.0)
-            .bind(&record.actor)
-            .bind(&record.action)
-            .bind(&record.subject)
-            .bind(record.detail.clone())
-            .execute(&mut *tx)
-            .await
-            .map_err(db_error)?;
+        crate::interactions::audit(&mut tx, &record).await?;
         tx.commit().await.map_err(db_error)?;
         Ok(())
     }

@@ -13,6 +13,7 @@ mod migrate;
 mod queue;
 mod rows;
 mod runs;
+mod sources;
 mod usage;
 
 use std::str::FromStr;

@@ -51,6 +51,12 @@ pub const MIGRATIONS: &[Migration] = &[
         up: include_str!("../migrations/0005_job_holder.up.sql"),
         down: include_str!("../migrations/0005_job_holder.down.sql"),
     },
+    Migration {
+        version: 6,
+        name: "sources",
+        up: include_str!("../migrations/0006_sources.up.sql"),
+        down: include_str!("../migrations/0006_sources.down.sql"),
+    },
 ];
 
 const LEDGER: &str = "CREATE TABLE IF NOT EXISTS forge_schema_migrations (

@@ -427,16 +427,7 @@ impl AuditLog for SqliteStore {
         forge_core::ports::audit::check_tenant(scope, &record)?;
         let mut tx = self.write_tx().await?;
 
-        sqlx::query("INSERT INTO forge_audit (tenant_id, at, actor, action, subject, detail) VALUES ($1, $2, $3, $4, $5, $6)")
-            .bind(record.tenant_id.as_str())
-            .bind(record.at.unix_millis())
-            .bind(&record.actor)
-            .bind(&record.action)
-            .bind(&record.subject)
-            .bind(record.detail.to_string())
-            .execute(&mut *tx)
-            .await
-            .map_err(db_error)?;
+        crate::interactions::audit(&mut tx, &record).await?;
         tx.commit().await.map_err(db_error)?;
 
         Ok(())

@@ -24,6 +24,7 @@ pub mod interactions;
 pub mod locks;
 pub mod mcp_servers;
 pub mod mock_model;
+pub mod sources;
 pub mod store;
 pub mod streams;
 pub mod usage;
@@ -45,6 +46,7 @@ pub trait StoreFactory: Send + Sync + 'static {
         + forge_core::ports::audit::AuditLog
         + forge_core::ports::interaction::InteractionStore
         + forge_core::ports::usage::UsageLedger
+        + forge_rag::SourceStore
         + 'static;
 
     /// A new store with no data, reading time from `clock`.
@@ -171,6 +173,17 @@ pub const SUITES: &[Suite] = &[
             "reservations_are_replaced_on_reexecution_and_orphans_released",
         ],
     },
+    Suite {
+        name: "sources",
+        macro_name: "sources_conformance",
+        scenarios: &[
+            "sources_round_trip_and_versions",
+            "candidates_come_only_from_allowed_sources",
+            "sources_are_confined_to_their_tenant",
+            "deleting_a_source_removes_everything_and_is_audited",
+            "retrieval_is_authorized_before_ranking",
+        ],
+    },
 ];
 
 /// Which adapter runs which suites: `(crate, factory type, suites)`. The registry test in this crate
@@ -192,6 +205,7 @@ pub const ADAPTERS: &[(&str, &str, &[&str])] = &[
             "isolation",
             "interactions",
             "usage",
+            "sources",
         ],
     ),
     (
@@ -207,6 +221,7 @@ pub const ADAPTERS: &[(&str, &str, &[&str])] = &[
             "isolation",
             "interactions",
             "usage",
+            "sources",
         ],
     ),
     (
@@ -223,6 +238,7 @@ pub const ADAPTERS: &[(&str, &str, &[&str])] = &[
             "isolation",
             "interactions",
             "usage",
+            "sources",
         ],
     ),
     (
@@ -238,6 +254,7 @@ pub const ADAPTERS: &[(&str, &str, &[&str])] = &[
             "isolation",
             "interactions",
             "usage",
+            "sources",
         ],
     ),
 ];
@@ -381,6 +398,18 @@ macro_rules! usage_conformance {
     };
 }
 
+/// Retrieval sources: versions, allowed candidates, isolation, deletion, authorized ranking.
+#[macro_export]
+macro_rules! sources_conformance {
+    ($factory:ty) => {
+        $crate::__conformance_suite!(sources_conformance, "sources", sources, $factory;
+            sources_round_trip_and_versions, candidates_come_only_from_allowed_sources,
+            sources_are_confined_to_their_tenant,
+            deleting_a_source_removes_everything_and_is_audited,
+            retrieval_is_authorized_before_ranking);
+    };
+}
+
 /// Every suite, for an adapter that implements every port.
 #[macro_export]
 macro_rules! store_conformance {
@@ -394,6 +423,7 @@ macro_rules! store_conformance {
         $crate::isolation_conformance!($factory);
         $crate::interactions_conformance!($factory);
         $crate::usage_conformance!($factory);
+        $crate::sources_conformance!($factory);
     };
 }
 

@@ -14,9 +14,9 @@ use forge_testkit::fixtures::{agent_ref, scope};
 use sqlx::{Connection, PgConnection};
 
 /// Tenant A's rows per table after `seed_tenant_a` (two committed steps: two events).
-const TENANT_A_ROWS: [i64; 8] = [1, 1, 1, 2, 1, 1, 1, 1];
+const TENANT_A_ROWS: [i64; 10] = [1, 1, 1, 2, 1, 1, 1, 1, 1, 1];
 
-const TABLES: [&str; 8] = [
+const TABLES: [&str; 10] = [
     "forge_threads",
     "forge_messages",
     "forge_runs",
@@ -25,6 +25,8 @@ const TABLES: [&str; 8] = [
     "forge_audit",
     "forge_interactions",
     "forge_model_calls",
+    "forge_sources",
+    "forge_chunks",
 ];
 
 /// Tenant A gets a thread, a run (with its job), a committed step with events and a message, and
@@ -140,6 +142,18 @@ async fn seed_tenant_a(store: &PostgresStore, clock: &ManualClock) {
         .await
         .unwrap();
     store.replay(&sys, job.id, "operator").await.unwrap();
+    // A retrieval source with one chunk.
+    let source = forge_rag::ingest::ingest(
+        forge_rag::SourceId::new("handbook").unwrap(),
+        "Handbook",
+        "internal",
+        forge_rag::Format::Text,
+        serde_json::Value::Null,
+        "Tenant A's secret handbook.",
+    );
+    forge_rag::SourceStore::put_source(store, &a, &source)
+        .await
+        .unwrap();
 }
 
 /// Counts every table's rows in one transaction after `setup` statements, as the connected role.
@@ -227,12 +241,12 @@ async fn raw_sql_as_the_application_role_sees_only_its_tenant() {
             &["SELECT set_config('forge.tenant_id', 'tenant-b', true)"]
         )
         .await,
-        [0; 8],
+        [0; 10],
         "tenant B sees none"
     );
     assert_eq!(
         counts(&mut conn, &[]).await,
-        [0; 8],
+        [0; 10],
         "no tenant setting sees none"
     );
     assert_eq!(
@@ -241,7 +255,7 @@ async fn raw_sql_as_the_application_role_sees_only_its_tenant() {
             &["SELECT set_config('forge.tenant_id', '', true)"]
         )
         .await,
-        [0; 8]
+        [0; 10]
     );
     assert_eq!(
         tamper(
@@ -306,7 +320,7 @@ async fn the_application_role_cannot_forge_the_system_scope() {
     for setup in forged {
         assert_eq!(
             counts(&mut conn, setup).await,
-            [0; 8],
+            [0; 10],
             "{setup:?} sees none"
         );
         assert_eq!(
@@ -451,14 +465,14 @@ async fn raw_sql_as_forges_tenant_role_with_another_tenants_jwt_sees_nothing() {
     let a = as_jwt("tenant-a");
     let b = as_jwt("tenant-b");
     assert_eq!(counts(&mut conn, &[&a]).await, TENANT_A_ROWS);
-    assert_eq!(counts(&mut conn, &[&b]).await, [0; 8]);
+    assert_eq!(counts(&mut conn, &[&b]).await, [0; 10]);
     assert_eq!(
         counts(
             &mut conn,
             &["SELECT set_config('role', 'forge_tenant', true)"]
         )
         .await,
-        [0; 8],
+        [0; 10],
         "no claims see none"
     );
     // `anon` (a request without a signed-in user) is refused the tables outright.
@@ -641,4 +655,70 @@ async fn hostile_ids_stay_data() {
             "the hostile id did not switch tenants"
         );
     }
+}
+
+/// After a source is deleted, no column of any table holds its text: every text, JSON and
+/// full-text column of the schema is searched, as the superuser (who bypasses RLS).
+#[tokio::test]
+async fn a_deleted_source_leaves_its_text_in_no_table() {
+    let clock = Arc::new(ManualClock::at_2026());
+    let (store, _, admin) = crate::fresh(Flavor::Plain, clock.clone()).await;
+    let a = scope("tenant-a");
+    let marker = "quokkamarker7731";
+    let source = forge_rag::ingest::ingest(
+        forge_rag::SourceId::new("doomed").unwrap(),
+        format!("Title {marker}"),
+        "internal",
+        forge_rag::Format::Markdown,
+        serde_json::json!({"note": marker}),
+        &format!(
+            "# Heading {marker}\n\n{}",
+            format!("The {marker} sentence. ").repeat(200)
+        ),
+    );
+    forge_rag::SourceStore::put_source(&store, &a, &source)
+        .await
+        .unwrap();
+    let mut conn = PgConnection::connect(&admin).await.unwrap();
+    let columns: Vec<(String, String)> = sqlx::query_as(
+        "SELECT table_name::text, column_name::text FROM information_schema.columns
+         WHERE table_schema = 'public' AND data_type IN ('text', 'jsonb', 'json', 'tsvector', 'character varying')",
+    )
+    .fetch_all(&mut conn)
+    .await
+    .unwrap();
+    async fn holding(
+        conn: &mut PgConnection,
+        columns: &[(String, String)],
+        marker: &str,
+    ) -> Vec<String> {
+        let mut found = Vec::new();
+        for (table, column) in columns {
+            let n: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+                "SELECT count(*) FROM {table} WHERE {column}::text ILIKE '%{marker}%'"
+            )))
+            .fetch_one(&mut *conn)
+            .await
+            .unwrap();
+            if n > 0 {
+                found.push(format!("{table}.{column}"));
+            }
+        }
+        found
+    }
+    let before = holding(&mut conn, &columns, marker).await;
+    assert!(
+        before.contains(&"forge_chunks.tsv".to_owned())
+            && before.contains(&"forge_sources.text".to_owned()),
+        "the search sees the stored text: {before:?}"
+    );
+    assert!(
+        forge_rag::SourceStore::delete_source(&store, &a, &source.id, "alice")
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        holding(&mut conn, &columns, marker).await,
+        Vec::<String>::new()
+    );
 }

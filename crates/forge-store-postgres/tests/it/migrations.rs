@@ -41,7 +41,7 @@ async fn up_down_up(flavor: Flavor) {
     let (store, _, admin) = crate::fresh(flavor, Arc::new(ManualClock::at_2026())).await;
     assert_eq!(
         store.applied_migrations().await.unwrap(),
-        [1, 2, 3, 4, 5, 6, 7, 8]
+        [1, 2, 3, 4, 5, 6, 7, 8, 9]
     );
     let first = catalog(&admin, flavor).await;
     for expected in [
@@ -53,6 +53,9 @@ async fn up_down_up(flavor: Flavor) {
         "rls forge_model_calls enabled=t forced=t",
         "column forge_runs.role_ids jsonb NO",
         "grant forge_jobs forge_system UPDATE",
+        "rls forge_sources enabled=t forced=t",
+        "rls forge_chunks enabled=t forced=t",
+        "policy forge_chunks.forge_tenant",
     ] {
         assert!(
             first.contains(expected),

@@ -1,0 +1,27 @@
+//! Forge retrieval: a tenant's documents as sources, cut into chunks with exact byte offsets,
+//! searched only among the sources the caller may read, and cited by exact span.
+//!
+//! - [`model`]: sources, versions (the SHA-256 of the normalized text), chunks.
+//! - [`ingest`]: text, Markdown and HTML become normalized text and chunks.
+//! - [`ports`]: [`SourceStore`], implemented by `forge-store-memory`, `forge-store-sqlite` and
+//!   `forge-store-postgres` and held to one conformance suite (`forge_testkit::sources`).
+//! - [`rank`]: BM25 over the allowed chunks.
+//! - [`retrieve`]: [`Retriever`] — authorization before retrieval, citation checks
+//!   ([`CitationCheck`](forge_core::ports::citation::CitationCheck)) and resolution.
+//! - [`tool`]: the `search_documents` tool.
+
+#![deny(missing_docs)]
+
+pub mod ingest;
+pub mod model;
+pub mod ports;
+pub mod rank;
+pub mod retrieve;
+pub mod tool;
+
+pub use model::{
+    Candidates, Chunk, Format, IngestedSource, PutOutcome, SearchHit, Source, SourceId, SourceRef,
+};
+pub use ports::{SOURCE_DELETED, SourceStore};
+pub use retrieve::{Resolved, Retriever};
+pub use tool::{SEARCH_DOCUMENTS, SearchDocuments};

@@ -1,0 +1,151 @@
+//! The storage port for sources, their chunks and the index that finds candidate chunks.
+
+use async_trait::async_trait;
+use forge_core::Error;
+use forge_core::scope::Scope;
+
+use crate::model::{Candidates, Chunk, IngestedSource, PutOutcome, Source, SourceId, SourceRef};
+
+/// The audit action of a deleted source.
+pub const SOURCE_DELETED: &str = "source.deleted";
+
+/// Port: sources of one tenant, their current version's text and chunks, and a lexical index.
+/// Every call is confined to `scope`'s tenant.
+#[async_trait]
+pub trait SourceStore: Send + Sync {
+    /// Stores a source. A new text replaces the previous version, its text, chunks and index
+    /// entries in one transaction; the same text changes nothing.
+    async fn put_source(&self, scope: &Scope, source: &IngestedSource)
+    -> Result<PutOutcome, Error>;
+
+    /// A source, or `None`.
+    async fn source(&self, scope: &Scope, id: &SourceId) -> Result<Option<Source>, Error>;
+
+    /// The tenant's sources by id, at most `limit`.
+    async fn list_sources(&self, scope: &Scope, limit: usize) -> Result<Vec<Source>, Error>;
+
+    /// Every source's id and label: what authorization decides from.
+    async fn source_refs(&self, scope: &Scope) -> Result<Vec<SourceRef>, Error>;
+
+    /// The normalized text of `id` at `version`, when that is its current version.
+    async fn source_text(
+        &self,
+        scope: &Scope,
+        id: &SourceId,
+        version: &str,
+    ) -> Result<Option<String>, Error>;
+
+    /// The current version's chunks, in order.
+    async fn source_chunks(&self, scope: &Scope, id: &SourceId) -> Result<Vec<Chunk>, Error>;
+
+    /// Deletes a source: its row, text, chunks and index entries, and appends a
+    /// [`SOURCE_DELETED`] audit record by `actor`, in one transaction. `false` when there was
+    /// none.
+    async fn delete_source(&self, scope: &Scope, id: &SourceId, actor: &str)
+    -> Result<bool, Error>;
+
+    /// Chunks of the `allowed` sources containing any of `terms` (lower-case words), in storage
+    /// order, at most `cap`; with the allowed sources' total chunk and word counts. Nothing of a
+    /// source outside `allowed` is read.
+    async fn candidates(
+        &self,
+        scope: &Scope,
+        allowed: &[SourceId],
+        terms: &[String],
+        cap: usize,
+    ) -> Result<Candidates, Error>;
+}
+
+/// Row mapping and rules every adapter shares, so the SQL adapters differ only in their SQL.
+pub mod rows {
+    use forge_core::Error;
+    use forge_core::ports::audit::AuditRecord;
+    use forge_core::scope::Scope;
+    use forge_core::time::Timestamp;
+
+    use crate::model::{Chunk, Format, PutOutcome, Source, SourceId};
+    use crate::ports::SOURCE_DELETED;
+
+    /// What storing a version over `existing` (the stored version, if any) does.
+    pub fn put_outcome(existing: Option<&str>, version: &str) -> PutOutcome {
+        match existing {
+            None => PutOutcome::Created,
+            Some(v) if v == version => PutOutcome::Unchanged,
+            Some(_) => PutOutcome::Replaced,
+        }
+    }
+
+    /// The words a chunk counts for ranking.
+    pub fn chunk_words(text: &str) -> i64 {
+        crate::rank::words(text).len() as i64
+    }
+
+    /// A source from its columns.
+    #[allow(clippy::too_many_arguments)]
+    pub fn source(
+        id: &str,
+        version: String,
+        title: String,
+        label: String,
+        format: &str,
+        metadata: &str,
+        text_bytes: i64,
+        chunks: i64,
+        updated_at_millis: i64,
+    ) -> Result<Source, Error> {
+        Ok(Source {
+            id: SourceId::new(id)?,
+            version,
+            title,
+            label,
+            format: Format::parse(format)
+                .ok_or_else(|| Error::invalid(format!("stored format {format:?} is unknown")))?,
+            metadata: serde_json::from_str(metadata)
+                .map_err(|e| Error::invalid(format!("stored metadata: {e}")))?,
+            text_bytes: text_bytes.max(0) as u64,
+            chunks: chunks.max(0) as u32,
+            updated_at: Timestamp::from_unix_millis(updated_at_millis)
+                .ok_or_else(|| Error::invalid("stored time is out of range"))?,
+        })
+    }
+
+    /// A chunk from its columns.
+    pub fn chunk(
+        source_id: &str,
+        version: String,
+        index: i64,
+        start: i64,
+        end: i64,
+        text: String,
+        heading: Option<String>,
+    ) -> Result<Chunk, Error> {
+        Ok(Chunk {
+            source_id: SourceId::new(source_id)?,
+            version,
+            index: index.max(0) as u32,
+            start: start.max(0) as u64,
+            end: end.max(0) as u64,
+            text,
+            heading,
+        })
+    }
+
+    /// The audit record of a deletion.
+    pub fn deleted(
+        scope: &Scope,
+        id: &SourceId,
+        actor: &str,
+        at: Timestamp,
+        version: &str,
+        chunks: i64,
+    ) -> AuditRecord {
+        AuditRecord {
+            tenant_id: scope.tenant_id().clone(),
+            at,
+            actor: actor.to_owned(),
+            action: SOURCE_DELETED.into(),
+            subject: format!("source {id}"),
+            detail: serde_json::json!({"version": version, "chunks": chunks}),
+        }
+    }
+}

@@ -1,0 +1,176 @@
+//! Retrieval sources in memory: the executable specification of [`SourceStore`].
+
+use async_trait::async_trait;
+use forge_core::Error;
+use forge_core::ports::audit::AuditRecord;
+use forge_core::scope::{Scope, TenantId};
+use forge_rag::model::{
+    Candidates, Chunk, IngestedSource, PutOutcome, Source, SourceId, SourceRef,
+};
+use forge_rag::{SOURCE_DELETED, SourceStore, rank};
+
+use crate::MemoryStore;
+
+/// A stored source: its row, text and chunks.
+#[derive(Debug, Clone)]
+pub(crate) struct SourceRow {
+    source: Source,
+    text: String,
+    chunks: Vec<Chunk>,
+    /// Each chunk's word count.
+    words: Vec<u64>,
+}
+
+type Key = (TenantId, SourceId);
+
+fn key(scope: &Scope, id: &SourceId) -> Key {
+    (scope.tenant_id().clone(), id.clone())
+}
+
+#[async_trait]
+impl SourceStore for MemoryStore {
+    async fn put_source(&self, scope: &Scope, s: &IngestedSource) -> Result<PutOutcome, Error> {
+        let now = self.clock.now();
+        let mut st = self.lock();
+        let k = key(scope, &s.id);
+        let outcome = match st.sources.get(&k) {
+            Some(row) if row.source.version == s.version => {
+                // Title, label and metadata may change without the text.
+                if row.source.title == s.title
+                    && row.source.label == s.label
+                    && row.source.metadata == s.metadata
+                {
+                    return Ok(PutOutcome::Unchanged);
+                }
+                PutOutcome::Unchanged
+            }
+            Some(_) => PutOutcome::Replaced,
+            None => PutOutcome::Created,
+        };
+        let row = SourceRow {
+            source: Source {
+                id: s.id.clone(),
+                version: s.version.clone(),
+                title: s.title.clone(),
+                label: s.label.clone(),
+                format: s.format,
+                metadata: s.metadata.clone(),
+                text_bytes: s.text.len() as u64,
+                chunks: s.chunks.len() as u32,
+                updated_at: now,
+            },
+            text: s.text.clone(),
+            chunks: s.chunks.clone(),
+            words: s
+                .chunks
+                .iter()
+                .map(|c| rank::term_counts(&c.text, &[]).1)
+                .collect(),
+        };
+        st.sources.insert(k, row);
+        Ok(outcome)
+    }
+
+    async fn source(&self, scope: &Scope, id: &SourceId) -> Result<Option<Source>, Error> {
+        Ok(self
+            .lock()
+            .sources
+            .get(&key(scope, id))
+            .map(|r| r.source.clone()))
+    }
+
+    async fn list_sources(&self, scope: &Scope, limit: usize) -> Result<Vec<Source>, Error> {
+        Ok(self
+            .lock()
+            .sources
+            .iter()
+            .filter(|((t, _), _)| t == scope.tenant_id())
+            .map(|(_, r)| r.source.clone())
+            .take(limit)
+            .collect())
+    }
+
+    async fn source_refs(&self, scope: &Scope) -> Result<Vec<SourceRef>, Error> {
+        Ok(self
+            .lock()
+            .sources
+            .iter()
+            .filter(|((t, _), _)| t == scope.tenant_id())
+            .map(|(_, r)| SourceRef {
+                id: r.source.id.clone(),
+                label: r.source.label.clone(),
+            })
+            .collect())
+    }
+
+    async fn source_text(
+        &self,
+        scope: &Scope,
+        id: &SourceId,
+        version: &str,
+    ) -> Result<Option<String>, Error> {
+        Ok(self
+            .lock()
+            .sources
+            .get(&key(scope, id))
+            .filter(|r| r.source.version == version)
+            .map(|r| r.text.clone()))
+    }
+
+    async fn source_chunks(&self, scope: &Scope, id: &SourceId) -> Result<Vec<Chunk>, Error> {
+        Ok(self
+            .lock()
+            .sources
+            .get(&key(scope, id))
+            .map(|r| r.chunks.clone())
+            .unwrap_or_default())
+    }
+
+    async fn delete_source(
+        &self,
+        scope: &Scope,
+        id: &SourceId,
+        actor: &str,
+    ) -> Result<bool, Error> {
+        let now = self.clock.now();
+        let mut st = self.lock();
+        let Some(row) = st.sources.remove(&key(scope, id)) else {
+            return Ok(false);
+        };
+        st.audit.push(AuditRecord {
+            tenant_id: scope.tenant_id().clone(),
+            at: now,
+            actor: actor.to_owned(),
+            action: SOURCE_DELETED.into(),
+            subject: format!("source {id}"),
+            detail: serde_json::json!({"version": row.source.version, "chunks": row.source.chunks}),
+        });
+        Ok(true)
+    }
+
+    async fn candidates(
+        &self,
+        scope: &Scope,
+        allowed: &[SourceId],
+        terms: &[String],
+        cap: usize,
+    ) -> Result<Candidates, Error> {
+        let st = self.lock();
+        let mut out = Candidates::default();
+        for id in allowed {
+            let Some(row) = st.sources.get(&key(scope, id)) else {
+                continue;
+            };
+            for (c, words) in row.chunks.iter().zip(&row.words) {
+                out.corpus_chunks += 1;
+                out.corpus_words += words;
+                if out.chunks.len() < cap
+                    && rank::term_counts(&c.text, terms).0.iter().any(|n| *n > 0)
+                {
+                    out.chunks.push(c.clone());
+                }
+            }
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,2 @@
+DROP TABLE forge_chunks;
+DROP TABLE forge_sources;

@@ -1,0 +1,293 @@
+//! Retrieval sources on PostgreSQL: rows, chunks and a `tsvector` (GIN) index, under forced RLS.
+//! Ranking itself is `forge_rag::rank`'s, over the allowed sources only.
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use forge_core::Error;
+use forge_core::scope::Scope;
+use forge_core::time::Timestamp;
+use forge_rag::SourceStore;
+use forge_rag::model::{
+    Candidates, Chunk, IngestedSource, PutOutcome, Source, SourceId, SourceRef,
+};
+use forge_rag::ports::rows;
+use sqlx::Row;
+use sqlx::postgres::PgRow;
+
+use crate::PostgresStore;
+use crate::rows::db_error;
+
+/// The columns [`source_of`] reads.
+macro_rules! source_columns {
+    () => {
+        "id, version, title, label, format, metadata::text AS metadata, octet_length(text)::bigint AS text_bytes, chunks::bigint AS chunks, updated_at"
+    };
+}
+
+fn source_of(r: &PgRow) -> Result<Source, Error> {
+    rows::source(
+        r.get::<&str, _>("id"),
+        r.get("version"),
+        r.get("title"),
+        r.get("label"),
+        r.get::<&str, _>("format"),
+        r.get::<&str, _>("metadata"),
+        r.get("text_bytes"),
+        r.get("chunks"),
+        Timestamp(r.get::<DateTime<Utc>, _>("updated_at")).unix_millis(),
+    )
+}
+
+fn chunk_of(r: &PgRow) -> Result<Chunk, Error> {
+    rows::chunk(
+        r.get::<&str, _>("source_id"),
+        r.get("version"),
+        i64::from(r.get::<i32, _>("idx")),
+        r.get("start_byte"),
+        r.get("end_byte"),
+        r.get("text"),
+        r.get("heading"),
+    )
+}
+
+#[async_trait]
+impl SourceStore for PostgresStore {
+    async fn put_source(&self, scope: &Scope, s: &IngestedSource) -> Result<PutOutcome, Error> {
+        let tenant = scope.tenant_id().as_str();
+        let mut tx = self.tenant_tx(scope).await?;
+        let existing: Option<String> = sqlx::query_scalar(
+            "SELECT version FROM forge_sources WHERE tenant_id = $1 AND id = $2 FOR UPDATE",
+        )
+        .bind(tenant)
+        .bind(s.id.as_str())
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        let outcome = rows::put_outcome(existing.as_deref(), &s.version);
+        sqlx::query(
+            "INSERT INTO forge_sources (tenant_id, id, version, title, label, format, metadata, text, chunks, updated_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+             ON CONFLICT (tenant_id, id) DO UPDATE SET version = excluded.version, title = excluded.title,
+                 label = excluded.label, format = excluded.format, metadata = excluded.metadata,
+                 text = excluded.text, chunks = excluded.chunks, updated_at = excluded.updated_at",
+        )
+        .bind(tenant)
+        .bind(s.id.as_str())
+        .bind(&s.version)
+        .bind(&s.title)
+        .bind(&s.label)
+        .bind(s.format.as_str())
+        .bind(&s.metadata)
+        .bind(&s.text)
+        .bind(s.chunks.len() as i32)
+        .bind(self.clock.now().0)
+        .execute(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        if outcome != PutOutcome::Unchanged {
+            sqlx::query("DELETE FROM forge_chunks WHERE tenant_id = $1 AND source_id = $2")
+                .bind(tenant)
+                .bind(s.id.as_str())
+                .execute(&mut *tx)
+                .await
+                .map_err(db_error)?;
+            // One statement for every chunk: arrays zipped by unnest.
+            let idx: Vec<i32> = s.chunks.iter().map(|c| c.index as i32).collect();
+            let start: Vec<i64> = s.chunks.iter().map(|c| c.start as i64).collect();
+            let end: Vec<i64> = s.chunks.iter().map(|c| c.end as i64).collect();
+            let heading: Vec<Option<String>> = s.chunks.iter().map(|c| c.heading.clone()).collect();
+            let words: Vec<i32> = s
+                .chunks
+                .iter()
+                .map(|c| rows::chunk_words(&c.text) as i32)
+                .collect();
+            let text: Vec<String> = s.chunks.iter().map(|c| c.text.clone()).collect();
+            sqlx::query(
+                "INSERT INTO forge_chunks (tenant_id, source_id, version, idx, start_byte, end_byte, heading, words, text)
+                 SELECT $1, $2, $3, i, s, e, h, w, t
+                 FROM unnest($4::int[], $5::bigint[], $6::bigint[], $7::text[], $8::int[], $9::text[]) AS u(i, s, e, h, w, t)",
+            )
+            .bind(tenant)
+            .bind(s.id.as_str())
+            .bind(&s.version)
+            .bind(&idx)
+            .bind(&start)
+            .bind(&end)
+            .bind(&heading)
+            .bind(&words)
+            .bind(&text)
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error)?;
+        }
+        tx.commit().await.map_err(db_error)?;
+        Ok(outcome)
+    }
+
+    async fn source(&self, scope: &Scope, id: &SourceId) -> Result<Option<Source>, Error> {
+        let mut tx = self.tenant_tx(scope).await?;
+        let row = sqlx::query(concat!(
+            "SELECT ",
+            source_columns!(),
+            " FROM forge_sources WHERE tenant_id = $1 AND id = $2"
+        ))
+        .bind(scope.tenant_id().as_str())
+        .bind(id.as_str())
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        tx.commit().await.map_err(db_error)?;
+        row.map(|r| source_of(&r)).transpose()
+    }
+
+    async fn list_sources(&self, scope: &Scope, limit: usize) -> Result<Vec<Source>, Error> {
+        let mut tx = self.tenant_tx(scope).await?;
+        let found = sqlx::query(concat!(
+            "SELECT ",
+            source_columns!(),
+            " FROM forge_sources WHERE tenant_id = $1 ORDER BY id LIMIT $2"
+        ))
+        .bind(scope.tenant_id().as_str())
+        .bind(limit as i64)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        tx.commit().await.map_err(db_error)?;
+        found.iter().map(source_of).collect()
+    }
+
+    async fn source_refs(&self, scope: &Scope) -> Result<Vec<SourceRef>, Error> {
+        let mut tx = self.tenant_tx(scope).await?;
+        let found =
+            sqlx::query("SELECT id, label FROM forge_sources WHERE tenant_id = $1 ORDER BY id")
+                .bind(scope.tenant_id().as_str())
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(db_error)?;
+        tx.commit().await.map_err(db_error)?;
+        found
+            .iter()
+            .map(|r| {
+                Ok(SourceRef {
+                    id: SourceId::new(r.get::<&str, _>("id"))?,
+                    label: r.get("label"),
+                })
+            })
+            .collect()
+    }
+
+    async fn source_text(
+        &self,
+        scope: &Scope,
+        id: &SourceId,
+        version: &str,
+    ) -> Result<Option<String>, Error> {
+        let mut tx = self.tenant_tx(scope).await?;
+        let text = sqlx::query_scalar(
+            "SELECT text FROM forge_sources WHERE tenant_id = $1 AND id = $2 AND version = $3",
+        )
+        .bind(scope.tenant_id().as_str())
+        .bind(id.as_str())
+        .bind(version)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        tx.commit().await.map_err(db_error)?;
+        Ok(text)
+    }
+
+    async fn source_chunks(&self, scope: &Scope, id: &SourceId) -> Result<Vec<Chunk>, Error> {
+        let mut tx = self.tenant_tx(scope).await?;
+        let found = sqlx::query(
+            "SELECT source_id, version, idx, start_byte, end_byte, text, heading FROM forge_chunks
+             WHERE tenant_id = $1 AND source_id = $2 ORDER BY idx",
+        )
+        .bind(scope.tenant_id().as_str())
+        .bind(id.as_str())
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        tx.commit().await.map_err(db_error)?;
+        found.iter().map(chunk_of).collect()
+    }
+
+    async fn delete_source(
+        &self,
+        scope: &Scope,
+        id: &SourceId,
+        actor: &str,
+    ) -> Result<bool, Error> {
+        let tenant = scope.tenant_id().as_str();
+        let mut tx = self.tenant_tx(scope).await?;
+        let found: Option<(String, i32)> = sqlx::query_as(
+            "DELETE FROM forge_sources WHERE tenant_id = $1 AND id = $2 RETURNING version, chunks",
+        )
+        .bind(tenant)
+        .bind(id.as_str())
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        let Some((version, chunks)) = found else {
+            return Ok(false);
+        };
+        // The chunks (and their index entries) went with the source (ON DELETE CASCADE).
+        let record = rows::deleted(
+            scope,
+            id,
+            actor,
+            self.clock.now(),
+            &version,
+            i64::from(chunks),
+        );
+        crate::interactions::audit(&mut tx, &record).await?;
+        tx.commit().await.map_err(db_error)?;
+        Ok(true)
+    }
+
+    async fn candidates(
+        &self,
+        scope: &Scope,
+        allowed: &[SourceId],
+        terms: &[String],
+        cap: usize,
+    ) -> Result<Candidates, Error> {
+        if allowed.is_empty() {
+            return Ok(Candidates::default());
+        }
+        let tenant = scope.tenant_id().as_str();
+        let ids: Vec<&str> = allowed.iter().map(SourceId::as_str).collect();
+        let mut tx = self.tenant_tx(scope).await?;
+        let (corpus_chunks, corpus_words): (i64, Option<i64>) = sqlx::query_as(
+            "SELECT count(*), sum(words)::bigint FROM forge_chunks
+             WHERE tenant_id = $1 AND source_id = ANY($2)",
+        )
+        .bind(tenant)
+        .bind(&ids)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        let chunks = if terms.is_empty() {
+            vec![]
+        } else {
+            // Terms are words of letters and digits: safe as tsquery lexemes, OR'd.
+            sqlx::query(
+                "SELECT source_id, version, idx, start_byte, end_byte, text, heading FROM forge_chunks
+                 WHERE tenant_id = $1 AND source_id = ANY($2) AND tsv @@ to_tsquery('simple', $3)
+                 ORDER BY id LIMIT $4",
+            )
+            .bind(tenant)
+            .bind(&ids)
+            .bind(terms.join(" | "))
+            .bind(cap as i64)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(db_error)?
+        };
+        tx.commit().await.map_err(db_error)?;
+        Ok(Candidates {
+            chunks: chunks.iter().map(chunk_of).collect::<Result<_, _>>()?,
+            corpus_chunks: corpus_chunks.max(0) as u64,
+            corpus_words: corpus_words.unwrap_or(0).max(0) as u64,
+        })
+    }
+}

@@ -9,6 +9,7 @@
 
 #![deny(missing_docs)]
 
+mod cite;
 mod config_audit;
 pub mod context;
 pub mod discovery;
@@ -23,6 +24,7 @@ pub mod structured;
 pub mod tools;
 pub mod worker;
 
+pub use cite::CITE;
 pub use config_audit::{CONFIG_ACTION, DEPLOYMENT_TENANT};
 pub use discovery::{SearchSignal, ToolEntry, ToolSearchHit};
 pub use engine::{Engine, EngineBuilder, RunControl, RunOutcome};

@@ -256,7 +256,7 @@ impl SkillLibrary {
 
 /// A tool the engine answers itself; its spec is registered so calls are validated like any
 /// other's.
-struct BuiltIn(ToolSpec);
+pub(crate) struct BuiltIn(pub(crate) ToolSpec);
 
 #[async_trait]
 impl Tool for BuiltIn {

@@ -770,6 +770,7 @@ impl StepRunner<'_> {
         let timeout = Duration::from_millis(self.agent.limits.tool_timeout_ms);
         let max_out = self.agent.limits.max_tool_output_bytes;
         let futures = prepared.into_iter().map(|p| async move {
+            let mut citation = None;
             let (call, result, tool_version) = match p {
                 Prepared::Refused {
                     call,
@@ -778,6 +779,14 @@ impl StepRunner<'_> {
                 } => (call, Err((code, message)), None),
                 Prepared::Denied { call, message, .. } => (call, Err(("forbidden", message)), None),
                 Prepared::Answered { call, output } => (call, Ok(output), None),
+                Prepared::Run { call } if call.tool_name == crate::cite::CITE => {
+                    let (result, cited) = self
+                        .cite_call(&call)
+                        .await
+                        .unwrap_or((Err(("unknown_tool", "no such tool".into())), None));
+                    citation = cited;
+                    (call, result, Some("1".to_owned()))
+                }
                 Prepared::Run { call } => {
                     let ctx = ToolContext {
                         scope: self.scope.clone(),
@@ -841,19 +850,20 @@ impl StepRunner<'_> {
             };
             // Secrets never enter the prompt, the store or an observer through a tool result.
             self.engine.redactor.redact_json(&mut output);
-            Part::ToolResult(ToolResultPart {
+            let result = Part::ToolResult(ToolResultPart {
                 tool_call_id: call.tool_call_id,
                 tool_name: call.tool_name,
                 output,
                 is_error,
                 trust: Trust::Untrusted,
                 tool_version,
-            })
+            });
+            crate::cite::with_citation(result, citation)
         });
         tokio::select! {
             biased;
             _ = self.cancel.cancelled() => None,
-            results = futures_util::future::join_all(futures) => Some(results),
+            results = futures_util::future::join_all(futures) => Some(results.into_iter().flatten().collect()),
         }
     }
 }

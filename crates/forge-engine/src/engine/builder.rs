@@ -19,6 +19,7 @@ pub struct EngineBuilder {
     models: HashMap<String, Arc<dyn ModelProvider>>,
     tools: ToolRegistry,
     skills: crate::skills::SkillLibrary,
+    citations: Option<Arc<dyn forge_core::ports::citation::CitationCheck>>,
     agents: Vec<AgentDefinition>,
     clock: Option<Arc<dyn Clock>>,
     ids: Option<Arc<dyn IdGenerator>>,
@@ -89,6 +90,13 @@ impl EngineBuilder {
         self
     }
 
+    /// Checks citations with `check` and offers the built-in [`crate::CITE`] tool to agents that
+    /// list it.
+    pub fn citations(mut self, check: Arc<dyn forge_core::ports::citation::CitationCheck>) -> Self {
+        self.citations = Some(check);
+        self
+    }
+
     /// Sets the skills agents may load (and whether their scripts may run).
     pub fn skills(mut self, skills: crate::skills::SkillLibrary) -> Self {
         self.skills = skills;
@@ -155,6 +163,9 @@ impl EngineBuilder {
     pub fn build(mut self) -> Result<Engine, EngineError> {
         if !self.tools.contains(crate::hitl::ASK_USER) {
             self.tools.register(crate::hitl::ask_user_tool())?;
+        }
+        if self.citations.is_some() && !self.tools.contains(crate::cite::CITE) {
+            self.tools.register(crate::cite::cite_tool())?;
         }
         if !self.skills.is_empty() {
             self.tools.register(crate::skills::load_skill_tool())?;
@@ -233,6 +244,7 @@ impl EngineBuilder {
             models: self.models,
             tools: self.tools,
             skills: Arc::new(self.skills),
+            citations: self.citations,
             agents,
             clock: self.clock.unwrap_or_else(|| Arc::new(SystemClock)),
             worker_id: self

@@ -114,6 +114,8 @@ pub struct Engine {
     pub(crate) models: HashMap<String, Arc<dyn ModelProvider>>,
     pub(crate) tools: ToolRegistry,
     pub(crate) skills: Arc<crate::skills::SkillLibrary>,
+    /// Checks citations before they are committed; without it `cite` refuses every call.
+    pub(crate) citations: Option<Arc<dyn forge_core::ports::citation::CitationCheck>>,
     agents: HashMap<(String, String), Arc<AgentDefinition>>,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) ids: Arc<dyn IdGenerator>,

@@ -13,6 +13,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+mod rag;
 mod runs;
 mod subscribers;
 mod workload;
@@ -50,6 +51,8 @@ enum Command {
         #[arg(long, default_value = "1,50", value_delimiter = ',')]
         in_flight: Vec<usize>,
     },
+    /// Retrieval: ingestion chunks/s and query latency at 10k and 100k chunks.
+    Rag(rag::RagArgs),
     /// The shared workload against an OpenAI-compatible server: Forge in memory, SQLite and
     /// PostgreSQL, and a bare HTTP loop as the floor.
     Workload(workload::WorkloadArgs),
@@ -93,6 +96,7 @@ fn main() -> anyhow::Result<()> {
     rt.block_on(async {
         match cli.command {
             Command::Workload(args) => workload::workload(args).await,
+            Command::Rag(args) => rag::run(args).await,
             Command::Subscribers(args) => subscribers::run(args).await,
             Command::SubscribersServer(args) => subscribers::server(args).await,
             Command::SubscribersWorker(args) => subscribers::worker(args).await,

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use forge_core::ports::model::ModelProvider;
+use forge_core::ports::policy::{AllowAll, Authorizer};
 use forge_core::ports::store::Store;
 use forge_core::scope::Scope;
 use forge_engine::{Engine, EngineBuilder, SkillLibrary};
@@ -40,20 +41,36 @@ pub(crate) struct AccessArgs {
 }
 
 impl AccessArgs {
-    /// Configures `builder` with the policies, skills and imported MCP tools.
+    /// The policies (allow-all without `--policies`).
+    pub(crate) fn authorizer(&self) -> anyhow::Result<Arc<dyn Authorizer>> {
+        Ok(match &self.policies {
+            Some(path) => {
+                Arc::new(CedarAuthorizer::from_path(path).context("failed to load policies")?)
+            }
+            None => Arc::new(AllowAll),
+        })
+    }
+
+    /// Configures `builder` with the policies, skills, imported MCP tools, and retrieval over
+    /// `sources` (the `search_documents` and `cite` tools).
     pub(crate) fn apply(
         &self,
         mut builder: EngineBuilder,
         mcp: Option<&forge_mcp::McpRuntime>,
+        sources: Option<Arc<dyn forge_rag::SourceStore>>,
     ) -> anyhow::Result<EngineBuilder> {
         builder = builder.allow_self_approval(self.allow_self_approval);
         for tool in mcp.map(|m| m.tools()).unwrap_or_default() {
             builder = builder.tool(tool)?;
         }
-        if let Some(path) = &self.policies {
-            let policies = CedarAuthorizer::from_path(path).context("failed to load policies")?;
-            builder = builder.authorizer(Arc::new(policies));
+        let authorizer = self.authorizer()?;
+        if let Some(sources) = sources {
+            let retriever = forge_rag::Retriever::new(sources, authorizer.clone());
+            builder = builder
+                .tool(Arc::new(forge_rag::SearchDocuments::new(retriever.clone())))?
+                .citations(Arc::new(retriever));
         }
+        builder = builder.authorizer(authorizer);
         if let Some(dir) = &self.skills {
             let mut library = SkillLibrary::load_dir(dir).context("failed to load skills")?;
             if self.allow_skill_scripts {
@@ -73,6 +90,8 @@ pub(crate) struct EngineSettings<'a> {
     pub(crate) access: &'a AccessArgs,
     /// The started MCP servers, when `--mcp` names any.
     pub(crate) mcp: Option<&'a forge_mcp::McpRuntime>,
+    /// The store's retrieval sources.
+    pub(crate) sources: Option<Arc<dyn forge_rag::SourceStore>>,
 }
 
 /// An engine builder for `store` with every agent, its providers, the built-in tools, metering,
@@ -106,7 +125,9 @@ pub(crate) fn builder_with(
         .metering
         .apply(builder)?
         .redactor(settings.providers.redactor());
-    settings.access.apply(builder, settings.mcp)
+    settings
+        .access
+        .apply(builder, settings.mcp, settings.sources.clone())
 }
 
 /// The scope a command acts as.
@@ -187,7 +208,11 @@ pub(crate) async fn tools(command: ToolsCommand) -> anyhow::Result<ExitCode> {
     let mcp = crate::mcp::start(args.access.mcp.as_deref(), None).await?;
     let engine = args
         .access
-        .apply(builder, mcp.as_ref())?
+        .apply(
+            builder,
+            mcp.as_ref(),
+            Some(Arc::new(forge_store_memory::MemoryStore::default())),
+        )?
         .build()
         .context("failed to build the engine")?;
     let scope = args.scope.scope()?;

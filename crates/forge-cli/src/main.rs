@@ -11,6 +11,7 @@ mod live;
 mod mcp;
 mod metering;
 mod print;
+mod rag;
 mod runs;
 mod serve;
 mod store;
@@ -67,6 +68,9 @@ enum Command {
     /// List, pin and diff the tools of the configured MCP servers.
     #[command(subcommand)]
     Mcp(mcp::McpCommand),
+    /// Ingest, list, show, delete and search retrieval sources.
+    #[command(subcommand)]
+    Rag(rag::RagCommand),
 }
 
 #[derive(Debug, clap::Args)]
@@ -169,6 +173,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Audit(command) => audit::audit(command).await,
         Command::Runs(command) => runs::runs(command).await,
         Command::Mcp(command) => mcp::run(command).await,
+        Command::Rag(command) => rag::run(command).await,
         Command::Tools(command) => compose::tools(command).await,
     }
 }
@@ -179,7 +184,8 @@ async fn worker(args: WorkerArgs) -> anyhow::Result<ExitCode> {
         .iter()
         .map(|a| agent_file::load(a))
         .collect::<anyhow::Result<Vec<_>>>()?;
-    let store = store::open(&args.store).await?.store;
+    let opened = store::open(&args.store).await?;
+    let store = opened.store;
     let ttl = std::time::Duration::from_millis(args.lease_ttl_ms);
     let id = forge_core::holder::this_process("worker");
     let mcp = mcp::start(args.access.mcp.as_deref(), Some(store.clone())).await?;
@@ -189,6 +195,7 @@ async fn worker(args: WorkerArgs) -> anyhow::Result<ExitCode> {
         metering: &args.metering,
         access: &args.access,
         mcp: mcp.as_ref(),
+        sources: Some(opened.sources.clone()),
     };
     let mut builder = compose::builder(store.clone(), &settings)?
         .worker_id(id.clone())
@@ -283,7 +290,8 @@ async fn migrate(args: MigrateArgs) -> anyhow::Result<ExitCode> {
 async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let loaded = agent_file::load(&args.agent)?;
     let scope = args.scope.scope()?;
-    let store = store::open(&args.store).await?.store;
+    let opened = store::open(&args.store).await?;
+    let store = opened.store;
     let mcp = mcp::start(args.access.mcp.as_deref(), Some(store.clone())).await?;
     let settings = compose::EngineSettings {
         agents: std::slice::from_ref(&loaded),
@@ -291,6 +299,7 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         metering: &args.metering,
         access: &args.access,
         mcp: mcp.as_ref(),
+        sources: Some(opened.sources.clone()),
     };
     // Named so that a later process on this host can tell it died (forge_core::holder).
     let holder = forge_core::holder::this_process("forge-run");

@@ -130,6 +130,7 @@ pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         metering: &args.metering,
         access: &args.access,
         mcp: mcp.as_ref(),
+        sources: Some(opened.sources.clone()),
     };
     let id = forge_core::holder::this_process("serve");
     let providers = agent_file::providers(&loaded, &args.providers)?;
@@ -178,6 +179,10 @@ pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     }
     let mut config = ServerConfig::new(auth);
     config.readiness = readiness;
+    config.retriever = Some(forge_rag::Retriever::new(
+        opened.sources.clone(),
+        args.access.authorizer()?,
+    ));
     config.streams = StreamSettings {
         poll: std::time::Duration::from_millis(args.poll_ms.max(10)),
         ..StreamSettings::default()

@@ -34,6 +34,8 @@ pub(crate) type Probe = Arc<
 /// An opened store and what `forge migrate` reports about it.
 pub(crate) struct Opened {
     pub(crate) store: Arc<dyn Store>,
+    /// The same store's retrieval sources.
+    pub(crate) sources: Arc<dyn forge_rag::SourceStore>,
     /// The PostgreSQL store itself, for `LISTEN`.
     pub(crate) postgres: Option<Arc<PostgresStore>>,
     /// Readiness: reachable, migrations current.
@@ -88,8 +90,10 @@ pub(crate) async fn provision_system(args: &StoreArgs, admin_url: &str) -> anyho
 pub(crate) async fn open(args: &StoreArgs) -> anyhow::Result<Opened> {
     let url = args.url.as_str();
     if url == "memory" {
+        let store = Arc::new(MemoryStore::default());
         return Ok(Opened {
-            store: Arc::new(MemoryStore::default()),
+            sources: store.clone(),
+            store,
             postgres: None,
             probe: Arc::new(|| Box::pin(async { Ok(()) })),
             applied: 0,
@@ -112,6 +116,7 @@ pub(crate) async fn open(args: &StoreArgs) -> anyhow::Result<Opened> {
             Box::pin(async move { current(store.applied_migrations().await, latest) })
         });
         return Ok(Opened {
+            sources: store.clone(),
             store,
             postgres: None,
             probe,
@@ -141,6 +146,7 @@ pub(crate) async fn open(args: &StoreArgs) -> anyhow::Result<Opened> {
         });
         return Ok(Opened {
             store: store.clone(),
+            sources: store.clone(),
             postgres: Some(store),
             probe,
             applied,

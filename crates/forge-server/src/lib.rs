@@ -81,6 +81,9 @@ pub struct ServerConfig {
     pub drain: std::time::Duration,
     /// Longest time a connection may take to send a request's headers.
     pub header_timeout: std::time::Duration,
+    /// Retrieval sources, for `resolveCitation` and `deleteSource` (absent: both answer
+    /// `NOT_FOUND`).
+    pub retriever: Option<forge_rag::Retriever>,
 }
 
 impl ServerConfig {
@@ -92,6 +95,7 @@ impl ServerConfig {
             max_body_bytes: 64 * 1024,
             streams: StreamSettings::default(),
             readiness: Vec::new(),
+            retriever: None,
             http: HttpLimits::default(),
             ws: WsLimits::default(),
             drain: std::time::Duration::from_secs(10),
@@ -143,6 +147,7 @@ impl Server {
             streams: config.streams,
             shutdown: shutdown.clone(),
             cache: Arc::new(forge_engine::live::LogCache::default()),
+            retriever: config.retriever,
         });
         Self {
             shared: Arc::new(Shared {

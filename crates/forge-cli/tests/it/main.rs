@@ -213,6 +213,7 @@ mod hitl;
 mod live;
 mod mcp;
 mod providers;
+mod rag;
 mod serve;
 mod usage;
 

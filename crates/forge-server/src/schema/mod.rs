@@ -12,8 +12,8 @@ mod subscription;
 
 pub use mutation::{Mutation, StartRunInput, Strategy};
 pub use objects::{
-    Agent, InteractionObject, Rollup, RunEventObject, RunObject, RunStreamItemObject,
-    StreamItemKind, ThreadObject, Tool, ToolHit,
+    Agent, InteractionObject, ResolvedCitation, Rollup, RunEventObject, RunObject,
+    RunStreamItemObject, StreamItemKind, ThreadObject, Tool, ToolHit,
 };
 pub use query::Query;
 pub use subscription::{RunCursor, Subscriptions};
@@ -61,6 +61,8 @@ pub struct AppState {
     pub shutdown: CancellationToken,
     /// Recent events shared by this server's subscribers.
     pub cache: Arc<bus::LogCache>,
+    /// Retrieval sources, for citations.
+    pub retriever: Option<forge_rag::Retriever>,
 }
 
 impl AppState {

@@ -149,6 +149,25 @@ impl Mutation {
         let decision = Decision::Answer { answer: answer.0 };
         resolve(ctx, &interaction_id, decision, key, None, "question").await
     }
+
+    /// Deletes a retrieval source of the caller's tenant — its text, chunks and index entries —
+    /// and audits it (`source.deleted`). For administrators: the caller must hold the role
+    /// `admin`. Citations of it then resolve to `NOT_FOUND`.
+    async fn delete_source(&self, ctx: &Context<'_>, id: String) -> async_graphql::Result<bool> {
+        let (scope, state) = (scope(ctx)?, state(ctx)?);
+        if !scope.role_ids().iter().any(|r| r.as_str() == "admin") {
+            return Err(error("FORBIDDEN", "deleting sources is for administrators"));
+        }
+        let not_found = || error("NOT_FOUND", "no such source");
+        let retriever = state.retriever.as_ref().ok_or_else(not_found)?;
+        let id = forge_rag::SourceId::new(id).map_err(|_| not_found())?;
+        let deleted = retriever
+            .store()
+            .delete_source(scope, &id, scope.principal_id().as_str())
+            .await
+            .map_err(store_error)?;
+        if deleted { Ok(true) } else { Err(not_found()) }
+    }
 }
 
 async fn resolve(

@@ -359,3 +359,20 @@ impl RunStreamItemObject {
         to_json(&self.0)
     }
 }
+
+/// The exact text a citation points at.
+#[derive(SimpleObject)]
+pub struct ResolvedCitation {
+    /// The source.
+    pub source_id: String,
+    /// Its version.
+    pub version: String,
+    /// First byte of the span in the source's normalized text.
+    pub start: u64,
+    /// Last byte, exclusive.
+    pub end: u64,
+    /// The source's title.
+    pub title: String,
+    /// The text at the span, verbatim.
+    pub text: String,
+}

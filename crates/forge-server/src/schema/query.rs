@@ -171,4 +171,35 @@ impl Query {
             })
             .collect())
     }
+
+    /// The exact text a citation points at: `sourceId` at `version`, bytes `[start, end)` of its
+    /// normalized text. `NOT_FOUND` when the source does not exist, was deleted, is one the caller
+    /// may not read, has another version now, or the span is not within it — the same answer for
+    /// each, so a citation never reveals a source the caller cannot read.
+    async fn resolve_citation(
+        &self,
+        ctx: &Context<'_>,
+        source_id: String,
+        version: String,
+        start: u64,
+        end: u64,
+    ) -> async_graphql::Result<ResolvedCitation> {
+        let (scope, state) = (scope(ctx)?, state(ctx)?);
+        let not_found = || error("NOT_FOUND", "no such citation");
+        let retriever = state.retriever.as_ref().ok_or_else(not_found)?;
+        let span = forge_core::part::Span { start, end };
+        let resolved = retriever
+            .resolve(scope, &source_id, &version, span)
+            .await
+            .map_err(store_error)?
+            .ok_or_else(not_found)?;
+        Ok(ResolvedCitation {
+            source_id,
+            version,
+            start,
+            end,
+            title: resolved.title,
+            text: resolved.text,
+        })
+    }
 }

@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod auth_tests;
+mod citation_tests;
 mod hardening_tests;
 mod live_tests;
 mod load_tests;

@@ -345,6 +345,7 @@ async fn depth_beyond_the_limit_is_refused() {
                 streams: forge_server::StreamSettings::default(),
                 shutdown: tokio_util::sync::CancellationToken::new(),
                 cache: Default::default(),
+                retriever: None,
             }),
             forge_server::QueryLimits {
                 depth,

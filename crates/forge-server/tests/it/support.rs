@@ -86,6 +86,8 @@ pub struct Opts {
     pub agents: Vec<AgentDefinition>,
     /// Adjusts the server's configuration (limits) before it starts.
     pub tune: Option<fn(&mut ServerConfig)>,
+    /// Retrieval sources for citations.
+    pub retriever: Option<forge_rag::Retriever>,
 }
 
 impl Default for Opts {
@@ -102,6 +104,7 @@ impl Default for Opts {
             models: Vec::new(),
             agents: Vec::new(),
             tune: None,
+            retriever: None,
         }
     }
 }
@@ -188,6 +191,7 @@ pub async fn start(opts: Opts) -> Srv {
         ..StreamSettings::default()
     };
     config.readiness = opts.readiness;
+    config.retriever = opts.retriever;
     if let Some(tune) = opts.tune {
         tune(&mut config);
     }

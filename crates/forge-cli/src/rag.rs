@@ -1,0 +1,292 @@
+//! `forge rag`: ingest documents as retrieval sources, list, show and delete them, and search as a
+//! scope would (the same results the `search_documents` tool returns).
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{Context, bail};
+use forge_core::ports::policy::{AllowAll, Authorizer};
+use forge_policy::CedarAuthorizer;
+use forge_rag::ingest::ingest;
+use forge_rag::{Format, PutOutcome, Retriever, SourceId};
+
+use crate::compose::ScopeArgs;
+use crate::store::StoreArgs;
+
+/// `forge rag`.
+#[derive(Debug, clap::Subcommand)]
+pub(crate) enum RagCommand {
+    /// Ingests files (or directories of `.txt`, `.md` and `.html` files) as sources.
+    Ingest {
+        #[command(flatten)]
+        common: Common,
+        /// The access label policies read (`resource.label`).
+        #[arg(long, default_value = "internal")]
+        label: String,
+        /// Files or directories.
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+    },
+    /// Lists the tenant's sources.
+    List(Common),
+    /// Shows a source and its chunks.
+    Show {
+        #[command(flatten)]
+        common: Common,
+        /// The source's id.
+        id: String,
+    },
+    /// Deletes a source: its text, chunks and index entries (audited).
+    Delete {
+        #[command(flatten)]
+        common: Common,
+        /// The source's id.
+        id: String,
+    },
+    /// Searches as the scope would: only the sources its policies let it read.
+    Search {
+        #[command(flatten)]
+        common: Common,
+        /// Cedar policies (a file or directory); without them every source is readable.
+        #[arg(long = "policies", env = "FORGE_POLICIES")]
+        policies: Option<PathBuf>,
+        /// Most results.
+        #[arg(long, default_value_t = 5)]
+        limit: usize,
+        /// What to look for.
+        query: String,
+    },
+}
+
+/// What every `forge rag` command takes.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Common {
+    #[command(flatten)]
+    store: StoreArgs,
+    #[command(flatten)]
+    scope: ScopeArgs,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// The documents under `path`, with the id each gets: its path relative to `path` for a directory,
+/// its file name for a file.
+fn documents(path: &Path) -> anyhow::Result<Vec<(String, PathBuf)>> {
+    if path.is_file() {
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        return Ok(vec![(name, path.to_path_buf())]);
+    }
+    let mut out = Vec::new();
+    let mut stack = vec![path.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in
+            std::fs::read_dir(&dir).with_context(|| format!("cannot read {}", dir.display()))?
+        {
+            let p = entry?.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p
+                .extension()
+                .and_then(|e| e.to_str())
+                .is_some_and(|e| ["txt", "md", "markdown", "html", "htm"].contains(&e))
+            {
+                let rel = p
+                    .strip_prefix(path)
+                    .unwrap_or(&p)
+                    .to_string_lossy()
+                    .into_owned();
+                out.push((rel, p));
+            }
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// A title: the first Markdown heading or HTML `<title>`, else the id.
+fn title_of(id: &str, format: Format, raw: &str) -> String {
+    let found = match format {
+        Format::Markdown => raw
+            .lines()
+            .find(|l| l.starts_with("# "))
+            .map(|l| l[2..].trim().to_owned()),
+        Format::Html => raw.find("<title>").and_then(|i| {
+            raw[i + 7..]
+                .find("</title>")
+                .map(|e| raw[i + 7..i + 7 + e].trim().to_owned())
+        }),
+        Format::Text => None,
+    };
+    found
+        .filter(|t| !t.is_empty())
+        .unwrap_or_else(|| id.to_owned())
+}
+
+pub(crate) async fn run(command: RagCommand) -> anyhow::Result<ExitCode> {
+    match command {
+        RagCommand::Ingest {
+            common,
+            label,
+            paths,
+        } => {
+            let scope = common.scope.scope()?;
+            let sources = crate::store::open(&common.store).await?.sources;
+            let mut docs = Vec::new();
+            for p in &paths {
+                docs.extend(documents(p)?);
+            }
+            if docs.is_empty() {
+                bail!("no .txt, .md or .html files in the given paths");
+            }
+            let bar = if common.json {
+                indicatif::ProgressBar::hidden()
+            } else {
+                indicatif::ProgressBar::new(docs.len() as u64)
+            };
+            let started = Instant::now();
+            let (mut created, mut replaced, mut unchanged, mut chunks) = (0, 0, 0, 0);
+            let mut report = Vec::new();
+            for (id, path) in &docs {
+                let raw = std::fs::read_to_string(path)
+                    .with_context(|| format!("cannot read {} as UTF-8 text", path.display()))?;
+                let format = Format::from_name(id);
+                let source = ingest(
+                    SourceId::new(id.replace('\\', "/"))
+                        .with_context(|| format!("{}", path.display()))?,
+                    title_of(id, format, &raw),
+                    label.clone(),
+                    format,
+                    serde_json::json!({"path": path.display().to_string()}),
+                    &raw,
+                );
+                let outcome = sources.put_source(&scope, &source).await?;
+                match outcome {
+                    PutOutcome::Created => created += 1,
+                    PutOutcome::Replaced => replaced += 1,
+                    PutOutcome::Unchanged => unchanged += 1,
+                }
+                chunks += source.chunks.len();
+                report.push(serde_json::json!({
+                    "id": source.id, "version": source.version, "chunks": source.chunks.len(), "outcome": outcome,
+                }));
+                bar.inc(1);
+            }
+            bar.finish_and_clear();
+            let secs = started.elapsed().as_secs_f64();
+            if common.json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                println!(
+                    "{} files: {created} new, {replaced} replaced, {unchanged} unchanged; {chunks} chunks in {secs:.2} s ({:.0} chunks/s)",
+                    docs.len(),
+                    chunks as f64 / secs.max(1e-9)
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        RagCommand::List(common) => {
+            let scope = common.scope.scope()?;
+            let sources = crate::store::open(&common.store).await?.sources;
+            let list = sources.list_sources(&scope, 10_000).await?;
+            if common.json {
+                println!("{}", serde_json::to_string_pretty(&list)?);
+            } else {
+                for s in list {
+                    println!(
+                        "{}\t{}\t{}\t{} chunks\t{}",
+                        s.id, s.label, s.version, s.chunks, s.title
+                    );
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        RagCommand::Show { common, id } => {
+            let scope = common.scope.scope()?;
+            let sources = crate::store::open(&common.store).await?.sources;
+            let id = SourceId::new(id)?;
+            let Some(source) = sources.source(&scope, &id).await? else {
+                bail!("no source {id}");
+            };
+            let chunks = sources.source_chunks(&scope, &id).await?;
+            if common.json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(
+                        &serde_json::json!({"source": source, "chunks": chunks})
+                    )?
+                );
+            } else {
+                println!(
+                    "{} ({}) {} label {}",
+                    source.id, source.title, source.version, source.label
+                );
+                for c in chunks {
+                    println!(
+                        "[{}] {}..{}\t{}",
+                        c.index,
+                        c.start,
+                        c.end,
+                        c.text.replace('\n', " ")
+                    );
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        RagCommand::Delete { common, id } => {
+            let scope = common.scope.scope()?;
+            let sources = crate::store::open(&common.store).await?.sources;
+            let id = SourceId::new(id)?;
+            if !sources
+                .delete_source(&scope, &id, scope.principal_id().as_str())
+                .await?
+            {
+                bail!("no source {id}");
+            }
+            println!("deleted {id}");
+            Ok(ExitCode::SUCCESS)
+        }
+        RagCommand::Search {
+            common,
+            policies,
+            limit,
+            query,
+        } => {
+            let scope = common.scope.scope()?;
+            let sources = crate::store::open(&common.store).await?.sources;
+            let authorizer: Arc<dyn Authorizer> = match &policies {
+                Some(p) => {
+                    Arc::new(CedarAuthorizer::from_path(p).context("failed to load policies")?)
+                }
+                None => Arc::new(AllowAll),
+            };
+            let hits = Retriever::new(sources, authorizer)
+                .search(&scope, &query, limit)
+                .await?;
+            if common.json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&forge_rag::tool::hits_json(&hits))?
+                );
+            } else {
+                for h in &hits {
+                    println!(
+                        "{:.3}\t{}@{}\t{}..{}\t{}",
+                        h.score,
+                        h.chunk.source_id,
+                        &h.chunk.version[..h.chunk.version.len().min(19)],
+                        h.chunk.start,
+                        h.chunk.end,
+                        h.chunk.text.replace('\n', " ")
+                    );
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}

@@ -1,0 +1,171 @@
+//! `forge rag` as a user runs it: ingest a directory (text, Markdown, HTML), list, show, search
+//! (as the scope's policies allow), re-ingest a changed file, delete — and a run whose agent
+//! searches and cites through `forge run`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use crate::text;
+
+fn workdir() -> PathBuf {
+    let dir =
+        PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("rag-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("docs/policies")).unwrap();
+    dir
+}
+
+fn forge_in(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_forge"))
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap()
+}
+
+fn json(out: &Output) -> serde_json::Value {
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn documents_are_ingested_searched_by_label_and_deleted() {
+    let dir = workdir();
+    std::fs::write(
+        dir.join("docs/leave.md"),
+        "# Leave\n\nAnnual leave is twenty five days.",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("docs/policies/pay.html"),
+        "<html><head><title>Pay</title></head><body><p>The senior band starts at ninety thousand.</p></body></html>",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("docs/notes.txt"),
+        "Leave requests go to the manager.",
+    )
+    .unwrap();
+    let out = forge_in(&dir, &["rag", "ingest", "docs", "--label", "public"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("3 files: 3 new"),
+        "{}",
+        text(&out.stdout)
+    );
+    let list = json(&forge_in(&dir, &["rag", "list", "--json"]));
+    let ids: Vec<&str> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["leave.md", "notes.txt", "policies/pay.html"]);
+    assert_eq!(list[2]["title"], "Pay");
+
+    let hits = json(&forge_in(
+        &dir,
+        &["rag", "search", "--json", "annual leave days"],
+    ));
+    let first = &hits["results"][0];
+    assert_eq!(first["source_id"], "leave.md");
+    let show = json(&forge_in(&dir, &["rag", "show", "leave.md", "--json"]));
+    let stored = show["chunks"][0]["text"].as_str().unwrap();
+    assert_eq!(first["text"], stored);
+    assert!(stored.contains("twenty five days"));
+
+    // Label-based policies: interns may read only `public` sources.
+    std::fs::write(
+        dir.join("sources.cedar"),
+        "permit(principal, action, resource);\nforbid(principal in Forge::Role::\"intern\", action == Forge::Action::\"read\", resource is Forge::Source) when { resource.label == \"restricted\" };\n",
+    )
+    .unwrap();
+    let out = forge_in(
+        &dir,
+        &["rag", "ingest", "docs/policies", "--label", "restricted"],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let intern = json(&forge_in(
+        &dir,
+        &[
+            "rag",
+            "search",
+            "--json",
+            "--policies",
+            "sources.cedar",
+            "--roles",
+            "intern",
+            "senior band",
+        ],
+    ));
+    let sources = |v: &serde_json::Value| -> Vec<String> {
+        v["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| h["source_id"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(
+        sources(&intern),
+        ["policies/pay.html"],
+        "the restricted copy is not theirs: {intern}"
+    );
+    let staff = json(&forge_in(
+        &dir,
+        &[
+            "rag",
+            "search",
+            "--json",
+            "--policies",
+            "sources.cedar",
+            "--roles",
+            "staff",
+            "senior band",
+        ],
+    ));
+    assert!(sources(&staff).contains(&"pay.html".to_owned()), "{staff}");
+
+    // A changed file is a new version; the old text is gone from search.
+    std::fs::write(
+        dir.join("docs/leave.md"),
+        "# Leave\n\nAnnual leave is thirty days.",
+    )
+    .unwrap();
+    let out = forge_in(
+        &dir,
+        &["rag", "ingest", "docs", "--label", "public", "--json"],
+    );
+    let report = json(&out);
+    assert!(
+        report
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["id"] == "leave.md" && r["outcome"] == "replaced"),
+        "{report}"
+    );
+    let hits = json(&forge_in(&dir, &["rag", "search", "--json", "twenty"]));
+    assert_eq!(hits["results"], serde_json::json!([]));
+
+    let out = forge_in(&dir, &["rag", "delete", "leave.md"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let hits = json(&forge_in(
+        &dir,
+        &["rag", "search", "--json", "annual leave"],
+    ));
+    assert!(
+        hits["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|h| h["source_id"] != "leave.md")
+    );
+    let out = forge_in(&dir, &["audit", "list", "--tenant", "local", "--json"]);
+    assert!(
+        text(&out.stdout).contains("source.deleted"),
+        "{}",
+        text(&out.stdout)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

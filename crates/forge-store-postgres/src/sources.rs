@@ -259,7 +259,7 @@ impl SourceStore for PostgresStore {
         let mut tx = self.tenant_tx(scope).await?;
         let (corpus_chunks, corpus_words): (i64, Option<i64>) = sqlx::query_as(
             "SELECT count(*), sum(words)::bigint FROM forge_chunks
-             WHERE tenant_id = $1 AND source_id = ANY($2)",
+             WHERE tenant_id = $1 AND source_id IN (SELECT unnest($2::text[]))",
         )
         .bind(tenant)
         .bind(&ids)
@@ -272,7 +272,7 @@ impl SourceStore for PostgresStore {
             // Terms are words of letters and digits: safe as tsquery lexemes, OR'd.
             sqlx::query(
                 "SELECT source_id, version, idx, start_byte, end_byte, text, heading FROM forge_chunks
-                 WHERE tenant_id = $1 AND source_id = ANY($2) AND tsv @@ to_tsquery('simple', $3)
+                 WHERE tenant_id = $1 AND source_id IN (SELECT unnest($2::text[])) AND tsv @@ to_tsquery('simple', $3)
                  ORDER BY id LIMIT $4",
             )
             .bind(tenant)

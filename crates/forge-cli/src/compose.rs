@@ -38,9 +38,53 @@ pub(crate) struct AccessArgs {
     /// MCP servers whose pinned tools agents may use (`forge mcp pin` records the pins).
     #[arg(long = "mcp", env = "FORGE_MCP")]
     pub(crate) mcp: Option<PathBuf>,
+    /// Retention of a tenant's retrieval sources, `TENANT=DAYS` (repeatable): `worker` and
+    /// `serve` delete sources older than that, hourly and at start, audited.
+    #[arg(
+        long = "source-retention",
+        env = "FORGE_SOURCE_RETENTION",
+        value_delimiter = ','
+    )]
+    pub(crate) source_retention: Vec<String>,
 }
 
 impl AccessArgs {
+    /// Starts the retention sweep over `sources` (nothing without `--source-retention`): at
+    /// once, then hourly, until `stop`.
+    pub(crate) fn spawn_retention(
+        &self,
+        sources: Arc<dyn forge_rag::SourceStore>,
+        stop: tokio_util::sync::CancellationToken,
+    ) -> anyhow::Result<()> {
+        let mut retention = forge_rag::Retention::default();
+        for rule in &self.source_retention {
+            retention
+                .tenants
+                .push(forge_rag::Retention::parse_rule(rule).context("--source-retention")?);
+        }
+        if retention.tenants.is_empty() {
+            return Ok(());
+        }
+        tokio::spawn(async move {
+            let clock = forge_core::time::SystemClock;
+            loop {
+                match retention.sweep(sources.as_ref(), &clock).await {
+                    Ok(deleted) => {
+                        for (tenant, id) in deleted {
+                            eprintln!("forge: retention deleted source {id} of tenant {tenant}");
+                        }
+                    }
+                    Err(e) => eprintln!("forge: the retention sweep failed: {e}"),
+                }
+                tokio::select! {
+                    _ = stop.cancelled() => break,
+                    _ = tokio::time::sleep(std::time::Duration::from_secs(3_600)) => {}
+                }
+            }
+        });
+        Ok(())
+    }
+
     /// The policies (allow-all without `--policies`).
     pub(crate) fn authorizer(&self) -> anyhow::Result<Arc<dyn Authorizer>> {
         Ok(match &self.policies {

@@ -238,6 +238,8 @@ async fn worker(args: WorkerArgs) -> anyhow::Result<ExitCode> {
         loaded.len(),
         args.concurrency
     );
+    args.access
+        .spawn_retention(opened.sources.clone(), shutdown.clone())?;
     let report = worker.run(shutdown).await;
     live_stop.cancel();
     if let Some((_, task)) = live {

@@ -148,6 +148,8 @@ pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let bus = EventBus::default();
     let tail = Arc::new(LiveTail::new(bus.clone()));
     let stop = CancellationToken::new();
+    args.access
+        .spawn_retention(opened.sources.clone(), stop.clone())?;
     let live_feed = args.live.subscribe(tail.clone(), &stop).await?;
     let live_publisher = args.live.publisher(&stop).await?;
     let listener_task = opened.postgres.as_ref().map(|pg| {

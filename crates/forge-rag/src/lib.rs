@@ -9,6 +9,7 @@
 //! - [`retrieve`]: [`Retriever`] — authorization before retrieval, citation checks
 //!   ([`CitationCheck`](forge_core::ports::citation::CitationCheck)) and resolution.
 //! - [`tool`]: the `search_documents` tool.
+//! - [`retention`]: per-tenant `max_age`, enforced by a sweep.
 
 #![deny(missing_docs)]
 
@@ -16,6 +17,7 @@ pub mod ingest;
 pub mod model;
 pub mod ports;
 pub mod rank;
+pub mod retention;
 pub mod retrieve;
 pub mod tool;
 
@@ -23,5 +25,6 @@ pub use model::{
     Candidates, Chunk, Format, IngestedSource, PutOutcome, SearchHit, Source, SourceId, SourceRef,
 };
 pub use ports::{SOURCE_DELETED, SourceStore};
+pub use retention::Retention;
 pub use retrieve::{Resolved, Retriever};
 pub use tool::{SEARCH_DOCUMENTS, SearchDocuments};

@@ -44,6 +44,24 @@ pub trait SourceStore: Send + Sync {
     async fn delete_source(&self, scope: &Scope, id: &SourceId, actor: &str)
     -> Result<bool, Error>;
 
+    /// Deletes every source whose current version was stored before `before`, as
+    /// [`Self::delete_source`] does for each (one [`SOURCE_DELETED`] record each, by `actor`);
+    /// returns their ids.
+    async fn expire_sources(
+        &self,
+        scope: &Scope,
+        before: forge_core::time::Timestamp,
+        actor: &str,
+    ) -> Result<Vec<SourceId>, Error> {
+        let mut expired = Vec::new();
+        for source in self.list_sources(scope, i64::MAX as usize).await? {
+            if source.updated_at < before && self.delete_source(scope, &source.id, actor).await? {
+                expired.push(source.id);
+            }
+        }
+        Ok(expired)
+    }
+
     /// Chunks of the `allowed` sources containing any of `terms` (lower-case words), in storage
     /// order, at most `cap`; with the allowed sources' total chunk and word counts. Nothing of a
     /// source outside `allowed` is read.

@@ -182,6 +182,7 @@ pub const SUITES: &[Suite] = &[
             "sources_are_confined_to_their_tenant",
             "deleting_a_source_removes_everything_and_is_audited",
             "retrieval_is_authorized_before_ranking",
+            "retention_expires_old_sources_only",
         ],
     },
 ];
@@ -406,7 +407,7 @@ macro_rules! sources_conformance {
             sources_round_trip_and_versions, candidates_come_only_from_allowed_sources,
             sources_are_confined_to_their_tenant,
             deleting_a_source_removes_everything_and_is_audited,
-            retrieval_is_authorized_before_ranking);
+            retrieval_is_authorized_before_ranking, retention_expires_old_sources_only);
     };
 }
 

@@ -309,3 +309,49 @@ pub async fn retrieval_is_authorized_before_ranking<F: StoreFactory>() {
         "an unreadable source cannot be cited"
     );
 }
+
+/// Retention deletes a tenant's sources older than its `max_age`, audited, and nothing else.
+pub async fn retention_expires_old_sources_only<F: StoreFactory>() {
+    let clock = Arc::new(ManualClock::at_2026());
+    let s = F::make(clock.clone()).await;
+    let (a, b) = (scope("tenant-a"), scope("tenant-b"));
+    let old = doc("old", "public", "Written long ago.");
+    let elsewhere = doc("old", "public", "Another tenant's old text.");
+    s.put_source(&a, &old).await.expect("put");
+    s.put_source(&b, &elsewhere).await.expect("put");
+    clock.advance(std::time::Duration::from_secs(10 * 86_400));
+    let fresh = doc("fresh", "public", "Written today.");
+    s.put_source(&a, &fresh).await.expect("put");
+    let retention = forge_rag::Retention {
+        tenants: vec![(
+            a.tenant_id().clone(),
+            std::time::Duration::from_secs(5 * 86_400),
+        )],
+    };
+    let deleted = retention
+        .sweep(s.as_ref(), clock.as_ref())
+        .await
+        .expect("sweep");
+    assert_eq!(deleted, [(a.tenant_id().clone(), id("old"))]);
+    assert_eq!(s.source(&a, &old.id).await.expect("get"), None);
+    assert!(s.source(&a, &fresh.id).await.expect("get").is_some());
+    assert!(
+        s.source(&b, &elsewhere.id).await.expect("get").is_some(),
+        "a tenant without a rule keeps its sources"
+    );
+    let audit = s.list_audit(&a, 10).await.expect("audit");
+    assert!(
+        audit
+            .iter()
+            .any(|r| r.action == SOURCE_DELETED && r.actor == forge_rag::retention::RETENTION_ACTOR),
+        "{audit:?}"
+    );
+    assert!(
+        retention
+            .sweep(s.as_ref(), clock.as_ref())
+            .await
+            .expect("sweep")
+            .is_empty(),
+        "a second sweep finds nothing"
+    );
+}

@@ -128,7 +128,7 @@ fn main() -> anyhow::Result<()> {
 }
 
 /// Holds whatever must live as long as the store (a temporary directory or database).
-enum Guard {
+pub(crate) enum Guard {
     None,
     Dir(std::path::PathBuf),
     Db(#[allow(dead_code)] forge_store_postgres::testing::TestDatabase),
@@ -142,20 +142,23 @@ impl Drop for Guard {
     }
 }
 
-async fn open(kind: &str) -> anyhow::Result<(Arc<dyn Store>, Guard)> {
+/// A fresh store of `kind`, as the run store and as the retrieval-source store, and what keeps
+/// its file or database alive.
+pub(crate) async fn open_both(
+    kind: &str,
+) -> anyhow::Result<(Arc<dyn Store>, Arc<dyn forge_rag::SourceStore>, Guard)> {
     Ok(match kind {
-        "memory" => (
-            Arc::new(forge_store_memory::MemoryStore::default()),
-            Guard::None,
-        ),
+        "memory" => {
+            let store = Arc::new(forge_store_memory::MemoryStore::default());
+            (store.clone(), store, Guard::None)
+        }
         "sqlite" => {
             let dir = std::env::temp_dir().join(format!("forge-bench-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
             std::fs::create_dir_all(&dir)?;
             let url = format!("sqlite://{}", dir.join("bench.db").display());
-            (
-                Arc::new(forge_store_sqlite::SqliteStore::open(&url).await?),
-                Guard::Dir(dir),
-            )
+            let store = Arc::new(forge_store_sqlite::SqliteStore::open(&url).await?);
+            (store.clone(), store, Guard::Dir(dir))
         }
         "postgres" => {
             let db = forge_store_postgres::testing::TestDatabase::create(
@@ -163,15 +166,22 @@ async fn open(kind: &str) -> anyhow::Result<(Arc<dyn Store>, Guard)> {
             )
             .await
             .map_err(anyhow::Error::msg)?;
-            let store = forge_store_postgres::PostgresStore::connect(
-                db.url(),
-                forge_store_postgres::Mode::Rls,
-            )
-            .await?;
-            (Arc::new(store), Guard::Db(db))
+            let store = Arc::new(
+                forge_store_postgres::PostgresStore::connect(
+                    db.url(),
+                    forge_store_postgres::Mode::Rls,
+                )
+                .await?,
+            );
+            (store.clone(), store, Guard::Db(db))
         }
         other => bail!("--store must be memory, sqlite or postgres, not {other:?}"),
     })
+}
+
+async fn open(kind: &str) -> anyhow::Result<(Arc<dyn Store>, Guard)> {
+    let (store, _, guard) = open_both(kind).await?;
+    Ok((store, guard))
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {

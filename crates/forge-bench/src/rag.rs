@@ -6,13 +6,12 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::bail;
 use forge_core::ports::policy::AllowAll;
 use forge_core::scope::Scope;
 use forge_rag::ingest::ingest;
-use forge_rag::{Format, Retriever, SourceId, SourceStore};
+use forge_rag::{Format, Retriever, SourceId};
 
-use crate::{Guard, percentile};
+use crate::percentile;
 
 /// `forge-bench rag`.
 #[derive(Debug, clap::Args)]
@@ -84,46 +83,13 @@ fn document(rng: &mut Rng, vocab: &[String], chunks: usize) -> String {
     text
 }
 
-async fn open(kind: &str) -> anyhow::Result<(Arc<dyn SourceStore>, Guard)> {
-    Ok(match kind {
-        "memory" => (
-            Arc::new(forge_store_memory::MemoryStore::default()),
-            Guard::None,
-        ),
-        "sqlite" => {
-            let dir = std::env::temp_dir().join(format!("forge-bench-rag-{}", std::process::id()));
-            let _ = std::fs::remove_dir_all(&dir);
-            std::fs::create_dir_all(&dir)?;
-            let url = format!("sqlite://{}", dir.join("bench.db").display());
-            (
-                Arc::new(forge_store_sqlite::SqliteStore::open(&url).await?),
-                Guard::Dir(dir),
-            )
-        }
-        "postgres" => {
-            let db = forge_store_postgres::testing::TestDatabase::create(
-                forge_store_postgres::testing::Flavor::Plain,
-            )
-            .await
-            .map_err(anyhow::Error::msg)?;
-            let store = forge_store_postgres::PostgresStore::connect(
-                db.url(),
-                forge_store_postgres::Mode::Rls,
-            )
-            .await?;
-            (Arc::new(store), Guard::Db(db))
-        }
-        other => bail!("--store must be memory, sqlite or postgres, not {other:?}"),
-    })
-}
-
 pub(crate) async fn run(args: RagArgs) -> anyhow::Result<()> {
     let vocab = vocabulary();
     let scope = Scope::parse("bench", "bench", &[])?;
     println!("| store | chunks | ingest chunks/s | query p50 ms | query p99 ms |");
     println!("| --- | --- | --- | --- | --- |");
     for &total in &args.chunks {
-        let (store, _guard) = open(&args.store).await?;
+        let (_, store, _guard) = crate::open_both(&args.store).await?;
         let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
         let per_doc = 20;
         let started = Instant::now();

@@ -47,19 +47,16 @@ pub(crate) fn cite_tool() -> Arc<dyn Tool> {
 pub(crate) type Cited = (Result<Value, (&'static str, String)>, Option<CitationPart>);
 
 impl StepRunner<'_> {
-    /// Answers a call of [`CITE`]; `None` for any other tool.
-    pub(crate) async fn cite_call(&self, call: &ToolCallPart) -> Option<Cited> {
-        if call.tool_name != CITE {
-            return None;
-        }
+    /// Answers a call of [`CITE`].
+    pub(crate) async fn cite_call(&self, call: &ToolCallPart) -> Cited {
         let Some(check) = &self.engine.citations else {
-            return Some((
+            return (
                 Err((
                     "forbidden",
                     "citations are not configured in this deployment".into(),
                 )),
                 None,
-            ));
+            );
         };
         let field = |k: &str| call.input.get(k);
         let text = |k: &str| {
@@ -81,7 +78,7 @@ impl StepRunner<'_> {
             page: None,
             heading: None,
         };
-        Some(match check.check(self.scope, &citation).await {
+        match check.check(self.scope, &citation).await {
             Ok(Ok(())) => (
                 Ok(
                     json!({"cited": true, "source_id": citation.source_id, "start": citation.span.start, "end": citation.span.end}),
@@ -96,7 +93,7 @@ impl StepRunner<'_> {
                 )),
                 None,
             ),
-        })
+        }
     }
 }
 

@@ -765,6 +765,14 @@ impl StepRunner<'_> {
             .collect()
     }
 
+    /// The version of the tool `call` names, recorded with its result.
+    fn tool_version(&self, call: &ToolCallPart) -> Option<String> {
+        self.engine
+            .tools
+            .get(&call.tool_name)
+            .map(|r| r.tool.spec().version.clone())
+    }
+
     /// Runs the valid calls concurrently; `None` when cancelled first.
     async fn execute_tools(&self, cur: &Cursor<'_>, prepared: Vec<Prepared>) -> Option<Vec<Part>> {
         let timeout = Duration::from_millis(self.agent.limits.tool_timeout_ms);
@@ -780,12 +788,10 @@ impl StepRunner<'_> {
                 Prepared::Denied { call, message, .. } => (call, Err(("forbidden", message)), None),
                 Prepared::Answered { call, output } => (call, Ok(output), None),
                 Prepared::Run { call } if call.tool_name == crate::cite::CITE => {
-                    let (result, cited) = self
-                        .cite_call(&call)
-                        .await
-                        .unwrap_or((Err(("unknown_tool", "no such tool".into())), None));
+                    let (result, cited) = self.cite_call(&call).await;
                     citation = cited;
-                    (call, result, Some("1".to_owned()))
+                    let version = self.tool_version(&call);
+                    (call, result, version)
                 }
                 Prepared::Run { call } => {
                     let ctx = ToolContext {
@@ -835,12 +841,7 @@ impl StepRunner<'_> {
                             Ok(out)
                         }
                     });
-                    // The version of the tool that ran, recorded with its result.
-                    let version = self
-                        .engine
-                        .tools
-                        .get(&call.tool_name)
-                        .map(|r| r.tool.spec().version.clone());
+                    let version = self.tool_version(&call);
                     (call, result, version)
                 }
             };

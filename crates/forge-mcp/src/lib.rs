@@ -82,7 +82,7 @@ impl McpRuntime {
             handle.admit().await?;
             servers.push(handle);
         }
-        let tasks = futures_join(&servers).await;
+        let tasks = start_all(&servers).await;
         let mut tools = Vec::new();
         let mut skipped = Vec::new();
         for server in &servers {
@@ -131,7 +131,7 @@ impl McpRuntime {
 }
 
 /// Starts every server's supervisor concurrently and waits for each first attempt.
-async fn futures_join(servers: &[Arc<ServerHandle>]) -> Vec<server::Supervisor> {
+async fn start_all(servers: &[Arc<ServerHandle>]) -> Vec<server::Supervisor> {
     let mut starting = tokio::task::JoinSet::new();
     for s in servers {
         let s = Arc::clone(s);

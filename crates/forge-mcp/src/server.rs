@@ -65,8 +65,6 @@ struct State {
     verified: BTreeSet<String>,
     /// The last listing's difference from the pins.
     diff: Option<CatalogDiff>,
-    /// Whether any listing has happened.
-    listed: bool,
 }
 
 /// The first and the longest wait between restarts.
@@ -92,7 +90,6 @@ pub struct ServerHandle {
     env: Env,
     reporter: Arc<dyn Reporter>,
     state: Mutex<State>,
-    listed: tokio::sync::Notify,
 }
 
 impl std::fmt::Debug for ServerHandle {
@@ -146,7 +143,6 @@ impl ServerHandle {
             env,
             reporter,
             state: Mutex::new(State::default()),
-            listed: tokio::sync::Notify::new(),
         })
     }
 
@@ -291,12 +287,10 @@ impl ServerHandle {
         let report = {
             let mut state = lock(&self.state);
             state.verified = diff.unchanged.iter().cloned().collect();
-            state.listed = true;
             let report = !diff.is_clean() && state.diff.as_ref() != Some(&diff);
             state.diff = Some(diff.clone());
             report
         };
-        self.listed.notify_waiters();
         if report {
             self.reporter.drift(&diff);
         }
@@ -353,13 +347,6 @@ impl ServerHandle {
     /// The last listing's difference from the pins (`None` before any listing).
     pub fn diff(&self) -> Option<CatalogDiff> {
         lock(&self.state).diff.clone()
-    }
-
-    /// Waits until a listing newer than this call has been reconciled, at most `timeout`.
-    pub async fn wait_for_listing(&self, timeout: Duration) -> bool {
-        tokio::time::timeout(timeout, self.listed.notified())
-            .await
-            .is_ok()
     }
 }
 

@@ -13,10 +13,6 @@ pub const IDEMPOTENCY_META_KEY: &str = "dev.forge/idempotency-key";
 /// The `_meta` key carrying the run's id.
 pub const RUN_META_KEY: &str = "dev.forge/run-id";
 
-/// Longest base64 payload (image, audio, blob) kept in a result; longer ones are replaced by
-/// their size.
-const MAX_INLINE_DATA: usize = 0;
-
 /// A pinned tool of one server.
 pub struct McpTool {
     spec: ToolSpec,
@@ -55,7 +51,7 @@ fn strip_data(value: &mut serde_json::Value) {
         serde_json::Value::Object(map) => {
             for key in ["data", "blob"] {
                 let len = map.get(key).and_then(|v| v.as_str()).map(str::len);
-                if let Some(len) = len.filter(|l| *l > MAX_INLINE_DATA) {
+                if let Some(len) = len {
                     map.remove(key);
                     map.insert("omitted_base64_chars".into(), len.into());
                 }

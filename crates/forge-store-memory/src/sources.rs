@@ -2,12 +2,12 @@
 
 use async_trait::async_trait;
 use forge_core::Error;
-use forge_core::ports::audit::AuditRecord;
 use forge_core::scope::{Scope, TenantId};
 use forge_rag::model::{
     Candidates, Chunk, IngestedSource, PutOutcome, Source, SourceId, SourceRef,
 };
-use forge_rag::{SOURCE_DELETED, SourceStore, rank};
+use forge_rag::ports::rows;
+use forge_rag::{SourceStore, rank};
 
 use crate::MemoryStore;
 
@@ -33,20 +33,12 @@ impl SourceStore for MemoryStore {
         let now = self.clock.now();
         let mut st = self.lock();
         let k = key(scope, &s.id);
-        let outcome = match st.sources.get(&k) {
-            Some(row) if row.source.version == s.version => {
-                // Title, label and metadata may change without the text.
-                if row.source.title == s.title
-                    && row.source.label == s.label
-                    && row.source.metadata == s.metadata
-                {
-                    return Ok(PutOutcome::Unchanged);
-                }
-                PutOutcome::Unchanged
-            }
-            Some(_) => PutOutcome::Replaced,
-            None => PutOutcome::Created,
-        };
+        // As on the SQL adapters, the row is rewritten either way (title, label and metadata may
+        // change without the text, and the time is the last ingestion's).
+        let outcome = rows::put_outcome(
+            st.sources.get(&k).map(|r| r.source.version.as_str()),
+            &s.version,
+        );
         let row = SourceRow {
             source: Source {
                 id: s.id.clone(),
@@ -137,14 +129,14 @@ impl SourceStore for MemoryStore {
         let Some(row) = st.sources.remove(&key(scope, id)) else {
             return Ok(false);
         };
-        st.audit.push(AuditRecord {
-            tenant_id: scope.tenant_id().clone(),
-            at: now,
-            actor: actor.to_owned(),
-            action: SOURCE_DELETED.into(),
-            subject: format!("source {id}"),
-            detail: serde_json::json!({"version": row.source.version, "chunks": row.source.chunks}),
-        });
+        st.audit.push(rows::deleted(
+            scope,
+            id,
+            actor,
+            now,
+            &row.source.version,
+            i64::from(row.source.chunks),
+        ));
         Ok(true)
     }
 

@@ -6,6 +6,8 @@
 //! - [`ports`]: [`SourceStore`], implemented by `forge-store-memory`, `forge-store-sqlite` and
 //!   `forge-store-postgres` and held to one conformance suite (`forge_testkit::sources`).
 //! - [`rank`]: BM25 over the allowed chunks.
+//! - [`embed`]: the [`Embedder`] port; [`vector`]: normalization, encoding and brute-force
+//!   nearest neighbours every adapter shares; [`fuse`]: reciprocal-rank fusion.
 //! - [`retrieve`]: [`Retriever`] — authorization before retrieval, citation checks
 //!   ([`CitationCheck`](forge_core::ports::citation::CitationCheck)) and resolution.
 //! - [`tool`]: the `search_documents` tool.
@@ -13,6 +15,8 @@
 
 #![deny(missing_docs)]
 
+pub mod embed;
+pub mod fuse;
 pub mod ingest;
 pub mod model;
 pub mod ports;
@@ -20,11 +24,13 @@ pub mod rank;
 pub mod retention;
 pub mod retrieve;
 pub mod tool;
+pub mod vector;
 
+pub use embed::{Embedder, Purpose};
 pub use model::{
     Candidates, Chunk, Format, IngestedSource, PutOutcome, SearchHit, Source, SourceId, SourceRef,
 };
 pub use ports::{SOURCE_DELETED, SourceStore};
 pub use retention::Retention;
-pub use retrieve::{Resolved, Retriever};
+pub use retrieve::{Found, Indexed, Resolved, Retriever};
 pub use tool::{SEARCH_DOCUMENTS, SearchDocuments};

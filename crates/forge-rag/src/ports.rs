@@ -4,17 +4,19 @@ use async_trait::async_trait;
 use forge_core::Error;
 use forge_core::scope::Scope;
 
-use crate::model::{Candidates, Chunk, IngestedSource, PutOutcome, Source, SourceId, SourceRef};
+use crate::model::{
+    Candidates, Chunk, IngestedSource, PutOutcome, SearchHit, Source, SourceId, SourceRef,
+};
 
 /// The audit action of a deleted source.
 pub const SOURCE_DELETED: &str = "source.deleted";
 
-/// Port: sources of one tenant, their current version's text and chunks, and a lexical index.
-/// Every call is confined to `scope`'s tenant.
+/// Port: sources of one tenant, their current version's text and chunks, a lexical index, and
+/// vectors per chunk under each embedding model. Every call is confined to `scope`'s tenant.
 #[async_trait]
 pub trait SourceStore: Send + Sync {
-    /// Stores a source. A new text replaces the previous version, its text, chunks and index
-    /// entries in one transaction; the same text changes nothing.
+    /// Stores a source. A new text replaces the previous version, its text, chunks, index
+    /// entries and vectors in one transaction; the same text changes nothing.
     async fn put_source(&self, scope: &Scope, source: &IngestedSource)
     -> Result<PutOutcome, Error>;
 
@@ -38,7 +40,7 @@ pub trait SourceStore: Send + Sync {
     /// The current version's chunks, in order.
     async fn source_chunks(&self, scope: &Scope, id: &SourceId) -> Result<Vec<Chunk>, Error>;
 
-    /// Deletes a source: its row, text, chunks and index entries, and appends a
+    /// Deletes a source: its row, text, chunks, index entries and vectors, and appends a
     /// [`SOURCE_DELETED`] audit record by `actor`, in one transaction. `false` when there was
     /// none.
     async fn delete_source(&self, scope: &Scope, id: &SourceId, actor: &str)
@@ -72,6 +74,40 @@ pub trait SourceStore: Send + Sync {
         terms: &[String],
         cap: usize,
     ) -> Result<Candidates, Error>;
+
+    /// Stores `vectors`, one per chunk in order, for `id` at `version` under `model`, replacing
+    /// what its chunks had under `model`. `false`, storing nothing, when `version` is no longer
+    /// the source's current version (it changed or was deleted meanwhile). Vectors are unit
+    /// length ([`crate::embed::checked`]); a count that is not the chunk count is an error.
+    async fn put_vectors(
+        &self,
+        scope: &Scope,
+        id: &SourceId,
+        version: &str,
+        model: &str,
+        vectors: &[Vec<f32>],
+    ) -> Result<bool, Error>;
+
+    /// Whether `id` at `version` has its vectors under `model`.
+    async fn has_vectors(
+        &self,
+        scope: &Scope,
+        id: &SourceId,
+        version: &str,
+        model: &str,
+    ) -> Result<bool, Error>;
+
+    /// The `k` chunks of the `allowed` sources whose vectors under `model` are nearest `query`
+    /// (a unit vector), best first, scored by cosine similarity; equal scores in source id and
+    /// chunk order. Nothing of a source outside `allowed` is read.
+    async fn nearest(
+        &self,
+        scope: &Scope,
+        allowed: &[SourceId],
+        model: &str,
+        query: &[f32],
+        k: usize,
+    ) -> Result<Vec<SearchHit>, Error>;
 }
 
 /// Row mapping and rules every adapter shares, so the SQL adapters differ only in their SQL.
@@ -91,6 +127,52 @@ pub mod rows {
             Some(v) if v == version => PutOutcome::Unchanged,
             Some(_) => PutOutcome::Replaced,
         }
+    }
+
+    /// Checks that `vectors` fit a source version of `chunks` chunks: one each, all one length.
+    pub fn check_vectors(chunks: usize, vectors: &[Vec<f32>]) -> Result<(), Error> {
+        if vectors.len() != chunks {
+            return Err(Error::invalid(format!(
+                "{} vectors for {chunks} chunks",
+                vectors.len()
+            )));
+        }
+        let dims = vectors.first().map_or(0, Vec::len);
+        if vectors.iter().any(|v| v.is_empty() || v.len() != dims) {
+            return Err(Error::invalid(
+                "vectors must be non-empty and of one length",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The hits of `top` (source id and chunk index, with similarity, best first) from `chunks`
+    /// (those chunks, in any order); a key whose chunk is missing is dropped.
+    pub fn ordered_hits(
+        top: Vec<((String, u32), f32)>,
+        chunks: Vec<Chunk>,
+    ) -> Vec<crate::model::SearchHit> {
+        let mut by_key: std::collections::HashMap<(String, u32), Chunk> = chunks
+            .into_iter()
+            .map(|c| ((c.source_id.as_str().to_owned(), c.index), c))
+            .collect();
+        top.into_iter()
+            .filter_map(|(k, score)| {
+                by_key
+                    .remove(&k)
+                    .map(|chunk| crate::model::SearchHit { chunk, score })
+            })
+            .collect()
+    }
+
+    /// `top`'s keys as one JSON array of `[source_id, index]` pairs, for a single statement.
+    pub fn keys_json(top: &[((String, u32), f32)]) -> String {
+        serde_json::Value::Array(
+            top.iter()
+                .map(|((id, idx), _)| serde_json::json!([id, idx]))
+                .collect(),
+        )
+        .to_string()
     }
 
     /// The words a chunk counts for ranking.

@@ -1,5 +1,7 @@
 //! Retrieval for a caller: the sources they may read are decided first, then candidates are found
-//! among those only and ranked over those only; citations are checked against the same rule.
+//! among those only and ranked over those only — lexically always, and by vector similarity when
+//! an [`Embedder`] is configured, the two fused by rank; citations are checked against the same
+//! rule.
 
 use std::sync::Arc;
 
@@ -10,25 +12,52 @@ use forge_core::ports::citation::{CitationCheck, CitationRefusal};
 use forge_core::ports::policy::{Authorizer, PolicyAction, PolicyRequest, PolicyResource};
 use forge_core::scope::Scope;
 
-use crate::model::{SearchHit, Source, SourceId, SourceRef};
+use crate::embed::{self, Embedder, Purpose};
+use crate::model::{IngestedSource, PutOutcome, SearchHit, Source, SourceId, SourceRef};
 use crate::ports::SourceStore;
-use crate::rank;
+use crate::{fuse, rank};
 
 /// The most candidate chunks ranked per query. Candidates are taken in storage order, never by a
 /// score, so which are kept does not depend on documents the caller cannot read.
 pub const MAX_CANDIDATES: usize = 5_000;
+
+/// How deep each list (lexical, vector) goes before fusion, at least.
+pub const FUSION_DEPTH: usize = 50;
 
 /// Search and citation checks over a [`SourceStore`] for callers under an [`Authorizer`].
 #[derive(Clone)]
 pub struct Retriever {
     store: Arc<dyn SourceStore>,
     authorizer: Arc<dyn Authorizer>,
+    embedder: Option<Arc<dyn Embedder>>,
 }
 
 impl std::fmt::Debug for Retriever {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Retriever").finish_non_exhaustive()
+        f.debug_struct("Retriever")
+            .field("embedder", &self.embedder.as_ref().map(|e| e.model()))
+            .finish_non_exhaustive()
     }
+}
+
+/// What a search found, and whether its vector half was skipped.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Found {
+    /// The hits, best first.
+    pub hits: Vec<SearchHit>,
+    /// Why vector search was skipped although an embedder is configured (the embedder failed);
+    /// the hits are then lexical only.
+    pub degraded: Option<String>,
+}
+
+/// What [`Retriever::index`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Indexed {
+    /// What storing the source did.
+    pub outcome: PutOutcome,
+    /// How many chunk vectors were computed and stored (0 without an embedder, or when the
+    /// version had them already).
+    pub vectors: usize,
 }
 
 /// A resolved citation: the exact text at its span.
@@ -43,7 +72,88 @@ pub struct Resolved {
 impl Retriever {
     /// A retriever over `store`, asking `authorizer`.
     pub fn new(store: Arc<dyn SourceStore>, authorizer: Arc<dyn Authorizer>) -> Self {
-        Self { store, authorizer }
+        Self {
+            store,
+            authorizer,
+            embedder: None,
+        }
+    }
+
+    /// This retriever, also searching by vector similarity under `embedder` and indexing new
+    /// versions' chunks with it.
+    pub fn with_embedder(mut self, embedder: Arc<dyn Embedder>) -> Self {
+        self.embedder = Some(embedder);
+        self
+    }
+
+    /// The embedder, if one is configured.
+    pub fn embedder(&self) -> Option<&Arc<dyn Embedder>> {
+        self.embedder.as_ref()
+    }
+
+    /// Stores `source` and, with an embedder, the vectors of its chunks unless this version has
+    /// them. The text is stored first: when embedding fails, the source is searchable lexically
+    /// and the error is returned ([`Self::embed_missing`] completes it later).
+    pub async fn index(&self, scope: &Scope, source: &IngestedSource) -> Result<Indexed, Error> {
+        let outcome = self.store.put_source(scope, source).await?;
+        let vectors = match &self.embedder {
+            Some(e) => self.embed_version(scope, e.as_ref(), source).await?,
+            None => 0,
+        };
+        Ok(Indexed { outcome, vectors })
+    }
+
+    /// Computes and stores the vectors every current source version of `scope`'s tenant lacks
+    /// under the embedder's model; returns how many sources it embedded. Without an embedder,
+    /// nothing.
+    pub async fn embed_missing(&self, scope: &Scope) -> Result<usize, Error> {
+        let Some(e) = &self.embedder else {
+            return Ok(0);
+        };
+        let mut embedded = 0;
+        for source in self.store.list_sources(scope, i64::MAX as usize).await? {
+            if self
+                .store
+                .has_vectors(scope, &source.id, &source.version, e.model())
+                .await?
+            {
+                continue;
+            }
+            let chunks = self.store.source_chunks(scope, &source.id).await?;
+            let texts: Vec<String> = chunks.into_iter().map(|c| c.text).collect();
+            let vectors = embed::embed_all(e.as_ref(), &texts, Purpose::Document).await?;
+            if self
+                .store
+                .put_vectors(scope, &source.id, &source.version, e.model(), &vectors)
+                .await?
+            {
+                embedded += 1;
+            }
+        }
+        Ok(embedded)
+    }
+
+    async fn embed_version(
+        &self,
+        scope: &Scope,
+        e: &dyn Embedder,
+        source: &IngestedSource,
+    ) -> Result<usize, Error> {
+        if source.chunks.is_empty()
+            || self
+                .store
+                .has_vectors(scope, &source.id, &source.version, e.model())
+                .await?
+        {
+            return Ok(0);
+        }
+        let texts: Vec<String> = source.chunks.iter().map(|c| c.text.clone()).collect();
+        let vectors = embed::embed_all(e, &texts, Purpose::Document).await?;
+        let stored = self
+            .store
+            .put_vectors(scope, &source.id, &source.version, e.model(), &vectors)
+            .await?;
+        Ok(if stored { vectors.len() } else { 0 })
     }
 
     /// The store.
@@ -85,19 +195,68 @@ impl Retriever {
         query: &str,
         limit: usize,
     ) -> Result<Vec<SearchHit>, Error> {
+        Ok(self.find(scope, query, limit).await?.hits)
+    }
+
+    /// [`Self::search`], saying whether vector search was skipped. Without an embedder the hits
+    /// are BM25's; with one, BM25's and the nearest vectors' lists (each [`FUSION_DEPTH`] deep)
+    /// fused by reciprocal rank. Both lists are computed over the readable sources only.
+    pub async fn find(&self, scope: &Scope, query: &str, limit: usize) -> Result<Found, Error> {
+        let none = Found {
+            hits: vec![],
+            degraded: None,
+        };
         let terms = rank::query_terms(query);
-        if terms.is_empty() || limit == 0 {
-            return Ok(vec![]);
+        if limit == 0 || (terms.is_empty() && (self.embedder.is_none() || query.trim().is_empty()))
+        {
+            return Ok(none);
         }
         let allowed = self.readable(scope).await?;
         if allowed.is_empty() {
-            return Ok(vec![]);
+            return Ok(none);
         }
-        let candidates = self
-            .store
-            .candidates(scope, &allowed, &terms, MAX_CANDIDATES)
-            .await?;
-        Ok(rank::rank(candidates, &terms, limit))
+        let Some(e) = &self.embedder else {
+            let candidates = self
+                .store
+                .candidates(scope, &allowed, &terms, MAX_CANDIDATES)
+                .await?;
+            return Ok(Found {
+                hits: rank::rank(candidates, &terms, limit),
+                degraded: None,
+            });
+        };
+        let depth = FUSION_DEPTH.max(limit);
+        let lexical = if terms.is_empty() {
+            vec![]
+        } else {
+            let candidates = self
+                .store
+                .candidates(scope, &allowed, &terms, MAX_CANDIDATES)
+                .await?;
+            rank::rank(candidates, &terms, depth)
+        };
+        let query_vector = embed::embed_all(e.as_ref(), &[query.to_owned()], Purpose::Query).await;
+        let (vector, degraded) = match query_vector.map(|mut v| v.pop()) {
+            Ok(Some(q)) => (
+                self.store
+                    .nearest(scope, &allowed, e.model(), &q, depth)
+                    .await?,
+                None,
+            ),
+            Ok(None) => (vec![], None),
+            Err(err) => (
+                vec![],
+                Some(format!(
+                    "vector search skipped: embedding the query with {} failed ({:?})",
+                    e.model(),
+                    err.kind()
+                )),
+            ),
+        };
+        Ok(Found {
+            hits: fuse::reciprocal_rank(&[lexical, vector], limit),
+            degraded,
+        })
     }
 
     /// A source `scope` may read, or `None` (absent, deleted and unreadable look the same).

@@ -65,6 +65,15 @@ pub fn hits_json(hits: &[crate::model::SearchHit]) -> Value {
     })
 }
 
+/// [`hits_json`], with a `warning` when vector search was skipped.
+pub fn found_json(found: &crate::retrieve::Found) -> Value {
+    let mut out = hits_json(&found.hits);
+    if let (Some(why), Some(o)) = (&found.degraded, out.as_object_mut()) {
+        o.insert("warning".into(), Value::String(why.clone()));
+    }
+    out
+}
+
 #[async_trait]
 impl Tool for SearchDocuments {
     fn spec(&self) -> &ToolSpec {
@@ -77,11 +86,11 @@ impl Tool for SearchDocuments {
             .and_then(Value::as_str)
             .unwrap_or_default();
         let limit = input.get("limit").and_then(Value::as_u64).unwrap_or(5) as usize;
-        let hits = self
+        let found = self
             .retriever
-            .search(&ctx.scope, query, limit)
+            .find(&ctx.scope, query, limit)
             .await
             .map_err(|e| ToolError::Unavailable(format!("search failed ({:?})", e.kind())))?;
-        Ok(hits_json(&hits))
+        Ok(found_json(&found))
     }
 }

@@ -3,10 +3,13 @@
 use async_trait::async_trait;
 use forge_core::Error;
 use forge_core::scope::{Scope, TenantId};
+use std::collections::BTreeMap;
+
 use forge_rag::model::{
-    Candidates, Chunk, IngestedSource, PutOutcome, Source, SourceId, SourceRef,
+    Candidates, Chunk, IngestedSource, PutOutcome, SearchHit, Source, SourceId, SourceRef,
 };
 use forge_rag::ports::rows;
+use forge_rag::vector::{self, TopK};
 use forge_rag::{SourceStore, rank};
 
 use crate::MemoryStore;
@@ -19,6 +22,8 @@ pub(crate) struct SourceRow {
     chunks: Vec<Chunk>,
     /// Each chunk's word count.
     words: Vec<u64>,
+    /// Per embedding model, one vector per chunk.
+    vectors: BTreeMap<String, Vec<Vec<f32>>>,
 }
 
 type Key = (TenantId, SourceId);
@@ -39,6 +44,11 @@ impl SourceStore for MemoryStore {
             st.sources.get(&k).map(|r| r.source.version.as_str()),
             &s.version,
         );
+        // The same version keeps its vectors; a new one starts without.
+        let vectors = match st.sources.get_mut(&k) {
+            Some(old) if outcome == PutOutcome::Unchanged => std::mem::take(&mut old.vectors),
+            _ => BTreeMap::new(),
+        };
         let row = SourceRow {
             source: Source {
                 id: s.id.clone(),
@@ -58,6 +68,7 @@ impl SourceStore for MemoryStore {
                 .iter()
                 .map(|c| rank::term_counts(&c.text, &[]).1)
                 .collect(),
+            vectors,
         };
         st.sources.insert(k, row);
         Ok(outcome)
@@ -164,5 +175,77 @@ impl SourceStore for MemoryStore {
             }
         }
         Ok(out)
+    }
+
+    async fn put_vectors(
+        &self,
+        scope: &Scope,
+        id: &SourceId,
+        version: &str,
+        model: &str,
+        vectors: &[Vec<f32>],
+    ) -> Result<bool, Error> {
+        let mut st = self.lock();
+        let Some(row) = st
+            .sources
+            .get_mut(&key(scope, id))
+            .filter(|r| r.source.version == version)
+        else {
+            return Ok(false);
+        };
+        rows::check_vectors(row.chunks.len(), vectors)?;
+        row.vectors.insert(model.to_owned(), vectors.to_vec());
+        Ok(true)
+    }
+
+    async fn has_vectors(
+        &self,
+        scope: &Scope,
+        id: &SourceId,
+        version: &str,
+        model: &str,
+    ) -> Result<bool, Error> {
+        Ok(self
+            .lock()
+            .sources
+            .get(&key(scope, id))
+            .is_some_and(|r| r.source.version == version && r.vectors.contains_key(model)))
+    }
+
+    async fn nearest(
+        &self,
+        scope: &Scope,
+        allowed: &[SourceId],
+        model: &str,
+        query: &[f32],
+        k: usize,
+    ) -> Result<Vec<SearchHit>, Error> {
+        let st = self.lock();
+        let mut top = TopK::new(k);
+        for id in allowed {
+            let Some(row) = st.sources.get(&key(scope, id)) else {
+                continue;
+            };
+            for (c, v) in row
+                .chunks
+                .iter()
+                .zip(row.vectors.get(model).into_iter().flatten())
+            {
+                if let Some(score) = vector::dot(v, query) {
+                    top.push((c.source_id.clone(), c.index), score);
+                }
+            }
+        }
+        Ok(top
+            .into_sorted()
+            .into_iter()
+            .filter_map(|((id, index), score)| {
+                let row = st.sources.get(&key(scope, &id))?;
+                Some(SearchHit {
+                    chunk: row.chunks.get(index as usize)?.clone(),
+                    score,
+                })
+            })
+            .collect())
     }
 }

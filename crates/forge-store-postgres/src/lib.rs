@@ -124,6 +124,8 @@ pub struct PostgresStore {
     clock: Arc<dyn Clock>,
     ids: Arc<dyn IdGenerator>,
     applied_on_connect: usize,
+    /// Whether the database has the pgvector extension: nearest-chunk search then runs in it.
+    pgvector: bool,
     /// Kept alive as long as the store (tests drop their database with it).
     _guard: Option<Arc<dyn std::any::Any + Send + Sync>>,
 }
@@ -162,6 +164,12 @@ impl PostgresStore {
             check_tenant_role(&mut conn).await?;
         }
         check_system_role(&mut conn, mode).await?;
+        let pgvector: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'vector')",
+        )
+        .fetch_one(&mut conn)
+        .await
+        .map_err(|e| OpenError::Connect(db_error(e)))?;
         conn.close()
             .await
             .map_err(|e| OpenError::Connect(db_error(e)))?;
@@ -174,6 +182,7 @@ impl PostgresStore {
             clock,
             ids,
             applied_on_connect,
+            pgvector,
             _guard: None,
         })
     }
@@ -187,6 +196,12 @@ impl PostgresStore {
     /// How many migrations this process applied when it connected (0 when another got there first).
     pub fn applied_on_connect(&self) -> usize {
         self.applied_on_connect
+    }
+
+    /// Whether nearest-chunk search runs in the database through pgvector (installed in it when
+    /// this store connected), rather than by brute force here.
+    pub fn uses_pgvector(&self) -> bool {
+        self.pgvector
     }
 
     /// The isolation mode.

@@ -152,8 +152,28 @@ const SUPABASE_SOURCES: Migration = Migration {
     ),
 };
 
+const CHUNK_VECTORS: Migration = Migration {
+    version: 10,
+    name: "chunk_vectors",
+    up: include_str!("../migrations/0010_chunk_vectors.up.sql"),
+    down: include_str!("../migrations/0010_chunk_vectors.down.sql"),
+};
+
+const SUPABASE_CHUNK_VECTORS: Migration = Migration {
+    version: 10,
+    name: "supabase_chunk_vectors",
+    up: concat!(
+        include_str!("../migrations/0010_chunk_vectors.up.sql"),
+        include_str!("../migrations/0010_supabase_grants.up.sql")
+    ),
+    down: concat!(
+        include_str!("../migrations/0010_supabase_grants.down.sql"),
+        include_str!("../migrations/0010_chunk_vectors.down.sql")
+    ),
+};
+
 /// The migrations of a mode, in order.
-pub fn migrations(mode: Mode) -> [Migration; 9] {
+pub fn migrations(mode: Mode) -> [Migration; 10] {
     match mode {
         Mode::Rls => [
             TABLES,
@@ -165,6 +185,7 @@ pub fn migrations(mode: Mode) -> [Migration; 9] {
             RLS_TENANT_ROLE,
             RLS_SYSTEM_ROLE,
             SOURCES,
+            CHUNK_VECTORS,
         ],
         Mode::Supabase => [
             TABLES,
@@ -176,6 +197,7 @@ pub fn migrations(mode: Mode) -> [Migration; 9] {
             SUPABASE_TENANT_ROLE,
             SUPABASE_SYSTEM_ROLE,
             SUPABASE_SOURCES,
+            SUPABASE_CHUNK_VECTORS,
         ],
     }
 }

@@ -1,5 +1,6 @@
-//! Retrieval sources on PostgreSQL: rows, chunks and a `tsvector` (GIN) index, under forced RLS.
-//! Ranking itself is `forge_rag::rank`'s, over the allowed sources only.
+//! Retrieval sources on PostgreSQL: rows, chunks, a `tsvector` (GIN) index and chunk vectors,
+//! under forced RLS. Ranking itself is `forge_rag::rank`'s, over the allowed sources only; nearest
+//! vectors are found by pgvector where the database has it, by brute force here otherwise.
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -8,9 +9,11 @@ use forge_core::scope::Scope;
 use forge_core::time::Timestamp;
 use forge_rag::SourceStore;
 use forge_rag::model::{
-    Candidates, Chunk, IngestedSource, PutOutcome, Source, SourceId, SourceRef,
+    Candidates, Chunk, IngestedSource, PutOutcome, SearchHit, Source, SourceId, SourceRef,
 };
 use forge_rag::ports::rows;
+use forge_rag::vector::{self, TopK};
+use futures_util::TryStreamExt;
 use sqlx::Row;
 use sqlx::postgres::PgRow;
 
@@ -85,12 +88,17 @@ impl SourceStore for PostgresStore {
         .await
         .map_err(db_error)?;
         if outcome != PutOutcome::Unchanged {
-            sqlx::query("DELETE FROM forge_chunks WHERE tenant_id = $1 AND source_id = $2")
-                .bind(tenant)
-                .bind(s.id.as_str())
-                .execute(&mut *tx)
-                .await
-                .map_err(db_error)?;
+            for statement in [
+                "DELETE FROM forge_chunk_vectors WHERE tenant_id = $1 AND source_id = $2",
+                "DELETE FROM forge_chunks WHERE tenant_id = $1 AND source_id = $2",
+            ] {
+                sqlx::query(statement)
+                    .bind(tenant)
+                    .bind(s.id.as_str())
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(db_error)?;
+            }
             // One statement for every chunk: arrays zipped by unnest.
             let idx: Vec<i32> = s.chunks.iter().map(|c| c.index as i32).collect();
             let start: Vec<i64> = s.chunks.iter().map(|c| c.start as i64).collect();
@@ -230,7 +238,8 @@ impl SourceStore for PostgresStore {
         let Some((version, chunks)) = found else {
             return Ok(false);
         };
-        // The chunks (and their index entries) went with the source (ON DELETE CASCADE).
+        // The chunks (and their index entries) and vectors went with the source (ON DELETE
+        // CASCADE).
         let record = rows::deleted(
             scope,
             id,
@@ -289,5 +298,175 @@ impl SourceStore for PostgresStore {
             corpus_chunks: corpus_chunks.max(0) as u64,
             corpus_words: corpus_words.unwrap_or(0).max(0) as u64,
         })
+    }
+
+    async fn put_vectors(
+        &self,
+        scope: &Scope,
+        id: &SourceId,
+        version: &str,
+        model: &str,
+        vectors: &[Vec<f32>],
+    ) -> Result<bool, Error> {
+        let tenant = scope.tenant_id().as_str();
+        let mut tx = self.tenant_tx(scope).await?;
+        // Locked, so the version cannot change between this check and the insert.
+        let chunks: Option<i32> = sqlx::query_scalar(
+            "SELECT chunks FROM forge_sources WHERE tenant_id = $1 AND id = $2 AND version = $3
+             FOR UPDATE",
+        )
+        .bind(tenant)
+        .bind(id.as_str())
+        .bind(version)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        let Some(chunks) = chunks else {
+            return Ok(false);
+        };
+        rows::check_vectors(chunks.max(0) as usize, vectors)?;
+        sqlx::query(
+            "DELETE FROM forge_chunk_vectors WHERE tenant_id = $1 AND model = $2 AND source_id = $3",
+        )
+        .bind(tenant)
+        .bind(model)
+        .bind(id.as_str())
+        .execute(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        // One statement: the vectors travel as one flat array, cut into rows by their length.
+        let dims = vectors.first().map_or(0, Vec::len) as i32;
+        let flat: Vec<f32> = vectors.iter().flatten().copied().collect();
+        sqlx::query(
+            "INSERT INTO forge_chunk_vectors (tenant_id, model, source_id, idx, version, vector)
+             SELECT $1, $2, $3, i, $4, ($5::real[])[(i * $6 + 1):((i + 1) * $6)]
+             FROM generate_series(0, $7 - 1) AS i",
+        )
+        .bind(tenant)
+        .bind(model)
+        .bind(id.as_str())
+        .bind(version)
+        .bind(&flat)
+        .bind(dims)
+        .bind(vectors.len() as i32)
+        .execute(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        tx.commit().await.map_err(db_error)?;
+        Ok(true)
+    }
+
+    async fn has_vectors(
+        &self,
+        scope: &Scope,
+        id: &SourceId,
+        version: &str,
+        model: &str,
+    ) -> Result<bool, Error> {
+        let mut tx = self.tenant_tx(scope).await?;
+        let found: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM forge_chunk_vectors
+             WHERE tenant_id = $1 AND model = $2 AND source_id = $3 AND version = $4)",
+        )
+        .bind(scope.tenant_id().as_str())
+        .bind(model)
+        .bind(id.as_str())
+        .bind(version)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        tx.commit().await.map_err(db_error)?;
+        Ok(found)
+    }
+
+    async fn nearest(
+        &self,
+        scope: &Scope,
+        allowed: &[SourceId],
+        model: &str,
+        query: &[f32],
+        k: usize,
+    ) -> Result<Vec<SearchHit>, Error> {
+        if allowed.is_empty() || k == 0 {
+            return Ok(vec![]);
+        }
+        let tenant = scope.tenant_id().as_str();
+        let ids: Vec<&str> = allowed.iter().map(SourceId::as_str).collect();
+        let mut tx = self.tenant_tx(scope).await?;
+        let top = if self.uses_pgvector() {
+            // `<#>` is the negated inner product: the cosine of unit vectors, negated.
+            sqlx::query(
+                "SELECT source_id, idx, -((vector::vector) <#> $4::real[]::vector) AS score
+                 FROM forge_chunk_vectors
+                 WHERE tenant_id = $1 AND model = $2 AND source_id IN (SELECT unnest($3::text[]))
+                   AND cardinality(vector) = cardinality($4::real[])
+                 ORDER BY (vector::vector) <#> $4::real[]::vector, source_id, idx LIMIT $5",
+            )
+            .bind(tenant)
+            .bind(model)
+            .bind(&ids)
+            .bind(query)
+            .bind(k as i64)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(db_error)?
+            .iter()
+            .map(|r| {
+                (
+                    (
+                        r.get::<String, _>("source_id"),
+                        r.get::<i32, _>("idx") as u32,
+                    ),
+                    r.get::<f64, _>("score") as f32,
+                )
+            })
+            .collect()
+        } else {
+            let mut top = TopK::new(k);
+            // Streamed: the vectors are scored as they arrive, never all held at once.
+            let mut rows = sqlx::query(
+                "SELECT source_id, idx, vector FROM forge_chunk_vectors
+                 WHERE tenant_id = $1 AND model = $2 AND source_id IN (SELECT unnest($3::text[]))",
+            )
+            .bind(tenant)
+            .bind(model)
+            .bind(&ids)
+            .fetch(&mut *tx);
+            while let Some(r) = rows.try_next().await.map_err(db_error)? {
+                let v: Vec<f32> = r.get("vector");
+                if let Some(score) = vector::dot(&v, query) {
+                    top.push(
+                        (
+                            r.get::<String, _>("source_id"),
+                            r.get::<i32, _>("idx") as u32,
+                        ),
+                        score,
+                    );
+                }
+            }
+            drop(rows);
+            top.into_sorted()
+        };
+        if top.is_empty() {
+            tx.commit().await.map_err(db_error)?;
+            return Ok(vec![]);
+        }
+        let (key_ids, key_idx): (Vec<&str>, Vec<i32>) = top
+            .iter()
+            .map(|((id, idx), _)| (id.as_str(), *idx as i32))
+            .unzip();
+        let found = sqlx::query(
+            "SELECT source_id, version, idx, start_byte, end_byte, text, heading FROM forge_chunks
+             WHERE tenant_id = $1 AND (source_id, idx) IN (SELECT * FROM unnest($2::text[], $3::int[]))",
+        )
+        .bind(tenant)
+        .bind(&key_ids)
+        .bind(&key_idx)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        tx.commit().await.map_err(db_error)?;
+        let chunks = found.iter().map(chunk_of).collect::<Result<Vec<_>, _>>()?;
+        Ok(rows::ordered_hits(top, chunks))
     }
 }

@@ -57,6 +57,12 @@ pub const MIGRATIONS: &[Migration] = &[
         up: include_str!("../migrations/0006_sources.up.sql"),
         down: include_str!("../migrations/0006_sources.down.sql"),
     },
+    Migration {
+        version: 7,
+        name: "chunk_vectors",
+        up: include_str!("../migrations/0007_chunk_vectors.up.sql"),
+        down: include_str!("../migrations/0007_chunk_vectors.down.sql"),
+    },
 ];
 
 const LEDGER: &str = "CREATE TABLE IF NOT EXISTS forge_schema_migrations (

@@ -1,14 +1,17 @@
-//! Retrieval sources on SQLite: rows, chunks and an FTS5 index (`unicode61`, diacritics kept, so
-//! it finds exactly the words ranking compares). Ranking itself is `forge_rag::rank`'s.
+//! Retrieval sources on SQLite: rows, chunks, an FTS5 index (`unicode61`, diacritics kept, so
+//! it finds exactly the words ranking compares) and chunk vectors searched by brute force.
+//! Ranking itself is `forge_rag::rank`'s.
 
 use async_trait::async_trait;
 use forge_core::Error;
 use forge_core::scope::Scope;
 use forge_rag::SourceStore;
 use forge_rag::model::{
-    Candidates, Chunk, IngestedSource, PutOutcome, Source, SourceId, SourceRef,
+    Candidates, Chunk, IngestedSource, PutOutcome, SearchHit, Source, SourceId, SourceRef,
 };
 use forge_rag::ports::rows;
+use forge_rag::vector::{self, TopK};
+use futures_util::TryStreamExt;
 use sqlx::Row;
 use sqlx::sqlite::SqliteRow;
 
@@ -83,12 +86,17 @@ impl SourceStore for SqliteStore {
         .await
         .map_err(db_error)?;
         if outcome != PutOutcome::Unchanged {
-            sqlx::query("DELETE FROM forge_chunks WHERE tenant_id = $1 AND source_id = $2")
-                .bind(tenant)
-                .bind(s.id.as_str())
-                .execute(&mut *tx)
-                .await
-                .map_err(db_error)?;
+            for statement in [
+                "DELETE FROM forge_chunk_vectors WHERE tenant_id = $1 AND source_id = $2",
+                "DELETE FROM forge_chunks WHERE tenant_id = $1 AND source_id = $2",
+            ] {
+                sqlx::query(statement)
+                    .bind(tenant)
+                    .bind(s.id.as_str())
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(db_error)?;
+            }
             for c in &s.chunks {
                 sqlx::query(
                     "INSERT INTO forge_chunks (tenant_id, source_id, version, idx, start_byte, end_byte, heading, words, text)
@@ -209,18 +217,18 @@ impl SourceStore for SqliteStore {
         let Some((version, chunks)) = found else {
             return Ok(false);
         };
-        sqlx::query("DELETE FROM forge_chunks WHERE tenant_id = $1 AND source_id = $2")
-            .bind(tenant)
-            .bind(id.as_str())
-            .execute(&mut *tx)
-            .await
-            .map_err(db_error)?;
-        sqlx::query("DELETE FROM forge_sources WHERE tenant_id = $1 AND id = $2")
-            .bind(tenant)
-            .bind(id.as_str())
-            .execute(&mut *tx)
-            .await
-            .map_err(db_error)?;
+        for statement in [
+            "DELETE FROM forge_chunk_vectors WHERE tenant_id = $1 AND source_id = $2",
+            "DELETE FROM forge_chunks WHERE tenant_id = $1 AND source_id = $2",
+            "DELETE FROM forge_sources WHERE tenant_id = $1 AND id = $2",
+        ] {
+            sqlx::query(statement)
+                .bind(tenant)
+                .bind(id.as_str())
+                .execute(&mut *tx)
+                .await
+                .map_err(db_error)?;
+        }
         let record = rows::deleted(scope, id, actor, self.clock.now(), &version, chunks);
         crate::interactions::audit(&mut tx, &record).await?;
         tx.commit().await.map_err(db_error)?;
@@ -279,5 +287,131 @@ impl SourceStore for SqliteStore {
         .map(chunk_of)
         .collect::<Result<_, _>>()?;
         Ok(out)
+    }
+
+    async fn put_vectors(
+        &self,
+        scope: &Scope,
+        id: &SourceId,
+        version: &str,
+        model: &str,
+        vectors: &[Vec<f32>],
+    ) -> Result<bool, Error> {
+        let tenant = scope.tenant_id().as_str();
+        let mut tx = self.write_tx().await?;
+        let chunks: Option<i64> = sqlx::query_scalar(
+            "SELECT chunks FROM forge_sources WHERE tenant_id = $1 AND id = $2 AND version = $3",
+        )
+        .bind(tenant)
+        .bind(id.as_str())
+        .bind(version)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        let Some(chunks) = chunks else {
+            return Ok(false);
+        };
+        rows::check_vectors(chunks.max(0) as usize, vectors)?;
+        sqlx::query(
+            "DELETE FROM forge_chunk_vectors WHERE tenant_id = $1 AND model = $2 AND source_id = $3",
+        )
+        .bind(tenant)
+        .bind(model)
+        .bind(id.as_str())
+        .execute(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        for (i, v) in vectors.iter().enumerate() {
+            sqlx::query(
+                "INSERT INTO forge_chunk_vectors (tenant_id, model, source_id, idx, version, vector)
+                 VALUES ($1, $2, $3, $4, $5, $6)",
+            )
+            .bind(tenant)
+            .bind(model)
+            .bind(id.as_str())
+            .bind(i as i64)
+            .bind(version)
+            .bind(vector::encode(v))
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error)?;
+        }
+        tx.commit().await.map_err(db_error)?;
+        Ok(true)
+    }
+
+    async fn has_vectors(
+        &self,
+        scope: &Scope,
+        id: &SourceId,
+        version: &str,
+        model: &str,
+    ) -> Result<bool, Error> {
+        sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM forge_chunk_vectors
+             WHERE tenant_id = $1 AND model = $2 AND source_id = $3 AND version = $4)",
+        )
+        .bind(scope.tenant_id().as_str())
+        .bind(model)
+        .bind(id.as_str())
+        .bind(version)
+        .fetch_one(&self.pool)
+        .await
+        .map_err(db_error)
+    }
+
+    async fn nearest(
+        &self,
+        scope: &Scope,
+        allowed: &[SourceId],
+        model: &str,
+        query: &[f32],
+        k: usize,
+    ) -> Result<Vec<SearchHit>, Error> {
+        if allowed.is_empty() || k == 0 {
+            return Ok(vec![]);
+        }
+        let tenant = scope.tenant_id().as_str();
+        let ids = serde_json::to_string(&allowed.iter().map(SourceId::as_str).collect::<Vec<_>>())
+            .map_err(|e| Error::invalid(e.to_string()))?;
+        let mut top = TopK::new(k);
+        // Streamed: the vectors are scored as they arrive, never all held at once.
+        let mut rows = sqlx::query(
+            "SELECT source_id, idx, vector FROM forge_chunk_vectors
+             WHERE tenant_id = $1 AND model = $2 AND source_id IN (SELECT value FROM json_each($3))",
+        )
+        .bind(tenant)
+        .bind(model)
+        .bind(&ids)
+        .fetch(&self.pool);
+        while let Some(r) = rows.try_next().await.map_err(db_error)? {
+            if let Some(score) = vector::dot_encoded(r.get::<&[u8], _>("vector"), query) {
+                top.push(
+                    (
+                        r.get::<String, _>("source_id"),
+                        r.get::<i64, _>("idx") as u32,
+                    ),
+                    score,
+                );
+            }
+        }
+        drop(rows);
+        let top = top.into_sorted();
+        if top.is_empty() {
+            return Ok(vec![]);
+        }
+        let chunks = sqlx::query(
+            "SELECT * FROM forge_chunks WHERE tenant_id = $1 AND (source_id, idx) IN
+             (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each($2))",
+        )
+        .bind(tenant)
+        .bind(rows::keys_json(&top))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(db_error)?
+        .iter()
+        .map(chunk_of)
+        .collect::<Result<Vec<_>, _>>()?;
+        Ok(rows::ordered_hits(top, chunks))
     }
 }

@@ -19,6 +19,7 @@
 
 #![deny(missing_docs)]
 
+pub mod embedding;
 pub mod fixtures;
 pub mod interactions;
 pub mod locks;
@@ -183,6 +184,9 @@ pub const SUITES: &[Suite] = &[
             "deleting_a_source_removes_everything_and_is_audited",
             "retrieval_is_authorized_before_ranking",
             "retention_expires_old_sources_only",
+            "vectors_follow_their_source_version",
+            "nearest_ranks_allowed_chunks_by_similarity",
+            "fused_retrieval_is_authorized_before_ranking",
         ],
     },
 ];
@@ -399,7 +403,8 @@ macro_rules! usage_conformance {
     };
 }
 
-/// Retrieval sources: versions, allowed candidates, isolation, deletion, authorized ranking.
+/// Retrieval sources: versions, allowed candidates, isolation, deletion, authorized ranking,
+/// vectors and fused search.
 #[macro_export]
 macro_rules! sources_conformance {
     ($factory:ty) => {
@@ -407,7 +412,9 @@ macro_rules! sources_conformance {
             sources_round_trip_and_versions, candidates_come_only_from_allowed_sources,
             sources_are_confined_to_their_tenant,
             deleting_a_source_removes_everything_and_is_audited,
-            retrieval_is_authorized_before_ranking, retention_expires_old_sources_only);
+            retrieval_is_authorized_before_ranking, retention_expires_old_sources_only,
+            vectors_follow_their_source_version, nearest_ranks_allowed_chunks_by_similarity,
+            fused_retrieval_is_authorized_before_ranking);
     };
 }
 

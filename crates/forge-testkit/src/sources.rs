@@ -355,3 +355,236 @@ pub async fn retention_expires_old_sources_only<F: StoreFactory>() {
         "a second sweep finds nothing"
     );
 }
+
+const MODEL: &str = "test:model";
+
+/// Vectors belong to one version: a stale version or a wrong count stores nothing, the same text
+/// keeps them, a new version and a deletion drop them, and another tenant cannot reach them.
+pub async fn vectors_follow_their_source_version<F: StoreFactory>() {
+    let s = store::<F>().await;
+    let (a, b) = (scope("tenant-a"), scope("tenant-b"));
+    let v1 = doc("policy", "public", "Refunds are paid within ten days.");
+    s.put_source(&a, &v1).await.expect("put");
+    let one = vec![vec![1.0, 0.0]];
+    assert!(
+        !s.put_vectors(&a, &v1.id, "sha256:stale", MODEL, &one)
+            .await
+            .expect("stale version")
+    );
+    assert!(
+        s.put_vectors(&a, &v1.id, &v1.version, MODEL, &[vec![1.0], vec![1.0]])
+            .await
+            .is_err(),
+        "two vectors for one chunk"
+    );
+    assert!(
+        !s.has_vectors(&a, &v1.id, &v1.version, MODEL)
+            .await
+            .expect("has")
+    );
+    assert!(
+        s.put_vectors(&a, &v1.id, &v1.version, MODEL, &one)
+            .await
+            .expect("put vectors")
+    );
+    assert!(
+        s.has_vectors(&a, &v1.id, &v1.version, MODEL)
+            .await
+            .expect("has")
+    );
+    assert!(
+        !s.has_vectors(&a, &v1.id, &v1.version, "test:other")
+            .await
+            .expect("has"),
+        "vectors are per model"
+    );
+    let near = |sc| {
+        let s = s.clone();
+        let ids = vec![v1.id.clone()];
+        async move {
+            s.nearest(&sc, &ids, MODEL, &[1.0, 0.0], 10)
+                .await
+                .expect("nearest")
+        }
+    };
+    assert_eq!(near(a.clone()).await.len(), 1);
+    // Tenant B reaches nothing of A's, by search or by write.
+    assert!(near(b.clone()).await.is_empty());
+    assert!(
+        !s.has_vectors(&b, &v1.id, &v1.version, MODEL)
+            .await
+            .expect("has")
+    );
+    assert!(
+        !s.put_vectors(&b, &v1.id, &v1.version, MODEL, &one)
+            .await
+            .expect("other tenant")
+    );
+    // The same text keeps the vectors.
+    assert_eq!(
+        s.put_source(&a, &v1).await.expect("put"),
+        PutOutcome::Unchanged
+    );
+    assert!(
+        s.has_vectors(&a, &v1.id, &v1.version, MODEL)
+            .await
+            .expect("has")
+    );
+    // A new version starts without any.
+    let v2 = doc("policy", "public", "Refunds are paid within thirty days.");
+    assert_eq!(
+        s.put_source(&a, &v2).await.expect("put"),
+        PutOutcome::Replaced
+    );
+    assert!(
+        !s.has_vectors(&a, &v1.id, &v1.version, MODEL)
+            .await
+            .expect("has")
+    );
+    assert!(near(a.clone()).await.is_empty(), "old vectors are gone");
+    assert!(
+        s.put_vectors(&a, &v2.id, &v2.version, MODEL, &one)
+            .await
+            .expect("put vectors")
+    );
+    let hits = near(a.clone()).await;
+    assert_eq!(hits.len(), 1);
+    assert_eq!(hits[0].chunk.version, v2.version);
+    assert!(s.delete_source(&a, &v2.id, "alice").await.expect("delete"));
+    assert!(near(a.clone()).await.is_empty(), "deleted with the source");
+}
+
+/// Nearest chunks come from the allowed sources only, ranked by cosine similarity, equal scores
+/// by source id; another model's or another length's vectors are not compared.
+pub async fn nearest_ranks_allowed_chunks_by_similarity<F: StoreFactory>() {
+    let s = store::<F>().await;
+    let a = scope("tenant-a");
+    let docs = [
+        ("d1", vec![1.0, 0.0, 0.0]),
+        ("d2", vec![0.8, 0.6, 0.0]),
+        ("d3", vec![0.0, 0.0, 1.0]),
+        ("d0", vec![1.0, 0.0, 0.0]),
+    ];
+    for (name, v) in &docs {
+        let d = doc(name, "public", &format!("Document {name}."));
+        s.put_source(&a, &d).await.expect("put");
+        assert!(
+            s.put_vectors(&a, &d.id, &d.version, MODEL, std::slice::from_ref(v))
+                .await
+                .expect("vectors")
+        );
+    }
+    let all: Vec<SourceId> = ["d0", "d1", "d2", "d3"].map(id).to_vec();
+    let ranked = |hits: Vec<forge_rag::SearchHit>| {
+        hits.into_iter()
+            .map(|h| {
+                (
+                    h.chunk.source_id.as_str().to_owned(),
+                    (h.score * 100.0).round() as i32,
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    let q = [1.0, 0.0, 0.0];
+    assert_eq!(
+        ranked(s.nearest(&a, &all, MODEL, &q, 10).await.expect("nearest")),
+        [
+            ("d0".to_owned(), 100),
+            ("d1".to_owned(), 100),
+            ("d2".to_owned(), 80),
+            ("d3".to_owned(), 0)
+        ]
+    );
+    assert_eq!(
+        ranked(s.nearest(&a, &all, MODEL, &q, 2).await.expect("nearest")),
+        [("d0".to_owned(), 100), ("d1".to_owned(), 100)]
+    );
+    let some = [id("d2"), id("d3")];
+    assert_eq!(
+        ranked(s.nearest(&a, &some, MODEL, &q, 10).await.expect("nearest")),
+        [("d2".to_owned(), 80), ("d3".to_owned(), 0)],
+        "only allowed sources"
+    );
+    let hit = &s.nearest(&a, &some, MODEL, &q, 1).await.expect("nearest")[0];
+    assert_eq!(hit.chunk.text, "Document d2.", "the hit carries its chunk");
+    assert!(
+        s.nearest(&a, &all, "test:other", &q, 10)
+            .await
+            .expect("nearest")
+            .is_empty()
+    );
+    assert!(
+        s.nearest(&a, &all, MODEL, &[1.0, 0.0], 10)
+            .await
+            .expect("nearest")
+            .is_empty(),
+        "vectors of another length are not compared"
+    );
+    assert!(
+        s.nearest(&a, &[], MODEL, &q, 10)
+            .await
+            .expect("nearest")
+            .is_empty()
+    );
+}
+
+/// With an embedder, search fuses lexical and vector ranks, and still an unreadable source is
+/// neither returned nor able to move an allowed chunk's rank.
+pub async fn fused_retrieval_is_authorized_before_ranking<F: StoreFactory>() {
+    let s = store::<F>().await;
+    let a = scope("tenant-a");
+    let retriever = Retriever::new(s.clone(), Arc::new(DenyRestricted))
+        .with_embedder(Arc::new(crate::embedding::HashingEmbedder::new("fused")));
+    for (name, text) in [
+        (
+            "open",
+            "Quarterly revenue grew. The revenue report is public.",
+        ),
+        ("other", "Costs fell this quarter."),
+        ("third", "The canteen menu changes weekly."),
+    ] {
+        let indexed = retriever
+            .index(&a, &doc(name, "public", text))
+            .await
+            .expect("index");
+        assert_eq!(indexed.outcome, PutOutcome::Created);
+        assert_eq!(indexed.vectors, 1, "{name} is embedded as it is stored");
+    }
+    let before = retriever
+        .find(&a, "revenue quarter", 10)
+        .await
+        .expect("search");
+    assert_eq!(before.degraded, None);
+    assert_eq!(
+        before.hits.first().map(|h| h.chunk.source_id.as_str()),
+        Some("open")
+    );
+    assert!(
+        before
+            .hits
+            .iter()
+            .any(|h| h.chunk.source_id.as_str() == "third"),
+        "vector search ranks chunks without a query word too: {before:?}"
+    );
+    let hidden = doc(
+        "hidden",
+        "restricted",
+        "Revenue revenue revenue: the restricted revenue forecast for the quarter.",
+    );
+    retriever.index(&a, &hidden).await.expect("index");
+    let after = retriever
+        .find(&a, "revenue quarter", 10)
+        .await
+        .expect("search");
+    assert!(
+        after.hits.iter().all(|h| h.chunk.source_id != hidden.id),
+        "{after:?}"
+    );
+    assert_eq!(before, after, "an unreadable source changes no rank");
+    // Indexing the same text again embeds nothing.
+    let again = retriever
+        .index(&a, &doc("other", "public", "Costs fell this quarter."))
+        .await
+        .expect("index");
+    assert_eq!((again.outcome, again.vectors), (PutOutcome::Unchanged, 0));
+}

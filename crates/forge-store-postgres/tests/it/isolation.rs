@@ -14,9 +14,9 @@ use forge_testkit::fixtures::{agent_ref, scope};
 use sqlx::{Connection, PgConnection};
 
 /// Tenant A's rows per table after `seed_tenant_a` (two committed steps: two events).
-const TENANT_A_ROWS: [i64; 10] = [1, 1, 1, 2, 1, 1, 1, 1, 1, 1];
+const TENANT_A_ROWS: [i64; 11] = [1, 1, 1, 2, 1, 1, 1, 1, 1, 1, 1];
 
-const TABLES: [&str; 10] = [
+const TABLES: [&str; 11] = [
     "forge_threads",
     "forge_messages",
     "forge_runs",
@@ -27,6 +27,7 @@ const TABLES: [&str; 10] = [
     "forge_model_calls",
     "forge_sources",
     "forge_chunks",
+    "forge_chunk_vectors",
 ];
 
 /// Tenant A gets a thread, a run (with its job), a committed step with events and a message, and
@@ -154,6 +155,18 @@ async fn seed_tenant_a(store: &PostgresStore, clock: &ManualClock) {
     forge_rag::SourceStore::put_source(store, &a, &source)
         .await
         .unwrap();
+    assert!(
+        forge_rag::SourceStore::put_vectors(
+            store,
+            &a,
+            &source.id,
+            &source.version,
+            "test:model",
+            &[vec![0.6, 0.8]]
+        )
+        .await
+        .unwrap()
+    );
 }
 
 /// Counts every table's rows in one transaction after `setup` statements, as the connected role.
@@ -191,6 +204,7 @@ async fn tamper(conn: &mut PgConnection, setup: &[&str]) -> Vec<u64> {
         "DELETE FROM forge_audit",
         "UPDATE forge_interactions SET status = 'resolved'",
         "DELETE FROM forge_model_calls",
+        "DELETE FROM forge_chunk_vectors",
     ] {
         let mut tx = conn.begin().await.unwrap();
         for s in setup {
@@ -241,12 +255,12 @@ async fn raw_sql_as_the_application_role_sees_only_its_tenant() {
             &["SELECT set_config('forge.tenant_id', 'tenant-b', true)"]
         )
         .await,
-        [0; 10],
+        [0; 11],
         "tenant B sees none"
     );
     assert_eq!(
         counts(&mut conn, &[]).await,
-        [0; 10],
+        [0; 11],
         "no tenant setting sees none"
     );
     assert_eq!(
@@ -255,7 +269,7 @@ async fn raw_sql_as_the_application_role_sees_only_its_tenant() {
             &["SELECT set_config('forge.tenant_id', '', true)"]
         )
         .await,
-        [0; 10]
+        [0; 11]
     );
     assert_eq!(
         tamper(
@@ -263,10 +277,10 @@ async fn raw_sql_as_the_application_role_sees_only_its_tenant() {
             &["SELECT set_config('forge.tenant_id', 'tenant-b', true)"]
         )
         .await,
-        [0; 9],
+        [0; 10],
         "B changes nothing of A's"
     );
-    assert_eq!(tamper(&mut conn, &[]).await, [0; 9]);
+    assert_eq!(tamper(&mut conn, &[]).await, [0; 10]);
 
     // The audit trail is append-only even for its own tenant.
     let a_own = tamper(
@@ -320,12 +334,12 @@ async fn the_application_role_cannot_forge_the_system_scope() {
     for setup in forged {
         assert_eq!(
             counts(&mut conn, setup).await,
-            [0; 10],
+            [0; 11],
             "{setup:?} sees none"
         );
         assert_eq!(
             tamper(&mut conn, setup).await,
-            [0; 9],
+            [0; 10],
             "{setup:?} changes none"
         );
     }
@@ -465,14 +479,14 @@ async fn raw_sql_as_forges_tenant_role_with_another_tenants_jwt_sees_nothing() {
     let a = as_jwt("tenant-a");
     let b = as_jwt("tenant-b");
     assert_eq!(counts(&mut conn, &[&a]).await, TENANT_A_ROWS);
-    assert_eq!(counts(&mut conn, &[&b]).await, [0; 10]);
+    assert_eq!(counts(&mut conn, &[&b]).await, [0; 11]);
     assert_eq!(
         counts(
             &mut conn,
             &["SELECT set_config('role', 'forge_tenant', true)"]
         )
         .await,
-        [0; 10],
+        [0; 11],
         "no claims see none"
     );
     // `anon` (a request without a signed-in user) is refused the tables outright.
@@ -491,7 +505,7 @@ async fn raw_sql_as_forges_tenant_role_with_another_tenants_jwt_sees_nothing() {
         "{err}"
     );
     tx.rollback().await.unwrap();
-    assert_eq!(tamper(&mut conn, &[&b]).await, [0; 9]);
+    assert_eq!(tamper(&mut conn, &[&b]).await, [0; 10]);
     // The tenant may also come from app_metadata, as Supabase auth hooks often put it.
     let meta = "SELECT set_config('role', 'forge_tenant', true), set_config('request.jwt.claims', '{\"app_metadata\":{\"tenant_id\":\"tenant-a\"}}', true)";
     assert_eq!(counts(&mut conn, &[meta]).await, TENANT_A_ROWS);
@@ -679,7 +693,47 @@ async fn a_deleted_source_leaves_its_text_in_no_table() {
     forge_rag::SourceStore::put_source(&store, &a, &source)
         .await
         .unwrap();
+    let vectors = vec![vec![0.6f32, 0.8]; source.chunks.len()];
+    assert!(
+        forge_rag::SourceStore::put_vectors(
+            &store,
+            &a,
+            &source.id,
+            &source.version,
+            "test:model",
+            &vectors
+        )
+        .await
+        .unwrap()
+    );
     let mut conn = PgConnection::connect(&admin).await.unwrap();
+    // Every table keyed by a source: none may keep a row of the deleted one.
+    let keyed: Vec<(String, String)> = sqlx::query_as(
+        "SELECT table_name::text, column_name::text FROM information_schema.columns
+         WHERE table_schema = 'public' AND table_name LIKE 'forge_%'
+           AND (column_name = 'source_id' OR (column_name = 'id' AND table_name = 'forge_sources'))",
+    )
+    .fetch_all(&mut conn)
+    .await
+    .unwrap();
+    assert!(keyed.len() >= 3, "{keyed:?}");
+    async fn rows_of(conn: &mut PgConnection, keyed: &[(String, String)]) -> Vec<(String, i64)> {
+        let mut out = Vec::new();
+        for (table, column) in keyed {
+            let n: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+                "SELECT count(*) FROM {table} WHERE {column} = 'doomed'"
+            )))
+            .fetch_one(&mut *conn)
+            .await
+            .unwrap();
+            out.push((table.clone(), n));
+        }
+        out
+    }
+    assert!(
+        rows_of(&mut conn, &keyed).await.iter().all(|(_, n)| *n > 0),
+        "each source-keyed table holds the source before deletion"
+    );
     let columns: Vec<(String, String)> = sqlx::query_as(
         "SELECT table_name::text, column_name::text FROM information_schema.columns
          WHERE table_schema = 'public' AND data_type IN ('text', 'jsonb', 'json', 'tsvector', 'character varying')",
@@ -721,4 +775,7 @@ async fn a_deleted_source_leaves_its_text_in_no_table() {
         holding(&mut conn, &columns, marker).await,
         Vec::<String>::new()
     );
+    for (table, n) in rows_of(&mut conn, &keyed).await {
+        assert_eq!(n, 0, "{table} keeps rows of the deleted source");
+    }
 }

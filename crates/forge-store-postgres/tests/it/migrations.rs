@@ -41,7 +41,7 @@ async fn up_down_up(flavor: Flavor) {
     let (store, _, admin) = crate::fresh(flavor, Arc::new(ManualClock::at_2026())).await;
     assert_eq!(
         store.applied_migrations().await.unwrap(),
-        [1, 2, 3, 4, 5, 6, 7, 8, 9]
+        [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]
     );
     let first = catalog(&admin, flavor).await;
     for expected in [
@@ -56,6 +56,8 @@ async fn up_down_up(flavor: Flavor) {
         "rls forge_sources enabled=t forced=t",
         "rls forge_chunks enabled=t forced=t",
         "policy forge_chunks.forge_tenant",
+        "rls forge_chunk_vectors enabled=t forced=t",
+        "policy forge_chunk_vectors.forge_tenant",
     ] {
         assert!(
             first.contains(expected),

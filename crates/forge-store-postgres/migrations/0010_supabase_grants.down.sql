@@ -1,0 +1,1 @@
+REVOKE ALL ON forge_chunk_vectors FROM forge_tenant;

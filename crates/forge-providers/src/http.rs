@@ -215,7 +215,10 @@ fn transport(e: &reqwest::Error) -> ModelError {
 }
 
 /// Reads a whole body, at most [`MAX_BODY_BYTES`].
-async fn read_limited(response: reqwest::Response, idle: Duration) -> Result<Vec<u8>, ModelError> {
+pub(crate) async fn read_limited(
+    response: reqwest::Response,
+    idle: Duration,
+) -> Result<Vec<u8>, ModelError> {
     let mut body = Vec::new();
     let mut stream = response.bytes_stream();
     loop {

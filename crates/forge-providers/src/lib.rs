@@ -6,11 +6,13 @@
 //! - [`sse`]: incremental event-stream decoding;
 //! - [`http`]: the HTTP adapter (timeouts, streaming, health check);
 //! - [`retry`]: retries of retryable failures with backoff, jitter and retry-after;
-//! - [`config`]: model strings and the providers file; [`secret`]: credential references.
+//! - [`config`]: model strings and the providers file; [`secret`]: credential references;
+//! - [`embeddings`]: OpenAI-compatible embeddings, the retrieval `Embedder` port's HTTP adapter.
 
 #![deny(missing_docs)]
 
 pub mod config;
+pub mod embeddings;
 pub mod http;
 pub mod retry;
 pub mod scripted;
@@ -19,6 +21,7 @@ pub mod sse;
 pub mod wire;
 
 pub use config::{ConfigError, ProviderKind, ProvidersConfig};
+pub use embeddings::{EmbeddingSettings, OpenAiEmbeddings};
 pub use http::{HttpProvider, HttpSettings, Timeouts};
 pub use retry::{RetryPolicy, Retrying};
 pub use scripted::{Script, ScriptedProvider};

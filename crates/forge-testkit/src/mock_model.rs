@@ -1,7 +1,8 @@
 //! The deterministic OpenAI-compatible mock model server of the benchmark workload
 //! (`shared/bench/WORKLOAD.md`), used by tests and benchmarks.
 //!
-//! `POST /v1/chat/completions` (streamed or not), `GET /v1/models`, `GET /stats`. Stateless: with
+//! `POST /v1/chat/completions` (streamed or not), `POST /v1/embeddings` (the stand-in vectors of
+//! `crate::embedding`), `GET /v1/models`, `GET /stats`. Stateless: with
 //! `t` the number of `tool` messages after the last `user` message, it answers a call of the
 //! `lookup` tool (`call_<t>`, `{"key":"k<t>"}`) while `t < K`, and otherwise the text
 //! `"w0 w1 … w<N-1> "`. `K`, `N`, the delay between text chunks `U` (µs) and a response latency `L`
@@ -191,6 +192,7 @@ fn router(shared: Arc<Shared>) -> Router {
     Router::new()
         .route("/v1/chat/completions", post(chat))
         .route("/v1/models", get(models))
+        .route("/v1/embeddings", post(embeddings))
         .route("/stats", get(stats_handler))
         .with_state(shared)
 }
@@ -218,6 +220,63 @@ async fn models(State(shared): State<Arc<Shared>>) -> Response {
     json_response(
         StatusCode::OK,
         &json!({"object": "list", "data": [{"id": "mock", "object": "model", "owned_by": "forge"}]}),
+    )
+}
+
+/// `POST /v1/embeddings`: [`crate::embedding::hashed`] vectors of each input, in input order —
+/// reversed for the model `mock-embed-reversed` (servers may reorder; `index` says which is
+/// which); the model `mock-embed-unauthorized` is refused with a 401, `mock-embed-limited` with a
+/// 429 and `retry-after: 1`.
+async fn embeddings(State(shared): State<Arc<Shared>>, body: Bytes) -> Response {
+    shared.counters.requests.fetch_add(1, Ordering::Relaxed);
+    if let Some(recorded) = &shared.recorded {
+        recorded
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(body.clone());
+    }
+    let request = serde_json::from_slice::<Value>(&body).unwrap_or(Value::Null);
+    let inputs: Option<Vec<&str>> = match request.get("input") {
+        Some(Value::String(s)) => Some(vec![s.as_str()]),
+        Some(Value::Array(items)) => items.iter().map(Value::as_str).collect(),
+        _ => None,
+    };
+    let Some(inputs) = inputs else {
+        shared.counters.bad.fetch_add(1, Ordering::Relaxed);
+        return json_response(
+            StatusCode::BAD_REQUEST,
+            &json!({"error": {"message": "input must be a string or an array of strings", "type": "invalid_request_error"}}),
+        );
+    };
+    let model = request.get("model").and_then(Value::as_str).unwrap_or("");
+    match model {
+        "mock-embed-unauthorized" => {
+            return json_response(
+                StatusCode::UNAUTHORIZED,
+                &json!({"error": {"message": "Incorrect API key provided", "type": "invalid_request_error", "code": "invalid_api_key"}}),
+            );
+        }
+        "mock-embed-limited" => {
+            return (
+                StatusCode::TOO_MANY_REQUESTS,
+                [(header::RETRY_AFTER, "1")],
+                json!({"error": {"message": "Rate limit reached", "type": "requests", "code": "rate_limit_exceeded"}}).to_string(),
+            )
+                .into_response();
+        }
+        _ => {}
+    }
+    let mut data: Vec<Value> = inputs
+        .iter()
+        .enumerate()
+        .map(|(i, text)| json!({"object": "embedding", "index": i, "embedding": crate::embedding::hashed(text)}))
+        .collect();
+    if model == "mock-embed-reversed" {
+        data.reverse();
+    }
+    json_response(
+        StatusCode::OK,
+        &json!({"object": "list", "model": model, "data": data, "usage": {"prompt_tokens": 0, "total_tokens": 0}}),
     )
 }
 

@@ -2,6 +2,7 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod embeddings;
 mod recorded;
 mod robustness;
 mod scenarios;

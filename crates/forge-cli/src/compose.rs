@@ -46,6 +46,9 @@ pub(crate) struct AccessArgs {
         value_delimiter = ','
     )]
     pub(crate) source_retention: Vec<String>,
+    /// The embedding model retrieval uses.
+    #[command(flatten)]
+    pub(crate) embedder: crate::embedder::EmbedderArgs,
 }
 
 impl AccessArgs {
@@ -109,7 +112,7 @@ impl AccessArgs {
         }
         let authorizer = self.authorizer()?;
         if let Some(sources) = sources {
-            let retriever = forge_rag::Retriever::new(sources, authorizer.clone());
+            let retriever = self.embedder.retriever(sources, authorizer.clone())?;
             builder = builder
                 .tool(Arc::new(forge_rag::SearchDocuments::new(retriever.clone())))?
                 .citations(Arc::new(retriever));

@@ -6,6 +6,7 @@ mod builtin;
 mod compose;
 mod dlq;
 mod effects;
+mod embedder;
 mod interactions;
 mod live;
 mod mcp;

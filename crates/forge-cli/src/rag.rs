@@ -10,9 +10,10 @@ use anyhow::{Context, bail};
 use forge_core::ports::policy::{AllowAll, Authorizer};
 use forge_policy::CedarAuthorizer;
 use forge_rag::ingest::ingest;
-use forge_rag::{Format, PutOutcome, Retriever, SourceId};
+use forge_rag::{Format, PutOutcome, SourceId};
 
 use crate::compose::ScopeArgs;
+use crate::embedder::EmbedderArgs;
 use crate::store::StoreArgs;
 
 /// `forge rag`.
@@ -38,7 +39,10 @@ pub(crate) enum RagCommand {
         /// The source's id.
         id: String,
     },
-    /// Deletes a source: its text, chunks and index entries (audited).
+    /// Computes the vectors sources lack under `--embedder`'s model (after changing models, or
+    /// when embedding failed during ingestion).
+    Embed(Common),
+    /// Deletes a source: its text, chunks, index entries and vectors (audited).
     Delete {
         #[command(flatten)]
         common: Common,
@@ -67,6 +71,8 @@ pub(crate) struct Common {
     store: StoreArgs,
     #[command(flatten)]
     scope: ScopeArgs,
+    #[command(flatten)]
+    embedder: EmbedderArgs,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -137,6 +143,7 @@ pub(crate) async fn run(command: RagCommand) -> anyhow::Result<ExitCode> {
         } => {
             let scope = common.scope.scope()?;
             let sources = crate::store::open(&common.store).await?.sources;
+            let retriever = common.embedder.retriever(sources, Arc::new(AllowAll))?;
             let mut docs = Vec::new();
             for p in &paths {
                 docs.extend(documents(p)?);
@@ -150,7 +157,8 @@ pub(crate) async fn run(command: RagCommand) -> anyhow::Result<ExitCode> {
                 indicatif::ProgressBar::new(docs.len() as u64)
             };
             let started = Instant::now();
-            let (mut created, mut replaced, mut unchanged, mut chunks) = (0, 0, 0, 0);
+            let (mut created, mut replaced, mut unchanged, mut chunks, mut vectors) =
+                (0, 0, 0, 0, 0);
             let mut report = Vec::new();
             for (id, path) in &docs {
                 let raw = std::fs::read_to_string(path)
@@ -165,7 +173,14 @@ pub(crate) async fn run(command: RagCommand) -> anyhow::Result<ExitCode> {
                     serde_json::json!({"path": path.display().to_string()}),
                     &raw,
                 );
-                let outcome = sources.put_source(&scope, &source).await?;
+                let indexed = retriever.index(&scope, &source).await.with_context(|| {
+                    format!(
+                        "{} (stored; `forge rag embed` computes its vectors later)",
+                        source.id
+                    )
+                })?;
+                let outcome = indexed.outcome;
+                vectors += indexed.vectors;
                 match outcome {
                     PutOutcome::Created => created += 1,
                     PutOutcome::Replaced => replaced += 1,
@@ -173,7 +188,7 @@ pub(crate) async fn run(command: RagCommand) -> anyhow::Result<ExitCode> {
                 }
                 chunks += source.chunks.len();
                 report.push(serde_json::json!({
-                    "id": source.id, "version": source.version, "chunks": source.chunks.len(), "outcome": outcome,
+                    "id": source.id, "version": source.version, "chunks": source.chunks.len(), "outcome": outcome, "vectors": indexed.vectors,
                 }));
                 bar.inc(1);
             }
@@ -182,8 +197,12 @@ pub(crate) async fn run(command: RagCommand) -> anyhow::Result<ExitCode> {
             if common.json {
                 println!("{}", serde_json::to_string_pretty(&report)?);
             } else {
+                let embedded = match retriever.embedder() {
+                    Some(e) => format!(", {vectors} vectors ({})", e.model()),
+                    None => String::new(),
+                };
                 println!(
-                    "{} files: {created} new, {replaced} replaced, {unchanged} unchanged; {chunks} chunks in {secs:.2} s ({:.0} chunks/s)",
+                    "{} files: {created} new, {replaced} replaced, {unchanged} unchanged; {chunks} chunks{embedded} in {secs:.2} s ({:.0} chunks/s)",
                     docs.len(),
                     chunks as f64 / secs.max(1e-9)
                 );
@@ -238,6 +257,25 @@ pub(crate) async fn run(command: RagCommand) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        RagCommand::Embed(common) => {
+            let scope = common.scope.scope()?;
+            let sources = crate::store::open(&common.store).await?.sources;
+            let retriever = common.embedder.retriever(sources, Arc::new(AllowAll))?;
+            let Some(e) = retriever.embedder() else {
+                bail!("forge rag embed needs --embedder (local or openai-compatible:MODEL)");
+            };
+            let model = e.model().to_owned();
+            let embedded = retriever.embed_missing(&scope).await?;
+            if common.json {
+                println!(
+                    "{}",
+                    serde_json::json!({"model": model, "embedded": embedded})
+                );
+            } else {
+                println!("{embedded} sources embedded with {model}");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         RagCommand::Delete { common, id } => {
             let scope = common.scope.scope()?;
             let sources = crate::store::open(&common.store).await?.sources;
@@ -265,16 +303,21 @@ pub(crate) async fn run(command: RagCommand) -> anyhow::Result<ExitCode> {
                 }
                 None => Arc::new(AllowAll),
             };
-            let hits = Retriever::new(sources, authorizer)
-                .search(&scope, &query, limit)
+            let found = common
+                .embedder
+                .retriever(sources, authorizer)?
+                .find(&scope, &query, limit)
                 .await?;
             if common.json {
                 println!(
                     "{}",
-                    serde_json::to_string_pretty(&forge_rag::tool::hits_json(&hits))?
+                    serde_json::to_string_pretty(&forge_rag::tool::found_json(&found))?
                 );
             } else {
-                for h in &hits {
+                if let Some(why) = &found.degraded {
+                    eprintln!("warning: {why}");
+                }
+                for h in &found.hits {
                     println!(
                         "{:.3}\t{}@{}\t{}..{}\t{}",
                         h.score,

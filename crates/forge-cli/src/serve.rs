@@ -181,10 +181,11 @@ pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     }
     let mut config = ServerConfig::new(auth);
     config.readiness = readiness;
-    config.retriever = Some(forge_rag::Retriever::new(
-        opened.sources.clone(),
-        args.access.authorizer()?,
-    ));
+    config.retriever = Some(
+        args.access
+            .embedder
+            .retriever(opened.sources.clone(), args.access.authorizer()?)?,
+    );
     config.streams = StreamSettings {
         poll: std::time::Duration::from_millis(args.poll_ms.max(10)),
         ..StreamSettings::default()

@@ -25,6 +25,7 @@ pub mod interactions;
 pub mod locks;
 pub mod mcp_servers;
 pub mod mock_model;
+pub mod models;
 pub mod sources;
 pub mod store;
 pub mod streams;

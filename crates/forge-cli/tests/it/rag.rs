@@ -7,9 +7,10 @@ use std::process::{Command, Output};
 
 use crate::text;
 
-fn workdir() -> PathBuf {
-    let dir =
-        PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("rag-{}", std::process::id()));
+/// A fresh directory for the test `name` (tests of one binary run concurrently).
+fn workdir(name: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("rag-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(dir.join("docs/policies")).unwrap();
     dir
@@ -30,7 +31,7 @@ fn json(out: &Output) -> serde_json::Value {
 
 #[test]
 fn documents_are_ingested_searched_by_label_and_deleted() {
-    let dir = workdir();
+    let dir = workdir("ingest");
     std::fs::write(
         dir.join("docs/leave.md"),
         "# Leave\n\nAnnual leave is twenty five days.",
@@ -168,4 +169,63 @@ fn documents_are_ingested_searched_by_label_and_deleted() {
         text(&out.stdout)
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// With `--embedder local`, ingestion stores vectors and search finds a paraphrase that shares
+/// no word with its passage, which lexical search cannot; `rag embed` fills in what was ingested
+/// without an embedder.
+#[test]
+fn the_local_model_finds_paraphrases_and_backfills() {
+    let dir = workdir("local-model");
+    let model = forge_testkit::models::minilm_dir();
+    let local = format!("local:{}", model.display());
+    std::fs::write(
+        dir.join("docs/expenses.txt"),
+        "Expense reports are reimbursed at the end of each month.",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("docs/pets.txt"),
+        "Our office welcomes dogs on Fridays.",
+    )
+    .unwrap();
+    let out = forge_in(&dir, &["rag", "ingest", "docs/pets.txt"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = forge_in(
+        &dir,
+        &["rag", "ingest", "docs/expenses.txt", "--embedder", &local],
+    );
+    assert!(
+        text(&out.stdout).contains("1 vectors (local:all-MiniLM-L6-v2)"),
+        "{}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    let backfill = json(&forge_in(
+        &dir,
+        &["rag", "embed", "--json", "--embedder", &local],
+    ));
+    assert_eq!(backfill["embedded"], 1, "only the source without vectors");
+    let query = "When do I get my money back for business costs?";
+    let lexical = json(&forge_in(&dir, &["rag", "search", "--json", query]));
+    assert!(
+        lexical["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r["source_id"] != "expenses.txt"),
+        "no shared word: {lexical}"
+    );
+    let semantic = json(&forge_in(
+        &dir,
+        &["rag", "search", "--json", "--embedder", &local, query],
+    ));
+    assert_eq!(
+        semantic["results"][0]["source_id"], "expenses.txt",
+        "{semantic}"
+    );
+    assert!(semantic.get("warning").is_none());
+    let refused = forge_in(&dir, &["rag", "search", "--embedder", "bogus", query]);
+    assert!(!refused.status.success());
+    assert!(text(&refused.stderr).contains("expected none, local"));
 }

@@ -175,7 +175,27 @@ pub(crate) async fn open_both(
             );
             (store.clone(), store, Guard::Db(db))
         }
-        other => bail!("--store must be memory, sqlite or postgres, not {other:?}"),
+        "pgvector" => {
+            let server =
+                forge_store_postgres::testing::pgvector_admin_url().map_err(anyhow::Error::msg)?;
+            let db = forge_store_postgres::testing::TestDatabase::create_on(
+                &server,
+                forge_store_postgres::testing::Flavor::Plain,
+            )
+            .await
+            .map_err(anyhow::Error::msg)?;
+            db.install_pgvector().await.map_err(anyhow::Error::msg)?;
+            let store = Arc::new(
+                forge_store_postgres::PostgresStore::connect(
+                    db.url(),
+                    forge_store_postgres::Mode::Rls,
+                )
+                .await?,
+            );
+            anyhow::ensure!(store.uses_pgvector(), "the store did not see pgvector");
+            (store.clone(), store, Guard::Db(db))
+        }
+        other => bail!("--store must be memory, sqlite, postgres or pgvector, not {other:?}"),
     })
 }
 

@@ -2,6 +2,12 @@
 //! chunks, on one store. Documents are deterministic pseudo-random text over a 5,000-word
 //! vocabulary with a Zipf-like skew; queries are three words of middling frequency. Every source
 //! is readable (the policy check per source is part of the measured query path).
+//!
+//! With `--vectors DIMS`, every chunk also gets a pseudo-random unit vector of that length (the
+//! scan's cost does not depend on what the vectors mean, and a real model would take hours to
+//! embed 100,000 chunks here), and nearest-chunk search is measured on its own: the store's
+//! exact top 5 over every allowed source — brute force in the adapter, or pgvector's operator
+//! with `--store pgvector`.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -16,7 +22,8 @@ use crate::percentile;
 /// `forge-bench rag`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct RagArgs {
-    /// sqlite, postgres or memory.
+    /// sqlite, postgres, pgvector (a PostgreSQL with the extension, started by
+    /// `forge-store-postgres/pgvector/start.sh`) or memory.
     #[arg(long)]
     store: String,
     /// Chunk counts to measure at, comma separated (each on a fresh store).
@@ -25,7 +32,13 @@ pub(crate) struct RagArgs {
     /// Queries per measurement.
     #[arg(long, default_value_t = 200)]
     queries: usize,
+    /// Also store a vector of this length per chunk and measure nearest-chunk search (0: none).
+    #[arg(long, default_value_t = 0)]
+    vectors: usize,
 }
+
+/// The model name the benchmark's vectors are stored under.
+const MODEL: &str = "bench:random";
 
 /// A small deterministic generator (xorshift).
 struct Rng(u64);
@@ -36,6 +49,15 @@ impl Rng {
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;
         self.0
+    }
+
+    /// A pseudo-random unit vector of `dims` components.
+    fn unit(&mut self, dims: usize) -> Vec<f32> {
+        let mut v: Vec<f32> = (0..dims)
+            .map(|_| (self.next() % 2_000_001) as f32 / 1_000_000.0 - 1.0)
+            .collect();
+        forge_rag::vector::normalize(&mut v);
+        v
     }
 
     /// A word index skewed toward small indexes.
@@ -86,8 +108,10 @@ fn document(rng: &mut Rng, vocab: &[String], chunks: usize) -> String {
 pub(crate) async fn run(args: RagArgs) -> anyhow::Result<()> {
     let vocab = vocabulary();
     let scope = Scope::parse("bench", "bench", &[])?;
-    println!("| store | chunks | ingest chunks/s | query p50 ms | query p99 ms |");
-    println!("| --- | --- | --- | --- | --- |");
+    println!(
+        "| store | chunks | ingest chunks/s | query p50 ms | query p99 ms | nearest p50 ms | nearest p99 ms |"
+    );
+    println!("| --- | --- | --- | --- | --- | --- | --- |");
     for &total in &args.chunks {
         let (_, store, _guard) = crate::open_both(&args.store).await?;
         let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
@@ -107,10 +131,20 @@ pub(crate) async fn run(args: RagArgs) -> anyhow::Result<()> {
             );
             stored += source.chunks.len();
             store.put_source(&scope, &source).await?;
+            if args.vectors > 0 {
+                let vectors: Vec<Vec<f32>> = source
+                    .chunks
+                    .iter()
+                    .map(|_| rng.unit(args.vectors))
+                    .collect();
+                store
+                    .put_vectors(&scope, &source.id, &source.version, MODEL, &vectors)
+                    .await?;
+            }
             n += 1;
         }
         let ingest_rate = stored as f64 / started.elapsed().as_secs_f64();
-        let retriever = Retriever::new(store, Arc::new(AllowAll));
+        let retriever = Retriever::new(store.clone(), Arc::new(AllowAll));
         let mut times: Vec<Duration> = Vec::with_capacity(args.queries);
         for _ in 0..args.queries {
             // Words of middling frequency: ranks 50..1050.
@@ -123,18 +157,48 @@ pub(crate) async fn run(args: RagArgs) -> anyhow::Result<()> {
             std::hint::black_box(hits);
         }
         times.sort();
+        let mut nearest: Vec<Duration> = Vec::new();
+        if args.vectors > 0 {
+            for _ in 0..args.queries {
+                let q = rng.unit(args.vectors);
+                let t = Instant::now();
+                // What `Retriever::find` does for the vector half: list, authorize, then scan.
+                let allowed: Vec<SourceId> = store
+                    .source_refs(&scope)
+                    .await?
+                    .into_iter()
+                    .map(|r| r.id)
+                    .collect();
+                let hits = store.nearest(&scope, &allowed, MODEL, &q, 5).await?;
+                nearest.push(t.elapsed());
+                anyhow::ensure!(hits.len() == 5, "nearest found {} chunks", hits.len());
+            }
+            nearest.sort();
+        }
         let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+        let near = |p: f64| {
+            if nearest.is_empty() {
+                "-".to_owned()
+            } else {
+                format!("{:.2}", ms(percentile(&nearest, p)))
+            }
+        };
         println!(
-            "| {} | {stored} | {ingest_rate:.0} | {:.2} | {:.2} |",
+            "| {} | {stored} | {ingest_rate:.0} | {:.2} | {:.2} | {} | {} |",
             args.store,
             ms(percentile(&times, 0.5)),
-            ms(percentile(&times, 0.99))
+            ms(percentile(&times, 0.99)),
+            near(0.5),
+            near(0.99)
         );
         eprintln!(
             "{}",
             serde_json::json!({"bench": "rag", "store": args.store, "chunks": stored,
+                "vector_dims": args.vectors,
                 "ingest_chunks_per_s": ingest_rate, "query_p50_ms": ms(percentile(&times, 0.5)),
-                "query_p99_ms": ms(percentile(&times, 0.99))})
+                "query_p99_ms": ms(percentile(&times, 0.99)),
+                "nearest_p50_ms": (!nearest.is_empty()).then(|| ms(percentile(&nearest, 0.5))),
+                "nearest_p99_ms": (!nearest.is_empty()).then(|| ms(percentile(&nearest, 0.99)))})
         );
     }
     Ok(())

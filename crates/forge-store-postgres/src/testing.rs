@@ -5,6 +5,9 @@
 //! `postgres://postgres@127.0.0.1:5432/postgres`. The administrator only creates roles and
 //! databases; every query under test runs as the application role.
 //!
+//! The pgvector path runs on a second server with that extension: `FORGE_TEST_PGVECTOR_URL`, or
+//! the throwaway one `pgvector/start.sh` starts on 127.0.0.1:55433 (see [`pgvector_admin_url`]).
+//!
 //! A Supabase database is imitated by what Supabase's Postgres provides and Forge relies on: the
 //! roles `anon`, `authenticated` and `service_role` (the last with `BYPASSRLS`), a login role that
 //! may switch to them (like Supabase's `authenticator`), and `auth.jwt()` / `auth.uid()` /
@@ -36,6 +39,35 @@ pub fn admin_url() -> String {
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
 }
 
+/// The administrator URL of a PostgreSQL server with the pgvector extension available:
+/// `FORGE_TEST_PGVECTOR_URL`, else the throwaway server `pgvector/start.sh` starts (once per
+/// process; it downloads PostgreSQL 16 with pgvector from PyPI the first time).
+pub fn pgvector_admin_url() -> Result<String, String> {
+    static STARTED: std::sync::OnceLock<Result<String, String>> = std::sync::OnceLock::new();
+    if let Ok(url) = std::env::var("FORGE_TEST_PGVECTOR_URL") {
+        return Ok(url);
+    }
+    STARTED
+        .get_or_init(|| {
+            let script = concat!(env!("CARGO_MANIFEST_DIR"), "/pgvector/start.sh");
+            let out = std::process::Command::new("bash")
+                .arg(script)
+                .output()
+                .map_err(|e| format!("could not run {script}: {e}"))?;
+            if !out.status.success() {
+                return Err(format!(
+                    "{script} could not start PostgreSQL with pgvector (it needs python3, pip and \
+                     PyPI): {}\nset FORGE_TEST_PGVECTOR_URL to an administrator URL of a server \
+                     with pgvector instead",
+                    String::from_utf8_lossy(&out.stderr).trim()
+                ));
+            }
+            let port = std::env::var("FORGE_PGVECTOR_PORT").unwrap_or_else(|_| "55433".into());
+            Ok(format!("postgres://postgres@127.0.0.1:{port}/postgres"))
+        })
+        .clone()
+}
+
 fn unreachable(url: &str, e: impl std::fmt::Display) -> String {
     format!(
         "PostgreSQL is not reachable at {url}: {e}\nstart it with `pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start` \
@@ -49,13 +81,20 @@ pub struct TestDatabase {
     name: String,
     url: String,
     admin: String,
+    /// The server's administrator URL (its `postgres` database), which drops this one.
+    server: String,
 }
 
 impl TestDatabase {
     /// Creates an empty database owned by the flavor's login role (for [`Flavor::Plain`], with
     /// `forge_system` and its functions provisioned, as an administrator does before Forge starts).
     pub async fn create(flavor: Flavor) -> Result<Self, String> {
-        let db = Self::create_unprovisioned(flavor).await?;
+        Self::create_on(&admin_url(), flavor).await
+    }
+
+    /// Like [`TestDatabase::create`], on the server of the administrator URL `server`.
+    pub async fn create_on(server: &str, flavor: Flavor) -> Result<Self, String> {
+        let db = Self::create_unprovisioned_on(server, flavor).await?;
         if flavor == Flavor::Plain {
             crate::provision_system(&db.admin, APP_ROLE)
                 .await
@@ -67,7 +106,11 @@ impl TestDatabase {
     /// Like [`TestDatabase::create`], without the system functions an administrator provisions
     /// for RLS mode (the cluster-wide role `forge_system` may exist).
     pub async fn create_unprovisioned(flavor: Flavor) -> Result<Self, String> {
-        let admin = admin_url();
+        Self::create_unprovisioned_on(&admin_url(), flavor).await
+    }
+
+    async fn create_unprovisioned_on(server: &str, flavor: Flavor) -> Result<Self, String> {
+        let admin = server.to_owned();
         let mut conn = PgConnection::connect(&admin)
             .await
             .map_err(|e| unreachable(&admin, e))?;
@@ -89,6 +132,7 @@ impl TestDatabase {
             admin: database_url(&admin, &name),
             name,
             url,
+            server: admin,
         };
         if flavor == Flavor::Supabase {
             let mut conn = PgConnection::connect(&db.admin)
@@ -121,11 +165,21 @@ impl TestDatabase {
     pub fn name(&self) -> &str {
         &self.name
     }
+
+    /// Installs the pgvector extension in this database (as its administrator, before Forge
+    /// connects), as an operator does where the server has it.
+    pub async fn install_pgvector(&self) -> Result<(), String> {
+        let mut conn = PgConnection::connect(&self.admin)
+            .await
+            .map_err(|e| unreachable(&self.admin, e))?;
+        exec(&mut conn, "CREATE EXTENSION IF NOT EXISTS vector").await?;
+        conn.close().await.map_err(|e| e.to_string())
+    }
 }
 
 impl Drop for TestDatabase {
     fn drop(&mut self) {
-        let (admin, name) = (admin_url(), self.name.clone());
+        let (admin, name) = (self.server.clone(), self.name.clone());
         // Drop runs outside any async context we can rely on; use a thread with its own runtime.
         let dropped = std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread()

@@ -39,7 +39,26 @@ pub(crate) async fn fresh(
     (store.with_guard(db), url, admin)
 }
 
-struct Postgres;
+/// A store on a fresh database of the pgvector server, with the extension installed, so that
+/// nearest-chunk search runs in PostgreSQL.
+async fn fresh_pgvector(clock: Arc<ManualClock>) -> PostgresStore {
+    let server =
+        forge_store_postgres::testing::pgvector_admin_url().unwrap_or_else(|e| panic!("{e}"));
+    let db = TestDatabase::create_on(&server, Flavor::Plain)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    db.install_pgvector()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let store =
+        PostgresStore::connect_with(db.url(), Mode::Rls, clock, Arc::new(SequentialIds::new()))
+            .await
+            .unwrap_or_else(|e| panic!("failed to connect: {e}"));
+    assert!(store.uses_pgvector(), "the store did not see pgvector");
+    store.with_guard(db)
+}
+
+pub(crate) struct Postgres;
 
 impl forge_testkit::StoreFactory for Postgres {
     type Store = PostgresStore;
@@ -65,6 +84,22 @@ impl forge_testkit::LeaseFactory for Postgres {
     async fn make(clock: Arc<ManualClock>) -> Arc<PostgresStore> {
         Arc::new(fresh(Flavor::Plain, clock).await.0)
     }
+}
+
+struct Pgvector;
+
+impl forge_testkit::StoreFactory for Pgvector {
+    type Store = PostgresStore;
+
+    async fn make(clock: Arc<ManualClock>) -> Arc<PostgresStore> {
+        Arc::new(fresh_pgvector(clock).await)
+    }
+}
+
+/// The retrieval suite again where nearest-chunk search is pgvector's, not the adapter's.
+mod pgvector_mode {
+    use super::*;
+    forge_testkit::sources_conformance!(Pgvector);
 }
 
 mod rls_mode {

@@ -1,6 +1,7 @@
-//! `forge runs list | show | events`: what an operator needs to see a run without SQL — a
+//! `forge runs list | show | events | erase`: what an operator needs to see a run without SQL — a
 //! tenant's runs by state and thread, one run's detail (lease, job, interactions, failure), and its
-//! committed events, printed as `forge run` prints them (or as JSON lines).
+//! committed events, printed as `forge run` prints them (or as JSON lines) — and to erase an
+//! ended run or a whole thread (`forge_core::ports::erasure`), audited.
 
 use std::process::ExitCode;
 
@@ -56,6 +57,27 @@ pub(crate) enum RunsCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Erases an ended run, or with `--thread` a thread and all its runs: messages, events,
+    /// approvals, questions, jobs (and the thread's session state). Model calls stay in the
+    /// tenant's usage, unlinked. Audited as `run.erased` / `thread.erased` by `--actor`.
+    Erase {
+        #[command(flatten)]
+        store: StoreArgs,
+        #[command(flatten)]
+        tenant: TenantArg,
+        /// The run.
+        #[arg(required_unless_present = "thread", conflicts_with = "thread")]
+        run: Option<RunId>,
+        /// The thread, instead of one run.
+        #[arg(long)]
+        thread: Option<ThreadId>,
+        /// Who erases, for the audit trail.
+        #[arg(long, default_value = "operator")]
+        actor: String,
+        /// Print what was removed as JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// Whose runs: operators read one tenant at a time.
@@ -68,9 +90,13 @@ pub(crate) struct TenantArg {
 
 impl TenantArg {
     fn scope(&self) -> anyhow::Result<Scope> {
+        self.scope_of("operator")
+    }
+
+    fn scope_of(&self, principal: &str) -> anyhow::Result<Scope> {
         Ok(Scope::new(
             TenantId::new(self.tenant.clone())?,
-            PrincipalId::new("operator")?,
+            PrincipalId::new(principal)?,
             vec![],
         ))
     }
@@ -180,6 +206,40 @@ pub(crate) async fn runs(command: RunsCommand) -> anyhow::Result<ExitCode> {
                 }
             }
             printer.finish();
+        }
+        RunsCommand::Erase {
+            store,
+            tenant,
+            run,
+            thread,
+            actor,
+            json,
+        } => {
+            use forge_core::ports::erasure::Erase;
+            let store = store::open(&store).await?.store;
+            let target = match (run, thread) {
+                (Some(run), _) => Erase::Run(run),
+                (None, Some(thread)) => Erase::Thread(thread),
+                (None, None) => anyhow::bail!("name a run, or a thread with --thread"),
+            };
+            let erased = store
+                .erase(&tenant.scope_of(&actor)?, target, &actor)
+                .await?;
+            if json {
+                println!("{}", serde_json::to_string(&erased)?);
+            } else {
+                println!(
+                    "erased {}: {} runs, {} messages, {} events, {} interactions, {} jobs; \
+                     {} model calls kept in the usage totals, unlinked",
+                    target.subject(),
+                    erased.runs,
+                    erased.messages,
+                    erased.events,
+                    erased.interactions,
+                    erased.jobs,
+                    erased.model_calls_unlinked
+                );
+            }
         }
     }
     Ok(ExitCode::SUCCESS)

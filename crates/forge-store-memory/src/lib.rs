@@ -6,6 +6,7 @@
 
 #![deny(missing_docs)]
 
+mod erasure;
 mod interactions;
 mod locks;
 mod queue;

@@ -46,6 +46,11 @@ impl JobRow {
         }
     }
 
+    /// The run it executes.
+    pub(crate) fn run_id(&self) -> RunId {
+        self.run_id
+    }
+
     /// Whether this is a job of `run` waiting to be claimed. A claimed job does not count: its
     /// worker parked the run and is about to complete it without looking again.
     pub(crate) fn is_live_for(&self, run: RunId) -> bool {

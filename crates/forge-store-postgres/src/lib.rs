@@ -23,6 +23,7 @@
 
 #![deny(missing_docs)]
 
+mod erasure;
 mod interactions;
 mod locks;
 mod migrate;

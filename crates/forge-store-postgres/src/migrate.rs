@@ -172,8 +172,28 @@ const SUPABASE_CHUNK_VECTORS: Migration = Migration {
     ),
 };
 
+const ERASURE: Migration = Migration {
+    version: 11,
+    name: "erasure",
+    up: include_str!("../migrations/0011_erasure.up.sql"),
+    down: include_str!("../migrations/0011_erasure.down.sql"),
+};
+
+const SUPABASE_ERASURE: Migration = Migration {
+    version: 11,
+    name: "supabase_erasure",
+    up: concat!(
+        include_str!("../migrations/0011_erasure.up.sql"),
+        include_str!("../migrations/0011_supabase_grants.up.sql")
+    ),
+    down: concat!(
+        include_str!("../migrations/0011_supabase_grants.down.sql"),
+        include_str!("../migrations/0011_erasure.down.sql")
+    ),
+};
+
 /// The migrations of a mode, in order.
-pub fn migrations(mode: Mode) -> [Migration; 10] {
+pub fn migrations(mode: Mode) -> [Migration; 11] {
     match mode {
         Mode::Rls => [
             TABLES,
@@ -186,6 +206,7 @@ pub fn migrations(mode: Mode) -> [Migration; 10] {
             RLS_SYSTEM_ROLE,
             SOURCES,
             CHUNK_VECTORS,
+            ERASURE,
         ],
         Mode::Supabase => [
             TABLES,
@@ -198,6 +219,7 @@ pub fn migrations(mode: Mode) -> [Migration; 10] {
             SUPABASE_SYSTEM_ROLE,
             SUPABASE_SOURCES,
             SUPABASE_CHUNK_VECTORS,
+            SUPABASE_ERASURE,
         ],
     }
 }

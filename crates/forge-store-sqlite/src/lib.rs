@@ -8,6 +8,7 @@
 
 #![deny(missing_docs)]
 
+mod erasure;
 mod interactions;
 mod migrate;
 mod queue;

@@ -63,6 +63,12 @@ pub const MIGRATIONS: &[Migration] = &[
         up: include_str!("../migrations/0007_chunk_vectors.up.sql"),
         down: include_str!("../migrations/0007_chunk_vectors.down.sql"),
     },
+    Migration {
+        version: 8,
+        name: "erasure",
+        up: include_str!("../migrations/0008_erasure.up.sql"),
+        down: include_str!("../migrations/0008_erasure.down.sql"),
+    },
 ];
 
 const LEDGER: &str = "CREATE TABLE IF NOT EXISTS forge_schema_migrations (

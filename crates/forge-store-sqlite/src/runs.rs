@@ -19,7 +19,7 @@ use sqlx::{Sqlite, Transaction};
 use crate::SqliteStore;
 use crate::rows::{self, db_error, i64_of, to_json};
 
-const RUN_COLUMNS: &str = "id, tenant_id, principal_id, thread_id, agent_name, agent_version, status, waiting_for, \
+pub(crate) const RUN_COLUMNS: &str = "id, tenant_id, principal_id, thread_id, agent_name, agent_version, status, waiting_for, \
     version, last_seq, checkpoint, failure, lease_holder, lease_token, lease_expires_at, fence, cancel_requested, created_at, updated_at, input, role_ids";
 
 impl SqliteStore {

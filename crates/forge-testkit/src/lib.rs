@@ -20,6 +20,7 @@
 #![deny(missing_docs)]
 
 pub mod embedding;
+pub mod erasure;
 pub mod fixtures;
 pub mod interactions;
 pub mod locks;
@@ -48,6 +49,7 @@ pub trait StoreFactory: Send + Sync + 'static {
         + forge_core::ports::audit::AuditLog
         + forge_core::ports::interaction::InteractionStore
         + forge_core::ports::usage::UsageLedger
+        + forge_core::ports::erasure::DataErasure
         + forge_rag::SourceStore
         + 'static;
 
@@ -176,6 +178,16 @@ pub const SUITES: &[Suite] = &[
         ],
     },
     Suite {
+        name: "erasure",
+        macro_name: "erasure_conformance",
+        scenarios: &[
+            "erasing_a_thread_removes_its_runs_and_keeps_usage_totals",
+            "erasing_a_run_leaves_the_rest_of_its_thread",
+            "a_run_that_has_not_ended_cannot_be_erased",
+            "erasure_is_confined_to_its_tenant",
+        ],
+    },
+    Suite {
         name: "sources",
         macro_name: "sources_conformance",
         scenarios: &[
@@ -211,6 +223,7 @@ pub const ADAPTERS: &[(&str, &str, &[&str])] = &[
             "isolation",
             "interactions",
             "usage",
+            "erasure",
             "sources",
         ],
     ),
@@ -227,6 +240,7 @@ pub const ADAPTERS: &[(&str, &str, &[&str])] = &[
             "isolation",
             "interactions",
             "usage",
+            "erasure",
             "sources",
         ],
     ),
@@ -244,9 +258,11 @@ pub const ADAPTERS: &[(&str, &str, &[&str])] = &[
             "isolation",
             "interactions",
             "usage",
+            "erasure",
             "sources",
         ],
     ),
+    ("forge-store-postgres", "Pgvector", &["sources"]),
     (
         "forge-store-postgres",
         "Supabase",
@@ -260,6 +276,7 @@ pub const ADAPTERS: &[(&str, &str, &[&str])] = &[
             "isolation",
             "interactions",
             "usage",
+            "erasure",
             "sources",
         ],
     ),
@@ -404,6 +421,18 @@ macro_rules! usage_conformance {
     };
 }
 
+/// Erasure of threads and runs: everything removed, usage kept unlinked, audited, refused while
+/// a run is live, confined to the tenant.
+#[macro_export]
+macro_rules! erasure_conformance {
+    ($factory:ty) => {
+        $crate::__conformance_suite!(erasure_conformance, "erasure", erasure, $factory;
+            erasing_a_thread_removes_its_runs_and_keeps_usage_totals,
+            erasing_a_run_leaves_the_rest_of_its_thread,
+            a_run_that_has_not_ended_cannot_be_erased, erasure_is_confined_to_its_tenant);
+    };
+}
+
 /// Retrieval sources: versions, allowed candidates, isolation, deletion, authorized ranking,
 /// vectors and fused search.
 #[macro_export]
@@ -432,6 +461,7 @@ macro_rules! store_conformance {
         $crate::isolation_conformance!($factory);
         $crate::interactions_conformance!($factory);
         $crate::usage_conformance!($factory);
+        $crate::erasure_conformance!($factory);
         $crate::sources_conformance!($factory);
     };
 }

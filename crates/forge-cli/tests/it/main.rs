@@ -487,6 +487,38 @@ mod stores {
         );
         let out = forge(&["runs", "events", "--store", &url, "--json", &done]);
         assert!(text(&out.stdout).lines().count() > 3);
+
+        // Erasure: a queued run is refused, the completed one goes, and it is audited.
+        let out = forge(&["runs", "erase", "--store", &url, &queued]);
+        assert!(!out.status.success());
+        assert!(
+            text(&out.stderr).contains("busy with run"),
+            "{}",
+            text(&out.stderr)
+        );
+        let out = forge(&[
+            "runs", "erase", "--store", &url, "--json", "--actor", "dpo", &done,
+        ]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let erased: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(erased["runs"], 1);
+        assert_eq!(
+            erased["messages"], 4,
+            "input, call, result, answer: {erased}"
+        );
+        assert_eq!(erased["model_calls_unlinked"], 2);
+        let out = forge(&["runs", "show", "--store", &url, &done]);
+        assert!(!out.status.success(), "the erased run is gone");
+        let out = forge(&["runs", "list", "--store", &url]);
+        assert_eq!(text(&out.stdout).lines().count(), 1);
+        let out = forge(&[
+            "audit", "list", "--store", &url, "--tenant", "local", "--json",
+        ]);
+        let audit = text(&out.stdout);
+        assert!(
+            audit.contains("run.erased") && audit.contains("\"dpo\""),
+            "{audit}"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -3,6 +3,7 @@
 
 pub mod audit;
 pub mod citation;
+pub mod erasure;
 pub mod interaction;
 pub mod lease;
 pub mod live;

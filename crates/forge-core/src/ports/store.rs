@@ -216,6 +216,7 @@ pub trait Store:
     + crate::ports::audit::AuditLog
     + crate::ports::interaction::InteractionStore
     + crate::ports::usage::UsageLedger
+    + crate::ports::erasure::DataErasure
 {
 }
 
@@ -226,6 +227,7 @@ impl<
         + crate::ports::audit::AuditLog
         + crate::ports::interaction::InteractionStore
         + crate::ports::usage::UsageLedger
+        + crate::ports::erasure::DataErasure
         + ?Sized,
 > Store for T
 {

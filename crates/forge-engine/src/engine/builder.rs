@@ -10,6 +10,7 @@ pub struct EngineBuilder {
     interactions: Option<Arc<dyn InteractionStore>>,
     ledger: Option<Arc<dyn UsageLedger>>,
     audit: Option<Arc<dyn forge_core::ports::audit::AuditLog>>,
+    erasure: Option<Arc<dyn forge_core::ports::erasure::DataErasure>>,
     prices: Prices,
     quotas: Quotas,
     approval_rule: Option<Arc<dyn ApprovalRule>>,
@@ -35,11 +36,13 @@ impl EngineBuilder {
             + InteractionStore
             + UsageLedger
             + forge_core::ports::audit::AuditLog
+            + forge_core::ports::erasure::DataErasure
             + 'static,
     >(
         mut self,
         store: Arc<S>,
     ) -> Self {
+        self.erasure = Some(store.clone());
         self.threads = Some(store.clone());
         self.runs = Some(store.clone());
         self.interactions = Some(store.clone());
@@ -50,6 +53,7 @@ impl EngineBuilder {
 
     /// Uses a configuration-chosen store for thread, run and interaction storage.
     pub fn dyn_store(mut self, store: Arc<dyn forge_core::ports::store::Store>) -> Self {
+        self.erasure = Some(store.clone());
         self.threads = Some(store.clone());
         self.runs = Some(store.clone());
         self.interactions = Some(store.clone());
@@ -232,6 +236,7 @@ impl EngineBuilder {
                 .interactions
                 .ok_or(EngineError::Incomplete("interaction store"))?,
             ledger: self.ledger.ok_or(EngineError::Incomplete("usage ledger"))?,
+            erasure: self.erasure.ok_or(EngineError::Incomplete("erasure"))?,
             prices: self.prices,
             quotas: self.quotas,
             approval_rule: self.approval_rule,

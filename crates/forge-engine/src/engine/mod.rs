@@ -104,6 +104,7 @@ pub struct Engine {
     pub(crate) interactions: Arc<dyn InteractionStore>,
     pub(crate) ledger: Arc<dyn UsageLedger>,
     pub(crate) audit: Option<Arc<dyn forge_core::ports::audit::AuditLog>>,
+    pub(crate) erasure: Arc<dyn forge_core::ports::erasure::DataErasure>,
     pub(crate) prices: Prices,
     pub(crate) quotas: Quotas,
     pub(crate) approval_rule: Option<Arc<dyn ApprovalRule>>,
@@ -236,6 +237,20 @@ impl Engine {
             }
         }
         Ok(self.runs.create_run(scope, new).await?)
+    }
+
+    /// Erases a thread or a run of the caller's tenant with everything recorded about it,
+    /// audited with the caller as actor (`forge_core::ports::erasure`). Who may erase is the
+    /// caller's to decide (the server asks for the role `admin`).
+    pub async fn erase(
+        &self,
+        scope: &Scope,
+        target: forge_core::ports::erasure::Erase,
+    ) -> Result<forge_core::ports::erasure::Erased, EngineError> {
+        Ok(self
+            .erasure
+            .erase(scope, target, scope.principal_id().as_str())
+            .await?)
     }
 
     /// One run's metered model calls (reservation, settlement, cost), oldest first.

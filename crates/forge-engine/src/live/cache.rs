@@ -116,6 +116,26 @@ impl LogCache {
         }
     }
 
+    /// Drops what is held of `runs` (of `tenant`), after they were erased. A tail a reader
+    /// holds at this moment stays until it is dropped for the budget; its reader finds the run
+    /// gone in the store.
+    pub fn forget(&self, tenant: &TenantId, runs: &[RunId]) {
+        let mut held = self.runs.lock().unwrap_or_else(|p| p.into_inner());
+        for run in runs {
+            let key = (tenant.clone(), *run);
+            let idle = held
+                .get(&key)
+                .is_some_and(|t| Arc::strong_count(t) == 1 && t.try_lock().is_ok());
+            if idle
+                && let Some(t) = held.remove(&key)
+                && let Ok(t) = t.try_lock()
+            {
+                self.bytes
+                    .fetch_sub(t.bytes, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+    }
+
     fn tail(&self, tenant: &TenantId, run: RunId) -> SharedTail {
         let mut runs = self.runs.lock().unwrap_or_else(|p| p.into_inner());
         if runs.len() >= TAIL_RUNS && !runs.contains_key(&(tenant.clone(), run)) {

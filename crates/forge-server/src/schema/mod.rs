@@ -12,7 +12,7 @@ mod subscription;
 
 pub use mutation::{Mutation, StartRunInput, Strategy};
 pub use objects::{
-    Agent, InteractionObject, ResolvedCitation, Rollup, RunEventObject, RunObject,
+    Agent, Erasure, InteractionObject, ResolvedCitation, Rollup, RunEventObject, RunObject,
     RunStreamItemObject, StreamItemKind, ThreadObject, Tool, ToolHit,
 };
 pub use query::Query;
@@ -31,6 +31,7 @@ use forge_core::event::RunEvent;
 use forge_core::id::{InteractionId, RunId, ThreadId};
 use forge_core::interaction::{Decision, Interaction, InteractionRequest, Resolve};
 use forge_core::part::Part;
+use forge_core::ports::erasure::Erase;
 use forge_core::ports::policy::{PolicyAction, PolicyRequest, PolicyResource};
 use forge_core::ports::store::{NewRun, NewThread, StartStrategy};
 use forge_core::run::Run;
@@ -225,6 +226,15 @@ fn thread_access(
         return Err(error("FORBIDDEN", "not permitted"));
     }
     Ok(())
+}
+
+/// Refuses (`FORBIDDEN`) a caller without the role `admin`.
+pub(crate) fn require_admin(scope: &Scope, what: &str) -> async_graphql::Result<()> {
+    if scope.role_ids().iter().any(|r| r.as_str() == "admin") {
+        Ok(())
+    } else {
+        Err(error("FORBIDDEN", format!("{what} is for administrators")))
+    }
 }
 
 async fn get_run(ctx: &Context<'_>, id: &ID) -> async_graphql::Result<Run> {

@@ -119,6 +119,54 @@ impl Mutation {
         Ok(asked)
     }
 
+    /// Erases a thread of the caller's tenant: its session state, runs, messages, events,
+    /// approvals, questions and jobs, in one transaction, audited (`thread.erased`). Its model
+    /// calls stay in the tenant's usage totals, unlinked from it. For administrators (role
+    /// `admin`); `CONFLICT` while one of its runs has not ended.
+    async fn erase_thread(&self, ctx: &Context<'_>, id: ID) -> async_graphql::Result<Erasure> {
+        let (scope, app) = (scope(ctx)?, state(ctx)?);
+        require_admin(scope, "erasing threads")?;
+        let thread: ThreadId = parse_id(&id, "thread")?;
+        let thread = app
+            .engine
+            .threads()
+            .get_thread(scope, thread)
+            .await
+            .map_err(store_error)?;
+        thread_access(ctx, thread.id, PolicyAction::Execute, "thread")?;
+        let runs = app
+            .engine
+            .runs()
+            .list_runs(scope, thread.id)
+            .await
+            .map_err(store_error)?;
+        let erased = app
+            .engine
+            .erase(scope, Erase::Thread(thread.id))
+            .await
+            .map_err(client_error)?;
+        let ids: Vec<RunId> = runs.iter().map(|r| r.id).collect();
+        app.cache.forget(scope.tenant_id(), &ids);
+        Ok(erased.into())
+    }
+
+    /// Erases one ended run of the caller's tenant: its messages, events, approvals, questions
+    /// and jobs, audited (`run.erased`); the rest of its thread stays. For administrators (role
+    /// `admin`); `CONFLICT` while it has not ended.
+    async fn erase_run(&self, ctx: &Context<'_>, id: ID) -> async_graphql::Result<Erasure> {
+        let (scope, app) = (scope(ctx)?, state(ctx)?);
+        require_admin(scope, "erasing runs")?;
+        let run = get_run(ctx, &id).await?;
+        thread_access(ctx, run.thread_id, PolicyAction::Execute, "run")?;
+        let erased = app
+            .engine
+            .erase(scope, Erase::Run(run.id))
+            .await
+            .map_err(client_error)?;
+        app.cache.forget(scope.tenant_id(), &[run.id]);
+        Ok(erased.into())
+    }
+
     /// Approves or rejects a tool call. `key` makes it idempotent; `inputHash`, when given, must
     /// match the call the approval was raised for.
     async fn resolve_approval(
@@ -155,9 +203,7 @@ impl Mutation {
     /// `admin`. Citations of it then resolve to `NOT_FOUND`.
     async fn delete_source(&self, ctx: &Context<'_>, id: String) -> async_graphql::Result<bool> {
         let (scope, state) = (scope(ctx)?, state(ctx)?);
-        if !scope.role_ids().iter().any(|r| r.as_str() == "admin") {
-            return Err(error("FORBIDDEN", "deleting sources is for administrators"));
-        }
+        require_admin(scope, "deleting sources")?;
         let not_found = || error("NOT_FOUND", "no such source");
         let retriever = state.retriever.as_ref().ok_or_else(not_found)?;
         let id = forge_rag::SourceId::new(id).map_err(|_| not_found())?;

@@ -376,3 +376,36 @@ pub struct ResolvedCitation {
     /// The text at the span, verbatim.
     pub text: String,
 }
+
+/// What an erasure removed (`eraseThread`, `eraseRun`).
+#[derive(SimpleObject)]
+pub struct Erasure {
+    /// Threads removed (0 or 1).
+    pub threads: u64,
+    /// Runs removed.
+    pub runs: u64,
+    /// Messages removed.
+    pub messages: u64,
+    /// Committed run events removed.
+    pub events: u64,
+    /// Approvals and questions removed.
+    pub interactions: u64,
+    /// Queue jobs removed.
+    pub jobs: u64,
+    /// Model calls kept in the tenant's usage totals with their link to the run removed.
+    pub model_calls_unlinked: u64,
+}
+
+impl From<forge_core::ports::erasure::Erased> for Erasure {
+    fn from(e: forge_core::ports::erasure::Erased) -> Self {
+        Self {
+            threads: e.threads,
+            runs: e.runs,
+            messages: e.messages,
+            events: e.events,
+            interactions: e.interactions,
+            jobs: e.jobs,
+            model_calls_unlinked: e.model_calls_unlinked,
+        }
+    }
+}

@@ -102,9 +102,7 @@ impl Query {
         #[graphql(default = 100)] limit: u32,
     ) -> async_graphql::Result<Vec<Json<Value>>> {
         let (scope, state) = (scope(ctx)?, state(ctx)?);
-        if !scope.role_ids().iter().any(|r| r.as_str() == "admin") {
-            return Err(error("FORBIDDEN", "the audit trail is for administrators"));
-        }
+        require_admin(scope, "the audit trail")?;
         let since = since
             .map(|s| {
                 serde_json::from_value::<forge_core::time::Timestamp>(Value::String(s))

@@ -576,3 +576,92 @@ async fn administrators_read_the_audit_trail_and_nobody_else_does() {
     let d = srv.gql(&other, q, json!({"a": null})).await;
     assert!(d["auditRecords"].as_array().unwrap().is_empty(), "{d}");
 }
+
+#[tokio::test]
+async fn administrators_erase_ended_threads_and_runs() {
+    let srv = start(Opts::default()).await;
+    let user = token("acme", "alice", &[]);
+    let admin = token("acme", "root", &["admin"]);
+    let (thread, run) = srv.run_until(&user, "greeter", "hi", "completed").await;
+    let second = srv.start_run(&user, &thread, "greeter", "again").await;
+    srv.wait_status(&user, &second, "completed").await;
+    let erase_run =
+        "mutation($id: ID!) { eraseRun(id: $id) { runs messages events jobs modelCallsUnlinked } }";
+    let erase_thread = "mutation($id: ID!) { eraseThread(id: $id) { threads runs messages events jobs modelCallsUnlinked } }";
+
+    let (code, message) = srv.gql_error(&user, erase_run, json!({"id": run})).await;
+    assert_eq!(code, "FORBIDDEN", "{message}");
+    let (code, _) = srv
+        .gql_error(
+            &token("globex", "root", &["admin"]),
+            erase_thread,
+            json!({"id": thread}),
+        )
+        .await;
+    assert_eq!(code, "NOT_FOUND", "another tenant's thread");
+
+    let d = srv.gql(&admin, erase_run, json!({"id": run})).await;
+    let erased = &d["eraseRun"];
+    assert_eq!(erased["runs"], 1);
+    assert_eq!(erased["messages"], 2, "the input and the answer: {erased}");
+    assert!(erased["events"].as_u64().unwrap() > 2);
+    assert_eq!(erased["modelCallsUnlinked"], 1);
+    let (code, _) = srv
+        .gql_error(
+            &user,
+            "query($id: ID!) { run(id: $id) { id } }",
+            json!({"id": run}),
+        )
+        .await;
+    assert_eq!(code, "NOT_FOUND");
+    let d = srv
+        .gql(
+            &user,
+            "query($t: ID!) { thread(id: $t) { runs { id } messages } }",
+            json!({"t": thread}),
+        )
+        .await;
+    assert_eq!(d["thread"]["runs"], json!([{"id": second}]));
+    assert_eq!(d["thread"]["messages"].as_array().unwrap().len(), 2);
+
+    let d = srv.gql(&admin, erase_thread, json!({"id": thread})).await;
+    assert_eq!(d["eraseThread"]["threads"], 1);
+    assert_eq!(d["eraseThread"]["runs"], 1);
+    let (code, _) = srv
+        .gql_error(
+            &user,
+            "query($t: ID!) { thread(id: $t) { id } }",
+            json!({"t": thread}),
+        )
+        .await;
+    assert_eq!(code, "NOT_FOUND");
+    let (code, _) = srv
+        .gql_error(&admin, erase_thread, json!({"id": thread}))
+        .await;
+    assert_eq!(code, "NOT_FOUND", "erasing twice");
+
+    let now = forge_core::time::Clock::now(&forge_core::time::SystemClock);
+    let day = std::time::Duration::from_secs(86_400);
+    let d = srv
+        .gql(
+            &user,
+            "query($from: String!, $to: String!) { usage(from: $from, to: $to) { totals } }",
+            json!({"from": now.minus(day), "to": now.plus(day)}),
+        )
+        .await;
+    assert_eq!(
+        d["usage"][0]["totals"]["calls"], 2,
+        "both calls still count for the tenant"
+    );
+    let d = srv
+        .gql(
+            &admin,
+            "query { auditRecords(action: \"thread.erased\") }",
+            json!({}),
+        )
+        .await;
+    let records = d["auditRecords"].as_array().unwrap();
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(records[0]["actor"], "root");
+    assert_eq!(records[0]["subject"], format!("thread {thread}"));
+}

@@ -671,6 +671,90 @@ async fn hostile_ids_stay_data() {
     }
 }
 
+/// The text, JSON and full-text columns of the schema that hold `marker`, searched as the
+/// superuser (who bypasses RLS), as `table.column`.
+async fn holding(conn: &mut PgConnection, marker: &str) -> Vec<String> {
+    let columns: Vec<(String, String)> = sqlx::query_as(
+        "SELECT table_name::text, column_name::text FROM information_schema.columns
+         WHERE table_schema = 'public' AND data_type IN ('text', 'jsonb', 'json', 'tsvector', 'character varying')",
+    )
+    .fetch_all(&mut *conn)
+    .await
+    .unwrap();
+    let mut found = Vec::new();
+    for (table, column) in &columns {
+        let n: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+            "SELECT count(*) FROM {table} WHERE {column}::text ILIKE '%{marker}%'"
+        )))
+        .fetch_one(&mut *conn)
+        .await
+        .unwrap();
+        if n > 0 {
+            found.push(format!("{table}.{column}"));
+        }
+    }
+    found
+}
+
+/// After a thread is erased, no column of any table holds what its runs said, and the rows
+/// keyed by its runs are gone but for the tenant's model calls (unlinked, no content).
+#[tokio::test]
+async fn an_erased_thread_leaves_its_text_in_no_table() {
+    use forge_core::ports::erasure::{DataErasure, Erase};
+    let clock = Arc::new(ManualClock::at_2026());
+    let (store, _, admin) = crate::fresh(Flavor::Plain, clock.clone()).await;
+    let a = scope("tenant-a");
+    let marker = "wombatmarker4417";
+    let store = Arc::new(store);
+    let thread = forge_testkit::erasure::finished_thread::<crate::Postgres>(
+        store.clone(),
+        clock,
+        a.clone(),
+        marker,
+    )
+    .await;
+    let mut conn = PgConnection::connect(&admin).await.unwrap();
+    let before = holding(&mut conn, marker).await;
+    for column in [
+        "forge_messages.parts",
+        "forge_runs.input",
+        "forge_interactions.body",
+    ] {
+        assert!(
+            before.contains(&column.to_owned()),
+            "the search sees {column}: {before:?}"
+        );
+    }
+    let erased = store
+        .erase(&a, Erase::Thread(thread), "alice")
+        .await
+        .unwrap();
+    assert_eq!(erased.runs, 2);
+    assert_eq!(holding(&mut conn, marker).await, Vec::<String>::new());
+    for table in [
+        "forge_threads",
+        "forge_runs",
+        "forge_messages",
+        "forge_run_events",
+        "forge_interactions",
+        "forge_jobs",
+    ] {
+        let n: i64 =
+            sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT count(*) FROM {table}")))
+                .fetch_one(&mut conn)
+                .await
+                .unwrap();
+        assert_eq!(n, 0, "{table} keeps rows of the erased thread");
+    }
+    let unlinked: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM forge_model_calls WHERE run_id = '00000000-0000-0000-0000-000000000000'",
+    )
+    .fetch_one(&mut conn)
+    .await
+    .unwrap();
+    assert_eq!(unlinked, 3, "the tenant's calls stay, unlinked");
+}
+
 /// After a source is deleted, no column of any table holds its text: every text, JSON and
 /// full-text column of the schema is searched, as the superuser (who bypasses RLS).
 #[tokio::test]
@@ -734,33 +818,7 @@ async fn a_deleted_source_leaves_its_text_in_no_table() {
         rows_of(&mut conn, &keyed).await.iter().all(|(_, n)| *n > 0),
         "each source-keyed table holds the source before deletion"
     );
-    let columns: Vec<(String, String)> = sqlx::query_as(
-        "SELECT table_name::text, column_name::text FROM information_schema.columns
-         WHERE table_schema = 'public' AND data_type IN ('text', 'jsonb', 'json', 'tsvector', 'character varying')",
-    )
-    .fetch_all(&mut conn)
-    .await
-    .unwrap();
-    async fn holding(
-        conn: &mut PgConnection,
-        columns: &[(String, String)],
-        marker: &str,
-    ) -> Vec<String> {
-        let mut found = Vec::new();
-        for (table, column) in columns {
-            let n: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-                "SELECT count(*) FROM {table} WHERE {column}::text ILIKE '%{marker}%'"
-            )))
-            .fetch_one(&mut *conn)
-            .await
-            .unwrap();
-            if n > 0 {
-                found.push(format!("{table}.{column}"));
-            }
-        }
-        found
-    }
-    let before = holding(&mut conn, &columns, marker).await;
+    let before = holding(&mut conn, marker).await;
     assert!(
         before.contains(&"forge_chunks.tsv".to_owned())
             && before.contains(&"forge_sources.text".to_owned()),
@@ -771,10 +829,7 @@ async fn a_deleted_source_leaves_its_text_in_no_table() {
             .await
             .unwrap()
     );
-    assert_eq!(
-        holding(&mut conn, &columns, marker).await,
-        Vec::<String>::new()
-    );
+    assert_eq!(holding(&mut conn, marker).await, Vec::<String>::new());
     for (table, n) in rows_of(&mut conn, &keyed).await {
         assert_eq!(n, 0, "{table} keeps rows of the deleted source");
     }

@@ -1,0 +1,1 @@
+REVOKE DELETE ON forge_interactions FROM forge_tenant;

@@ -192,8 +192,15 @@ const SUPABASE_ERASURE: Migration = Migration {
     ),
 };
 
+const CHUNK_VECTORS_BY_SOURCE: Migration = Migration {
+    version: 12,
+    name: "chunk_vectors_by_source",
+    up: include_str!("../migrations/0012_chunk_vectors_by_source.up.sql"),
+    down: include_str!("../migrations/0012_chunk_vectors_by_source.down.sql"),
+};
+
 /// The migrations of a mode, in order.
-pub fn migrations(mode: Mode) -> [Migration; 11] {
+pub fn migrations(mode: Mode) -> [Migration; 12] {
     match mode {
         Mode::Rls => [
             TABLES,
@@ -207,6 +214,7 @@ pub fn migrations(mode: Mode) -> [Migration; 11] {
             SOURCES,
             CHUNK_VECTORS,
             ERASURE,
+            CHUNK_VECTORS_BY_SOURCE,
         ],
         Mode::Supabase => [
             TABLES,
@@ -220,6 +228,7 @@ pub fn migrations(mode: Mode) -> [Migration; 11] {
             SUPABASE_SOURCES,
             SUPABASE_CHUNK_VECTORS,
             SUPABASE_ERASURE,
+            CHUNK_VECTORS_BY_SOURCE,
         ],
     }
 }

@@ -69,6 +69,12 @@ pub const MIGRATIONS: &[Migration] = &[
         up: include_str!("../migrations/0008_erasure.up.sql"),
         down: include_str!("../migrations/0008_erasure.down.sql"),
     },
+    Migration {
+        version: 9,
+        name: "chunk_vectors_by_source",
+        up: include_str!("../migrations/0009_chunk_vectors_by_source.up.sql"),
+        down: include_str!("../migrations/0009_chunk_vectors_by_source.down.sql"),
+    },
 ];
 
 const LEDGER: &str = "CREATE TABLE IF NOT EXISTS forge_schema_migrations (

@@ -1,0 +1,1 @@
+DROP INDEX forge_chunk_vectors_source;

@@ -58,8 +58,13 @@ pub(crate) fn check_manifest(name: &str, manifest: &str) -> Vec<String> {
     }
 }
 
-/// A source file must open with module docs, never use `#[should_panic]`, and give every
-/// `#[ignore]` a reason.
+/// The workplace's shared folder beside the checkout: a fresh clone does not have it.
+/// (Spelled in pieces, so this file does not name it.)
+const OUTSIDE: [&str; 2] = [concat!("..", "/shared"), concat!("shared", "/fixtures")];
+
+/// A source file must open with module docs, never use `#[should_panic]`, give every
+/// `#[ignore]` a reason, and read nothing from outside the repository (a fresh clone has only
+/// what is in it; data from elsewhere comes through a variable, as `FORGE_WIRE_FIXTURES`).
 pub(crate) fn check_source(path: &str, text: &str) -> Vec<String> {
     let mut problems = Vec::new();
     if !text.trim_start().starts_with("//!") {
@@ -67,6 +72,12 @@ pub(crate) fn check_source(path: &str, text: &str) -> Vec<String> {
     }
     for (i, line) in text.lines().enumerate() {
         let l = line.trim();
+        if OUTSIDE.iter().any(|o| l.contains(o)) {
+            problems.push(format!(
+                "{path}:{}: reaches outside the repository; a fresh clone has no such folder",
+                i + 1
+            ));
+        }
         if l.starts_with("#[should_panic") {
             problems.push(format!(
                 "{path}:{}: #[should_panic] is banned; assert on the error value",
@@ -109,6 +120,11 @@ mod tests {
                 "a.rs:3: #[should_panic] is banned; assert on the error value",
                 "a.rs:5: #[ignore] needs a reason: #[ignore = \"why\"]"
             ]
+        );
+        let outside = format!("//! d\nconst F: &str = \"{}/fixtures\";\n", OUTSIDE[0]);
+        assert_eq!(
+            check_source("a.rs", &outside),
+            ["a.rs:2: reaches outside the repository; a fresh clone has no such folder"]
         );
         assert!(check_manifest("x", "[package]\nname = \"x\"\n").len() == 1);
         assert!(check_manifest("x", "[lints]\nworkspace = true\n").is_empty());

@@ -70,8 +70,8 @@ pub fn pgvector_admin_url() -> Result<String, String> {
 
 fn unreachable(url: &str, e: impl std::fmt::Display) -> String {
     format!(
-        "PostgreSQL is not reachable at {url}: {e}\nstart it with `pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start` \
-         or point FORGE_TEST_DATABASE_URL at an administrator URL"
+        "PostgreSQL is not reachable at {url}: {e}\nrun `scripts/test-services.sh` (it starts PostgreSQL, or names \
+         the package to install) or point FORGE_TEST_DATABASE_URL at an administrator URL"
     )
 }
 

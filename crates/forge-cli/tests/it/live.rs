@@ -42,8 +42,8 @@ fn require_redis() {
     .is_err()
     {
         panic!(
-            "Redis is not reachable at {url}: start it with `redis-server --daemonize yes --port 6379 \
-             --save \"\" --appendonly no` or point FORGE_TEST_REDIS_URL at a server"
+            "Redis is not reachable at {url}: run `scripts/test-services.sh` (it starts Redis, or names \
+             the package to install) or point FORGE_TEST_REDIS_URL at a server"
         );
     }
 }

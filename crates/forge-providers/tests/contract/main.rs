@@ -2,6 +2,7 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod documented;
 mod embeddings;
 mod recorded;
 mod robustness;

@@ -203,3 +203,135 @@ pub fn weather_request() -> ModelRequest {
         output_schema: None,
     }
 }
+
+/// One call of a two-call parallel exchange: its id, input and (text) result.
+pub struct Call<'a> {
+    pub id: &'a str,
+    pub input: Value,
+    pub result: &'a str,
+}
+
+/// The follow-up request after two parallel calls of `tool`, as Forge stores the conversation:
+/// the user's message, the assistant's `text` (if any) and calls, then the tools' results.
+pub fn after_tool_results(
+    system: &str,
+    user: &str,
+    text: &str,
+    tool: ToolDescriptor,
+    calls: [Call<'_>; 2],
+) -> ModelRequest {
+    use forge_core::id::ToolCallId;
+    use forge_core::part::{ToolCallPart, ToolResultPart, Trust};
+    let mut assistant = Vec::new();
+    if !text.is_empty() {
+        assistant.push(Part::text(text));
+    }
+    for c in &calls {
+        assistant.push(Part::ToolCall(ToolCallPart {
+            tool_call_id: ToolCallId(c.id.into()),
+            tool_name: tool.name.clone(),
+            input: c.input.clone(),
+        }));
+    }
+    let results = calls
+        .iter()
+        .map(|c| {
+            Part::ToolResult(ToolResultPart {
+                tool_call_id: ToolCallId(c.id.into()),
+                tool_name: tool.name.clone(),
+                output: json!(c.result),
+                is_error: false,
+                trust: Trust::Untrusted,
+                tool_version: None,
+            })
+        })
+        .collect();
+    ModelRequest {
+        model: "m".into(),
+        system: system.into(),
+        messages: vec![
+            message(Role::User, vec![Part::text(user)]),
+            message(Role::Assistant, assistant),
+            message(Role::Tool, results),
+        ],
+        tools: vec![tool],
+        max_output_tokens: None,
+        output_schema: None,
+    }
+}
+
+/// `v` without any of `keys`, at any depth.
+pub fn strip(mut v: Value, keys: &[&str]) -> Value {
+    fn walk(v: &mut Value, keys: &[&str]) {
+        match v {
+            Value::Object(m) => {
+                for k in keys {
+                    m.remove(*k);
+                }
+                m.values_mut().for_each(|v| walk(v, keys));
+            }
+            Value::Array(a) => a.iter_mut().for_each(|v| walk(v, keys)),
+            _ => {}
+        }
+    }
+    walk(&mut v, keys);
+    v
+}
+
+/// Forge's Anthropic body has the messages of `theirs` (an accepted request body): the same
+/// blocks, ids, inputs and results, apart from cache markers and Forge's explicit `is_error`.
+/// A user turn given as a plain string counts as one text block (Forge always sends blocks).
+pub fn assert_anthropic_messages(ours: &Value, theirs: &Value) {
+    let mut theirs = strip(theirs["messages"].clone(), &["cache_control"]);
+    for m in theirs.as_array_mut().expect("messages") {
+        if let Some(text) = m["content"].as_str() {
+            m["content"] = json!([{"type": "text", "text": text}]);
+        }
+    }
+    assert_eq!(strip(ours["messages"].clone(), &["is_error"]), theirs);
+}
+
+/// Forge's Chat Completions messages have the roles, call ids, names, parsed arguments and
+/// tool results of `theirs`.
+pub fn assert_chat_messages(ours: &Value, theirs: &Value) {
+    let shape = |messages: &Value| -> Vec<Value> {
+        messages
+            .as_array()
+            .expect("messages")
+            .iter()
+            .map(|m| {
+                json!({
+                    "role": m["role"],
+                    "tool_call_id": m.get("tool_call_id"),
+                    "content": if m["role"] == "assistant" { Value::Null } else { m["content"].clone() },
+                    "calls": m.get("tool_calls").map(|c| c.as_array().expect("calls").iter()
+                        .map(|c| json!([c["id"], c["type"], c["function"]["name"],
+                            serde_json::from_str::<Value>(c["function"]["arguments"].as_str().expect("args")).expect("json")]))
+                        .collect::<Vec<_>>()),
+                })
+            })
+            .collect()
+    };
+    assert_eq!(shape(&ours["messages"]), shape(&theirs["messages"]));
+}
+
+/// Forge's Responses input has the items of `theirs` (its instructions aside; item ids and
+/// statuses a server echoes are ignored; arguments compared parsed).
+pub fn assert_responses_input(ours: &Value, theirs: &Value) {
+    let items = |input: &Value| -> Vec<Value> {
+        input
+            .as_array()
+            .expect("input")
+            .iter()
+            .filter(|i| i["role"] != "developer" && i["role"] != "system")
+            .map(|i| {
+                let mut i = strip(i.clone(), &["id", "status"]);
+                if let Some(args) = i.get("arguments").and_then(Value::as_str) {
+                    i["arguments"] = serde_json::from_str(args).expect("json");
+                }
+                i
+            })
+            .collect()
+    };
+    assert_eq!(items(&ours["input"]), items(&theirs["input"]));
+}

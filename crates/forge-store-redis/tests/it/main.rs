@@ -21,8 +21,8 @@ impl forge_testkit::LeaseFactory for Redis {
         let prefix = format!("forge-test-{}", uuid::Uuid::new_v4().simple());
         let store = RedisLeaseStore::connect_with(&url(), &prefix, clock).await.unwrap_or_else(|e| {
             panic!(
-                "Redis is not reachable at {}: {e:?}\nstart it with `redis-server --daemonize yes --bind 127.0.0.1 --port 6379 \
-                 --save \"\" --appendonly no` or point FORGE_TEST_REDIS_URL at a server",
+                "Redis is not reachable at {}: {e:?}\nrun `scripts/test-services.sh` (it starts Redis, or names \
+                 the package to install) or point FORGE_TEST_REDIS_URL at a server",
                 url()
             )
         });

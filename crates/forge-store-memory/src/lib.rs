@@ -7,6 +7,7 @@
 #![deny(missing_docs)]
 
 mod erasure;
+mod files;
 mod interactions;
 mod locks;
 mod queue;
@@ -49,6 +50,8 @@ struct State {
     locks: HashMap<String, locks::LockRow>,
     /// Retrieval sources by tenant and id (ordered, so listings are by id).
     sources: BTreeMap<(forge_core::scope::TenantId, forge_rag::SourceId), sources::SourceRow>,
+    /// File records by tenant and id.
+    files: BTreeMap<(forge_core::scope::TenantId, forge_files::FileId), forge_files::FileRecord>,
 }
 
 impl Default for MemoryStore {

@@ -199,8 +199,28 @@ const CHUNK_VECTORS_BY_SOURCE: Migration = Migration {
     down: include_str!("../migrations/0012_chunk_vectors_by_source.down.sql"),
 };
 
+const FILES: Migration = Migration {
+    version: 13,
+    name: "files",
+    up: include_str!("../migrations/0013_files.up.sql"),
+    down: include_str!("../migrations/0013_files.down.sql"),
+};
+
+const SUPABASE_FILES: Migration = Migration {
+    version: 13,
+    name: "supabase_files",
+    up: concat!(
+        include_str!("../migrations/0013_files.up.sql"),
+        include_str!("../migrations/0013_supabase_grants.up.sql")
+    ),
+    down: concat!(
+        include_str!("../migrations/0013_supabase_grants.down.sql"),
+        include_str!("../migrations/0013_files.down.sql")
+    ),
+};
+
 /// The migrations of a mode, in order.
-pub fn migrations(mode: Mode) -> [Migration; 12] {
+pub fn migrations(mode: Mode) -> [Migration; 13] {
     match mode {
         Mode::Rls => [
             TABLES,
@@ -215,6 +235,7 @@ pub fn migrations(mode: Mode) -> [Migration; 12] {
             CHUNK_VECTORS,
             ERASURE,
             CHUNK_VECTORS_BY_SOURCE,
+            FILES,
         ],
         Mode::Supabase => [
             TABLES,
@@ -229,6 +250,7 @@ pub fn migrations(mode: Mode) -> [Migration; 12] {
             SUPABASE_CHUNK_VECTORS,
             SUPABASE_ERASURE,
             CHUNK_VECTORS_BY_SOURCE,
+            SUPABASE_FILES,
         ],
     }
 }

@@ -9,6 +9,7 @@
 #![deny(missing_docs)]
 
 mod erasure;
+mod files;
 mod interactions;
 mod migrate;
 mod queue;

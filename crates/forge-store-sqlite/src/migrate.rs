@@ -75,6 +75,12 @@ pub const MIGRATIONS: &[Migration] = &[
         up: include_str!("../migrations/0009_chunk_vectors_by_source.up.sql"),
         down: include_str!("../migrations/0009_chunk_vectors_by_source.down.sql"),
     },
+    Migration {
+        version: 10,
+        name: "files",
+        up: include_str!("../migrations/0010_files.up.sql"),
+        down: include_str!("../migrations/0010_files.down.sql"),
+    },
 ];
 
 const LEDGER: &str = "CREATE TABLE IF NOT EXISTS forge_schema_migrations (

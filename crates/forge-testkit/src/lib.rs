@@ -19,14 +19,17 @@
 
 #![deny(missing_docs)]
 
+pub mod clamd;
 pub mod embedding;
 pub mod erasure;
+pub mod files;
 pub mod fixtures;
 pub mod interactions;
 pub mod locks;
 pub mod mcp_servers;
 pub mod mock_model;
 pub mod models;
+pub mod s3;
 pub mod sources;
 pub mod store;
 pub mod streams;
@@ -51,6 +54,7 @@ pub trait StoreFactory: Send + Sync + 'static {
         + forge_core::ports::usage::UsageLedger
         + forge_core::ports::erasure::DataErasure
         + forge_rag::SourceStore
+        + forge_files::FileStore
         + 'static;
 
     /// A new store with no data, reading time from `clock`.
@@ -188,6 +192,15 @@ pub const SUITES: &[Suite] = &[
         ],
     },
     Suite {
+        name: "files",
+        macro_name: "files_conformance",
+        scenarios: &[
+            "file_records_round_trip_newest_first",
+            "file_records_are_confined_to_their_tenant",
+            "deleting_a_file_record_is_audited",
+        ],
+    },
+    Suite {
         name: "sources",
         macro_name: "sources_conformance",
         scenarios: &[
@@ -224,6 +237,7 @@ pub const ADAPTERS: &[(&str, &str, &[&str])] = &[
             "interactions",
             "usage",
             "erasure",
+            "files",
             "sources",
         ],
     ),
@@ -241,6 +255,7 @@ pub const ADAPTERS: &[(&str, &str, &[&str])] = &[
             "interactions",
             "usage",
             "erasure",
+            "files",
             "sources",
         ],
     ),
@@ -259,6 +274,7 @@ pub const ADAPTERS: &[(&str, &str, &[&str])] = &[
             "interactions",
             "usage",
             "erasure",
+            "files",
             "sources",
         ],
     ),
@@ -277,6 +293,7 @@ pub const ADAPTERS: &[(&str, &str, &[&str])] = &[
             "interactions",
             "usage",
             "erasure",
+            "files",
             "sources",
         ],
     ),
@@ -433,6 +450,16 @@ macro_rules! erasure_conformance {
     };
 }
 
+/// File records: round trip, tenant confinement, audited deletion.
+#[macro_export]
+macro_rules! files_conformance {
+    ($factory:ty) => {
+        $crate::__conformance_suite!(files_conformance, "files", files, $factory;
+            file_records_round_trip_newest_first, file_records_are_confined_to_their_tenant,
+            deleting_a_file_record_is_audited);
+    };
+}
+
 /// Retrieval sources: versions, allowed candidates, isolation, deletion, authorized ranking,
 /// vectors and fused search.
 #[macro_export]
@@ -462,6 +489,7 @@ macro_rules! store_conformance {
         $crate::interactions_conformance!($factory);
         $crate::usage_conformance!($factory);
         $crate::erasure_conformance!($factory);
+        $crate::files_conformance!($factory);
         $crate::sources_conformance!($factory);
     };
 }

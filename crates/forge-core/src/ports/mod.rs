@@ -4,6 +4,7 @@
 pub mod audit;
 pub mod citation;
 pub mod erasure;
+pub mod files;
 pub mod interaction;
 pub mod lease;
 pub mod live;

@@ -1,0 +1,477 @@
+//! [`Files`]: uploads inspected before they are accepted, signed references, reading, and
+//! deletion that reaches every copy.
+//!
+//! An upload is streamed to a staging file (hashed and measured as it arrives, and cut off one
+//! byte past the tenant's limit, so nothing larger is ever held), inspected
+//! ([`crate::inspect::decide`]), scanned when a scanner is configured (a scanner that cannot
+//! answer refuses the file), stored as a blob, optionally indexed as a retrieval source, and
+//! recorded with its audit entry — in that order, and undone when a later step fails, so a
+//! refused upload leaves nothing but a `file.refused` audit record. The staging file is always
+//! removed.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use forge_core::Error;
+use forge_core::id::IdGenerator;
+use forge_core::part::{FilePart, Trust};
+use forge_core::ports::audit::{AuditLog, AuditRecord};
+use forge_core::ports::files::FileContents;
+use forge_core::scope::{PrincipalId, Scope, TenantId};
+use forge_core::time::{Clock, Timestamp};
+use futures_core::Stream;
+use futures_util::StreamExt;
+use sha2::Digest;
+use tokio::io::AsyncWriteExt;
+
+use crate::inspect::{self, HEAD_BYTES, Policy, Refusal};
+use crate::model::{FILE_REFUSED, FileId, FileRecord, ScanOutcome};
+use crate::ports::{BlobStore, BlobStream, FileStore, ScanError, Scanner, Verdict};
+use crate::refs::{RefKeys, Rejected};
+
+/// How long a reference lasts unless asked otherwise.
+pub const DEFAULT_REFERENCE_TTL: Duration = Duration::from_secs(15 * 60);
+/// The longest a reference may last.
+pub const MAX_REFERENCE_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// What went wrong with an upload's body before it was whole.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BodyError {
+    /// It arrived too slowly or stalled (the server's timeouts).
+    TooSlow,
+    /// The client went away or sent something unreadable.
+    Aborted(String),
+}
+
+/// Why an upload did not become a file.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum UploadError {
+    /// Refused: what the uploader should be told.
+    #[error(transparent)]
+    Refused(#[from] Refusal),
+    /// The client went away before the body was whole.
+    #[error("the upload was interrupted: {0}")]
+    Interrupted(String),
+    /// Storing it failed.
+    #[error(transparent)]
+    Failed(#[from] Error),
+}
+
+/// One upload's description.
+#[derive(Debug, Clone, Default)]
+pub struct Upload {
+    /// The file's name as the uploader gave it.
+    pub name: String,
+    /// The media type the uploader declared.
+    pub declared_type: Option<String>,
+    /// When set, a text file also becomes a retrieval source with this access label.
+    pub index_label: Option<String>,
+}
+
+/// The pieces [`Files`] is made of.
+pub struct FilesParts {
+    /// The records.
+    pub store: Arc<dyn FileStore>,
+    /// The bytes.
+    pub blobs: Arc<dyn BlobStore>,
+    /// The malware scanner, if any.
+    pub scanner: Option<Arc<dyn Scanner>>,
+    /// Where text files are indexed, if anywhere.
+    pub retriever: Option<forge_rag::Retriever>,
+    /// Where refusals are audited.
+    pub audit: Option<Arc<dyn AuditLog>>,
+    /// What is accepted.
+    pub policy: Policy,
+    /// Where uploads are staged while they are inspected.
+    pub staging: PathBuf,
+    /// The reference keys.
+    pub keys: RefKeys,
+    /// The clock.
+    pub clock: Arc<dyn Clock>,
+    /// The id generator.
+    pub ids: Arc<dyn IdGenerator>,
+}
+
+/// Files: upload, read, reference, delete.
+#[derive(Clone)]
+pub struct Files {
+    parts: Arc<FilesParts>,
+}
+
+impl std::fmt::Debug for Files {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Files")
+            .field("policy", &self.parts.policy)
+            .field(
+                "scanner",
+                &self.parts.scanner.as_ref().map(|s| s.name().to_owned()),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+/// A staging file, removed when dropped.
+struct Staged {
+    path: PathBuf,
+}
+
+impl Drop for Staged {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// A received body: its staging file, size, hash and first bytes.
+struct Received {
+    staged: Staged,
+    size: u64,
+    sha256: String,
+    head: Vec<u8>,
+}
+
+fn io_failed(what: &str, e: std::io::Error) -> Error {
+    Error::Backend {
+        retryable: false,
+        source: format!("{what}: {e}").into(),
+    }
+}
+
+/// The id of the retrieval source made from `file`.
+pub fn source_id_of(file: &FileId) -> String {
+    format!("file:{file}")
+}
+
+impl Files {
+    /// Files from its parts; the staging directory is created.
+    pub fn new(parts: FilesParts) -> Result<Self, Error> {
+        std::fs::create_dir_all(&parts.staging)
+            .map_err(|e| io_failed("creating the staging directory", e))?;
+        Ok(Self {
+            parts: Arc::new(parts),
+        })
+    }
+
+    /// What is accepted.
+    pub fn policy(&self) -> &Policy {
+        &self.parts.policy
+    }
+
+    /// The record store.
+    pub fn store(&self) -> &Arc<dyn FileStore> {
+        &self.parts.store
+    }
+
+    /// Streams `body` to a staging file, refusing it one byte past `limit`.
+    async fn receive<S, E>(&self, mut body: S, limit: u64) -> Result<Received, UploadError>
+    where
+        S: Stream<Item = Result<Bytes, E>> + Send + Unpin,
+        E: Into<BodyError>,
+    {
+        let path = self.parts.staging.join(format!(
+            "upload-{}.partial",
+            self.parts.ids.next_uuid().simple()
+        ));
+        let staged = Staged { path };
+        let mut out = tokio::fs::File::create(&staged.path)
+            .await
+            .map_err(|e| io_failed("creating a staging file", e))?;
+        let (mut size, mut hash, mut head) = (0u64, sha2::Sha256::new(), Vec::new());
+        while let Some(chunk) = body.next().await {
+            let chunk = chunk.map_err(|e| match e.into() {
+                BodyError::TooSlow => UploadError::Refused(Refusal::TooSlow),
+                BodyError::Aborted(why) => UploadError::Interrupted(why),
+            })?;
+            size += chunk.len() as u64;
+            if size > limit {
+                return Err(Refusal::TooLarge { limit }.into());
+            }
+            if head.len() < HEAD_BYTES {
+                let take = (HEAD_BYTES - head.len()).min(chunk.len());
+                head.extend_from_slice(&chunk[..take]);
+            }
+            hash.update(&chunk);
+            out.write_all(&chunk)
+                .await
+                .map_err(|e| io_failed("writing a staging file", e))?;
+        }
+        out.flush()
+            .await
+            .map_err(|e| io_failed("writing a staging file", e))?;
+        let sha256: String = hash.finalize().iter().map(|b| format!("{b:02x}")).collect();
+        Ok(Received {
+            staged,
+            size,
+            sha256,
+            head,
+        })
+    }
+
+    /// Accepts `body` as a file of `scope`'s tenant, or refuses it (see the module docs).
+    pub async fn upload<S, E>(
+        &self,
+        scope: &Scope,
+        upload: Upload,
+        body: S,
+    ) -> Result<FileRecord, UploadError>
+    where
+        S: Stream<Item = Result<Bytes, E>> + Send + Unpin,
+        E: Into<BodyError>,
+    {
+        let outcome = self.try_upload(scope, upload, body).await;
+        if let Err(UploadError::Refused(refusal)) = &outcome
+            && let Some(audit) = &self.parts.audit
+        {
+            // The reason's code only: the name, type and bytes may all be the attacker's.
+            let record = AuditRecord {
+                tenant_id: scope.tenant_id().clone(),
+                at: self.parts.clock.now(),
+                actor: scope.principal_id().as_str().to_owned(),
+                action: FILE_REFUSED.into(),
+                subject: "upload".into(),
+                detail: serde_json::json!({"code": refusal.code()}),
+            };
+            let _ = audit.record_audit(scope, record).await;
+        }
+        outcome
+    }
+
+    async fn try_upload<S, E>(
+        &self,
+        scope: &Scope,
+        upload: Upload,
+        body: S,
+    ) -> Result<FileRecord, UploadError>
+    where
+        S: Stream<Item = Result<Bytes, E>> + Send + Unpin,
+        E: Into<BodyError>,
+    {
+        let p = &self.parts;
+        // The name is checked before a byte is read.
+        let name = inspect::file_name(&upload.name)?;
+        let received = self
+            .receive(body, p.policy.limit(scope.tenant_id()))
+            .await?;
+        if received.size == 0 {
+            return Err(Refusal::Empty.into());
+        }
+        let path = received.staged.path.clone();
+        let decision = inspect::decide(
+            &p.policy,
+            &path,
+            &received.head,
+            &name,
+            upload.declared_type.as_deref(),
+        )?;
+        let scan = match &p.scanner {
+            None => ScanOutcome::NotScanned,
+            Some(scanner) => match scanner.scan(&path).await {
+                Ok(Verdict::Clean) => ScanOutcome::Clean {
+                    scanner: scanner.name().to_owned(),
+                },
+                Ok(Verdict::Infected(signature)) => {
+                    return Err(Refusal::Infected(signature).into());
+                }
+                Err(ScanError::Unavailable(why) | ScanError::Refused(why)) => {
+                    eprintln!("forge-files: a file was refused unscanned: {why}");
+                    return Err(Refusal::ScannerUnavailable.into());
+                }
+            },
+        };
+        let mut record = FileRecord {
+            id: FileId::from_uuid(p.ids.next_uuid()),
+            tenant_id: scope.tenant_id().clone(),
+            name,
+            declared_type: upload.declared_type,
+            media_type: decision.media_type,
+            size_bytes: received.size,
+            version: format!("sha256:{}", received.sha256),
+            findings: decision.findings,
+            scan,
+            source_id: None,
+            created_by: scope.principal_id().as_str().to_owned(),
+            created_at: p.clock.now(),
+        };
+        let key = record.blob_key();
+        p.blobs.put(&key, &path, received.size).await?;
+        let stored = async {
+            if let (Some(label), Some(retriever)) = (&upload.index_label, &p.retriever)
+                && record.is_text()
+            {
+                let text = tokio::fs::read_to_string(&path)
+                    .await
+                    .map_err(|e| Error::invalid(format!("the file is not UTF-8 text: {e}")))?;
+                let source_id = source_id_of(&record.id);
+                let source = forge_rag::ingest::ingest(
+                    forge_rag::SourceId::new(source_id.clone())?,
+                    record.name.clone(),
+                    label.clone(),
+                    forge_rag::Format::from_name(&record.name),
+                    serde_json::json!({"file_id": record.id}),
+                    &text,
+                );
+                retriever.index(scope, &source).await?;
+                record.source_id = Some(source_id);
+            }
+            p.store
+                .put_file(scope, &record, scope.principal_id().as_str())
+                .await
+        }
+        .await;
+        if let Err(e) = stored {
+            // Leave nothing of a file that was not recorded.
+            let _ = p.blobs.delete(&key).await;
+            if let (Some(source), Some(retriever)) = (&record.source_id, &p.retriever)
+                && let Ok(id) = forge_rag::SourceId::new(source.clone())
+            {
+                let _ = retriever
+                    .store()
+                    .delete_source(scope, &id, scope.principal_id().as_str())
+                    .await;
+            }
+            return Err(e.into());
+        }
+        Ok(record)
+    }
+
+    /// A file's record and bytes.
+    pub async fn open(
+        &self,
+        scope: &Scope,
+        id: &FileId,
+    ) -> Result<Option<(FileRecord, BlobStream)>, Error> {
+        let Some(record) = self.parts.store.file(scope, id).await? else {
+            return Ok(None);
+        };
+        Ok(self
+            .parts
+            .blobs
+            .get(&record.blob_key())
+            .await?
+            .map(|bytes| (record, bytes)))
+    }
+
+    /// A reference to `file`, valid for `ttl` (default [`DEFAULT_REFERENCE_TTL`], at most
+    /// [`MAX_REFERENCE_TTL`]), and when it expires.
+    pub fn reference(&self, file: &FileRecord, ttl: Option<Duration>) -> (String, Timestamp) {
+        let ttl = ttl.unwrap_or(DEFAULT_REFERENCE_TTL).min(MAX_REFERENCE_TTL);
+        let expires = self.parts.clock.now().plus(ttl);
+        (
+            self.parts
+                .keys
+                .sign(&file.tenant_id, &file.id, &file.version, expires),
+            expires,
+        )
+    }
+
+    /// The record and bytes a reference grants. A reference that does not verify, that names a
+    /// file since deleted or another version, or — when the caller also authenticated — another
+    /// tenant than the caller's, is [`Rejected`] alike.
+    pub async fn open_reference(
+        &self,
+        reference: &str,
+        caller_tenant: Option<&TenantId>,
+    ) -> Result<(FileRecord, BlobStream), Rejected> {
+        let claims = self.parts.keys.verify(reference, self.parts.clock.now())?;
+        let tenant = TenantId::new(claims.tenant).map_err(|_| Rejected)?;
+        if caller_tenant.is_some_and(|t| t != &tenant) {
+            return Err(Rejected);
+        }
+        let scope = Scope::new(
+            tenant,
+            PrincipalId::new("file-reference").map_err(|_| Rejected)?,
+            vec![],
+        );
+        let id = FileId::new(claims.file).map_err(|_| Rejected)?;
+        match self.open(&scope, &id).await {
+            Ok(Some((record, bytes))) if record.version == claims.version => Ok((record, bytes)),
+            _ => Err(Rejected),
+        }
+    }
+
+    /// Deletes a file: the retrieval source made from it, its bytes, and its record (audited
+    /// `file.deleted` by `actor`), in that order, so a failure part-way leaves the record for a
+    /// retry. References to it stop working. `false` when there was none.
+    pub async fn delete(&self, scope: &Scope, id: &FileId, actor: &str) -> Result<bool, Error> {
+        let Some(record) = self.parts.store.file(scope, id).await? else {
+            return Ok(false);
+        };
+        if let Some(source) = &record.source_id {
+            let retriever = self.parts.retriever.as_ref().ok_or_else(|| {
+                Error::invalid("the file was indexed, but this deployment has no retrieval store")
+            })?;
+            retriever
+                .store()
+                .delete_source(scope, &forge_rag::SourceId::new(source.clone())?, actor)
+                .await?;
+        }
+        self.parts.blobs.delete(&record.blob_key()).await?;
+        Ok(self
+            .parts
+            .store
+            .delete_file(scope, id, actor)
+            .await?
+            .is_some())
+    }
+
+    /// The staging directory.
+    pub fn staging(&self) -> &Path {
+        &self.parts.staging
+    }
+}
+
+#[async_trait]
+impl FileContents for Files {
+    async fn describe(&self, scope: &Scope, file_id: &str) -> Result<FilePart, Error> {
+        let id = FileId::new(file_id).map_err(|_| Error::not_found("file", file_id))?;
+        let record = self
+            .parts
+            .store
+            .file(scope, &id)
+            .await?
+            .ok_or_else(|| Error::not_found("file", file_id))?;
+        Ok(FilePart {
+            file_id: record.id.as_str().to_owned(),
+            name: record.name,
+            media_type: record.media_type,
+            size_bytes: record.size_bytes,
+            trust: Trust::Untrusted,
+        })
+    }
+
+    async fn text(
+        &self,
+        scope: &Scope,
+        file_id: &str,
+        max_bytes: usize,
+    ) -> Result<Option<String>, Error> {
+        let id = FileId::new(file_id).map_err(|_| Error::not_found("file", file_id))?;
+        let Some((record, mut bytes)) = self.open(scope, &id).await? else {
+            return Err(Error::not_found("file", file_id));
+        };
+        if !record.is_text() {
+            return Ok(None);
+        }
+        let mut buf = Vec::new();
+        while let Some(chunk) = bytes.next().await {
+            buf.extend_from_slice(&chunk?);
+            if buf.len() >= max_bytes {
+                break;
+            }
+        }
+        let mut end = buf.len().min(max_bytes);
+        let text = loop {
+            match std::str::from_utf8(&buf[..end]) {
+                Ok(t) => break t.to_owned(),
+                Err(e) if e.valid_up_to() > 0 && end - e.valid_up_to() < 4 => {
+                    end = e.valid_up_to();
+                }
+                Err(_) => return Ok(None),
+            }
+        };
+        Ok(Some(text))
+    }
+}

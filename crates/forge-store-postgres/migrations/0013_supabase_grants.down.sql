@@ -1,0 +1,1 @@
+REVOKE SELECT, INSERT, DELETE ON forge_files FROM forge_tenant;

@@ -1,0 +1,1 @@
+GRANT SELECT, INSERT, DELETE ON forge_files TO forge_tenant;

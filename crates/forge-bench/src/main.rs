@@ -13,6 +13,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+mod files;
 mod rag;
 mod runs;
 mod subscribers;
@@ -53,6 +54,8 @@ enum Command {
     },
     /// Retrieval: ingestion chunks/s and query latency at 10k and 100k chunks.
     Rag(rag::RagArgs),
+    /// Files: upload throughput through inspection and storage, and clamd's scan latency.
+    Files(files::FilesArgs),
     /// The shared workload against an OpenAI-compatible server: Forge in memory, SQLite and
     /// PostgreSQL, and a bare HTTP loop as the floor.
     Workload(workload::WorkloadArgs),
@@ -97,6 +100,7 @@ fn main() -> anyhow::Result<()> {
         match cli.command {
             Command::Workload(args) => workload::workload(args).await,
             Command::Rag(args) => rag::run(args).await,
+            Command::Files(args) => files::run(args).await,
             Command::Subscribers(args) => subscribers::run(args).await,
             Command::SubscribersServer(args) => subscribers::server(args).await,
             Command::SubscribersWorker(args) => subscribers::worker(args).await,

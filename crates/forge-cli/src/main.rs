@@ -7,6 +7,7 @@ mod compose;
 mod dlq;
 mod effects;
 mod embedder;
+mod files;
 mod interactions;
 mod live;
 mod mcp;
@@ -72,6 +73,9 @@ enum Command {
     /// Ingest, list, show, delete and search retrieval sources.
     #[command(subcommand)]
     Rag(rag::RagCommand),
+    /// Upload, list, get, delete and reference stored files.
+    #[command(subcommand)]
+    Files(files::FilesCommand),
 }
 
 #[derive(Debug, clap::Args)]
@@ -89,6 +93,8 @@ struct WorkerArgs {
     access: compose::AccessArgs,
     #[command(flatten)]
     live: live::LiveArgs,
+    #[command(flatten)]
+    files: files::FilesArgs,
     /// Runs executed at once.
     #[arg(long, default_value_t = 4)]
     concurrency: usize,
@@ -175,6 +181,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Runs(command) => runs::runs(command).await,
         Command::Mcp(command) => mcp::run(command).await,
         Command::Rag(command) => rag::run(command).await,
+        Command::Files(command) => files::run(command).await,
         Command::Tools(command) => compose::tools(command).await,
     }
 }
@@ -198,9 +205,14 @@ async fn worker(args: WorkerArgs) -> anyhow::Result<ExitCode> {
         mcp: mcp.as_ref(),
         sources: Some(opened.sources.clone()),
     };
+    // The files runs are given are read from where `forge serve` keeps them.
+    let files = args
+        .files
+        .files(opened.files.clone(), store.clone(), None)?;
     let mut builder = compose::builder(store.clone(), &settings)?
         .worker_id(id.clone())
-        .lease_ttl(ttl);
+        .lease_ttl(ttl)
+        .files(std::sync::Arc::new(files));
     if let Some(url) = &args.effects_db {
         builder = builder.tool(effects::record_effect(url).await?)?;
     }

@@ -97,6 +97,8 @@ pub(crate) struct ServeArgs {
     auth: AuthArgs,
     #[command(flatten)]
     live: LiveArgs,
+    #[command(flatten)]
+    files: crate::files::FilesArgs,
     /// Address to listen on.
     #[arg(long, env = "FORGE_LISTEN", default_value = "127.0.0.1:8080")]
     listen: String,
@@ -134,8 +136,18 @@ pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     };
     let id = forge_core::holder::this_process("serve");
     let providers = agent_file::providers(&loaded, &args.providers)?;
-    let mut builder =
-        compose::builder_with(store.clone(), &settings, &providers)?.worker_id(id.clone());
+    args.files.warn_if_ephemeral();
+    let files = args.files.files(
+        opened.files.clone(),
+        store.clone(),
+        Some(args.access.embedder.retriever(
+            opened.sources.clone(),
+            Arc::new(forge_core::ports::policy::AllowAll),
+        )?),
+    )?;
+    let mut builder = compose::builder_with(store.clone(), &settings, &providers)?
+        .worker_id(id.clone())
+        .files(Arc::new(files.clone()));
     if let Some(url) = &args.effects_db {
         builder = builder.tool(crate::effects::record_effect(url).await?)?;
     }
@@ -186,6 +198,7 @@ pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             .embedder
             .retriever(opened.sources.clone(), args.access.authorizer()?)?,
     );
+    config.files = Some(files);
     config.streams = StreamSettings {
         poll: std::time::Duration::from_millis(args.poll_ms.max(10)),
         ..StreamSettings::default()

@@ -36,6 +36,8 @@ pub(crate) struct Opened {
     pub(crate) store: Arc<dyn Store>,
     /// The same store's retrieval sources.
     pub(crate) sources: Arc<dyn forge_rag::SourceStore>,
+    /// The same store's file records.
+    pub(crate) files: Arc<dyn forge_files::FileStore>,
     /// The PostgreSQL store itself, for `LISTEN`.
     pub(crate) postgres: Option<Arc<PostgresStore>>,
     /// Readiness: reachable, migrations current.
@@ -93,6 +95,7 @@ pub(crate) async fn open(args: &StoreArgs) -> anyhow::Result<Opened> {
         let store = Arc::new(MemoryStore::default());
         return Ok(Opened {
             sources: store.clone(),
+            files: store.clone(),
             store,
             postgres: None,
             probe: Arc::new(|| Box::pin(async { Ok(()) })),
@@ -117,6 +120,7 @@ pub(crate) async fn open(args: &StoreArgs) -> anyhow::Result<Opened> {
         });
         return Ok(Opened {
             sources: store.clone(),
+            files: store.clone(),
             store,
             postgres: None,
             probe,
@@ -147,6 +151,7 @@ pub(crate) async fn open(args: &StoreArgs) -> anyhow::Result<Opened> {
         return Ok(Opened {
             store: store.clone(),
             sources: store.clone(),
+            files: store.clone(),
             postgres: Some(store),
             probe,
             applied,

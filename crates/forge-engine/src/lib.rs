@@ -15,6 +15,7 @@ pub mod context;
 pub mod discovery;
 mod engine;
 mod error;
+pub mod files;
 mod hitl;
 pub mod live;
 pub mod observer;

@@ -114,6 +114,7 @@ impl StepRunner<'_> {
         // (only the active run writes to its thread), plus what this step has not committed yet
         // (the run's input, on its first step).
         let history = [cur.history.clone(), cur.messages.clone()].concat();
+        let history = crate::files::expand(self.engine, self.scope, history).await?;
         // Session state is application data: a secret stored in it never reaches the model.
         let mut state = cur.state.clone();
         let mut values = serde_json::Value::Object(std::mem::take(&mut state.values));

@@ -5,6 +5,8 @@
 //! - `GET /graphql` (WebSocket, subprotocol `graphql-transport-ws`) — subscriptions; the token in
 //!   the `Authorization` header of the upgrade, or as `{"authorization": "Bearer …"}` in the
 //!   `connection_init` payload.
+//! - `POST /files`, `GET /files/{reference}` — uploads and signed downloads ([`files`]), when
+//!   the server stores files.
 //! - `GET /healthz` — liveness: the process answers.
 //! - `GET /readyz` — readiness: every [`ReadinessCheck`] passes (store reachable, migrations
 //!   current, each model provider healthy), as JSON naming each check.
@@ -18,6 +20,7 @@
 
 pub mod auth;
 mod budget;
+pub mod files;
 mod http;
 pub mod schema;
 mod ws;
@@ -36,6 +39,7 @@ use forge_engine::Engine;
 use tokio_util::sync::CancellationToken;
 
 pub use auth::{AuthError, Authenticated, Authenticator, ClaimsMode};
+pub use files::FileLimits;
 pub use forge_engine::live::{EventBus, LiveTail, StreamSettings, Wake};
 pub use http::HttpLimits;
 pub use schema::{AppState, ForgeSchema, QueryLimits};
@@ -84,6 +88,11 @@ pub struct ServerConfig {
     /// Retrieval sources, for `resolveCitation` and `deleteSource` (absent: both answer
     /// `NOT_FOUND`).
     pub retriever: Option<forge_rag::Retriever>,
+    /// Stored files: `POST /files`, `GET /files/{reference}`, and GraphQL's file fields (absent:
+    /// they answer `NOT_FOUND`).
+    pub files: Option<forge_files::Files>,
+    /// How slow an upload may be.
+    pub file_limits: FileLimits,
 }
 
 impl ServerConfig {
@@ -96,6 +105,8 @@ impl ServerConfig {
             streams: StreamSettings::default(),
             readiness: Vec::new(),
             retriever: None,
+            files: None,
+            file_limits: FileLimits::default(),
             http: HttpLimits::default(),
             ws: WsLimits::default(),
             drain: std::time::Duration::from_secs(10),
@@ -117,6 +128,8 @@ struct Shared {
     ws_tenants: Arc<http::TenantLimiter>,
     ws_connections: Arc<http::TenantLimiter>,
     shutdown: CancellationToken,
+    files: Option<forge_files::Files>,
+    file_limits: FileLimits,
 }
 
 /// The server: routes over one engine.
@@ -148,6 +161,7 @@ impl Server {
             shutdown: shutdown.clone(),
             cache: Arc::new(forge_engine::live::LogCache::default()),
             retriever: config.retriever,
+            files: config.files.clone(),
         });
         Self {
             shared: Arc::new(Shared {
@@ -164,6 +178,8 @@ impl Server {
                 )),
                 ws: config.ws,
                 shutdown: shutdown.clone(),
+                files: config.files,
+                file_limits: config.file_limits,
             }),
             max_body_bytes: config.max_body_bytes,
             tail,
@@ -194,6 +210,8 @@ impl Server {
             .route("/graphql", get(graphql_ws).post(graphql_http))
             .route("/healthz", get(healthz))
             .route("/readyz", get(readyz))
+            .route("/files", axum::routing::post(files::upload))
+            .route("/files/{reference}", get(files::download))
             // The GraphQL handler reads its body itself, after authentication.
             .layer(DefaultBodyLimit::max(self.max_body_bytes))
             .with_state(self.shared.clone())

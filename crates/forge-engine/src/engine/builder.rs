@@ -21,6 +21,7 @@ pub struct EngineBuilder {
     tools: ToolRegistry,
     skills: crate::skills::SkillLibrary,
     citations: Option<Arc<dyn forge_core::ports::citation::CitationCheck>>,
+    files: Option<Arc<dyn forge_core::ports::files::FileContents>>,
     agents: Vec<AgentDefinition>,
     clock: Option<Arc<dyn Clock>>,
     ids: Option<Arc<dyn IdGenerator>>,
@@ -98,6 +99,13 @@ impl EngineBuilder {
     /// list it.
     pub fn citations(mut self, check: Arc<dyn forge_core::ports::citation::CitationCheck>) -> Self {
         self.citations = Some(check);
+        self
+    }
+
+    /// Lets runs be given stored files: their parts are checked against `files` at submission,
+    /// and their text shown to the model, as untrusted data, in each step's request.
+    pub fn files(mut self, files: Arc<dyn forge_core::ports::files::FileContents>) -> Self {
+        self.files = Some(files);
         self
     }
 
@@ -250,6 +258,7 @@ impl EngineBuilder {
             tools: self.tools,
             skills: Arc::new(self.skills),
             citations: self.citations,
+            files: self.files,
             agents,
             clock: self.clock.unwrap_or_else(|| Arc::new(SystemClock)),
             worker_id: self

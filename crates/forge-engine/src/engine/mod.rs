@@ -117,6 +117,8 @@ pub struct Engine {
     pub(crate) skills: Arc<crate::skills::SkillLibrary>,
     /// Checks citations before they are committed; without it `cite` refuses every call.
     pub(crate) citations: Option<Arc<dyn forge_core::ports::citation::CitationCheck>>,
+    /// Stored files runs may be given; without it a file part is refused.
+    pub(crate) files: Option<Arc<dyn forge_core::ports::files::FileContents>>,
     agents: HashMap<(String, String), Arc<AgentDefinition>>,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) ids: Arc<dyn IdGenerator>,
@@ -223,7 +225,15 @@ impl Engine {
         forge_core::input::check("the run's input", &new.input)?;
         for part in &mut new.input {
             match part {
-                Part::File(f) => f.trust = forge_core::part::Trust::Untrusted,
+                Part::File(f) => {
+                    // The store's description, never the caller's: a file the tenant does not
+                    // have is refused, and its name, type and size are what inspection found.
+                    let files = self.files.as_ref().ok_or_else(|| {
+                        forge_core::Error::invalid("this deployment does not accept files")
+                    })?;
+                    *f = files.describe(scope, &f.file_id).await?;
+                    f.trust = forge_core::part::Trust::Untrusted;
+                }
                 Part::ToolResult(r) => {
                     r.trust = forge_core::part::Trust::Untrusted;
                     self.redactor.redact_json(&mut r.output);

@@ -64,6 +64,8 @@ pub struct AppState {
     pub cache: Arc<bus::LogCache>,
     /// Retrieval sources, for citations.
     pub retriever: Option<forge_rag::Retriever>,
+    /// Stored files, for the file fields.
+    pub files: Option<forge_files::Files>,
 }
 
 impl AppState {
@@ -235,6 +237,23 @@ pub(crate) fn require_admin(scope: &Scope, what: &str) -> async_graphql::Result<
     } else {
         Err(error("FORBIDDEN", format!("{what} is for administrators")))
     }
+}
+
+/// The files service and a stored file of the caller's tenant; `NOT_FOUND` alike for no files
+/// service, a malformed id, another tenant's file and none.
+async fn stored_file(
+    ctx: &Context<'_>,
+    id: &ID,
+) -> async_graphql::Result<(forge_files::Files, forge_files::FileRecord)> {
+    let (scope, state) = (scope(ctx)?, state(ctx)?);
+    let not_found = || error("NOT_FOUND", "no such file");
+    let files = state.files.clone().ok_or_else(not_found)?;
+    let id = forge_files::FileId::new(id.0.clone()).map_err(|_| not_found())?;
+    let record = forge_files::FileStore::file(files.store().as_ref(), scope, &id)
+        .await
+        .map_err(store_error)?
+        .ok_or_else(not_found)?;
+    Ok((files, record))
 }
 
 async fn get_run(ctx: &Context<'_>, id: &ID) -> async_graphql::Result<Run> {

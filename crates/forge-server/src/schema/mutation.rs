@@ -25,6 +25,10 @@ pub struct StartRunInput {
     version: Option<String>,
     /// The user's message.
     message: String,
+    /// Stored files (`POST /files`) given to the run with the message, by id; shown to the
+    /// model as untrusted data.
+    #[graphql(default)]
+    files: Vec<ID>,
     /// When the thread is busy.
     #[graphql(default)]
     strategy: Strategy,
@@ -91,7 +95,18 @@ impl Mutation {
             Strategy::Reject => StartStrategy::Reject,
             Strategy::Interrupt => StartStrategy::Interrupt,
         };
-        let new = NewRun::new(thread, agent, vec![Part::text(input.message)]).strategy(strategy);
+        let mut parts = vec![Part::text(input.message)];
+        // The engine replaces each with the store's description, refusing one the tenant lacks.
+        parts.extend(input.files.into_iter().map(|id| {
+            Part::File(forge_core::part::FilePart {
+                file_id: id.0,
+                name: String::new(),
+                media_type: String::new(),
+                size_bytes: 0,
+                trust: forge_core::part::Trust::Untrusted,
+            })
+        }));
+        let new = NewRun::new(thread, agent, parts).strategy(strategy);
         let run = app.engine.submit(scope, new).await.map_err(client_error)?;
         app.bus.publish(Wake::Run {
             run_id: run.id,
@@ -165,6 +180,38 @@ impl Mutation {
             .map_err(client_error)?;
         app.cache.forget(scope.tenant_id(), &[run.id]);
         Ok(erased.into())
+    }
+
+    /// A fresh signed reference to a stored file of the caller's tenant, valid for
+    /// `ttlSeconds` (default 900, at most a week): `GET /files/{reference}` returns its bytes.
+    async fn file_reference(
+        &self,
+        ctx: &Context<'_>,
+        id: ID,
+        ttl_seconds: Option<u32>,
+    ) -> async_graphql::Result<Json<Value>> {
+        let (files, record) = stored_file(ctx, &id).await?;
+        let ttl = ttl_seconds.map(|s| std::time::Duration::from_secs(u64::from(s)));
+        let (reference, expires) = files.reference(&record, ttl);
+        Ok(Json(serde_json::json!({
+            "reference": reference,
+            "url": format!("/files/{reference}"),
+            "expires_at": expires,
+        })))
+    }
+
+    /// Deletes a stored file: its bytes, its record (audited `file.deleted`), the retrieval
+    /// source made from it; its references stop working. For its uploader and administrators.
+    async fn delete_file(&self, ctx: &Context<'_>, id: ID) -> async_graphql::Result<bool> {
+        let scope = scope(ctx)?;
+        let (files, record) = stored_file(ctx, &id).await?;
+        if record.created_by != scope.principal_id().as_str() {
+            require_admin(scope, "deleting another person's file")?;
+        }
+        files
+            .delete(scope, &record.id, scope.principal_id().as_str())
+            .await
+            .map_err(store_error)
     }
 
     /// Approves or rejects a tool call. `key` makes it idempotent; `inputHash`, when given, must

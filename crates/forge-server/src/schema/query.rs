@@ -51,6 +51,27 @@ impl Query {
         Ok(ThreadObject(thread))
     }
 
+    /// The caller's tenant's stored files, newest first (at most `limit`, ≤ 200), as JSON
+    /// records (id, name, media type as inspected, size, version, findings, scan).
+    async fn files(
+        &self,
+        ctx: &Context<'_>,
+        #[graphql(default = 50)] limit: u32,
+    ) -> async_graphql::Result<Vec<Json<Value>>> {
+        let (scope, state) = (scope(ctx)?, state(ctx)?);
+        let Some(files) = &state.files else {
+            return Ok(vec![]);
+        };
+        let records = forge_files::FileStore::list_files(
+            files.store().as_ref(),
+            scope,
+            limit.min(200) as usize,
+        )
+        .await
+        .map_err(store_error)?;
+        Ok(records.iter().map(to_json).collect())
+    }
+
     /// A run.
     async fn run(&self, ctx: &Context<'_>, id: ID) -> async_graphql::Result<RunObject> {
         Ok(RunObject(get_run(ctx, &id).await?))

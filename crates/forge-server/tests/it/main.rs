@@ -5,6 +5,7 @@
 
 mod auth_tests;
 mod citation_tests;
+mod files_tests;
 mod hardening_tests;
 mod live_tests;
 mod load_tests;

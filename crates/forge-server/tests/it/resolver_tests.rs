@@ -346,6 +346,7 @@ async fn depth_beyond_the_limit_is_refused() {
                 shutdown: tokio_util::sync::CancellationToken::new(),
                 cache: Default::default(),
                 retriever: None,
+                files: None,
             }),
             forge_server::QueryLimits {
                 depth,

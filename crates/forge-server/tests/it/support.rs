@@ -88,6 +88,8 @@ pub struct Opts {
     pub tune: Option<fn(&mut ServerConfig)>,
     /// Retrieval sources for citations.
     pub retriever: Option<forge_rag::Retriever>,
+    /// Stored files, for the engine and the file endpoints.
+    pub files: Option<forge_files::Files>,
 }
 
 impl Default for Opts {
@@ -105,6 +107,7 @@ impl Default for Opts {
             agents: Vec::new(),
             tune: None,
             retriever: None,
+            files: None,
         }
     }
 }
@@ -166,6 +169,9 @@ pub async fn start(opts: Opts) -> Srv {
     for agent in opts.agents {
         builder = builder.agent(agent);
     }
+    if let Some(files) = &opts.files {
+        builder = builder.files(Arc::new(files.clone()));
+    }
     let engine = builder
         .dyn_store(opts.store.clone())
         .model(Arc::new(
@@ -192,6 +198,7 @@ pub async fn start(opts: Opts) -> Srv {
     };
     config.readiness = opts.readiness;
     config.retriever = opts.retriever;
+    config.files = opts.files;
     if let Some(tune) = opts.tune {
         tune(&mut config);
     }

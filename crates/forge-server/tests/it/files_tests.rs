@@ -1,0 +1,377 @@
+//! Files over real HTTP: uploads with their limits and refusals (before and while the body
+//! arrives, and from a client that stalls), signed downloads refused alike when expired,
+//! tampered, of another tenant or deleted, and the GraphQL side — listing, references, runs
+//! given files, and deletion.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use forge_core::id::UuidV7Generator;
+use forge_core::time::SystemClock;
+use forge_files::{Files, FilesParts, FsBlobStore, Policy, RefKeys};
+use forge_store_memory::MemoryStore;
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::support::*;
+
+struct FileServer {
+    srv: Srv,
+    dir: std::path::PathBuf,
+}
+
+impl Drop for FileServer {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+async fn file_server(idle: Duration) -> FileServer {
+    let dir =
+        std::env::temp_dir().join(format!("forge-srv-files-{}", uuid::Uuid::new_v4().simple()));
+    let store = Arc::new(MemoryStore::default());
+    let files = Files::new(FilesParts {
+        store: store.clone(),
+        blobs: Arc::new(FsBlobStore::new(dir.join("blobs")).unwrap()),
+        scanner: None,
+        retriever: None,
+        audit: Some(store.clone()),
+        policy: Policy {
+            max_bytes: 4_096,
+            ..Policy::default()
+        },
+        staging: dir.join("staging"),
+        keys: RefKeys::new(vec![("k1".into(), vec![7; 32])]).unwrap(),
+        clock: Arc::new(SystemClock),
+        ids: Arc::new(UuidV7Generator),
+    })
+    .unwrap();
+    // Short limits for the stalling client's test, the defaults otherwise.
+    let tune: fn(&mut forge_server::ServerConfig) = if idle < Duration::from_secs(1) {
+        |c| {
+            c.file_limits = forge_server::FileLimits {
+                idle: Duration::from_millis(300),
+                total: Duration::from_secs(5),
+            }
+        }
+    } else {
+        |_| {}
+    };
+    let srv = start(Opts {
+        store: store.clone(),
+        files: Some(files),
+        tune: Some(tune),
+        ..Opts::default()
+    })
+    .await;
+    FileServer { srv, dir }
+}
+
+async fn upload(
+    srv: &Srv,
+    token: Option<&str>,
+    name: &str,
+    content_type: &str,
+    body: Vec<u8>,
+) -> (u16, Value) {
+    let mut req = srv
+        .http
+        .post(srv.url(&format!("/files?name={}", urlencode(name))))
+        .header("content-type", content_type)
+        .body(body);
+    if let Some(t) = token {
+        req = req.bearer_auth(t);
+    }
+    let res = req.send().await.unwrap();
+    let status = res.status().as_u16();
+    (status, res.json().await.unwrap_or(Value::Null))
+}
+
+fn urlencode(s: &str) -> String {
+    s.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn uploads_are_inspected_and_refusals_are_clear() {
+    let fs = file_server(Duration::from_secs(10)).await;
+    let srv = &fs.srv;
+    let t = token("acme", "alice", &[]);
+    let (status, body) = upload(
+        srv,
+        Some(&t),
+        "notes.md",
+        "text/markdown",
+        b"# Notes\n\nHello.\n".to_vec(),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    assert_eq!(body["file"]["media_type"], "text/markdown");
+    assert_eq!(body["file"]["created_by"], "alice");
+    assert!(body["reference"].as_str().unwrap().starts_with("k1."));
+
+    let (status, _) = upload(srv, None, "x.txt", "text/plain", b"x".to_vec()).await;
+    assert_eq!(status, 401, "a token is required");
+    for (name, ct, bytes, status, code) in [
+        ("empty.txt", "text/plain", vec![], 400, "empty_file"),
+        (
+            "../../etc/passwd",
+            "text/plain",
+            b"root".to_vec(),
+            400,
+            "bad_file_name",
+        ),
+        (
+            "big.txt",
+            "text/plain",
+            vec![b'a'; 4_097],
+            413,
+            "file_too_large",
+        ),
+        (
+            "photo.png",
+            "image/png",
+            b"I am not a picture".to_vec(),
+            415,
+            "type_mismatch",
+        ),
+        (
+            "page.html",
+            "text/html",
+            b"<!doctype html><img src=x onerror=\"steal()\">".to_vec(),
+            415,
+            "active_content",
+        ),
+    ] {
+        let (got, body) = upload(srv, Some(&t), name, ct, bytes).await;
+        assert_eq!(got, status, "{name}: {body}");
+        assert_eq!(
+            body["errors"][0]["extensions"]["code"], code,
+            "{name}: {body}"
+        );
+    }
+    let d = srv.gql(&t, "query { files }", json!({})).await;
+    assert_eq!(
+        d["files"].as_array().unwrap().len(),
+        1,
+        "only the accepted file: {d}"
+    );
+}
+
+/// A chunked body with no length is cut off one byte past the limit, however much more comes.
+#[tokio::test]
+async fn a_body_without_a_length_is_cut_off_at_the_limit() {
+    let fs = file_server(Duration::from_secs(10)).await;
+    let srv = &fs.srv;
+    let t = token("acme", "alice", &[]);
+    let chunks: Vec<Result<Vec<u8>, std::io::Error>> =
+        (0..64).map(|_| Ok(vec![b'a'; 1024])).collect();
+    let res = srv
+        .http
+        .post(srv.url("/files?name=stream.txt"))
+        .bearer_auth(&t)
+        .header("content-type", "text/plain")
+        .body(reqwest::Body::wrap_stream(futures_util::stream::iter(
+            chunks,
+        )))
+        .send()
+        .await;
+    // The server answers 413 and closes; a client may see the answer or the closed connection.
+    if let Ok(res) = res {
+        assert_eq!(res.status().as_u16(), 413);
+    }
+    let d = srv.gql(&t, "query { files }", json!({})).await;
+    assert_eq!(d["files"], json!([]));
+    assert!(
+        std::fs::read_dir(fs.dir.join("staging"))
+            .unwrap()
+            .next()
+            .is_none()
+    );
+}
+
+/// A client that sends its headers and part of its body, then stalls (slowloris), is refused
+/// after the idle limit and nothing is kept.
+#[tokio::test]
+async fn a_stalled_upload_is_refused_and_leaves_nothing() {
+    let fs = file_server(Duration::from_millis(300)).await;
+    let srv = &fs.srv;
+    let t = token("acme", "alice", &[]);
+    let mut tcp = tokio::net::TcpStream::connect(srv.addr).await.unwrap();
+    let head = format!(
+        "POST /files?name=slow.txt HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {t}\r\n\
+         Content-Type: text/plain\r\nContent-Length: 1000\r\n\r\npart of it"
+    );
+    tcp.write_all(head.as_bytes()).await.unwrap();
+    let started = std::time::Instant::now();
+    let mut answer = vec![0u8; 4096];
+    let n = tokio::time::timeout(Duration::from_secs(5), tcp.read(&mut answer))
+        .await
+        .expect("the server answers a stalled upload")
+        .unwrap();
+    let answer = String::from_utf8_lossy(&answer[..n]);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("upload_too_slow"), "{answer}");
+    assert!(started.elapsed() < Duration::from_secs(3));
+    let d = srv.gql(&t, "query { files }", json!({})).await;
+    assert_eq!(d["files"], json!([]));
+}
+
+#[tokio::test]
+async fn references_download_once_valid_and_are_refused_alike_otherwise() {
+    let fs = file_server(Duration::from_secs(10)).await;
+    let srv = &fs.srv;
+    let alice = token("acme", "alice", &[]);
+    let (_, body) = upload(
+        srv,
+        Some(&alice),
+        "report.txt",
+        "text/plain",
+        b"The numbers.\n".to_vec(),
+    )
+    .await;
+    let id = body["file"]["id"].as_str().unwrap().to_owned();
+    let reference = body["reference"].as_str().unwrap().to_owned();
+
+    let res = srv
+        .http
+        .get(srv.url(&format!("/files/{reference}")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status().as_u16(), 200);
+    let h = res.headers().clone();
+    assert_eq!(h["content-type"], "text/plain");
+    assert_eq!(h["x-content-type-options"], "nosniff");
+    assert!(
+        h["content-disposition"]
+            .to_str()
+            .unwrap()
+            .starts_with("attachment")
+    );
+    assert_eq!(h["cache-control"], "private, no-store");
+    assert_eq!(res.bytes().await.unwrap().as_ref(), b"The numbers.\n");
+
+    let refused = |url: String, bearer: Option<String>| {
+        let http = srv.http.clone();
+        async move {
+            let mut req = http.get(url);
+            if let Some(b) = bearer {
+                req = req.bearer_auth(b);
+            }
+            let res = req.send().await.unwrap();
+            (res.status().as_u16(), res.text().await.unwrap())
+        }
+    };
+    let mut tampered = reference.clone().into_bytes();
+    let i = tampered.len() - 3;
+    tampered[i] = if tampered[i] == b'A' { b'B' } else { b'A' };
+    let tampered = String::from_utf8(tampered).unwrap();
+    let globex = token("globex", "mallory", &[]);
+    let d = srv
+        .gql(
+            &alice,
+            "mutation($id: ID!) { fileReference(id: $id, ttlSeconds: 1) }",
+            json!({"id": id}),
+        )
+        .await;
+    let short = d["fileReference"]["reference"].as_str().unwrap().to_owned();
+    tokio::time::sleep(Duration::from_millis(2_100)).await;
+    let answers = vec![
+        refused(srv.url(&format!("/files/{tampered}")), None).await,
+        refused(
+            srv.url(&format!("/files/{reference}")),
+            Some(globex.clone()),
+        )
+        .await,
+        refused(srv.url(&format!("/files/{short}")), None).await,
+        refused(srv.url("/files/not-a-reference"), None).await,
+    ];
+    for a in &answers {
+        assert_eq!(a, &answers[0], "refused alike");
+    }
+    assert_eq!(answers[0].0, 404);
+
+    // Another tenant cannot mint a reference or delete; a non-uploader needs the admin role.
+    let (code, _) = srv
+        .gql_error(
+            &globex,
+            "mutation($id: ID!) { fileReference(id: $id) }",
+            json!({"id": id}),
+        )
+        .await;
+    assert_eq!(code, "NOT_FOUND");
+    let bob = token("acme", "bob", &[]);
+    let (code, _) = srv
+        .gql_error(
+            &bob,
+            "mutation($id: ID!) { deleteFile(id: $id) }",
+            json!({"id": id}),
+        )
+        .await;
+    assert_eq!(code, "FORBIDDEN");
+    let d = srv
+        .gql(
+            &alice,
+            "mutation($id: ID!) { deleteFile(id: $id) }",
+            json!({"id": id}),
+        )
+        .await;
+    assert_eq!(d["deleteFile"], true);
+    assert_eq!(
+        refused(srv.url(&format!("/files/{reference}")), None).await,
+        answers[0]
+    );
+}
+
+#[tokio::test]
+async fn a_run_is_given_an_uploaded_file() {
+    let fs = file_server(Duration::from_secs(10)).await;
+    let srv = &fs.srv;
+    let t = token("acme", "alice", &[]);
+    let (_, body) = upload(
+        srv,
+        Some(&t),
+        "brief.txt",
+        "text/plain",
+        b"Be brief.\n".to_vec(),
+    )
+    .await;
+    let id = body["file"]["id"].as_str().unwrap().to_owned();
+    let thread = srv.thread(&t).await;
+    let d = srv
+        .gql(
+            &t,
+            "mutation($t: ID!, $f: ID!) { startRun(input: {threadId: $t, agent: \"greeter\", message: \"hi\", files: [$f]}) { id } }",
+            json!({"t": thread, "f": id}),
+        )
+        .await;
+    let run = d["startRun"]["id"].as_str().unwrap().to_owned();
+    srv.wait_status(&t, &run, "completed").await;
+    let d = srv
+        .gql(
+            &t,
+            "query($t: ID!) { thread(id: $t) { messages } }",
+            json!({"t": thread}),
+        )
+        .await;
+    let first = &d["thread"]["messages"][0]["parts"];
+    assert_eq!(first[1]["type"], "file", "{first}");
+    assert_eq!(first[1]["name"], "brief.txt");
+    assert_eq!(first[1]["trust"], "untrusted");
+    let (code, _) = srv
+        .gql_error(
+            &token("globex", "m", &[]),
+            "mutation($t: ID!, $f: ID!) { startRun(input: {threadId: $t, agent: \"greeter\", message: \"hi\", files: [$f]}) { id } }",
+            json!({"t": srv.thread(&token("globex", "m", &[])).await, "f": id}),
+        )
+        .await;
+    assert_eq!(code, "NOT_FOUND", "another tenant's file");
+}

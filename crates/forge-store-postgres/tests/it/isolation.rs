@@ -14,9 +14,9 @@ use forge_testkit::fixtures::{agent_ref, scope};
 use sqlx::{Connection, PgConnection};
 
 /// Tenant A's rows per table after `seed_tenant_a` (two committed steps: two events).
-const TENANT_A_ROWS: [i64; 11] = [1, 1, 1, 2, 1, 1, 1, 1, 1, 1, 1];
+const TENANT_A_ROWS: [i64; 12] = [1, 1, 1, 2, 1, 2, 1, 1, 1, 1, 1, 1];
 
-const TABLES: [&str; 11] = [
+const TABLES: [&str; 12] = [
     "forge_threads",
     "forge_messages",
     "forge_runs",
@@ -28,6 +28,7 @@ const TABLES: [&str; 11] = [
     "forge_sources",
     "forge_chunks",
     "forge_chunk_vectors",
+    "forge_files",
 ];
 
 /// Tenant A gets a thread, a run (with its job), a committed step with events and a message, and
@@ -167,6 +168,11 @@ async fn seed_tenant_a(store: &PostgresStore, clock: &ManualClock) {
         .await
         .unwrap()
     );
+    // A stored file's record (its acceptance is audited: the second audit row).
+    let file = forge_testkit::files::record(&a, clock, 1, "secret.txt");
+    forge_files::FileStore::put_file(store, &a, &file, "alice")
+        .await
+        .unwrap();
 }
 
 /// Counts every table's rows in one transaction after `setup` statements, as the connected role.
@@ -255,12 +261,12 @@ async fn raw_sql_as_the_application_role_sees_only_its_tenant() {
             &["SELECT set_config('forge.tenant_id', 'tenant-b', true)"]
         )
         .await,
-        [0; 11],
+        [0; 12],
         "tenant B sees none"
     );
     assert_eq!(
         counts(&mut conn, &[]).await,
-        [0; 11],
+        [0; 12],
         "no tenant setting sees none"
     );
     assert_eq!(
@@ -269,7 +275,7 @@ async fn raw_sql_as_the_application_role_sees_only_its_tenant() {
             &["SELECT set_config('forge.tenant_id', '', true)"]
         )
         .await,
-        [0; 11]
+        [0; 12]
     );
     assert_eq!(
         tamper(
@@ -334,7 +340,7 @@ async fn the_application_role_cannot_forge_the_system_scope() {
     for setup in forged {
         assert_eq!(
             counts(&mut conn, setup).await,
-            [0; 11],
+            [0; 12],
             "{setup:?} sees none"
         );
         assert_eq!(
@@ -479,14 +485,14 @@ async fn raw_sql_as_forges_tenant_role_with_another_tenants_jwt_sees_nothing() {
     let a = as_jwt("tenant-a");
     let b = as_jwt("tenant-b");
     assert_eq!(counts(&mut conn, &[&a]).await, TENANT_A_ROWS);
-    assert_eq!(counts(&mut conn, &[&b]).await, [0; 11]);
+    assert_eq!(counts(&mut conn, &[&b]).await, [0; 12]);
     assert_eq!(
         counts(
             &mut conn,
             &["SELECT set_config('role', 'forge_tenant', true)"]
         )
         .await,
-        [0; 11],
+        [0; 12],
         "no claims see none"
     );
     // `anon` (a request without a signed-in user) is refused the tables outright.

@@ -21,6 +21,7 @@ pub mod redact;
 pub mod run;
 pub mod scope;
 pub mod stream;
+pub mod telemetry;
 pub mod thread;
 pub mod time;
 pub mod usage;

@@ -48,6 +48,18 @@ pub enum EngineError {
 }
 
 impl EngineError {
+    /// A classified code for telemetry, never the error's text.
+    pub fn code(&self) -> &'static str {
+        match self {
+            EngineError::Store(e) => forge_core::telemetry::error_code(e),
+            EngineError::UnknownAgent { .. } => "unknown_agent",
+            EngineError::InvalidAgent { .. }
+            | EngineError::InvalidTool { .. }
+            | EngineError::InvalidSkill { .. }
+            | EngineError::Incomplete(_) => "invalid_configuration",
+        }
+    }
+
     /// What the caller should do about this error.
     pub fn kind(&self) -> ErrorKind {
         match self {

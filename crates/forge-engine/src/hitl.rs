@@ -253,7 +253,19 @@ impl StepRunner<'_> {
     }
 
     /// Executes the parked step's calls now that its interactions are settled.
+    /// Resumes the parked step in its `step.execute` span.
     pub(crate) async fn resume(
+        &self,
+        cur: &mut Cursor<'_>,
+        raised: &[Interaction],
+    ) -> Result<StepEnd, EngineError> {
+        let span = self.begin_step(cur);
+        let end = self.resume_step(cur, raised).await;
+        self.end_step(cur, span, &end);
+        end
+    }
+
+    async fn resume_step(
         &self,
         cur: &mut Cursor<'_>,
         raised: &[Interaction],

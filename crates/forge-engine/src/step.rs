@@ -94,7 +94,58 @@ pub(crate) enum Prepared {
 }
 
 impl StepRunner<'_> {
+    /// Runs one step in its `step.execute` span (the parent of its model and tool calls).
     pub(crate) async fn run(&self, cur: &mut Cursor<'_>) -> Result<StepEnd, EngineError> {
+        let span = self.begin_step(cur);
+        let end = self.step(cur).await;
+        self.end_step(cur, span, &end);
+        end
+    }
+
+    /// Opens a step's span and counts the step.
+    pub(crate) fn begin_step(&self, cur: &mut Cursor<'_>) -> Box<dyn forge_core::telemetry::Span> {
+        let t = &self.engine.telemetry;
+        let span = t.tracer.start(
+            forge_core::telemetry::SpanName::StepExecute,
+            cur.trace.as_ref(),
+            vec![("step", (cur.checkpoint.step + 1).into())],
+        );
+        cur.step_trace = span.context();
+        t.meter.record(
+            forge_core::telemetry::Instrument::RunSteps,
+            1.0,
+            &[("agent", &self.agent.agent.name)],
+        );
+        span
+    }
+
+    /// Ends a step's span with how the step ended.
+    pub(crate) fn end_step(
+        &self,
+        cur: &mut Cursor<'_>,
+        span: Box<dyn forge_core::telemetry::Span>,
+        end: &Result<StepEnd, EngineError>,
+    ) {
+        let outcome = match end {
+            Ok(StepEnd::Continue) => "continue",
+            Ok(StepEnd::Completed { .. }) => "completed",
+            Ok(StepEnd::Cancelled) => "cancelled",
+            Ok(StepEnd::Failed(f)) => {
+                span.fail(f.code.name());
+                "failed"
+            }
+            Ok(StepEnd::Parked(_)) => "parked",
+            Err(e) => {
+                span.fail(e.code());
+                "error"
+            }
+        };
+        span.set("outcome", outcome.into());
+        span.end();
+        cur.step_trace = None;
+    }
+
+    async fn step(&self, cur: &mut Cursor<'_>) -> Result<StepEnd, EngineError> {
         let step = cur.checkpoint.step + 1;
         cur.emit(RunEventKind::StepStarted { step });
         let (provider_name, model_name) =
@@ -151,6 +202,14 @@ impl StepRunner<'_> {
             text_scrub: StreamRedactor::new(self.engine.redactor.clone()),
             input_scrub: BTreeMap::new(),
         };
+        let t = &self.engine.telemetry;
+        let call_span = t.tracer.start(
+            forge_core::telemetry::SpanName::ModelCall,
+            cur.step_trace.as_ref(),
+            vec![("model", self.agent.model.clone().into())],
+        );
+        let call_started = std::time::Instant::now();
+        let mut first_output = None;
         let streamed = tokio::select! {
             biased;
             _ = self.cancel.cancelled() => Err(None),
@@ -168,10 +227,43 @@ impl StepRunner<'_> {
                 match next {
                     None => break Ok(()),
                     Some(Err(e)) => break Err(Some(e)),
-                    Some(Ok(chunk)) => self.on_chunk(cur, &mut msg, chunk),
+                    Some(Ok(chunk)) => {
+                        if first_output.is_none()
+                            && matches!(
+                                chunk,
+                                ModelChunk::TextDelta(_) | ModelChunk::ToolCallDelta { .. }
+                            )
+                        {
+                            first_output = Some(call_started.elapsed());
+                        }
+                        self.on_chunk(cur, &mut msg, chunk)
+                    }
                 }
             },
         };
+        let model = self.agent.model.as_str();
+        let call_outcome = match &outcome {
+            Ok(()) => "ok",
+            Err(None) => "cancelled",
+            Err(Some(e)) => {
+                call_span.fail(e.code());
+                "error"
+            }
+        };
+        call_span.set("outcome", call_outcome.into());
+        call_span.end();
+        t.meter.record(
+            forge_core::telemetry::Instrument::ModelCallDuration,
+            call_started.elapsed().as_secs_f64() * 1000.0,
+            &[("model", model), ("outcome", call_outcome)],
+        );
+        if let Some(first) = first_output {
+            t.meter.record(
+                forge_core::telemetry::Instrument::TimeToFirstToken,
+                first.as_secs_f64() * 1000.0,
+                &[("model", model)],
+            );
+        }
         // Whatever ended the stream, what was held back is released (scrubbed) now.
         self.close_text(cur, &mut msg);
         self.flush_inputs(cur, &mut msg);
@@ -195,6 +287,27 @@ impl StepRunner<'_> {
             cost_micros: cost,
             request_id: msg.request_id.clone(),
         };
+        let charged = actual.unwrap_or(reservation.estimate);
+        for (token_type, n) in [
+            ("input", charged.input_tokens),
+            ("output", charged.output_tokens),
+            ("cache_read", charged.cache_read_tokens),
+            ("cache_write", charged.cache_write_tokens),
+            ("reasoning", charged.reasoning_tokens),
+        ] {
+            if n > 0 {
+                t.meter.record(
+                    forge_core::telemetry::Instrument::ModelTokens,
+                    n as f64,
+                    &[("model", model), ("token_type", token_type)],
+                );
+            }
+        }
+        t.meter.record(
+            forge_core::telemetry::Instrument::ModelCost,
+            cost as f64,
+            &[("model", model)],
+        );
         let mut settled = forge_core::ports::usage::apply_settlement(reservation, &settlement)?;
         settled.provider_model = msg.provider_model.clone();
         cur.settlements.push(settled);
@@ -778,8 +891,20 @@ impl StepRunner<'_> {
     async fn execute_tools(&self, cur: &Cursor<'_>, prepared: Vec<Prepared>) -> Option<Vec<Part>> {
         let timeout = Duration::from_millis(self.agent.limits.tool_timeout_ms);
         let max_out = self.agent.limits.max_tool_output_bytes;
+        let t = &self.engine.telemetry;
         let futures = prepared.into_iter().map(|p| async move {
             let mut citation = None;
+            let (tool, denied) = match &p {
+                Prepared::Refused { call, .. }
+                | Prepared::Answered { call, .. }
+                | Prepared::Run { call } => (call.tool_name.clone(), false),
+                Prepared::Denied { call, .. } => (call.tool_name.clone(), true),
+            };
+            let span = t.tracer.start(
+                forge_core::telemetry::SpanName::ToolCall,
+                cur.step_trace.as_ref(),
+                vec![("tool", tool.clone().into())],
+            );
             let (call, result, tool_version) = match p {
                 Prepared::Refused {
                     call,
@@ -846,6 +971,26 @@ impl StepRunner<'_> {
                     (call, result, version)
                 }
             };
+            let outcome = match (&result, denied) {
+                (_, true) => "denied",
+                (Ok(_), _) => "ok",
+                (Err(_), _) => "error",
+            };
+            if let Err((code, _)) = &result {
+                span.fail(code);
+                t.meter.record(
+                    forge_core::telemetry::Instrument::ToolErrors,
+                    1.0,
+                    &[("tool", &tool), ("code", code)],
+                );
+            }
+            t.meter.record(
+                forge_core::telemetry::Instrument::ToolCalls,
+                1.0,
+                &[("tool", &tool), ("outcome", outcome)],
+            );
+            span.set("outcome", outcome.into());
+            span.end();
             let (mut output, is_error) = match result {
                 Ok(out) => (out, false),
                 Err((code, message)) => (json!({ "code": code, "message": message }), true),

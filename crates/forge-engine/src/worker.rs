@@ -14,6 +14,7 @@ use forge_core::id::RunId;
 use forge_core::ports::queue::{ClaimFilter, ClaimedJob, JobQueue, JobState};
 use forge_core::run::RunStatus;
 use forge_core::scope::SystemScope;
+use forge_core::telemetry::{Instrument, LogEvent, SpanName, TraceContext};
 use tokio_util::sync::CancellationToken;
 
 use crate::engine::{Engine, RunControl};
@@ -69,8 +70,21 @@ pub enum JobOutcome {
     /// Execution failed; the job will be retried, or was dead-lettered.
     Failed(JobState),
     /// Another worker took the run (or its job) over after this one's lease or claim lapsed: this
-    /// worker abandoned it, changing nothing (reported on stderr).
+    /// worker abandoned it, changing nothing (logged as `worker.taken_over`).
     TakenOver,
+}
+
+impl JobOutcome {
+    /// Its name, for spans.
+    pub fn name(&self) -> &'static str {
+        match self {
+            JobOutcome::Finished(_) => "finished",
+            JobOutcome::Paused(_) => "paused",
+            JobOutcome::Deferred => "deferred",
+            JobOutcome::Failed(_) => "failed",
+            JobOutcome::TakenOver => "taken_over",
+        }
+    }
 }
 
 /// Counts of what a worker did.
@@ -154,16 +168,27 @@ impl Worker {
         while !shutdown.is_cancelled() {
             let result = self.run_one(&shutdown).await;
             // Store errors are reported when they start and when they stop, not every poll.
+            let t = &self.engine.telemetry;
+            if let Err(e) = &result {
+                t.meter
+                    .record(Instrument::StoreErrors, 1.0, &[("code", e.code())]);
+            }
             match (&result, failing) {
                 (Err(e), false) => {
-                    eprintln!(
-                        "forge worker {}: the store failed, retrying: {e}",
-                        self.config.id
+                    t.logger.log(
+                        LogEvent::WorkerStoreFailed,
+                        vec![
+                            ("worker", self.config.id.clone().into()),
+                            ("code", e.code().into()),
+                        ],
                     );
                     failing = true;
                 }
                 (Ok(_), true) => {
-                    eprintln!("forge worker {}: the store answers again", self.config.id);
+                    t.logger.log(
+                        LogEvent::WorkerStoreRecovered,
+                        vec![("worker", self.config.id.clone().into())],
+                    );
                     failing = false;
                 }
                 _ => {}
@@ -196,6 +221,21 @@ impl Worker {
     /// the claim loops are, so their runs go on (as refused) instead of waiting forever; and
     /// releases usage reservations orphaned for longer than `metering::ORPHANED_AFTER`.
     async fn sweep_loop(&self, shutdown: CancellationToken) {
+        let t = &self.engine.telemetry;
+        // Retried at the next tick; said and counted, not swallowed.
+        let failed = |e: &forge_core::Error, what: &'static str| {
+            let code = forge_core::telemetry::error_code(e);
+            t.meter
+                .record(Instrument::StoreErrors, 1.0, &[("code", code)]);
+            t.logger.log(
+                LogEvent::WorkerStoreFailed,
+                vec![
+                    ("worker", self.config.id.clone().into()),
+                    ("code", code.into()),
+                    ("outcome", what.into()),
+                ],
+            );
+        };
         while !shutdown.is_cancelled() {
             if let Err(e) = self
                 .engine
@@ -203,11 +243,7 @@ impl Worker {
                 .expire_interactions(&system())
                 .await
             {
-                // Retried at the next tick; said, not swallowed.
-                eprintln!(
-                    "forge worker {}: expiring interactions failed: {e}",
-                    self.config.id
-                );
+                failed(&e, "expiring interactions");
             }
             let before = self
                 .engine
@@ -215,10 +251,15 @@ impl Worker {
                 .now()
                 .minus(forge_core::metering::ORPHANED_AFTER);
             if let Err(e) = self.engine.ledger.release_orphans(&system(), before).await {
-                eprintln!(
-                    "forge worker {}: releasing orphaned reservations failed: {e}",
-                    self.config.id
-                );
+                failed(&e, "releasing orphaned reservations");
+            }
+            match self.queue.job_counts(&system()).await {
+                Ok(counts) => t.meter.record(
+                    Instrument::QueueDepth,
+                    counts.get("ready").copied().unwrap_or(0) as f64,
+                    &[],
+                ),
+                Err(e) => failed(&e, "counting jobs"),
             }
             tokio::select! {
                 _ = shutdown.cancelled() => {}
@@ -241,20 +282,50 @@ impl Worker {
         else {
             return Ok(None);
         };
+        let t = &self.engine.telemetry;
+        // Recorded before the run is executed, so a backlog shows even when runs fail; a
+        // negative wait (clock skew between hosts) is dropped, not clamped to zero.
+        let waited = (self.engine.clock.now().0 - job.available_at.0).num_milliseconds();
+        if waited >= 0 {
+            t.meter.record(Instrument::ClaimLatency, waited as f64, &[]);
+        }
+        // A job from before traces, or with a damaged traceparent, starts its own trace, and the
+        // claim says so: a missing link is told apart from a propagation bug.
+        let parent = job.traceparent.as_deref().and_then(TraceContext::parse);
+        let span = t.tracer.start(
+            SpanName::RunClaim,
+            parent.as_ref(),
+            vec![
+                ("run_id", job.run_id.to_string().into()),
+                ("job_id", job.id.to_string().into()),
+                ("attempt", job.attempt.into()),
+                ("queue.trace_continued", parent.is_some().into()),
+            ],
+        );
         let result = tokio::select! {
-            r = self.execute(&job, drain) => r,
+            r = self.execute(&job, drain, span.context().or(parent)) => r,
             e = self.keep_claim(&job) => Err(e),
         };
-        match self.settle(&job, result).await {
-            Err(EngineError::Store(Error::Fenced { resource })) => {
-                eprintln!(
-                    "forge worker {}: run {} was taken over by another worker ({resource} lapsed); abandoned it",
-                    self.config.id, job.run_id
+        let settled = match self.settle(&job, result).await {
+            Err(EngineError::Store(Error::Fenced { .. })) => {
+                t.logger.log(
+                    LogEvent::WorkerTakenOver,
+                    vec![
+                        ("worker", self.config.id.clone().into()),
+                        ("run_id", job.run_id.to_string().into()),
+                    ],
                 );
                 Ok(Some(JobOutcome::TakenOver))
             }
             settled => settled.map(Some),
+        };
+        match &settled {
+            Ok(Some(outcome)) => span.set("outcome", outcome.name().into()),
+            Ok(None) => {}
+            Err(e) => span.fail(e.code()),
         }
+        span.end();
+        settled
     }
 
     /// Settles the claim by how the execution ended.
@@ -290,6 +361,19 @@ impl Worker {
                     .queue
                     .fail(&sys, &job, self.backoff(&job), &reason)
                     .await?;
+                if state == forge_core::ports::queue::JobState::Dead {
+                    let t = &self.engine.telemetry;
+                    t.meter
+                        .record(Instrument::DeadLetters, 1.0, &[("code", e.code())]);
+                    t.logger.log(
+                        LogEvent::JobDeadLettered,
+                        vec![
+                            ("job_id", job.id.to_string().into()),
+                            ("run_id", job.run_id.to_string().into()),
+                            ("code", e.code().into()),
+                        ],
+                    );
+                }
                 JobOutcome::Failed(state)
             }
         };
@@ -300,10 +384,12 @@ impl Worker {
         &self,
         job: &ClaimedJob,
         drain: &CancellationToken,
+        trace: Option<TraceContext>,
     ) -> Result<RunStatus, EngineError> {
         let control = RunControl {
             cancel: CancellationToken::new(),
             drain: drain.clone(),
+            trace,
         };
         let outcome = self
             .engine

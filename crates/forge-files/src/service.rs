@@ -100,6 +100,7 @@ pub struct FilesParts {
 #[derive(Clone)]
 pub struct Files {
     parts: Arc<FilesParts>,
+    logger: Arc<dyn forge_core::telemetry::Logger>,
 }
 
 impl std::fmt::Debug for Files {
@@ -152,7 +153,14 @@ impl Files {
             .map_err(|e| io_failed("creating the staging directory", e))?;
         Ok(Self {
             parts: Arc::new(parts),
+            logger: Arc::new(forge_core::telemetry::Noop),
         })
+    }
+
+    /// The same, logging through `logger` (by default, nowhere).
+    pub fn with_logger(mut self, logger: Arc<dyn forge_core::telemetry::Logger>) -> Self {
+        self.logger = logger;
+        self
     }
 
     /// What is accepted.
@@ -275,8 +283,15 @@ impl Files {
                 Ok(Verdict::Infected(signature)) => {
                     return Err(Refusal::Infected(signature).into());
                 }
-                Err(ScanError::Unavailable(why) | ScanError::Refused(why)) => {
-                    eprintln!("forge-files: a file was refused unscanned: {why}");
+                Err(e) => {
+                    let code = match e {
+                        ScanError::Unavailable(_) => "scanner_unavailable",
+                        ScanError::Refused(_) => "scanner_refused",
+                    };
+                    self.logger.log(
+                        forge_core::telemetry::LogEvent::FileScanUnavailable,
+                        vec![("code", code.into())],
+                    );
                     return Err(Refusal::ScannerUnavailable.into());
                 }
             },

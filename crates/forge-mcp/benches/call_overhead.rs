@@ -14,7 +14,7 @@ use std::time::Instant;
 use forge_core::id::{IdempotencyKey, RunId, SequentialIds, ThreadId, ToolCallId};
 use forge_core::ports::tool::{Tool, ToolContext, ToolError};
 use forge_core::scope::Scope;
-use forge_mcp::{LockFile, McpConfig, McpRuntime, Pin, StderrReporter};
+use forge_mcp::{LockFile, McpConfig, McpRuntime, Pin, Reporter};
 use forge_testkit::mcp_servers;
 use serde_json::json;
 
@@ -82,14 +82,9 @@ async fn main() {
     for d in defs {
         pins.tools.insert(d.name.clone(), Pin::of(d));
     }
-    let rt = McpRuntime::start(
-        &config,
-        &lock,
-        forge_mcp::process_env(),
-        Arc::new(StderrReporter),
-    )
-    .await
-    .unwrap();
+    let rt = McpRuntime::start(&config, &lock, forge_mcp::process_env(), Arc::new(Silent))
+        .await
+        .unwrap();
     let mcp = rt
         .tools()
         .into_iter()
@@ -106,4 +101,12 @@ async fn main() {
     println!("| native echo | {n50:.1} | {n95:.1} |");
     println!("| MCP echo (server-everything, stdio) | {m50:.1} | {m95:.1} |");
     println!("overhead of MCP over native: {:.1} µs median", m50 - n50);
+}
+
+/// The benchmark reports nothing.
+struct Silent;
+
+impl Reporter for Silent {
+    fn drift(&self, _: &forge_mcp::CatalogDiff) {}
+    fn down(&self, _: &str, _: &str) {}
 }

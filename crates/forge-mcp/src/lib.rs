@@ -31,7 +31,7 @@ use forge_core::ports::tool::Tool;
 pub use catalog::{CatalogDiff, LockFile, Pin, ToolDefinition};
 pub use config::McpConfig;
 pub use error::McpError;
-pub use server::{Env, Reporter, ServerHandle, StderrReporter, fetch_catalog};
+pub use server::{Env, Reporter, ServerHandle, fetch_catalog};
 pub use tool::McpTool;
 
 /// The deployment's MCP servers, connected and supervised.

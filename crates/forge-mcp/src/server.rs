@@ -23,29 +23,15 @@ use crate::error::McpError;
 pub type Env = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
 
 /// Receives every catalog difference a server's listing shows (at start-up and on each
-/// `notifications/tools/list_changed`), and connection failures.
+/// `notifications/tools/list_changed`), connection failures, and what a stdio server writes to
+/// its stderr. The binary decides where they go (this crate prints nothing).
 pub trait Reporter: Send + Sync {
     /// A listing differed from the pins (changed, added or removed tools).
     fn drift(&self, diff: &CatalogDiff);
     /// The server could not be reached or stopped; it is restarted with backoff.
     fn down(&self, server: &str, message: &str);
-}
-
-/// A reporter that writes to stderr.
-#[derive(Debug, Default)]
-pub struct StderrReporter;
-
-impl Reporter for StderrReporter {
-    fn drift(&self, d: &CatalogDiff) {
-        eprintln!(
-            "forge: MCP server {}: catalog differs from its pins: changed (disabled) {:?}, new (not offered) {:?}, removed {:?}; run `forge mcp diff` and `forge mcp pin`",
-            d.server, d.changed, d.added, d.removed
-        );
-    }
-
-    fn down(&self, server: &str, message: &str) {
-        eprintln!("forge: MCP server {server}: {message}; restarting with backoff");
-    }
+    /// A line a stdio server wrote to its stderr (at most 500 characters).
+    fn output(&self, _server: &str, _line: &str) {}
 }
 
 /// Reports nothing: a one-off listing has no pins to drift from.
@@ -208,11 +194,12 @@ impl ServerHandle {
                         .map_err(|e| fail(format!("cannot start {command}: {e}")))?;
                     if let Some(stderr) = stderr {
                         let name = self.name().to_owned();
+                        let reporter = self.reporter.clone();
                         tokio::spawn(async move {
                             let mut lines = tokio::io::BufReader::new(stderr).lines();
                             while let Ok(Some(line)) = lines.next_line().await {
                                 let line: String = line.chars().take(500).collect();
-                                eprintln!("mcp[{name}]: {line}");
+                                reporter.output(&name, &line);
                             }
                         });
                     }

@@ -46,9 +46,22 @@ impl State {
             return false;
         }
         let tenant = r.tenant_id.clone();
+        // A resumed run's job keeps the trace its run was enqueued under.
+        let trace = self
+            .jobs
+            .values()
+            .filter(|j| j.run_id() == run)
+            .find_map(|j| j.traceparent().cloned());
         self.jobs.insert(
             job_id,
-            JobRow::new(tenant, run, JobState::Ready, now, RESUME_MAX_ATTEMPTS),
+            JobRow::new(
+                tenant,
+                run,
+                JobState::Ready,
+                now,
+                RESUME_MAX_ATTEMPTS,
+                trace,
+            ),
         );
         true
     }

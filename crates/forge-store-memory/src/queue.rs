@@ -23,6 +23,7 @@ pub(crate) struct JobRow {
     token: u64,
     expires_at: Option<Timestamp>,
     last_error: Option<String>,
+    traceparent: Option<String>,
 }
 
 impl JobRow {
@@ -32,6 +33,7 @@ impl JobRow {
         state: JobState,
         now: Timestamp,
         max_attempts: u32,
+        traceparent: Option<String>,
     ) -> Self {
         Self {
             tenant_id,
@@ -43,12 +45,18 @@ impl JobRow {
             token: 0,
             expires_at: None,
             last_error: None,
+            traceparent,
         }
     }
 
     /// The run it executes.
     pub(crate) fn run_id(&self) -> RunId {
         self.run_id
+    }
+
+    /// The trace it was enqueued under.
+    pub(crate) fn traceparent(&self) -> Option<&String> {
+        self.traceparent.as_ref()
     }
 
     /// Whether this is a job of `run` waiting to be claimed. A claimed job does not count: its
@@ -166,6 +174,7 @@ impl JobQueue for MemoryStore {
                 token: 0,
                 expires_at: None,
                 last_error: None,
+                traceparent: job.traceparent,
             },
         );
         Ok(id)
@@ -205,6 +214,8 @@ impl JobQueue for MemoryStore {
                     attempt: row.attempts,
                     token: row.token,
                     expires_at,
+                    available_at: row.available_at,
+                    traceparent: row.traceparent.clone(),
                 }));
             }
         }
@@ -283,6 +294,17 @@ impl JobQueue for MemoryStore {
             .take(limit)
             .map(|(id, r)| r.info(*id))
             .collect())
+    }
+
+    async fn job_counts(
+        &self,
+        _system: &SystemScope,
+    ) -> Result<std::collections::BTreeMap<&'static str, u64>, Error> {
+        let mut counts = std::collections::BTreeMap::new();
+        for job in self.lock().jobs.values() {
+            *counts.entry(job.state.name()).or_insert(0) += 1;
+        }
+        Ok(counts)
     }
 
     async fn job(&self, _system: &SystemScope, id: JobId) -> Result<JobInfo, Error> {

@@ -140,6 +140,7 @@ impl RunStore for MemoryStore {
                 job_state,
                 now,
                 new.max_attempts,
+                new.traceparent.clone(),
             ),
         );
         st.runs.insert(run.id, run.clone());

@@ -11,15 +11,18 @@
 
 CREATE OR REPLACE FUNCTION forge_sys_version() RETURNS integer
     LANGUAGE sql IMMUTABLE
-    AS $$ SELECT 1 $$;
+    AS $$ SELECT 2 $$;
 
 -- Claims the oldest ready (or lapsed) job the filter admits: its run `p_run` when given, and its
 -- run's agent version among the pairs (`p_names`, `p_versions`) when given. With nothing to
 -- claim, dead-letters lapsed claims that have no attempts left.
-CREATE OR REPLACE FUNCTION forge_sys_claim(p_now timestamptz, p_expires timestamptz, p_run uuid,
-                                           p_names text[], p_versions text[])
+-- Version 2 returns the job's traceparent and when it became claimable; a return type cannot be
+-- replaced, so version 1's is dropped first.
+DROP FUNCTION IF EXISTS forge_sys_claim(timestamptz, timestamptz, uuid, text[], text[]);
+CREATE FUNCTION forge_sys_claim(p_now timestamptz, p_expires timestamptz, p_run uuid,
+                                p_names text[], p_versions text[])
     RETURNS TABLE (id uuid, tenant_id text, run_id uuid, attempts integer, token bigint,
-                   expires_at timestamptz)
+                   expires_at timestamptz, available_at timestamptz, traceparent text)
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = public, pg_temp
     AS $$
 #variable_conflict use_column
@@ -36,7 +39,8 @@ BEGIN
                       WHERE r.id = f.run_id AND r.agent_name = a.name AND r.agent_version = a.version))
              ORDER BY f.id LIMIT 1 FOR UPDATE OF f SKIP LOCKED) next
      WHERE j.id = next.id
-    RETURNING j.id, j.tenant_id, j.run_id, j.attempts, j.token, j.expires_at;
+    RETURNING j.id, j.tenant_id, j.run_id, j.attempts, j.token, j.expires_at, j.available_at,
+              j.traceparent;
     IF NOT FOUND THEN
         -- The reason is forge_core::ports::queue::WORKER_LOST.
         UPDATE forge_jobs d SET state = 'dead', expires_at = NULL,
@@ -141,6 +145,16 @@ BEGIN
       FROM forge_jobs f
      WHERE (p_id IS NULL OR f.id = p_id) AND (p_state IS NULL OR f.state = p_state)
      ORDER BY f.id LIMIT p_limit;
+END
+$$;
+
+-- How many jobs are in each state, across tenants (a gauge's reading; no tenant is named).
+CREATE OR REPLACE FUNCTION forge_sys_job_counts()
+    RETURNS TABLE (state text, jobs bigint)
+    LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = public, pg_temp
+    AS $$
+BEGIN
+    RETURN QUERY SELECT f.state, count(*) FROM forge_jobs f GROUP BY f.state;
 END
 $$;
 

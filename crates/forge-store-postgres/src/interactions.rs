@@ -94,8 +94,11 @@ pub(crate) async fn wake(
     unless_pending: bool,
 ) -> Result<bool, Error> {
     let inserted = sqlx::query(
-        "INSERT INTO forge_jobs (id, tenant_id, run_id, state, available_at, attempts, max_attempts, token) \
-         SELECT $1, $2, r.id, 'ready', $4, 0, $5, 0 FROM forge_runs r \
+        // A resumed run's job keeps the trace its run was enqueued under.
+        "INSERT INTO forge_jobs (id, tenant_id, run_id, state, available_at, attempts, max_attempts, token, traceparent) \
+         SELECT $1, $2, r.id, 'ready', $4, 0, $5, 0, \
+                (SELECT p.traceparent FROM forge_jobs p WHERE p.run_id = r.id AND p.traceparent IS NOT NULL LIMIT 1) \
+         FROM forge_runs r \
          WHERE r.id = $3 AND r.tenant_id = $2 AND r.status = 'waiting' \
          AND (NOT $6 OR NOT EXISTS (SELECT 1 FROM forge_interactions i WHERE i.run_id = r.id AND i.status = 'pending')) \
          AND NOT EXISTS (SELECT 1 FROM forge_jobs j WHERE j.run_id = r.id AND j.state IN ('ready', 'waiting'))",

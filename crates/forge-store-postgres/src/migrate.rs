@@ -219,8 +219,38 @@ const SUPABASE_FILES: Migration = Migration {
     ),
 };
 
+const JOB_TRACE: Migration = Migration {
+    version: 14,
+    name: "job_trace",
+    up: include_str!("../migrations/0014_job_trace.up.sql"),
+    down: include_str!("../migrations/0014_job_trace.down.sql"),
+};
+
+/// Supabase mode provisions the system functions itself: version 2 replaces version 1.
+const SUPABASE_JOB_TRACE: Migration = Migration {
+    version: 14,
+    name: "supabase_job_trace",
+    up: concat!(
+        include_str!("../migrations/0014_job_trace.up.sql"),
+        "SELECT set_config('forge.app_role', current_user, true);\n",
+        // The functions belong to forge_system since migration 8: only it may replace them.
+        "SET LOCAL ROLE forge_system;\n",
+        include_str!("../sql/system_functions.sql"),
+        "RESET ROLE;\n",
+        include_str!("../sql/system_owner.sql")
+    ),
+    // Version 2's new function goes; the others stay at version 2, which a build of version 1
+    // refuses by name at start-up rather than calling.
+    down: concat!(
+        "SET LOCAL ROLE forge_system;\n",
+        "DROP FUNCTION forge_sys_job_counts();\n",
+        "RESET ROLE;\n",
+        include_str!("../migrations/0014_job_trace.down.sql")
+    ),
+};
+
 /// The migrations of a mode, in order.
-pub fn migrations(mode: Mode) -> [Migration; 13] {
+pub fn migrations(mode: Mode) -> [Migration; 14] {
     match mode {
         Mode::Rls => [
             TABLES,
@@ -236,6 +266,7 @@ pub fn migrations(mode: Mode) -> [Migration; 13] {
             ERASURE,
             CHUNK_VECTORS_BY_SOURCE,
             FILES,
+            JOB_TRACE,
         ],
         Mode::Supabase => [
             TABLES,
@@ -251,6 +282,7 @@ pub fn migrations(mode: Mode) -> [Migration; 13] {
             SUPABASE_ERASURE,
             CHUNK_VECTORS_BY_SOURCE,
             SUPABASE_FILES,
+            SUPABASE_JOB_TRACE,
         ],
     }
 }

@@ -24,6 +24,8 @@ fn claimed(row: &PgRow) -> Result<ClaimedJob, Error> {
         attempt: u32::try_from(attempts).unwrap_or(0),
         token: rows::u64_of(rows::get(row, "token")?, "token")?,
         expires_at: rows::ts(row, "expires_at")?,
+        available_at: rows::ts(row, "available_at")?,
+        traceparent: rows::get(row, "traceparent")?,
     })
 }
 
@@ -51,14 +53,15 @@ impl JobQueue for PostgresStore {
                 .map_err(db_error)?;
         found.ok_or_else(|| Error::not_found("run", job.run_id))?;
         sqlx::query(
-            "INSERT INTO forge_jobs (id, tenant_id, run_id, state, available_at, attempts, max_attempts, token) \
-             VALUES ($1, $2, $3, 'ready', $4, 0, $5, 0)",
+            "INSERT INTO forge_jobs (id, tenant_id, run_id, state, available_at, attempts, max_attempts, token, traceparent) \
+             VALUES ($1, $2, $3, 'ready', $4, 0, $5, 0, $6)",
         )
         .bind(id.0)
         .bind(scope.tenant_id().as_str())
         .bind(job.run_id.0)
         .bind(job.not_before.unwrap_or(now).0)
         .bind(i32::try_from(job.max_attempts).unwrap_or(i32::MAX))
+        .bind(&job.traceparent)
         .execute(&mut *tx)
         .await
         .map_err(db_error)?;
@@ -174,6 +177,19 @@ impl JobQueue for PostgresStore {
             .await
             .map_err(db_error)?;
         found.iter().map(info).collect()
+    }
+
+    async fn job_counts(
+        &self,
+        _system: &SystemScope,
+    ) -> Result<std::collections::BTreeMap<&'static str, u64>, Error> {
+        let rows: Vec<(String, i64)> = sqlx::query_as("SELECT * FROM forge_sys_job_counts()")
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db_error)?;
+        rows.into_iter()
+            .map(|(state, n)| Ok((JobState::from_name(&state)?.name(), n.max(0) as u64)))
+            .collect()
     }
 
     async fn job(&self, _system: &SystemScope, id: JobId) -> Result<JobInfo, Error> {

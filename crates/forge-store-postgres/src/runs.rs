@@ -369,8 +369,8 @@ impl RunStore for PostgresStore {
             Admission::Queued { .. } => {}
         }
         sqlx::query(
-            "INSERT INTO forge_jobs (id, tenant_id, run_id, state, available_at, attempts, max_attempts, token) \
-             VALUES ($1, $2, $3, $4, $5, 0, $6, 0)",
+            "INSERT INTO forge_jobs (id, tenant_id, run_id, state, available_at, attempts, max_attempts, token, traceparent) \
+             VALUES ($1, $2, $3, $4, $5, 0, $6, 0, $7)",
         )
         .bind(forge_core::id::JobId::generate(self.ids.as_ref()).0)
         .bind(scope.tenant_id().as_str())
@@ -378,6 +378,7 @@ impl RunStore for PostgresStore {
         .bind(job_state)
         .bind(now.0)
         .bind(i32::try_from(new.max_attempts).unwrap_or(i32::MAX))
+        .bind(&new.traceparent)
         .execute(&mut *tx)
         .await
         .map_err(db_error)?;

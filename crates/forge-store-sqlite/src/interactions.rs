@@ -106,8 +106,10 @@ pub(crate) async fn wake(
         return Ok(false);
     }
     sqlx::query(
-        "INSERT INTO forge_jobs (id, tenant_id, run_id, state, available_at, attempts, max_attempts, token) \
-         VALUES ($1, $2, $3, 'ready', $4, 0, $5, 0)",
+        // A resumed run's job keeps the trace its run was enqueued under.
+        "INSERT INTO forge_jobs (id, tenant_id, run_id, state, available_at, attempts, max_attempts, token, traceparent) \
+         VALUES ($1, $2, $3, 'ready', $4, 0, $5, 0, \
+                 (SELECT p.traceparent FROM forge_jobs p WHERE p.run_id = $3 AND p.traceparent IS NOT NULL LIMIT 1))",
     )
     .bind(job.to_string())
     .bind(tenant)

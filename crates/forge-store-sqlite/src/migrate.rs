@@ -81,6 +81,12 @@ pub const MIGRATIONS: &[Migration] = &[
         up: include_str!("../migrations/0010_files.up.sql"),
         down: include_str!("../migrations/0010_files.down.sql"),
     },
+    Migration {
+        version: 11,
+        name: "job_trace",
+        up: include_str!("../migrations/0011_job_trace.up.sql"),
+        down: include_str!("../migrations/0011_job_trace.down.sql"),
+    },
 ];
 
 const LEDGER: &str = "CREATE TABLE IF NOT EXISTS forge_schema_migrations (

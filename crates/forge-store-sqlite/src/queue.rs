@@ -56,14 +56,15 @@ impl JobQueue for SqliteStore {
                 .map_err(db_error)?;
         found.ok_or_else(|| Error::not_found("run", job.run_id))?;
         sqlx::query(
-            "INSERT INTO forge_jobs (id, tenant_id, run_id, state, available_at, attempts, max_attempts, token) \
-             VALUES ($1, $2, $3, 'ready', $4, 0, $5, 0)",
+            "INSERT INTO forge_jobs (id, tenant_id, run_id, state, available_at, attempts, max_attempts, token, traceparent) \
+             VALUES ($1, $2, $3, 'ready', $4, 0, $5, 0, $6)",
         )
         .bind(id.to_string())
         .bind(scope.tenant_id().as_str())
         .bind(job.run_id.to_string())
         .bind(job.not_before.unwrap_or(now).unix_millis())
         .bind(i64::from(job.max_attempts))
+        .bind(&job.traceparent)
         .execute(&mut *tx)
         .await
         .map_err(db_error)?;
@@ -156,6 +157,8 @@ impl JobQueue for SqliteStore {
             attempt: u32::try_from(attempts + 1).unwrap_or(u32::MAX),
             token: rows::u64_of(token + 1, "token")?,
             expires_at,
+            available_at: rows::ts(&row, "available_at")?,
+            traceparent: rows::get(&row, "traceparent")?,
         }))
     }
 
@@ -265,6 +268,20 @@ impl JobQueue for SqliteStore {
                 .await
                 .map_err(db_error)?;
         found.iter().map(info).collect()
+    }
+
+    async fn job_counts(
+        &self,
+        _system: &SystemScope,
+    ) -> Result<std::collections::BTreeMap<&'static str, u64>, Error> {
+        let rows: Vec<(String, i64)> =
+            sqlx::query_as("SELECT state, count(*) FROM forge_jobs GROUP BY state")
+                .fetch_all(&self.pool)
+                .await
+                .map_err(db_error)?;
+        rows.into_iter()
+            .map(|(state, n)| Ok((JobState::from_name(&state)?.name(), n.max(0) as u64)))
+            .collect()
     }
 
     async fn job(&self, _system: &SystemScope, id: JobId) -> Result<JobInfo, Error> {

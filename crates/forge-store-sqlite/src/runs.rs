@@ -360,8 +360,8 @@ impl RunStore for SqliteStore {
             Admission::Queued { .. } => {}
         }
         sqlx::query(
-            "INSERT INTO forge_jobs (id, tenant_id, run_id, state, available_at, attempts, max_attempts, token) \
-             VALUES ($1, $2, $3, $4, $5, 0, $6, 0)",
+            "INSERT INTO forge_jobs (id, tenant_id, run_id, state, available_at, attempts, max_attempts, token, traceparent) \
+             VALUES ($1, $2, $3, $4, $5, 0, $6, 0, $7)",
         )
         .bind(forge_core::id::JobId::generate(self.ids.as_ref()).to_string())
         .bind(scope.tenant_id().as_str())
@@ -369,6 +369,7 @@ impl RunStore for SqliteStore {
         .bind(job_state)
         .bind(now.unix_millis())
         .bind(i64::from(new.max_attempts))
+        .bind(&new.traceparent)
         .execute(&mut *tx)
         .await
         .map_err(db_error)?;

@@ -194,7 +194,21 @@ fn router(shared: Arc<Shared>) -> Router {
         .route("/v1/models", get(models))
         .route("/v1/embeddings", post(embeddings))
         .route("/stats", get(stats_handler))
+        .fallback(no_route)
         .with_state(shared)
+}
+
+/// Any other path: 404 with an OpenAI-shaped error naming the path, as real gateways do (so a
+/// client's error carries what it asked for, and tests can check where that text ends up).
+async fn no_route(uri: axum::http::Uri) -> Response {
+    let body = json!({"error": {"message": format!("no route for {}", uri.path()),
+        "type": "invalid_request_error"}});
+    (
+        StatusCode::NOT_FOUND,
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
 }
 
 fn stats(c: &Counters) -> Value {

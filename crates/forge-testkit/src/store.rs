@@ -1,17 +1,15 @@
 //! The store conformance suite: threads and session state, runs, leases, `commit_step`, the event
-//! log and the job queue. Every scenario panics with a message naming what the adapter got wrong.
+//! log (the queue's suite is `queue`). Every scenario panics with a message naming what the
+//! adapter got wrong.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use forge_core::agent::AgentRef;
 use forge_core::event::{RunEvent, RunEventKind};
-use forge_core::id::JobId;
 use forge_core::id::{MessageId, RunId, SequentialIds};
 use forge_core::message::{Message, Role};
 use forge_core::part::Part;
-use forge_core::ports::audit::AuditLog;
-use forge_core::ports::queue::{ClaimFilter, JobQueue, JobState, NewJob};
+use forge_core::ports::queue::{ClaimFilter, JobQueue, NewJob};
 use forge_core::ports::store::{
     NewRun, NewThread, RunQuery, RunStore, StartStrategy, StepCommit, ThreadStore,
 };
@@ -23,15 +21,15 @@ use forge_core::{Error, ErrorKind};
 use crate::StoreFactory;
 use crate::fixtures::{agent_ref, scope};
 
-const TTL: Duration = Duration::from_secs(30);
+pub(crate) const TTL: Duration = Duration::from_secs(30);
 
-struct Fixture<F: StoreFactory> {
-    store: Arc<F::Store>,
-    clock: Arc<ManualClock>,
-    scope: Scope,
+pub(crate) struct Fixture<F: StoreFactory> {
+    pub(crate) store: Arc<F::Store>,
+    pub(crate) clock: Arc<ManualClock>,
+    pub(crate) scope: Scope,
 }
 
-async fn fixture<F: StoreFactory>() -> Fixture<F> {
+pub(crate) async fn fixture<F: StoreFactory>() -> Fixture<F> {
     let clock = Arc::new(ManualClock::at_2026());
     Fixture {
         store: F::make(clock.clone()).await,
@@ -41,7 +39,7 @@ async fn fixture<F: StoreFactory>() -> Fixture<F> {
 }
 
 impl<F: StoreFactory> Fixture<F> {
-    async fn run(&self) -> Run {
+    pub(crate) async fn run(&self) -> Run {
         let thread = self
             .store
             .create_thread(&self.scope, NewThread::default())
@@ -56,7 +54,7 @@ impl<F: StoreFactory> Fixture<F> {
             .expect("create run")
     }
 
-    async fn enqueue(&self, run: RunId, max_attempts: u32) -> forge_core::id::JobId {
+    pub(crate) async fn enqueue(&self, run: RunId, max_attempts: u32) -> forge_core::id::JobId {
         self.store
             .enqueue(
                 &self.scope,
@@ -64,13 +62,14 @@ impl<F: StoreFactory> Fixture<F> {
                     run_id: run,
                     not_before: None,
                     max_attempts,
+                    traceparent: None,
                 },
             )
             .await
             .expect("enqueue")
     }
 
-    fn events(&self, run: RunId, from_seq: u64, n: u64) -> Vec<RunEvent> {
+    pub(crate) fn events(&self, run: RunId, from_seq: u64, n: u64) -> Vec<RunEvent> {
         (from_seq..from_seq + n)
             .map(|seq| RunEvent {
                 run_id: run,
@@ -81,7 +80,7 @@ impl<F: StoreFactory> Fixture<F> {
             .collect()
     }
 
-    fn commit(
+    pub(crate) fn commit(
         &self,
         run: &Run,
         lease: &RunLease,
@@ -107,7 +106,11 @@ impl<F: StoreFactory> Fixture<F> {
     }
 }
 
-fn expect_kind<T: std::fmt::Debug>(r: Result<T, Error>, kind: ErrorKind, what: &str) -> Error {
+pub(crate) fn expect_kind<T: std::fmt::Debug>(
+    r: Result<T, Error>,
+    kind: ErrorKind,
+    what: &str,
+) -> Error {
     match r {
         Err(e) if e.kind() == kind => e,
         other => panic!("{what}: expected a {kind:?} error, got {other:?}"),
@@ -246,6 +249,7 @@ pub async fn tenant_isolation<F: StoreFactory>() {
                     run_id: run.id,
                     not_before: None,
                     max_attempts: 3,
+                    traceparent: None,
                 },
             )
             .await,
@@ -752,81 +756,6 @@ pub async fn run_round_trip_and_history<F: StoreFactory>() {
     assert_eq!(history[1], reply, "a committed message reads back exactly");
 }
 
-/// A claim takes only jobs its filter admits (issue 17, item 1): a worker without a run's agent
-/// version never takes its job (and so never spends its attempts), and a claim for one run takes
-/// that run's job only, however many older jobs are ready. Another tenant's jobs pass the filter
-/// like any other: the filter is about what a worker can run, not whose run it is.
-pub async fn claims_take_only_jobs_the_filter_admits<F: StoreFactory>() {
-    let f = fixture::<F>().await;
-    let sys = SystemScope::new("conformance");
-    let v1 = f.run().await;
-    let v2_agent = AgentRef {
-        name: v1.agent.name.clone(),
-        version: format!("{}-next", v1.agent.version),
-    };
-    let other_scope = scope("tenant-b");
-    let thread = f
-        .store
-        .create_thread(&other_scope, NewThread::default())
-        .await
-        .expect("create thread");
-    let v2 = f
-        .store
-        .create_run(
-            &other_scope,
-            NewRun::new(thread.id, v2_agent.clone(), vec![Part::text("hi")]),
-        )
-        .await
-        .expect("create run");
-    let unknown = ClaimFilter::agents([AgentRef {
-        name: "someone-else".into(),
-        version: v1.agent.version.clone(),
-    }]);
-    assert!(
-        f.store
-            .claim(&sys, "w0", TTL, &unknown)
-            .await
-            .expect("claim")
-            .is_none(),
-        "no job is of an agent this worker has"
-    );
-    // Only the newer version's run, though the older job is first in line.
-    let new_only = ClaimFilter::agents([v2_agent.clone()]);
-    let job = f
-        .store
-        .claim(&sys, "w2", TTL, &new_only)
-        .await
-        .expect("claim")
-        .expect("the v2 run's job");
-    assert_eq!(job.run_id, v2.id);
-    assert!(
-        f.store
-            .claim(&sys, "w2", TTL, &new_only)
-            .await
-            .expect("claim")
-            .is_none()
-    );
-    f.store.complete(&sys, &job).await.expect("complete");
-    // A claim for one run takes only that run's job.
-    let third = f.run().await;
-    let own = ClaimFilter::agents([v1.agent.clone(), v2_agent]).only_run(third.id);
-    let job = f
-        .store
-        .claim(&sys, "forge-run", TTL, &own)
-        .await
-        .expect("claim")
-        .expect("its own run's job");
-    assert_eq!(job.run_id, third.id, "not the older v1 job ahead of it");
-    // The job no worker could take was never claimed, so it spent no attempt.
-    let job = f
-        .store
-        .claim(&sys, "w1", TTL, &ClaimFilter::agents([v1.agent.clone()]))
-        .await
-        .expect("claim")
-        .expect("the v1 run's job");
-    assert_eq!((job.run_id, job.attempt), (v1.id, 1));
-}
-
 /// Operators list a tenant's runs (issue 17, item 7): newest first, by state and by thread,
 /// limited, never another tenant's; an unknown state name is refused before any query.
 pub async fn runs_are_queried_by_status_and_thread_newest_first<F: StoreFactory>() {
@@ -915,235 +844,6 @@ pub async fn runs_are_queried_by_status_and_thread_newest_first<F: StoreFactory>
         "another tenant's thread shows nothing"
     );
     assert!(RunQuery::newest(1).status("sleeping").is_err());
-}
-
-/// A run's job is claimable once; heartbeats keep the claim; a completed job is not claimed again.
-pub async fn queue_claim_heartbeat_complete<F: StoreFactory>() {
-    let f = fixture::<F>().await;
-    let sys = SystemScope::new("conformance");
-    let run = f.run().await;
-    let job = f
-        .store
-        .claim(&sys, "w1", TTL, &ClaimFilter::any())
-        .await
-        .expect("claim")
-        .expect("the run's job is ready");
-    assert_eq!((job.run_id, job.attempt), (run.id, 1));
-    assert_eq!(&job.tenant_id, f.scope.tenant_id());
-    assert!(
-        f.store
-            .claim(&sys, "w2", TTL, &ClaimFilter::any())
-            .await
-            .expect("claim")
-            .is_none(),
-        "a claimed job is not claimed twice"
-    );
-    f.clock.advance(Duration::from_secs(20));
-    let job = f.store.heartbeat(&sys, &job, TTL).await.expect("heartbeat");
-    f.clock.advance(Duration::from_secs(20));
-    assert!(
-        f.store
-            .claim(&sys, "w2", TTL, &ClaimFilter::any())
-            .await
-            .expect("claim")
-            .is_none(),
-        "a heartbeated claim holds"
-    );
-    f.store.complete(&sys, &job).await.expect("complete");
-    assert_eq!(
-        f.store.job_state(&sys, job.id).await.expect("state"),
-        JobState::Completed
-    );
-    f.clock.advance(TTL * 4);
-    assert!(
-        f.store
-            .claim(&sys, "w2", TTL, &ClaimFilter::any())
-            .await
-            .expect("claim")
-            .is_none()
-    );
-    // An explicitly enqueued job (as a dead-letter replay makes) is a new job for the same run.
-    let replayed = f.enqueue(run.id, 3).await;
-    let again = f
-        .store
-        .claim(&sys, "w3", TTL, &ClaimFilter::any())
-        .await
-        .expect("claim")
-        .expect("the enqueued job");
-    assert_eq!(
-        (again.id, again.run_id, again.attempt),
-        (replayed, run.id, 1)
-    );
-}
-
-/// A lapsed claim is re-claimed with a higher token, the old claim is fenced, and spent attempts
-/// dead-letter the job.
-pub async fn queue_lapsed_claim_is_fenced_and_dead_letters<F: StoreFactory>() {
-    let f = fixture::<F>().await;
-    let sys = SystemScope::new("conformance");
-    let thread = f
-        .store
-        .create_thread(&f.scope, NewThread::default())
-        .await
-        .expect("thread");
-    let mut new = NewRun::new(thread.id, agent_ref(), vec![Part::text("poison")]);
-    new.max_attempts = 2;
-    f.store.create_run(&f.scope, new).await.expect("run");
-    let first = f
-        .store
-        .claim(&sys, "w1", TTL, &ClaimFilter::any())
-        .await
-        .expect("claim")
-        .expect("job");
-    f.clock.advance(TTL + Duration::from_secs(1));
-    let second = f
-        .store
-        .claim(&sys, "w2", TTL, &ClaimFilter::any())
-        .await
-        .expect("claim")
-        .expect("the lapsed job");
-    assert_eq!((second.id, second.attempt), (first.id, 2));
-    assert!(second.token > first.token);
-    expect_kind(
-        f.store.heartbeat(&sys, &first, TTL).await,
-        ErrorKind::Conflict,
-        "heartbeat of a lapsed claim",
-    );
-    expect_kind(
-        f.store.complete(&sys, &first).await,
-        ErrorKind::Conflict,
-        "completing a lapsed claim",
-    );
-    let state = f
-        .store
-        .fail(&sys, &second, Duration::from_secs(1), "poison")
-        .await
-        .expect("fail");
-    assert_eq!(
-        state,
-        JobState::Dead,
-        "the last attempt's failure dead-letters the job"
-    );
-    f.clock.advance(Duration::from_secs(60));
-    assert!(
-        f.store
-            .claim(&sys, "w3", TTL, &ClaimFilter::any())
-            .await
-            .expect("claim")
-            .is_none(),
-        "a dead job is not claimed"
-    );
-    assert_eq!(
-        f.store.job_state(&sys, first.id).await.expect("state"),
-        JobState::Dead
-    );
-    let dead = f.store.job(&sys, first.id).await.expect("job");
-    assert_eq!(dead.last_error.as_deref(), Some("poison"));
-
-    // A job whose workers all died is dead-lettered with that as its reason (issue 17, item 10).
-    let thread = f
-        .store
-        .create_thread(&f.scope, NewThread::default())
-        .await
-        .expect("thread");
-    let mut new = NewRun::new(thread.id, agent_ref(), vec![Part::text("crash")]);
-    new.max_attempts = 1;
-    f.store.create_run(&f.scope, new).await.expect("run");
-    let lost = f
-        .store
-        .claim(&sys, "w4", TTL, &ClaimFilter::any())
-        .await
-        .expect("claim")
-        .expect("job");
-    f.clock.advance(TTL + Duration::from_secs(1));
-    assert!(
-        f.store
-            .claim(&sys, "w5", TTL, &ClaimFilter::any())
-            .await
-            .expect("claim")
-            .is_none()
-    );
-    let dead = f.store.job(&sys, lost.id).await.expect("job");
-    assert_eq!(dead.state, JobState::Dead);
-    assert_eq!(
-        dead.last_error.as_deref(),
-        Some(forge_core::ports::queue::WORKER_LOST),
-        "dead letters say why"
-    );
-}
-
-/// Releasing a claim gives the job back without spending an attempt, and fences the old claim.
-pub async fn queue_release_keeps_the_attempt<F: StoreFactory>() {
-    let f = fixture::<F>().await;
-    let sys = SystemScope::new("conformance");
-    f.run().await;
-    let first = f
-        .store
-        .claim(&sys, "w1", TTL, &ClaimFilter::any())
-        .await
-        .expect("claim")
-        .expect("job");
-    let later = f.clock.now().plus(Duration::from_secs(5));
-    f.store.release(&sys, &first, later).await.expect("release");
-    assert!(
-        f.store
-            .claim(&sys, "w2", TTL, &ClaimFilter::any())
-            .await
-            .expect("claim")
-            .is_none(),
-        "not before the given time"
-    );
-    f.clock.advance(Duration::from_secs(5));
-    let again = f
-        .store
-        .claim(&sys, "w2", TTL, &ClaimFilter::any())
-        .await
-        .expect("claim")
-        .expect("the released job");
-    assert_eq!(
-        (again.id, again.attempt),
-        (first.id, 1),
-        "releasing spent no attempt"
-    );
-    assert!(again.token > first.token);
-    expect_kind(
-        f.store.complete(&sys, &first).await,
-        ErrorKind::Conflict,
-        "completing a released claim",
-    );
-}
-
-/// Eight workers claiming at once take each of twenty jobs exactly once.
-pub async fn queue_concurrent_claims_take_each_job_once<F: StoreFactory>() {
-    let f = fixture::<F>().await;
-    let mut runs = Vec::new();
-    for _ in 0..20 {
-        runs.push(f.run().await.id);
-    }
-    let mut workers = Vec::new();
-    for w in 0..8 {
-        let store = f.store.clone();
-        workers.push(tokio::spawn(async move {
-            let sys = SystemScope::new("conformance");
-            let mut mine = Vec::new();
-            while let Some(job) = store
-                .claim(&sys, &format!("w{w}"), TTL, &ClaimFilter::any())
-                .await
-                .expect("claim")
-            {
-                store.complete(&sys, &job).await.expect("complete");
-                mine.push(job.run_id);
-            }
-            mine
-        }));
-    }
-    let mut claimed = Vec::new();
-    for w in workers {
-        claimed.extend(w.await.expect("worker"));
-    }
-    claimed.sort();
-    runs.sort();
-    assert_eq!(claimed, runs, "every run's job claimed exactly once");
 }
 
 /// A thread runs one run at a time: the first is active, the next waits behind it (`run.queued`,
@@ -1371,216 +1071,6 @@ pub async fn request_cancel_flags_live_runs_only<F: StoreFactory>() {
         f.store.request_cancel(&scope("tenant-b"), run.id).await,
         ErrorKind::NotFound,
         "cancel across tenants",
-    );
-}
-
-/// Audit records appended on their own (the configuration a process runs with) are listed newest
-/// first, filtered by action prefix, subject and time, for their tenant only; a record for another
-/// tenant is refused.
-pub async fn audit_records_are_appended_and_filtered_per_tenant<F: StoreFactory>() {
-    use forge_core::ports::audit::{AuditQuery, AuditRecord};
-    let f = fixture::<F>().await;
-    let t0 = f.clock.now();
-    let record = |action: &str, subject: &str, at| AuditRecord {
-        tenant_id: f.scope.tenant_id().clone(),
-        at,
-        actor: "forge serve".into(),
-        action: action.into(),
-        subject: subject.into(),
-        detail: serde_json::json!({"n": 1, "under_score": "100%"}),
-    };
-    f.store
-        .record_audit(&f.scope, record("config.changed", "deployment", t0))
-        .await
-        .expect("append");
-    f.clock.advance(Duration::from_secs(60));
-    let t1 = f.clock.now();
-    f.store
-        .record_audit(&f.scope, record("config.changed", "quota", t1))
-        .await
-        .expect("append");
-    f.store
-        .record_audit(&f.scope, record("configure_x", "deployment", t1))
-        .await
-        .expect("append");
-    let all = f.store.list_audit(&f.scope, 10).await.expect("list");
-    assert_eq!(all.len(), 3);
-    assert_eq!(all[0].action, "configure_x", "newest first");
-    assert_eq!(all[2].detail["under_score"], "100%");
-    let q = |action: Option<&str>, subject: Option<&str>, since| AuditQuery {
-        action: action.map(Into::into),
-        subject: subject.map(Into::into),
-        since,
-        limit: 10,
-    };
-    let got = f
-        .store
-        .query_audit(&f.scope, &q(Some("config."), None, None))
-        .await
-        .expect("by action");
-    assert_eq!(got.len(), 2, "a prefix, with `.` and `_` literal: {got:?}");
-    let got = f
-        .store
-        .query_audit(&f.scope, &q(Some("config_"), None, None))
-        .await
-        .expect("by action");
-    assert!(got.is_empty(), "`_` is no wildcard: {got:?}");
-    let got = f
-        .store
-        .query_audit(&f.scope, &q(None, Some("deployment"), None))
-        .await
-        .expect("by subject");
-    assert_eq!(got.len(), 2);
-    let got = f
-        .store
-        .query_audit(&f.scope, &q(Some("config."), None, Some(t1)))
-        .await
-        .expect("since");
-    assert_eq!(
-        got.iter().map(|r| r.subject.as_str()).collect::<Vec<_>>(),
-        ["quota"]
-    );
-    assert!(
-        f.store
-            .list_audit(&scope("tenant-b"), 10)
-            .await
-            .expect("list")
-            .is_empty(),
-        "per tenant"
-    );
-    expect_kind(
-        f.store
-            .record_audit(&scope("tenant-b"), record("config.changed", "x", t1))
-            .await,
-        ErrorKind::Invalid,
-        "a record for another tenant",
-    );
-}
-
-/// Dead letters are listed with their last error, replayed with a fresh attempt budget or
-/// discarded, each audited for its tenant in the same transaction.
-pub async fn dead_letters_are_replayed_or_discarded_and_audited<F: StoreFactory>() {
-    let f = fixture::<F>().await;
-    let sys = SystemScope::new("conformance");
-    let thread = f
-        .store
-        .create_thread(&f.scope, NewThread::default())
-        .await
-        .expect("thread");
-    let mut new = NewRun::new(thread.id, agent_ref(), vec![Part::text("poison")]);
-    new.max_attempts = 1;
-    let run = f.store.create_run(&f.scope, new).await.expect("run");
-    let job = f
-        .store
-        .claim(&sys, "w", TTL, &ClaimFilter::any())
-        .await
-        .expect("claim")
-        .expect("job");
-    assert_eq!(
-        f.store
-            .fail(&sys, &job, TTL, "agent ghost version 1 is not registered")
-            .await
-            .expect("fail"),
-        JobState::Dead
-    );
-    let dead = f.store.dead_jobs(&sys, 10).await.expect("dead");
-    assert_eq!(dead.len(), 1);
-    assert_eq!(
-        (dead[0].id, dead[0].run_id, dead[0].attempts),
-        (job.id, run.id, 1)
-    );
-    assert_eq!(
-        dead[0].last_error.as_deref(),
-        Some("agent ghost version 1 is not registered")
-    );
-    assert!(
-        f.store
-            .list_audit(&f.scope, 10)
-            .await
-            .expect("audit")
-            .is_empty()
-    );
-
-    let replayed = f
-        .store
-        .replay(&sys, job.id, "operator-ann")
-        .await
-        .expect("replay");
-    assert_eq!((replayed.state, replayed.attempts), (JobState::Ready, 0));
-    assert!(f.store.dead_jobs(&sys, 10).await.expect("dead").is_empty());
-    let again = f
-        .store
-        .claim(&sys, "w", TTL, &ClaimFilter::any())
-        .await
-        .expect("claim")
-        .expect("the replayed job");
-    assert_eq!(
-        (again.id, again.attempt),
-        (job.id, 1),
-        "a fresh attempt budget"
-    );
-    expect_kind(
-        f.store.replay(&sys, job.id, "operator-ann").await,
-        ErrorKind::Invalid,
-        "only a dead job can be replayed",
-    );
-
-    f.store
-        .fail(&sys, &again, TTL, "still broken")
-        .await
-        .expect("fail");
-    let discarded = f
-        .store
-        .discard(&sys, job.id, "operator-bob")
-        .await
-        .expect("discard");
-    assert_eq!(discarded.state, JobState::Discarded);
-    assert_eq!(
-        f.store.job(&sys, job.id).await.expect("job").state,
-        JobState::Discarded
-    );
-    f.clock.advance(TTL * 10);
-    assert!(
-        f.store
-            .claim(&sys, "w", TTL, &ClaimFilter::any())
-            .await
-            .expect("claim")
-            .is_none(),
-        "a discarded job never runs"
-    );
-
-    let trail = f.store.list_audit(&f.scope, 10).await.expect("audit");
-    let summary: Vec<(&str, &str)> = trail
-        .iter()
-        .map(|r| (r.action.as_str(), r.actor.as_str()))
-        .collect();
-    assert_eq!(
-        summary,
-        [
-            ("job.discarded", "operator-bob"),
-            ("job.replayed", "operator-ann")
-        ],
-        "newest first"
-    );
-    assert_eq!(trail[1].subject, format!("job {}", job.id));
-    assert_eq!(
-        trail[1].detail["last_error"],
-        "agent ghost version 1 is not registered"
-    );
-    assert!(
-        f.store
-            .list_audit(&scope("tenant-b"), 10)
-            .await
-            .expect("audit")
-            .is_empty(),
-        "audit is per tenant"
-    );
-    expect_kind(
-        f.store
-            .job(&sys, JobId::generate(&SequentialIds::new()))
-            .await,
-        ErrorKind::NotFound,
-        "a missing job",
     );
 }
 

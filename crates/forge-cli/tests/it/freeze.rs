@@ -107,6 +107,23 @@ async fn a_worker_resumed_after_its_runs_were_taken_over_delivers_no_tool_call()
 
     // Worker A takes every run and is frozen while the model is still thinking.
     let mut a = spawn_worker(db.url(), &agent_file, Stdio::piped());
+    // Its log lines, read as they come.
+    let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let reader = {
+        let log = log.clone();
+        let mut pipe = a.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = pipe.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                log.lock()
+                    .unwrap()
+                    .push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        })
+    };
     wait_for(
         &admin,
         "SELECT count(*) FROM forge_runs WHERE lease_holder IS NOT NULL AND last_seq = 0",
@@ -129,17 +146,22 @@ async fn a_worker_resumed_after_its_runs_were_taken_over_delivers_no_tool_call()
     .await;
     signal(&b, "-TERM");
     b.wait().unwrap();
-    // A wakes: its model answers, and it must not deliver the calls.
+    // A wakes: its model answers, and it must not deliver the calls. It logs each takeover.
     signal(&a, "-CONT");
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let takeovers = || {
+        log.lock()
+            .unwrap()
+            .matches(r#""event":"worker.taken_over""#)
+            .count()
+    };
+    let woke = Instant::now();
+    while takeovers() < RUNS && woke.elapsed() < Duration::from_secs(20) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     signal(&a, "-TERM");
-    let mut stderr = String::new();
-    a.stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut stderr)
-        .unwrap();
     a.wait().unwrap();
+    reader.join().unwrap();
+    let stderr = log.lock().unwrap().clone();
 
     let (effects, deliveries): (i64, i64) = sqlx::query_as(
         "SELECT count(*), coalesce(sum(executions), 0)::bigint FROM forge_example_effects",
@@ -152,9 +174,10 @@ async fn a_worker_resumed_after_its_runs_were_taken_over_delivers_no_tool_call()
         deliveries, RUNS as i64,
         "the frozen worker delivered calls of runs another worker had taken over:\n{stderr}"
     );
-    assert!(
-        stderr.contains("taken over by another worker"),
-        "worker A reports the takeover:\n{stderr}"
+    assert_eq!(
+        takeovers(),
+        RUNS,
+        "worker A reports each takeover as a log event:\n{stderr}"
     );
     admin.close().await;
     store.close().await;

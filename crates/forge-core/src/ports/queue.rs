@@ -23,6 +23,8 @@ pub struct NewJob {
     pub not_before: Option<Timestamp>,
     /// Claims allowed before the job is dead-lettered.
     pub max_attempts: u32,
+    /// The `traceparent` of the span that enqueued it.
+    pub traceparent: Option<String>,
 }
 
 /// Where a job is.
@@ -103,6 +105,11 @@ pub struct ClaimedJob {
     pub token: u64,
     /// When the claim lapses unless heartbeated.
     pub expires_at: Timestamp,
+    /// When it became claimable (the claim latency runs from here).
+    pub available_at: Timestamp,
+    /// The `traceparent` it was enqueued with, as stored (parse it with
+    /// `telemetry::TraceContext::parse`; a job from before traces has none).
+    pub traceparent: Option<String>,
 }
 
 /// The last error of a job dead-lettered because its claims lapsed: its workers died (or froze)
@@ -203,6 +210,13 @@ pub trait JobQueue: Send + Sync {
 
     /// Dead-lettered jobs, oldest first, at most `limit`.
     async fn dead_jobs(&self, system: &SystemScope, limit: usize) -> Result<Vec<JobInfo>, Error>;
+
+    /// How many jobs, across tenants, are in each state (states with none are absent): the
+    /// queue's depth for operators' gauges.
+    async fn job_counts(
+        &self,
+        system: &SystemScope,
+    ) -> Result<std::collections::BTreeMap<&'static str, u64>, Error>;
 
     /// One job as an operator sees it.
     async fn job(&self, system: &SystemScope, id: JobId) -> Result<JobInfo, Error>;

@@ -70,6 +70,9 @@ pub struct NewRun {
     pub strategy: StartStrategy,
     /// Claims allowed before the run's job is dead-lettered.
     pub max_attempts: u32,
+    /// The W3C `traceparent` of the span that enqueued it, stored with its job so the worker's
+    /// spans join the request's trace.
+    pub traceparent: Option<String>,
 }
 
 impl NewRun {
@@ -81,6 +84,7 @@ impl NewRun {
             input,
             strategy: StartStrategy::Enqueue,
             max_attempts: 5,
+            traceparent: None,
         }
     }
 

@@ -22,6 +22,7 @@ pub struct EngineBuilder {
     skills: crate::skills::SkillLibrary,
     citations: Option<Arc<dyn forge_core::ports::citation::CitationCheck>>,
     files: Option<Arc<dyn forge_core::ports::files::FileContents>>,
+    telemetry: Option<forge_core::telemetry::Telemetry>,
     agents: Vec<AgentDefinition>,
     clock: Option<Arc<dyn Clock>>,
     ids: Option<Arc<dyn IdGenerator>>,
@@ -106,6 +107,12 @@ impl EngineBuilder {
     /// and their text shown to the model, as untrusted data, in each step's request.
     pub fn files(mut self, files: Arc<dyn forge_core::ports::files::FileContents>) -> Self {
         self.files = Some(files);
+        self
+    }
+
+    /// Records spans, metrics and logs through `telemetry` (by default, nothing).
+    pub fn telemetry(mut self, telemetry: forge_core::telemetry::Telemetry) -> Self {
+        self.telemetry = Some(telemetry);
         self
     }
 
@@ -259,6 +266,7 @@ impl EngineBuilder {
             skills: Arc::new(self.skills),
             citations: self.citations,
             files: self.files,
+            telemetry: self.telemetry.unwrap_or_default(),
             agents,
             clock: self.clock.unwrap_or_else(|| Arc::new(SystemClock)),
             worker_id: self

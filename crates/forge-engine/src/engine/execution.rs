@@ -24,6 +24,10 @@ pub(crate) struct Cursor<'a> {
     next_seq: u64,
     clock: &'a dyn Clock,
     observer: &'a dyn RunObserver,
+    /// The execution's span, parent of its steps' spans.
+    pub(crate) trace: Option<forge_core::telemetry::TraceContext>,
+    /// The current step's span, parent of its model and tool calls' spans.
+    pub(crate) step_trace: Option<forge_core::telemetry::TraceContext>,
 }
 
 impl Cursor<'_> {
@@ -64,6 +68,7 @@ impl Engine {
         let control = RunControl {
             cancel: cancel.clone(),
             drain: CancellationToken::new(),
+            trace: None,
         };
         self.execute_with(scope, run_id, &control, observer).await
     }
@@ -112,6 +117,48 @@ impl Engine {
     /// Takes the run's lease, then reads the run (so the read cannot be older than the lease),
     /// and executes it under the scope `derive` gives, renewing the lease alongside; releases it.
     async fn leased(
+        &self,
+        scope: &Scope,
+        run_id: RunId,
+        derive: impl FnOnce(&Run) -> Result<Scope, EngineError>,
+        control: &RunControl,
+        observer: &dyn RunObserver,
+    ) -> Result<RunOutcome, EngineError> {
+        use forge_core::telemetry::{Instrument, SpanName};
+        let t = &self.telemetry;
+        let started = std::time::Instant::now();
+        let span = t.tracer.start(
+            SpanName::RunExecute,
+            control.trace.as_ref(),
+            vec![("run_id", run_id.to_string().into())],
+        );
+        let control = &RunControl {
+            trace: span.context().or(control.trace),
+            ..control.clone()
+        };
+        let result = self
+            .leased_inner(scope, run_id, derive, control, observer)
+            .await;
+        // Recorded whatever the outcome: a failing run is often the slow one.
+        let outcome = match &result {
+            Ok(o) => o.status.name(),
+            Err(EngineError::Store(forge_core::Error::LeaseHeld { .. })) => "deferred",
+            Err(_) => "error",
+        };
+        span.set("outcome", outcome.into());
+        if let Err(e) = &result {
+            span.fail(e.code());
+        }
+        span.end();
+        t.meter.record(
+            Instrument::RunDuration,
+            started.elapsed().as_secs_f64() * 1000.0,
+            &[("outcome", outcome)],
+        );
+        result
+    }
+
+    async fn leased_inner(
         &self,
         scope: &Scope,
         run_id: RunId,
@@ -184,6 +231,8 @@ impl Engine {
             state: Default::default(),
             clock: self.clock.as_ref(),
             observer: &observer,
+            trace: None,
+            step_trace: None,
         };
         let failure = RunFailure {
             code: FailureCode::DeadLettered,
@@ -237,6 +286,8 @@ impl Engine {
             state: Default::default(),
             clock: self.clock.as_ref(),
             observer,
+            trace: control.trace,
+            step_trace: None,
         };
         let agent = match self.agent(&cur.run.agent) {
             Ok(a) => a,
@@ -315,6 +366,29 @@ impl Engine {
                         other.id, other.agent.version, cur.run.agent.version
                     ),
                 });
+            }
+            // Each wait is a span of its own, from request to decision: it outlived the
+            // processes it crossed, so it is built from the two times, not timed around a call.
+            for i in &raised {
+                let Some(resolution) = &i.resolution else {
+                    continue;
+                };
+                let name = match i.request {
+                    forge_core::interaction::InteractionRequest::Approval { .. } => {
+                        forge_core::telemetry::SpanName::ApprovalWait
+                    }
+                    _ => forge_core::telemetry::SpanName::QuestionWait,
+                };
+                self.telemetry.tracer.record(
+                    name,
+                    cur.trace.as_ref(),
+                    i.created_at,
+                    resolution.at,
+                    vec![
+                        ("run_id", cur.run.id.to_string().into()),
+                        ("outcome", i.status.name().into()),
+                    ],
+                );
             }
             cur.apply(RunInput::Resume)?;
             let end = StepRunner {

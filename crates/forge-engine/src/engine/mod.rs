@@ -60,6 +60,8 @@ pub struct RunControl {
     pub cancel: CancellationToken,
     /// Stop after the step in progress is committed; the run stays `running` for another worker.
     pub drain: CancellationToken,
+    /// The span the execution's spans are children of (a worker's claim span).
+    pub trace: Option<forge_core::telemetry::TraceContext>,
 }
 
 /// Tenant quotas: a default and per-tenant overrides.
@@ -119,6 +121,8 @@ pub struct Engine {
     pub(crate) citations: Option<Arc<dyn forge_core::ports::citation::CitationCheck>>,
     /// Stored files runs may be given; without it a file part is refused.
     pub(crate) files: Option<Arc<dyn forge_core::ports::files::FileContents>>,
+    /// Spans, metrics and logs (no-op unless set).
+    pub(crate) telemetry: forge_core::telemetry::Telemetry,
     agents: HashMap<(String, String), Arc<AgentDefinition>>,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) ids: Arc<dyn IdGenerator>,
@@ -184,6 +188,11 @@ impl Engine {
         &self.threads
     }
 
+    /// Its telemetry.
+    pub fn telemetry(&self) -> &forge_core::telemetry::Telemetry {
+        &self.telemetry
+    }
+
     /// The run store (and event log).
     pub fn runs(&self) -> &Arc<dyn RunStore> {
         &self.runs
@@ -246,7 +255,28 @@ impl Engine {
                 _ => {}
             }
         }
-        Ok(self.runs.create_run(scope, new).await?)
+        // The enqueue is a producer span, child of the caller's (`new.traceparent`); the job keeps
+        // its context, so the worker's claim continues this trace. Without a tracer the caller's
+        // context is kept as it came.
+        let parent = new
+            .traceparent
+            .as_deref()
+            .and_then(forge_core::telemetry::TraceContext::parse);
+        let span = self.telemetry.tracer.start(
+            forge_core::telemetry::SpanName::RunEnqueue,
+            parent.as_ref(),
+            vec![("agent", new.agent.name.clone().into())],
+        );
+        if let Some(ctx) = span.context() {
+            new.traceparent = Some(ctx.traceparent());
+        }
+        let created = self.runs.create_run(scope, new).await;
+        match &created {
+            Ok(run) => span.set("run_id", run.id.to_string().into()),
+            Err(e) => span.fail(forge_core::telemetry::error_code(e)),
+        }
+        span.end();
+        Ok(created?)
     }
 
     /// Erases a thread or a run of the caller's tenant with everything recorded about it,

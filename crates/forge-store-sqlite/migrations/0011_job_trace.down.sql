@@ -1,0 +1,1 @@
+ALTER TABLE forge_jobs DROP COLUMN traceparent;

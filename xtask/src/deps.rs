@@ -100,13 +100,93 @@ pub(crate) fn check(root: &Path) -> Result<(), Vec<String>> {
         }
     }
     problems.extend(shipped_features(root, &cargo));
+    problems.extend(otel_outside_its_adapter(root));
     problems.sort();
     problems.dedup();
     crate::verdict(problems)
 }
 
 /// Features of test support that the shipped `forge` binary must be built without.
-const TEST_ONLY_FEATURES: &[(&str, &str)] = &[("forge-store-postgres", "testing")];
+const TEST_ONLY_FEATURES: &[(&str, &str)] = &[
+    ("forge-store-postgres", "testing"),
+    ("forge-otel", "memory"),
+];
+
+/// The one crate that may name `opentelemetry*` among its dependencies, of any kind.
+const OTEL_ADAPTER: &str = "forge-otel";
+
+/// The `opentelemetry*` dependencies a manifest declares (normal, dev or build; inline or as
+/// `[dependencies.opentelemetry…]` tables).
+pub(crate) fn otel_dependencies(manifest: &str) -> Vec<String> {
+    let mut in_deps = false;
+    let mut found = Vec::new();
+    for line in manifest.lines() {
+        let line = line.trim();
+        if let Some(table) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+            let table = table.trim();
+            in_deps = table.ends_with("dependencies");
+            if let Some((section, name)) = table.rsplit_once('.')
+                && section.ends_with("dependencies")
+                && banned_family(name) == Some("OpenTelemetry")
+            {
+                found.push(name.to_owned());
+            }
+            continue;
+        }
+        if !in_deps {
+            continue;
+        }
+        let key = line
+            .split(['=', '.'])
+            .next()
+            .unwrap_or_default()
+            .trim()
+            .trim_matches('"');
+        if banned_family(key) == Some("OpenTelemetry") {
+            found.push(key.to_owned());
+        }
+    }
+    found
+}
+
+/// Every workspace crate but [`OTEL_ADAPTER`] declaring an `opentelemetry*` dependency.
+fn otel_outside_its_adapter(root: &Path) -> Vec<String> {
+    let mut problems = Vec::new();
+    let mut manifests = vec![root.join("xtask/Cargo.toml")];
+    let crates = match std::fs::read_dir(root.join("crates")) {
+        Ok(dir) => dir,
+        Err(e) => return vec![format!("could not list crates/: {e}")],
+    };
+    manifests.extend(crates.flatten().map(|e| e.path().join("Cargo.toml")));
+    manifests.sort();
+    let mut read = 0;
+    for manifest in manifests {
+        let Ok(text) = std::fs::read_to_string(&manifest) else {
+            continue;
+        };
+        read += 1;
+        let krate = manifest
+            .parent()
+            .and_then(|p| p.file_name())
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        if krate == OTEL_ADAPTER {
+            continue;
+        }
+        for dep in otel_dependencies(&text) {
+            problems.push(format!(
+                "{krate} depends on {dep}; only {OTEL_ADAPTER} may know OpenTelemetry (use the \
+                 core's telemetry port, or {OTEL_ADAPTER}'s in-memory views in tests)"
+            ));
+        }
+    }
+    if read < 5 {
+        problems.push(
+            "read fewer than 5 manifests; the OpenTelemetry check would pass vacuously".into(),
+        );
+    }
+    problems
+}
 
 /// Test-only features enabled in a `cargo tree -e normal,features --prefix none` listing.
 pub(crate) fn test_only_features(listing: &str) -> Vec<String> {
@@ -172,6 +252,16 @@ mod tests {
         let listing = "forge-cli v0.0.0 (/x)\nforge-store-postgres feature \"default\"\nforge-store-postgres feature \"testing\"\n";
         assert_eq!(test_only_features(listing).len(), 1);
         assert!(test_only_features("forge-store-postgres feature \"default\"\n").is_empty());
+    }
+
+    #[test]
+    fn an_opentelemetry_dependency_of_any_kind_is_found() {
+        let manifest = "[package]\nname = \"x\"\n\n[dependencies]\nforge-core.workspace = true\nopentelemetry.workspace = true\n\n[dev-dependencies]\nopentelemetry_sdk = { version = \"0.33\" }\n\n[dependencies.opentelemetry-otlp]\nversion = \"0.33\"\n\n[features]\nopentelemetry = []\n";
+        assert_eq!(
+            otel_dependencies(manifest),
+            ["opentelemetry", "opentelemetry_sdk", "opentelemetry-otlp"]
+        );
+        assert!(otel_dependencies("[dependencies]\nforge-otel.workspace = true\n").is_empty());
     }
 
     #[test]

@@ -4,7 +4,8 @@
 //!   denies `missing_docs`, no `#[should_panic]`, no `#[ignore]` without a reason, ARCHITECTURE.md
 //!   names every crate;
 //! - `deps`: `forge-core` and `forge-engine` reach no database driver, HTTP client, OpenTelemetry or
-//!   GraphQL crate through normal dependency edges;
+//!   GraphQL crate through normal dependency edges; no crate but `forge-otel` declares an
+//!   `opentelemetry*` dependency; test-only features stay in dev-dependencies;
 //! - `reachability`: every run-event variant has a producer in non-test code and a row in
 //!   ARCHITECTURE.md.
 //!

@@ -155,8 +155,11 @@ pub(crate) async fn upload(
             "the upload was interrupted",
         ),
         Err(e) => {
-            let (reference, line) = crate::schema::internal(&e);
-            eprintln!("{line}");
+            let code = match &e {
+                UploadError::Failed(e) => forge_core::telemetry::error_code(e),
+                _ => "upload",
+            };
+            let reference = crate::schema::internal(code);
             http::error_response(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "INTERNAL",

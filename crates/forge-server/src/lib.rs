@@ -93,6 +93,8 @@ pub struct ServerConfig {
     pub files: Option<forge_files::Files>,
     /// How slow an upload may be.
     pub file_limits: FileLimits,
+    /// `GET /metrics` (Prometheus text); absent, it answers `404`.
+    pub metrics: Option<MetricsText>,
 }
 
 impl ServerConfig {
@@ -107,6 +109,7 @@ impl ServerConfig {
             retriever: None,
             files: None,
             file_limits: FileLimits::default(),
+            metrics: None,
             http: HttpLimits::default(),
             ws: WsLimits::default(),
             drain: std::time::Duration::from_secs(10),
@@ -130,7 +133,12 @@ struct Shared {
     shutdown: CancellationToken,
     files: Option<forge_files::Files>,
     file_limits: FileLimits,
+    telemetry: forge_core::telemetry::Telemetry,
+    metrics: Option<MetricsText>,
 }
+
+/// What `GET /metrics` serves: the Prometheus text exposition of the process's instruments.
+pub type MetricsText = Arc<dyn Fn() -> String + Send + Sync>;
 
 /// The server: routes over one engine.
 pub struct Server {
@@ -153,6 +161,8 @@ impl Server {
     /// on its bus. A tail nothing feeds gives committed events only.
     pub fn new(engine: Arc<Engine>, tail: Arc<LiveTail>, config: ServerConfig) -> Self {
         let shutdown = CancellationToken::new();
+        let telemetry = engine.telemetry().clone();
+        schema::set_logger(telemetry.logger.clone());
         let state = Arc::new(AppState {
             engine,
             bus: tail.bus().clone(),
@@ -180,6 +190,8 @@ impl Server {
                 shutdown: shutdown.clone(),
                 files: config.files,
                 file_limits: config.file_limits,
+                telemetry,
+                metrics: config.metrics,
             }),
             max_body_bytes: config.max_body_bytes,
             tail,
@@ -210,6 +222,7 @@ impl Server {
             .route("/graphql", get(graphql_ws).post(graphql_http))
             .route("/healthz", get(healthz))
             .route("/readyz", get(readyz))
+            .route("/metrics", get(metrics))
             .route("/files", axum::routing::post(files::upload))
             .route("/files/{reference}", get(files::download))
             // The GraphQL handler reads its body itself, after authentication.
@@ -289,10 +302,59 @@ fn authorization(headers: &HeaderMap) -> Option<&str> {
         .and_then(|v| v.to_str().ok())
 }
 
+async fn metrics(State(shared): State<Arc<Shared>>) -> Response {
+    match &shared.metrics {
+        Some(text) => (
+            [(
+                header::CONTENT_TYPE,
+                "text/plain; version=0.0.4; charset=utf-8",
+            )],
+            text(),
+        )
+            .into_response(),
+        None => StatusCode::NOT_FOUND.into_response(),
+    }
+}
+
+/// The trace a request joins: its `traceparent` header, when valid (else it starts one).
+fn incoming_trace(headers: &HeaderMap) -> Option<forge_core::telemetry::TraceContext> {
+    headers
+        .get("traceparent")
+        .and_then(|v| v.to_str().ok())
+        .and_then(forge_core::telemetry::TraceContext::parse)
+}
+
+/// The `http.request` span of the GraphQL request being executed (its context, for the runs it
+/// starts).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RequestTrace(pub(crate) Option<forge_core::telemetry::TraceContext>);
+
 async fn graphql_http(
     State(shared): State<Arc<Shared>>,
     headers: HeaderMap,
     body: axum::body::Body,
+) -> Response {
+    let parent = incoming_trace(&headers);
+    let span = shared.telemetry.tracer.start(
+        forge_core::telemetry::SpanName::HttpRequest,
+        parent.as_ref(),
+        vec![("http.route", "/graphql".into())],
+    );
+    let trace = RequestTrace(span.context().or(parent));
+    let response = graphql_http_traced(&shared, headers, body, trace).await;
+    span.set(
+        "http.status_code",
+        i64::from(response.status().as_u16()).into(),
+    );
+    span.end();
+    response
+}
+
+async fn graphql_http_traced(
+    shared: &Arc<Shared>,
+    headers: HeaderMap,
+    body: axum::body::Body,
+    trace: RequestTrace,
 ) -> Response {
     // Who is asking comes first: nothing of an unauthenticated request's body is read.
     let scope = match shared.auth.authenticate_header(authorization(&headers)) {
@@ -356,7 +418,7 @@ async fn graphql_http(
     let budget = budget::ResponseBudget::new(shared.http.response_bytes);
     let executing = shared
         .schema
-        .execute(request.data(scope).data(budget.clone()));
+        .execute(request.data(scope).data(budget.clone()).data(trace));
     let mut response = match tokio::time::timeout(shared.http.execute_timeout, executing).await {
         Ok(response) => response,
         Err(_) => {

@@ -128,9 +128,9 @@ pub(crate) fn client_error(e: EngineError) -> async_graphql::Error {
         ErrorKind::Cancelled => error("CANCELLED", "cancelled"),
         ErrorKind::Forbidden => error("FORBIDDEN", e.to_string()),
         _ => {
-            let (reference, line) = internal(&e);
-            // Details stay in the server's log, under a reference the client can quote.
-            eprintln!("{line}");
+            // The log gets a reference and a classified code, never the error's text (which may
+            // carry a URL with a token, or the input that failed); the client, the reference.
+            let reference = internal(e.code());
             error(
                 "INTERNAL",
                 format!("internal error (reference {reference})"),
@@ -139,22 +139,30 @@ pub(crate) fn client_error(e: EngineError) -> async_graphql::Error {
     }
 }
 
-/// A fresh reference for an internal error, and the log line that records it with the whole
-/// cause chain (for operators; the client gets only the reference).
-pub(crate) fn internal(e: &dyn std::error::Error) -> (String, String) {
+/// Where the server logs what happens outside any request's telemetry (an internal error in a
+/// resolver): the engine's logger of the first server built in the process.
+static LOGGER: std::sync::OnceLock<Arc<dyn forge_core::telemetry::Logger>> =
+    std::sync::OnceLock::new();
+
+/// Sets the process's server logger (the first call wins).
+pub(crate) fn set_logger(logger: Arc<dyn forge_core::telemetry::Logger>) {
+    let _ = LOGGER.set(logger);
+}
+
+/// A fresh reference for an internal error of classified `code`, logged as
+/// `server.internal_error` with both.
+pub(crate) fn internal(code: &'static str) -> String {
     let reference = uuid::Uuid::new_v4().simple().to_string();
-    let mut line = format!("forge-server: internal error {reference}: {e}");
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        let text = c.to_string();
-        // Layers that already print their source are not repeated.
-        if !line.ends_with(&text) {
-            line.push_str(": ");
-            line.push_str(&text);
-        }
-        cause = c.source();
+    if let Some(logger) = LOGGER.get() {
+        logger.log(
+            forge_core::telemetry::LogEvent::InternalError,
+            vec![
+                ("reference", reference.clone().into()),
+                ("code", code.into()),
+            ],
+        );
     }
-    (reference, line)
+    reference
 }
 
 fn store_error(e: forge_core::Error) -> async_graphql::Error {
@@ -271,24 +279,9 @@ async fn get_run(ctx: &Context<'_>, id: &ID) -> async_graphql::Result<Run> {
 
 #[cfg(test)]
 mod tests {
-    #[derive(Debug, thiserror::Error)]
-    #[error("failed to read the thread")]
-    struct Outer(#[source] Inner);
-
-    #[derive(Debug, thiserror::Error)]
-    #[error("relation forge_threads does not exist")]
-    struct Inner;
-
     #[test]
-    fn an_internal_error_is_logged_with_its_causes_under_a_unique_reference() {
-        let (a, line) = super::internal(&Outer(Inner));
-        assert_eq!(
-            line,
-            format!(
-                "forge-server: internal error {a}: failed to read the thread: relation forge_threads does not exist"
-            )
-        );
-        let (b, _) = super::internal(&Outer(Inner));
+    fn every_internal_error_gets_a_reference_of_its_own() {
+        let (a, b) = (super::internal("fatal"), super::internal("fatal"));
         assert_ne!(a, b);
         assert_eq!(a.len(), 32);
     }

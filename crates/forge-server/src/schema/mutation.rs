@@ -106,7 +106,12 @@ impl Mutation {
                 trust: forge_core::part::Trust::Untrusted,
             })
         }));
-        let new = NewRun::new(thread, agent, parts).strategy(strategy);
+        let mut new = NewRun::new(thread, agent, parts).strategy(strategy);
+        // The run's enqueue (and the worker's spans after it) continue this request's trace.
+        new.traceparent = ctx
+            .data_opt::<crate::RequestTrace>()
+            .and_then(|t| t.0)
+            .map(|t| t.traceparent());
         let run = app.engine.submit(scope, new).await.map_err(client_error)?;
         app.bus.publish(Wake::Run {
             run_id: run.id,

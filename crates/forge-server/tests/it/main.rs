@@ -12,3 +12,4 @@ mod load_tests;
 mod resolver_tests;
 mod subscription_tests;
 mod support;
+mod telemetry_tests;

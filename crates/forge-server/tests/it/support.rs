@@ -90,6 +90,10 @@ pub struct Opts {
     pub retriever: Option<forge_rag::Retriever>,
     /// Stored files, for the engine and the file endpoints.
     pub files: Option<forge_files::Files>,
+    /// Telemetry for the engine, worker and server (none: the no-op default).
+    pub telemetry: Option<forge_core::telemetry::Telemetry>,
+    /// What `GET /metrics` serves.
+    pub metrics: Option<forge_server::MetricsText>,
 }
 
 impl Default for Opts {
@@ -108,6 +112,8 @@ impl Default for Opts {
             tune: None,
             retriever: None,
             files: None,
+            telemetry: None,
+            metrics: None,
         }
     }
 }
@@ -172,6 +178,9 @@ pub async fn start(opts: Opts) -> Srv {
     if let Some(files) = &opts.files {
         builder = builder.files(Arc::new(files.clone()));
     }
+    if let Some(telemetry) = opts.telemetry {
+        builder = builder.telemetry(telemetry);
+    }
     let engine = builder
         .dyn_store(opts.store.clone())
         .model(Arc::new(
@@ -199,6 +208,7 @@ pub async fn start(opts: Opts) -> Srv {
     config.readiness = opts.readiness;
     config.retriever = opts.retriever;
     config.files = opts.files;
+    config.metrics = opts.metrics;
     if let Some(tune) = opts.tune {
         tune(&mut config);
     }
@@ -335,7 +345,14 @@ impl Srv {
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        panic!("run {run} never reached {status}");
+        let last = self
+            .gql(
+                token,
+                "query($id: ID!) { run(id: $id) { status lastSeq } }",
+                json!({"id": run}),
+            )
+            .await;
+        panic!("run {run} never reached {status}: {last}");
     }
 
     /// The committed log of a run, as `(seq, type)`.

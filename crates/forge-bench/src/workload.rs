@@ -67,6 +67,10 @@ pub(crate) struct WorkloadArgs {
     /// Feed every event of the throughput phase to a live tail, as `forge serve` does.
     #[arg(long)]
     live_tail: bool,
+    /// Record spans, metrics and logs through `forge-otel` and export them over OTLP/HTTP to a
+    /// real receiver started for the measurement (its CPU is not counted).
+    #[arg(long)]
+    otel: bool,
 }
 
 /// Starts the mock in a child process; returns it and its base URL.
@@ -103,6 +107,7 @@ pub(crate) async fn workload(args: WorkloadArgs) -> anyhow::Result<()> {
             (Some(child), url)
         }
     };
+    let receiver = args.otel.then(forge_testkit::otlp::Receiver::start);
     println!(
         "{:<9} {:>9} {:>9} {:>9} {:>11} {:>10} {:>9} {:>9}",
         "mode", "p50 ms", "p95 ms", "runs/s", "cpu ms/run", "pg ms/run", "rss MiB", "ttft ms"
@@ -126,6 +131,13 @@ pub(crate) async fn workload(args: WorkloadArgs) -> anyhow::Result<()> {
                 &args.throughput_runs.to_string(),
             ])
             .args(args.live_tail.then_some("--live-tail"))
+            .args(args.otel.then_some("--otel"))
+            .envs(receiver.iter().flat_map(|r| {
+                [
+                    ("OTEL_EXPORTER_OTLP_ENDPOINT", r.http_endpoint()),
+                    ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf".to_owned()),
+                ]
+            }))
             .output()
             .await?;
         if !out.status.success() {
@@ -186,6 +198,8 @@ pub(crate) struct OneArgs {
     throughput_runs: usize,
     #[arg(long)]
     live_tail: bool,
+    #[arg(long)]
+    otel: bool,
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> f64 {
@@ -300,8 +314,17 @@ async fn forge(args: &OneArgs) -> anyhow::Result<Value> {
         a.agent.version = "ttft".into();
         a
     };
+    let otel = if args.otel {
+        Some(forge_otel::Otel::otlp("forge-bench", None)?)
+    } else {
+        None
+    };
+    let mut builder = Engine::builder();
+    if let Some(otel) = &otel {
+        builder = builder.telemetry(otel.telemetry());
+    }
     let engine = Arc::new(
-        Engine::builder()
+        builder
             .dyn_store(store.clone())
             .model(Arc::new(provider))
             .tool(Arc::new(native_tool(
@@ -415,6 +438,10 @@ async fn forge(args: &OneArgs) -> anyhow::Result<Value> {
     });
     worker.run(shutdown).await;
     watcher.await?;
+    // What the runs recorded is exported inside the measurement (blocking, so off the runtime).
+    if let Some(otel) = otel {
+        tokio::task::spawn_blocking(move || otel.shutdown()).await??;
+    }
     let elapsed = started.elapsed().as_secs_f64();
     let cpu = (cpu_ms("self").unwrap_or(0.0) - cpu0) / target as f64;
     let pg = (postgres_cpu_ms() - pg0) / target as f64;
@@ -425,7 +452,7 @@ async fn forge(args: &OneArgs) -> anyhow::Result<Value> {
         "runs_per_s": target as f64 / elapsed, "cpu_ms_per_run": cpu,
         "postgres_cpu_ms_per_run": (args.mode == "postgres").then_some(pg),
         "peak_rss_mib": peak_rss_mib(), "ttft_ms": percentile(&ttft, 0.5),
-        "live_tail": args.live_tail,
+        "live_tail": args.live_tail, "otel": args.otel,
     }))
 }
 

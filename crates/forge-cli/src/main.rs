@@ -17,6 +17,7 @@ mod rag;
 mod runs;
 mod serve;
 mod store;
+mod telemetry;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -95,6 +96,8 @@ struct WorkerArgs {
     live: live::LiveArgs,
     #[command(flatten)]
     files: files::FilesArgs,
+    #[command(flatten)]
+    telemetry: telemetry::TelemetryArgs,
     /// Runs executed at once.
     #[arg(long, default_value_t = 4)]
     concurrency: usize,
@@ -192,6 +195,7 @@ async fn worker(args: WorkerArgs) -> anyhow::Result<ExitCode> {
         .iter()
         .map(|a| agent_file::load(a))
         .collect::<anyhow::Result<Vec<_>>>()?;
+    let telemetry = args.telemetry.start("forge-worker")?;
     let opened = store::open(&args.store).await?;
     let store = opened.store;
     let ttl = std::time::Duration::from_millis(args.lease_ttl_ms);
@@ -208,10 +212,12 @@ async fn worker(args: WorkerArgs) -> anyhow::Result<ExitCode> {
     // The files runs are given are read from where `forge serve` keeps them.
     let files = args
         .files
-        .files(opened.files.clone(), store.clone(), None)?;
+        .files(opened.files.clone(), store.clone(), None)?
+        .with_logger(telemetry.telemetry().logger);
     let mut builder = compose::builder(store.clone(), &settings)?
         .worker_id(id.clone())
         .lease_ttl(ttl)
+        .telemetry(telemetry.telemetry())
         .files(std::sync::Arc::new(files));
     if let Some(url) = &args.effects_db {
         builder = builder.tool(effects::record_effect(url).await?)?;
@@ -258,6 +264,7 @@ async fn worker(args: WorkerArgs) -> anyhow::Result<ExitCode> {
     if let Some((_, task)) = live {
         let _ = task.await;
     }
+    telemetry.shutdown().await;
     eprintln!(
         "worker stopped: {} finished, {} released, {} failed",
         report.finished, report.released, report.failed

@@ -10,7 +10,7 @@ use forge_core::scope::{PrincipalId, Scope, TenantId};
 use forge_core::time::{Clock, SystemClock};
 use forge_engine::DEPLOYMENT_TENANT;
 use forge_mcp::server::Reporter;
-use forge_mcp::{CatalogDiff, LockFile, McpConfig, McpRuntime, Pin, StderrReporter};
+use forge_mcp::{CatalogDiff, LockFile, McpConfig, McpRuntime, Pin};
 
 use crate::store::StoreArgs;
 
@@ -42,12 +42,37 @@ async fn audit(log: &dyn AuditLog, action: &str, subject: String, detail: serde_
     }
 }
 
+/// Reports to stderr, for the operator running forge.
+#[derive(Debug, Default)]
+pub(crate) struct StderrReporter;
+
+impl Reporter for StderrReporter {
+    fn drift(&self, d: &CatalogDiff) {
+        eprintln!(
+            "forge: MCP server {}: catalog differs from its pins: changed (disabled) {:?}, new (not offered) {:?}, removed {:?}; run `forge mcp diff` and `forge mcp pin`",
+            d.server, d.changed, d.added, d.removed
+        );
+    }
+
+    fn down(&self, server: &str, message: &str) {
+        eprintln!("forge: MCP server {server}: {message}; restarting with backoff");
+    }
+
+    fn output(&self, server: &str, line: &str) {
+        eprintln!("mcp[{server}]: {line}");
+    }
+}
+
 /// Reports to stderr and records drift in the deployment's audit trail.
 struct Auditing {
     log: Option<Arc<dyn AuditLog>>,
 }
 
 impl Reporter for Auditing {
+    fn output(&self, server: &str, line: &str) {
+        StderrReporter.output(server, line);
+    }
+
     fn drift(&self, diff: &CatalogDiff) {
         StderrReporter.drift(diff);
         if let Some(log) = self.log.clone() {

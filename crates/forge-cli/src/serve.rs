@@ -99,6 +99,8 @@ pub(crate) struct ServeArgs {
     live: LiveArgs,
     #[command(flatten)]
     files: crate::files::FilesArgs,
+    #[command(flatten)]
+    telemetry: crate::telemetry::TelemetryArgs,
     /// Address to listen on.
     #[arg(long, env = "FORGE_LISTEN", default_value = "127.0.0.1:8080")]
     listen: String,
@@ -123,6 +125,7 @@ pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         .iter()
         .map(|a| agent_file::load(a))
         .collect::<anyhow::Result<Vec<_>>>()?;
+    let telemetry = args.telemetry.start("forge-serve")?;
     let opened = store::open(&args.store).await?;
     let store = opened.store.clone();
     let mcp = crate::mcp::start(args.access.mcp.as_deref(), Some(store.clone())).await?;
@@ -137,16 +140,20 @@ pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let id = forge_core::holder::this_process("serve");
     let providers = agent_file::providers(&loaded, &args.providers)?;
     args.files.warn_if_ephemeral();
-    let files = args.files.files(
-        opened.files.clone(),
-        store.clone(),
-        Some(args.access.embedder.retriever(
-            opened.sources.clone(),
-            Arc::new(forge_core::ports::policy::AllowAll),
-        )?),
-    )?;
+    let files = args
+        .files
+        .files(
+            opened.files.clone(),
+            store.clone(),
+            Some(args.access.embedder.retriever(
+                opened.sources.clone(),
+                Arc::new(forge_core::ports::policy::AllowAll),
+            )?),
+        )?
+        .with_logger(telemetry.telemetry().logger);
     let mut builder = compose::builder_with(store.clone(), &settings, &providers)?
         .worker_id(id.clone())
+        .telemetry(telemetry.telemetry())
         .files(Arc::new(files.clone()));
     if let Some(url) = &args.effects_db {
         builder = builder.tool(crate::effects::record_effect(url).await?)?;
@@ -199,6 +206,7 @@ pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             .retriever(opened.sources.clone(), args.access.authorizer()?)?,
     );
     config.files = Some(files);
+    config.metrics = Some(telemetry.metrics());
     config.streams = StreamSettings {
         poll: std::time::Duration::from_millis(args.poll_ms.max(10)),
         ..StreamSettings::default()
@@ -256,6 +264,7 @@ pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     for task in live_feed.into_iter().chain(live_publisher.map(|(_, t)| t)) {
         let _ = task.await;
     }
+    telemetry.shutdown().await;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -29,6 +29,9 @@ pub mod locks;
 pub mod mcp_servers;
 pub mod mock_model;
 pub mod models;
+pub mod otlp;
+mod python;
+pub mod queue;
 pub mod s3;
 pub mod sources;
 pub mod store;
@@ -130,6 +133,7 @@ pub const SUITES: &[Suite] = &[
             "dead_letters_are_replayed_or_discarded_and_audited",
             "audit_records_are_appended_and_filtered_per_tenant",
             "claims_take_only_jobs_the_filter_admits",
+            "claims_return_the_trace_they_were_enqueued_under",
         ],
     },
     Suite {
@@ -377,12 +381,13 @@ macro_rules! lease_conformance {
 #[macro_export]
 macro_rules! queue_conformance {
     ($factory:ty) => {
-        $crate::__conformance_suite!(queue_conformance, "queue", $factory;
+        $crate::__conformance_suite!(queue_conformance, "queue", queue, $factory;
             queue_claim_heartbeat_complete, queue_lapsed_claim_is_fenced_and_dead_letters,
             queue_release_keeps_the_attempt, queue_concurrent_claims_take_each_job_once,
             dead_letters_are_replayed_or_discarded_and_audited,
             audit_records_are_appended_and_filtered_per_tenant,
-            claims_take_only_jobs_the_filter_admits);
+            claims_take_only_jobs_the_filter_admits,
+            claims_return_the_trace_they_were_enqueued_under);
     };
 }
 

@@ -20,25 +20,16 @@ impl std::fmt::Debug for Moto {
 }
 
 fn home() -> std::path::PathBuf {
-    std::env::var_os("FORGE_MOTO_HOME")
-        .map(Into::into)
-        .unwrap_or_else(|| "/var/tmp/forge-moto".into())
+    crate::python::home("FORGE_MOTO_HOME", "/var/tmp/forge-moto")
 }
 
 fn install() {
     static DONE: OnceLock<()> = OnceLock::new();
-    DONE.get_or_init(|| {
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/s3/install.sh");
-        let ok = Command::new("bash")
-            .arg(script)
-            .status()
-            .is_ok_and(|s| s.success());
-        assert!(
-            ok,
-            "{script} could not install moto (it needs python3 with venv and PyPI); the S3 \
-             adapter's tests need a real S3-compatible server"
-        );
-    });
+    crate::python::install(
+        &DONE,
+        "s3/install.sh",
+        "the S3 adapter's tests need a real S3-compatible server (moto)",
+    );
 }
 
 fn request(port: u16, head: &str) -> Option<String> {

@@ -216,6 +216,7 @@ mod mcp;
 mod providers;
 mod rag;
 mod serve;
+mod telemetry;
 mod usage;
 
 mod stores {

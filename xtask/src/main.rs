@@ -6,12 +6,14 @@
 //! - `deps`: `forge-core` and `forge-engine` reach no database driver, HTTP client, OpenTelemetry or
 //!   GraphQL crate through normal dependency edges; no crate but `forge-otel` declares an
 //!   `opentelemetry*` dependency; test-only features stay in dev-dependencies;
-//! - `reachability`: every run-event variant has a producer in non-test code and a row in
-//!   ARCHITECTURE.md.
+//! - `reachability`: on a `syn` call graph, every run-event and part variant is constructed in
+//!   code a root reaches, every declared capability and port is wired where its consumer is, and
+//!   every event has a row in ARCHITECTURE.md.
 //!
 //! Each also runs as a `#[test]`, so `cargo test` enforces them.
 
 mod deps;
+mod graph;
 mod reachability;
 mod tidy;
 

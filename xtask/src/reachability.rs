@@ -1,95 +1,493 @@
-//! Reachability: every run-event variant is produced by non-test code, and documented.
+//! Reachability: nothing built is left unplugged.
 //!
-//! A producer constructs the event where it enters a run's log: `emit(RunEventKind::X …)` or
-//! `kind: RunEventKind::X …`. Matching on a variant is not producing it. Variants that a later
-//! capability will produce are listed in [`LATER`] with the reason; a listed variant that gains a
-//! producer fails the check too, so the list cannot go stale.
+//! Checked on a call graph of the non-test code parsed with `syn` ([`crate::graph`]), from the
+//! roots of each consuming scope — the platform (the public methods of `Engine`,
+//! `EngineBuilder`, `Worker` and `Server`), the shipped binaries (`main` of `forge-cli`) and
+//! host applications (`main` under `examples/`):
+//!
+//! - every `RunEventKind` variant and every `Part` variant is constructed in code some root
+//!   reaches (a match arm or `matches!` is not a construction), and each event has a row in
+//!   ARCHITECTURE.md;
+//! - every capability of [`CAPABILITIES`] is provided by the named function, called from the
+//!   named wiring site, and that site is reachable from its scope's roots — so deleting the call
+//!   (keeping its `use`), or leaving the function called only by a wrapper nobody calls, fails;
+//! - every port trait has a production implementation that the binaries construct at a named
+//!   site ([`PORTS`]), or an entry in [`PENDING`] saying which issue wires it.
 
+use std::collections::BTreeSet;
 use std::path::Path;
 
+use crate::graph::{FnId, Graph};
 use crate::{crate_dirs, rust_files};
 
-/// Variants declared for the wire contract whose producer arrives with a later capability.
-const LATER: &[(&str, &str)] = &[];
+/// Who must consume a capability.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Scope {
+    /// The engine, worker and server: reachable from their public methods.
+    Platform,
+    /// The shipped `forge` binary: reachable from its `main`.
+    Binaries,
+    /// A host application: reachable from a `main` under `examples/`.
+    Host,
+}
 
-/// The variant names of `RunEventKind` in forge-core's event module.
-pub(crate) fn variants(event_rs: &str) -> Vec<(String, String)> {
-    let Some(start) = event_rs.find("pub enum RunEventKind {") else {
-        return vec![];
+/// A function: the file it is in (a path suffix), its owner (`impl` type or trait) and name.
+pub(crate) type Site = (&'static str, Option<&'static str>, &'static str);
+
+/// A declared capability.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Capability {
+    /// What it is.
+    pub name: &'static str,
+    /// The function that provides it.
+    pub provider: Site,
+    /// Who must consume it.
+    pub scope: Scope,
+    /// The function whose body calls the provider.
+    pub wired_in: Site,
+}
+
+/// The capabilities users were promised, and where each is plugged in.
+pub(crate) const CAPABILITIES: &[Capability] = &[
+    Capability {
+        name: "approvals: a call that needs a person parks the run",
+        provider: ("forge-engine/src/hitl.rs", Some("StepRunner"), "gate"),
+        scope: Scope::Platform,
+        wired_in: ("forge-engine/src/step.rs", Some("StepRunner"), "step"),
+    },
+    Capability {
+        name: "questions: the built-in ask_user tool",
+        provider: ("forge-engine/src/hitl.rs", None, "ask_user_tool"),
+        scope: Scope::Platform,
+        wired_in: (
+            "forge-engine/src/engine/builder.rs",
+            Some("EngineBuilder"),
+            "build",
+        ),
+    },
+    Capability {
+        name: "citations: cite calls checked against retrieved spans",
+        provider: ("forge-engine/src/cite.rs", None, "with_citation"),
+        scope: Scope::Platform,
+        wired_in: (
+            "forge-engine/src/step.rs",
+            Some("StepRunner"),
+            "execute_tools",
+        ),
+    },
+    Capability {
+        name: "citations: the binaries give the engine a citation check",
+        provider: (
+            "forge-engine/src/engine/builder.rs",
+            Some("EngineBuilder"),
+            "citations",
+        ),
+        scope: Scope::Binaries,
+        wired_in: ("forge-cli/src/compose.rs", Some("AccessArgs"), "apply"),
+    },
+    Capability {
+        name: "usage recording: every model call reserved before it is made",
+        provider: ("forge-engine/src/step.rs", Some("StepRunner"), "reserve"),
+        scope: Scope::Platform,
+        wired_in: ("forge-engine/src/step.rs", Some("StepRunner"), "step"),
+    },
+    Capability {
+        name: "output_schema: structured answers validated",
+        provider: (
+            "forge-engine/src/step.rs",
+            Some("StepRunner"),
+            "structured_answer",
+        ),
+        scope: Scope::Platform,
+        wired_in: ("forge-engine/src/step.rs", Some("StepRunner"), "step"),
+    },
+    Capability {
+        name: "erasure through the API",
+        provider: ("forge-engine/src/engine/mod.rs", Some("Engine"), "erase"),
+        scope: Scope::Platform,
+        wired_in: (
+            "forge-server/src/schema/mutation.rs",
+            Some("Mutation"),
+            "erase_run",
+        ),
+    },
+    Capability {
+        name: "telemetry exported over OTLP",
+        provider: ("forge-otel/src/lib.rs", Some("Otel"), "otlp"),
+        scope: Scope::Binaries,
+        wired_in: ("forge-cli/src/telemetry.rs", Some("TelemetryArgs"), "start"),
+    },
+    Capability {
+        name: "live tail across processes on Redis",
+        provider: (
+            "forge-store-redis/src/live.rs",
+            Some("RedisLivePublisher"),
+            "connect",
+        ),
+        scope: Scope::Binaries,
+        wired_in: ("forge-cli/src/live.rs", Some("LiveArgs"), "publisher"),
+    },
+    Capability {
+        name: "retrieval: the search_documents tool",
+        provider: ("forge-rag/src/tool.rs", Some("SearchDocuments"), "new"),
+        scope: Scope::Binaries,
+        wired_in: ("forge-cli/src/compose.rs", Some("AccessArgs"), "apply"),
+    },
+];
+
+/// A port trait, the production type implementing it, and the binaries' function that builds it.
+pub(crate) const PORTS: &[(&str, &str, Site)] = &[
+    (
+        "ThreadStore",
+        "SqliteStore",
+        ("forge-cli/src/store.rs", None, "open"),
+    ),
+    (
+        "RunStore",
+        "SqliteStore",
+        ("forge-cli/src/store.rs", None, "open"),
+    ),
+    (
+        "Store",
+        "SqliteStore",
+        ("forge-cli/src/store.rs", None, "open"),
+    ),
+    (
+        "JobQueue",
+        "PostgresStore",
+        ("forge-cli/src/store.rs", None, "open"),
+    ),
+    (
+        "InteractionStore",
+        "PostgresStore",
+        ("forge-cli/src/store.rs", None, "open"),
+    ),
+    (
+        "UsageLedger",
+        "PostgresStore",
+        ("forge-cli/src/store.rs", None, "open"),
+    ),
+    (
+        "AuditLog",
+        "PostgresStore",
+        ("forge-cli/src/store.rs", None, "open"),
+    ),
+    (
+        "DataErasure",
+        "PostgresStore",
+        ("forge-cli/src/store.rs", None, "open"),
+    ),
+    (
+        "SourceStore",
+        "SqliteStore",
+        ("forge-cli/src/store.rs", None, "open"),
+    ),
+    (
+        "FileStore",
+        "SqliteStore",
+        ("forge-cli/src/store.rs", None, "open"),
+    ),
+    (
+        "ModelProvider",
+        "HttpProvider",
+        (
+            "forge-providers/src/config.rs",
+            Some("ProvidersConfig"),
+            "provider",
+        ),
+    ),
+    (
+        "Tool",
+        "McpTool",
+        ("forge-mcp/src/lib.rs", Some("McpRuntime"), "start"),
+    ),
+    (
+        "Authorizer",
+        "CedarAuthorizer",
+        ("forge-cli/src/compose.rs", Some("AccessArgs"), "authorizer"),
+    ),
+    (
+        "CitationCheck",
+        "Retriever",
+        (
+            "forge-cli/src/embedder.rs",
+            Some("EmbedderArgs"),
+            "retriever",
+        ),
+    ),
+    (
+        "FileContents",
+        "Files",
+        ("forge-cli/src/files.rs", Some("FilesArgs"), "files"),
+    ),
+    (
+        "BlobStore",
+        "FsBlobStore",
+        ("forge-cli/src/files.rs", Some("FilesArgs"), "blobs"),
+    ),
+    (
+        "Scanner",
+        "ClamdScanner",
+        ("forge-cli/src/files.rs", Some("FilesArgs"), "files"),
+    ),
+    (
+        "Embedder",
+        "MiniLm",
+        ("forge-cli/src/embedder.rs", None, "local"),
+    ),
+    (
+        "LiveSink",
+        "RedisLivePublisher",
+        ("forge-cli/src/live.rs", Some("LiveArgs"), "publisher"),
+    ),
+    (
+        "Tracer",
+        "Otel",
+        ("forge-cli/src/telemetry.rs", Some("TelemetryArgs"), "start"),
+    ),
+    (
+        "Meter",
+        "Otel",
+        ("forge-cli/src/telemetry.rs", Some("TelemetryArgs"), "start"),
+    ),
+    (
+        "Logger",
+        "JsonLines",
+        ("forge-cli/src/telemetry.rs", None, "stderr_logger"),
+    ),
+];
+
+/// Declared ports and capabilities not plugged in yet, each with the issue that plugs it.
+pub(crate) const PENDING: &[(&str, &str)] = &[
+    (
+        "LeaseStore",
+        "implemented on memory, PostgreSQL and Redis but consumed by nothing yet: one compaction \
+         per thread and leader election for sweeps (issue 22) are its consumers",
+    ),
+    (
+        "ApprovalRule",
+        "no production implementation: `approval = \"policy\"` always asks a person until a \
+         policy-backed rule (Cedar) exists; found by this check, not yet filed as its own issue",
+    ),
+];
+
+/// Where the port traits are declared.
+const PORT_FILES: &[&str] = &[
+    "crates/forge-core/src/ports",
+    "crates/forge-rag/src/ports.rs",
+    "crates/forge-rag/src/embed.rs",
+    "crates/forge-files/src/ports.rs",
+];
+
+/// The tree's non-test sources, relative to `root`: every crate's `src` but the test kit's,
+/// the benchmarks' and xtask's, and `examples/*/src`.
+pub(crate) fn sources(root: &Path) -> Vec<(String, String)> {
+    let mut dirs: Vec<_> = crate_dirs(root)
+        .into_iter()
+        .filter(|d| {
+            !d.ends_with("forge-testkit") && !d.ends_with("forge-bench") && !d.ends_with("xtask")
+        })
+        .map(|d| d.join("src"))
+        .collect();
+    if let Ok(rd) = std::fs::read_dir(root.join("examples")) {
+        dirs.extend(rd.flatten().map(|e| e.path().join("src")));
+    }
+    dirs.iter()
+        .flat_map(|d| rust_files(d))
+        .filter_map(|f| {
+            let text = std::fs::read_to_string(&f).ok()?;
+            let rel = f.strip_prefix(root).unwrap_or(&f).display().to_string();
+            Some((rel, text))
+        })
+        .collect()
+}
+
+/// The roots of `scope`.
+fn is_root(scope: Scope, id: &FnId, public: bool) -> bool {
+    match scope {
+        Scope::Platform => {
+            public
+                && matches!(
+                    id.owner.as_deref(),
+                    Some(
+                        "Engine"
+                            | "EngineBuilder"
+                            | "Worker"
+                            | "Server"
+                            | "Query"
+                            | "Mutation"
+                            | "Subscription"
+                    )
+                )
+                && !id.file.starts_with("examples/")
+        }
+        Scope::Binaries => {
+            id.name == "main" && id.owner.is_none() && id.file.contains("forge-cli/src/main.rs")
+        }
+        Scope::Host => id.name == "main" && id.owner.is_none() && id.file.starts_with("examples/"),
+    }
+}
+
+fn site(s: &Site) -> String {
+    match s.1 {
+        Some(owner) => format!("{owner}::{} ({})", s.2, s.0),
+        None => format!("{} ({})", s.2, s.0),
+    }
+}
+
+/// Everything the module doc lists, on `files` (path relative to the root, text).
+pub(crate) fn check_tree(
+    files: &[(String, String)],
+    capabilities: &[Capability],
+    ports: &[(&str, &str, Site)],
+    pending: &[(&str, &str)],
+) -> Vec<String> {
+    let graph = Graph::parse(files.iter().map(|(p, t)| (p.as_str(), t.as_str())));
+    let mut problems: Vec<String> = graph.errors.clone();
+    let reach = |scope| graph.reachable(|id, public| is_root(scope, id, public));
+    let platform = reach(Scope::Platform);
+    let binaries = reach(Scope::Binaries);
+    let host = reach(Scope::Host);
+    let scoped = |scope| match scope {
+        Scope::Platform => &platform,
+        Scope::Binaries => &binaries,
+        Scope::Host => &host,
     };
-    let body = &event_rs[start..];
-    let end = body.find("\n}\n").unwrap_or(body.len());
-    let mut out = Vec::new();
-    let mut wire = String::new();
-    for line in body[..end].lines() {
-        let l = line.trim();
-        if let Some(rest) = l.strip_prefix("#[serde(rename = \"") {
-            wire = rest.trim_end_matches("\")]").to_owned();
-        } else if line.starts_with("    ")
-            && !line.starts_with("     ")
-            && l.ends_with('{')
-            && let Some(name) = l
-                .split_whitespace()
-                .next()
-                .filter(|n| n.chars().next().is_some_and(char::is_uppercase))
-        {
-            out.push((name.to_owned(), std::mem::take(&mut wire)));
+    let anywhere: BTreeSet<usize> = platform.union(&binaries).copied().collect();
+    let file = |suffix: &str| {
+        files
+            .iter()
+            .find(|(p, _)| p.ends_with(suffix))
+            .map(|(_, t)| t.as_str())
+            .unwrap_or_default()
+    };
+
+    // Events and parts.
+    for (enum_, decl) in [
+        ("RunEventKind", "forge-core/src/event.rs"),
+        ("Part", "forge-core/src/part.rs"),
+    ] {
+        let variants = crate::graph::enum_variants(file(decl), enum_);
+        if variants.len() < 5 {
+            problems.push(format!(
+                "found only {} {enum_} variants in {decl}; the parser is broken",
+                variants.len()
+            ));
+        }
+        for (variant, _) in &variants {
+            let made = graph.constructors(enum_, variant);
+            if made.is_disjoint(&anywhere) {
+                let unreached: Vec<String> = made
+                    .iter()
+                    .map(|&i| format!("{:?}::{}", graph.id(i).owner, graph.id(i).name))
+                    .collect();
+                problems.push(format!(
+                    "{enum_}::{variant} is constructed by no code the platform or the binaries \
+                     reach (constructed only in: {unreached:?})"
+                ));
+            }
         }
     }
-    out
-}
 
-/// Source without its `#[cfg(test)]` tail (test modules sit at the end of each file here).
-fn non_test(text: &str) -> &str {
-    text.find("#[cfg(test)]").map_or(text, |i| &text[..i])
-}
-
-/// Whether `source` constructs `RunEventKind::<variant>` where it enters a log.
-pub(crate) fn produces(source: &str, variant: &str) -> bool {
-    let needle = format!("RunEventKind::{variant}");
-    source.match_indices(&needle).any(|(i, _)| {
-        let after = source[i + needle.len()..].chars().next();
-        if after.is_some_and(|c| c.is_alphanumeric()) {
-            return false;
+    // Capabilities.
+    for c in capabilities {
+        let (pfile, powner, pname) = c.provider;
+        if graph.find(pfile, powner, pname).is_empty() {
+            problems.push(format!(
+                "{}: its provider {} is not defined",
+                c.name,
+                site(&c.provider)
+            ));
+            continue;
         }
-        let before = source[..i].trim_end();
-        before.ends_with("emit(") || before.ends_with("kind:")
-    })
-}
+        let (wfile, wowner, wname) = c.wired_in;
+        let sites = graph.find(wfile, wowner, wname);
+        if sites.is_empty() {
+            problems.push(format!(
+                "{}: its wiring site {} is not defined",
+                c.name,
+                site(&c.wired_in)
+            ));
+            continue;
+        }
+        if !sites.iter().any(|&i| graph.uses(i, powner, pname)) {
+            problems.push(format!(
+                "{}: {} does not call {}",
+                c.name,
+                site(&c.wired_in),
+                site(&c.provider)
+            ));
+            continue;
+        }
+        if !sites.iter().any(|i| scoped(c.scope).contains(i)) {
+            problems.push(format!(
+                "{}: {} is not reachable from the {:?} roots",
+                c.name,
+                site(&c.wired_in),
+                c.scope
+            ));
+        }
+    }
 
-/// Checks every variant has a producer (or a reason to wait) and a row in ARCHITECTURE.md.
-pub(crate) fn check(root: &Path) -> Result<(), Vec<String>> {
-    let event_rs =
-        std::fs::read_to_string(root.join("crates/forge-core/src/event.rs")).unwrap_or_default();
-    let architecture = std::fs::read_to_string(root.join("ARCHITECTURE.md")).unwrap_or_default();
-    let declared = variants(&event_rs);
-    let mut problems = Vec::new();
-    if declared.len() < 5 {
+    // Ports.
+    let declared: Vec<String> = files
+        .iter()
+        .filter(|(p, _)| PORT_FILES.iter().any(|d| p.starts_with(d)))
+        .flat_map(|(_, t)| crate::graph::traits(t))
+        .collect();
+    if declared.len() < 10 {
         problems.push(format!(
-            "found only {} RunEventKind variants; the parser is broken",
+            "found only {} port traits; the parser is broken",
             declared.len()
         ));
     }
-    let sources: Vec<String> = crate_dirs(root)
-        .into_iter()
-        .filter(|d| {
-            !d.ends_with("forge-core") && !d.ends_with("forge-testkit") && !d.ends_with("xtask")
-        })
-        .flat_map(|d| rust_files(&d.join("src")))
-        .filter_map(|f| std::fs::read_to_string(f).ok())
-        .collect();
-    for (variant, wire) in &declared {
-        let produced = sources.iter().any(|s| produces(non_test(s), variant));
-        let later = LATER.iter().find(|(v, _)| v == variant);
-        match (produced, later) {
-            (false, None) => problems.push(format!(
-                "RunEventKind::{variant} ({wire}) has no producer in non-test code"
+    for port in &declared {
+        let wired = ports.iter().find(|(p, _, _)| p == port);
+        let waiting = pending.iter().any(|(p, _)| p == port);
+        match (wired, waiting) {
+            (None, false) => problems.push(format!(
+                "port {port} has no production implementation wired in the binaries (PORTS) \
+                 and no entry in PENDING"
             )),
-            (true, Some(_)) => problems.push(format!(
-                "RunEventKind::{variant} now has a producer; remove it from LATER"
-            )),
-            _ => {}
+            (Some(_), true) => {
+                problems.push(format!("port {port} is wired; remove it from PENDING"))
+            }
+            (None, true) => {}
+            (Some((_, ty, at)), false) => {
+                if !graph.implements(port, ty) {
+                    problems.push(format!("port {port}: {ty} does not implement it"));
+                }
+                let sites = graph.find(at.0, at.1, at.2);
+                if !sites.iter().any(|&i| graph.names_type(i, ty)) {
+                    problems.push(format!("port {port}: {} does not construct {ty}", site(at)));
+                } else if !sites.iter().any(|i| binaries.contains(i)) {
+                    problems.push(format!(
+                        "port {port}: {} is not reachable from the binaries",
+                        site(at)
+                    ));
+                }
+            }
         }
+    }
+    for (name, _) in pending {
+        if !declared.iter().any(|d| d == name) && !capabilities.iter().any(|c| c.name == *name) {
+            problems.push(format!(
+                "PENDING names {name}, which is no port or capability"
+            ));
+        }
+    }
+    problems
+}
+
+/// Checks the tree, and that every event has a row in ARCHITECTURE.md.
+pub(crate) fn check(root: &Path) -> Result<(), Vec<String>> {
+    let files = sources(root);
+    let mut problems = check_tree(&files, CAPABILITIES, PORTS, PENDING);
+    let architecture = std::fs::read_to_string(root.join("ARCHITECTURE.md")).unwrap_or_default();
+    let event_rs =
+        std::fs::read_to_string(root.join("crates/forge-core/src/event.rs")).unwrap_or_default();
+    for (variant, wire) in crate::graph::enum_variants(&event_rs, "RunEventKind") {
+        let wire = wire.unwrap_or(variant);
         if !architecture.contains(&format!("`{wire}`")) {
             problems.push(format!(
                 "ARCHITECTURE.md has no row for `{wire}` and its producer"
@@ -103,38 +501,176 @@ pub(crate) fn check(root: &Path) -> Result<(), Vec<String>> {
 mod tests {
     use super::*;
 
+    fn tree(files: &[(&str, &str)]) -> Vec<(String, String)> {
+        files
+            .iter()
+            .map(|(p, t)| ((*p).to_owned(), (*t).to_owned()))
+            .collect()
+    }
+
+    fn about<'a>(problems: &'a [String], what: &str) -> Vec<&'a String> {
+        problems.iter().filter(|p| p.contains(what)).collect()
+    }
+
+    const COMPACTION: Capability = Capability {
+        name: "compaction",
+        provider: ("forge-engine/src/compact.rs", None, "compact"),
+        scope: Scope::Platform,
+        wired_in: ("forge-engine/src/compact.rs", None, "maybe_compact"),
+    };
+
+    const COMPACT_RS: &str = "
+        pub fn maybe_compact(n: usize) { if n > 10 { compact(); } }
+        pub fn compact() {}
+        // A wrapper nobody calls.
+        pub fn compact_everything() { maybe_compact(usize::MAX); }
+    ";
+
+    fn engine(step_body: &str) -> String {
+        format!(
+            "pub struct Engine; impl Engine {{ pub fn execute(&self) {{ StepRunner.step(); }} }}
+             struct StepRunner; impl StepRunner {{ fn step(&self) {{ {step_body} }} }}"
+        )
+    }
+
+    fn check_compaction(step_body: &str) -> Vec<String> {
+        let engine = engine(step_body);
+        let files = tree(&[
+            ("crates/forge-engine/src/compact.rs", COMPACT_RS),
+            ("crates/forge-engine/src/engine.rs", &engine),
+        ]);
+        check_tree(&files, &[COMPACTION], &[], &[])
+    }
+
     #[test]
-    fn every_run_event_has_a_producer() {
+    fn the_tree_is_wired() {
         crate::assert_clean("reachability", check(&crate::root()));
     }
 
     #[test]
-    fn a_match_arm_is_not_a_producer() {
-        let src = "match e { RunEventKind::RunCompleted { text, .. } => {} }\nif matches!(k, RunEventKind::RunFailed { .. }) {}";
-        assert!(!produces(src, "RunCompleted"));
-        assert!(!produces(src, "RunFailed"));
-        assert!(produces(
-            "cur.emit(RunEventKind::RunCompleted { text, usage });",
-            "RunCompleted"
-        ));
-        assert!(produces(
-            "RunEvent { run_id, seq, at, kind: RunEventKind::StepStarted { step } }",
-            "StepStarted"
-        ));
-        assert!(!produces(
-            "cur.emit(RunEventKind::StepStartedLater { step });",
-            "StepStarted"
-        ));
+    fn a_wired_trigger_passes() {
+        let problems = check_compaction("crate::compact::maybe_compact(self.len());");
+        assert!(about(&problems, "compaction").is_empty(), "{problems:?}");
     }
 
     #[test]
-    fn parser_finds_the_variants_and_wire_names() {
-        let src = "pub enum RunEventKind {\n    /// doc\n    #[serde(rename = \"run.queued\")]\n    RunQueued {\n        /// x\n        thread_id: ThreadId,\n    },\n    #[serde(rename = \"run.started\")]\n    RunStarted {\n        model: String,\n    },\n}\n";
+    fn an_unwired_trigger_fails_though_an_unused_wrapper_still_calls_it() {
+        // The step no longer calls the trigger; `compact_everything` still does, and nothing
+        // calls `compact_everything`.
+        let problems = check_compaction("let _ = self;");
         assert_eq!(
-            variants(src),
+            about(&problems, "compaction"),
             [
-                ("RunQueued".to_owned(), "run.queued".to_owned()),
-                ("RunStarted".to_owned(), "run.started".to_owned())
+                "compaction: maybe_compact (forge-engine/src/compact.rs) is not reachable from the Platform roots"
+            ],
+            "{problems:?}"
+        );
+    }
+
+    #[test]
+    fn a_deleted_wiring_call_fails_though_its_import_comment_and_string_remain() {
+        let compact = "
+            use crate::compact::compact;
+            pub fn maybe_compact(n: usize) {
+                // compact();
+                let why = \"compact() is not called here\";
+                let _ = (n, why);
+            }
+            pub fn compact() {}
+        ";
+        let engine = engine("crate::compact::maybe_compact(1);");
+        let files = tree(&[
+            ("crates/forge-engine/src/compact.rs", compact),
+            ("crates/forge-engine/src/engine.rs", &engine),
+        ]);
+        let problems = check_tree(&files, &[COMPACTION], &[], &[]);
+        assert_eq!(
+            about(&problems, "compaction"),
+            [
+                "compaction: maybe_compact (forge-engine/src/compact.rs) does not call compact (forge-engine/src/compact.rs)"
+            ],
+            "{problems:?}"
+        );
+    }
+
+    #[test]
+    fn a_match_arm_or_matches_is_not_a_construction_and_a_method_call_is_a_use() {
+        let event = "pub enum RunEventKind { A { x: u8 }, B { x: u8 }, C, D(u8), E }";
+        let engine = "
+            pub struct Engine;
+            impl Engine {
+                pub fn execute(&self, k: RunEventKind) {
+                    match k { RunEventKind::A { .. } => {} _ => {} }
+                    if matches!(k, RunEventKind::B { .. }) {}
+                    self.emit_all();
+                }
+                fn emit_all(&self) {
+                    let _ = vec![RunEventKind::C, RunEventKind::D(1)];
+                    let _ = RunEventKind::E;
+                }
+            }
+        ";
+        let files = tree(&[
+            ("crates/forge-core/src/event.rs", event),
+            ("crates/forge-engine/src/engine.rs", engine),
+        ]);
+        let problems = check_tree(&files, &[], &[], &[]);
+        let events: Vec<&String> = about(&problems, "RunEventKind::");
+        assert_eq!(events.len(), 2, "{problems:?}");
+        assert!(events[0].starts_with("RunEventKind::A is constructed by no code"));
+        assert!(events[1].starts_with("RunEventKind::B is constructed by no code"));
+    }
+
+    /// The real tree with one edit: `from` must occur in `file` exactly once.
+    fn real_tree_with(file: &str, from: &str, to: &str) -> Vec<String> {
+        let mut files = sources(&crate::root());
+        let (_, text) = files
+            .iter_mut()
+            .find(|(p, _)| p.ends_with(file))
+            .unwrap_or_else(|| panic!("{file} is in the tree"));
+        assert_eq!(
+            text.matches(from).count(),
+            1,
+            "{from:?} occurs once in {file}"
+        );
+        *text = text.replace(from, to);
+        check_tree(&files, CAPABILITIES, PORTS, PENDING)
+    }
+
+    #[test]
+    fn removing_the_approval_gate_from_the_step_fails() {
+        let problems = real_tree_with(
+            "forge-engine/src/step.rs",
+            "self.gate(cur, step, prepared).await",
+            "(prepared, Vec::new())",
+        );
+        assert_eq!(
+            problems,
+            [
+                "approvals: a call that needs a person parks the run: StepRunner::step (forge-engine/src/step.rs) does not call StepRunner::gate (forge-engine/src/hitl.rs)"
+            ]
+        );
+    }
+
+    #[test]
+    fn dropping_the_citation_check_from_the_binaries_fails() {
+        let problems = real_tree_with(
+            "forge-cli/src/compose.rs",
+            ".citations(Arc::new(retriever))",
+            "",
+        );
+        assert_eq!(about(&problems, "citation check").len(), 1, "{problems:?}");
+    }
+
+    #[test]
+    fn a_port_nobody_builds_fails() {
+        let mut ports: Vec<_> = PORTS.to_vec();
+        ports.retain(|(p, _, _)| *p != "Scanner");
+        let problems = check_tree(&sources(&crate::root()), CAPABILITIES, &ports, PENDING);
+        assert_eq!(
+            problems,
+            [
+                "port Scanner has no production implementation wired in the binaries (PORTS) and no entry in PENDING"
             ]
         );
     }

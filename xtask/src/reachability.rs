@@ -102,6 +102,36 @@ pub(crate) const CAPABILITIES: &[Capability] = &[
         wired_in: ("forge-engine/src/step.rs", Some("StepRunner"), "step"),
     },
     Capability {
+        name: "session state: the built-in update_session_state tool",
+        provider: ("forge-engine/src/state.rs", None, "state_tool"),
+        scope: Scope::Platform,
+        wired_in: (
+            "forge-engine/src/engine/builder.rs",
+            Some("EngineBuilder"),
+            "build",
+        ),
+    },
+    Capability {
+        name: "session state: a step's change committed with the step",
+        provider: ("forge-engine/src/state.rs", Some("Draft"), "finish"),
+        scope: Scope::Platform,
+        wired_in: ("forge-engine/src/step.rs", Some("StepRunner"), "run_tools"),
+    },
+    Capability {
+        name: "session state: a host's versioned update through the API",
+        provider: (
+            "forge-engine/src/engine/mod.rs",
+            Some("Engine"),
+            "update_thread_state",
+        ),
+        scope: Scope::Platform,
+        wired_in: (
+            "forge-server/src/schema/mutation.rs",
+            Some("Mutation"),
+            "update_thread_state",
+        ),
+    },
+    Capability {
         name: "erasure through the API",
         provider: ("forge-engine/src/engine/mod.rs", Some("Engine"), "erase"),
         scope: Scope::Platform,

@@ -287,6 +287,7 @@ async fn writer(
             interactions: vec![],
             audit: vec![],
             settlements: vec![],
+            state: None,
         };
         let start = Instant::now();
         let done = store.commit_step(&scope, commit).await?;

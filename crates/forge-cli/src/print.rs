@@ -112,6 +112,9 @@ impl Printer {
                 PartUpdate::InputDelta { .. } | PartUpdate::Replaced { .. } => {}
             },
             RunEventKind::UsageUpdated { .. } => {}
+            RunEventKind::StateUpdated { version, keys } => {
+                self.line(format!("· session state v{version}: {}", keys.join(", ")))
+            }
             RunEventKind::RunCheckpointed { step, .. } => {
                 self.line(format!("· checkpoint after step {step}"))
             }

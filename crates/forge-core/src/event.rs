@@ -112,6 +112,14 @@ pub enum RunEventKind {
         /// JSON Schema of an acceptable answer.
         answer_schema: serde_json::Value,
     },
+    /// The run changed its thread's session state, committed with this step.
+    #[serde(rename = "state.updated")]
+    StateUpdated {
+        /// The state's version after the change.
+        version: u64,
+        /// The keys set or removed (never their values, which may be large or private).
+        keys: Vec<String>,
+    },
     /// A step was committed; a crashed worker's successor resumes from here.
     #[serde(rename = "run.checkpointed")]
     RunCheckpointed {
@@ -155,6 +163,7 @@ impl RunEventKind {
             RunEventKind::UsageUpdated { .. } => "usage.updated",
             RunEventKind::ApprovalRequested { .. } => "approval.requested",
             RunEventKind::QuestionRequested { .. } => "question.requested",
+            RunEventKind::StateUpdated { .. } => "state.updated",
             RunEventKind::RunCheckpointed { .. } => "run.checkpointed",
             RunEventKind::RunCompleted { .. } => "run.completed",
             RunEventKind::RunFailed { .. } => "run.failed",

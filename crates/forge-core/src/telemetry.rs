@@ -178,6 +178,7 @@ pub fn span_for(kind: &RunEventKind) -> SpanFor {
         RunEventKind::PartAdded { .. }
         | RunEventKind::PartUpdated { .. }
         | RunEventKind::UsageUpdated { .. }
+        | RunEventKind::StateUpdated { .. }
         | RunEventKind::RunCheckpointed { .. } => SpanFor::FoldsInto(SpanName::StepExecute),
         RunEventKind::ApprovalRequested { .. } => SpanFor::Opens(SpanName::ApprovalWait),
         RunEventKind::QuestionRequested { .. } => SpanFor::Opens(SpanName::QuestionWait),
@@ -793,6 +794,10 @@ mod tests {
                 prompt: "p".into(),
                 answer_schema: serde_json::json!({}),
             },
+            K::StateUpdated {
+                version: 1,
+                keys: vec![],
+            },
             K::RunCheckpointed {
                 step: 1,
                 version: 1,
@@ -820,6 +825,7 @@ mod tests {
                 | K::UsageUpdated { .. }
                 | K::ApprovalRequested { .. }
                 | K::QuestionRequested { .. }
+                | K::StateUpdated { .. }
                 | K::RunCheckpointed { .. }
                 | K::RunCompleted { .. }
                 | K::RunFailed { .. }
@@ -837,6 +843,7 @@ mod tests {
                 "part.added",
                 "part.updated",
                 "usage.updated",
+                "state.updated",
                 "run.checkpointed"
             ]
         );

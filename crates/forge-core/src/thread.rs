@@ -16,6 +16,24 @@ pub struct SessionState {
     pub values: serde_json::Map<String, serde_json::Value>,
 }
 
+/// The rule every store applies to a session-state write: it must state the version it read.
+pub fn check_state_version(
+    thread: ThreadId,
+    expected: u64,
+    actual: u64,
+) -> Result<(), crate::Error> {
+    if expected == actual {
+        Ok(())
+    } else {
+        Err(crate::Error::VersionConflict {
+            entity: crate::ports::store::SESSION_STATE,
+            id: thread.to_string(),
+            expected,
+            actual,
+        })
+    }
+}
+
 /// A stored thread.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Thread {

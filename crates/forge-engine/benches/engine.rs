@@ -231,6 +231,7 @@ fn bench_commit(c: &mut Criterion) {
                     interactions: vec![],
                     audit: vec![],
                     settlements: vec![],
+                    state: None,
                 };
                 version = rt
                     .block_on(store.commit_step(&scope, commit))

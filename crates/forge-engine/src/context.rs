@@ -17,10 +17,14 @@ pub fn assemble(
     tools: Vec<ToolDescriptor>,
 ) -> ModelRequest {
     let mut system = agent.instructions.clone();
-    if !state.values.is_empty() {
-        // Session state is data the application stored, shown to the model as JSON.
+    if !state.values.is_empty() || state.version > 0 {
+        // Session state is data the application stored, shown to the model as JSON with its
+        // version (which `update_session_state` must name).
         let json = serde_json::Value::Object(state.values.clone()).to_string();
-        system.push_str("\n\nSession state (JSON):\n");
+        system.push_str(&format!(
+            "\n\nSession state (version {}, JSON):\n",
+            state.version
+        ));
         system.push_str(&json);
     }
     ModelRequest {

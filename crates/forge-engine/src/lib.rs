@@ -20,6 +20,7 @@ mod hitl;
 pub mod live;
 pub mod observer;
 pub mod skills;
+pub mod state;
 mod step;
 pub mod structured;
 pub mod tools;

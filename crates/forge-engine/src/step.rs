@@ -407,9 +407,18 @@ impl StepRunner<'_> {
         }
         let mut audit = self.denials(cur, &prepared);
         audit.extend(self.external_writes(cur, &prepared));
-        Ok(match self.execute_tools(cur, prepared).await {
+        let draft = std::sync::Mutex::new(crate::state::Draft::new(&cur.state));
+        Ok(match self.execute_tools(cur, prepared, &draft).await {
             Some(results) => {
                 cur.audit.extend(audit);
+                let draft = draft.into_inner().unwrap_or_else(|p| p.into_inner());
+                if let Some((update, keys)) = draft.finish() {
+                    cur.emit(RunEventKind::StateUpdated {
+                        version: update.expected_version + 1,
+                        keys,
+                    });
+                    cur.state_update = Some(update);
+                }
                 let id = MessageId::generate(self.engine.ids.as_ref());
                 for (index, part) in results.iter().enumerate() {
                     cur.emit(RunEventKind::PartAdded {
@@ -888,7 +897,12 @@ impl StepRunner<'_> {
     }
 
     /// Runs the valid calls concurrently; `None` when cancelled first.
-    async fn execute_tools(&self, cur: &Cursor<'_>, prepared: Vec<Prepared>) -> Option<Vec<Part>> {
+    async fn execute_tools(
+        &self,
+        cur: &Cursor<'_>,
+        prepared: Vec<Prepared>,
+        draft: &std::sync::Mutex<crate::state::Draft>,
+    ) -> Option<Vec<Part>> {
         let timeout = Duration::from_millis(self.agent.limits.tool_timeout_ms);
         let max_out = self.agent.limits.max_tool_output_bytes;
         let t = &self.engine.telemetry;
@@ -913,6 +927,14 @@ impl StepRunner<'_> {
                 } => (call, Err((code, message)), None),
                 Prepared::Denied { call, message, .. } => (call, Err(("forbidden", message)), None),
                 Prepared::Answered { call, output } => (call, Ok(output), None),
+                Prepared::Run { call } if call.tool_name == crate::state::UPDATE_STATE => {
+                    let result = draft
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .apply(&call.input);
+                    let version = self.tool_version(&call);
+                    (call, result, version)
+                }
                 Prepared::Run { call } if call.tool_name == crate::cite::CITE => {
                     let (result, cited) = self.cite_call(&call).await;
                     citation = cited;

@@ -355,6 +355,14 @@ impl Worker {
                 JobOutcome::Deferred
             }
             Err(e @ EngineError::Store(Error::Fenced { .. })) => return Err(e),
+            Err(EngineError::Store(Error::VersionConflict { entity, .. }))
+                if entity == forge_core::ports::store::SESSION_STATE =>
+            {
+                // A host changed the session state while the step was computed: nothing of the
+                // step was written; compute it again from the new state, spending no attempt.
+                self.queue.release(&sys, &job, now).await?;
+                JobOutcome::Deferred
+            }
             Err(e) => {
                 let reason = format!("{e}");
                 let state = self

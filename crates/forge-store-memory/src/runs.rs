@@ -60,14 +60,7 @@ impl ThreadStore for MemoryStore {
     ) -> Result<SessionState, Error> {
         let mut st = self.lock();
         let actual = st.thread(scope, id)?.state.version;
-        if actual != expected_version {
-            return Err(Error::VersionConflict {
-                entity: "session state",
-                id: id.to_string(),
-                expected: expected_version,
-                actual,
-            });
-        }
+        forge_core::thread::check_state_version(id, expected_version, actual)?;
         let state = SessionState {
             version: actual + 1,
             values,
@@ -246,6 +239,10 @@ impl RunStore for MemoryStore {
         let run = st.run(scope, commit.run_id)?;
         let committed = check_commit(run, &commit, now)?;
         let thread_id = run.thread_id;
+        if let Some(update) = &commit.state {
+            let actual = st.thread(scope, thread_id)?.state.version;
+            forge_core::thread::check_state_version(thread_id, update.expected_version, actual)?;
+        }
         // Settled calls are checked before anything is applied, like every other part of the
         // commit: each belongs to this run and replaces at most a reservation.
         for call in &commit.settlements {
@@ -269,6 +266,14 @@ impl RunStore for MemoryStore {
             r.checkpoint = commit.checkpoint;
             r.failure = commit.failure;
             r.updated_at = now;
+        }
+        if let Some(update) = commit.state
+            && let Some(t) = st.threads.get_mut(&thread_id)
+        {
+            t.state = SessionState {
+                version: update.expected_version + 1,
+                values: update.values,
+            };
         }
         st.events
             .entry(commit.run_id)

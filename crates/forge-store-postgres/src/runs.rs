@@ -241,40 +241,48 @@ impl ThreadStore for PostgresStore {
         values: serde_json::Map<String, serde_json::Value>,
     ) -> Result<SessionState, Error> {
         let mut tx = self.tenant_tx(scope).await?;
-        let actual: Option<i64> = sqlx::query_scalar(
-            "SELECT state_version FROM forge_threads WHERE id = $1 AND tenant_id = $2 FOR UPDATE",
-        )
-        .bind(id.0)
-        .bind(scope.tenant_id().as_str())
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(db_error)?;
-        let actual = rows::u64_of(
-            actual.ok_or_else(|| Error::not_found("thread", id))?,
-            "state_version",
-        )?;
-        if actual != expected_version {
-            return Err(Error::VersionConflict {
-                entity: "session state",
-                id: id.to_string(),
-                expected: expected_version,
-                actual,
-            });
-        }
-        sqlx::query("UPDATE forge_threads SET state = $1, state_version = $2 WHERE id = $3 AND tenant_id = $4")
-            .bind(to_json(&values)?)
-            .bind(i64_of(actual + 1)?)
-            .bind(id.0)
-            .bind(scope.tenant_id().as_str())
-            .execute(&mut *tx)
-            .await
-            .map_err(db_error)?;
+        let state = set_state(&mut tx, scope, id, expected_version, values).await?;
         tx.commit().await.map_err(db_error)?;
-        Ok(SessionState {
-            version: actual + 1,
-            values,
-        })
+        Ok(state)
     }
+}
+
+/// Replaces a thread's session state in `tx` if it is still at `expected_version` (the row
+/// locked until the transaction ends).
+async fn set_state(
+    tx: &mut Transaction<'static, Postgres>,
+    scope: &Scope,
+    id: ThreadId,
+    expected_version: u64,
+    values: serde_json::Map<String, serde_json::Value>,
+) -> Result<SessionState, Error> {
+    let actual: Option<i64> = sqlx::query_scalar(
+        "SELECT state_version FROM forge_threads WHERE id = $1 AND tenant_id = $2 FOR UPDATE",
+    )
+    .bind(id.0)
+    .bind(scope.tenant_id().as_str())
+    .fetch_optional(&mut **tx)
+    .await
+    .map_err(db_error)?;
+    let actual = rows::u64_of(
+        actual.ok_or_else(|| Error::not_found("thread", id))?,
+        "state_version",
+    )?;
+    forge_core::thread::check_state_version(id, expected_version, actual)?;
+    sqlx::query(
+        "UPDATE forge_threads SET state = $1, state_version = $2 WHERE id = $3 AND tenant_id = $4",
+    )
+    .bind(to_json(&values)?)
+    .bind(i64_of(actual + 1)?)
+    .bind(id.0)
+    .bind(scope.tenant_id().as_str())
+    .execute(&mut **tx)
+    .await
+    .map_err(db_error)?;
+    Ok(SessionState {
+        version: actual + 1,
+        values,
+    })
 }
 
 #[async_trait]
@@ -516,6 +524,16 @@ impl RunStore for PostgresStore {
         let mut tx = self.tenant_tx(scope).await?;
         let run = fetch_run(&mut tx, scope, commit.run_id, true).await?;
         let committed = check_commit(&run, &commit, now)?;
+        if let Some(update) = commit.state.clone() {
+            set_state(
+                &mut tx,
+                scope,
+                run.thread_id,
+                update.expected_version,
+                update.values,
+            )
+            .await?;
+        }
         insert_events(&mut tx, scope, run.id, &commit.events).await?;
         insert_messages(&mut tx, scope, run.thread_id, &commit.messages).await?;
         sqlx::query(

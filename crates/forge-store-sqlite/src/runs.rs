@@ -229,40 +229,47 @@ impl ThreadStore for SqliteStore {
         values: serde_json::Map<String, serde_json::Value>,
     ) -> Result<SessionState, Error> {
         let mut tx = self.write_tx().await?;
-        let actual: Option<i64> = sqlx::query_scalar(
-            "SELECT state_version FROM forge_threads WHERE id = $1 AND tenant_id = $2",
-        )
-        .bind(id.to_string())
-        .bind(scope.tenant_id().as_str())
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(db_error)?;
-        let actual = rows::u64_of(
-            actual.ok_or_else(|| Error::not_found("thread", id))?,
-            "state_version",
-        )?;
-        if actual != expected_version {
-            return Err(Error::VersionConflict {
-                entity: "session state",
-                id: id.to_string(),
-                expected: expected_version,
-                actual,
-            });
-        }
-        sqlx::query("UPDATE forge_threads SET state = $1, state_version = $2 WHERE id = $3 AND tenant_id = $4")
-            .bind(to_json(&values)?)
-            .bind(i64_of(actual + 1)?)
-            .bind(id.to_string())
-            .bind(scope.tenant_id().as_str())
-            .execute(&mut *tx)
-            .await
-            .map_err(db_error)?;
+        let state = set_state(&mut tx, scope, id, expected_version, values).await?;
         tx.commit().await.map_err(db_error)?;
-        Ok(SessionState {
-            version: actual + 1,
-            values,
-        })
+        Ok(state)
     }
+}
+
+/// Replaces a thread's session state in `tx` if it is still at `expected_version`.
+async fn set_state(
+    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+    scope: &Scope,
+    id: ThreadId,
+    expected_version: u64,
+    values: serde_json::Map<String, serde_json::Value>,
+) -> Result<SessionState, Error> {
+    let actual: Option<i64> = sqlx::query_scalar(
+        "SELECT state_version FROM forge_threads WHERE id = $1 AND tenant_id = $2",
+    )
+    .bind(id.to_string())
+    .bind(scope.tenant_id().as_str())
+    .fetch_optional(&mut **tx)
+    .await
+    .map_err(db_error)?;
+    let actual = rows::u64_of(
+        actual.ok_or_else(|| Error::not_found("thread", id))?,
+        "state_version",
+    )?;
+    forge_core::thread::check_state_version(id, expected_version, actual)?;
+    sqlx::query(
+        "UPDATE forge_threads SET state = $1, state_version = $2 WHERE id = $3 AND tenant_id = $4",
+    )
+    .bind(to_json(&values)?)
+    .bind(i64_of(actual + 1)?)
+    .bind(id.to_string())
+    .bind(scope.tenant_id().as_str())
+    .execute(&mut **tx)
+    .await
+    .map_err(db_error)?;
+    Ok(SessionState {
+        version: actual + 1,
+        values,
+    })
 }
 
 #[async_trait]
@@ -496,6 +503,16 @@ impl RunStore for SqliteStore {
         let mut tx = self.write_tx().await?;
         let run = self.fetch_run(&mut *tx, scope, commit.run_id).await?;
         let committed = check_commit(&run, &commit, now)?;
+        if let Some(update) = commit.state.clone() {
+            set_state(
+                &mut tx,
+                scope,
+                run.thread_id,
+                update.expected_version,
+                update.values,
+            )
+            .await?;
+        }
         insert_events(&mut tx, scope, &commit.events).await?;
         for m in &commit.messages {
             insert_message(&mut tx, scope, run.thread_id, m).await?;

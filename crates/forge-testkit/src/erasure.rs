@@ -149,6 +149,7 @@ impl<F: StoreFactory> World<F> {
                     interactions,
                     audit: vec![],
                     settlements: vec![call],
+                    state: None,
                 },
             )
             .await

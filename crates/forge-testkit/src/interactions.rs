@@ -139,6 +139,7 @@ async fn parked_with<F: StoreFactory>(
                 interactions: vec![approval.clone(), question.clone()],
                 audit: vec![],
                 settlements: vec![],
+                state: None,
             },
         )
         .await
@@ -490,6 +491,7 @@ pub async fn only_a_parking_commit_raises_interactions<F: StoreFactory>() {
         interactions: vec![approval.clone()],
         audit: vec![],
         settlements: vec![],
+        state: None,
     };
     expect_kind(
         store.commit_step(&scope, commit).await,
@@ -552,6 +554,7 @@ pub async fn an_ended_run_leaves_nothing_pending<F: StoreFactory>() {
                 interactions: vec![],
                 audit: vec![],
                 settlements: vec![],
+                state: None,
             },
         )
         .await

@@ -34,6 +34,7 @@ mod python;
 pub mod queue;
 pub mod s3;
 pub mod sources;
+pub mod state;
 pub mod store;
 pub mod streams;
 pub mod usage;
@@ -93,6 +94,11 @@ pub const SUITES: &[Suite] = &[
             "thread_round_trip_and_session_state",
             "session_state_single_writer",
         ],
+    },
+    Suite {
+        name: "step_state",
+        macro_name: "threads_conformance",
+        scenarios: &["a_step_commits_session_state_with_it_or_not_at_all"],
     },
     Suite {
         name: "runs",
@@ -232,6 +238,7 @@ pub const ADAPTERS: &[(&str, &str, &[&str])] = &[
         &[
             "locks",
             "threads",
+            "step_state",
             "runs",
             "event_log",
             "leases",
@@ -250,6 +257,7 @@ pub const ADAPTERS: &[(&str, &str, &[&str])] = &[
         "Sqlite",
         &[
             "threads",
+            "step_state",
             "runs",
             "event_log",
             "leases",
@@ -269,6 +277,7 @@ pub const ADAPTERS: &[(&str, &str, &[&str])] = &[
         &[
             "locks",
             "threads",
+            "step_state",
             "runs",
             "event_log",
             "leases",
@@ -288,6 +297,7 @@ pub const ADAPTERS: &[(&str, &str, &[&str])] = &[
         "Supabase",
         &[
             "threads",
+            "step_state",
             "runs",
             "event_log",
             "leases",
@@ -345,6 +355,8 @@ macro_rules! threads_conformance {
     ($factory:ty) => {
         $crate::__conformance_suite!(threads_conformance, "threads", $factory;
             thread_round_trip_and_session_state, session_state_single_writer);
+        $crate::__conformance_suite!(step_state_conformance, "step_state", state, $factory;
+            a_step_commits_session_state_with_it_or_not_at_all);
     };
 }
 

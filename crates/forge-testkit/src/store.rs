@@ -102,6 +102,7 @@ impl<F: StoreFactory> Fixture<F> {
             interactions: vec![],
             audit: vec![],
             settlements: vec![],
+            state: None,
         }
     }
 }
@@ -542,6 +543,7 @@ pub async fn event_log_gapless_under_concurrent_appenders<F: StoreFactory>() {
                     interactions: vec![],
                     audit: vec![],
                     settlements: vec![],
+                    state: None,
                 };
                 match store.commit_step(&scope, commit).await {
                     Ok(_) => done += 1,

@@ -387,6 +387,7 @@ pub async fn step_commits_record_settled_calls<F: StoreFactory>() {
         interactions: vec![],
         audit: vec![],
         settlements: calls,
+        state: None,
     };
     let done = l
         .store

@@ -121,7 +121,23 @@ pub struct StepCommit {
     /// The step's model calls, settled: each replaces its reservation (if one was made) or is
     /// recorded as it is, with the commit.
     pub settlements: Vec<crate::metering::ModelCall>,
+    /// The thread's new session state, if the step changed it: applied with the commit only
+    /// while the state is still at its expected version, else the whole commit is refused with
+    /// [`Error::VersionConflict`] for `"session state"` (nothing of it is written).
+    pub state: Option<StateUpdate>,
 }
+
+/// A session-state change made by a step.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StateUpdate {
+    /// The version the step read.
+    pub expected_version: u64,
+    /// The whole new state.
+    pub values: serde_json::Map<String, serde_json::Value>,
+}
+
+/// The entity a stale session-state write names in [`Error::VersionConflict`].
+pub const SESSION_STATE: &str = "session state";
 
 /// The result of a successful [`RunStore::commit_step`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -152,6 +152,10 @@ fn one_of_each_event() -> Vec<RunEventKind> {
         RunEventKind::RunCancelled {
             reason: Some("user pressed stop".into()),
         },
+        RunEventKind::StateUpdated {
+            version: 3,
+            keys: vec!["plan".into(), "draft".into()],
+        },
     ]
 }
 

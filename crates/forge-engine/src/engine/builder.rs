@@ -183,6 +183,9 @@ impl EngineBuilder {
         if !self.tools.contains(crate::hitl::ASK_USER) {
             self.tools.register(crate::hitl::ask_user_tool())?;
         }
+        if !self.tools.contains(crate::state::UPDATE_STATE) {
+            self.tools.register(crate::state::state_tool())?;
+        }
         if self.citations.is_some() && !self.tools.contains(crate::cite::CITE) {
             self.tools.register(crate::cite::cite_tool())?;
         }

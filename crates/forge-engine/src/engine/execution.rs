@@ -19,8 +19,11 @@ pub(crate) struct Cursor<'a> {
     /// The thread's committed history, read once when the execution began and extended by each
     /// commit of this execution.
     pub(crate) history: Vec<Message>,
-    /// The thread's session state, read when the execution began.
+    /// The thread's session state, read when the execution began and kept as this execution
+    /// commits changes to it.
     pub(crate) state: forge_core::thread::SessionState,
+    /// The step's change to the session state, written by its commit.
+    pub(crate) state_update: Option<forge_core::ports::store::StateUpdate>,
     next_seq: u64,
     clock: &'a dyn Clock,
     observer: &'a dyn RunObserver,
@@ -229,6 +232,7 @@ impl Engine {
             settlements: Vec::new(),
             history: Vec::new(),
             state: Default::default(),
+            state_update: None,
             clock: self.clock.as_ref(),
             observer: &observer,
             trace: None,
@@ -284,6 +288,7 @@ impl Engine {
             settlements: Vec::new(),
             history: Vec::new(),
             state: Default::default(),
+            state_update: None,
             clock: self.clock.as_ref(),
             observer,
             trace: control.trace,
@@ -511,8 +516,16 @@ impl Engine {
             interactions: std::mem::take(&mut cur.interactions),
             audit: std::mem::take(&mut cur.audit),
             settlements: std::mem::take(&mut cur.settlements),
+            state: cur.state_update.take(),
         };
+        let state = commit.state.clone();
         let committed = self.runs.commit_step(scope, commit).await?;
+        if let Some(update) = state {
+            cur.state = forge_core::thread::SessionState {
+                version: update.expected_version + 1,
+                values: update.values,
+            };
+        }
         cur.observer.on_commit(&crate::observer::Commit {
             tenant_id: &cur.run.tenant_id,
             run_id: cur.run.id,

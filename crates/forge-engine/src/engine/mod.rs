@@ -224,6 +224,25 @@ impl Engine {
         Ok(self.threads.create_thread(scope, new).await?)
     }
 
+    /// Replaces a thread's session state if it is still at `expected_version`, the version
+    /// the caller read: a stale version is a conflict (`VersionConflict` for
+    /// [`SESSION_STATE`](forge_core::ports::store::SESSION_STATE)), never a lost update. A run
+    /// in flight on the thread sees the new state from its next step (a step computed from the
+    /// old state is refused at its commit and computed again).
+    pub async fn update_thread_state(
+        &self,
+        scope: &Scope,
+        thread: forge_core::id::ThreadId,
+        expected_version: u64,
+        values: serde_json::Map<String, serde_json::Value>,
+    ) -> Result<forge_core::thread::SessionState, EngineError> {
+        forge_core::input::check("the session state", &values)?;
+        Ok(self
+            .threads
+            .put_session_state(scope, thread, expected_version, values)
+            .await?)
+    }
+
     /// Creates a run (and its job) of a registered agent, with the given start strategy.
     ///
     /// What a caller sends is input, never a grant: files and any tool results in it are marked

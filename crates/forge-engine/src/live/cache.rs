@@ -361,6 +361,7 @@ mod tests {
                         interactions: vec![],
                         audit: vec![],
                         settlements: vec![],
+                        state: None,
                     },
                 )
                 .await

@@ -404,7 +404,7 @@ async fn context_holds_instructions_session_state_history_and_tools() {
     let first = &requests[0];
     assert_eq!(
         first.system,
-        "You are a test agent.\n\nSession state (JSON):\n{\"plan\":\"pro\"}"
+        "You are a test agent.\n\nSession state (version 0, JSON):\n{\"plan\":\"pro\"}"
     );
     assert_eq!(first.model, "inline");
     assert_eq!(

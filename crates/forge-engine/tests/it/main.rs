@@ -10,6 +10,7 @@ mod loop_tests;
 mod redaction_tests;
 mod send_sync;
 mod skills_tests;
+mod state_tests;
 mod tools_tests;
 mod usage_tests;
 mod worker_tests;

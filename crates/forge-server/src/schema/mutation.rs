@@ -139,6 +139,35 @@ impl Mutation {
         Ok(asked)
     }
 
+    /// Replaces a thread's session state, if it is still at `expectedVersion` (the version
+    /// the caller read): a stale version is `CONFLICT` and changes nothing. A run in flight on
+    /// the thread sees the new state from its next step.
+    async fn update_thread_state(
+        &self,
+        ctx: &Context<'_>,
+        thread_id: ID,
+        expected_version: u64,
+        state: Json<Value>,
+    ) -> async_graphql::Result<ThreadObject> {
+        let (scope, app) = (scope(ctx)?, self::state(ctx)?);
+        let thread: ThreadId = parse_id(&thread_id, "thread")?;
+        thread_access(ctx, thread, PolicyAction::Execute, "thread")?;
+        let Value::Object(values) = state.0 else {
+            return Err(error("BAD_REQUEST", "state must be a JSON object"));
+        };
+        app.engine
+            .update_thread_state(scope, thread, expected_version, values)
+            .await
+            .map_err(client_error)?;
+        let thread = app
+            .engine
+            .threads()
+            .get_thread(scope, thread)
+            .await
+            .map_err(store_error)?;
+        Ok(ThreadObject(thread))
+    }
+
     /// Erases a thread of the caller's tenant: its session state, runs, messages, events,
     /// approvals, questions and jobs, in one transaction, audited (`thread.erased`). Its model
     /// calls stay in the tenant's usage totals, unlinked from it. For administrators (role

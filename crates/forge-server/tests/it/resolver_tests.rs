@@ -1,7 +1,7 @@
 //! One test per area of the schema, each asserting every field it selects; the committed SDL;
 //! query limits, body limits and error hygiene; health.
 
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::support::{Opts, start, token};
 
@@ -665,4 +665,47 @@ async fn administrators_erase_ended_threads_and_runs() {
     assert_eq!(records.len(), 1, "{records:?}");
     assert_eq!(records[0]["actor"], "root");
     assert_eq!(records[0]["subject"], format!("thread {thread}"));
+}
+
+#[tokio::test]
+async fn concurrent_state_updates_one_wins_the_other_is_a_conflict() {
+    let srv = start(Opts::default()).await;
+    let t = token("acme", "alice", &[]);
+    let thread = srv.thread(&t).await;
+    let update = "mutation($t: ID!, $v: Int!, $s: JSON!) {
+        updateThreadState(threadId: $t, expectedVersion: $v, state: $s) { state stateVersion } }";
+    let vars = |writer: &str| json!({"t": thread, "v": 0, "s": {"writer": writer}});
+    let (a, b) = tokio::join!(
+        srv.post(Some(&t), update, vars("a")),
+        srv.post(Some(&t), update, vars("b"))
+    );
+    let outcomes = [a.1, b.1];
+    let won: Vec<&Value> = outcomes
+        .iter()
+        .filter(|o| o.get("errors").is_none())
+        .collect();
+    assert_eq!(won.len(), 1, "exactly one writer wins: {outcomes:?}");
+    assert_eq!(won[0]["data"]["updateThreadState"]["stateVersion"], 1);
+    let lost = outcomes.iter().find(|o| o.get("errors").is_some()).unwrap();
+    assert_eq!(
+        lost["errors"][0]["extensions"]["code"], "CONFLICT",
+        "{lost}"
+    );
+    let d = srv
+        .gql(
+            &t,
+            "query($t: ID!) { thread(id: $t) { state stateVersion } }",
+            json!({"t": thread}),
+        )
+        .await;
+    assert_eq!(
+        d["thread"]["state"], won[0]["data"]["updateThreadState"]["state"],
+        "the stored state is the winner's"
+    );
+    // Another tenant's thread answers like one that does not exist.
+    let other = token("globex", "bob", &[]);
+    let (code, _) = srv
+        .gql_error(&other, update, json!({"t": thread, "v": 1, "s": {}}))
+        .await;
+    assert_eq!(code, "NOT_FOUND");
 }

@@ -83,6 +83,7 @@ async fn seed_tenant_a(store: &PostgresStore, clock: &ManualClock) {
             provider_model: None,
             status: forge_core::metering::CallStatus::Settled,
         }],
+        state: None,
     };
     let done = store.commit_step(&a, commit).await.unwrap();
     // The run then parks on an approval.
@@ -125,6 +126,7 @@ async fn seed_tenant_a(store: &PostgresStore, clock: &ManualClock) {
         }],
         audit: vec![],
         settlements: vec![],
+        state: None,
     };
     store.commit_step(&a, park).await.unwrap();
     // A dead letter replayed by an operator leaves an audit entry.

@@ -1,0 +1,170 @@
+//! Session state a run changes: committed with the step, versioned, never a lost update.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll, Waker};
+
+use forge_core::agent::RunLimits;
+use forge_core::event::{RunEvent, RunEventKind};
+use forge_core::part::Part;
+use forge_core::ports::store::{NewThread, RunStore, SESSION_STATE, ThreadStore};
+use forge_core::run::RunStatus;
+use forge_engine::EngineError;
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use crate::harness::{agent, harness_with};
+
+const SETS_THEN_STALE: &str = r#"
+[[conversation]]
+[[conversation.turn]]
+tool_calls = [{ id = "s1", name = "update_session_state", input = { expected_version = 0, set = { plan = "pro" } } }]
+[[conversation.turn]]
+tool_calls = [{ id = "s2", name = "update_session_state", input = { expected_version = 0, set = { plan = "free" } } }]
+[[conversation.turn]]
+text = ["done"]
+"#;
+
+fn tool_results(events: &[RunEvent]) -> Vec<Value> {
+    events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            RunEventKind::PartAdded {
+                part: Part::ToolResult(r),
+                ..
+            } => Some(r.output.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_run_changes_its_threads_state_with_the_step_and_a_stale_version_is_refused() {
+    let h = harness_with(
+        SETS_THEN_STALE,
+        vec![],
+        agent(&["update_session_state"], RunLimits::default()),
+    );
+    let f = h.run("remember my plan").await;
+    assert_eq!(f.outcome.status, RunStatus::Completed);
+    let changes: Vec<&RunEventKind> = f
+        .events
+        .iter()
+        .map(|e| &e.kind)
+        .filter(|k| matches!(k, RunEventKind::StateUpdated { .. }))
+        .collect();
+    assert_eq!(
+        changes,
+        [&RunEventKind::StateUpdated {
+            version: 1,
+            keys: vec!["plan".into()]
+        }]
+    );
+    let results = tool_results(&f.events);
+    assert_eq!(results[0], json!({"version": 1, "keys": ["plan"]}));
+    assert_eq!(results[1]["code"], "state_conflict", "{results:?}");
+    let threads = h.model.requests.lock().unwrap().clone();
+    // The second request shows the state the first step committed, with its version.
+    assert!(
+        threads[1]
+            .system
+            .contains("Session state (version 1, JSON):\n{\"plan\":\"pro\"}"),
+        "{}",
+        threads[1].system
+    );
+    let run = h.store.get_run(&h.scope, f.events[0].run_id).await.unwrap();
+    let thread = h.store.get_thread(&h.scope, run.thread_id).await.unwrap();
+    assert_eq!(thread.state.version, 1);
+    assert_eq!(Value::Object(thread.state.values), json!({"plan": "pro"}));
+}
+
+const RUN_AND_HOST: &str = r#"
+[[conversation]]
+[[conversation.turn]]
+tool_calls = [{ id = "s1", name = "update_session_state", input = { expected_version = 0, set = { plan = "run" } } }]
+[[conversation.turn]]
+tool_calls = [{ id = "s2", name = "update_session_state", input = { expected_version = 1, set = { seen = true } } }]
+[[conversation.turn]]
+text = ["done"]
+"#;
+
+/// Polls a future that never waits (the memory store's), from inside a synchronous observer.
+fn now<F: Future>(f: F) -> F::Output {
+    let mut f = std::pin::pin!(f);
+    match f.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+        Poll::Ready(out) => out,
+        Poll::Pending => panic!("the memory store does not wait"),
+    }
+}
+
+#[tokio::test]
+async fn a_host_write_during_a_step_refuses_the_step_and_is_never_lost() {
+    let h = harness_with(
+        RUN_AND_HOST,
+        vec![],
+        agent(&["update_session_state"], RunLimits::default()),
+    );
+    let thread = h
+        .store
+        .create_thread(&h.scope, NewThread::default())
+        .await
+        .unwrap();
+    let run = h
+        .engine
+        .start_run(&h.scope, thread.id, &h.agent, vec![Part::text("go")])
+        .await
+        .unwrap();
+    // While the first step streams, the host writes the state the step was computed from.
+    let wrote = AtomicBool::new(false);
+    let host = |e: &RunEvent| {
+        if matches!(e.kind, RunEventKind::PartAdded { .. }) && !wrote.swap(true, Ordering::SeqCst) {
+            let mut values = serde_json::Map::new();
+            values.insert("plan".into(), "host".into());
+            now(h.store.put_session_state(&h.scope, thread.id, 0, values)).unwrap();
+        }
+    };
+    let first = h
+        .engine
+        .execute(&h.scope, run.id, &CancellationToken::new(), &host)
+        .await;
+    assert!(
+        matches!(
+            &first,
+            Err(EngineError::Store(forge_core::Error::VersionConflict { entity, .. })) if *entity == SESSION_STATE
+        ),
+        "{first:?}"
+    );
+    let refused = h.store.get_run(&h.scope, run.id).await.unwrap();
+    assert_eq!(
+        refused.last_seq, 0,
+        "nothing of the refused step was committed"
+    );
+
+    // Executed again (as the worker does, spending no attempt), the step sees the host's state.
+    let outcome = h
+        .engine
+        .execute(
+            &h.scope,
+            run.id,
+            &CancellationToken::new(),
+            &|_: &RunEvent| {},
+        )
+        .await
+        .unwrap();
+    assert_eq!(outcome.status, RunStatus::Completed);
+    let events = h
+        .store
+        .read_events(&h.scope, run.id, 0, 1000)
+        .await
+        .unwrap();
+    let results = tool_results(&events);
+    assert_eq!(results[0]["code"], "state_conflict", "{results:?}");
+    assert_eq!(results[1], json!({"version": 2, "keys": ["seen"]}));
+    let state = h.store.get_thread(&h.scope, thread.id).await.unwrap().state;
+    assert_eq!(state.version, 2);
+    assert_eq!(
+        Value::Object(state.values),
+        json!({"plan": "host", "seen": true}),
+        "the host's write stands and the run's change is on top of it"
+    );
+}

@@ -132,6 +132,16 @@ pub(crate) const CAPABILITIES: &[Capability] = &[
         ),
     },
     Capability {
+        name: "one worker of a fleet sweeps, elected by lease",
+        provider: (
+            "forge-engine/src/worker.rs",
+            Some("Worker"),
+            "with_sweep_leases",
+        ),
+        scope: Scope::Binaries,
+        wired_in: ("forge-cli/src/main.rs", None, "worker"),
+    },
+    Capability {
         name: "erasure through the API",
         provider: ("forge-engine/src/engine/mod.rs", Some("Engine"), "erase"),
         scope: Scope::Platform,
@@ -285,21 +295,19 @@ pub(crate) const PORTS: &[(&str, &str, Site)] = &[
         "JsonLines",
         ("forge-cli/src/telemetry.rs", None, "stderr_logger"),
     ),
+    (
+        "LeaseStore",
+        "RedisLeaseStore",
+        ("forge-cli/src/leases.rs", Some("LeaseArgs"), "sweep_leases"),
+    ),
 ];
 
 /// Declared ports and capabilities not plugged in yet, each with the issue that plugs it.
-pub(crate) const PENDING: &[(&str, &str)] = &[
-    (
-        "LeaseStore",
-        "implemented on memory, PostgreSQL and Redis but consumed by nothing yet: one compaction \
-         per thread and leader election for sweeps (issue 22) are its consumers",
-    ),
-    (
-        "ApprovalRule",
-        "no production implementation: `approval = \"policy\"` always asks a person until a \
+pub(crate) const PENDING: &[(&str, &str)] = &[(
+    "ApprovalRule",
+    "no production implementation: `approval = \"policy\"` always asks a person until a \
          policy-backed rule (Cedar) exists; found by this check, not yet filed as its own issue",
-    ),
-];
+)];
 
 /// Where the port traits are declared.
 const PORT_FILES: &[&str] = &[

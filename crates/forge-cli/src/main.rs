@@ -9,6 +9,7 @@ mod effects;
 mod embedder;
 mod files;
 mod interactions;
+mod leases;
 mod live;
 mod mcp;
 mod metering;
@@ -94,6 +95,8 @@ struct WorkerArgs {
     access: compose::AccessArgs,
     #[command(flatten)]
     live: live::LiveArgs,
+    #[command(flatten)]
+    leases: leases::LeaseArgs,
     #[command(flatten)]
     files: files::FilesArgs,
     #[command(flatten)]
@@ -197,6 +200,7 @@ async fn worker(args: WorkerArgs) -> anyhow::Result<ExitCode> {
         .collect::<anyhow::Result<Vec<_>>>()?;
     let telemetry = args.telemetry.start("forge-worker")?;
     let opened = store::open(&args.store).await?;
+    let sweep_leases = args.leases.sweep_leases(opened.postgres.clone()).await?;
     let store = opened.store;
     let ttl = std::time::Duration::from_millis(args.lease_ttl_ms);
     let id = forge_core::holder::this_process("worker");
@@ -237,6 +241,9 @@ async fn worker(args: WorkerArgs) -> anyhow::Result<ExitCode> {
     let live_stop = CancellationToken::new();
     let live = args.live.publisher(&live_stop).await?;
     let mut worker = forge_engine::Worker::new(engine, store, config);
+    if let Some(leases) = sweep_leases {
+        worker = worker.with_sweep_leases(leases);
+    }
     if let Some((publisher, _)) = &live {
         worker = worker.with_observer(std::sync::Arc::new(forge_engine::LiveObserver::new(vec![
             publisher.clone(),

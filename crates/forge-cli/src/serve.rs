@@ -98,6 +98,8 @@ pub(crate) struct ServeArgs {
     #[command(flatten)]
     live: LiveArgs,
     #[command(flatten)]
+    leases: crate::leases::LeaseArgs,
+    #[command(flatten)]
     files: crate::files::FilesArgs,
     #[command(flatten)]
     telemetry: crate::telemetry::TelemetryArgs,
@@ -127,6 +129,7 @@ pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         .collect::<anyhow::Result<Vec<_>>>()?;
     let telemetry = args.telemetry.start("forge-serve")?;
     let opened = store::open(&args.store).await?;
+    let sweep_leases = args.leases.sweep_leases(opened.postgres.clone()).await?;
     let store = opened.store.clone();
     let mcp = crate::mcp::start(args.access.mcp.as_deref(), Some(store.clone())).await?;
     let settings = EngineSettings {
@@ -235,8 +238,11 @@ pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         if let Some((publisher, _)) = &live_publisher {
             observer = observer.with(publisher.clone());
         }
-        let worker = forge_engine::Worker::new(engine.clone(), store.clone(), config)
+        let mut worker = forge_engine::Worker::new(engine.clone(), store.clone(), config)
             .with_observer(Arc::new(observer));
+        if let Some(leases) = sweep_leases {
+            worker = worker.with_sweep_leases(leases);
+        }
         let drain = stop.clone();
         tokio::spawn(async move { worker.run(drain).await })
     });

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use forge_core::Error;
 use forge_core::id::RunId;
+use forge_core::ports::lease::{Lease, LeaseStore};
 use forge_core::ports::queue::{ClaimFilter, ClaimedJob, JobQueue, JobState};
 use forge_core::run::RunStatus;
 use forge_core::scope::SystemScope;
@@ -107,7 +108,12 @@ pub struct Worker {
     /// The jobs it claims: runs of the agent versions its engine has (and its own run only, when
     /// configured so).
     filter: ClaimFilter,
+    /// Where the workers of a deployment elect the one that sweeps, when they share one.
+    sweep_leases: Option<Arc<dyn LeaseStore>>,
 }
+
+/// The lease the sweeping worker holds.
+pub const SWEEP_LEASE: &str = "forge:sweep";
 
 /// How often a worker expires overdue approvals and questions, by default.
 pub const INTERACTION_SWEEP_EVERY: Duration = Duration::from_secs(5);
@@ -135,7 +141,69 @@ impl Worker {
             queue,
             config,
             observer: Arc::new(NoopObserver),
+            sweep_leases: None,
         }
+    }
+
+    /// Sweeps only while holding the [`SWEEP_LEASE`] in `leases`, so one worker of a fleet
+    /// sweeps at a time (the lease lasts three sweep intervals and is renewed by each sweep).
+    /// Sweeps are idempotent, so this saves work rather than guarding correctness: when the
+    /// lease store fails, the worker sweeps anyway.
+    pub fn with_sweep_leases(mut self, leases: Arc<dyn LeaseStore>) -> Self {
+        self.sweep_leases = Some(leases);
+        self
+    }
+
+    /// Whether this worker sweeps this tick, taking or renewing the sweep lease in `held`.
+    async fn leads(&self, held: &mut Option<Lease>) -> bool {
+        let Some(leases) = &self.sweep_leases else {
+            return true;
+        };
+        let ttl = self.config.sweep_interval * 3;
+        if let Some(lease) = held.take() {
+            match leases.renew(&system(), &lease, ttl).await {
+                Ok(renewed) => {
+                    *held = Some(renewed);
+                    return true;
+                }
+                Err(Error::Fenced { .. }) => {}
+                Err(e) => {
+                    self.store_failed(&e, "renewing the sweep lease");
+                    *held = Some(lease);
+                    return true;
+                }
+            }
+        }
+        match leases
+            .acquire(&system(), SWEEP_LEASE, &self.config.id, ttl)
+            .await
+        {
+            Ok(lease) => {
+                *held = Some(lease);
+                true
+            }
+            Err(Error::LeaseHeld { .. }) => false,
+            Err(e) => {
+                self.store_failed(&e, "taking the sweep lease");
+                true
+            }
+        }
+    }
+
+    /// Says and counts a store error of the sweep (retried at the next tick, not swallowed).
+    fn store_failed(&self, e: &Error, what: &'static str) {
+        let t = &self.engine.telemetry;
+        let code = forge_core::telemetry::error_code(e);
+        t.meter
+            .record(Instrument::StoreErrors, 1.0, &[("code", code)]);
+        t.logger.log(
+            LogEvent::WorkerStoreFailed,
+            vec![
+                ("worker", self.config.id.clone().into()),
+                ("code", code.into()),
+                ("outcome", what.into()),
+            ],
+        );
     }
 
     /// Hands every executed run's events to `observer` as they are produced.
@@ -222,21 +290,16 @@ impl Worker {
     /// releases usage reservations orphaned for longer than `metering::ORPHANED_AFTER`.
     async fn sweep_loop(&self, shutdown: CancellationToken) {
         let t = &self.engine.telemetry;
-        // Retried at the next tick; said and counted, not swallowed.
-        let failed = |e: &forge_core::Error, what: &'static str| {
-            let code = forge_core::telemetry::error_code(e);
-            t.meter
-                .record(Instrument::StoreErrors, 1.0, &[("code", code)]);
-            t.logger.log(
-                LogEvent::WorkerStoreFailed,
-                vec![
-                    ("worker", self.config.id.clone().into()),
-                    ("code", code.into()),
-                    ("outcome", what.into()),
-                ],
-            );
-        };
+        let failed = |e: &forge_core::Error, what: &'static str| self.store_failed(e, what);
+        let mut held = None;
         while !shutdown.is_cancelled() {
+            if !self.leads(&mut held).await {
+                tokio::select! {
+                    _ = shutdown.cancelled() => {}
+                    _ = tokio::time::sleep(self.config.sweep_interval) => {}
+                }
+                continue;
+            }
             if let Err(e) = self
                 .engine
                 .interactions
@@ -265,6 +328,10 @@ impl Worker {
                 _ = shutdown.cancelled() => {}
                 _ = tokio::time::sleep(self.config.sweep_interval) => {}
             }
+        }
+        // Another worker takes the sweeps over at once.
+        if let (Some(leases), Some(lease)) = (&self.sweep_leases, held) {
+            let _ = leases.release(&system(), &lease).await;
         }
     }
 

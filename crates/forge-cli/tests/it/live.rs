@@ -27,12 +27,12 @@ instructions = "Answer at length."
 model = "openai-compatible:mock-steps-0-chunks-20-cdelayus-150000-stamp-1"
 "#;
 
-fn redis_url() -> String {
+pub(crate) fn redis_url() -> String {
     std::env::var("FORGE_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
 }
 
 /// Fails (never skips) when Redis is not there, saying how to start it.
-fn require_redis() {
+pub(crate) fn require_redis() {
     let url = redis_url();
     let addr = url.trim_start_matches("redis://").trim_end_matches('/');
     if std::net::TcpStream::connect_timeout(

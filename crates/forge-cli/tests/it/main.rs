@@ -211,6 +211,7 @@ mod dlq;
 mod files;
 mod freeze;
 mod hitl;
+mod leases;
 mod live;
 mod mcp;
 mod providers;

@@ -468,3 +468,84 @@ async fn ordering_postgres() {
     .with_guard(db);
     fifty_starts_on_one_thread_never_overlap(Arc::new(store), clock).await;
 }
+
+/// Counts the sweeps a worker makes (each records the queue's depth once).
+#[derive(Default)]
+struct Sweeps(std::sync::atomic::AtomicUsize);
+
+impl forge_core::telemetry::Meter for Sweeps {
+    fn record(
+        &self,
+        instrument: forge_core::telemetry::Instrument,
+        _value: f64,
+        _attrs: &[(&'static str, &str)],
+    ) {
+        if instrument == forge_core::telemetry::Instrument::QueueDepth {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+}
+
+impl Sweeps {
+    fn count(&self) -> usize {
+        self.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_worker_of_a_fleet_sweeps_and_another_takes_over_when_it_stops() {
+    use forge_core::telemetry::{Noop, Telemetry};
+    let clock = Arc::new(ManualClock::at_2026());
+    let store = Arc::new(forge_store_memory::MemoryStore::new(
+        clock.clone(),
+        Arc::new(SequentialIds::new()),
+    ));
+    let make = |id: &str, sweeps: Arc<Sweeps>| {
+        let engine = Engine::builder()
+            .store(store.clone())
+            .clock(clock.clone())
+            .telemetry(Telemetry {
+                tracer: Arc::new(Noop),
+                meter: sweeps,
+                logger: Arc::new(Noop),
+            })
+            .build()
+            .unwrap();
+        let config = WorkerConfig {
+            id: id.into(),
+            poll_interval: Duration::from_millis(5),
+            sweep_interval: Duration::from_millis(10),
+            ..WorkerConfig::default()
+        };
+        Worker::new(Arc::new(engine), store.clone(), config).with_sweep_leases(store.clone())
+    };
+    let (a_sweeps, b_sweeps) = (Arc::new(Sweeps::default()), Arc::new(Sweeps::default()));
+    let (a, b) = (make("a", a_sweeps.clone()), make("b", b_sweeps.clone()));
+    let (stop_a, stop_b) = (CancellationToken::new(), CancellationToken::new());
+    let ta = tokio::spawn({
+        let stop = stop_a.clone();
+        async move { a.run(stop).await }
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let tb = tokio::spawn({
+        let stop = stop_b.clone();
+        async move { b.run(stop).await }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        a_sweeps.count() >= 5,
+        "the leader sweeps: {}",
+        a_sweeps.count()
+    );
+    assert_eq!(b_sweeps.count(), 0, "the other worker does not");
+    stop_a.cancel();
+    ta.await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        b_sweeps.count() >= 5,
+        "the leader's release hands the sweeps over: {}",
+        b_sweeps.count()
+    );
+    stop_b.cancel();
+    tb.await.unwrap();
+}

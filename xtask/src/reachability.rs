@@ -296,6 +296,11 @@ pub(crate) const PORTS: &[(&str, &str, Site)] = &[
         ("forge-cli/src/telemetry.rs", None, "stderr_logger"),
     ),
     (
+        "ApprovalRule",
+        "CedarAuthorizer",
+        ("forge-cli/src/compose.rs", Some("AccessArgs"), "apply"),
+    ),
+    (
         "LeaseStore",
         "RedisLeaseStore",
         ("forge-cli/src/leases.rs", Some("LeaseArgs"), "sweep_leases"),
@@ -303,11 +308,7 @@ pub(crate) const PORTS: &[(&str, &str, Site)] = &[
 ];
 
 /// Declared ports and capabilities not plugged in yet, each with the issue that plugs it.
-pub(crate) const PENDING: &[(&str, &str)] = &[(
-    "ApprovalRule",
-    "no production implementation: `approval = \"policy\"` always asks a person until a \
-         policy-backed rule (Cedar) exists; found by this check, not yet filed as its own issue",
-)];
+pub(crate) const PENDING: &[(&str, &str)] = &[];
 
 /// Where the port traits are declared.
 const PORT_FILES: &[&str] = &[

@@ -10,6 +10,7 @@ use anyhow::Context;
 use forge_core::ports::model::ModelProvider;
 use forge_core::ports::policy::{AllowAll, Authorizer};
 use forge_core::ports::store::Store;
+use forge_core::ports::tool::ApprovalRule;
 use forge_core::scope::Scope;
 use forge_engine::{Engine, EngineBuilder, SkillLibrary};
 use forge_policy::CedarAuthorizer;
@@ -110,7 +111,20 @@ impl AccessArgs {
         for tool in mcp.map(|m| m.tools()).unwrap_or_default() {
             builder = builder.tool(tool)?;
         }
-        let authorizer = self.authorizer()?;
+        // Loaded policies decide access, and which `policy`-approval calls may run unreviewed.
+        let (authorizer, rule): (Arc<dyn Authorizer>, Option<Arc<dyn ApprovalRule>>) = match &self
+            .policies
+        {
+            Some(path) => {
+                let cedar =
+                    Arc::new(CedarAuthorizer::from_path(path).context("failed to load policies")?);
+                (cedar.clone(), Some(cedar))
+            }
+            None => (Arc::new(AllowAll), None),
+        };
+        if let Some(rule) = rule {
+            builder = builder.approval_rule(rule);
+        }
         if let Some(sources) = sources {
             let retriever = self.embedder.retriever(sources, authorizer.clone())?;
             builder = builder

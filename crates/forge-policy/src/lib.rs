@@ -6,7 +6,7 @@
 //! | --- | --- |
 //! | `principal`: `Forge::Principal::"<principal id>"`, attributes `id`, `tenant` | the [`Scope`] |
 //! | its parents: `Forge::Role::"<role>"` for each role, and `Forge::Tenant::"<tenant>"` | the scope's roles and tenant |
-//! | `action`: `Forge::Action::"discover"`, `"execute"`, `"read"` or `"approve"` | [`PolicyAction`] |
+//! | `action`: `Forge::Action::"discover"`, `"execute"`, `"read"`, `"approve"` or `"act_unreviewed"` | [`PolicyAction`] |
 //! | `resource`: `Forge::Tool::"<name>"` with `name`, `classification` (`read` / `write` / `external_write`), `version` and, when set, `permission` | the tool's spec |
 //! | `resource`: `Forge::Skill::"<name>"` (`name`, `version`), `Forge::Source::"<id>"`, `Forge::Thread::"<id>"` (`id`, `tenant`) | |
 //! | `resource`: `Forge::Approval::"<interaction id>"` with `id`, `tenant`, `thread`, `thread_created_by`, `run_initiator`, `tool`, `classification` — for `approve` | the interaction, its run and thread |
@@ -33,7 +33,9 @@ use cedar_policy::{
     EntityUid, PolicyId, PolicySet, Request, RestrictedExpression,
 };
 use forge_core::Error;
-use forge_core::ports::policy::{Authorizer, PolicyDecision, PolicyRequest, PolicyResource};
+use forge_core::ports::policy::{
+    Authorizer, PolicyAction, PolicyDecision, PolicyRequest, PolicyResource,
+};
 use forge_core::ports::tool::{ToolClassification, ToolSource};
 use forge_core::scope::Scope;
 
@@ -293,6 +295,28 @@ fn resource(scope: &Scope, r: &PolicyResource<'_>) -> Result<Entity, Error> {
         .map_err(|e| Error::invalid(format!("resource entity: {e}")))
 }
 
+/// The `policy` approval rule: a call of a tool whose approval policy is `policy` runs without
+/// a person only where the policies permit `act_unreviewed` on the tool for the caller, with
+/// the call's input in the context; anything else (no permit, a forbid, an error) waits for a
+/// person.
+#[async_trait::async_trait]
+impl forge_core::ports::tool::ApprovalRule for CedarAuthorizer {
+    async fn requires_approval(
+        &self,
+        scope: &forge_core::scope::Scope,
+        tool: &forge_core::ports::tool::ToolSpec,
+        input: &serde_json::Value,
+    ) -> Result<bool, Error> {
+        let decision = self.authorize(&PolicyRequest {
+            scope,
+            action: PolicyAction::ActUnreviewed,
+            resource: PolicyResource::Tool(tool),
+            input: Some(input),
+        })?;
+        Ok(!matches!(decision, PolicyDecision::Allow))
+    }
+}
+
 impl Authorizer for CedarAuthorizer {
     fn fingerprint(&self) -> Option<String> {
         // The policies as loaded (ids included), hashed: a changed policy changes it.
@@ -421,6 +445,35 @@ mod tests {
         );
     }
 
+    #[tokio::test]
+    async fn a_policy_tool_runs_unreviewed_only_where_policies_permit_it() {
+        use forge_core::ports::tool::ApprovalRule;
+        let a = examples();
+        let pay = pay();
+        let finance = Scope::parse("acme", "bob", &["finance"]).unwrap();
+        let support = Scope::parse("acme", "alice", &["support"]).unwrap();
+        let elsewhere = Scope::parse("globex", "carol", &["finance"]).unwrap();
+        let needs = |scope: &Scope, input: serde_json::Value| {
+            let (a, pay, scope) = (&a, &pay, scope.clone());
+            async move { a.requires_approval(&scope, pay, &input).await.unwrap() }
+        };
+        assert!(!needs(&finance, json!({"invoice": "I", "amount": 100})).await);
+        assert!(needs(&finance, json!({"invoice": "I", "amount": 101})).await);
+        assert!(
+            needs(&finance, json!({"invoice": "I"})).await,
+            "no amount: ask"
+        );
+        assert!(needs(&support, json!({"invoice": "I", "amount": 5})).await);
+        assert!(needs(&elsewhere, json!({"invoice": "I", "amount": 5})).await);
+        let lookup = tool("lookup", ToolClassification::Read, None);
+        assert!(
+            a.requires_approval(&finance, &lookup, &json!({}))
+                .await
+                .unwrap(),
+            "no permit for the tool: ask"
+        );
+    }
+
     #[test]
     fn execution_depends_on_the_input() {
         let a = examples();
@@ -511,7 +564,7 @@ mod tests {
         let e = CedarAuthorizer::from_path(&dir).unwrap_err();
         assert!(matches!(e, PolicyLoadError::Empty(_)), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
-        assert_eq!(examples().len(), 9);
+        assert_eq!(examples().len(), 10);
     }
 
     #[test]

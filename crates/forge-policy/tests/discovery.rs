@@ -357,7 +357,7 @@ async fn the_same_role_in_another_tenant_grants_nothing() {
     let listed = w.engine.list_tools(&carol, None).unwrap();
     assert_eq!(
         names(listed.into_iter().map(|e| e.name)),
-        ["ask_user", "load_skill", "lookup"]
+        ["ask_user", "load_skill", "lookup", "update_session_state"]
     );
 }
 

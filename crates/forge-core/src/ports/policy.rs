@@ -21,16 +21,21 @@ pub enum PolicyAction {
     Read,
     /// Approve it: a tool call waiting for a person ([`PolicyResource::Approval`]).
     Approve,
+    /// Run a call of a tool whose approval policy is `policy` without a person's approval,
+    /// decided with the call's input: what policies do not permit waits for a person.
+    ActUnreviewed,
 }
 
 impl PolicyAction {
-    /// The action's name in policies: `discover`, `execute`, `read` or `approve`.
+    /// The action's name in policies: `discover`, `execute`, `read`, `approve` or
+    /// `act_unreviewed`.
     pub fn as_str(self) -> &'static str {
         match self {
             PolicyAction::Discover => "discover",
             PolicyAction::Execute => "execute",
             PolicyAction::Read => "read",
             PolicyAction::Approve => "approve",
+            PolicyAction::ActUnreviewed => "act_unreviewed",
         }
     }
 }

@@ -135,6 +135,23 @@ fn bench_engine(c: &mut Criterion) {
             )
         })
     });
+
+    // What one model call of a long thread pays today, with no compaction and the history read
+    // whole: 10,000 messages (the run above, repeated) cloned, assembled into the request and
+    // estimated for its reservation. The baseline compaction is to be measured against.
+    let long: Vec<_> = history.iter().cycle().take(10_000).cloned().collect();
+    c.bench_function("context/step_request_10000_messages", |b| {
+        b.iter(|| {
+            let request = assemble(
+                &def,
+                "bench",
+                &state,
+                long.clone(),
+                tools.descriptors(&def.tools),
+            );
+            forge_engine::context::estimate_usage(&request)
+        })
+    });
 }
 
 /// One agent step's commit: 8 events and one message, fenced and versioned, on memory and on a

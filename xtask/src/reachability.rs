@@ -87,9 +87,83 @@ pub(crate) const CAPABILITIES: &[Capability] = &[
     },
     Capability {
         name: "usage recording: every model call reserved before it is made",
-        provider: ("forge-engine/src/step.rs", Some("StepRunner"), "reserve"),
+        provider: ("forge-engine/src/meter.rs", Some("StepRunner"), "reserve"),
         scope: Scope::Platform,
         wired_in: ("forge-engine/src/step.rs", Some("StepRunner"), "step"),
+    },
+    Capability {
+        name: "usage recording: every summarising call reserved before it is made",
+        provider: ("forge-engine/src/meter.rs", Some("StepRunner"), "reserve"),
+        scope: Scope::Platform,
+        wired_in: (
+            "forge-engine/src/compaction.rs",
+            Some("StepRunner"),
+            "summarise",
+        ),
+    },
+    Capability {
+        name: "compaction: a step over the agent's budget compacts the thread first",
+        provider: (
+            "forge-engine/src/compaction.rs",
+            Some("StepRunner"),
+            "compact",
+        ),
+        scope: Scope::Platform,
+        wired_in: ("forge-engine/src/step.rs", Some("StepRunner"), "step"),
+    },
+    Capability {
+        name: "compaction: a compaction asked for runs as a queued run",
+        provider: (
+            "forge-engine/src/compaction.rs",
+            Some("StepRunner"),
+            "compact",
+        ),
+        scope: Scope::Platform,
+        wired_in: (
+            "forge-engine/src/engine/execution.rs",
+            Some("Engine"),
+            "compaction_run",
+        ),
+    },
+    Capability {
+        name: "compaction: asked for through the API",
+        provider: (
+            "forge-engine/src/engine/mod.rs",
+            Some("Engine"),
+            "compact_thread",
+        ),
+        scope: Scope::Platform,
+        wired_in: (
+            "forge-server/src/schema/mutation.rs",
+            Some("Mutation"),
+            "compact_thread",
+        ),
+    },
+    Capability {
+        name: "compaction: asked for from the CLI",
+        provider: ("forge-cli/src/threads.rs", None, "threads"),
+        scope: Scope::Binaries,
+        wired_in: ("forge-cli/src/main.rs", None, "dispatch"),
+    },
+    Capability {
+        name: "bounded reads: pending interactions paged through the API",
+        provider: (
+            "forge-engine/src/engine/interactions.rs",
+            Some("Engine"),
+            "pending_interactions_page",
+        ),
+        scope: Scope::Platform,
+        wired_in: ("forge-server/src/schema/paging.rs", None, "pending"),
+    },
+    Capability {
+        name: "compaction: context assembly reads only what follows the summary, in pages",
+        provider: ("forge-engine/src/compaction.rs", None, "read_history"),
+        scope: Scope::Platform,
+        wired_in: (
+            "forge-engine/src/engine/execution.rs",
+            Some("Engine"),
+            "execute_leased",
+        ),
     },
     Capability {
         name: "output_schema: structured answers validated",

@@ -288,6 +288,7 @@ async fn writer(
             audit: vec![],
             settlements: vec![],
             state: None,
+            summary: None,
         };
         let start = Instant::now();
         let done = store.commit_step(&scope, commit).await?;

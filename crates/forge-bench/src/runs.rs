@@ -51,6 +51,7 @@ fn agent() -> AgentDefinition {
         output_schema: None,
         limits: RunLimits::default(),
         approvals: Default::default(),
+        compaction: None,
     }
 }
 

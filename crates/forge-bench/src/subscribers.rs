@@ -192,6 +192,7 @@ fn engine(store: Arc<dyn Store>, args: &ServerArgs) -> anyhow::Result<Engine> {
         output_schema: None,
         limits: RunLimits::default(),
         approvals: Default::default(),
+        compaction: None,
     };
     let mut builder = Engine::builder()
         .dyn_store(store)
@@ -223,6 +224,7 @@ fn engine(store: Arc<dyn Store>, args: &ServerArgs) -> anyhow::Result<Engine> {
             output_schema: None,
             limits: RunLimits::default(),
             approvals: Default::default(),
+            compaction: None,
         });
     }
     Ok(builder.build()?)

@@ -243,6 +243,7 @@ fn agent(model: &str) -> AgentDefinition {
         output_schema: None,
         limits: RunLimits::default(),
         approvals: Default::default(),
+        compaction: None,
     }
 }
 

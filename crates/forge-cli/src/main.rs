@@ -19,6 +19,7 @@ mod runs;
 mod serve;
 mod store;
 mod telemetry;
+mod threads;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -69,6 +70,9 @@ enum Command {
     /// See runs without SQL: a tenant's runs, one run's detail, its committed events.
     #[command(subcommand)]
     Runs(runs::RunsCommand),
+    /// Compact a thread's history, or show a thread with its summary and newest messages.
+    #[command(subcommand)]
+    Threads(threads::ThreadsCommand),
     /// List, pin and diff the tools of the configured MCP servers.
     #[command(subcommand)]
     Mcp(mcp::McpCommand),
@@ -185,6 +189,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Usage(args) => metering::usage(args).await,
         Command::Audit(command) => audit::audit(command).await,
         Command::Runs(command) => runs::runs(command).await,
+        Command::Threads(command) => threads::threads(command).await,
         Command::Mcp(command) => mcp::run(command).await,
         Command::Rag(command) => rag::run(command).await,
         Command::Files(command) => files::run(command).await,

@@ -115,6 +115,11 @@ impl Printer {
             RunEventKind::StateUpdated { version, keys } => {
                 self.line(format!("· session state v{version}: {}", keys.join(", ")))
             }
+            RunEventKind::ThreadCompacted {
+                version, covered, ..
+            } => self.line(format!(
+                "· thread compacted: summary v{version} covers the first {covered} messages"
+            )),
             RunEventKind::RunCheckpointed { step, .. } => {
                 self.line(format!("· checkpoint after step {step}"))
             }

@@ -87,6 +87,41 @@ impl Default for RunLimits {
     }
 }
 
+/// When and how a thread's history is compacted for this agent: once what a model call would
+/// carry passes `max_tokens`, the oldest messages (all but the `keep_recent` newest, never
+/// splitting a tool call from its result) are summarised by a model call, and later requests
+/// carry the summary and the recent messages. The stored history is never shortened.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CompactionConfig {
+    /// The estimated input tokens of a request past which the thread is compacted first.
+    pub max_tokens: u64,
+    /// How many of the newest messages are always sent as they are.
+    #[serde(default = "CompactionConfig::default_keep_recent")]
+    pub keep_recent: usize,
+    /// The model that writes summaries (`provider:model`); the agent's own when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+}
+
+impl CompactionConfig {
+    /// The newest messages kept as they are when a configuration does not say.
+    pub const DEFAULT_KEEP_RECENT: usize = 8;
+
+    fn default_keep_recent() -> usize {
+        Self::DEFAULT_KEEP_RECENT
+    }
+
+    /// A configuration compacting past `max_tokens` and keeping the 8 newest messages.
+    pub fn new(max_tokens: u64) -> Self {
+        Self {
+            max_tokens,
+            keep_recent: Self::default_keep_recent(),
+            model: None,
+        }
+    }
+}
+
 /// A versioned agent: what it is told, which model it calls, which tools it may use.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct AgentDefinition {
@@ -113,6 +148,9 @@ pub struct AgentDefinition {
     /// `approvals = { record_effect = "always" }`.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub approvals: std::collections::BTreeMap<String, crate::ports::tool::ApprovalPolicy>,
+    /// History compaction, if the agent's threads are to be compacted automatically.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compaction: Option<CompactionConfig>,
 }
 
 /// The built-in tool that runs a skill's script (where the deployment enables scripts). An agent
@@ -129,6 +167,14 @@ impl AgentDefinition {
             return Err(Error::invalid("agent version must not be empty"));
         }
         self.model_parts()?;
+        if let Some(c) = &self.compaction {
+            if c.max_tokens == 0 {
+                return Err(Error::invalid("compaction.max_tokens must be at least 1"));
+            }
+            if let Some(model) = &c.model {
+                split_model(model)?;
+            }
+        }
         if self.limits.max_steps == 0 {
             return Err(Error::invalid("limits.max_steps must be at least 1"));
         }
@@ -159,13 +205,25 @@ impl AgentDefinition {
 
     /// Splits `model` into `(provider, model name)`.
     pub fn model_parts(&self) -> Result<(&str, &str), Error> {
-        match self.model.split_once(':') {
-            Some((p, m)) if !p.is_empty() && !m.is_empty() => Ok((p, m)),
-            _ => Err(Error::invalid(format!(
-                "model {:?} must look like provider:model, for example scripted:demo.toml",
-                self.model
-            ))),
-        }
+        split_model(&self.model)
+    }
+
+    /// The model that writes this agent's thread summaries: `compaction.model`, else its own.
+    pub fn summary_model(&self) -> &str {
+        self.compaction
+            .as_ref()
+            .and_then(|c| c.model.as_deref())
+            .unwrap_or(&self.model)
+    }
+}
+
+/// Splits a `provider:model` string into its two halves.
+pub fn split_model(model: &str) -> Result<(&str, &str), Error> {
+    match model.split_once(':') {
+        Some((p, m)) if !p.is_empty() && !m.is_empty() => Ok((p, m)),
+        _ => Err(Error::invalid(format!(
+            "model {model:?} must look like provider:model, for example scripted:demo.toml"
+        ))),
     }
 }
 
@@ -186,7 +244,31 @@ mod tests {
             output_schema: None,
             limits: RunLimits::default(),
             approvals: Default::default(),
+            compaction: None,
         }
+    }
+
+    #[test]
+    fn compaction_needs_a_budget_and_a_well_formed_model() {
+        let mut a = agent("scripted:x");
+        a.compaction = Some(CompactionConfig::new(0));
+        assert!(a.validate().unwrap_err().to_string().contains("max_tokens"));
+        let mut c = CompactionConfig::new(100);
+        c.model = Some("nomodel".into());
+        a.compaction = Some(c);
+        assert!(
+            a.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("provider:model")
+        );
+        let parsed: AgentDefinition = serde_json::from_value(serde_json::json!({
+            "name": "a", "version": "1", "instructions": "", "model": "scripted:x",
+            "compaction": {"max_tokens": 500}
+        }))
+        .unwrap();
+        assert_eq!(parsed.compaction, Some(CompactionConfig::new(500)));
+        assert_eq!(parsed.summary_model(), "scripted:x");
     }
 
     #[test]

@@ -120,6 +120,19 @@ pub enum RunEventKind {
         /// The keys set or removed (never their values, which may be large or private).
         keys: Vec<String>,
     },
+    /// The run compacted its thread: the oldest messages, up to and including `through`, are now
+    /// sent to the model as one summary (committed with this step; the messages stay stored).
+    #[serde(rename = "thread.compacted")]
+    ThreadCompacted {
+        /// The thread summary's version after this compaction (1 for the first).
+        version: u64,
+        /// The last message the summary covers.
+        through: MessageId,
+        /// How many messages, from the thread's first, the summary covers.
+        covered: u64,
+        /// The model that wrote the summary, as `provider:model`.
+        model: String,
+    },
     /// A step was committed; a crashed worker's successor resumes from here.
     #[serde(rename = "run.checkpointed")]
     RunCheckpointed {
@@ -164,6 +177,7 @@ impl RunEventKind {
             RunEventKind::ApprovalRequested { .. } => "approval.requested",
             RunEventKind::QuestionRequested { .. } => "question.requested",
             RunEventKind::StateUpdated { .. } => "state.updated",
+            RunEventKind::ThreadCompacted { .. } => "thread.compacted",
             RunEventKind::RunCheckpointed { .. } => "run.checkpointed",
             RunEventKind::RunCompleted { .. } => "run.completed",
             RunEventKind::RunFailed { .. } => "run.failed",

@@ -276,10 +276,32 @@ pub struct Checkpoint {
     /// Repairs asked of the model after a final answer that did not match the output schema.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub repairs: u32,
+    /// What the run is for; fixed when it is created.
+    #[serde(default, skip_serializing_if = "RunPurpose::is_turn")]
+    pub purpose: RunPurpose,
 }
 
 fn is_zero(n: &u32) -> bool {
     *n == 0
+}
+
+/// What a run is for.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RunPurpose {
+    /// A turn of the conversation: the agent answers the run's input.
+    #[default]
+    Turn,
+    /// Compacting the thread's history on request (`forge threads compact`): the run summarises
+    /// what it can and ends; it adds no message and calls no tool. Queued like any run, so it
+    /// never writes to a thread another run is writing to.
+    Compaction,
+}
+
+impl RunPurpose {
+    fn is_turn(&self) -> bool {
+        *self == RunPurpose::Turn
+    }
 }
 
 /// A lease on a run: the right to commit its steps until `expires_at`.
@@ -372,7 +394,10 @@ impl Run {
             status: RunStatus::Queued,
             version: 0,
             last_seq: 0,
-            checkpoint: Checkpoint::default(),
+            checkpoint: Checkpoint {
+                purpose: new.purpose,
+                ..Checkpoint::default()
+            },
             failure: None,
             lease: None,
             fence: 0,

@@ -179,6 +179,7 @@ pub fn span_for(kind: &RunEventKind) -> SpanFor {
         | RunEventKind::PartUpdated { .. }
         | RunEventKind::UsageUpdated { .. }
         | RunEventKind::StateUpdated { .. }
+        | RunEventKind::ThreadCompacted { .. }
         | RunEventKind::RunCheckpointed { .. } => SpanFor::FoldsInto(SpanName::StepExecute),
         RunEventKind::ApprovalRequested { .. } => SpanFor::Opens(SpanName::ApprovalWait),
         RunEventKind::QuestionRequested { .. } => SpanFor::Opens(SpanName::QuestionWait),
@@ -798,6 +799,12 @@ mod tests {
                 version: 1,
                 keys: vec![],
             },
+            K::ThreadCompacted {
+                version: 1,
+                through: MessageId(uuid::Uuid::nil()),
+                covered: 2,
+                model: "m".into(),
+            },
             K::RunCheckpointed {
                 step: 1,
                 version: 1,
@@ -826,6 +833,7 @@ mod tests {
                 | K::ApprovalRequested { .. }
                 | K::QuestionRequested { .. }
                 | K::StateUpdated { .. }
+                | K::ThreadCompacted { .. }
                 | K::RunCheckpointed { .. }
                 | K::RunCompleted { .. }
                 | K::RunFailed { .. }
@@ -844,6 +852,7 @@ mod tests {
                 "part.updated",
                 "usage.updated",
                 "state.updated",
+                "thread.compacted",
                 "run.checkpointed"
             ]
         );

@@ -3,7 +3,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::id::{RunId, ThreadId};
+use crate::id::{MessageId, RunId, ThreadId};
 use crate::scope::{PrincipalId, TenantId};
 use crate::time::Timestamp;
 
@@ -34,6 +34,51 @@ pub fn check_state_version(
     }
 }
 
+/// What a thread's oldest messages are sent to the model as, once compacted: a summary of
+/// every message from the thread's first up to and including `through`. The messages themselves
+/// stay stored (for audit and for people); only model requests use the summary.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ThreadSummary {
+    /// Bumped by every compaction: 1 for the first. A compaction states the version it built on.
+    pub version: u64,
+    /// The summary.
+    pub text: String,
+    /// The last message it covers.
+    pub through: MessageId,
+    /// How many messages it covers, from the thread's first.
+    pub covered: u64,
+    /// The run that wrote it.
+    pub run_id: RunId,
+    /// The model that wrote it, as `provider:model`.
+    pub model: String,
+    /// When it was written.
+    pub created_at: Timestamp,
+}
+
+/// The entity a stale compaction names in [`crate::Error::VersionConflict`].
+pub const THREAD_SUMMARY: &str = "thread summary";
+
+/// The rule every store applies to a new summary: it must build on the thread's current one
+/// (version 1 on none, `n + 1` on version `n`), so two compactions of one thread can never both
+/// land, and one repeated after a crash lands once.
+pub fn check_summary_version(
+    thread: ThreadId,
+    current: Option<&ThreadSummary>,
+    new: &ThreadSummary,
+) -> Result<(), crate::Error> {
+    let actual = current.map_or(0, |s| s.version);
+    if new.version == actual + 1 {
+        Ok(())
+    } else {
+        Err(crate::Error::VersionConflict {
+            entity: THREAD_SUMMARY,
+            id: thread.to_string(),
+            expected: new.version.saturating_sub(1),
+            actual,
+        })
+    }
+}
+
 /// A stored thread.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Thread {
@@ -51,6 +96,9 @@ pub struct Thread {
     /// The run currently executing or waiting on this thread, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub active_run: Option<RunId>,
+    /// What its oldest messages are sent to the model as, once compacted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<ThreadSummary>,
     /// When it was created.
     pub created_at: Timestamp,
 }

@@ -10,6 +10,7 @@
 #![deny(missing_docs)]
 
 mod cite;
+pub mod compaction;
 mod config_audit;
 pub mod context;
 pub mod discovery;
@@ -18,6 +19,7 @@ mod error;
 pub mod files;
 mod hitl;
 pub mod live;
+mod meter;
 pub mod observer;
 pub mod skills;
 pub mod state;

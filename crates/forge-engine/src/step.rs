@@ -5,10 +5,9 @@ use std::time::Duration;
 
 use forge_core::agent::AgentDefinition;
 use forge_core::event::RunEventKind;
-use forge_core::id::ModelCallId;
 use forge_core::id::{IdempotencyKey, MessageId, ToolCallId};
 use forge_core::message::{Message, Role};
-use forge_core::metering::{CallStatus, ModelCall, QuotaPeriod, Settlement};
+use forge_core::metering::Settlement;
 use forge_core::part::{
     ErrorPart, Part, PartUpdate, TextPart, ToolCallPart, ToolResultPart, Trust,
 };
@@ -23,6 +22,7 @@ use futures_util::StreamExt;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
+use crate::compaction::Compacted;
 use crate::context::assemble;
 use crate::engine::{Cursor, Engine};
 use crate::error::EngineError;
@@ -161,31 +161,27 @@ impl StepRunner<'_> {
                 message: format!("model provider {provider_name} is not configured"),
             }));
         };
-        // The thread's history as read when this execution began, plus what it committed since
-        // (only the active run writes to its thread), plus what this step has not committed yet
-        // (the run's input, on its first step).
-        let history = [cur.history.clone(), cur.messages.clone()].concat();
-        let history = crate::files::expand(self.engine, self.scope, history).await?;
-        // Session state is application data: a secret stored in it never reaches the model.
-        let mut state = cur.state.clone();
-        let mut values = serde_json::Value::Object(std::mem::take(&mut state.values));
-        self.engine.redactor.redact_json(&mut values);
-        if let serde_json::Value::Object(values) = values {
-            state.values = values;
+        let mut request = self.request(cur, model_name).await?;
+        // Over the agent's budget, the oldest history is summarised first (within this step,
+        // metered with it, and written by its commit).
+        if let Some(config) = &self.agent.compaction
+            && crate::context::estimate_usage(&request).input_tokens > config.max_tokens
+        {
+            match self.compact(cur, step).await? {
+                Compacted::Done => request = self.request(cur, model_name).await?,
+                Compacted::Nothing => {}
+                Compacted::Ended(end) => return Ok(end),
+            }
         }
-        let mut request = assemble(
-            self.agent,
-            model_name,
-            &state,
-            history,
-            self.engine.offered(self.scope, self.agent),
-        );
         // What the model may call this step is exactly what it is offered.
         let callable: BTreeSet<String> = request.tools.iter().map(|t| t.name.clone()).collect();
 
         // Reserve before spending: the run's ceilings, then the tenant's quota (atomic in the
         // store). A call that would pass either is not made.
-        let reservation = match self.reserve(cur, step, &mut request).await? {
+        let reservation = match self
+            .reserve(cur, step, &mut request, &self.agent.model)
+            .await?
+        {
             Ok(call) => call,
             Err(failure) => return Ok(StepEnd::Failed(failure)),
         };
@@ -395,6 +391,35 @@ impl StepRunner<'_> {
         self.run_tools(cur, prepared).await
     }
 
+    /// The request for the step's model call: the instructions, the session state (scrubbed),
+    /// the thread's summary and the history after it, and the tools offered.
+    async fn request(
+        &self,
+        cur: &Cursor<'_>,
+        model_name: &str,
+    ) -> Result<forge_core::ports::model::ModelRequest, EngineError> {
+        // The thread's history after its summary as read when this execution began, plus what it
+        // committed since (only the active run writes to its thread), plus what this step has
+        // not committed yet (the run's input, on its first step).
+        let history = [cur.history.clone(), cur.messages.clone()].concat();
+        let history = crate::compaction::with_summary(cur.summary.as_ref(), history);
+        let history = crate::files::expand(self.engine, self.scope, history).await?;
+        // Session state is application data: a secret stored in it never reaches the model.
+        let mut state = cur.state.clone();
+        let mut values = serde_json::Value::Object(std::mem::take(&mut state.values));
+        self.engine.redactor.redact_json(&mut values);
+        if let serde_json::Value::Object(values) = values {
+            state.values = values;
+        }
+        Ok(assemble(
+            self.agent,
+            model_name,
+            &state,
+            history,
+            self.engine.offered(self.scope, self.agent),
+        ))
+    }
+
     /// Runs the step's calls, audits its external writes, and adds the tool-result message.
     /// `Fenced` when the run's lease is lost before the calls start: nothing runs.
     pub(crate) async fn run_tools(
@@ -445,49 +470,6 @@ impl StepRunner<'_> {
         })
     }
 
-    /// The output cap a call carries: the agent's own, or [`crate::context::OUTPUT_ESTIMATE`] when a
-    /// ceiling or quota applies, lowered to the tokens and the cost the run has left after the
-    /// call's input. `None` when nothing bounds the call. A cap is never under
-    /// [`crate::context::MIN_OUTPUT`]: where the budget leaves less, the ceiling check refuses the
-    /// call rather than make one that can say nothing.
-    fn output_cap(
-        &self,
-        cur: &Cursor<'_>,
-        request: &forge_core::ports::model::ModelRequest,
-    ) -> Option<u64> {
-        let limits = &self.agent.limits;
-        let bounded = limits.max_tokens.is_some()
-            || limits.max_cost_micros.is_some()
-            || self.engine.quotas.of(&cur.run.tenant_id).is_some();
-        let mut cap = limits
-            .max_output_tokens
-            .map(u64::from)
-            .or(bounded.then_some(crate::context::OUTPUT_ESTIMATE))?;
-        // The input part of the estimate does not depend on the cap.
-        let input = Usage {
-            input_tokens: crate::context::estimate_usage(request).input_tokens,
-            ..Usage::default()
-        };
-        if let Some(max) = limits.max_tokens {
-            let left = max
-                .saturating_sub(cur.checkpoint.usage.total_tokens())
-                .saturating_sub(input.input_tokens);
-            cap = cap.min(left);
-        }
-        if let (Some(max), Some(price)) = (
-            limits.max_cost_micros,
-            self.engine.prices.models.get(&self.agent.model),
-        ) && price.output > 0
-        {
-            let left = max
-                .saturating_sub(cur.checkpoint.cost_micros)
-                .saturating_sub(price.cost(&input));
-            let affordable = u128::from(left).saturating_mul(1_000_000) / u128::from(price.output);
-            cap = cap.min(u64::try_from(affordable).unwrap_or(u64::MAX));
-        }
-        Some(cap.max(crate::context::MIN_OUTPUT))
-    }
-
     /// Makes sure the run's lease is still this execution's before tools act on the world. A
     /// process frozen past its lease (SIGSTOP, a long pause, a stalled VM) may find on waking that
     /// another worker took the run over; its calls must not run a second time. Within the first
@@ -503,88 +485,6 @@ impl StepRunner<'_> {
             .renew_lease(self.scope, &cur.lease, ttl)
             .await?;
         Ok(())
-    }
-
-    /// Caps the call's output at what the run's ceilings leave (so the provider cannot spend past
-    /// them), checks the ceilings, and reserves the call's estimate against the tenant's quota.
-    /// The outer error is the store's; the inner one ends the run.
-    async fn reserve(
-        &self,
-        cur: &Cursor<'_>,
-        step: u32,
-        request: &mut forge_core::ports::model::ModelRequest,
-    ) -> Result<Result<ModelCall, RunFailure>, EngineError> {
-        if let Some(cap) = self.output_cap(cur, request) {
-            request.max_output_tokens = Some(u32::try_from(cap).unwrap_or(u32::MAX));
-        }
-        let estimate = crate::context::estimate_usage(request);
-        let estimated_cost = self
-            .engine
-            .prices
-            .cost(&self.agent.model, &estimate)
-            .unwrap_or(0);
-        let limits = &self.agent.limits;
-        let over = |message: String| {
-            Ok(Err(RunFailure {
-                code: FailureCode::BudgetExceeded,
-                message,
-            }))
-        };
-        let spent = cur.checkpoint.usage.total_tokens();
-        if let Some(max) = limits.max_tokens
-            && spent.saturating_add(estimate.total_tokens()) > max
-        {
-            return over(format!(
-                "the run has used {spent} of its {max} tokens; the next model call needs about {}",
-                estimate.total_tokens()
-            ));
-        }
-        let cost = cur.checkpoint.cost_micros;
-        if let Some(max) = limits.max_cost_micros
-            && cost.saturating_add(estimated_cost) > max
-        {
-            return over(format!(
-                "the run has cost {cost} of its {max} micro-units; the next model call would cost about {estimated_cost}"
-            ));
-        }
-        let now = self.engine.clock.now();
-        let quota = self.engine.quotas.of(&cur.run.tenant_id);
-        let period = quota.map_or(QuotaPeriod::Day, |q| q.period);
-        let call = ModelCall {
-            id: ModelCallId::generate(self.engine.ids.as_ref()),
-            tenant_id: cur.run.tenant_id.clone(),
-            run_id: cur.run.id,
-            step,
-            attempt: cur.lease.token,
-            model: self.agent.model.clone(),
-            at: now,
-            period_start: period.start(now),
-            estimate,
-            estimated_cost_micros: estimated_cost,
-            actual: None,
-            cost_micros: None,
-            request_id: None,
-            provider_model: None,
-            status: CallStatus::Reserved,
-        };
-        // Without a quota there is nothing to hold against: the call is recorded, settled, by
-        // the step's commit. With one, the reservation is durable before the call is made.
-        let Some(quota) = quota else {
-            return Ok(Ok(call));
-        };
-        match self
-            .engine
-            .ledger
-            .reserve(self.scope, call.clone(), Some(quota))
-            .await
-        {
-            Ok(()) => Ok(Ok(call)),
-            Err(forge_core::Error::QuotaExceeded(message)) => Ok(Err(RunFailure {
-                code: FailureCode::QuotaExceeded,
-                message,
-            })),
-            Err(e) => Err(e.into()),
-        }
     }
 
     /// A final answer under an output schema: valid JSON matching it completes the run with a
@@ -1037,7 +937,7 @@ impl StepRunner<'_> {
     }
 }
 
-fn model_failure(e: &ModelError) -> RunFailure {
+pub(crate) fn model_failure(e: &ModelError) -> RunFailure {
     let code = match e {
         ModelError::MalformedStream(_) => FailureCode::MalformedModelOutput,
         _ => FailureCode::ProviderError,

@@ -468,6 +468,7 @@ impl World {
             output_schema: None,
             limits: RunLimits::default(),
             approvals: BTreeMap::new().into_iter().collect(),
+            compaction: None,
         };
         let model = Arc::new(Recording {
             inner: ScriptedProvider::new(Script::parse(script, "inline").unwrap()),

@@ -151,6 +151,7 @@ async fn world_with(
         output_schema: None,
         limits: RunLimits::default(),
         approvals: Default::default(),
+        compaction: None,
     };
     let policies = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/policies");
     let store = Arc::new(MemoryStore::default());

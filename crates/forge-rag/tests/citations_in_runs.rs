@@ -68,6 +68,7 @@ text = ["It was four score and seven years ago."]
         output_schema: None,
         limits: RunLimits::default(),
         approvals: Default::default(),
+        compaction: None,
     };
     let engine = Engine::builder()
         .store(store.clone())

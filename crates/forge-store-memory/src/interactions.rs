@@ -91,16 +91,33 @@ impl InteractionStore for MemoryStore {
         if let InteractionFilter::Run(run) = filter {
             st.run(scope, run)?;
         }
-        Ok(st
+        let mine = |i: &&Interaction| &i.tenant_id == scope.tenant_id();
+        let mut found: Vec<Interaction> = st
             .interactions
             .values()
-            .filter(|i| &i.tenant_id == scope.tenant_id())
+            .filter(mine)
             .filter(|i| match filter {
-                InteractionFilter::Pending => i.status == InteractionStatus::Pending,
+                InteractionFilter::Pending | InteractionFilter::PendingPage { .. } => {
+                    i.status == InteractionStatus::Pending
+                }
                 InteractionFilter::Run(run) => i.run_id == run,
             })
             .cloned()
-            .collect())
+            .collect();
+        found.sort_by_key(|i| (i.created_at, i.id));
+        if let InteractionFilter::PendingPage { after, limit } = filter {
+            if let Some(after) = after {
+                let cursor = st
+                    .interactions
+                    .get(&after)
+                    .filter(mine)
+                    .map(|i| (i.created_at, i.id))
+                    .ok_or_else(|| Error::not_found("interaction", after))?;
+                found.retain(|i| (i.created_at, i.id) > cursor);
+            }
+            found.truncate(limit);
+        }
+        Ok(found)
     }
 
     async fn resolve_interaction(&self, scope: &Scope, req: Resolve) -> Result<Resolved, Error> {

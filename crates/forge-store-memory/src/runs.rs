@@ -10,8 +10,8 @@ use forge_core::id::{RunId, ThreadId};
 use forge_core::message::Message;
 use forge_core::ports::queue::JobState;
 use forge_core::ports::store::{
-    Admission, Committed, NewRun, NewThread, RunQuery, RunStore, StartStrategy, StepCommit,
-    ThreadStore, admit, check_commit, next_lease, renewed_lease,
+    Admission, Committed, MessageWindow, NewRun, NewThread, RunQuery, RunStore, StartStrategy,
+    StepCommit, ThreadStore, admit, check_commit, check_summary, next_lease, renewed_lease,
 };
 use forge_core::run::{Run, RunLease};
 use forge_core::scope::Scope;
@@ -33,6 +33,7 @@ impl ThreadStore for MemoryStore {
                 values: new.state,
             },
             active_run: None,
+            summary: None,
             created_at: self.clock.now(),
         };
         let mut st = self.lock();
@@ -49,6 +50,18 @@ impl ThreadStore for MemoryStore {
         let st = self.lock();
         st.thread(scope, id)?;
         Ok(st.messages.get(&id).cloned().unwrap_or_default())
+    }
+
+    async fn page_messages(
+        &self,
+        scope: &Scope,
+        id: ThreadId,
+        window: &MessageWindow,
+    ) -> Result<Vec<Message>, Error> {
+        let st = self.lock();
+        st.thread(scope, id)?;
+        let all = st.messages.get(&id).map(Vec::as_slice).unwrap_or_default();
+        Ok(window.apply(id, all)?.to_vec())
     }
 
     async fn put_session_state(
@@ -186,6 +199,11 @@ impl RunStore for MemoryStore {
             .cloned()
             .collect();
         found.sort_by_key(|r| std::cmp::Reverse((r.created_at, r.id)));
+        if let Some(before) = query.before {
+            let cursor = st.run(scope, before)?;
+            let cursor = (cursor.created_at, cursor.id);
+            found.retain(|r| (r.created_at, r.id) < cursor);
+        }
         found.truncate(query.limit);
         Ok(found)
     }
@@ -243,6 +261,11 @@ impl RunStore for MemoryStore {
             let actual = st.thread(scope, thread_id)?.state.version;
             forge_core::thread::check_state_version(thread_id, update.expected_version, actual)?;
         }
+        if let Some(summary) = &commit.summary {
+            check_summary(run, summary)?;
+            let current = st.thread(scope, thread_id)?.summary.as_ref();
+            forge_core::thread::check_summary_version(thread_id, current, summary)?;
+        }
         // Settled calls are checked before anything is applied, like every other part of the
         // commit: each belongs to this run and replaces at most a reservation.
         for call in &commit.settlements {
@@ -274,6 +297,11 @@ impl RunStore for MemoryStore {
                 version: update.expected_version + 1,
                 values: update.values,
             };
+        }
+        if let Some(summary) = commit.summary
+            && let Some(t) = st.threads.get_mut(&thread_id)
+        {
+            t.summary = Some(summary);
         }
         st.events
             .entry(commit.run_id)

@@ -150,6 +150,34 @@ impl InteractionStore for PostgresStore {
             .fetch_all(&mut *tx)
             .await
             .map_err(db_error)?,
+            InteractionFilter::PendingPage { after, limit } => {
+                let cursor: Option<(chrono::DateTime<chrono::Utc>, uuid::Uuid)> = match after {
+                    Some(after) => Some(
+                        sqlx::query_as(
+                            "SELECT created_at, id FROM forge_interactions WHERE id = $1 AND tenant_id = $2",
+                        )
+                        .bind(after.0)
+                        .bind(scope.tenant_id().as_str())
+                        .fetch_optional(&mut *tx)
+                        .await
+                        .map_err(db_error)?
+                        .ok_or_else(|| Error::not_found("interaction", after))?,
+                    ),
+                    None => None,
+                };
+                sqlx::query(
+                    "SELECT body FROM forge_interactions WHERE tenant_id = $1 AND status = 'pending' \
+                     AND ($2::timestamptz IS NULL OR (created_at, id) > ($2, $3::uuid)) \
+                     ORDER BY created_at, id LIMIT $4",
+                )
+                .bind(scope.tenant_id().as_str())
+                .bind(cursor.map(|c| c.0))
+                .bind(cursor.map(|c| c.1))
+                .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(db_error)?
+            }
             InteractionFilter::Run(run) => {
                 let found: Option<i32> =
                     sqlx::query_scalar("SELECT 1 FROM forge_runs WHERE id = $1 AND tenant_id = $2")

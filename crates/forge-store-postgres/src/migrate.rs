@@ -249,8 +249,15 @@ const SUPABASE_JOB_TRACE: Migration = Migration {
     ),
 };
 
+const THREAD_SUMMARY: Migration = Migration {
+    version: 15,
+    name: "thread_summary",
+    up: include_str!("../migrations/0015_thread_summary.up.sql"),
+    down: include_str!("../migrations/0015_thread_summary.down.sql"),
+};
+
 /// The migrations of a mode, in order.
-pub fn migrations(mode: Mode) -> [Migration; 14] {
+pub fn migrations(mode: Mode) -> [Migration; 15] {
     match mode {
         Mode::Rls => [
             TABLES,
@@ -267,6 +274,7 @@ pub fn migrations(mode: Mode) -> [Migration; 14] {
             CHUNK_VECTORS_BY_SOURCE,
             FILES,
             JOB_TRACE,
+            THREAD_SUMMARY,
         ],
         Mode::Supabase => [
             TABLES,
@@ -283,6 +291,7 @@ pub fn migrations(mode: Mode) -> [Migration; 14] {
             CHUNK_VECTORS_BY_SOURCE,
             SUPABASE_FILES,
             SUPABASE_JOB_TRACE,
+            THREAD_SUMMARY,
         ],
     }
 }

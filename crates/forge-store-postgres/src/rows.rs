@@ -27,7 +27,7 @@ pub(crate) fn db_error(e: sqlx::Error) -> Error {
     Error::backend(retryable, e)
 }
 
-fn corrupt(what: &str, detail: impl std::fmt::Display) -> Error {
+pub(crate) fn corrupt(what: &str, detail: impl std::fmt::Display) -> Error {
     Error::backend(
         false,
         std::io::Error::other(format!("stored {what} is unreadable: {detail}")),
@@ -75,6 +75,9 @@ pub(crate) fn thread(row: &PgRow) -> Result<Thread, Error> {
             values: json(row, "state")?,
         },
         active_run: get::<Option<uuid::Uuid>>(row, "active_run")?.map(RunId),
+        summary: get::<Option<serde_json::Value>>(row, "summary")?
+            .map(|v| serde_json::from_value(v).map_err(|e| corrupt("summary", e)))
+            .transpose()?,
         created_at: ts(row, "created_at")?,
     })
 }

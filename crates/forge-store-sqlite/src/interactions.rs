@@ -154,6 +154,36 @@ impl InteractionStore for SqliteStore {
             .fetch_all(&self.pool)
             .await
             .map_err(db_error)?,
+            InteractionFilter::PendingPage { after, limit } => {
+                let mut tx = self.pool.begin().await.map_err(db_error)?;
+                let cursor: Option<(i64, String)> = match after {
+                    Some(after) => Some(
+                        sqlx::query_as(
+                            "SELECT created_at, id FROM forge_interactions WHERE id = $1 AND tenant_id = $2",
+                        )
+                        .bind(after.to_string())
+                        .bind(scope.tenant_id().as_str())
+                        .fetch_optional(&mut *tx)
+                        .await
+                        .map_err(db_error)?
+                        .ok_or_else(|| Error::not_found("interaction", after))?,
+                    ),
+                    None => None,
+                };
+                let page = sqlx::query(
+                    "SELECT body FROM forge_interactions WHERE tenant_id = $1 AND status = 'pending' \
+                     AND ($2 IS NULL OR (created_at, id) > ($2, $3)) ORDER BY created_at, id LIMIT $4",
+                )
+                .bind(scope.tenant_id().as_str())
+                .bind(cursor.as_ref().map(|c| c.0))
+                .bind(cursor.map(|c| c.1))
+                .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(db_error)?;
+                tx.commit().await.map_err(db_error)?;
+                page
+            }
             InteractionFilter::Run(run) => {
                 let found: Option<i64> =
                     sqlx::query_scalar("SELECT 1 FROM forge_runs WHERE id = $1 AND tenant_id = $2")

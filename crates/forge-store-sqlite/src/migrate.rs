@@ -87,6 +87,12 @@ pub const MIGRATIONS: &[Migration] = &[
         up: include_str!("../migrations/0011_job_trace.up.sql"),
         down: include_str!("../migrations/0011_job_trace.down.sql"),
     },
+    Migration {
+        version: 12,
+        name: "thread_summary",
+        up: include_str!("../migrations/0012_thread_summary.up.sql"),
+        down: include_str!("../migrations/0012_thread_summary.down.sql"),
+    },
 ];
 
 const LEDGER: &str = "CREATE TABLE IF NOT EXISTS forge_schema_migrations (

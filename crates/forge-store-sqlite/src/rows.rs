@@ -21,7 +21,7 @@ pub(crate) fn db_error(e: sqlx::Error) -> Error {
     Error::backend(retryable, e)
 }
 
-fn corrupt(what: &str, detail: impl std::fmt::Display) -> Error {
+pub(crate) fn corrupt(what: &str, detail: impl std::fmt::Display) -> Error {
     Error::backend(
         false,
         std::io::Error::other(format!("stored {what} is unreadable: {detail}")),
@@ -79,6 +79,9 @@ pub(crate) fn thread(row: &SqliteRow) -> Result<Thread, Error> {
                     .map(RunId)
                     .map_err(|e| corrupt("active_run", e))
             })
+            .transpose()?,
+        summary: get::<Option<String>>(row, "summary")?
+            .map(|s| serde_json::from_str(&s).map_err(|e| corrupt("summary", e)))
             .transpose()?,
         created_at: ts(row, "created_at")?,
     })

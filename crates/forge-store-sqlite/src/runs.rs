@@ -8,12 +8,12 @@ use forge_core::event::{RunEvent, RunEventKind};
 use forge_core::id::{RunId, ThreadId};
 use forge_core::message::Message;
 use forge_core::ports::store::{
-    Admission, Committed, NewRun, NewThread, RunQuery, RunStore, StartStrategy, StepCommit,
-    ThreadStore, admit, check_commit, next_lease, renewed_lease,
+    Admission, Committed, MessageWindow, NewRun, NewThread, RunQuery, RunStore, StartStrategy,
+    StepCommit, ThreadStore, admit, check_commit, check_summary, next_lease, renewed_lease,
 };
 use forge_core::run::{Run, RunLease};
 use forge_core::scope::Scope;
-use forge_core::thread::{SessionState, Thread};
+use forge_core::thread::{SessionState, Thread, ThreadSummary};
 use sqlx::{Sqlite, Transaction};
 
 use crate::SqliteStore;
@@ -177,6 +177,7 @@ impl ThreadStore for SqliteStore {
                 values: new.state,
             },
             active_run: None,
+            summary: None,
             created_at: self.clock.now(),
         };
         sqlx::query(
@@ -221,6 +222,39 @@ impl ThreadStore for SqliteStore {
         found.iter().map(rows::message).collect()
     }
 
+    async fn page_messages(
+        &self,
+        scope: &Scope,
+        id: ThreadId,
+        window: &MessageWindow,
+    ) -> Result<Vec<Message>, Error> {
+        let mut tx = self.pool.begin().await.map_err(db_error)?;
+        self.thread_exists(&mut tx, scope, id).await?;
+        let mut bounds = [0i64, i64::MAX];
+        for (bound, cursor) in bounds.iter_mut().zip([window.after, window.before]) {
+            let Some(cursor) = cursor else { continue };
+            let seq: Option<i64> = sqlx::query_scalar(MessageWindow::CURSOR_SQL)
+                .bind(cursor.to_string())
+                .bind(id.to_string())
+                .bind(scope.tenant_id().as_str())
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(db_error)?;
+            *bound = seq.ok_or_else(|| MessageWindow::unknown_cursor(id, cursor))?;
+        }
+        let found = sqlx::query(window.page_sql())
+            .bind(id.to_string())
+            .bind(scope.tenant_id().as_str())
+            .bind(bounds[0])
+            .bind(bounds[1])
+            .bind(i64::try_from(window.limit).unwrap_or(i64::MAX))
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(db_error)?;
+        tx.commit().await.map_err(db_error)?;
+        found.iter().map(rows::message).collect()
+    }
+
     async fn put_session_state(
         &self,
         scope: &Scope,
@@ -233,6 +267,36 @@ impl ThreadStore for SqliteStore {
         tx.commit().await.map_err(db_error)?;
         Ok(state)
     }
+}
+
+/// Replaces the thread's summary in `tx` if `summary` builds on the current one.
+async fn set_summary(
+    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+    scope: &Scope,
+    run: &Run,
+    summary: &ThreadSummary,
+) -> Result<(), Error> {
+    check_summary(run, summary)?;
+    let current: Option<Option<String>> =
+        sqlx::query_scalar("SELECT summary FROM forge_threads WHERE id = $1 AND tenant_id = $2")
+            .bind(run.thread_id.to_string())
+            .bind(scope.tenant_id().as_str())
+            .fetch_optional(&mut **tx)
+            .await
+            .map_err(db_error)?;
+    let current: Option<ThreadSummary> = current
+        .ok_or_else(|| Error::not_found("thread", run.thread_id))?
+        .map(|s| serde_json::from_str(&s).map_err(|e| rows::corrupt("summary", e)))
+        .transpose()?;
+    forge_core::thread::check_summary_version(run.thread_id, current.as_ref(), summary)?;
+    sqlx::query("UPDATE forge_threads SET summary = $1 WHERE id = $2 AND tenant_id = $3")
+        .bind(to_json(summary)?)
+        .bind(run.thread_id.to_string())
+        .bind(scope.tenant_id().as_str())
+        .execute(&mut **tx)
+        .await
+        .map_err(db_error)?;
+    Ok(())
 }
 
 /// Replaces a thread's session state in `tx` if it is still at `expected_version`.
@@ -425,19 +489,31 @@ impl RunStore for SqliteStore {
     }
 
     async fn query_runs(&self, scope: &Scope, query: &RunQuery) -> Result<Vec<Run>, Error> {
-        // RunQuery::admits, in SQL.
+        // RunQuery::admits, in SQL, below the cursor (checked to be the tenant's first).
+        let mut tx = self.pool.begin().await.map_err(db_error)?;
+        let cursor = match query.before {
+            Some(before) => {
+                let run = self.fetch_run(&mut *tx, scope, before).await?;
+                Some((run.created_at.unix_millis(), run.id.to_string()))
+            }
+            None => None,
+        };
         let sql = format!(
             "SELECT {RUN_COLUMNS} FROM forge_runs WHERE tenant_id = $1 AND ($2 IS NULL OR status = $2) \
-             AND ($3 IS NULL OR thread_id = $3) ORDER BY created_at DESC, id DESC LIMIT $4"
+             AND ($3 IS NULL OR thread_id = $3) AND ($5 IS NULL OR (created_at, id) < ($5, $6)) \
+             ORDER BY created_at DESC, id DESC LIMIT $4"
         );
         let found = sqlx::query(sqlx::AssertSqlSafe(sql))
             .bind(scope.tenant_id().as_str())
             .bind(query.status.as_deref())
             .bind(query.thread_id.map(|t| t.to_string()))
             .bind(i64::try_from(query.limit).unwrap_or(i64::MAX))
-            .fetch_all(&self.pool)
+            .bind(cursor.as_ref().map(|c| c.0))
+            .bind(cursor.map(|c| c.1))
+            .fetch_all(&mut *tx)
             .await
             .map_err(db_error)?;
+        tx.commit().await.map_err(db_error)?;
         found.iter().map(rows::run).collect()
     }
 
@@ -512,6 +588,9 @@ impl RunStore for SqliteStore {
                 update.values,
             )
             .await?;
+        }
+        if let Some(summary) = &commit.summary {
+            set_summary(&mut tx, scope, &run, summary).await?;
         }
         insert_events(&mut tx, scope, &commit.events).await?;
         for m in &commit.messages {

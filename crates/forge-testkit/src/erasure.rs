@@ -150,6 +150,7 @@ impl<F: StoreFactory> World<F> {
                     audit: vec![],
                     settlements: vec![call],
                     state: None,
+                    summary: None,
                 },
             )
             .await

@@ -43,7 +43,7 @@ fn expect_kind<T: std::fmt::Debug>(r: Result<T, Error>, kind: ErrorKind, what: &
     }
 }
 
-fn interaction(
+pub(crate) fn interaction(
     run: &Run,
     request: InteractionRequest,
     now: forge_core::time::Timestamp,
@@ -140,6 +140,7 @@ async fn parked_with<F: StoreFactory>(
                 audit: vec![],
                 settlements: vec![],
                 state: None,
+                summary: None,
             },
         )
         .await
@@ -492,6 +493,7 @@ pub async fn only_a_parking_commit_raises_interactions<F: StoreFactory>() {
         audit: vec![],
         settlements: vec![],
         state: None,
+        summary: None,
     };
     expect_kind(
         store.commit_step(&scope, commit).await,
@@ -555,6 +557,7 @@ pub async fn an_ended_run_leaves_nothing_pending<F: StoreFactory>() {
                 audit: vec![],
                 settlements: vec![],
                 state: None,
+                summary: None,
             },
         )
         .await

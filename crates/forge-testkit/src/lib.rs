@@ -24,6 +24,7 @@ pub mod embedding;
 pub mod erasure;
 pub mod files;
 pub mod fixtures;
+pub mod history;
 pub mod interactions;
 pub mod locks;
 pub mod mcp_servers;
@@ -99,6 +100,15 @@ pub const SUITES: &[Suite] = &[
         name: "step_state",
         macro_name: "threads_conformance",
         scenarios: &["a_step_commits_session_state_with_it_or_not_at_all"],
+    },
+    Suite {
+        name: "history",
+        macro_name: "threads_conformance",
+        scenarios: &[
+            "message_pages_are_stable_under_concurrent_appends",
+            "a_step_commits_its_summary_once_building_on_the_current_one",
+            "runs_and_pending_interactions_page_by_cursor",
+        ],
     },
     Suite {
         name: "runs",
@@ -239,6 +249,7 @@ pub const ADAPTERS: &[(&str, &str, &[&str])] = &[
             "locks",
             "threads",
             "step_state",
+            "history",
             "runs",
             "event_log",
             "leases",
@@ -258,6 +269,7 @@ pub const ADAPTERS: &[(&str, &str, &[&str])] = &[
         &[
             "threads",
             "step_state",
+            "history",
             "runs",
             "event_log",
             "leases",
@@ -278,6 +290,7 @@ pub const ADAPTERS: &[(&str, &str, &[&str])] = &[
             "locks",
             "threads",
             "step_state",
+            "history",
             "runs",
             "event_log",
             "leases",
@@ -298,6 +311,7 @@ pub const ADAPTERS: &[(&str, &str, &[&str])] = &[
         &[
             "threads",
             "step_state",
+            "history",
             "runs",
             "event_log",
             "leases",
@@ -357,6 +371,10 @@ macro_rules! threads_conformance {
             thread_round_trip_and_session_state, session_state_single_writer);
         $crate::__conformance_suite!(step_state_conformance, "step_state", state, $factory;
             a_step_commits_session_state_with_it_or_not_at_all);
+        $crate::__conformance_suite!(history_conformance, "history", history, $factory;
+            message_pages_are_stable_under_concurrent_appends,
+            a_step_commits_its_summary_once_building_on_the_current_one,
+            runs_and_pending_interactions_page_by_cursor);
     };
 }
 

@@ -103,6 +103,7 @@ impl<F: StoreFactory> Fixture<F> {
             audit: vec![],
             settlements: vec![],
             state: None,
+            summary: None,
         }
     }
 }
@@ -544,6 +545,7 @@ pub async fn event_log_gapless_under_concurrent_appenders<F: StoreFactory>() {
                     audit: vec![],
                     settlements: vec![],
                     state: None,
+                    summary: None,
                 };
                 match store.commit_step(&scope, commit).await {
                     Ok(_) => done += 1,

@@ -388,6 +388,7 @@ pub async fn step_commits_record_settled_calls<F: StoreFactory>() {
         audit: vec![],
         settlements: calls,
         state: None,
+        summary: None,
     };
     let done = l
         .store

@@ -218,6 +218,7 @@ mod providers;
 mod rag;
 mod serve;
 mod telemetry;
+mod threads;
 mod usage;
 
 mod stores {

@@ -22,6 +22,15 @@ pub const RESUME_MAX_ATTEMPTS: u32 = 5;
 pub enum InteractionFilter {
     /// The tenant's pending interactions, oldest first.
     Pending,
+    /// A page of them: at most `limit`, after the interaction `after` (a cursor: the last of
+    /// the previous page, which may have been resolved since; one that is not the tenant's is
+    /// `NotFound`).
+    PendingPage {
+        /// The cursor.
+        after: Option<InteractionId>,
+        /// At most this many.
+        limit: usize,
+    },
     /// Every interaction of one run, oldest first.
     Run(RunId),
 }

@@ -7,12 +7,12 @@ use async_trait::async_trait;
 use crate::Error;
 use crate::agent::AgentRef;
 use crate::event::RunEvent;
-use crate::id::{RunId, ThreadId};
+use crate::id::{MessageId, RunId, ThreadId};
 use crate::message::Message;
 use crate::part::Part;
 use crate::run::{Checkpoint, Run, RunFailure, RunLease, RunStatus};
 use crate::scope::Scope;
-use crate::thread::{SessionState, Thread};
+use crate::thread::{SessionState, Thread, ThreadSummary};
 
 /// What is needed to create a thread.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -32,8 +32,21 @@ pub trait ThreadStore: Send + Sync {
     /// Reads a thread; another tenant's thread is `NotFound`.
     async fn get_thread(&self, scope: &Scope, id: ThreadId) -> Result<Thread, Error>;
 
-    /// The thread's messages in the order they were written.
+    /// The thread's messages in the order they were written, all of them. For exports and
+    /// tests; readers that may meet a long thread page with [`ThreadStore::page_messages`].
     async fn list_messages(&self, scope: &Scope, id: ThreadId) -> Result<Vec<Message>, Error>;
+
+    /// One page of the thread's messages, in the order they were written: those strictly
+    /// between `window.after` and `window.before` (either may be open), the first
+    /// `window.limit` of them, or the last when `window.from_end`. A cursor is a message id of
+    /// the thread; messages appended later land after every cursor, so pages never shift.
+    /// A cursor that is not a message of the thread is `NotFound`.
+    async fn page_messages(
+        &self,
+        scope: &Scope,
+        id: ThreadId,
+        window: &MessageWindow,
+    ) -> Result<Vec<Message>, Error>;
 
     /// Replaces the session state if it is still at `expected_version`; returns the new state.
     async fn put_session_state(
@@ -43,6 +56,96 @@ pub trait ThreadStore: Send + Sync {
         expected_version: u64,
         values: serde_json::Map<String, serde_json::Value>,
     ) -> Result<SessionState, Error>;
+}
+
+/// Which page of a thread's history [`ThreadStore::page_messages`] returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MessageWindow {
+    /// Only messages written after this one.
+    pub after: Option<MessageId>,
+    /// Only messages written before this one.
+    pub before: Option<MessageId>,
+    /// At most this many.
+    pub limit: usize,
+    /// The last `limit` of the range rather than the first (still returned oldest first).
+    pub from_end: bool,
+}
+
+impl MessageWindow {
+    /// The first `limit` messages after `after` (from the start when `None`).
+    pub fn after(after: Option<MessageId>, limit: usize) -> Self {
+        Self {
+            after,
+            before: None,
+            limit,
+            from_end: false,
+        }
+    }
+
+    /// The last `limit` messages before `before` (up to the newest when `None`).
+    pub fn before(before: Option<MessageId>, limit: usize) -> Self {
+        Self {
+            after: None,
+            before,
+            limit,
+            from_end: true,
+        }
+    }
+
+    /// The error for a cursor that is not a message of `thread`.
+    pub fn unknown_cursor(thread: ThreadId, cursor: MessageId) -> Error {
+        Error::not_found("message", format!("{cursor} in thread {thread}"))
+    }
+
+    /// The statement a SQL adapter reads a cursor's position with: binds the message id, the
+    /// thread and the tenant; no row means the cursor is not a message of the thread.
+    pub const CURSOR_SQL: &'static str =
+        "SELECT seq FROM forge_messages WHERE id = $1 AND thread_id = $2 AND tenant_id = $3";
+
+    /// The statement a SQL adapter reads the page with ([`MessageWindow::apply`] in SQL): binds
+    /// the thread, the tenant, the positions strictly between which to read (the cursors', or
+    /// 0 and `i64::MAX`) and the limit; the first or last `limit`, returned oldest first.
+    pub fn page_sql(&self) -> &'static str {
+        if self.from_end {
+            "SELECT * FROM (SELECT * FROM forge_messages WHERE thread_id = $1 AND tenant_id = $2 \
+             AND seq > $3 AND seq < $4 ORDER BY seq DESC LIMIT $5) page ORDER BY seq"
+        } else {
+            "SELECT * FROM forge_messages WHERE thread_id = $1 AND tenant_id = $2 \
+             AND seq > $3 AND seq < $4 ORDER BY seq LIMIT $5"
+        }
+    }
+
+    /// `messages` (the whole history, oldest first) cut to this window: the rule every adapter's
+    /// query encodes, and the memory store's implementation.
+    pub fn apply<'m>(
+        &self,
+        thread: ThreadId,
+        messages: &'m [Message],
+    ) -> Result<&'m [Message], Error> {
+        let position = |cursor: MessageId| {
+            messages
+                .iter()
+                .position(|m| m.id == cursor)
+                .ok_or_else(|| Self::unknown_cursor(thread, cursor))
+        };
+        let start = match self.after {
+            Some(c) => position(c)? + 1,
+            None => 0,
+        };
+        let end = match self.before {
+            Some(c) => position(c)?,
+            None => messages.len(),
+        };
+        if start >= end {
+            return Ok(&[]);
+        }
+        let range = &messages[start..end];
+        Ok(if self.from_end {
+            &range[range.len().saturating_sub(self.limit)..]
+        } else {
+            &range[..self.limit.min(range.len())]
+        })
+    }
 }
 
 /// What a new run does when its thread already has an active run.
@@ -73,6 +176,8 @@ pub struct NewRun {
     /// The W3C `traceparent` of the span that enqueued it, stored with its job so the worker's
     /// spans join the request's trace.
     pub traceparent: Option<String>,
+    /// What the run is for (kept in its checkpoint).
+    pub purpose: crate::run::RunPurpose,
 }
 
 impl NewRun {
@@ -85,6 +190,7 @@ impl NewRun {
             strategy: StartStrategy::Enqueue,
             max_attempts: 5,
             traceparent: None,
+            purpose: crate::run::RunPurpose::Turn,
         }
     }
 
@@ -125,6 +231,10 @@ pub struct StepCommit {
     /// while the state is still at its expected version, else the whole commit is refused with
     /// [`Error::VersionConflict`] for `"session state"` (nothing of it is written).
     pub state: Option<StateUpdate>,
+    /// The thread's new summary, if the step compacted it: applied with the commit only while
+    /// it builds on the thread's current summary ([`crate::thread::check_summary_version`]),
+    /// else the whole commit is refused with [`Error::VersionConflict`].
+    pub summary: Option<ThreadSummary>,
 }
 
 /// A session-state change made by a step.
@@ -311,6 +421,17 @@ pub fn check_commit(
     })
 }
 
+/// The check every adapter applies to a step's summary before the version rule: it is the
+/// committing run's own.
+pub fn check_summary(run: &Run, summary: &ThreadSummary) -> Result<(), Error> {
+    if summary.run_id != run.id {
+        return Err(Error::invalid(
+            "a step may only commit its own run's summary",
+        ));
+    }
+    Ok(())
+}
+
 /// How a new run enters its thread.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Admission {
@@ -353,6 +474,9 @@ pub struct RunQuery {
     pub thread_id: Option<ThreadId>,
     /// At most this many, newest first.
     pub limit: usize,
+    /// Only runs older than this one (a cursor: the last run of the previous page). A run that
+    /// is not the tenant's is `NotFound`.
+    pub before: Option<RunId>,
 }
 
 /// The run states [`RunQuery::status`] may name.
@@ -372,6 +496,7 @@ impl RunQuery {
             status: None,
             thread_id: None,
             limit,
+            before: None,
         }
     }
 

@@ -156,6 +156,12 @@ fn one_of_each_event() -> Vec<RunEventKind> {
             version: 3,
             keys: vec!["plan".into(), "draft".into()],
         },
+        RunEventKind::ThreadCompacted {
+            version: 2,
+            through: MessageId(uuid(7)),
+            covered: 40,
+            model: "openai:gpt-4o-mini".into(),
+        },
     ]
 }
 

@@ -24,6 +24,11 @@ pub(crate) struct Cursor<'a> {
     pub(crate) state: forge_core::thread::SessionState,
     /// The step's change to the session state, written by its commit.
     pub(crate) state_update: Option<forge_core::ports::store::StateUpdate>,
+    /// The thread's summary, read when the execution began and replaced by its compactions;
+    /// `history` holds only the messages after it.
+    pub(crate) summary: Option<forge_core::thread::ThreadSummary>,
+    /// The step's new summary, written by its commit.
+    pub(crate) summary_update: Option<forge_core::thread::ThreadSummary>,
     next_seq: u64,
     clock: &'a dyn Clock,
     observer: &'a dyn RunObserver,
@@ -233,6 +238,8 @@ impl Engine {
             history: Vec::new(),
             state: Default::default(),
             state_update: None,
+            summary: None,
+            summary_update: None,
             clock: self.clock.as_ref(),
             observer: &observer,
             trace: None,
@@ -289,6 +296,8 @@ impl Engine {
             history: Vec::new(),
             state: Default::default(),
             state_update: None,
+            summary: None,
+            summary_update: None,
             clock: self.clock.as_ref(),
             observer,
             trace: control.trace,
@@ -324,17 +333,21 @@ impl Engine {
                 .await
                 .map(|(outcome, _)| outcome);
         }
+        let purpose = cur.checkpoint.purpose;
         if cur.status == RunStatus::Queued {
             cur.apply(RunInput::Start)?;
             // The input joins the thread's history now, in the first step's commit: a run queued
-            // behind another never shows its message to the run ahead of it.
-            cur.messages.push(Message {
-                id: MessageId::generate(self.ids.as_ref()),
-                run_id: cur.run.id,
-                role: Role::User,
-                parts: cur.run.input.clone(),
-                created_at: self.clock.now(),
-            });
+            // behind another never shows its message to the run ahead of it. A compaction run's
+            // input is its request, not a message of the conversation.
+            if purpose == RunPurpose::Turn {
+                cur.messages.push(Message {
+                    id: MessageId::generate(self.ids.as_ref()),
+                    run_id: cur.run.id,
+                    role: Role::User,
+                    parts: cur.run.input.clone(),
+                    created_at: self.clock.now(),
+                });
+            }
             cur.emit(RunEventKind::RunStarted {
                 thread_id: cur.run.thread_id,
                 agent: cur.run.agent.clone(),
@@ -343,7 +356,17 @@ impl Engine {
         }
         let thread = self.threads.get_thread(scope, cur.run.thread_id).await?;
         cur.state = thread.state;
-        cur.history = self.threads.list_messages(scope, cur.run.thread_id).await?;
+        cur.history = crate::compaction::read_history(
+            self.threads.as_ref(),
+            scope,
+            cur.run.thread_id,
+            thread.summary.as_ref(),
+        )
+        .await?;
+        cur.summary = thread.summary;
+        if purpose == RunPurpose::Compaction {
+            return self.compaction_run(scope, &agent, cancel, cur).await;
+        }
         if let RunStatus::Waiting(_) = cur.status {
             let raised: Vec<Interaction> = self
                 .interactions
@@ -497,6 +520,67 @@ impl Engine {
         }
     }
 
+    /// A run of purpose `compaction`: one step that compacts the thread (keeping the agent's
+    /// `keep_recent` newest messages) and completes, or completes saying there was nothing to
+    /// fold.
+    async fn compaction_run(
+        &self,
+        scope: &Scope,
+        agent: &AgentDefinition,
+        cancel: &CancellationToken,
+        mut cur: Cursor<'_>,
+    ) -> Result<RunOutcome, EngineError> {
+        let step = cur.checkpoint.step + 1;
+        cur.emit(RunEventKind::StepStarted { step });
+        let runner = StepRunner {
+            engine: self,
+            scope,
+            agent,
+            cancel,
+        };
+        let (end, failure) = match runner.compact(&mut cur, step).await? {
+            crate::compaction::Compacted::Done => {
+                let covered = cur.summary.as_ref().map_or(0, |s| s.covered);
+                (
+                    RunEventKind::RunCompleted {
+                        text: format!("Compacted: the summary covers {covered} messages."),
+                        usage: cur.checkpoint.usage,
+                    },
+                    None,
+                )
+            }
+            crate::compaction::Compacted::Nothing => (
+                RunEventKind::RunCompleted {
+                    text: "Nothing to compact.".into(),
+                    usage: cur.checkpoint.usage,
+                },
+                None,
+            ),
+            crate::compaction::Compacted::Ended(StepEnd::Failed(failure)) => (
+                RunEventKind::RunFailed {
+                    failure: failure.clone(),
+                },
+                Some(failure),
+            ),
+            crate::compaction::Compacted::Ended(_) => (
+                RunEventKind::RunCancelled {
+                    reason: Some("cancelled by request".into()),
+                },
+                None,
+            ),
+        };
+        cur.checkpoint.step = step;
+        cur.apply(match &end {
+            RunEventKind::RunCompleted { .. } => RunInput::Complete,
+            RunEventKind::RunFailed { .. } => RunInput::Fail,
+            _ => RunInput::Cancel,
+        })?;
+        cur.emit(end);
+        self.commit(scope, &mut cur, failure)
+            .await
+            .map(|(outcome, _)| outcome)
+    }
+
     async fn commit(
         &self,
         scope: &Scope,
@@ -517,6 +601,7 @@ impl Engine {
             audit: std::mem::take(&mut cur.audit),
             settlements: std::mem::take(&mut cur.settlements),
             state: cur.state_update.take(),
+            summary: cur.summary_update.take(),
         };
         let state = commit.state.clone();
         let committed = self.runs.commit_step(scope, commit).await?;

@@ -36,6 +36,47 @@ impl Engine {
         Ok(mine)
     }
 
+    /// One page of [`Engine::pending_interactions`]: at most `limit` of the pending
+    /// interactions after `after` (oldest first) that the caller may act on and `keep` admits
+    /// (a server's own access rule), read from the store a page at a time, so a tenant with
+    /// many pending interactions is never loaded whole. The flag says whether more follow.
+    pub async fn pending_interactions_page(
+        &self,
+        scope: &Scope,
+        mut after: Option<forge_core::id::InteractionId>,
+        limit: usize,
+        keep: impl Fn(&Interaction) -> bool + Send + Sync,
+    ) -> Result<(Vec<Interaction>, bool), EngineError> {
+        let mut mine = Vec::with_capacity(limit);
+        loop {
+            let page = self
+                .interactions
+                .list_interactions(
+                    scope,
+                    InteractionFilter::PendingPage {
+                        after,
+                        limit: limit + 1,
+                    },
+                )
+                .await?;
+            let exhausted = page.len() <= limit;
+            for i in page {
+                after = Some(i.id);
+                let allowed = !matches!(i.request, InteractionRequest::Approval { .. })
+                    || self.may_approve(scope, &i).await?.is_allowed();
+                if allowed && keep(&i) {
+                    if mine.len() == limit {
+                        return Ok((mine, true));
+                    }
+                    mine.push(i);
+                }
+            }
+            if exhausted {
+                return Ok((mine, false));
+            }
+        }
+    }
+
     /// Whether the caller may approve this interaction: not an external write in a run they
     /// started (unless self-approval is allowed), and the policies allow `approve` on it (with
     /// the thread's creator and the run's initiator). Questions are answered, not approved:

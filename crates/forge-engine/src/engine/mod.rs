@@ -24,7 +24,7 @@ use forge_core::ports::store::{NewRun, RunStore, StepCommit, ThreadStore};
 use forge_core::ports::tool::{ApprovalRule, Tool};
 use forge_core::ports::usage::{CallFilter, UsageLedger};
 use forge_core::run::{
-    Checkpoint, FailureCode, Run, RunFailure, RunInput, RunLease, RunStatus, transition,
+    Checkpoint, FailureCode, Run, RunFailure, RunInput, RunLease, RunPurpose, RunStatus, transition,
 };
 use forge_core::scope::{PrincipalId, Scope, TenantId};
 use forge_core::time::{Clock, SystemClock};
@@ -241,6 +241,26 @@ impl Engine {
             .threads
             .put_session_state(scope, thread, expected_version, values)
             .await?)
+    }
+
+    /// Compacts a thread on request: queues a run of `agent` with purpose
+    /// [`RunPurpose::Compaction`] behind any active run of the thread (so it never writes while
+    /// another run does). The run summarises all but the agent's `compaction.keep_recent`
+    /// newest messages with its summary model, metered like any model call, emits
+    /// `thread.compacted` and completes; it adds no message to the thread.
+    pub async fn compact_thread(
+        &self,
+        scope: &Scope,
+        thread: ThreadId,
+        agent: &AgentRef,
+    ) -> Result<Run, EngineError> {
+        let mut new = NewRun::new(
+            thread,
+            agent.clone(),
+            vec![Part::text("Compact this thread's history.")],
+        );
+        new.purpose = RunPurpose::Compaction;
+        self.submit(scope, new).await
     }
 
     /// Creates a run (and its job) of a registered agent, with the given start strategy.

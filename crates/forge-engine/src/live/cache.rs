@@ -362,6 +362,7 @@ mod tests {
                         audit: vec![],
                         settlements: vec![],
                         state: None,
+                        summary: None,
                     },
                 )
                 .await
@@ -407,6 +408,7 @@ mod tests {
             output_schema: None,
             limits: RunLimits::default(),
             approvals: Default::default(),
+            compaction: None,
         };
         let engine = crate::Engine::builder()
             .store(store.clone())

@@ -63,6 +63,7 @@ pub fn agent(tools: &[&str], limits: RunLimits) -> AgentDefinition {
         output_schema: None,
         limits,
         approvals: Default::default(),
+        compaction: None,
     }
 }
 

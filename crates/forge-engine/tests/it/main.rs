@@ -2,6 +2,7 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod compaction_tests;
 mod config_audit_tests;
 mod harness;
 mod hitl_tests;

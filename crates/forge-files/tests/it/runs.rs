@@ -80,6 +80,7 @@ async fn a_run_sees_the_stored_file_as_untrusted_text_and_never_keeps_a_copy() {
         output_schema: None,
         limits: RunLimits::default(),
         approvals: Default::default(),
+        compaction: None,
     };
     let engine = Engine::builder()
         .store(w.store.clone())

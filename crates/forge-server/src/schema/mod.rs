@@ -7,6 +7,7 @@
 
 mod mutation;
 mod objects;
+mod paging;
 mod query;
 mod subscription;
 
@@ -15,6 +16,7 @@ pub use objects::{
     Agent, Erasure, InteractionObject, ResolvedCitation, Rollup, RunEventObject, RunObject,
     RunStreamItemObject, StreamItemKind, ThreadObject, Tool, ToolHit,
 };
+pub use paging::{MessageObject, ThreadSummaryObject};
 pub use query::Query;
 pub use subscription::{RunCursor, Subscriptions};
 

@@ -75,21 +75,7 @@ impl Mutation {
         let (scope, app) = (scope(ctx)?, state(ctx)?);
         let thread: ThreadId = parse_id(&input.thread_id, "thread")?;
         thread_access(ctx, thread, PolicyAction::Execute, "thread")?;
-        let version = match input.version {
-            Some(v) => v,
-            None => app
-                .engine
-                .agents()
-                .iter()
-                .rev()
-                .find(|a| a.agent.name == input.agent)
-                .map(|a| a.agent.version.clone())
-                .ok_or_else(|| error("NOT_FOUND", format!("agent {} not found", input.agent)))?,
-        };
-        let agent = AgentRef {
-            name: input.agent,
-            version,
-        };
+        let agent = agent_ref(app, input.agent, input.version)?;
         let strategy = match input.strategy {
             Strategy::Enqueue => StartStrategy::Enqueue,
             Strategy::Reject => StartStrategy::Reject,
@@ -113,6 +99,34 @@ impl Mutation {
             .and_then(|t| t.0)
             .map(|t| t.traceparent());
         let run = app.engine.submit(scope, new).await.map_err(client_error)?;
+        app.bus.publish(Wake::Run {
+            run_id: run.id,
+            thread_id: run.thread_id,
+        });
+        Ok(RunObject(run))
+    }
+
+    /// Compacts a thread's history now: queues a run of `agent` (its newest registered version
+    /// unless `version` is given) that summarises all but the agent's `compaction.keep_recent`
+    /// newest messages (8 by default) with its summary model, metered like any model call, and
+    /// completes; it waits behind the thread's active run like any run and adds no message. The
+    /// run's events (`thread.compacted`) say what it folded; `Thread.summary` shows the result.
+    async fn compact_thread(
+        &self,
+        ctx: &Context<'_>,
+        thread_id: ID,
+        agent: String,
+        version: Option<String>,
+    ) -> async_graphql::Result<RunObject> {
+        let (scope, app) = (scope(ctx)?, state(ctx)?);
+        let thread: ThreadId = parse_id(&thread_id, "thread")?;
+        thread_access(ctx, thread, PolicyAction::Execute, "thread")?;
+        let agent = agent_ref(app, agent, version)?;
+        let run = app
+            .engine
+            .compact_thread(scope, thread, &agent)
+            .await
+            .map_err(client_error)?;
         app.bus.publish(Wake::Run {
             run_id: run.id,
             thread_id: run.thread_id,
@@ -343,4 +357,24 @@ async fn resolve(
         thread_id: i.thread_id,
     });
     Ok(InteractionObject(i))
+}
+
+/// The agent named `name` at `version`, or at its newest registered version.
+fn agent_ref(
+    app: &AppState,
+    name: String,
+    version: Option<String>,
+) -> async_graphql::Result<AgentRef> {
+    let version = match version {
+        Some(v) => v,
+        None => app
+            .engine
+            .agents()
+            .iter()
+            .rev()
+            .find(|a| a.agent.name == name)
+            .map(|a| a.agent.version.clone())
+            .ok_or_else(|| error("NOT_FOUND", format!("agent {name} not found")))?,
+    };
+    Ok(AgentRef { name, version })
 }

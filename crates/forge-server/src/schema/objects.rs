@@ -101,27 +101,41 @@ impl ThreadObject {
     async fn created_at(&self) -> String {
         self.0.created_at.to_string()
     }
-    /// Its messages, oldest first, each in the wire encoding (`id`, `run_id`, `role`, `parts`).
-    async fn messages(&self, ctx: &Context<'_>) -> async_graphql::Result<Vec<Json<Value>>> {
-        let (scope, state) = (scope(ctx)?, state(ctx)?);
-        let messages = state
-            .engine
-            .threads()
-            .list_messages(scope, self.0.id)
-            .await
-            .map_err(store_error)?;
-        Ok(messages.iter().map(to_json).collect())
+    /// What its oldest messages are sent to models as, once compacted (`compactThread`, or an
+    /// agent's `compaction` budget); the messages themselves stay listed under `messages`.
+    async fn summary(&self) -> Option<super::paging::ThreadSummaryObject> {
+        self.0
+            .summary
+            .clone()
+            .map(super::paging::ThreadSummaryObject)
     }
-    /// Its runs, oldest first.
-    async fn runs(&self, ctx: &Context<'_>) -> async_graphql::Result<Vec<RunObject>> {
-        let (scope, state) = (scope(ctx)?, state(ctx)?);
-        let runs = state
-            .engine
-            .runs()
-            .list_runs(scope, self.0.id)
-            .await
-            .map_err(store_error)?;
-        Ok(runs.into_iter().map(RunObject).collect())
+    /// Its messages, oldest first, a page at a time: `first` (≤ 500, default 50) after the
+    /// cursor `after`, or the `last` before `before` (the newest, without `before`). Counts its
+    /// page size times its selection toward the query's complexity.
+    #[graphql(complexity = "super::paging::weight(first.or(last), child_complexity)")]
+    async fn messages(
+        &self,
+        ctx: &Context<'_>,
+        after: Option<String>,
+        before: Option<String>,
+        first: Option<i32>,
+        last: Option<i32>,
+    ) -> async_graphql::Result<
+        async_graphql::connection::Connection<String, super::paging::MessageObject>,
+    > {
+        super::paging::messages(ctx, self.0.id, after, before, first, last).await
+    }
+    /// Its runs, newest first, a page at a time: `first` (≤ 500, default 50) after the cursor
+    /// `after` (each page older than the last). Counts its page size times its selection toward
+    /// the query's complexity.
+    #[graphql(complexity = "super::paging::weight(first, child_complexity)")]
+    async fn runs(
+        &self,
+        ctx: &Context<'_>,
+        after: Option<String>,
+        first: Option<i32>,
+    ) -> async_graphql::Result<async_graphql::connection::Connection<String, RunObject>> {
+        super::paging::runs(ctx, self.0.id, after, first).await
     }
 }
 

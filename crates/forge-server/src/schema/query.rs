@@ -91,23 +91,19 @@ impl Query {
         read_events(ctx, run.id, after_seq, limit).await
     }
 
-    /// The caller's tenant's pending questions and the pending approvals the caller may approve
-    /// (never an external write in a run they started, unless the deployment allows it), oldest
-    /// first.
+    /// The pending approvals and questions the caller may act on (approvals they may approve,
+    /// on threads they may read), oldest first, a page at a time: `first` (≤ 500, default 50)
+    /// after the cursor `after`. Counts its page size times its selection toward the query's
+    /// complexity.
+    #[graphql(complexity = "super::paging::weight(first, child_complexity)")]
     async fn pending_interactions(
         &self,
         ctx: &Context<'_>,
-    ) -> async_graphql::Result<Vec<InteractionObject>> {
-        let (scope, state) = (scope(ctx)?, state(ctx)?);
-        Ok(state
-            .engine
-            .pending_interactions(scope)
-            .await
-            .map_err(client_error)?
-            .into_iter()
-            .filter(|i| thread_access(ctx, i.thread_id, PolicyAction::Read, "thread").is_ok())
-            .map(InteractionObject)
-            .collect())
+        after: Option<String>,
+        first: Option<i32>,
+    ) -> async_graphql::Result<async_graphql::connection::Connection<String, InteractionObject>>
+    {
+        super::paging::pending(ctx, after, first).await
     }
 
     /// The caller's tenant's audit trail, newest first: decisions on approvals, external writes,

@@ -273,9 +273,18 @@ async fn another_tenants_ids_behave_like_ids_that_do_not_exist() {
     }
     // Nothing of acme's is listed for globex.
     let d = srv
-        .gql(&globex, "{ pendingInteractions { id } }", json!({}))
+        .gql(
+            &globex,
+            "{ pendingInteractions { nodes { id } } }",
+            json!({}),
+        )
         .await;
-    assert!(d["pendingInteractions"].as_array().unwrap().is_empty());
+    assert!(
+        d["pendingInteractions"]["nodes"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
     // Nor can a globex subscriber attach to acme's run.
     let (mut ws, ack) = Ws::connect(&srv, Some(&globex)).await;
     assert!(ack.to_string().contains("connection_ack"), "{ack}");
@@ -357,9 +366,18 @@ async fn a_supabase_deployment_streams_runs_and_isolates_tenants() {
     let (code, _) = srv.gql_error(&globex, q, json!({"id": run})).await;
     assert_eq!(code, "NOT_FOUND");
     let d = srv
-        .gql(&globex, "{ pendingInteractions { id } }", json!({}))
+        .gql(
+            &globex,
+            "{ pendingInteractions { nodes { id } } }",
+            json!({}),
+        )
         .await;
-    assert!(d["pendingInteractions"].as_array().unwrap().is_empty());
+    assert!(
+        d["pendingInteractions"]["nodes"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
 }
 
 /// Policies decide, within a tenant, who reads a thread and who acts on it: the example
@@ -392,7 +410,7 @@ async fn policies_decide_who_reads_and_who_acts_on_a_thread() {
     let auditor = token("acme", "audrey", &["auditor"]);
     let contractor = token("acme", "carl", &["contractor"]);
     let (thread, run) = srv.run_until(&owner, "greeter", "hi", "completed").await;
-    let read = "query($id: ID!) { thread(id: $id) { id runs { id } } }";
+    let read = "query($id: ID!) { thread(id: $id) { id runs { nodes { id } } } }";
     assert_eq!(
         srv.gql(&auditor, read, json!({"id": thread})).await["thread"]["id"],
         thread.as_str()
@@ -436,7 +454,7 @@ async fn policies_decide_who_reads_and_who_acts_on_a_thread() {
     assert_eq!(refused["extensions"]["code"], "NOT_FOUND", "{refused}");
     // And the owner is unaffected.
     assert_eq!(
-        srv.gql(&owner, read, json!({"id": thread})).await["thread"]["runs"][0]["id"],
+        srv.gql(&owner, read, json!({"id": thread})).await["thread"]["runs"]["nodes"][0]["id"],
         run.as_str()
     );
 }

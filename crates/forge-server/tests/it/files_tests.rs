@@ -358,11 +358,11 @@ async fn a_run_is_given_an_uploaded_file() {
     let d = srv
         .gql(
             &t,
-            "query($t: ID!) { thread(id: $t) { messages } }",
+            "query($t: ID!) { thread(id: $t) { messages { nodes { parts } } } }",
             json!({"t": thread}),
         )
         .await;
-    let first = &d["thread"]["messages"][0]["parts"];
+    let first = &d["thread"]["messages"]["nodes"][0]["parts"];
     assert_eq!(first[1]["type"], "file", "{first}");
     assert_eq!(first[1]["name"], "brief.txt");
     assert_eq!(first[1]["trust"], "untrusted");

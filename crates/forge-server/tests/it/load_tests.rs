@@ -65,11 +65,11 @@ async fn a_thousand_subscribers_each_receive_every_event() {
     let pending = srv
         .gql(
             &approver,
-            "{ pendingInteractions { id request } }",
+            "{ pendingInteractions { nodes { id request } } }",
             json!({}),
         )
         .await;
-    let pending = pending["pendingInteractions"].as_array().unwrap();
+    let pending = pending["pendingInteractions"]["nodes"].as_array().unwrap();
     assert_eq!(pending.len(), RUNS);
     for i in pending {
         srv.gql(

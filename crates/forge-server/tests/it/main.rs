@@ -9,6 +9,7 @@ mod files_tests;
 mod hardening_tests;
 mod live_tests;
 mod load_tests;
+mod paging_tests;
 mod resolver_tests;
 mod subscription_tests;
 mod support;

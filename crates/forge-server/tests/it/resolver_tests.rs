@@ -74,7 +74,7 @@ async fn threads_runs_and_their_events_read_back() {
                     interactions { id }
                     modelCalls
                 }
-                thread(id: $t) { runs { id status } messages }
+                thread(id: $t) { runs { nodes { id status } } messages { nodes { id role text parts } } }
             }"#,
             json!({"id": run, "t": thread_id}),
         )
@@ -103,10 +103,15 @@ async fn threads_runs_and_their_events_read_back() {
     assert_eq!(r["modelCalls"].as_array().unwrap().len(), 1);
     assert_eq!(r["modelCalls"][0]["status"], "settled");
     let th = &d["thread"];
-    assert_eq!(th["runs"][0]["id"], run.as_str());
-    let messages = th["messages"].as_array().unwrap();
+    assert_eq!(th["runs"]["nodes"][0]["id"], run.as_str());
+    let messages = th["messages"]["nodes"].as_array().unwrap();
     assert_eq!(messages.len(), 2, "{messages:?}");
     assert_eq!(messages[1]["parts"][0]["text"], "Hello there.");
+    assert_eq!(messages[1]["text"], "Hello there.");
+    assert_eq!(
+        (messages[0]["role"].as_str(), messages[1]["role"].as_str()),
+        (Some("user"), Some("assistant"))
+    );
 
     let log = srv.log(&t, &run).await;
     let seqs: Vec<u64> = log.iter().map(|(s, _)| *s).collect();
@@ -138,9 +143,19 @@ async fn approvals_are_listed_and_resolved_once() {
     // Separation of duties (issue 16, item 4): alice started the run, so the external write is
     // someone else's to approve; she neither sees it as hers to approve nor can approve it.
     let mine = srv
-        .gql(&alice, "{ pendingInteractions { id } }", json!({}))
+        .gql(
+            &alice,
+            "{ pendingInteractions { nodes { id } } }",
+            json!({}),
+        )
         .await;
-    assert_eq!(mine["pendingInteractions"].as_array().unwrap().len(), 0);
+    assert_eq!(
+        mine["pendingInteractions"]["nodes"]
+            .as_array()
+            .unwrap()
+            .len(),
+        0
+    );
     let listed = srv
         .gql(
             &alice,
@@ -162,11 +177,11 @@ async fn approvals_are_listed_and_resolved_once() {
     let d = srv
         .gql(
             &t,
-            "{ pendingInteractions { id kind runId threadId status request resolution expiresAt } }",
+            "{ pendingInteractions { nodes { id kind runId threadId status request resolution expiresAt } } }",
             json!({}),
         )
         .await;
-    let pending = d["pendingInteractions"].as_array().unwrap();
+    let pending = d["pendingInteractions"]["nodes"].as_array().unwrap();
     assert_eq!(pending.len(), 1);
     let i = &pending[0];
     assert_eq!(i["kind"], "approval");
@@ -216,9 +231,13 @@ async fn questions_are_answered_against_their_schema() {
     let t = token("acme", "alice", &[]);
     let (_, run) = srv.run_until(&t, "assistant", "ask me", "waiting").await;
     let d = srv
-        .gql(&t, "{ pendingInteractions { id kind request } }", json!({}))
+        .gql(
+            &t,
+            "{ pendingInteractions { nodes { id kind request } } }",
+            json!({}),
+        )
         .await;
-    let i = &d["pendingInteractions"][0];
+    let i = &d["pendingInteractions"]["nodes"][0];
     assert_eq!(i["kind"], "question");
     assert_eq!(i["request"]["prompt"], "Which account?");
     let id = i["id"].as_str().unwrap().to_owned();
@@ -302,7 +321,7 @@ async fn complex_and_oversized_requests_are_refused_without_internals() {
     let t = token("acme", "alice", &[]);
     // Too wide to be worth validating: refused before validation.
     let fields: String = (0..3000).map(|i| format!("f{i}: id ")).collect();
-    let wide = format!("{{ thread(id: \"x\") {{ runs {{ {fields} }} }} }}");
+    let wide = format!("{{ thread(id: \"x\") {{ runs {{ nodes {{ {fields} }} }} }} }}");
     let (_, body) = srv.post(Some(&t), &wide, json!({})).await;
     assert_eq!(
         body["errors"][0]["extensions"]["code"], "QUERY_TOO_LARGE",
@@ -354,7 +373,7 @@ async fn depth_beyond_the_limit_is_refused() {
             },
         )
     };
-    let deepest = "{ thread(id: \"x\") { runs { interactions { id } } } }";
+    let deepest = "{ thread(id: \"x\") { runs { nodes { interactions { id } } } } }";
     let res = schema_with(2).execute(deepest).await;
     assert_eq!(res.errors[0].message, "Query is nested too deep.");
     // The default limit admits the deepest query the schema has.
@@ -548,9 +567,13 @@ async fn administrators_read_the_audit_trail_and_nobody_else_does() {
         .await;
     let bob = token("acme", "bob", &[]);
     let pending = srv
-        .gql(&bob, "{ pendingInteractions { id request } }", json!({}))
+        .gql(
+            &bob,
+            "{ pendingInteractions { nodes { id request } } }",
+            json!({}),
+        )
         .await;
-    let i = &pending["pendingInteractions"][0];
+    let i = &pending["pendingInteractions"]["nodes"][0];
     srv.gql(
         &bob,
         "mutation($id: ID!, $h: String) { resolveApproval(interactionId: $id, approve: true, key: \"k\", inputHash: $h) { status } }",
@@ -618,12 +641,15 @@ async fn administrators_erase_ended_threads_and_runs() {
     let d = srv
         .gql(
             &user,
-            "query($t: ID!) { thread(id: $t) { runs { id } messages } }",
+            "query($t: ID!) { thread(id: $t) { runs { nodes { id } } messages { nodes { id } } } }",
             json!({"t": thread}),
         )
         .await;
-    assert_eq!(d["thread"]["runs"], json!([{"id": second}]));
-    assert_eq!(d["thread"]["messages"].as_array().unwrap().len(), 2);
+    assert_eq!(d["thread"]["runs"]["nodes"], json!([{"id": second}]));
+    assert_eq!(
+        d["thread"]["messages"]["nodes"].as_array().unwrap().len(),
+        2
+    );
 
     let d = srv.gql(&admin, erase_thread, json!({"id": thread})).await;
     assert_eq!(d["eraseThread"]["threads"], 1);

@@ -139,6 +139,7 @@ pub fn agent(name: &str, tools: &[&str]) -> AgentDefinition {
         output_schema: None,
         limits: RunLimits::default(),
         approvals: Default::default(),
+        compaction: None,
     }
 }
 

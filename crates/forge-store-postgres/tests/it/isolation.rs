@@ -84,6 +84,7 @@ async fn seed_tenant_a(store: &PostgresStore, clock: &ManualClock) {
             status: forge_core::metering::CallStatus::Settled,
         }],
         state: None,
+        summary: None,
     };
     let done = store.commit_step(&a, commit).await.unwrap();
     // The run then parks on an approval.
@@ -127,6 +128,7 @@ async fn seed_tenant_a(store: &PostgresStore, clock: &ManualClock) {
         audit: vec![],
         settlements: vec![],
         state: None,
+        summary: None,
     };
     store.commit_step(&a, park).await.unwrap();
     // A dead letter replayed by an operator leaves an audit entry.

@@ -1,0 +1,135 @@
+//! Metering a model call before it is made: the output cap the run's ceilings leave, the
+//! ceilings themselves, and the durable reservation against the tenant's quota.
+
+use forge_core::id::ModelCallId;
+use forge_core::metering::{CallStatus, ModelCall, QuotaPeriod};
+use forge_core::run::{FailureCode, RunFailure};
+use forge_core::usage::Usage;
+
+use crate::engine::Cursor;
+use crate::error::EngineError;
+use crate::step::StepRunner;
+
+impl StepRunner<'_> {
+    /// The output cap a call carries: the agent's own, or [`crate::context::OUTPUT_ESTIMATE`] when a
+    /// ceiling or quota applies, lowered to the tokens and the cost the run has left after the
+    /// call's input. `None` when nothing bounds the call. A cap is never under
+    /// [`crate::context::MIN_OUTPUT`]: where the budget leaves less, the ceiling check refuses the
+    /// call rather than make one that can say nothing.
+    fn output_cap(
+        &self,
+        cur: &Cursor<'_>,
+        request: &forge_core::ports::model::ModelRequest,
+        model: &str,
+    ) -> Option<u64> {
+        let limits = &self.agent.limits;
+        let bounded = limits.max_tokens.is_some()
+            || limits.max_cost_micros.is_some()
+            || self.engine.quotas.of(&cur.run.tenant_id).is_some();
+        let mut cap = limits
+            .max_output_tokens
+            .map(u64::from)
+            .or(bounded.then_some(crate::context::OUTPUT_ESTIMATE))?;
+        // The input part of the estimate does not depend on the cap.
+        let input = Usage {
+            input_tokens: crate::context::estimate_usage(request).input_tokens,
+            ..Usage::default()
+        };
+        if let Some(max) = limits.max_tokens {
+            let left = max
+                .saturating_sub(cur.checkpoint.usage.total_tokens())
+                .saturating_sub(input.input_tokens);
+            cap = cap.min(left);
+        }
+        if let (Some(max), Some(price)) =
+            (limits.max_cost_micros, self.engine.prices.models.get(model))
+            && price.output > 0
+        {
+            let left = max
+                .saturating_sub(cur.checkpoint.cost_micros)
+                .saturating_sub(price.cost(&input));
+            let affordable = u128::from(left).saturating_mul(1_000_000) / u128::from(price.output);
+            cap = cap.min(u64::try_from(affordable).unwrap_or(u64::MAX));
+        }
+        Some(cap.max(crate::context::MIN_OUTPUT))
+    }
+
+    /// Caps the call's output at what the run's ceilings leave (so the provider cannot spend past
+    /// them), checks the ceilings, and reserves the call's estimate against the tenant's quota.
+    /// The outer error is the store's; the inner one ends the run.
+    pub(crate) async fn reserve(
+        &self,
+        cur: &Cursor<'_>,
+        step: u32,
+        request: &mut forge_core::ports::model::ModelRequest,
+        model: &str,
+    ) -> Result<Result<ModelCall, RunFailure>, EngineError> {
+        if let Some(cap) = self.output_cap(cur, request, model) {
+            request.max_output_tokens = Some(u32::try_from(cap).unwrap_or(u32::MAX));
+        }
+        let estimate = crate::context::estimate_usage(request);
+        let estimated_cost = self.engine.prices.cost(model, &estimate).unwrap_or(0);
+        let limits = &self.agent.limits;
+        let over = |message: String| {
+            Ok(Err(RunFailure {
+                code: FailureCode::BudgetExceeded,
+                message,
+            }))
+        };
+        let spent = cur.checkpoint.usage.total_tokens();
+        if let Some(max) = limits.max_tokens
+            && spent.saturating_add(estimate.total_tokens()) > max
+        {
+            return over(format!(
+                "the run has used {spent} of its {max} tokens; the next model call needs about {}",
+                estimate.total_tokens()
+            ));
+        }
+        let cost = cur.checkpoint.cost_micros;
+        if let Some(max) = limits.max_cost_micros
+            && cost.saturating_add(estimated_cost) > max
+        {
+            return over(format!(
+                "the run has cost {cost} of its {max} micro-units; the next model call would cost about {estimated_cost}"
+            ));
+        }
+        let now = self.engine.clock.now();
+        let quota = self.engine.quotas.of(&cur.run.tenant_id);
+        let period = quota.map_or(QuotaPeriod::Day, |q| q.period);
+        let call = ModelCall {
+            id: ModelCallId::generate(self.engine.ids.as_ref()),
+            tenant_id: cur.run.tenant_id.clone(),
+            run_id: cur.run.id,
+            step,
+            attempt: cur.lease.token,
+            model: model.to_owned(),
+            at: now,
+            period_start: period.start(now),
+            estimate,
+            estimated_cost_micros: estimated_cost,
+            actual: None,
+            cost_micros: None,
+            request_id: None,
+            provider_model: None,
+            status: CallStatus::Reserved,
+        };
+        // Without a quota there is nothing to hold against: the call is recorded, settled, by
+        // the step's commit. With one, the reservation is durable before the call is made.
+        let Some(quota) = quota else {
+            return Ok(Ok(call));
+        };
+        match self
+            .engine
+            .ledger
+            .reserve(self.scope, call.clone(), Some(quota))
+            .await
+        {
+            Ok(()) => Ok(Ok(call)),
+            Err(forge_core::Error::QuotaExceeded(message)) => Ok(Err(RunFailure {
+                code: FailureCode::QuotaExceeded,
+                message,
+            })),
+            Err(e) => Err(e.into()),
+        }
+    }
+}

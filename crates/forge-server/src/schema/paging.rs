@@ -1,0 +1,236 @@
+//! Relay-style connections over what grows without bound — a thread's messages and runs, the
+//! tenant's pending interactions — read from the store one page at a time. A cursor is the id
+//! of an item (opaque to clients); pages read later never shift because items are only appended.
+
+use async_graphql::connection::{Connection, Edge, query};
+use forge_core::id::{InteractionId, MessageId};
+use forge_core::message::Message;
+use forge_core::ports::store::{MessageWindow, RunQuery};
+
+use super::*;
+
+/// The page size when a query names none.
+pub const DEFAULT_PAGE: usize = 50;
+
+/// The largest page a query may ask for.
+pub const MAX_PAGE: usize = 500;
+
+/// What a connection counts toward a query's complexity: its page size (as asked, within
+/// `0..=MAX_PAGE`, or the default) times the complexity of one item's selection.
+pub(crate) fn weight(size: Option<i32>, child_complexity: usize) -> usize {
+    let n = size.map_or(DEFAULT_PAGE, |n| {
+        usize::try_from(n).unwrap_or(0).min(MAX_PAGE)
+    });
+    n.max(1).saturating_mul(child_complexity)
+}
+
+/// A page size: `first` or `last`, at most [`MAX_PAGE`].
+fn size(first: Option<usize>, last: Option<usize>) -> async_graphql::Result<usize> {
+    let n = first.or(last).unwrap_or(DEFAULT_PAGE);
+    if n > MAX_PAGE {
+        return Err(error(
+            "BAD_REQUEST",
+            format!("a page holds at most {MAX_PAGE} items"),
+        ));
+    }
+    Ok(n)
+}
+
+fn cursor<T: FromStr>(raw: Option<String>, what: &str) -> async_graphql::Result<Option<T>> {
+    raw.map(|c| {
+        c.parse::<T>()
+            .map_err(|_| error("BAD_REQUEST", format!("{c:?} is not a {what} cursor")))
+    })
+    .transpose()
+}
+
+/// One message of a thread.
+pub struct MessageObject(pub(crate) Message);
+
+#[Object(name = "Message")]
+impl MessageObject {
+    /// Its id (also its cursor).
+    async fn id(&self) -> ID {
+        ID(self.0.id.to_string())
+    }
+    /// The run that wrote it.
+    async fn run_id(&self) -> ID {
+        ID(self.0.run_id.to_string())
+    }
+    /// `user`, `assistant` or `tool`.
+    async fn role(&self) -> &'static str {
+        self.0.role.name()
+    }
+    /// Its text parts joined.
+    async fn text(&self) -> String {
+        self.0.text()
+    }
+    /// Its parts in the wire encoding (`schemas/run-event.schema.json`).
+    async fn parts(&self) -> Json<Value> {
+        to_json(&self.0.parts)
+    }
+    /// When it was written (RFC 3339).
+    async fn created_at(&self) -> String {
+        self.0.created_at.to_string()
+    }
+}
+
+/// What a thread's oldest messages are sent to models as, once compacted.
+pub struct ThreadSummaryObject(pub(crate) forge_core::thread::ThreadSummary);
+
+#[Object(name = "ThreadSummary")]
+impl ThreadSummaryObject {
+    /// Bumped by each compaction.
+    async fn version(&self) -> u64 {
+        self.0.version
+    }
+    /// The summary.
+    async fn text(&self) -> &str {
+        &self.0.text
+    }
+    /// The last message it covers; the messages after it are sent as they are.
+    async fn through_message_id(&self) -> ID {
+        ID(self.0.through.to_string())
+    }
+    /// How many messages, from the thread's first, it covers.
+    async fn covered(&self) -> u64 {
+        self.0.covered
+    }
+    /// The run that wrote it.
+    async fn run_id(&self) -> ID {
+        ID(self.0.run_id.to_string())
+    }
+    /// The model that wrote it.
+    async fn model(&self) -> &str {
+        &self.0.model
+    }
+    /// When it was written (RFC 3339).
+    async fn created_at(&self) -> String {
+        self.0.created_at.to_string()
+    }
+}
+
+/// A thread's messages, oldest first: `first` after `after`, or `last` before `before`.
+pub(crate) async fn messages(
+    ctx: &Context<'_>,
+    thread: ThreadId,
+    after: Option<String>,
+    before: Option<String>,
+    first: Option<i32>,
+    last: Option<i32>,
+) -> async_graphql::Result<Connection<String, MessageObject>> {
+    let (scope, state) = (scope(ctx)?, state(ctx)?);
+    query(
+        after,
+        before,
+        first,
+        last,
+        |after: Option<String>, before: Option<String>, first, last| async move {
+            let limit = size(first, last)?;
+            let window = MessageWindow {
+                after: cursor::<MessageId>(after, "message")?,
+                before: cursor::<MessageId>(before, "message")?,
+                limit: limit + 1,
+                from_end: first.is_none() && last.is_some(),
+            };
+            let mut page = state
+                .engine
+                .threads()
+                .page_messages(scope, thread, &window)
+                .await
+                .map_err(store_error)?;
+            let more = page.len() > limit;
+            if more {
+                if window.from_end {
+                    page.remove(0);
+                } else {
+                    page.pop();
+                }
+            }
+            let (previous, next) = if window.from_end {
+                (more, window.before.is_some())
+            } else {
+                (window.after.is_some(), more)
+            };
+            let mut connection = Connection::new(previous, next);
+            connection.edges.extend(
+                page.into_iter()
+                    .map(|m| Edge::new(m.id.to_string(), MessageObject(m))),
+            );
+            Ok::<_, async_graphql::Error>(connection)
+        },
+    )
+    .await
+}
+
+/// A thread's runs, newest first: `first` after `after` (an older page each time).
+pub(crate) async fn runs(
+    ctx: &Context<'_>,
+    thread: ThreadId,
+    after: Option<String>,
+    first: Option<i32>,
+) -> async_graphql::Result<Connection<String, RunObject>> {
+    let (scope, state) = (scope(ctx)?, state(ctx)?);
+    query(
+        after,
+        None,
+        first,
+        None,
+        |after: Option<String>, _before: Option<String>, first, _last| async move {
+            let limit = size(first, None)?;
+            let query = RunQuery {
+                thread_id: Some(thread),
+                before: cursor::<RunId>(after, "run")?,
+                ..RunQuery::newest(limit + 1)
+            };
+            let mut page = state
+                .engine
+                .runs()
+                .query_runs(scope, &query)
+                .await
+                .map_err(store_error)?;
+            let more = page.len() > limit;
+            page.truncate(limit);
+            let mut connection = Connection::new(query.before.is_some(), more);
+            connection.edges.extend(
+                page.into_iter()
+                    .map(|r| Edge::new(r.id.to_string(), RunObject(r))),
+            );
+            Ok::<_, async_graphql::Error>(connection)
+        },
+    )
+    .await
+}
+
+/// The pending interactions the caller may act on, oldest first: `first` after `after`.
+pub(crate) async fn pending(
+    ctx: &Context<'_>,
+    after: Option<String>,
+    first: Option<i32>,
+) -> async_graphql::Result<Connection<String, InteractionObject>> {
+    let (scope, state) = (scope(ctx)?, state(ctx)?);
+    query(
+        after,
+        None,
+        first,
+        None,
+        |after: Option<String>, _before: Option<String>, first, _last| async move {
+            let limit = size(first, None)?;
+            let after = cursor::<InteractionId>(after, "interaction")?;
+            let (page, more) = state
+                .engine
+                .pending_interactions_page(scope, after, limit, |i| {
+                    thread_access(ctx, i.thread_id, PolicyAction::Read, "thread").is_ok()
+                })
+                .await
+                .map_err(client_error)?;
+            let mut connection = Connection::new(after.is_some(), more);
+            connection.edges.extend(
+                page.into_iter()
+                    .map(|i| Edge::new(i.id.to_string(), InteractionObject(i))),
+            );
+            Ok::<_, async_graphql::Error>(connection)
+        },
+    )
+    .await
+}

@@ -1,0 +1,1 @@
+ALTER TABLE forge_threads DROP COLUMN summary;

@@ -49,6 +49,7 @@ fn agent() -> AgentDefinition {
         output_schema: None,
         limits: RunLimits::default(),
         approvals: Default::default(),
+        compaction: None,
     }
 }
 
@@ -136,9 +137,9 @@ fn bench_engine(c: &mut Criterion) {
         })
     });
 
-    // What one model call of a long thread pays today, with no compaction and the history read
-    // whole: 10,000 messages (the run above, repeated) cloned, assembled into the request and
-    // estimated for its reservation. The baseline compaction is to be measured against.
+    // What one model call of a long, uncompacted thread pays with its history in memory: 10,000
+    // messages (the run above, repeated) cloned, assembled into the request and estimated for
+    // its reservation. `bench_long_thread` measures it from a store, compacted or not.
     let long: Vec<_> = history.iter().cycle().take(10_000).cloned().collect();
     c.bench_function("context/step_request_10000_messages", |b| {
         b.iter(|| {
@@ -249,6 +250,7 @@ fn bench_commit(c: &mut Criterion) {
                     audit: vec![],
                     settlements: vec![],
                     state: None,
+                    summary: None,
                 };
                 version = rt
                     .block_on(store.commit_step(&scope, commit))
@@ -274,5 +276,176 @@ fn bench_commit(c: &mut Criterion) {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-criterion_group!(benches, bench_engine, bench_commit);
+/// Context assembly of one model call on a 10,000-message thread stored in SQLite, the way the
+/// engine did it before compaction (the whole history read, assembled and estimated) and the way
+/// it does now for a compacted thread (the thread, its summary and the 8 messages after it,
+/// read a page at a time; the summary at the head of the request).
+fn bench_long_thread(c: &mut Criterion) {
+    use forge_core::id::{MessageId, UuidV7Generator};
+    use forge_core::message::{Message, Role};
+    use forge_core::ports::store::{NewRun, RunStore, StepCommit};
+    use forge_core::run::{Checkpoint, RunStatus};
+    use forge_core::thread::ThreadSummary;
+    use forge_core::time::{Clock, SystemClock};
+    use forge_engine::compaction::{read_history, with_summary};
+
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let dir = std::env::temp_dir().join(format!("forge-bench-long-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let store = rt
+        .block_on(forge_store_sqlite::SqliteStore::open(&format!(
+            "sqlite://{}",
+            dir.join("long.db").display()
+        )))
+        .expect("sqlite");
+    let scope = Scope::parse("bench", "bench", &[]).expect("scope");
+    let def = agent();
+    let mut tools = ToolRegistry::new();
+    tools.register(lookup()).expect("tool");
+    let state = SessionState::default();
+    // The workload's turn (user, three tool calls and results, an answer), repeated.
+    let turn = |run| {
+        let call = |i: usize| {
+            Part::ToolCall(forge_core::part::ToolCallPart {
+                tool_call_id: forge_core::id::ToolCallId(format!("call_{i}")),
+                tool_name: "lookup".into(),
+                input: serde_json::json!({"key": format!("k{i}")}),
+            })
+        };
+        let result = |i: usize| {
+            Part::ToolResult(forge_core::part::ToolResultPart {
+                tool_call_id: forge_core::id::ToolCallId(format!("call_{i}")),
+                tool_name: "lookup".into(),
+                output: serde_json::json!("value"),
+                is_error: false,
+                trust: forge_core::part::Trust::Untrusted,
+                tool_version: Some("1".into()),
+            })
+        };
+        let mut parts = vec![(Role::User, Part::text("go"))];
+        for i in 0..3 {
+            parts.push((Role::Assistant, call(i)));
+            parts.push((Role::Tool, result(i)));
+        }
+        parts.push((Role::Assistant, Part::text("w0 w1 w2 w3 w4 w5 w6 w7 ")));
+        parts
+            .into_iter()
+            .map(|(role, part)| Message {
+                id: MessageId::generate(&UuidV7Generator),
+                run_id: run,
+                role,
+                parts: vec![part],
+                created_at: SystemClock.now(),
+            })
+            .collect::<Vec<_>>()
+    };
+    let thread = rt.block_on(async {
+        let thread = store
+            .create_thread(&scope, NewThread::default())
+            .await
+            .expect("thread");
+        let run = store
+            .create_run(
+                &scope,
+                NewRun::new(thread.id, def.agent.clone(), vec![Part::text("go")]),
+            )
+            .await
+            .expect("run");
+        let lease = store
+            .acquire_lease(
+                &scope,
+                run.id,
+                "bench",
+                std::time::Duration::from_secs(3600),
+            )
+            .await
+            .expect("lease");
+        let mut all = Vec::new();
+        while all.len() < 10_000 {
+            all.extend(turn(run.id));
+        }
+        all.truncate(10_000);
+        let commit = |version, messages, summary| StepCommit {
+            run_id: run.id,
+            expected_version: version,
+            lease: lease.clone(),
+            events: vec![],
+            messages,
+            checkpoint: Checkpoint::default(),
+            status: RunStatus::Running,
+            failure: None,
+            interactions: vec![],
+            audit: vec![],
+            settlements: vec![],
+            state: None,
+            summary,
+        };
+        let mut version = 0;
+        for batch in all.chunks(500) {
+            version = store
+                .commit_step(&scope, commit(version, batch.to_vec(), None))
+                .await
+                .expect("commit")
+                .version;
+        }
+        // Compacted as `keep_recent = 8` leaves it: the summary covers all but the newest 8.
+        let summary = ThreadSummary {
+            version: 1,
+            text: "Earlier: the user asked for lookups of k0, k1 and k2, 1,250 times.".into(),
+            through: all[10_000 - 9].id,
+            covered: 10_000 - 8,
+            run_id: run.id,
+            model: "scripted:bench".into(),
+            created_at: SystemClock.now(),
+        };
+        store
+            .commit_step(&scope, commit(version, vec![], Some(summary)))
+            .await
+            .expect("summary");
+        thread.id
+    });
+    let mut group = c.benchmark_group("context");
+    group.sample_size(20);
+    group.bench_function("sqlite_10000_messages/whole_history", |b| {
+        b.iter(|| {
+            rt.block_on(async {
+                let history = store.list_messages(&scope, thread).await.expect("history");
+                let request = assemble(
+                    &def,
+                    "bench",
+                    &state,
+                    history,
+                    tools.descriptors(&def.tools),
+                );
+                forge_engine::context::estimate_usage(&request)
+            })
+        })
+    });
+    group.bench_function("sqlite_10000_messages/compacted", |b| {
+        b.iter(|| {
+            rt.block_on(async {
+                let t = store.get_thread(&scope, thread).await.expect("thread");
+                let history = read_history(&store, &scope, thread, t.summary.as_ref())
+                    .await
+                    .expect("history");
+                assert_eq!(history.len(), 8);
+                let request = assemble(
+                    &def,
+                    "bench",
+                    &state,
+                    with_summary(t.summary.as_ref(), history),
+                    tools.descriptors(&def.tools),
+                );
+                forge_engine::context::estimate_usage(&request)
+            })
+        })
+    });
+    group.finish();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+criterion_group!(benches, bench_engine, bench_commit, bench_long_thread);
 criterion_main!(benches);

@@ -56,6 +56,9 @@ pub(crate) struct Graph {
     constructs: BTreeMap<(String, String), BTreeSet<usize>>,
     /// `(trait, type)` of every non-test `impl Trait for Type`.
     impls: BTreeSet<(String, String)>,
+    /// The resolvers of each GraphQL object type (`#[Object]` impls), by type: the schema calls
+    /// them once code that is reached builds a value of the type (`ThreadObject(thread)`).
+    resolvers: BTreeMap<String, Vec<usize>>,
     /// Files that did not parse.
     pub errors: Vec<String>,
 }
@@ -283,13 +286,22 @@ impl Items<'_> {
                 {
                     self.graph.impls.insert((t.ident.to_string(), ty.clone()));
                 }
-                let saved = self.owner.replace(ty);
-                let trait_impl = i.trait_.is_some() || framework_called(&i.attrs);
+                let saved = self.owner.replace(ty.clone());
+                let framework = framework_called(&i.attrs);
+                let trait_impl = i.trait_.is_some() || framework;
                 for it in &i.items {
                     if let syn::ImplItem::Fn(f) = it
                         && !is_test_attr(&f.attrs)
                     {
                         let public = trait_impl || matches!(f.vis, syn::Visibility::Public(_));
+                        if framework {
+                            let index = self.graph.nodes.len();
+                            self.graph
+                                .resolvers
+                                .entry(ty.clone())
+                                .or_default()
+                                .push(index);
+                        }
                         self.add(f.sig.ident.to_string(), public, &f.block);
                     }
                 }
@@ -373,12 +385,15 @@ impl Graph {
                     Some(q) if q.starts_with(char::is_uppercase) => find(Some(Some(q)), name),
                     _ => find(Some(None), name),
                 };
-                if exact.is_empty() {
+                let mut found = if exact.is_empty() {
                     // A trait's method through a generic or re-export: anything of that name.
                     find(None, name)
                 } else {
                     exact
-                }
+                };
+                // Building a GraphQL object hands it to the schema, which calls its resolvers.
+                found.extend(self.resolvers.get(name).into_iter().flatten());
+                found
             }
         }
     }

@@ -9,7 +9,8 @@
 //!   reaches (a match arm or `matches!` is not a construction), and each event has a row in
 //!   ARCHITECTURE.md;
 //! - every capability of [`CAPABILITIES`] is provided by the named function, called from the
-//!   named wiring site, and that site is reachable from its scope's roots — so deleting the call
+//!   named wiring site, and that site is reachable from its scope's roots (a GraphQL object's
+//!   resolvers are reached once reached code builds a value of its type) — so deleting the call
 //!   (keeping its `use`), or leaving the function called only by a wrapper nobody calls, fails;
 //! - every port trait has a production implementation that the binaries construct at a named
 //!   site ([`PORTS`]), or an entry in [`PENDING`] saying which issue wires it.
@@ -144,6 +145,26 @@ pub(crate) const CAPABILITIES: &[Capability] = &[
         provider: ("forge-cli/src/threads.rs", None, "threads"),
         scope: Scope::Binaries,
         wired_in: ("forge-cli/src/main.rs", None, "dispatch"),
+    },
+    Capability {
+        name: "bounded reads: a thread's messages paged through the API",
+        provider: ("forge-server/src/schema/paging.rs", None, "messages"),
+        scope: Scope::Platform,
+        wired_in: (
+            "forge-server/src/schema/objects.rs",
+            Some("ThreadObject"),
+            "messages",
+        ),
+    },
+    Capability {
+        name: "bounded reads: a thread's runs paged through the API",
+        provider: ("forge-server/src/schema/paging.rs", None, "runs"),
+        scope: Scope::Platform,
+        wired_in: (
+            "forge-server/src/schema/objects.rs",
+            Some("ThreadObject"),
+            "runs",
+        ),
     },
     Capability {
         name: "bounded reads: pending interactions paged through the API",
@@ -658,6 +679,51 @@ mod tests {
     #[test]
     fn the_tree_is_wired() {
         crate::assert_clean("reachability", check(&crate::root()));
+    }
+
+    #[test]
+    fn an_object_resolver_is_reached_once_reached_code_builds_its_object() {
+        const PAGING: Capability = Capability {
+            name: "paging",
+            provider: ("forge-server/src/paging.rs", None, "messages"),
+            scope: Scope::Platform,
+            wired_in: (
+                "forge-server/src/objects.rs",
+                Some("ThreadObject"),
+                "messages",
+            ),
+        };
+        let paging = "pub(crate) async fn messages() {}";
+        let objects = "
+            pub struct ThreadObject(u8);
+            #[Object(name = \"Thread\")]
+            impl ThreadObject {
+                async fn messages(&self) { crate::paging::messages().await }
+            }
+        ";
+        let check = |query: &str| {
+            let files = tree(&[
+                ("crates/forge-server/src/paging.rs", paging),
+                ("crates/forge-server/src/objects.rs", objects),
+                ("crates/forge-server/src/query.rs", query),
+            ]);
+            about(&check_tree(&files, &[PAGING], &[], &[]), "paging")
+                .into_iter()
+                .cloned()
+                .collect::<Vec<_>>()
+        };
+        let builds = "pub struct Query; #[Object] impl Query { async fn thread(&self) -> ThreadObject { ThreadObject(1) } }";
+        assert!(check(builds).is_empty());
+        // A query that names the type only in a comment and a string builds nothing.
+        let names = "pub struct Query; #[Object] impl Query {
+            // ThreadObject(1)
+            async fn thread(&self) -> &'static str { \"ThreadObject(1)\" } }";
+        assert_eq!(
+            check(names),
+            [
+                "paging: ThreadObject::messages (forge-server/src/objects.rs) is not reachable from the Platform roots"
+            ]
+        );
     }
 
     #[test]

@@ -17,7 +17,6 @@
 use forge_core::event::RunEventKind;
 use forge_core::id::{MessageId, ThreadId};
 use forge_core::message::{Message, Role};
-use forge_core::metering::Settlement;
 use forge_core::part::Part;
 use forge_core::ports::model::{ModelChunk, ModelRequest};
 use forge_core::ports::store::{MessageWindow, ThreadStore};
@@ -267,7 +266,8 @@ impl StepRunner<'_> {
             folded = end;
             start = end;
         }
-        let (Some(text), Some(last)) = (text, cur.history.get(folded.wrapping_sub(1))) else {
+        let last = folded.checked_sub(1).and_then(|i| cur.history.get(i));
+        let (Some(text), Some(last)) = (text, last) else {
             return Ok(Compacted::Nothing);
         };
         let previous = cur.summary.as_ref();
@@ -335,6 +335,7 @@ impl StepRunner<'_> {
             cur.step_trace.as_ref(),
             vec![("model", model.to_owned().into())],
         );
+        let started = std::time::Instant::now();
         let mut text = String::new();
         let mut usage = None;
         let (mut request_id, mut provider_model) = (None, None);
@@ -363,32 +364,33 @@ impl StepRunner<'_> {
                 }
             },
         };
-        match &outcome {
-            Ok(()) => span.set("outcome", "ok".into()),
-            Err(None) => span.set("outcome", "cancelled".into()),
-            Err(Some(e)) => span.fail(e.code()),
-        }
-        span.end();
-        // Metered whatever happened to the stream, as the step's own call is.
-        let charged = usage.unwrap_or(reservation.estimate);
-        let cost = self.engine.prices.cost(model, &charged).unwrap_or(0);
-        let settlement = Settlement {
-            id: reservation.id,
-            actual: usage,
-            cost_micros: cost,
-            request_id,
+        let call_outcome = match &outcome {
+            Ok(()) => "ok",
+            Err(None) => "cancelled",
+            Err(Some(e)) => {
+                span.fail(e.code());
+                "error"
+            }
         };
-        let mut settled = forge_core::ports::usage::apply_settlement(reservation, &settlement)?;
-        settled.provider_model = provider_model;
-        cur.settlements.push(settled);
-        let call = usage.unwrap_or_default();
-        cur.checkpoint.cost_micros = cur.checkpoint.cost_micros.saturating_add(cost);
-        cur.checkpoint.usage += call;
-        cur.emit(RunEventKind::UsageUpdated {
+        span.set("outcome", call_outcome.into());
+        span.end();
+        t.meter.record(
+            forge_core::telemetry::Instrument::ModelCallDuration,
+            started.elapsed().as_secs_f64() * 1000.0,
+            &[("model", model), ("outcome", call_outcome)],
+        );
+        // Metered whatever happened to the stream, as the step's own call is.
+        self.settle(
+            cur,
             step,
-            call,
-            total: cur.checkpoint.usage,
-        });
+            model,
+            reservation,
+            crate::meter::Reported {
+                usage,
+                request_id,
+                provider_model,
+            },
+        )?;
         match outcome {
             Ok(()) if text.trim().is_empty() => Ok(Err(StepEnd::Failed(RunFailure {
                 code: FailureCode::MalformedModelOutput,

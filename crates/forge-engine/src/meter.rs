@@ -1,8 +1,10 @@
-//! Metering a model call before it is made: the output cap the run's ceilings leave, the
-//! ceilings themselves, and the durable reservation against the tenant's quota.
+//! Metering a model call: before it is made, the output cap the run's ceilings leave, the
+//! ceilings themselves and the durable reservation against the tenant's quota; after it, the
+//! settlement every call of a step gets alike (the agent's own and each summarising call).
 
+use forge_core::event::RunEventKind;
 use forge_core::id::ModelCallId;
-use forge_core::metering::{CallStatus, ModelCall, QuotaPeriod};
+use forge_core::metering::{CallStatus, ModelCall, QuotaPeriod, Settlement};
 use forge_core::run::{FailureCode, RunFailure};
 use forge_core::usage::Usage;
 
@@ -132,4 +134,69 @@ impl StepRunner<'_> {
             Err(e) => Err(e.into()),
         }
     }
+
+    /// Settles a call however its stream ended: what the provider reported, or the estimate
+    /// flagged unreconciled when it reported nothing. Records its tokens and cost as metrics,
+    /// hands the settled call to the step's commit, adds it to the run's usage and cost, and
+    /// emits `usage.updated`.
+    pub(crate) fn settle(
+        &self,
+        cur: &mut Cursor<'_>,
+        step: u32,
+        model: &str,
+        reservation: ModelCall,
+        reported: Reported,
+    ) -> Result<(), EngineError> {
+        let t = &self.engine.telemetry;
+        let charged = reported.usage.unwrap_or(reservation.estimate);
+        let cost = self.engine.prices.cost(model, &charged).unwrap_or(0);
+        for (token_type, n) in [
+            ("input", charged.input_tokens),
+            ("output", charged.output_tokens),
+            ("cache_read", charged.cache_read_tokens),
+            ("cache_write", charged.cache_write_tokens),
+            ("reasoning", charged.reasoning_tokens),
+        ] {
+            if n > 0 {
+                t.meter.record(
+                    forge_core::telemetry::Instrument::ModelTokens,
+                    n as f64,
+                    &[("model", model), ("token_type", token_type)],
+                );
+            }
+        }
+        t.meter.record(
+            forge_core::telemetry::Instrument::ModelCost,
+            cost as f64,
+            &[("model", model)],
+        );
+        let settlement = Settlement {
+            id: reservation.id,
+            actual: reported.usage,
+            cost_micros: cost,
+            request_id: reported.request_id,
+        };
+        let mut settled = forge_core::ports::usage::apply_settlement(reservation, &settlement)?;
+        settled.provider_model = reported.provider_model;
+        cur.settlements.push(settled);
+        let call = reported.usage.unwrap_or_default();
+        cur.checkpoint.cost_micros = cur.checkpoint.cost_micros.saturating_add(cost);
+        cur.checkpoint.usage += call;
+        cur.emit(RunEventKind::UsageUpdated {
+            step,
+            call,
+            total: cur.checkpoint.usage,
+        });
+        Ok(())
+    }
+}
+
+/// What a model call's stream reported by its end.
+pub(crate) struct Reported {
+    /// The provider's usage, if it reported any.
+    pub(crate) usage: Option<Usage>,
+    /// The provider's request id.
+    pub(crate) request_id: Option<String>,
+    /// The model the provider says answered.
+    pub(crate) provider_model: Option<String>,
 }

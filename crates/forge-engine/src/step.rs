@@ -7,7 +7,6 @@ use forge_core::agent::AgentDefinition;
 use forge_core::event::RunEventKind;
 use forge_core::id::{IdempotencyKey, MessageId, ToolCallId};
 use forge_core::message::{Message, Role};
-use forge_core::metering::Settlement;
 use forge_core::part::{
     ErrorPart, Part, PartUpdate, TextPart, ToolCallPart, ToolResultPart, Trust,
 };
@@ -266,55 +265,18 @@ impl StepRunner<'_> {
         if outcome.is_ok() {
             self.finish_tool_inputs(cur, &mut msg);
         }
-        // The call's usage counts whatever happened to the stream: what the provider reported,
-        // or the estimate, flagged unreconciled, when it reported nothing.
-        let actual = msg.usage_reported.then_some(msg.usage);
-        let cost = self
-            .engine
-            .prices
-            .cost(
-                &self.agent.model,
-                actual.as_ref().unwrap_or(&reservation.estimate),
-            )
-            .unwrap_or(0);
-        let settlement = Settlement {
-            id: reservation.id,
-            actual,
-            cost_micros: cost,
-            request_id: msg.request_id.clone(),
-        };
-        let charged = actual.unwrap_or(reservation.estimate);
-        for (token_type, n) in [
-            ("input", charged.input_tokens),
-            ("output", charged.output_tokens),
-            ("cache_read", charged.cache_read_tokens),
-            ("cache_write", charged.cache_write_tokens),
-            ("reasoning", charged.reasoning_tokens),
-        ] {
-            if n > 0 {
-                t.meter.record(
-                    forge_core::telemetry::Instrument::ModelTokens,
-                    n as f64,
-                    &[("model", model), ("token_type", token_type)],
-                );
-            }
-        }
-        t.meter.record(
-            forge_core::telemetry::Instrument::ModelCost,
-            cost as f64,
-            &[("model", model)],
-        );
-        let mut settled = forge_core::ports::usage::apply_settlement(reservation, &settlement)?;
-        settled.provider_model = msg.provider_model.clone();
-        cur.settlements.push(settled);
-        cur.checkpoint.cost_micros = cur.checkpoint.cost_micros.saturating_add(cost);
         cur.checkpoint.step = step;
-        cur.checkpoint.usage += msg.usage;
-        cur.emit(RunEventKind::UsageUpdated {
+        self.settle(
+            cur,
             step,
-            call: msg.usage,
-            total: cur.checkpoint.usage,
-        });
+            model,
+            reservation,
+            crate::meter::Reported {
+                usage: msg.usage_reported.then_some(msg.usage),
+                request_id: msg.request_id.clone(),
+                provider_model: msg.provider_model.clone(),
+            },
+        )?;
 
         let failure = match outcome {
             Ok(()) => None,

@@ -441,3 +441,71 @@ async fn a_compaction_asked_for_waits_its_turn_folds_once_and_adds_no_message() 
             .is_empty()
     );
 }
+
+/// Keeps every metric recording: instrument, model label, value.
+#[derive(Default)]
+struct Meters(Mutex<Vec<(forge_core::telemetry::Instrument, String, f64)>>);
+
+impl forge_core::telemetry::Meter for Meters {
+    fn record(
+        &self,
+        instrument: forge_core::telemetry::Instrument,
+        value: f64,
+        attrs: &[(&'static str, &str)],
+    ) {
+        let model = attrs
+            .iter()
+            .find(|(k, _)| *k == "model")
+            .map_or(String::new(), |(_, v)| (*v).to_owned());
+        self.0.lock().unwrap().push((instrument, model, value));
+    }
+}
+
+#[tokio::test]
+async fn a_summarising_call_is_in_the_token_and_duration_metrics_like_any_call() {
+    use forge_core::telemetry::{Instrument, Telemetry};
+    let meters = Arc::new(Meters::default());
+    let mut def = agent(&["calculate"], RunLimits::default());
+    def.compaction = Some(CompactionConfig {
+        model: Some("summariser:small".into()),
+        ..config(8)
+    });
+    let summariser = Arc::new(Hanging {
+        inner: ScriptedProvider::new(Script::parse(CHAT, "inline").unwrap()),
+        reached: Notify::new(),
+        // Past its first call: it answers at once.
+        calls: Mutex::new(1),
+    });
+    let telemetry = Telemetry {
+        meter: meters.clone(),
+        ..Telemetry::default()
+    };
+    let h = harness_built(CHAT, vec![calculator()], def, |b| {
+        b.model(summariser.clone()).telemetry(telemetry)
+    });
+    let t = thread(&h).await;
+    let never = CancellationToken::new();
+    for turn in 0..3 {
+        h.run_on(t, &format!("turn {turn}: 6 times 7?"), &never, &|_| {})
+            .await;
+    }
+    let run = h
+        .engine
+        .compact_thread(&h.scope, t, &h.agent)
+        .await
+        .unwrap();
+    h.engine
+        .execute(&h.scope, run.id, &never, &NoopObserver)
+        .await
+        .unwrap();
+    let recorded = meters.0.lock().unwrap().clone();
+    let of = |instrument: Instrument| {
+        recorded
+            .iter()
+            .filter(|(i, m, _)| *i == instrument && m == "summariser:small")
+            .count()
+    };
+    assert!(of(Instrument::ModelTokens) > 0, "{recorded:?}");
+    assert_eq!(of(Instrument::ModelCost), 1);
+    assert_eq!(of(Instrument::ModelCallDuration), 1);
+}

@@ -44,6 +44,22 @@ fn cursor<T: FromStr>(raw: Option<String>, what: &str) -> async_graphql::Result<
     .transpose()
 }
 
+/// A page as a connection: its items, each with its id as cursor, and whether pages lie before
+/// and after it.
+fn connection<T, N: async_graphql::OutputType>(
+    previous: bool,
+    next: bool,
+    items: Vec<T>,
+    cursor: impl Fn(&T) -> String,
+    node: impl Fn(T) -> N,
+) -> Connection<String, N> {
+    let mut connection = Connection::new(previous, next);
+    connection
+        .edges
+        .extend(items.into_iter().map(|i| Edge::new(cursor(&i), node(i))));
+    connection
+}
+
 /// One message of a thread.
 pub struct MessageObject(pub(crate) Message);
 
@@ -152,12 +168,13 @@ pub(crate) async fn messages(
             } else {
                 (window.after.is_some(), more)
             };
-            let mut connection = Connection::new(previous, next);
-            connection.edges.extend(
-                page.into_iter()
-                    .map(|m| Edge::new(m.id.to_string(), MessageObject(m))),
-            );
-            Ok::<_, async_graphql::Error>(connection)
+            Ok::<_, async_graphql::Error>(connection(
+                previous,
+                next,
+                page,
+                |m| m.id.to_string(),
+                MessageObject,
+            ))
         },
     )
     .await
@@ -191,12 +208,13 @@ pub(crate) async fn runs(
                 .map_err(store_error)?;
             let more = page.len() > limit;
             page.truncate(limit);
-            let mut connection = Connection::new(query.before.is_some(), more);
-            connection.edges.extend(
-                page.into_iter()
-                    .map(|r| Edge::new(r.id.to_string(), RunObject(r))),
-            );
-            Ok::<_, async_graphql::Error>(connection)
+            Ok::<_, async_graphql::Error>(connection(
+                query.before.is_some(),
+                more,
+                page,
+                |r| r.id.to_string(),
+                RunObject,
+            ))
         },
     )
     .await
@@ -224,12 +242,13 @@ pub(crate) async fn pending(
                 })
                 .await
                 .map_err(client_error)?;
-            let mut connection = Connection::new(after.is_some(), more);
-            connection.edges.extend(
-                page.into_iter()
-                    .map(|i| Edge::new(i.id.to_string(), InteractionObject(i))),
-            );
-            Ok::<_, async_graphql::Error>(connection)
+            Ok::<_, async_graphql::Error>(connection(
+                after.is_some(),
+                more,
+                page,
+                |i| i.id.to_string(),
+                InteractionObject,
+            ))
         },
     )
     .await

@@ -324,6 +324,7 @@ impl StepRunner<'_> {
             tools: vec![],
             max_output_tokens: None,
             output_schema: None,
+            temperature: None,
         };
         let reservation = match self.reserve(cur, step, &mut request, model).await? {
             Ok(call) => call,

@@ -34,6 +34,7 @@ pub fn assemble(
         tools,
         max_output_tokens: agent.limits.max_output_tokens,
         output_schema: agent.output_schema.clone(),
+        temperature: None,
     }
 }
 

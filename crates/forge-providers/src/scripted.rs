@@ -429,6 +429,7 @@ text = ["fallback"]
             tools: vec![],
             max_output_tokens: None,
             output_schema: None,
+            temperature: None,
         }
     }
 

@@ -36,6 +36,9 @@ pub struct ModelRequest {
     pub max_output_tokens: Option<u32>,
     /// JSON Schema the final answer must satisfy; each dialect asks for it its own way.
     pub output_schema: Option<serde_json::Value>,
+    /// Sampling temperature, when the caller pins one (the evaluation judge asks for zero);
+    /// `None` leaves the provider's default.
+    pub temperature: Option<f32>,
 }
 
 /// Why the model stopped.

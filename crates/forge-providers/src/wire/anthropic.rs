@@ -84,6 +84,9 @@ pub fn body(request: &ModelRequest, options: &BodyOptions) -> Value {
         "messages": messages,
         "stream": true,
     });
+    if let Some(t) = request.temperature {
+        body["temperature"] = json!(t);
+    }
     // The Messages API has no response format that leaves tools free to call, so the schema
     // goes into the instructions; the engine validates the answer and asks once for a repair.
     let system = match &request.output_schema {

@@ -343,6 +343,7 @@ pub(crate) mod test_support {
             }],
             max_output_tokens: None,
             output_schema: None,
+            temperature: None,
         }
     }
 }
@@ -386,5 +387,25 @@ mod structured_tests {
                 .get("text")
                 .is_none()
         );
+    }
+
+    /// A pinned temperature (the evaluation judge's zero) reaches every dialect; without one
+    /// no dialect sends the field, so the provider's default stands.
+    #[test]
+    fn every_dialect_sends_a_pinned_temperature_and_only_then() {
+        let mut request = test_support::round_trip();
+        let options = BodyOptions::default();
+        let dialects = [
+            Dialect::OpenAiChat,
+            Dialect::OpenAiResponses,
+            Dialect::Anthropic,
+        ];
+        for d in dialects {
+            assert!(d.body(&request, &options).get("temperature").is_none());
+        }
+        request.temperature = Some(0.0);
+        for d in dialects {
+            assert_eq!(d.body(&request, &options)["temperature"], json!(0.0));
+        }
     }
 }

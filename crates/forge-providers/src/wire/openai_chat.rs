@@ -91,6 +91,9 @@ pub fn body(request: &ModelRequest, options: &BodyOptions) -> Value {
         };
         body[field] = json!(max);
     }
+    if let Some(t) = request.temperature {
+        body["temperature"] = json!(t);
+    }
     body
 }
 

@@ -81,6 +81,9 @@ pub fn body(request: &ModelRequest, _options: &BodyOptions) -> Value {
     if let Some(max) = request.max_output_tokens {
         body["max_output_tokens"] = json!(max);
     }
+    if let Some(t) = request.temperature {
+        body["temperature"] = json!(t);
+    }
     body
 }
 

@@ -201,6 +201,7 @@ pub fn weather_request() -> ModelRequest {
         }],
         max_output_tokens: Some(256),
         output_schema: None,
+        temperature: None,
     }
 }
 
@@ -257,6 +258,7 @@ pub fn after_tool_results(
         tools: vec![tool],
         max_output_tokens: None,
         output_schema: None,
+        temperature: None,
     }
 }
 

@@ -1,11 +1,11 @@
-//! Dependency boundaries: the domain and the engine stay free of I/O stacks, and the shipped
-//! binary is built without test support.
+//! Dependency boundaries: the domain, the engine and evaluation stay free of I/O stacks, and
+//! the shipped binary is built without test support.
 
 use std::path::Path;
 use std::process::Command;
 
 /// Crates that must not depend on the banned families, through normal edges, transitively.
-const GUARDED: &[&str] = &["forge-core", "forge-engine"];
+const GUARDED: &[&str] = &["forge-core", "forge-engine", "forge-eval"];
 
 /// Banned crate-name prefixes, with the family each belongs to.
 const BANNED: &[(&str, &str)] = &[

@@ -268,6 +268,36 @@ pub(crate) const CAPABILITIES: &[Capability] = &[
         scope: Scope::Binaries,
         wired_in: ("forge-cli/src/compose.rs", Some("AccessArgs"), "apply"),
     },
+    Capability {
+        name: "evaluation: forge eval scores a dataset through the engine",
+        provider: ("forge-eval/src/harness.rs", Some("Harness"), "score"),
+        scope: Scope::Binaries,
+        wired_in: ("forge-cli/src/eval/mod.rs", None, "score_dataset"),
+    },
+    Capability {
+        name: "evaluation: code graders over the run's recorded structure",
+        provider: ("forge-eval/src/grade.rs", None, "grade"),
+        scope: Scope::Binaries,
+        wired_in: ("forge-eval/src/harness.rs", Some("Harness"), "grade"),
+    },
+    Capability {
+        name: "evaluation: the model judge with its durable cache",
+        provider: ("forge-eval/src/judge.rs", Some("Judge"), "new"),
+        scope: Scope::Binaries,
+        wired_in: ("forge-cli/src/eval/mod.rs", None, "score_dataset"),
+    },
+    Capability {
+        name: "evaluation: the regression report between two scoring runs",
+        provider: ("forge-eval/src/compare.rs", None, "compare"),
+        scope: Scope::Binaries,
+        wired_in: ("forge-cli/src/eval/mod.rs", None, "compare"),
+    },
+    Capability {
+        name: "evaluation: recovery cases kill the executing worker",
+        provider: ("forge-cli/src/eval/faults.rs", Some("KillSwitch"), "new"),
+        scope: Scope::Binaries,
+        wired_in: ("forge-cli/src/eval/runner.rs", Some("EngineRunner"), "run"),
+    },
 ];
 
 /// A port trait, the production type implementing it, and the binaries' function that builds it.
@@ -321,6 +351,16 @@ pub(crate) const PORTS: &[(&str, &str, Site)] = &[
         "FileStore",
         "SqliteStore",
         ("forge-cli/src/store.rs", None, "open"),
+    ),
+    (
+        "EvalStore",
+        "SqliteStore",
+        ("forge-cli/src/store.rs", None, "open"),
+    ),
+    (
+        "CaseRunner",
+        "EngineRunner",
+        ("forge-cli/src/eval/mod.rs", None, "score_dataset"),
     ),
     (
         "ModelProvider",
@@ -411,6 +451,8 @@ const PORT_FILES: &[&str] = &[
     "crates/forge-rag/src/ports.rs",
     "crates/forge-rag/src/embed.rs",
     "crates/forge-files/src/ports.rs",
+    "crates/forge-eval/src/ports.rs",
+    "crates/forge-eval/src/harness.rs",
 ];
 
 /// The tree's non-test sources, relative to `root`: every crate's `src` but the test kit's,

@@ -10,7 +10,7 @@ use forge_core::ports::model::ModelProvider;
 use forge_providers::{ProvidersConfig, Script, ScriptedProvider};
 
 /// Where model providers are configured.
-#[derive(Debug, Clone, clap::Args)]
+#[derive(Debug, Clone, Default, clap::Args)]
 pub(crate) struct ProviderArgs {
     /// Providers file (TOML): base URLs, credential references, headers, timeouts. Without one,
     /// `openai`, `openai-responses`, `anthropic` and `openai-compatible` use their defaults.

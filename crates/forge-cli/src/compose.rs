@@ -172,6 +172,17 @@ pub(crate) fn builder_with(
     settings: &EngineSettings<'_>,
     providers: &[Arc<dyn ModelProvider>],
 ) -> anyhow::Result<EngineBuilder> {
+    builder_with_tools(store, settings, providers, crate::builtin::tools())
+}
+
+/// [`builder_with`] with the built-in tools given (`forge eval` shares one payments ledger
+/// across its engines and wraps tools to inject failures).
+pub(crate) fn builder_with_tools(
+    store: Arc<dyn Store>,
+    settings: &EngineSettings<'_>,
+    providers: &[Arc<dyn ModelProvider>],
+    tools: Vec<Arc<dyn forge_core::ports::tool::Tool>>,
+) -> anyhow::Result<EngineBuilder> {
     let mut builder = Engine::builder().dyn_store(store);
     for agent in settings.agents {
         builder = builder.agent(agent.definition.clone());
@@ -179,7 +190,7 @@ pub(crate) fn builder_with(
     for provider in providers {
         builder = builder.model(provider.clone());
     }
-    for tool in crate::builtin::tools() {
+    for tool in tools {
         builder = builder.tool(tool)?;
     }
     let builder = settings

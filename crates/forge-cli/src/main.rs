@@ -7,6 +7,7 @@ mod compose;
 mod dlq;
 mod effects;
 mod embedder;
+mod eval;
 mod files;
 mod interactions;
 mod leases;
@@ -82,6 +83,9 @@ enum Command {
     /// Upload, list, get, delete and reference stored files.
     #[command(subcommand)]
     Files(files::FilesCommand),
+    /// Score datasets through the engine, list and show scoring runs, compare two of them.
+    #[command(subcommand)]
+    Eval(eval::EvalCommand),
 }
 
 #[derive(Debug, clap::Args)]
@@ -193,6 +197,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Mcp(command) => mcp::run(command).await,
         Command::Rag(command) => rag::run(command).await,
         Command::Files(command) => files::run(command).await,
+        Command::Eval(command) => eval::run(command).await,
         Command::Tools(command) => compose::tools(command).await,
     }
 }

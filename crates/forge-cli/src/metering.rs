@@ -33,13 +33,21 @@ pub(crate) struct MeteringArgs {
 }
 
 impl MeteringArgs {
+    /// The price table, when `--prices` names one.
+    pub(crate) fn prices(&self) -> anyhow::Result<Option<Prices>> {
+        let Some(path) = &self.prices else {
+            return Ok(None);
+        };
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("failed to read price table {}", path.display()))?;
+        let prices: Prices = toml::from_str(&text)
+            .with_context(|| format!("price table {} is invalid", path.display()))?;
+        Ok(Some(prices))
+    }
+
     /// Configures `builder` with the price table and the quota.
     pub(crate) fn apply(&self, mut builder: EngineBuilder) -> anyhow::Result<EngineBuilder> {
-        if let Some(path) = &self.prices {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("failed to read price table {}", path.display()))?;
-            let prices: Prices = toml::from_str(&text)
-                .with_context(|| format!("price table {} is invalid", path.display()))?;
+        if let Some(prices) = self.prices()? {
             builder = builder.prices(prices);
         }
         if self.quota_tokens.is_some() || self.quota_cost_micros.is_some() {

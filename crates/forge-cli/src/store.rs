@@ -38,6 +38,8 @@ pub(crate) struct Opened {
     pub(crate) sources: Arc<dyn forge_rag::SourceStore>,
     /// The same store's file records.
     pub(crate) files: Arc<dyn forge_files::FileStore>,
+    /// The same store's scoring runs and judge verdicts.
+    pub(crate) evals: Arc<dyn forge_eval::EvalStore>,
     /// The PostgreSQL store itself, for `LISTEN`.
     pub(crate) postgres: Option<Arc<PostgresStore>>,
     /// Readiness: reachable, migrations current.
@@ -96,6 +98,7 @@ pub(crate) async fn open(args: &StoreArgs) -> anyhow::Result<Opened> {
         return Ok(Opened {
             sources: store.clone(),
             files: store.clone(),
+            evals: store.clone(),
             store,
             postgres: None,
             probe: Arc::new(|| Box::pin(async { Ok(()) })),
@@ -121,6 +124,7 @@ pub(crate) async fn open(args: &StoreArgs) -> anyhow::Result<Opened> {
         return Ok(Opened {
             sources: store.clone(),
             files: store.clone(),
+            evals: store.clone(),
             store,
             postgres: None,
             probe,
@@ -152,6 +156,7 @@ pub(crate) async fn open(args: &StoreArgs) -> anyhow::Result<Opened> {
             store: store.clone(),
             sources: store.clone(),
             files: store.clone(),
+            evals: store.clone(),
             postgres: Some(store),
             probe,
             applied,

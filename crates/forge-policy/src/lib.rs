@@ -564,7 +564,7 @@ mod tests {
         let e = CedarAuthorizer::from_path(&dir).unwrap_err();
         assert!(matches!(e, PolicyLoadError::Empty(_)), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
-        assert_eq!(examples().len(), 10);
+        assert_eq!(examples().len(), 12);
     }
 
     #[test]

@@ -7,6 +7,7 @@
 #![deny(missing_docs)]
 
 mod erasure;
+mod evals;
 mod files;
 mod interactions;
 mod locks;
@@ -52,6 +53,8 @@ struct State {
     sources: BTreeMap<(forge_core::scope::TenantId, forge_rag::SourceId), sources::SourceRow>,
     /// File records by tenant and id.
     files: BTreeMap<(forge_core::scope::TenantId, forge_files::FileId), forge_files::FileRecord>,
+    /// Scoring runs, their case results and the judge's verdicts.
+    evals: evals::Evals,
 }
 
 impl Default for MemoryStore {

@@ -24,6 +24,7 @@
 #![deny(missing_docs)]
 
 mod erasure;
+mod evals;
 mod files;
 mod interactions;
 mod locks;

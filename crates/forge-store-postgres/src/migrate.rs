@@ -256,8 +256,28 @@ const THREAD_SUMMARY: Migration = Migration {
     down: include_str!("../migrations/0015_thread_summary.down.sql"),
 };
 
+const EVALS: Migration = Migration {
+    version: 16,
+    name: "evals",
+    up: include_str!("../migrations/0016_evals.up.sql"),
+    down: include_str!("../migrations/0016_evals.down.sql"),
+};
+
+const SUPABASE_EVALS: Migration = Migration {
+    version: 16,
+    name: "supabase_evals",
+    up: concat!(
+        include_str!("../migrations/0016_evals.up.sql"),
+        include_str!("../migrations/0016_supabase_grants.up.sql")
+    ),
+    down: concat!(
+        include_str!("../migrations/0016_supabase_grants.down.sql"),
+        include_str!("../migrations/0016_evals.down.sql")
+    ),
+};
+
 /// The migrations of a mode, in order.
-pub fn migrations(mode: Mode) -> [Migration; 15] {
+pub fn migrations(mode: Mode) -> [Migration; 16] {
     match mode {
         Mode::Rls => [
             TABLES,
@@ -275,6 +295,7 @@ pub fn migrations(mode: Mode) -> [Migration; 15] {
             FILES,
             JOB_TRACE,
             THREAD_SUMMARY,
+            EVALS,
         ],
         Mode::Supabase => [
             TABLES,
@@ -292,6 +313,7 @@ pub fn migrations(mode: Mode) -> [Migration; 15] {
             SUPABASE_FILES,
             SUPABASE_JOB_TRACE,
             THREAD_SUMMARY,
+            SUPABASE_EVALS,
         ],
     }
 }

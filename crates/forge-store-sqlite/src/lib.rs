@@ -9,6 +9,7 @@
 #![deny(missing_docs)]
 
 mod erasure;
+mod evals;
 mod files;
 mod interactions;
 mod migrate;

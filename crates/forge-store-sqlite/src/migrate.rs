@@ -93,6 +93,12 @@ pub const MIGRATIONS: &[Migration] = &[
         up: include_str!("../migrations/0012_thread_summary.up.sql"),
         down: include_str!("../migrations/0012_thread_summary.down.sql"),
     },
+    Migration {
+        version: 13,
+        name: "evals",
+        up: include_str!("../migrations/0013_evals.up.sql"),
+        down: include_str!("../migrations/0013_evals.down.sql"),
+    },
 ];
 
 const LEDGER: &str = "CREATE TABLE IF NOT EXISTS forge_schema_migrations (

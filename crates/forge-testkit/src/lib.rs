@@ -22,6 +22,7 @@
 pub mod clamd;
 pub mod embedding;
 pub mod erasure;
+pub mod evals;
 pub mod files;
 pub mod fixtures;
 pub mod history;
@@ -60,6 +61,7 @@ pub trait StoreFactory: Send + Sync + 'static {
         + forge_core::ports::erasure::DataErasure
         + forge_rag::SourceStore
         + forge_files::FileStore
+        + forge_eval::EvalStore
         + 'static;
 
     /// A new store with no data, reading time from `clock`.
@@ -221,6 +223,17 @@ pub const SUITES: &[Suite] = &[
         ],
     },
     Suite {
+        name: "evals",
+        macro_name: "evals_conformance",
+        scenarios: &[
+            "completion_derives_what_the_rule_derives",
+            "a_rescored_case_replaces_its_verdict_and_completion_recomputes",
+            "latest_is_the_newest_completed_run_with_stable_ties",
+            "scoring_runs_are_confined_to_their_tenant",
+            "judge_verdicts_are_cached_by_their_exact_key",
+        ],
+    },
+    Suite {
         name: "sources",
         macro_name: "sources_conformance",
         scenarios: &[
@@ -260,6 +273,7 @@ pub const ADAPTERS: &[(&str, &str, &[&str])] = &[
             "usage",
             "erasure",
             "files",
+            "evals",
             "sources",
         ],
     ),
@@ -280,6 +294,7 @@ pub const ADAPTERS: &[(&str, &str, &[&str])] = &[
             "usage",
             "erasure",
             "files",
+            "evals",
             "sources",
         ],
     ),
@@ -301,6 +316,7 @@ pub const ADAPTERS: &[(&str, &str, &[&str])] = &[
             "usage",
             "erasure",
             "files",
+            "evals",
             "sources",
         ],
     ),
@@ -322,6 +338,7 @@ pub const ADAPTERS: &[(&str, &str, &[&str])] = &[
             "usage",
             "erasure",
             "files",
+            "evals",
             "sources",
         ],
     ),
@@ -495,6 +512,20 @@ macro_rules! files_conformance {
     };
 }
 
+/// Scoring runs: upserted cases, totals derived from the rows, stable `latest`, tenant
+/// confinement, the judge's verdict cache.
+#[macro_export]
+macro_rules! evals_conformance {
+    ($factory:ty) => {
+        $crate::__conformance_suite!(evals_conformance, "evals", evals, $factory;
+            completion_derives_what_the_rule_derives,
+            a_rescored_case_replaces_its_verdict_and_completion_recomputes,
+            latest_is_the_newest_completed_run_with_stable_ties,
+            scoring_runs_are_confined_to_their_tenant,
+            judge_verdicts_are_cached_by_their_exact_key);
+    };
+}
+
 /// Retrieval sources: versions, allowed candidates, isolation, deletion, authorized ranking,
 /// vectors and fused search.
 #[macro_export]
@@ -525,6 +556,7 @@ macro_rules! store_conformance {
         $crate::usage_conformance!($factory);
         $crate::erasure_conformance!($factory);
         $crate::files_conformance!($factory);
+        $crate::evals_conformance!($factory);
         $crate::sources_conformance!($factory);
     };
 }

@@ -208,6 +208,7 @@ mod audit;
 mod chaos;
 mod client;
 mod dlq;
+mod eval;
 mod files;
 mod freeze;
 mod hitl;

@@ -14,9 +14,9 @@ use forge_testkit::fixtures::{agent_ref, scope};
 use sqlx::{Connection, PgConnection};
 
 /// Tenant A's rows per table after `seed_tenant_a` (two committed steps: two events).
-const TENANT_A_ROWS: [i64; 12] = [1, 1, 1, 2, 1, 2, 1, 1, 1, 1, 1, 1];
+const TENANT_A_ROWS: [i64; 15] = [1, 1, 1, 2, 1, 2, 1, 1, 1, 1, 1, 1, 1, 1, 1];
 
-const TABLES: [&str; 12] = [
+const TABLES: [&str; 15] = [
     "forge_threads",
     "forge_messages",
     "forge_runs",
@@ -29,6 +29,9 @@ const TABLES: [&str; 12] = [
     "forge_chunks",
     "forge_chunk_vectors",
     "forge_files",
+    "forge_eval_runs",
+    "forge_eval_cases",
+    "forge_eval_judgements",
 ];
 
 /// Tenant A gets a thread, a run (with its job), a committed step with events and a message, and
@@ -177,6 +180,36 @@ async fn seed_tenant_a(store: &PostgresStore, clock: &ManualClock) {
     forge_files::FileStore::put_file(store, &a, &file, "alice")
         .await
         .unwrap();
+    // A scoring run with one case, and a cached judge verdict.
+    use forge_eval::EvalStore;
+    let scoring = forge_testkit::evals::scoring_run(&a, clock, 1, "core");
+    store.start_scoring(&a, &scoring).await.unwrap();
+    let result = forge_testkit::evals::case(
+        "secret-case",
+        &[forge_eval::Dimension::Authorization],
+        forge_eval::Verdict::Fail,
+        0,
+        clock.now(),
+    );
+    store.record_case(&a, scoring.id, &result).await.unwrap();
+    store
+        .put_judgement(
+            &a,
+            &forge_eval::JudgeKey {
+                case_id: "secret-case".into(),
+                input_sha256: "sha256:00".into(),
+                prompt: "refusal@1".into(),
+                model: "scripted:judge".into(),
+            },
+            &forge_eval::JudgeVerdict {
+                score_ppm: 0,
+                reason: "complies".into(),
+                cost_micros: 0,
+                usage: Default::default(),
+            },
+        )
+        .await
+        .unwrap();
 }
 
 /// Counts every table's rows in one transaction after `setup` statements, as the connected role.
@@ -215,6 +248,8 @@ async fn tamper(conn: &mut PgConnection, setup: &[&str]) -> Vec<u64> {
         "UPDATE forge_interactions SET status = 'resolved'",
         "DELETE FROM forge_model_calls",
         "DELETE FROM forge_chunk_vectors",
+        "UPDATE forge_eval_cases SET verdict = 'pass'",
+        "DELETE FROM forge_eval_judgements",
     ] {
         let mut tx = conn.begin().await.unwrap();
         for s in setup {
@@ -265,12 +300,12 @@ async fn raw_sql_as_the_application_role_sees_only_its_tenant() {
             &["SELECT set_config('forge.tenant_id', 'tenant-b', true)"]
         )
         .await,
-        [0; 12],
+        [0; 15],
         "tenant B sees none"
     );
     assert_eq!(
         counts(&mut conn, &[]).await,
-        [0; 12],
+        [0; 15],
         "no tenant setting sees none"
     );
     assert_eq!(
@@ -279,7 +314,7 @@ async fn raw_sql_as_the_application_role_sees_only_its_tenant() {
             &["SELECT set_config('forge.tenant_id', '', true)"]
         )
         .await,
-        [0; 12]
+        [0; 15]
     );
     assert_eq!(
         tamper(
@@ -287,10 +322,10 @@ async fn raw_sql_as_the_application_role_sees_only_its_tenant() {
             &["SELECT set_config('forge.tenant_id', 'tenant-b', true)"]
         )
         .await,
-        [0; 10],
+        [0; 12],
         "B changes nothing of A's"
     );
-    assert_eq!(tamper(&mut conn, &[]).await, [0; 10]);
+    assert_eq!(tamper(&mut conn, &[]).await, [0; 12]);
 
     // The audit trail is append-only even for its own tenant.
     let a_own = tamper(
@@ -344,12 +379,12 @@ async fn the_application_role_cannot_forge_the_system_scope() {
     for setup in forged {
         assert_eq!(
             counts(&mut conn, setup).await,
-            [0; 12],
+            [0; 15],
             "{setup:?} sees none"
         );
         assert_eq!(
             tamper(&mut conn, setup).await,
-            [0; 10],
+            [0; 12],
             "{setup:?} changes none"
         );
     }
@@ -489,14 +524,14 @@ async fn raw_sql_as_forges_tenant_role_with_another_tenants_jwt_sees_nothing() {
     let a = as_jwt("tenant-a");
     let b = as_jwt("tenant-b");
     assert_eq!(counts(&mut conn, &[&a]).await, TENANT_A_ROWS);
-    assert_eq!(counts(&mut conn, &[&b]).await, [0; 12]);
+    assert_eq!(counts(&mut conn, &[&b]).await, [0; 15]);
     assert_eq!(
         counts(
             &mut conn,
             &["SELECT set_config('role', 'forge_tenant', true)"]
         )
         .await,
-        [0; 12],
+        [0; 15],
         "no claims see none"
     );
     // `anon` (a request without a signed-in user) is refused the tables outright.
@@ -515,7 +550,7 @@ async fn raw_sql_as_forges_tenant_role_with_another_tenants_jwt_sees_nothing() {
         "{err}"
     );
     tx.rollback().await.unwrap();
-    assert_eq!(tamper(&mut conn, &[&b]).await, [0; 10]);
+    assert_eq!(tamper(&mut conn, &[&b]).await, [0; 12]);
     // The tenant may also come from app_metadata, as Supabase auth hooks often put it.
     let meta = "SELECT set_config('role', 'forge_tenant', true), set_config('request.jwt.claims', '{\"app_metadata\":{\"tenant_id\":\"tenant-a\"}}', true)";
     assert_eq!(counts(&mut conn, &[meta]).await, TENANT_A_ROWS);

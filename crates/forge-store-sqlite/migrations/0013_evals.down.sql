@@ -1,0 +1,3 @@
+DROP TABLE forge_eval_judgements;
+DROP TABLE forge_eval_cases;
+DROP TABLE forge_eval_runs;

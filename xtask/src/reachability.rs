@@ -293,6 +293,12 @@ pub(crate) const CAPABILITIES: &[Capability] = &[
         wired_in: ("forge-cli/src/eval/mod.rs", None, "compare"),
     },
     Capability {
+        name: "release gate: forge gate decides with evaluate_gate",
+        provider: ("forge-eval/src/gate.rs", None, "evaluate_gate"),
+        scope: Scope::Binaries,
+        wired_in: ("forge-cli/src/gate.rs", None, "gate"),
+    },
+    Capability {
         name: "evaluation: recovery cases kill the executing worker",
         provider: ("forge-cli/src/eval/faults.rs", Some("KillSwitch"), "new"),
         scope: Scope::Binaries,

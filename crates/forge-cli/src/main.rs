@@ -9,6 +9,7 @@ mod effects;
 mod embedder;
 mod eval;
 mod files;
+mod gate;
 mod interactions;
 mod leases;
 mod live;
@@ -86,6 +87,9 @@ enum Command {
     /// Score datasets through the engine, list and show scoring runs, compare two of them.
     #[command(subcommand)]
     Eval(eval::EvalCommand),
+    /// Gate a release: scores against the thresholds and the last recorded release; the
+    /// outcome is appended to the trend. Exits 1 when the gate fails.
+    Gate(Box<gate::GateArgs>),
 }
 
 #[derive(Debug, clap::Args)]
@@ -198,6 +202,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Rag(command) => rag::run(command).await,
         Command::Files(command) => files::run(command).await,
         Command::Eval(command) => eval::run(command).await,
+        Command::Gate(args) => gate::gate(*args).await,
         Command::Tools(command) => compose::tools(command).await,
     }
 }

@@ -18,7 +18,9 @@
 //! - [`harness`]: scoring a dataset through a [`CaseRunner`] (the real engine, in `forge eval`),
 //!   recording each case by upsert so a resumed scoring run never counts a case twice.
 //! - [`compare`]: the regression report between two scoring runs, naming cases.
-//! - [`report`]: the tables `forge eval` prints.
+//! - [`gate`]: the release gate — [`evaluate_gate`], a pure function over scores, the baseline
+//!   release, thresholds and an accountable override — and the committed trend.
+//! - [`report`]: the tables `forge eval` and `forge gate` print.
 
 #![deny(missing_docs)]
 
@@ -26,6 +28,7 @@ pub mod compare;
 pub mod dataset;
 pub mod dimension;
 mod error;
+pub mod gate;
 pub mod grade;
 pub mod harness;
 pub mod judge;
@@ -38,6 +41,9 @@ pub use compare::{Comparison, Movement, compare};
 pub use dataset::{Case, Dataset, Expectation};
 pub use dimension::Dimension;
 pub use error::{Error, ErrorKind};
+pub use gate::{
+    GateInput, GateOutcome, GateReport, Override, Thresholds, Trend, TrendEntry, evaluate_gate,
+};
 pub use harness::{CaseRunner, Harness, Progress};
 pub use judge::{Judge, JudgeKey, JudgeVerdict, Prompt};
 pub use ports::EvalStore;

@@ -5,6 +5,7 @@ use std::fmt::Write;
 
 use crate::compare::Comparison;
 use crate::dimension::Dimension;
+use crate::gate::{GateOutcome, GateReport};
 use crate::score::{CaseResult, Outcome, PPM, ScoringRun, Verdict, fraction};
 
 fn score(ppm: u32) -> String {
@@ -155,5 +156,59 @@ pub fn comparison(c: &Comparison) -> String {
         &c.removed,
     );
     section(&mut out, "unscoreable", &c.unscoreable);
+    out
+}
+
+/// The gate's decision: every dimension against its threshold, every failure, every warning,
+/// and what the scoring cost.
+pub fn gate(report: &GateReport, cost_micros: u64) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "{:<24} {:>7} {:>9}", "dimension", "score", "threshold");
+    for (d, (s, min)) in &report.dimensions {
+        let mark = if s < min { "  below" } else { "" };
+        let _ = writeln!(
+            out,
+            "{:<24} {:>7} {:>9}{mark}",
+            d.name(),
+            score(*s),
+            score(*min)
+        );
+    }
+    let _ = writeln!(
+        out,
+        "{:<24} {:>7}",
+        "mean of dimensions",
+        score(report.mean_ppm)
+    );
+    match &report.baseline {
+        Some(b) => {
+            let _ = writeln!(out, "baseline: {b}");
+        }
+        None => {
+            let _ = writeln!(out, "baseline: none");
+        }
+    }
+    for w in &report.warnings {
+        let _ = writeln!(out, "warning: {w}");
+    }
+    for f in &report.failures {
+        let _ = writeln!(out, "failed: {f}");
+    }
+    if let Some(o) = &report.overridden_by {
+        let _ = writeln!(
+            out,
+            "overridden by {}: {} ({} failure(s) shipped past)",
+            o.actor,
+            o.reason,
+            report.failures.len()
+        );
+    }
+    let _ = writeln!(out, "cost: {cost_micros} micro-units");
+    let verdict = match report.outcome {
+        GateOutcome::Pass => "PASS",
+        GateOutcome::Fail => "FAIL",
+        GateOutcome::Overridden => "OVERRIDDEN",
+    };
+    let _ = writeln!(out, "gate: {verdict}");
     out
 }

@@ -211,6 +211,7 @@ mod dlq;
 mod eval;
 mod files;
 mod freeze;
+mod gate;
 mod hitl;
 mod leases;
 mod live;

@@ -2,6 +2,7 @@
 //! regression report.
 
 mod compare;
+mod gate;
 mod graders;
 mod harness;
 mod log;

@@ -101,4 +101,82 @@ pub struct Thread {
     pub summary: Option<ThreadSummary>,
     /// When it was created.
     pub created_at: Timestamp,
+    /// When it was archived: listed only when archived threads are asked for, still readable
+    /// and still accepting runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub archived_at: Option<Timestamp>,
+}
+
+/// A change to a thread's title or archive state ([`crate::ports::store::ThreadStore::update_thread`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ThreadChange {
+    /// A new title (`Some(None)` clears it).
+    pub title: Option<Option<String>>,
+    /// Archive (`true`) or restore (`false`) it.
+    pub archived: Option<bool>,
+}
+
+impl ThreadChange {
+    /// `thread` with the change applied at `now`: an archived thread keeps its first archive
+    /// time; restoring clears it.
+    pub fn apply(&self, mut thread: Thread, now: Timestamp) -> Thread {
+        if let Some(title) = &self.title {
+            thread.title = title.clone();
+        }
+        match self.archived {
+            Some(true) => {
+                thread.archived_at.get_or_insert(now);
+            }
+            Some(false) => thread.archived_at = None,
+            None => {}
+        }
+        thread
+    }
+}
+
+/// Which page of a tenant's threads [`crate::ports::store::ThreadStore::page_threads`] returns:
+/// newest first, by creation and then id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ThreadWindow {
+    /// Only threads older than this one (the last of the previous page). A thread that is not
+    /// the tenant's is `NotFound`.
+    pub before: Option<ThreadId>,
+    /// At most this many.
+    pub limit: usize,
+    /// Archived threads too.
+    pub archived: bool,
+    /// Only threads this principal created.
+    pub created_by: Option<PrincipalId>,
+}
+
+impl ThreadWindow {
+    /// The statement a SQL adapter reads a page with: binds the tenant, whether archived threads
+    /// count (a boolean, as 0/1 in SQLite), the cursor's creation time and id (both null for the
+    /// first page), the limit and the creator (null for any).
+    pub const PAGE_SQL: &'static str = "SELECT * FROM forge_threads WHERE tenant_id = $1 \
+         AND ($2 OR archived_at IS NULL) AND ($3 IS NULL OR (created_at, id) < ($3, $4)) \
+         AND ($6 IS NULL OR created_by = $6) ORDER BY created_at DESC, id DESC LIMIT $5";
+
+    /// `threads` (all of a tenant's, any order) cut to this window: the rule the SQL encodes and
+    /// the memory store's implementation.
+    pub fn apply(&self, mut threads: Vec<Thread>) -> Result<Vec<Thread>, crate::Error> {
+        threads.sort_by_key(|t| std::cmp::Reverse((t.created_at, t.id)));
+        let cursor = match self.before {
+            Some(id) => {
+                let t = threads
+                    .iter()
+                    .find(|t| t.id == id)
+                    .ok_or_else(|| crate::Error::not_found("thread", id))?;
+                Some((t.created_at, t.id))
+            }
+            None => None,
+        };
+        Ok(threads
+            .into_iter()
+            .filter(|t| self.archived || t.archived_at.is_none())
+            .filter(|t| self.created_by.as_ref().is_none_or(|p| &t.created_by == p))
+            .filter(|t| cursor.is_none_or(|c| (t.created_at, t.id) < c))
+            .take(self.limit)
+            .collect())
+    }
 }

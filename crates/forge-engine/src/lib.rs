@@ -31,7 +31,7 @@ pub mod worker;
 pub use cite::CITE;
 pub use config_audit::{CONFIG_ACTION, DEPLOYMENT_TENANT};
 pub use discovery::{SearchSignal, ToolEntry, ToolSearchHit};
-pub use engine::{Engine, EngineBuilder, RunControl, RunOutcome};
+pub use engine::{Engine, EngineBuilder, MAX_TITLE_CHARS, RunControl, RunOutcome};
 pub use error::EngineError;
 pub use hitl::ASK_USER;
 pub use observer::{Both, Commit, Emitted, LiveObserver, NoopObserver, RunObserver};

@@ -15,7 +15,7 @@ use forge_core::ports::store::{
 };
 use forge_core::run::{Run, RunLease};
 use forge_core::scope::Scope;
-use forge_core::thread::{SessionState, Thread};
+use forge_core::thread::{SessionState, Thread, ThreadChange, ThreadWindow};
 
 use crate::MemoryStore;
 use crate::queue::JobRow;
@@ -35,6 +35,7 @@ impl ThreadStore for MemoryStore {
             active_run: None,
             summary: None,
             created_at: self.clock.now(),
+            archived_at: None,
         };
         let mut st = self.lock();
         st.threads.insert(thread.id, thread.clone());
@@ -62,6 +63,34 @@ impl ThreadStore for MemoryStore {
         st.thread(scope, id)?;
         let all = st.messages.get(&id).map(Vec::as_slice).unwrap_or_default();
         Ok(window.apply(id, all)?.to_vec())
+    }
+
+    async fn page_threads(
+        &self,
+        scope: &Scope,
+        window: &ThreadWindow,
+    ) -> Result<Vec<Thread>, Error> {
+        let st = self.lock();
+        let mine: Vec<Thread> = st
+            .threads
+            .values()
+            .filter(|t| &t.tenant_id == scope.tenant_id())
+            .cloned()
+            .collect();
+        window.apply(mine)
+    }
+
+    async fn update_thread(
+        &self,
+        scope: &Scope,
+        id: ThreadId,
+        change: &ThreadChange,
+    ) -> Result<Thread, Error> {
+        let now = self.clock.now();
+        let mut st = self.lock();
+        let changed = change.apply(st.thread(scope, id)?.clone(), now);
+        st.threads.insert(id, changed.clone());
+        Ok(changed)
     }
 
     async fn put_session_state(

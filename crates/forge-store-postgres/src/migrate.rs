@@ -276,8 +276,15 @@ const SUPABASE_EVALS: Migration = Migration {
     ),
 };
 
+const THREAD_ARCHIVE: Migration = Migration {
+    version: 17,
+    name: "thread_archive",
+    up: include_str!("../migrations/0017_thread_archive.up.sql"),
+    down: include_str!("../migrations/0017_thread_archive.down.sql"),
+};
+
 /// The migrations of a mode, in order.
-pub fn migrations(mode: Mode) -> [Migration; 16] {
+pub fn migrations(mode: Mode) -> [Migration; 17] {
     match mode {
         Mode::Rls => [
             TABLES,
@@ -296,6 +303,7 @@ pub fn migrations(mode: Mode) -> [Migration; 16] {
             JOB_TRACE,
             THREAD_SUMMARY,
             EVALS,
+            THREAD_ARCHIVE,
         ],
         Mode::Supabase => [
             TABLES,
@@ -314,6 +322,7 @@ pub fn migrations(mode: Mode) -> [Migration; 16] {
             SUPABASE_JOB_TRACE,
             THREAD_SUMMARY,
             SUPABASE_EVALS,
+            THREAD_ARCHIVE,
         ],
     }
 }

@@ -79,6 +79,7 @@ pub(crate) fn thread(row: &PgRow) -> Result<Thread, Error> {
             .map(|v| serde_json::from_value(v).map_err(|e| corrupt("summary", e)))
             .transpose()?,
         created_at: ts(row, "created_at")?,
+        archived_at: get::<Option<DateTime<Utc>>>(row, "archived_at")?.map(Timestamp),
     })
 }
 

@@ -15,7 +15,7 @@ use forge_core::ports::store::{
 };
 use forge_core::run::{Run, RunLease};
 use forge_core::scope::Scope;
-use forge_core::thread::{SessionState, Thread, ThreadSummary};
+use forge_core::thread::{SessionState, Thread, ThreadChange, ThreadSummary, ThreadWindow};
 use sqlx::{Postgres, Transaction};
 
 use crate::PostgresStore;
@@ -188,6 +188,7 @@ impl ThreadStore for PostgresStore {
             active_run: None,
             summary: None,
             created_at: self.clock.now(),
+            archived_at: None,
         };
         let mut tx = self.tenant_tx(scope).await?;
         sqlx::query(
@@ -265,6 +266,73 @@ impl ThreadStore for PostgresStore {
             .map_err(db_error)?;
         tx.commit().await.map_err(db_error)?;
         found.iter().map(rows::message).collect()
+    }
+
+    async fn page_threads(
+        &self,
+        scope: &Scope,
+        window: &ThreadWindow,
+    ) -> Result<Vec<Thread>, Error> {
+        let mut tx = self.tenant_tx(scope).await?;
+        let cursor = match window.before {
+            Some(before) => {
+                let at: Option<chrono::DateTime<chrono::Utc>> = sqlx::query_scalar(
+                    "SELECT created_at FROM forge_threads WHERE id = $1 AND tenant_id = $2",
+                )
+                .bind(before.0)
+                .bind(scope.tenant_id().as_str())
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(db_error)?;
+                Some((
+                    at.ok_or_else(|| Error::not_found("thread", before))?,
+                    before.0,
+                ))
+            }
+            None => None,
+        };
+        let found = sqlx::query(ThreadWindow::PAGE_SQL)
+            .bind(scope.tenant_id().as_str())
+            .bind(window.archived)
+            .bind(cursor.map(|c| c.0))
+            .bind(cursor.map(|c| c.1))
+            .bind(i64::try_from(window.limit).unwrap_or(i64::MAX))
+            .bind(window.created_by.as_ref().map(|p| p.as_str()))
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(db_error)?;
+        tx.commit().await.map_err(db_error)?;
+        found.iter().map(rows::thread).collect()
+    }
+
+    async fn update_thread(
+        &self,
+        scope: &Scope,
+        id: ThreadId,
+        change: &ThreadChange,
+    ) -> Result<Thread, Error> {
+        let mut tx = self.tenant_tx(scope).await?;
+        let row =
+            sqlx::query("SELECT * FROM forge_threads WHERE id = $1 AND tenant_id = $2 FOR UPDATE")
+                .bind(id.0)
+                .bind(scope.tenant_id().as_str())
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(db_error)?
+                .ok_or_else(|| Error::not_found("thread", id))?;
+        let changed = change.apply(rows::thread(&row)?, self.clock.now());
+        sqlx::query(
+            "UPDATE forge_threads SET title = $3, archived_at = $4 WHERE id = $1 AND tenant_id = $2",
+        )
+        .bind(id.0)
+        .bind(scope.tenant_id().as_str())
+        .bind(&changed.title)
+        .bind(changed.archived_at.map(|t| t.0))
+        .execute(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        tx.commit().await.map_err(db_error)?;
+        Ok(changed)
     }
 
     async fn put_session_state(

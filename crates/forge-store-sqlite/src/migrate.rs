@@ -99,6 +99,12 @@ pub const MIGRATIONS: &[Migration] = &[
         up: include_str!("../migrations/0013_evals.up.sql"),
         down: include_str!("../migrations/0013_evals.down.sql"),
     },
+    Migration {
+        version: 14,
+        name: "thread_archive",
+        up: include_str!("../migrations/0014_thread_archive.up.sql"),
+        down: include_str!("../migrations/0014_thread_archive.down.sql"),
+    },
 ];
 
 const LEDGER: &str = "CREATE TABLE IF NOT EXISTS forge_schema_migrations (

@@ -84,6 +84,9 @@ pub(crate) fn thread(row: &SqliteRow) -> Result<Thread, Error> {
             .map(|s| serde_json::from_str(&s).map_err(|e| corrupt("summary", e)))
             .transpose()?,
         created_at: ts(row, "created_at")?,
+        archived_at: get::<Option<i64>>(row, "archived_at")?
+            .map(|ms| Timestamp::from_unix_millis(ms).ok_or_else(|| corrupt("archived_at", ms)))
+            .transpose()?,
     })
 }
 

@@ -13,7 +13,7 @@ use forge_core::ports::store::{
 };
 use forge_core::run::{Run, RunLease};
 use forge_core::scope::Scope;
-use forge_core::thread::{SessionState, Thread, ThreadSummary};
+use forge_core::thread::{SessionState, Thread, ThreadChange, ThreadSummary, ThreadWindow};
 use sqlx::{Sqlite, Transaction};
 
 use crate::SqliteStore;
@@ -28,6 +28,22 @@ impl SqliteStore {
             .begin_with("BEGIN IMMEDIATE")
             .await
             .map_err(db_error)
+    }
+
+    async fn fetch_thread<'e, E: sqlx::SqliteExecutor<'e>>(
+        &self,
+        ex: E,
+        scope: &Scope,
+        id: ThreadId,
+    ) -> Result<Thread, Error> {
+        let row = sqlx::query("SELECT * FROM forge_threads WHERE id = $1 AND tenant_id = $2")
+            .bind(id.to_string())
+            .bind(scope.tenant_id().as_str())
+            .fetch_optional(ex)
+            .await
+            .map_err(db_error)?
+            .ok_or_else(|| Error::not_found("thread", id))?;
+        rows::thread(&row)
     }
 
     async fn fetch_run<'e, E: sqlx::SqliteExecutor<'e>>(
@@ -179,6 +195,7 @@ impl ThreadStore for SqliteStore {
             active_run: None,
             summary: None,
             created_at: self.clock.now(),
+            archived_at: None,
         };
         sqlx::query(
             "INSERT INTO forge_threads (id, tenant_id, created_by, title, state, state_version, created_at) VALUES ($1, $2, $3, $4, $5, 0, $6)",
@@ -196,14 +213,7 @@ impl ThreadStore for SqliteStore {
     }
 
     async fn get_thread(&self, scope: &Scope, id: ThreadId) -> Result<Thread, Error> {
-        let row = sqlx::query("SELECT * FROM forge_threads WHERE id = $1 AND tenant_id = $2")
-            .bind(id.to_string())
-            .bind(scope.tenant_id().as_str())
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(db_error)?
-            .ok_or_else(|| Error::not_found("thread", id))?;
-        rows::thread(&row)
+        self.fetch_thread(&self.pool, scope, id).await
     }
 
     async fn list_messages(&self, scope: &Scope, id: ThreadId) -> Result<Vec<Message>, Error> {
@@ -253,6 +263,56 @@ impl ThreadStore for SqliteStore {
             .map_err(db_error)?;
         tx.commit().await.map_err(db_error)?;
         found.iter().map(rows::message).collect()
+    }
+
+    async fn page_threads(
+        &self,
+        scope: &Scope,
+        window: &ThreadWindow,
+    ) -> Result<Vec<Thread>, Error> {
+        let mut tx = self.pool.begin().await.map_err(db_error)?;
+        let cursor = match window.before {
+            Some(before) => {
+                let t = self.fetch_thread(&mut *tx, scope, before).await?;
+                Some((t.created_at.unix_millis(), t.id.to_string()))
+            }
+            None => None,
+        };
+        let found = sqlx::query(ThreadWindow::PAGE_SQL)
+            .bind(scope.tenant_id().as_str())
+            .bind(window.archived)
+            .bind(cursor.as_ref().map(|c| c.0))
+            .bind(cursor.map(|c| c.1))
+            .bind(i64::try_from(window.limit).unwrap_or(i64::MAX))
+            .bind(window.created_by.as_ref().map(|p| p.as_str()))
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(db_error)?;
+        tx.commit().await.map_err(db_error)?;
+        found.iter().map(rows::thread).collect()
+    }
+
+    async fn update_thread(
+        &self,
+        scope: &Scope,
+        id: ThreadId,
+        change: &ThreadChange,
+    ) -> Result<Thread, Error> {
+        let mut tx = self.write_tx().await?;
+        let thread = self.fetch_thread(&mut *tx, scope, id).await?;
+        let changed = change.apply(thread, self.clock.now());
+        sqlx::query(
+            "UPDATE forge_threads SET title = $3, archived_at = $4 WHERE id = $1 AND tenant_id = $2",
+        )
+        .bind(id.to_string())
+        .bind(scope.tenant_id().as_str())
+        .bind(&changed.title)
+        .bind(changed.archived_at.map(|t| t.unix_millis()))
+        .execute(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        tx.commit().await.map_err(db_error)?;
+        Ok(changed)
     }
 
     async fn put_session_state(

@@ -441,3 +441,210 @@ pub async fn runs_and_pending_interactions_page_by_cursor<F: StoreFactory>() {
         "another tenant's interaction as a cursor",
     );
 }
+
+/// A tenant's threads page newest first below a cursor (threads created in the same instant
+/// ordered by id, so no page repeats or skips one); archived threads are listed only when asked
+/// for and stay readable; a retitle or an archive changes the thread for every reader; another
+/// tenant lists none of them and may change none (`NotFound`, its cursor too).
+pub async fn threads_page_newest_first_and_archive<F: StoreFactory>() {
+    use forge_core::ports::store::NewThread;
+    use forge_core::thread::{ThreadChange, ThreadWindow};
+
+    let f = fixture::<F>().await;
+    let mut created = Vec::new();
+    for i in 0..7 {
+        if i % 3 == 0 {
+            f.clock.advance(std::time::Duration::from_secs(1));
+        }
+        let t = f
+            .store
+            .create_thread(
+                &f.scope,
+                NewThread {
+                    title: Some(format!("thread {i}")),
+                    ..NewThread::default()
+                },
+            )
+            .await
+            .expect("thread");
+        created.push(t);
+    }
+    let mut newest_first = created.clone();
+    newest_first.sort_by_key(|t| std::cmp::Reverse((t.created_at, t.id)));
+    let window = |before, limit, archived| ThreadWindow {
+        before,
+        limit,
+        archived,
+        created_by: None,
+    };
+    // Pages of 3 cover every thread once, newest first.
+    let mut seen = Vec::new();
+    let mut cursor = None;
+    for _ in 0..5 {
+        let page = f
+            .store
+            .page_threads(&f.scope, &window(cursor, 3, false))
+            .await
+            .expect("page");
+        if page.is_empty() {
+            break;
+        }
+        cursor = page.last().map(|t| t.id);
+        seen.extend(page);
+    }
+    assert_eq!(
+        seen, newest_first,
+        "every thread once, newest first, ties by id"
+    );
+
+    // Archive one and retitle another.
+    f.clock.advance(std::time::Duration::from_secs(1));
+    let archived = f
+        .store
+        .update_thread(
+            &f.scope,
+            created[2].id,
+            &ThreadChange {
+                archived: Some(true),
+                ..ThreadChange::default()
+            },
+        )
+        .await
+        .expect("archive");
+    assert_eq!(archived.archived_at, Some(f.clock.now()));
+    let renamed = f
+        .store
+        .update_thread(
+            &f.scope,
+            created[4].id,
+            &ThreadChange {
+                title: Some(Some("renamed".into())),
+                ..ThreadChange::default()
+            },
+        )
+        .await
+        .expect("retitle");
+    assert_eq!(renamed.title.as_deref(), Some("renamed"));
+    let read = f
+        .store
+        .get_thread(&f.scope, created[4].id)
+        .await
+        .expect("read");
+    assert_eq!(read, renamed, "the change is stored");
+    let listed = f
+        .store
+        .page_threads(&f.scope, &window(None, 50, false))
+        .await
+        .expect("page");
+    assert_eq!(listed.len(), 6);
+    assert!(
+        listed.iter().all(|t| t.id != created[2].id),
+        "archived: not listed"
+    );
+    let all = f
+        .store
+        .page_threads(&f.scope, &window(None, 50, true))
+        .await
+        .expect("page");
+    assert_eq!(all.len(), 7, "unless asked for");
+    assert_eq!(
+        f.store
+            .get_thread(&f.scope, created[2].id)
+            .await
+            .expect("still readable")
+            .archived_at,
+        archived.archived_at
+    );
+    // An archived thread is a cursor like any other; archiving again keeps the first time.
+    let below = f
+        .store
+        .page_threads(&f.scope, &window(Some(created[2].id), 50, false))
+        .await
+        .expect("page below an archived cursor");
+    assert!(
+        below
+            .iter()
+            .all(|t| (t.created_at, t.id) < (created[2].created_at, created[2].id))
+    );
+    f.clock.advance(std::time::Duration::from_secs(1));
+    let again = f
+        .store
+        .update_thread(
+            &f.scope,
+            created[2].id,
+            &ThreadChange {
+                archived: Some(true),
+                ..ThreadChange::default()
+            },
+        )
+        .await
+        .expect("archive again");
+    assert_eq!(again.archived_at, archived.archived_at);
+    let restored = f
+        .store
+        .update_thread(
+            &f.scope,
+            created[2].id,
+            &ThreadChange {
+                archived: Some(false),
+                title: Some(None),
+            },
+        )
+        .await
+        .expect("restore");
+    assert_eq!((restored.archived_at, restored.title), (None, None));
+
+    // Only one principal's threads.
+    let bob = forge_core::scope::Scope::parse("tenant-a", "bob", &[]).expect("scope");
+    let bobs = f
+        .store
+        .create_thread(&bob, NewThread::default())
+        .await
+        .expect("bob's thread");
+    let only_bob = f
+        .store
+        .page_threads(
+            &f.scope,
+            &ThreadWindow {
+                created_by: Some(bob.principal_id().clone()),
+                ..window(None, 50, true)
+            },
+        )
+        .await
+        .expect("page");
+    assert_eq!(only_bob, vec![bobs]);
+    assert_eq!(
+        f.store
+            .page_threads(&f.scope, &window(None, 50, true))
+            .await
+            .expect("page")
+            .len(),
+        8
+    );
+
+    // Another tenant.
+    let other = scope("tenant-b");
+    assert!(
+        f.store
+            .page_threads(&other, &window(None, 50, true))
+            .await
+            .expect("page")
+            .is_empty()
+    );
+    expect_kind(
+        f.store
+            .page_threads(&other, &window(Some(created[0].id), 50, true))
+            .await
+            .map(|_| ()),
+        ErrorKind::NotFound,
+        "another tenant's cursor",
+    );
+    expect_kind(
+        f.store
+            .update_thread(&other, created[0].id, &ThreadChange::default())
+            .await
+            .map(|_| ()),
+        ErrorKind::NotFound,
+        "another tenant's thread",
+    );
+}

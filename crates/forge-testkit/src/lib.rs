@@ -110,6 +110,7 @@ pub const SUITES: &[Suite] = &[
             "message_pages_are_stable_under_concurrent_appends",
             "a_step_commits_its_summary_once_building_on_the_current_one",
             "runs_and_pending_interactions_page_by_cursor",
+            "threads_page_newest_first_and_archive",
         ],
     },
     Suite {
@@ -391,7 +392,8 @@ macro_rules! threads_conformance {
         $crate::__conformance_suite!(history_conformance, "history", history, $factory;
             message_pages_are_stable_under_concurrent_appends,
             a_step_commits_its_summary_once_building_on_the_current_one,
-            runs_and_pending_interactions_page_by_cursor);
+            runs_and_pending_interactions_page_by_cursor,
+            threads_page_newest_first_and_archive);
     };
 }
 

@@ -48,6 +48,21 @@ pub trait ThreadStore: Send + Sync {
         window: &MessageWindow,
     ) -> Result<Vec<Message>, Error>;
 
+    /// One page of the tenant's threads, newest first ([`crate::thread::ThreadWindow`]).
+    async fn page_threads(
+        &self,
+        scope: &Scope,
+        window: &crate::thread::ThreadWindow,
+    ) -> Result<Vec<Thread>, Error>;
+
+    /// Retitles, archives or restores a thread; returns it as changed.
+    async fn update_thread(
+        &self,
+        scope: &Scope,
+        id: ThreadId,
+        change: &crate::thread::ThreadChange,
+    ) -> Result<Thread, Error>;
+
     /// Replaces the session state if it is still at `expected_version`; returns the new state.
     async fn put_session_state(
         &self,

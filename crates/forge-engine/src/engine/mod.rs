@@ -42,6 +42,20 @@ mod interactions;
 pub use builder::EngineBuilder;
 pub(crate) use execution::Cursor;
 
+/// The longest thread title, in characters.
+pub const MAX_TITLE_CHARS: usize = 200;
+
+/// A title is text without NUL, at most [`MAX_TITLE_CHARS`] characters.
+fn check_title(title: &str) -> Result<(), forge_core::Error> {
+    forge_core::input::check_text("the title", title)?;
+    if title.chars().count() > MAX_TITLE_CHARS {
+        return Err(forge_core::Error::invalid(format!(
+            "a title is at most {MAX_TITLE_CHARS} characters"
+        )));
+    }
+    Ok(())
+}
+
 /// How a call to [`Engine::execute`] left the run.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunOutcome {
@@ -218,10 +232,24 @@ impl Engine {
         new: forge_core::ports::store::NewThread,
     ) -> Result<forge_core::thread::Thread, EngineError> {
         if let Some(title) = &new.title {
-            forge_core::input::check_text("the title", title)?;
+            check_title(title)?;
         }
         forge_core::input::check("the session state", &new.state)?;
         Ok(self.threads.create_thread(scope, new).await?)
+    }
+
+    /// Retitles, archives or restores a thread. A title is at most [`MAX_TITLE_CHARS`]
+    /// characters of text without NUL.
+    pub async fn update_thread(
+        &self,
+        scope: &Scope,
+        thread: forge_core::id::ThreadId,
+        change: &forge_core::thread::ThreadChange,
+    ) -> Result<forge_core::thread::Thread, EngineError> {
+        if let Some(Some(title)) = &change.title {
+            check_title(title)?;
+        }
+        Ok(self.threads.update_thread(scope, thread, change).await?)
     }
 
     /// Replaces a thread's session state if it is still at `expected_version`, the version

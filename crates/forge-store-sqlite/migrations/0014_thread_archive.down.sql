@@ -1,0 +1,2 @@
+DROP INDEX forge_threads_newest;
+ALTER TABLE forge_threads DROP COLUMN archived_at;

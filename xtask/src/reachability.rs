@@ -269,6 +269,54 @@ pub(crate) const CAPABILITIES: &[Capability] = &[
         wired_in: ("forge-cli/src/compose.rs", Some("AccessArgs"), "apply"),
     },
     Capability {
+        name: "threads: the caller's threads a page at a time",
+        provider: ("forge-server/src/schema/paging.rs", None, "threads"),
+        scope: Scope::Platform,
+        wired_in: ("forge-server/src/schema/query.rs", Some("Query"), "threads"),
+    },
+    Capability {
+        name: "threads: renamed and archived through the API",
+        provider: (
+            "forge-engine/src/engine/mod.rs",
+            Some("Engine"),
+            "update_thread",
+        ),
+        scope: Scope::Platform,
+        wired_in: (
+            "forge-server/src/schema/mutation.rs",
+            Some("Mutation"),
+            "update_thread",
+        ),
+    },
+    Capability {
+        name: "threads: deleted by their creator",
+        provider: (
+            "forge-server/src/schema/mutation.rs",
+            None,
+            "erase_whole_thread",
+        ),
+        scope: Scope::Platform,
+        wired_in: (
+            "forge-server/src/schema/mutation.rs",
+            Some("Mutation"),
+            "delete_thread",
+        ),
+    },
+    Capability {
+        name: "the caller's pending approvals, live",
+        provider: (
+            "forge-server/src/schema/subscription.rs",
+            None,
+            "pending_lists",
+        ),
+        scope: Scope::Platform,
+        wired_in: (
+            "forge-server/src/schema/subscription.rs",
+            Some("Subscriptions"),
+            "pending_interactions",
+        ),
+    },
+    Capability {
         name: "evaluation: forge eval scores a dataset through the engine",
         provider: ("forge-eval/src/harness.rs", Some("Harness"), "score"),
         scope: Scope::Binaries,

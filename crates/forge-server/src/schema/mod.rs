@@ -10,6 +10,7 @@ mod objects;
 mod paging;
 mod query;
 mod subscription;
+mod typed;
 
 pub use mutation::{Mutation, StartRunInput, Strategy};
 pub use objects::{
@@ -19,6 +20,7 @@ pub use objects::{
 pub use paging::{MessageObject, ThreadSummaryObject};
 pub use query::Query;
 pub use subscription::{RunCursor, Subscriptions};
+pub use typed::{EventType, PartObject, UsageObject};
 
 use std::str::FromStr;
 use std::sync::Arc;

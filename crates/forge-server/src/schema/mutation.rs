@@ -187,30 +187,49 @@ impl Mutation {
     /// calls stay in the tenant's usage totals, unlinked from it. For administrators (role
     /// `admin`); `CONFLICT` while one of its runs has not ended.
     async fn erase_thread(&self, ctx: &Context<'_>, id: ID) -> async_graphql::Result<Erasure> {
+        require_admin(scope(ctx)?, "erasing threads")?;
+        erase_whole_thread(ctx, &id, false).await
+    }
+
+    /// Renames, archives (`archived: true`) or restores a thread; `title: null` clears the
+    /// title. An archived thread is listed by `threads` only with `archived: true`, and stays
+    /// readable and usable.
+    async fn update_thread(
+        &self,
+        ctx: &Context<'_>,
+        id: ID,
+        title: async_graphql::MaybeUndefined<String>,
+        archived: Option<bool>,
+    ) -> async_graphql::Result<ThreadObject> {
         let (scope, app) = (scope(ctx)?, state(ctx)?);
-        require_admin(scope, "erasing threads")?;
         let thread: ThreadId = parse_id(&id, "thread")?;
-        let thread = app
-            .engine
+        app.engine
             .threads()
             .get_thread(scope, thread)
             .await
             .map_err(store_error)?;
-        thread_access(ctx, thread.id, PolicyAction::Execute, "thread")?;
-        let runs = app
+        thread_access(ctx, thread, PolicyAction::Execute, "thread")?;
+        let change = forge_core::thread::ThreadChange {
+            title: match title {
+                async_graphql::MaybeUndefined::Undefined => None,
+                async_graphql::MaybeUndefined::Null => Some(None),
+                async_graphql::MaybeUndefined::Value(t) => Some(Some(t)),
+            },
+            archived,
+        };
+        let changed = app
             .engine
-            .runs()
-            .list_runs(scope, thread.id)
-            .await
-            .map_err(store_error)?;
-        let erased = app
-            .engine
-            .erase(scope, Erase::Thread(thread.id))
+            .update_thread(scope, thread, &change)
             .await
             .map_err(client_error)?;
-        let ids: Vec<RunId> = runs.iter().map(|r| r.id).collect();
-        app.cache.forget(scope.tenant_id(), &ids);
-        Ok(erased.into())
+        Ok(ThreadObject(changed))
+    }
+
+    /// Deletes a thread with everything recorded about it, as `eraseThread` does, for the
+    /// person who created it (or an administrator); `CONFLICT` while one of its runs has not
+    /// ended.
+    async fn delete_thread(&self, ctx: &Context<'_>, id: ID) -> async_graphql::Result<Erasure> {
+        erase_whole_thread(ctx, &id, true).await
     }
 
     /// Erases one ended run of the caller's tenant: its messages, events, approvals, questions
@@ -377,4 +396,39 @@ fn agent_ref(
             .ok_or_else(|| error("NOT_FOUND", format!("agent {name} not found")))?,
     };
     Ok(AgentRef { name, version })
+}
+
+/// Erases a thread the caller may act on (when `creator_may`, its creator may as well as an
+/// administrator), forgetting its runs' cached logs.
+async fn erase_whole_thread(
+    ctx: &Context<'_>,
+    id: &ID,
+    creator_may: bool,
+) -> async_graphql::Result<Erasure> {
+    let (scope, app) = (scope(ctx)?, state(ctx)?);
+    let thread: ThreadId = parse_id(id, "thread")?;
+    let thread = app
+        .engine
+        .threads()
+        .get_thread(scope, thread)
+        .await
+        .map_err(store_error)?;
+    thread_access(ctx, thread.id, PolicyAction::Execute, "thread")?;
+    if creator_may && &thread.created_by != scope.principal_id() {
+        require_admin(scope, "deleting another person's thread")?;
+    }
+    let runs = app
+        .engine
+        .runs()
+        .list_runs(scope, thread.id)
+        .await
+        .map_err(store_error)?;
+    let erased = app
+        .engine
+        .erase(scope, Erase::Thread(thread.id))
+        .await
+        .map_err(client_error)?;
+    let ids: Vec<RunId> = runs.iter().map(|r| r.id).collect();
+    app.cache.forget(scope.tenant_id(), &ids);
+    Ok(erased.into())
 }

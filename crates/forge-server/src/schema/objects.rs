@@ -101,6 +101,14 @@ impl ThreadObject {
     async fn created_at(&self) -> String {
         self.0.created_at.to_string()
     }
+    /// Who created it.
+    async fn created_by(&self) -> &str {
+        self.0.created_by.as_str()
+    }
+    /// When it was archived (RFC 3339), if it is.
+    async fn archived_at(&self) -> Option<String> {
+        self.0.archived_at.map(|t| t.to_string())
+    }
     /// What its oldest messages are sent to models as, once compacted (`compactThread`, or an
     /// agent's `compaction` budget); the messages themselves stay listed under `messages`.
     async fn summary(&self) -> Option<super::paging::ThreadSummaryObject> {
@@ -173,6 +181,10 @@ impl RunObject {
     /// Steps completed.
     async fn steps(&self) -> u32 {
         self.0.checkpoint.step
+    }
+    /// Token usage so far, typed.
+    async fn tokens(&self) -> super::typed::UsageObject {
+        self.0.checkpoint.usage.into()
     }
     /// Token usage so far (`input_tokens`, `output_tokens`, cache and reasoning tokens).
     async fn usage(&self) -> Json<Value> {
@@ -248,6 +260,10 @@ impl RunEventObject {
     /// When it happened (RFC 3339).
     async fn at(&self) -> String {
         self.0.at.to_string()
+    }
+    /// Its type, as an enum to branch on.
+    async fn event_type(&self) -> super::typed::EventType {
+        (&self.0.kind).into()
     }
     /// Its type, for example `part.added` or `run.completed`.
     async fn r#type(&self) -> String {
@@ -363,6 +379,10 @@ impl RunStreamItemObject {
     /// The event's type (`part.added`, `run.completed`…); null for markers.
     async fn r#type(&self) -> Option<&'static str> {
         self.0.event().map(|e| e.kind.type_name())
+    }
+    /// The event's type, as an enum to branch on; null for markers.
+    async fn event_type(&self) -> Option<super::typed::EventType> {
+        self.0.event().map(|e| (&e.kind).into())
     }
     /// The event in its wire encoding (`schemas/run-event.schema.json`); null for markers.
     async fn event(&self) -> Option<Json<Value>> {

@@ -85,6 +85,10 @@ impl MessageObject {
     async fn parts(&self) -> Json<Value> {
         to_json(&self.0.parts)
     }
+    /// Its parts, typed.
+    async fn content(&self) -> Vec<super::typed::PartObject> {
+        self.0.parts.iter().map(Into::into).collect()
+    }
     /// When it was written (RFC 3339).
     async fn created_at(&self) -> String {
         self.0.created_at.to_string()
@@ -248,6 +252,68 @@ pub(crate) async fn pending(
                 page,
                 |i| i.id.to_string(),
                 InteractionObject,
+            ))
+        },
+    )
+    .await
+}
+
+/// How many store pages filling one page of threads may read: a caller the policies let read
+/// few of the tenant's threads gets a short page (with `hasNextPage`) rather than a long scan.
+const THREAD_SCAN_PAGES: usize = 8;
+
+/// The caller's threads (or, with `mine: false`, every thread of the tenant the policies let
+/// the caller read), newest first: `first` after `after` (an older page each time); archived
+/// ones only with `archived`.
+pub(crate) async fn threads(
+    ctx: &Context<'_>,
+    after: Option<String>,
+    first: Option<i32>,
+    archived: bool,
+    mine: bool,
+) -> async_graphql::Result<Connection<String, ThreadObject>> {
+    let (scope, state) = (scope(ctx)?, state(ctx)?);
+    query(
+        after,
+        None,
+        first,
+        None,
+        |after: Option<String>, _before: Option<String>, first, _last| async move {
+            let limit = size(first, None)?;
+            let start = cursor::<ThreadId>(after, "thread")?;
+            let mut window = forge_core::thread::ThreadWindow {
+                before: start,
+                limit: limit + 1,
+                archived,
+                created_by: mine.then(|| scope.principal_id().clone()),
+            };
+            let mut page = Vec::new();
+            let mut exhausted = false;
+            for _ in 0..THREAD_SCAN_PAGES {
+                let read = state
+                    .engine
+                    .threads()
+                    .page_threads(scope, &window)
+                    .await
+                    .map_err(store_error)?;
+                exhausted = read.len() < window.limit;
+                window.before = read.last().map(|t| t.id);
+                page.extend(
+                    read.into_iter()
+                        .filter(|t| thread_access(ctx, t.id, PolicyAction::Read, "thread").is_ok()),
+                );
+                if exhausted || page.len() > limit {
+                    break;
+                }
+            }
+            let more = page.len() > limit || !exhausted;
+            page.truncate(limit);
+            Ok::<_, async_graphql::Error>(connection(
+                start.is_some(),
+                more,
+                page,
+                |t| t.id.to_string(),
+                ThreadObject,
             ))
         },
     )

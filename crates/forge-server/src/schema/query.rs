@@ -37,6 +37,22 @@ impl Query {
             .collect())
     }
 
+    /// The caller's threads, newest first, a page at a time: `first` (≤ 500, default 50) after
+    /// the cursor `after`. Archived threads only with `archived: true`; with `mine: false`, every
+    /// thread of the tenant the policies let the caller read. Counts its page size times its
+    /// selection toward the query's complexity.
+    #[graphql(complexity = "super::paging::weight(first, child_complexity)")]
+    async fn threads(
+        &self,
+        ctx: &Context<'_>,
+        after: Option<String>,
+        first: Option<i32>,
+        #[graphql(default = false)] archived: bool,
+        #[graphql(default = true)] mine: bool,
+    ) -> async_graphql::Result<async_graphql::connection::Connection<String, ThreadObject>> {
+        super::paging::threads(ctx, after, first, archived, mine).await
+    }
+
     /// A thread.
     async fn thread(&self, ctx: &Context<'_>, id: ID) -> async_graphql::Result<ThreadObject> {
         let (scope, state) = (scope(ctx)?, state(ctx)?);

@@ -66,4 +66,90 @@ impl Subscriptions {
             stream.map(|r| r.map(RunStreamItemObject).map_err(store_error)),
         ))
     }
+
+    /// The pending approvals and questions the caller may act on (as `pendingInteractions`
+    /// lists them, at most 200), now and then each time the list changes: a decision anywhere,
+    /// a run parking or expiring. Each item is the whole list, oldest first.
+    async fn pending_interactions(
+        &self,
+        ctx: &Context<'_>,
+    ) -> async_graphql::Result<
+        std::pin::Pin<Box<dyn Stream<Item = async_graphql::Result<Vec<InteractionObject>>> + Send>>,
+    > {
+        let (scope, app) = (scope(ctx)?.clone(), state(ctx)?.clone());
+        let wakes = app.bus.subscribe();
+        let stream = pending_lists(app, scope, wakes);
+        Ok(Box::pin(stream))
+    }
+}
+
+/// The longest wait between two reads of the pending list when nothing wakes it (a decision
+/// made through another process wakes no one here).
+const PENDING_POLL: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// The most pending interactions one item of the subscription lists.
+const PENDING_MAX: usize = 200;
+
+/// Whether the caller may read `thread` under the policies.
+fn may_read(app: &AppState, scope: &Scope, thread: ThreadId) -> bool {
+    let id = thread.to_string();
+    app.engine
+        .authorize(&PolicyRequest {
+            scope,
+            action: PolicyAction::Read,
+            resource: PolicyResource::Thread(&id),
+            input: None,
+        })
+        .is_allowed()
+}
+
+/// Reads the pending list at start, then after each wake-up (or poll), yielding it when it
+/// differs from the last list yielded; ends on shutdown.
+fn pending_lists(
+    app: Arc<AppState>,
+    scope: Scope,
+    wakes: tokio::sync::broadcast::Receiver<Wake>,
+) -> impl Stream<Item = async_graphql::Result<Vec<InteractionObject>>> + Send {
+    futures_util::stream::unfold(
+        (app, scope, wakes, None::<Vec<String>>, true),
+        |(app, scope, mut wakes, mut last, mut first)| async move {
+            loop {
+                if !first {
+                    tokio::select! {
+                        _ = app.shutdown.cancelled() => return None,
+                        // Any wake-up may have raised or settled one; a lagged receiver has
+                        // missed some, which a read covers too.
+                        _ = wakes.recv() => {
+                            // Let a burst of wake-ups (a step's events) settle into one read.
+                            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                            while wakes.try_recv().is_ok() {}
+                        }
+                        _ = tokio::time::sleep(PENDING_POLL) => {}
+                    }
+                }
+                first = false;
+                let read = app
+                    .engine
+                    .pending_interactions_page(&scope, None, PENDING_MAX, |i| {
+                        may_read(&app, &scope, i.thread_id)
+                    })
+                    .await;
+                let page = match read {
+                    Ok((page, _)) => page,
+                    Err(e) => {
+                        return Some((Err(client_error(e)), (app, scope, wakes, last, first)));
+                    }
+                };
+                let ids: Vec<String> = page
+                    .iter()
+                    .map(|i| format!("{}:{}", i.id, i.status.name()))
+                    .collect();
+                if last.as_ref() != Some(&ids) {
+                    last = Some(ids);
+                    let items = page.into_iter().map(InteractionObject).collect();
+                    return Some((Ok(items), (app, scope, wakes, last, first)));
+                }
+            }
+        },
+    )
 }

@@ -14,3 +14,4 @@ mod resolver_tests;
 mod subscription_tests;
 mod support;
 mod telemetry_tests;
+mod threads_tests;

@@ -8,10 +8,13 @@
 //!   `opentelemetry*` dependency; test-only features stay in dev-dependencies;
 //! - `reachability`: on a `syn` call graph, every run-event and part variant is constructed in
 //!   code a root reaches, every declared capability and port is wired where its consumer is, and
-//!   every event has a row in ARCHITECTURE.md.
+//!   every event has a row in ARCHITECTURE.md;
+//! - `codegen`: writes the web client's TypeScript types from the committed schemas (its check,
+//!   a `#[test]`, fails when they are stale).
 //!
 //! Each also runs as a `#[test]`, so `cargo test` enforces them.
 
+mod codegen;
 mod deps;
 mod graph;
 mod reachability;
@@ -31,11 +34,13 @@ fn main() -> ExitCode {
         "tidy" => tidy::check(&root()),
         "deps" => deps::check(&root()),
         "reachability" => reachability::check(&root()),
+        "codegen" => codegen::write(&root()),
         "ci" => tidy::check(&root())
             .and_then(|()| deps::check(&root()))
-            .and_then(|()| reachability::check(&root())),
+            .and_then(|()| reachability::check(&root()))
+            .and_then(|()| codegen::check(&root())),
         _ => {
-            eprintln!("usage: cargo xtask <tidy|deps|reachability|ci>");
+            eprintln!("usage: cargo xtask <tidy|deps|reachability|codegen|ci>");
             return ExitCode::from(2);
         }
     };

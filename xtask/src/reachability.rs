@@ -317,6 +317,24 @@ pub(crate) const CAPABILITIES: &[Capability] = &[
         ),
     },
     Capability {
+        name: "the web client served at /",
+        provider: ("forge-server/src/web.rs", None, "ui"),
+        scope: Scope::Platform,
+        wired_in: ("forge-server/src/lib.rs", Some("Server"), "router"),
+    },
+    Capability {
+        name: "CORS for the configured origins",
+        provider: ("forge-server/src/web.rs", None, "cors"),
+        scope: Scope::Platform,
+        wired_in: ("forge-server/src/lib.rs", Some("Server"), "router"),
+    },
+    Capability {
+        name: "development sign-in when enabled",
+        provider: ("forge-cli/src/serve.rs", Some("BrowserArgs"), "config"),
+        scope: Scope::Binaries,
+        wired_in: ("forge-cli/src/serve.rs", None, "serve"),
+    },
+    Capability {
         name: "evaluation: forge eval scores a dataset through the engine",
         provider: ("forge-eval/src/harness.rs", Some("Harness"), "score"),
         scope: Scope::Binaries,

@@ -118,6 +118,64 @@ pub(crate) struct ServeArgs {
     /// Enables the example `record_effect` tool, writing to this PostgreSQL database.
     #[arg(long, env = "FORGE_EFFECTS_DB")]
     effects_db: Option<String>,
+    #[command(flatten)]
+    browser: BrowserArgs,
+}
+
+/// What browsers get.
+#[derive(Debug, clap::Args)]
+pub(crate) struct BrowserArgs {
+    /// Do not serve the web client at `/`.
+    #[arg(long)]
+    no_ui: bool,
+    /// An origin allowed to call the API from a browser, such as `https://app.example.com`
+    /// (repeatable, or comma separated).
+    #[arg(
+        long = "cors-origin",
+        env = "FORGE_CORS_ORIGINS",
+        value_delimiter = ','
+    )]
+    cors_origins: Vec<String>,
+    /// Serve GraphiQL on `GET /graphql`.
+    #[arg(long, env = "FORGE_GRAPHIQL")]
+    graphiql: bool,
+    /// Development sign-in: `POST /auth/dev` hands out tokens for any tenant, principal and
+    /// roles, signed with the HS256 secret. Never in production.
+    #[arg(long, env = "FORGE_DEV_SIGN_IN")]
+    dev_sign_in: bool,
+}
+
+impl BrowserArgs {
+    fn config(&self, auth: &AuthArgs) -> anyhow::Result<forge_server::WebConfig> {
+        for o in &self.cors_origins {
+            let ok = (o.starts_with("http://") || o.starts_with("https://"))
+                && !o.trim_end_matches('/').contains(['*', ' '])
+                && o.matches('/').count() == 2;
+            if !ok {
+                bail!("--cors-origin takes an origin such as https://app.example.com, not {o:?}");
+            }
+        }
+        let dev_sign_in = if self.dev_sign_in {
+            if auth.jwks.is_some() {
+                bail!("--dev-sign-in signs with the HS256 secret; it cannot be used with --jwks");
+            }
+            eprintln!(
+                "warning: development sign-in is on: anyone who reaches this server can sign in as anyone"
+            );
+            Some(forge_server::DevSignIn {
+                secret: auth.secret()?.into_bytes(),
+                ttl_secs: 12 * 3600,
+            })
+        } else {
+            None
+        };
+        Ok(forge_server::WebConfig {
+            ui: !self.no_ui,
+            cors_origins: self.cors_origins.clone(),
+            graphiql: self.graphiql,
+            dev_sign_in,
+        })
+    }
 }
 
 pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
@@ -202,6 +260,7 @@ pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         });
     }
     let mut config = ServerConfig::new(auth);
+    config.web = args.browser.config(&args.auth)?;
     config.readiness = readiness;
     config.retriever = Some(
         args.access

@@ -23,6 +23,7 @@ mod budget;
 pub mod files;
 mod http;
 pub mod schema;
+pub mod web;
 mod ws;
 
 use std::future::Future;
@@ -43,6 +44,7 @@ pub use files::FileLimits;
 pub use forge_engine::live::{EventBus, LiveTail, StreamSettings, Wake};
 pub use http::HttpLimits;
 pub use schema::{AppState, ForgeSchema, QueryLimits};
+pub use web::{DevSignIn, WebConfig};
 pub use ws::{CLOSE_FORBIDDEN, CLOSE_GOING_AWAY, CLOSE_INIT_TIMEOUT, CLOSE_TRY_LATER, WsLimits};
 
 /// What a readiness probe returns: `Err` says why the server is not ready.
@@ -95,6 +97,8 @@ pub struct ServerConfig {
     pub file_limits: FileLimits,
     /// `GET /metrics` (Prometheus text); absent, it answers `404`.
     pub metrics: Option<MetricsText>,
+    /// The web client, CORS, development sign-in, GraphiQL.
+    pub web: WebConfig,
 }
 
 impl ServerConfig {
@@ -110,6 +114,10 @@ impl ServerConfig {
             files: None,
             file_limits: FileLimits::default(),
             metrics: None,
+            web: WebConfig {
+                ui: true,
+                ..WebConfig::default()
+            },
             http: HttpLimits::default(),
             ws: WsLimits::default(),
             drain: std::time::Duration::from_secs(10),
@@ -135,6 +143,7 @@ struct Shared {
     file_limits: FileLimits,
     telemetry: forge_core::telemetry::Telemetry,
     metrics: Option<MetricsText>,
+    web: Arc<WebConfig>,
 }
 
 /// What `GET /metrics` serves: the Prometheus text exposition of the process's instruments.
@@ -192,6 +201,7 @@ impl Server {
                 file_limits: config.file_limits,
                 telemetry,
                 metrics: config.metrics,
+                web: Arc::new(config.web),
             }),
             max_body_bytes: config.max_body_bytes,
             tail,
@@ -218,6 +228,12 @@ impl Server {
 
     /// The routes.
     pub fn router(&self) -> Router {
+        let web = self.shared.web.clone();
+        let browser = Router::new()
+            .route("/auth/config", get(web::auth_config))
+            .route("/auth/dev", axum::routing::post(web::dev_sign_in))
+            .fallback(web::ui)
+            .with_state(web.clone());
         Router::new()
             .route("/graphql", get(graphql_ws).post(graphql_http))
             .route("/healthz", get(healthz))
@@ -228,6 +244,8 @@ impl Server {
             // The GraphQL handler reads its body itself, after authentication.
             .layer(DefaultBodyLimit::max(self.max_body_bytes))
             .with_state(self.shared.clone())
+            .merge(browser)
+            .layer(axum::middleware::from_fn_with_state(web, web::cors))
     }
 
     /// Serves on `listener` until `stop` fires, then stops accepting, closes WebSockets with
@@ -453,8 +471,18 @@ fn response_too_large(limit: usize) -> Response {
 async fn graphql_ws(
     State(shared): State<Arc<Shared>>,
     headers: HeaderMap,
-    upgrade: WebSocketUpgrade,
+    upgrade: Result<WebSocketUpgrade, axum::extract::ws::rejection::WebSocketUpgradeRejection>,
 ) -> Response {
+    let Ok(upgrade) = upgrade else {
+        if shared.web.graphiql {
+            return web::graphiql();
+        }
+        return (
+            StatusCode::BAD_REQUEST,
+            "use a WebSocket with the graphql-transport-ws subprotocol, or POST",
+        )
+            .into_response();
+    };
     let protocol = headers
         .get(header::SEC_WEBSOCKET_PROTOCOL)
         .and_then(|v| v.to_str().ok())

@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod auth_tests;
+mod browser_tests;
 mod citation_tests;
 mod files_tests;
 mod hardening_tests;

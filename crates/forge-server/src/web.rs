@@ -1,0 +1,278 @@
+//! What a browser needs besides GraphQL: the web client (a production bundle of `web/`,
+//! committed under `crates/forge-server/ui/` and compiled into the binary), CORS for a client
+//! served from another origin, a development sign-in, and GraphiQL.
+//!
+//! - `GET /` and every path no other route claims: the client's `index.html` (it routes in the
+//!   browser); `GET /assets/…`: its script and styles. Strict headers: a same-origin CSP, no
+//!   sniffing, no framing; `ETag`s over the content so a reload revalidates cheaply.
+//! - CORS: an `Origin` in [`WebConfig::cors_origins`] gets the `Access-Control-*` answers,
+//!   preflights included; any other origin gets none (the browser then refuses the response).
+//! - `GET /auth/config` says whether development sign-in is on; `POST /auth/dev` with
+//!   `{"tenant", "principal", "roles"}` answers `{"token"}` signed with the server's HS256
+//!   secret — only when [`WebConfig::dev_sign_in`] is set, never in production.
+//! - `GET /graphql` without a WebSocket upgrade serves GraphiQL when [`WebConfig::graphiql`].
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use sha2::{Digest, Sha256};
+
+/// Settings for browsers.
+#[derive(Debug, Clone, Default)]
+pub struct WebConfig {
+    /// Serve the web client at `/`.
+    pub ui: bool,
+    /// Origins (`https://app.example.com`) allowed to call the API from a browser.
+    pub cors_origins: Vec<String>,
+    /// Serve GraphiQL on `GET /graphql`.
+    pub graphiql: bool,
+    /// Development sign-in: tokens for any tenant and principal, signed with this secret.
+    pub dev_sign_in: Option<DevSignIn>,
+}
+
+/// Development sign-in.
+#[derive(Clone)]
+pub struct DevSignIn {
+    /// The HS256 secret the server verifies with.
+    pub secret: Vec<u8>,
+    /// How long a token lives, in seconds.
+    pub ttl_secs: i64,
+}
+
+impl std::fmt::Debug for DevSignIn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DevSignIn")
+            .field("ttl_secs", &self.ttl_secs)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One file of the bundle.
+struct Asset {
+    path: &'static str,
+    media_type: &'static str,
+    bytes: &'static [u8],
+}
+
+/// The bundle, as `npm run build` in `web/` writes it (fixed names: the binary holds one).
+const ASSETS: [Asset; 3] = [
+    Asset {
+        path: "/index.html",
+        media_type: "text/html; charset=utf-8",
+        bytes: include_bytes!("../ui/index.html"),
+    },
+    Asset {
+        path: "/assets/app.js",
+        media_type: "text/javascript; charset=utf-8",
+        bytes: include_bytes!("../ui/assets/app.js"),
+    },
+    Asset {
+        path: "/assets/app.css",
+        media_type: "text/css; charset=utf-8",
+        bytes: include_bytes!("../ui/assets/app.css"),
+    },
+];
+
+/// The content security policy of the client's pages: its own scripts and styles only, its
+/// own API (HTTP and WebSocket), nothing framed.
+const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
+                   connect-src 'self' ws: wss:; frame-ancestors 'none'; base-uri 'none'; \
+                   form-action 'self'";
+
+fn etag(bytes: &[u8]) -> String {
+    let digest = Sha256::digest(bytes);
+    let hex: String = digest.iter().take(12).map(|b| format!("{b:02x}")).collect();
+    format!("\"{hex}\"")
+}
+
+fn asset_response(asset: &Asset, headers: &HeaderMap) -> Response {
+    let tag = etag(asset.bytes);
+    let fresh = headers
+        .get(header::IF_NONE_MATCH)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v == tag);
+    let mut response = if fresh {
+        StatusCode::NOT_MODIFIED.into_response()
+    } else {
+        (
+            [(header::CONTENT_TYPE, asset.media_type)],
+            Body::from(asset.bytes),
+        )
+            .into_response()
+    };
+    let h = response.headers_mut();
+    if let Ok(v) = HeaderValue::from_str(&tag) {
+        h.insert(header::ETAG, v);
+    }
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(CSP),
+    );
+    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    response
+}
+
+/// The client: an asset by path, else `index.html` for any page path (the client routes).
+pub(crate) async fn ui(
+    State(web): State<Arc<WebConfig>>,
+    method: Method,
+    headers: HeaderMap,
+    uri: axum::http::Uri,
+) -> Response {
+    if !web.ui || !(method == Method::GET || method == Method::HEAD) {
+        return StatusCode::NOT_FOUND.into_response();
+    }
+    let path = uri.path();
+    if let Some(asset) = ASSETS.iter().find(|a| a.path == path) {
+        return asset_response(asset, &headers);
+    }
+    if path.starts_with("/assets/") || path.contains('.') {
+        return StatusCode::NOT_FOUND.into_response();
+    }
+    asset_response(&ASSETS[0], &headers)
+}
+
+/// CORS for the configured origins: preflights answered here, other requests annotated.
+pub(crate) async fn cors(
+    State(web): State<Arc<WebConfig>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let origin = request
+        .headers()
+        .get(header::ORIGIN)
+        .and_then(|v| v.to_str().ok())
+        .filter(|o| web.cors_origins.iter().any(|allowed| allowed == o))
+        .and_then(|o| HeaderValue::from_str(o).ok());
+    let preflight = request.method() == Method::OPTIONS
+        && request
+            .headers()
+            .contains_key(header::ACCESS_CONTROL_REQUEST_METHOD);
+    let mut response = if preflight {
+        match &origin {
+            Some(_) => StatusCode::NO_CONTENT.into_response(),
+            None => StatusCode::FORBIDDEN.into_response(),
+        }
+    } else {
+        next.run(request).await
+    };
+    let h = response.headers_mut();
+    h.append(header::VARY, HeaderValue::from_static("origin"));
+    if let Some(origin) = origin {
+        h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin);
+        h.insert(
+            header::ACCESS_CONTROL_ALLOW_HEADERS,
+            HeaderValue::from_static("authorization, content-type, traceparent"),
+        );
+        h.insert(
+            header::ACCESS_CONTROL_ALLOW_METHODS,
+            HeaderValue::from_static("GET, POST, OPTIONS"),
+        );
+        h.insert(
+            header::ACCESS_CONTROL_MAX_AGE,
+            HeaderValue::from_static("600"),
+        );
+    }
+    response
+}
+
+/// Whether development sign-in is on.
+pub(crate) async fn auth_config(State(web): State<Arc<WebConfig>>) -> Response {
+    axum::Json(serde_json::json!({"dev_sign_in": web.dev_sign_in.is_some()})).into_response()
+}
+
+/// A development token for the scope asked for.
+pub(crate) async fn dev_sign_in(
+    State(web): State<Arc<WebConfig>>,
+    body: axum::body::Bytes,
+) -> Response {
+    let Some(dev) = &web.dev_sign_in else {
+        return StatusCode::NOT_FOUND.into_response();
+    };
+    #[derive(serde::Deserialize)]
+    struct Ask {
+        tenant: String,
+        principal: String,
+        #[serde(default)]
+        roles: Vec<String>,
+    }
+    let bad = |m: &str| crate::http::error_response(StatusCode::BAD_REQUEST, "BAD_REQUEST", m);
+    let Ok(ask) = serde_json::from_slice::<Ask>(&body) else {
+        return bad("send {\"tenant\": …, \"principal\": …, \"roles\": […]}");
+    };
+    let roles: Vec<&str> = ask.roles.iter().map(String::as_str).collect();
+    let Ok(scope) = forge_core::scope::Scope::parse(&ask.tenant, &ask.principal, &roles) else {
+        return bad("tenant, principal and roles must be 1-256 characters without controls");
+    };
+    let now = chrono_now();
+    match crate::auth::sign_hs256(&dev.secret, &scope, dev.ttl_secs, now) {
+        Ok(token) => axum::Json(serde_json::json!({"token": token})).into_response(),
+        Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+    }
+}
+
+fn chrono_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+}
+
+/// GraphiQL, pointed at this server's endpoint (its scripts from the unpkg CDN, as GraphiQL
+/// publishes them; the page asks for a bearer token in its headers editor).
+pub(crate) fn graphiql() -> Response {
+    let html = r#"<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<title>Forge GraphiQL</title>
+<link rel="stylesheet" href="https://unpkg.com/graphiql@3/graphiql.min.css">
+</head>
+<body style="margin:0;height:100vh">
+<div id="graphiql" style="height:100vh"></div>
+<script crossorigin src="https://unpkg.com/react@18/umd/react.production.min.js"></script>
+<script crossorigin src="https://unpkg.com/react-dom@18/umd/react-dom.production.min.js"></script>
+<script crossorigin src="https://unpkg.com/graphiql@3/graphiql.min.js"></script>
+<script>
+  const url = new URL("/graphql", location.href);
+  const fetcher = GraphiQL.createFetcher({
+    url: url.href,
+    subscriptionUrl: url.href.replace(/^http/, "ws"),
+  });
+  ReactDOM.createRoot(document.getElementById("graphiql")).render(
+    React.createElement(GraphiQL, {
+      fetcher,
+      defaultHeaders: '{"Authorization": "Bearer <token from forge token>"}',
+    }),
+  );
+</script>
+</body>
+</html>"#;
+    axum::response::Html(html).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_asset_is_in_the_binary_and_the_page_loads_only_its_own() {
+        let index = std::str::from_utf8(ASSETS[0].bytes).expect("utf-8");
+        assert!(index.contains("/assets/app.js"), "{index}");
+        assert!(index.contains("/assets/app.css"), "{index}");
+        assert!(!index.contains("http://") && !index.contains("https://"));
+        assert!(ASSETS.iter().all(|a| !a.bytes.is_empty()));
+    }
+}

@@ -1,0 +1,266 @@
+import { type FormEvent, useRef, useState } from "react";
+
+import { describe, gql } from "../api";
+import type { JsonValue } from "../generated/wire";
+import type { ApprovalView, QuestionView } from "../reducer";
+
+function newKey(): string {
+  return typeof crypto.randomUUID === "function"
+    ? crypto.randomUUID()
+    : `${Date.now()}-${Math.random().toString(16).slice(2)}`;
+}
+
+const RESOLVE = `mutation Resolve($id: ID!, $approve: Boolean!, $key: String!, $hash: String, $reason: String) {
+  resolveApproval(interactionId: $id, approve: $approve, key: $key, inputHash: $hash, reason: $reason) { id status }
+}`;
+
+/**
+ * An approval: the exact input the call will run with, and approve / reject. One idempotency
+ * key per card: a double click, or a retry after a lost answer, repeats the same decision; the
+ * buttons are disabled from the first click.
+ */
+export function ApprovalCard({
+  approval,
+  input,
+  mayDecide,
+  decided,
+}: {
+  approval: ApprovalView;
+  input: JsonValue | undefined;
+  mayDecide: boolean;
+  decided: boolean;
+}) {
+  const key = useRef(newKey());
+  const [state, setState] = useState<"idle" | "sending" | "approved" | "rejected">("idle");
+  const [error, setError] = useState<string | null>(null);
+
+  const decide = async (approve: boolean) => {
+    if (state !== "idle") return;
+    setState("sending");
+    setError(null);
+    try {
+      await gql(RESOLVE, {
+        id: approval.interactionId,
+        approve,
+        key: key.current,
+        hash: approval.inputHash,
+        reason: approve ? null : "rejected in the web client",
+      });
+      setState(approve ? "approved" : "rejected");
+    } catch (e) {
+      setError(describe(e));
+      setState("idle");
+    }
+  };
+
+  const heading = `Approve ${approval.toolName}?`;
+  return (
+    <section className="approval card" aria-label={heading}>
+      <h4>{heading}</h4>
+      <p className="muted">It will run with exactly this input:</p>
+      <pre className="json">{JSON.stringify(input ?? null, null, 2)}</pre>
+      {state === "approved" || state === "rejected" ? (
+        <p role="status">{state === "approved" ? "You approved it." : "You rejected it."}</p>
+      ) : decided ? (
+        <p className="muted">Decided.</p>
+      ) : mayDecide ? (
+        <div className="row">
+          <button type="button" onClick={() => void decide(true)} disabled={state !== "idle"}>
+            Approve
+          </button>
+          <button
+            type="button"
+            className="secondary"
+            onClick={() => void decide(false)}
+            disabled={state !== "idle"}
+          >
+            Reject
+          </button>
+        </div>
+      ) : (
+        <p className="muted">Waiting for someone who may approve it.</p>
+      )}
+      {error && (
+        <p role="alert" className="error">
+          {error}
+        </p>
+      )}
+    </section>
+  );
+}
+
+type Schema = {
+  type?: string;
+  enum?: JsonValue[];
+  properties?: Record<string, Schema>;
+  required?: string[];
+  title?: string;
+  description?: string;
+};
+
+/** One input for a schema of one value. */
+function Field({
+  id,
+  label,
+  schema,
+  value,
+  onChange,
+}: {
+  id: string;
+  label: string;
+  schema: Schema;
+  value: string;
+  onChange: (v: string) => void;
+}) {
+  if (schema.enum) {
+    return (
+      <>
+        <label htmlFor={id}>{label}</label>
+        <select id={id} value={value} onChange={(e) => onChange(e.target.value)}>
+          <option value="">Choose…</option>
+          {schema.enum.map((v) => (
+            <option key={JSON.stringify(v)} value={JSON.stringify(v)}>
+              {String(v)}
+            </option>
+          ))}
+        </select>
+      </>
+    );
+  }
+  if (schema.type === "boolean") {
+    return (
+      <label className="check" htmlFor={id}>
+        <input
+          id={id}
+          type="checkbox"
+          checked={value === "true"}
+          onChange={(e) => onChange(e.target.checked ? "true" : "false")}
+        />
+        {label}
+      </label>
+    );
+  }
+  const numeric = schema.type === "integer" || schema.type === "number";
+  return (
+    <>
+      <label htmlFor={id}>{label}</label>
+      <input
+        id={id}
+        type={numeric ? "number" : "text"}
+        step={schema.type === "integer" ? 1 : "any"}
+        value={value}
+        onChange={(e) => onChange(e.target.value)}
+      />
+    </>
+  );
+}
+
+function parseValue(schema: Schema, raw: string): JsonValue {
+  if (schema.enum) return raw === "" ? null : (JSON.parse(raw) as JsonValue);
+  switch (schema.type) {
+    case "integer":
+    case "number":
+      return raw === "" ? null : Number(raw);
+    case "boolean":
+      return raw === "true";
+    case "string":
+      return raw;
+    default:
+      return JSON.parse(raw) as JsonValue;
+  }
+}
+
+/** A question's form, generated from its answer schema (a value, or an object of values). */
+export function QuestionForm({ question }: { question: QuestionView }) {
+  const schema = (question.answerSchema ?? {}) as Schema;
+  const key = useRef(newKey());
+  const isObject = schema.type === "object" && schema.properties;
+  const simple = !isObject && ["string", "integer", "number", "boolean"].includes(schema.type ?? "") || !!schema.enum;
+  const [values, setValues] = useState<Record<string, string>>({});
+  const [sent, setSent] = useState(false);
+  const [busy, setBusy] = useState(false);
+  const [error, setError] = useState<string | null>(null);
+
+  const answer = (): JsonValue => {
+    if (isObject && schema.properties) {
+      const out: Record<string, JsonValue> = {};
+      for (const [name, s] of Object.entries(schema.properties)) {
+        const raw = values[name] ?? "";
+        if (raw === "" && !(schema.required ?? []).includes(name)) continue;
+        out[name] = parseValue(s, raw);
+      }
+      return out;
+    }
+    if (simple) return parseValue(schema, values.answer ?? "");
+    return JSON.parse(values.answer ?? "null") as JsonValue;
+  };
+
+  const submit = async (e: FormEvent) => {
+    e.preventDefault();
+    if (busy || sent) return;
+    setBusy(true);
+    setError(null);
+    try {
+      await gql(
+        `mutation Answer($id: ID!, $answer: JSON!, $key: String!) {
+          answerQuestion(interactionId: $id, answer: $answer, key: $key) { id status }
+        }`,
+        { id: question.interactionId, answer: answer(), key: key.current },
+      );
+      setSent(true);
+    } catch (err) {
+      setError(err instanceof SyntaxError ? "The answer is not valid JSON." : describe(err));
+    } finally {
+      setBusy(false);
+    }
+  };
+
+  const id = `q-${question.interactionId}`;
+  return (
+    <form className="question card" onSubmit={submit} aria-label={question.prompt}>
+      <h4>{question.prompt}</h4>
+      {isObject && schema.properties ? (
+        Object.entries(schema.properties).map(([name, s]) => (
+          <Field
+            key={name}
+            id={`${id}-${name}`}
+            label={s.title ?? name}
+            schema={s}
+            value={values[name] ?? ""}
+            onChange={(v) => setValues((old) => ({ ...old, [name]: v }))}
+          />
+        ))
+      ) : simple ? (
+        <Field
+          id={id}
+          label="Answer"
+          schema={schema}
+          value={values.answer ?? ""}
+          onChange={(v) => setValues({ answer: v })}
+        />
+      ) : (
+        <>
+          <label htmlFor={id}>Answer (JSON)</label>
+          <textarea
+            id={id}
+            rows={3}
+            value={values.answer ?? ""}
+            onChange={(e) => setValues({ answer: e.target.value })}
+          />
+        </>
+      )}
+      {sent ? (
+        <p role="status">Answered.</p>
+      ) : (
+        <button type="submit" disabled={busy}>
+          Answer
+        </button>
+      )}
+      {error && (
+        <p role="alert" className="error">
+          {error}
+        </p>
+      )}
+    </form>
+  );
+}

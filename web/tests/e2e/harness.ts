@@ -1,0 +1,265 @@
+// The browser tests' harness: a real `forge serve` (the binary, on SQLite), a TCP proxy in front
+// of it whose connections a test can cut, Debian's Chromium driven by playwright-core, and
+// axe-core run inside the page.
+
+import { type ChildProcess, spawn, spawnSync } from "node:child_process";
+import { createHmac } from "node:crypto";
+import { mkdtempSync, readFileSync } from "node:fs";
+import net from "node:net";
+import { tmpdir } from "node:os";
+import { dirname, join, resolve } from "node:path";
+import { createRequire } from "node:module";
+import { fileURLToPath } from "node:url";
+
+import { type Browser, type Page, chromium } from "playwright-core";
+
+const here = dirname(fileURLToPath(import.meta.url));
+export const repo = resolve(here, "../../..");
+const require = createRequire(import.meta.url);
+
+/** The `forge` binary: `FORGE_BIN`, or the workspace's debug build. */
+export function forgeBin(): string {
+  // Resolved now: the processes run in other directories.
+  const bin = resolve(
+    process.env.FORGE_BIN ?? join(process.env.CARGO_TARGET_DIR ?? join(repo, "target"), "debug", "forge"),
+  );
+  const probe = spawnSync(bin, ["--version"]);
+  if (probe.status !== 0) {
+    throw new Error(
+      `the forge binary is not at ${bin}: build it with \`cargo build -p forge-cli\` (or set FORGE_BIN)`,
+    );
+  }
+  return bin;
+}
+
+export const SECRET = "e2e-secret-e2e-secret-e2e-secret-0123456789";
+
+async function freePort(): Promise<number> {
+  return new Promise((ok, fail) => {
+    const s = net.createServer();
+    s.listen(0, "127.0.0.1", () => {
+      const addr = s.address();
+      s.close(() => (typeof addr === "object" && addr ? ok(addr.port) : fail(new Error("no port"))));
+    });
+  });
+}
+
+/** A running `forge serve` on a SQLite file of its own. */
+export class Forge {
+  readonly dir: string;
+  readonly port: number;
+  private child: ChildProcess | null = null;
+  private log = "";
+
+  private constructor(dir: string, port: number) {
+    this.dir = dir;
+    this.port = port;
+  }
+
+  get url(): string {
+    return `http://127.0.0.1:${this.port}`;
+  }
+
+  get store(): string {
+    return `sqlite://${join(this.dir, "forge.db")}`;
+  }
+
+  /** Starts a server with the example and test agents, the example policies, dev sign-in. */
+  static async start(): Promise<Forge> {
+    const f = new Forge(mkdtempSync(join(tmpdir(), "forge-e2e-")), await freePort());
+    f.ingest();
+    await f.boot();
+    return f;
+  }
+
+  private ingest(): void {
+    const out = spawnSync(
+      forgeBin(),
+      [
+        "rag", "ingest", "--store", this.store, "--tenant", "acme", "--label", "public",
+        join(repo, "examples/sources/handbook.md"),
+      ],
+      { cwd: join(repo, "examples/sources") },
+    );
+    if (out.status !== 0) throw new Error(`ingest failed: ${out.error ?? out.stderr}`);
+  }
+
+  /** Starts (or starts again) the process. */
+  async boot(): Promise<void> {
+    const args = [
+      "serve", "--store", this.store, "--listen", `127.0.0.1:${this.port}`,
+      "--agent", join(repo, "examples/agents/payments.toml"),
+      "--agent", join(repo, "examples/agents/calculator.toml"),
+      "--agent", join(here, "agents/stream.toml"),
+      "--policies", join(repo, "examples/policies"),
+      "--dev-sign-in",
+      "--files-dir", join(this.dir, "files"),
+    ];
+    this.child = spawn(forgeBin(), args, {
+      cwd: this.dir,
+      env: { ...process.env, FORGE_JWT_SECRET: SECRET },
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    this.child.stdout?.on("data", (d) => (this.log += d));
+    this.child.stderr?.on("data", (d) => (this.log += d));
+    const deadline = Date.now() + 30_000;
+    while (Date.now() < deadline) {
+      if (this.child.exitCode !== null) throw new Error(`forge serve exited:\n${this.log}`);
+      try {
+        const r = await fetch(`${this.url}/healthz`);
+        if (r.ok) return;
+      } catch {
+        // not yet
+      }
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    throw new Error(`forge serve did not answer:\n${this.log}`);
+  }
+
+  /** Kills the process outright (no drain), as a crash would. */
+  async kill(): Promise<void> {
+    const child = this.child;
+    if (!child || child.exitCode !== null) return;
+    const exited = new Promise((r) => child.once("exit", r));
+    child.kill("SIGKILL");
+    await exited;
+  }
+
+  /** Stops the process. */
+  async stop(): Promise<void> {
+    await this.kill();
+  }
+
+  output(): string {
+    return this.log;
+  }
+
+  /** A development token. */
+  async token(tenant: string, principal: string, roles: string[]): Promise<string> {
+    const r = await fetch(`${this.url}/auth/dev`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ tenant, principal, roles }),
+    });
+    const body = (await r.json()) as { token: string };
+    return body.token;
+  }
+
+  /** A GraphQL request as `token`. */
+  async gql<T>(token: string, query: string, variables: Record<string, unknown> = {}): Promise<T> {
+    const r = await fetch(`${this.url}/graphql`, {
+      method: "POST",
+      headers: { "content-type": "application/json", authorization: `Bearer ${token}` },
+      body: JSON.stringify({ query, variables }),
+    });
+    const body = (await r.json()) as { data?: T; errors?: { message: string }[] };
+    if (body.errors?.length) throw new Error(JSON.stringify(body.errors));
+    return body.data as T;
+  }
+}
+
+/** A TCP proxy in front of `port`: the page talks to the proxy; `cut()` kills every connection. */
+export class Proxy {
+  private server: net.Server;
+  private sockets = new Set<net.Socket>();
+  port = 0;
+
+  private constructor(target: number) {
+    this.server = net.createServer((client) => {
+      const upstream = net.connect(target, "127.0.0.1");
+      this.sockets.add(client);
+      this.sockets.add(upstream);
+      client.pipe(upstream);
+      upstream.pipe(client);
+      const drop = () => {
+        client.destroy();
+        upstream.destroy();
+        this.sockets.delete(client);
+        this.sockets.delete(upstream);
+      };
+      client.on("error", drop);
+      upstream.on("error", drop);
+      client.on("close", drop);
+      upstream.on("close", drop);
+    });
+  }
+
+  static async start(target: number): Promise<Proxy> {
+    const p = new Proxy(target);
+    await new Promise<void>((ok) => p.server.listen(0, "127.0.0.1", ok));
+    const addr = p.server.address();
+    p.port = typeof addr === "object" && addr ? addr.port : 0;
+    return p;
+  }
+
+  get url(): string {
+    return `http://127.0.0.1:${this.port}`;
+  }
+
+  /** Every open connection, reset: what a dropped network does to a WebSocket. */
+  cut(): number {
+    const n = this.sockets.size;
+    for (const s of this.sockets) s.resetAndDestroy();
+    this.sockets.clear();
+    return n;
+  }
+
+  async stop(): Promise<void> {
+    this.cut();
+    await new Promise((r) => this.server.close(r));
+  }
+}
+
+/** Debian's Chromium, headless, as the machine notes say to start it. */
+export async function browser(): Promise<Browser> {
+  return chromium.launch({
+    executablePath: process.env.CHROMIUM ?? "/usr/bin/chromium",
+    headless: true,
+    args: [
+      "--no-sandbox",
+      "--disable-gpu",
+      "--disable-quic",
+      "--no-first-run",
+      "--disable-background-networking",
+      "--disable-component-update",
+      "--disable-sync",
+    ],
+  });
+}
+
+/** A page of `base` signed in with `token` (kept in the tab's session, as the client keeps it). */
+export async function signedIn(b: Browser, base: string, token: string, path = "/"): Promise<Page> {
+  const context = await b.newContext();
+  const page = await context.newPage();
+  if (token) {
+    await page.addInitScript((t) => {
+      if (!sessionStorage.getItem("forge.token")) sessionStorage.setItem("forge.token", t);
+    }, token);
+  }
+  await page.goto(base + path);
+  return page;
+}
+
+const AXE = readFileSync(require.resolve("axe-core/axe.min.js"), "utf8");
+
+/** axe-core's violations on the page as it stands (WCAG 2 A and AA rules). */
+export async function violations(page: Page): Promise<string[]> {
+  // Evaluated through the debugging protocol, not as a page script: the page's CSP (its own
+  // scripts only) stays in force and is not weakened for the check.
+  await page.evaluate(AXE);
+  return page.evaluate(async () => {
+    const axe = (window as unknown as { axe: { run(o: unknown): Promise<{ violations: { id: string; help: string; nodes: { target: string[] }[] }[] }> } }).axe;
+    const r = await axe.run({ runOnly: { type: "tag", values: ["wcag2a", "wcag2aa"] } });
+    return r.violations.map((v) => `${v.id}: ${v.help} (${v.nodes.map((n) => n.target.join(" ")).join("; ")})`);
+  });
+}
+
+/** An HS256 token of the test secret living `ttlSecs` seconds. */
+export function shortToken(tenant: string, principal: string, roles: string[], ttlSecs: number): string {
+  const b64 = (v: object) => Buffer.from(JSON.stringify(v)).toString("base64url");
+  const now = Math.floor(Date.now() / 1000);
+  const head = b64({ alg: "HS256", typ: "JWT" });
+  const body = b64({ sub: principal, tenant_id: tenant, roles, iat: now, exp: now + ttlSecs });
+  const mac = createHmac("sha256", SECRET).update(`${head}.${body}`).digest("base64url");
+  return `${head}.${body}.${mac}`;
+}

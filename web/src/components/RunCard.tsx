@@ -24,6 +24,8 @@ export interface RunMeta {
   agentName: string;
   createdAt: string;
   costMicros: number;
+  /** The message that started the run: its text parts (other parts as their type name). */
+  input: ({ __typename: "TextPart"; text: string } | { __typename: string; text?: undefined })[];
 }
 
 function CitationDialog({ citation, onClose }: { citation: CitationPart; onClose: () => void }) {

@@ -569,6 +569,11 @@ export interface Run {
    */
   steps: number;
   /**
+   * The message that starts it (the user's, for a turn), typed: shown before the first step
+   * commits it to the thread.
+   */
+  input: Part[];
+  /**
    * Token usage so far, typed.
    */
   tokens: Usage;

@@ -14,7 +14,6 @@ interface ThreadData {
     title: string | null;
     archivedAt: string | null;
     createdBy: string;
-    messages: { nodes: { runId: string; role: string; text: string }[] };
     runs: { nodes: RunMeta[] };
   };
 }
@@ -22,8 +21,9 @@ interface ThreadData {
 const THREAD = `query Thread($id: ID!) {
   thread(id: $id) {
     id title archivedAt createdBy
-    messages(last: 200) { nodes { runId role text } }
-    runs(first: 100) { nodes { id agentName createdAt costMicros } }
+    runs(first: 100) {
+      nodes { id agentName createdAt costMicros input { __typename ... on TextPart { text } } }
+    }
   }
 }`;
 
@@ -85,14 +85,17 @@ export function ThreadPage({ id }: { id: string }) {
   ).length;
   useEffect(() => {
     if (data) void load();
-    // Reload when a run appears or ends: its cost and the thread's messages changed.
+    // Reload when a run appears or ends: its message, agent and cost.
   }, [unknownRun, endedCount]);
 
   const meta = useMemo(() => new Map(data?.runs.nodes.map((r) => [r.id, r])), [data]);
+  // The message that started each run, known from the moment it was sent (the thread's history
+  // holds it only once the run's first step commits).
   const userText = useMemo(() => {
     const m = new Map<string, string>();
-    for (const msg of data?.messages.nodes ?? []) {
-      if (msg.role === "user" && !m.has(msg.runId)) m.set(msg.runId, msg.text);
+    for (const run of data?.runs.nodes ?? []) {
+      const text = run.input.flatMap((p) => (p.__typename === "TextPart" ? [p.text] : [])).join("");
+      if (text) m.set(run.id, text);
     }
     return m;
   }, [data]);

@@ -107,9 +107,11 @@ describe("the web client", () => {
     await ask(page, "stream", "Please count slowly.");
     await page.getByText("Running").first().waitFor();
     await page.getByText("three").first().waitFor();
+    // The message shows while its run's first step is still in flight.
+    await page.getByText("Please count slowly.").waitFor({ timeout: 3_000 });
+    expect(await page.getByText("Running").count()).toBeGreaterThan(0);
     await shot(page, "thread-streaming");
     expect(normal(await completedText(page))).toBe(normal(EXPECTED));
-    await page.getByText("Please count slowly.").waitFor();
     await page.getByText(/tokens in/).last().waitFor();
     await axe(page, "thread");
     await shot(page, "thread-completed");

@@ -182,6 +182,11 @@ impl RunObject {
     async fn steps(&self) -> u32 {
         self.0.checkpoint.step
     }
+    /// The message that starts it (the user's, for a turn), typed: shown before the first step
+    /// commits it to the thread.
+    async fn input(&self) -> Vec<super::typed::PartObject> {
+        self.0.input.iter().map(Into::into).collect()
+    }
     /// Token usage so far, typed.
     async fn tokens(&self) -> super::typed::UsageObject {
         self.0.checkpoint.usage.into()

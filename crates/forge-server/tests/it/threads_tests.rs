@@ -222,6 +222,35 @@ async fn parts_usage_and_event_types_are_typed_beside_the_json() {
 }
 
 #[tokio::test]
+async fn a_runs_message_is_readable_before_its_first_step_commits_it() {
+    // No worker: the run stays queued, so the thread's history does not hold its message yet.
+    let srv = start(Opts {
+        worker: false,
+        ..Opts::default()
+    })
+    .await;
+    let t = token("acme", "alice", &["member"]);
+    let thread = srv.thread(&t).await;
+    let run = srv.start_run(&t, &thread, "assistant", "hello there").await;
+    let d = srv
+        .gql(
+            &t,
+            "query($t: ID!, $r: ID!) {
+                thread(id: $t) { messages(first: 5) { nodes { id } } }
+                run(id: $r) { status input { __typename ... on TextPart { text } } }
+            }",
+            json!({"t": thread, "r": run}),
+        )
+        .await;
+    assert_eq!(d["thread"]["messages"]["nodes"], json!([]));
+    assert_eq!(d["run"]["status"], "queued");
+    assert_eq!(
+        d["run"]["input"],
+        json!([{"__typename": "TextPart", "text": "hello there"}])
+    );
+}
+
+#[tokio::test]
 async fn the_callers_pending_approvals_arrive_live_and_leave_when_decided() {
     let srv = start(Opts::default()).await;
     let alice = token("acme", "alice", &["member"]);

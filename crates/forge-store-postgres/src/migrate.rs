@@ -283,8 +283,33 @@ const THREAD_ARCHIVE: Migration = Migration {
     down: include_str!("../migrations/0017_thread_archive.down.sql"),
 };
 
+const OPEN_JOBS: Migration = Migration {
+    version: 18,
+    name: "open_jobs",
+    up: include_str!("../migrations/0018_open_jobs.up.sql"),
+    down: include_str!("../migrations/0018_open_jobs.down.sql"),
+};
+
+/// Supabase mode provisions the system functions itself: version 3 (a claim planned over the
+/// open jobs) replaces version 2.
+const SUPABASE_OPEN_JOBS: Migration = Migration {
+    version: 18,
+    name: "supabase_open_jobs",
+    up: concat!(
+        include_str!("../migrations/0018_open_jobs.up.sql"),
+        "SELECT set_config('forge.app_role', current_user, true);\n",
+        "SET LOCAL ROLE forge_system;\n",
+        include_str!("../sql/system_functions.sql"),
+        "RESET ROLE;\n",
+        include_str!("../sql/system_owner.sql")
+    ),
+    // The functions stay at version 3 (their signatures did not change), which a build of
+    // version 2 refuses by name at start-up rather than calling.
+    down: include_str!("../migrations/0018_open_jobs.down.sql"),
+};
+
 /// The migrations of a mode, in order.
-pub fn migrations(mode: Mode) -> [Migration; 17] {
+pub fn migrations(mode: Mode) -> [Migration; 18] {
     match mode {
         Mode::Rls => [
             TABLES,
@@ -304,6 +329,7 @@ pub fn migrations(mode: Mode) -> [Migration; 17] {
             THREAD_SUMMARY,
             EVALS,
             THREAD_ARCHIVE,
+            OPEN_JOBS,
         ],
         Mode::Supabase => [
             TABLES,
@@ -323,6 +349,7 @@ pub fn migrations(mode: Mode) -> [Migration; 17] {
             THREAD_SUMMARY,
             SUPABASE_EVALS,
             THREAD_ARCHIVE,
+            SUPABASE_OPEN_JOBS,
         ],
     }
 }

@@ -209,7 +209,7 @@ impl ThreadStore for PostgresStore {
 
     async fn get_thread(&self, scope: &Scope, id: ThreadId) -> Result<Thread, Error> {
         let mut tx = self.tenant_tx(scope).await?;
-        let row = sqlx::query("SELECT * FROM forge_threads WHERE id = $1 AND tenant_id = $2")
+        let row = sqlx::query(ThreadWindow::ROW_SQL)
             .bind(id.0)
             .bind(scope.tenant_id().as_str())
             .fetch_optional(&mut *tx)

@@ -105,6 +105,12 @@ pub const MIGRATIONS: &[Migration] = &[
         up: include_str!("../migrations/0014_thread_archive.up.sql"),
         down: include_str!("../migrations/0014_thread_archive.down.sql"),
     },
+    Migration {
+        version: 15,
+        name: "open_jobs",
+        up: include_str!("../migrations/0015_open_jobs.up.sql"),
+        down: include_str!("../migrations/0015_open_jobs.down.sql"),
+    },
 ];
 
 const LEDGER: &str = "CREATE TABLE IF NOT EXISTS forge_schema_migrations (

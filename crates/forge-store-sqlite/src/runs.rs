@@ -14,7 +14,7 @@ use forge_core::ports::store::{
 use forge_core::run::{Run, RunLease};
 use forge_core::scope::Scope;
 use forge_core::thread::{SessionState, Thread, ThreadChange, ThreadSummary, ThreadWindow};
-use sqlx::{Sqlite, Transaction};
+use sqlx::{QueryBuilder, Sqlite, Transaction};
 
 use crate::SqliteStore;
 use crate::rows::{self, db_error, i64_of, to_json};
@@ -36,7 +36,7 @@ impl SqliteStore {
         scope: &Scope,
         id: ThreadId,
     ) -> Result<Thread, Error> {
-        let row = sqlx::query("SELECT * FROM forge_threads WHERE id = $1 AND tenant_id = $2")
+        let row = sqlx::query(ThreadWindow::ROW_SQL)
             .bind(id.to_string())
             .bind(scope.tenant_id().as_str())
             .fetch_optional(ex)
@@ -102,21 +102,40 @@ impl SqliteStore {
     }
 }
 
+/// Rows per multi-row `INSERT`: five or seven parameters a row stays far below SQLite's limit
+/// of 32,766 bound parameters.
+const ROWS_PER_INSERT: usize = 500;
+
+/// Appends a step's events in one statement per [`ROWS_PER_INSERT`] (a statement is a round
+/// trip to the connection's thread, which costs more than SQLite's own work on a row).
 async fn insert_events(
     tx: &mut Transaction<'static, Sqlite>,
     scope: &Scope,
     events: &[RunEvent],
 ) -> Result<(), Error> {
-    for e in events {
-        sqlx::query("INSERT INTO forge_run_events (run_id, seq, tenant_id, at, body) VALUES ($1, $2, $3, $4, $5)")
-            .bind(e.run_id.to_string())
-            .bind(i64_of(e.seq)?)
-            .bind(scope.tenant_id().as_str())
-            .bind(e.at.unix_millis())
-            .bind(to_json(e)?)
-            .execute(&mut **tx)
-            .await
-            .map_err(db_error)?;
+    for chunk in events.chunks(ROWS_PER_INSERT) {
+        let rows = chunk
+            .iter()
+            .map(|e| {
+                Ok((
+                    e.run_id.to_string(),
+                    i64_of(e.seq)?,
+                    e.at.unix_millis(),
+                    to_json(e)?,
+                ))
+            })
+            .collect::<Result<Vec<_>, Error>>()?;
+        let mut insert = QueryBuilder::<Sqlite>::new(
+            "INSERT INTO forge_run_events (run_id, seq, tenant_id, at, body) ",
+        );
+        insert.push_values(rows, |mut row, (run, seq, at, body)| {
+            row.push_bind(run)
+                .push_bind(seq)
+                .push_bind(scope.tenant_id().as_str())
+                .push_bind(at)
+                .push_bind(body);
+        });
+        insert.build().execute(&mut **tx).await.map_err(db_error)?;
     }
     Ok(())
 }
@@ -158,25 +177,32 @@ async fn promote_next(
     Ok(())
 }
 
-async fn insert_message(
+/// Appends a step's messages, in order, one statement per [`ROWS_PER_INSERT`].
+async fn insert_messages(
     tx: &mut Transaction<'static, Sqlite>,
     scope: &Scope,
     thread: ThreadId,
-    m: &Message,
+    messages: &[Message],
 ) -> Result<(), Error> {
-    sqlx::query(
-        "INSERT INTO forge_messages (tenant_id, thread_id, id, run_id, role, parts, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7)",
-    )
-    .bind(scope.tenant_id().as_str())
-    .bind(thread.to_string())
-    .bind(m.id.to_string())
-    .bind(m.run_id.to_string())
-    .bind(m.role.name())
-    .bind(to_json(&m.parts)?)
-    .bind(m.created_at.unix_millis())
-    .execute(&mut **tx)
-    .await
-    .map_err(db_error)?;
+    for chunk in messages.chunks(ROWS_PER_INSERT) {
+        let rows = chunk
+            .iter()
+            .map(|m| Ok((m, to_json(&m.parts)?)))
+            .collect::<Result<Vec<_>, Error>>()?;
+        let mut insert = QueryBuilder::<Sqlite>::new(
+            "INSERT INTO forge_messages (tenant_id, thread_id, id, run_id, role, parts, created_at) ",
+        );
+        insert.push_values(rows, |mut row, (m, parts)| {
+            row.push_bind(scope.tenant_id().as_str())
+                .push_bind(thread.to_string())
+                .push_bind(m.id.to_string())
+                .push_bind(m.run_id.to_string())
+                .push_bind(m.role.name())
+                .push_bind(parts)
+                .push_bind(m.created_at.unix_millis());
+        });
+        insert.build().execute(&mut **tx).await.map_err(db_error)?;
+    }
     Ok(())
 }
 
@@ -653,9 +679,7 @@ impl RunStore for SqliteStore {
             set_summary(&mut tx, scope, &run, summary).await?;
         }
         insert_events(&mut tx, scope, &commit.events).await?;
-        for m in &commit.messages {
-            insert_message(&mut tx, scope, run.thread_id, m).await?;
-        }
+        insert_messages(&mut tx, scope, run.thread_id, &commit.messages).await?;
         let updated = sqlx::query(
             "UPDATE forge_runs SET version = $1, last_seq = $2, status = $3, waiting_for = $4, checkpoint = $5, failure = $6, \
              updated_at = $7 WHERE id = $8 AND tenant_id = $9 AND version = $10",

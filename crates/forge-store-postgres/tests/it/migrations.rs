@@ -41,7 +41,9 @@ async fn up_down_up(flavor: Flavor) {
     let (store, _, admin) = crate::fresh(flavor, Arc::new(ManualClock::at_2026())).await;
     assert_eq!(
         store.applied_migrations().await.unwrap(),
-        [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17]
+        [
+            1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18
+        ]
     );
     let first = catalog(&admin, flavor).await;
     for expected in [

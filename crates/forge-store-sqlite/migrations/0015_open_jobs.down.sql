@@ -1,0 +1,1 @@
+DROP INDEX forge_jobs_open;

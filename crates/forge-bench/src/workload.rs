@@ -71,6 +71,82 @@ pub(crate) struct WorkloadArgs {
     /// real receiver started for the measurement (its CPU is not counted).
     #[arg(long)]
     otel: bool,
+    /// Compare each durable mode's CPU per run, as a ratio to the bare loop's, with this
+    /// committed baseline (`benches/workload-baseline.json`) and fail when one grew by more
+    /// than `--max-growth`.
+    #[arg(long)]
+    baseline: Option<std::path::PathBuf>,
+    /// Write the measured ratios as a baseline to this file.
+    #[arg(long)]
+    write_baseline: Option<std::path::PathBuf>,
+    /// How much a ratio may grow over the baseline's before `--baseline` fails (1.5: by half).
+    #[arg(long, default_value_t = 1.5)]
+    max_growth: f64,
+}
+
+/// The build profile ratios are measured in: a debug build's engine costs more next to the
+/// database than a release build's, so ratios compare only within one profile.
+const PROFILE: &str = if cfg!(debug_assertions) {
+    "debug"
+} else {
+    "release"
+};
+
+/// Each mode's CPU per run (PostgreSQL's server CPU included) over the bare loop's.
+fn cpu_ratios(results: &[Value]) -> anyhow::Result<serde_json::Map<String, Value>> {
+    let total = |r: &Value| {
+        r["cpu_ms_per_run"].as_f64().unwrap_or(f64::NAN)
+            + r["postgres_cpu_ms_per_run"].as_f64().unwrap_or(0.0)
+    };
+    let bare = results
+        .iter()
+        .find(|r| r["mode"] == "bare")
+        .map(total)
+        .context("ratios need the bare mode: add bare to --modes")?;
+    anyhow::ensure!(bare > 0.0, "the bare loop measured no CPU");
+    Ok(results
+        .iter()
+        .filter(|r| r["mode"] != "bare")
+        .filter_map(|r| Some((r["mode"].as_str()?.to_owned(), json!(total(r) / bare))))
+        .collect())
+}
+
+/// Checks `measured` ratios against a baseline file: every mode both name may grow by at most
+/// `max_growth`; a baseline of another build profile is refused rather than compared.
+fn check_baseline(
+    measured: &serde_json::Map<String, Value>,
+    path: &std::path::Path,
+    max_growth: f64,
+) -> anyhow::Result<()> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading the baseline {}", path.display()))?;
+    let baseline: Value = serde_json::from_str(&text)
+        .with_context(|| format!("the baseline {} is not JSON", path.display()))?;
+    let profile = baseline["profile"].as_str().unwrap_or("?");
+    anyhow::ensure!(
+        profile == PROFILE,
+        "the baseline {} was measured in a {profile} build and this is a {PROFILE} build",
+        path.display()
+    );
+    let mut grown = Vec::new();
+    for (mode, ratio) in measured {
+        let (Some(now), Some(then)) = (ratio.as_f64(), baseline["ratios"][mode].as_f64()) else {
+            continue;
+        };
+        let growth = now / then;
+        println!(
+            "{mode:<9} CPU per run {now:.2}× bare (baseline {then:.2}×): {growth:.2}× the baseline"
+        );
+        if growth > max_growth || now.is_nan() {
+            grown.push(format!("{mode} {growth:.2}×"));
+        }
+    }
+    anyhow::ensure!(
+        grown.is_empty(),
+        "CPU per durable run grew past {max_growth}× the baseline: {}",
+        grown.join(", ")
+    );
+    Ok(())
 }
 
 /// Starts the mock in a child process; returns it and its base URL.
@@ -175,6 +251,17 @@ pub(crate) async fn workload(args: WorkloadArgs) -> anyhow::Result<()> {
             ratio("p50_ms"),
             ratio("cpu_ms_per_run")
         );
+    }
+    if args.baseline.is_some() || args.write_baseline.is_some() {
+        let ratios = cpu_ratios(&results)?;
+        if let Some(path) = &args.write_baseline {
+            let body = json!({ "profile": PROFILE, "in_flight": args.in_flight, "ratios": ratios });
+            std::fs::write(path, format!("{}\n", serde_json::to_string_pretty(&body)?))
+                .with_context(|| format!("writing {}", path.display()))?;
+        }
+        if let Some(path) = &args.baseline {
+            check_baseline(&ratios, path, args.max_growth)?;
+        }
     }
     Ok(())
 }
@@ -562,4 +649,74 @@ async fn bare(args: &OneArgs) -> anyhow::Result<Value> {
         "postgres_cpu_ms_per_run": null,
         "peak_rss_mib": peak_rss_mib(), "ttft_ms": percentile(&ttft, 0.5),
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    fn result(mode: &str, cpu: f64, pg: Option<f64>) -> Value {
+        json!({ "mode": mode, "cpu_ms_per_run": cpu, "postgres_cpu_ms_per_run": pg })
+    }
+
+    fn baseline_file(profile: &str, sqlite: f64, postgres: f64) -> std::path::PathBuf {
+        let path = std::env::temp_dir().join(format!(
+            "forge-bench-baseline-{}-{profile}-{sqlite}.json",
+            std::process::id()
+        ));
+        let body =
+            json!({ "profile": profile, "ratios": { "sqlite": sqlite, "postgres": postgres } });
+        std::fs::write(&path, body.to_string()).unwrap();
+        path
+    }
+
+    #[test]
+    fn ratios_count_the_database_server_and_divide_by_the_bare_loop() {
+        let ratios = cpu_ratios(&[
+            result("bare", 0.5, None),
+            result("sqlite", 4.0, None),
+            result("postgres", 2.0, Some(3.0)),
+        ])
+        .unwrap();
+        assert_eq!(ratios["sqlite"], json!(8.0));
+        assert_eq!(ratios["postgres"], json!(10.0));
+        assert!(!ratios.contains_key("bare"));
+        assert!(cpu_ratios(&[result("sqlite", 4.0, None)]).is_err());
+    }
+
+    #[test]
+    fn growth_within_the_margin_passes_and_past_it_fails() {
+        let path = baseline_file(PROFILE, 8.0, 10.0);
+        let ratios = cpu_ratios(&[
+            result("bare", 1.0, None),
+            result("sqlite", 11.0, None),
+            result("postgres", 4.0, Some(4.0)),
+        ])
+        .unwrap();
+        check_baseline(&ratios, &path, 1.5).unwrap();
+        let worse = cpu_ratios(&[
+            result("bare", 1.0, None),
+            result("sqlite", 12.5, None),
+            result("postgres", 4.0, Some(4.0)),
+        ])
+        .unwrap();
+        let err = check_baseline(&worse, &path, 1.5).unwrap_err().to_string();
+        assert!(err.contains("sqlite 1.56×"), "{err}");
+        assert!(!err.contains("postgres"), "{err}");
+    }
+
+    #[test]
+    fn a_baseline_of_another_profile_is_refused() {
+        let other = if PROFILE == "debug" {
+            "release"
+        } else {
+            "debug"
+        };
+        let path = baseline_file(other, 8.0, 10.0);
+        let ratios = cpu_ratios(&[result("bare", 1.0, None), result("sqlite", 8.0, None)]).unwrap();
+        let err = check_baseline(&ratios, &path, 1.5).unwrap_err().to_string();
+        assert!(err.contains("build"), "{err}");
+    }
 }

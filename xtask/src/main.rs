@@ -9,6 +9,8 @@
 //! - `reachability`: on a `syn` call graph, every run-event and part variant is constructed in
 //!   code a root reaches, every declared capability and port is wired where its consumer is, and
 //!   every event has a row in ARCHITECTURE.md;
+//! - `docs`: every relative link and `#anchor` in `docs/*.md` and the top-level Markdown files
+//!   resolves;
 //! - `codegen`: writes the web client's TypeScript types from the committed schemas (its check,
 //!   a `#[test]`, fails when they are stale).
 //!
@@ -16,6 +18,7 @@
 
 mod codegen;
 mod deps;
+mod docs;
 mod graph;
 mod reachability;
 mod tidy;
@@ -34,13 +37,15 @@ fn main() -> ExitCode {
         "tidy" => tidy::check(&root()),
         "deps" => deps::check(&root()),
         "reachability" => reachability::check(&root()),
+        "docs" => docs::check(&root()),
         "codegen" => codegen::write(&root()),
         "ci" => tidy::check(&root())
             .and_then(|()| deps::check(&root()))
             .and_then(|()| reachability::check(&root()))
+            .and_then(|()| docs::check(&root()))
             .and_then(|()| codegen::check(&root())),
         _ => {
-            eprintln!("usage: cargo xtask <tidy|deps|reachability|codegen|ci>");
+            eprintln!("usage: cargo xtask <tidy|deps|reachability|docs|codegen|ci>");
             return ExitCode::from(2);
         }
     };

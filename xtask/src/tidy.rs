@@ -42,20 +42,47 @@ pub(crate) fn check(root: &Path) -> Result<(), Vec<String>> {
     crate::verdict(problems)
 }
 
-/// A crate manifest must take the workspace lints.
+/// Package metadata every crate declares (its own, or the workspace's), so a release needs no
+/// manifest edits: what it is, under which license, for which toolchain, and how it is found.
+const METADATA: &[&str] = &[
+    "description",
+    "license",
+    "rust-version",
+    "readme",
+    "keywords",
+    "categories",
+];
+
+/// A crate manifest must take the workspace lints and declare the package metadata.
 pub(crate) fn check_manifest(name: &str, manifest: &str) -> Vec<String> {
+    let mut problems = Vec::new();
     let lints = manifest
         .lines()
         .skip_while(|l| l.trim() != "[lints]")
         .nth(1)
         .map(str::trim);
-    if lints == Some("workspace = true") {
-        vec![]
-    } else {
-        vec![format!(
+    if lints != Some("workspace = true") {
+        problems.push(format!(
             "crate {name}: Cargo.toml must have `[lints]` with `workspace = true`"
-        )]
+        ));
     }
+    let package: Vec<&str> = manifest
+        .lines()
+        .skip_while(|l| l.trim() != "[package]")
+        .skip(1)
+        .take_while(|l| !l.trim_start().starts_with('['))
+        .collect();
+    for key in METADATA {
+        let declared = package.iter().any(|l| {
+            let l = l.trim_start();
+            l.strip_prefix(key)
+                .is_some_and(|r| r.trim_start().starts_with('=') || r.starts_with(".workspace"))
+        });
+        if !declared {
+            problems.push(format!("crate {name}: Cargo.toml must declare `{key}`"));
+        }
+    }
+    problems
 }
 
 /// The workplace's shared folder beside the checkout: a fresh clone does not have it.
@@ -126,7 +153,17 @@ mod tests {
             check_source("a.rs", &outside),
             ["a.rs:2: reaches outside the repository; a fresh clone has no such folder"]
         );
-        assert!(check_manifest("x", "[package]\nname = \"x\"\n").len() == 1);
-        assert!(check_manifest("x", "[lints]\nworkspace = true\n").is_empty());
+        let complete = "[package]\nname = \"x\"\ndescription = \"X\"\nlicense.workspace = true\n\
+            rust-version.workspace = true\nreadme.workspace = true\nkeywords.workspace = true\n\
+            categories.workspace = true\n\n[lints]\nworkspace = true\n";
+        assert!(check_manifest("x", complete).is_empty());
+        assert_eq!(
+            check_manifest("x", &complete.replace("keywords.workspace = true\n", "")),
+            ["crate x: Cargo.toml must declare `keywords`"]
+        );
+        assert_eq!(
+            check_manifest("x", "[package]\nname = \"x\"\n").len(),
+            1 + METADATA.len()
+        );
     }
 }

@@ -11,6 +11,8 @@
 //!   every event has a row in ARCHITECTURE.md;
 //! - `docs`: every relative link and `#anchor` in `docs/*.md` and the top-level Markdown files
 //!   resolves;
+//! - `sbom [DIR]`: writes a CycloneDX bill of materials and a license inventory of what ships
+//!   (default `target/release-artifacts/`);
 //! - `codegen`: writes the web client's TypeScript types from the committed schemas (its check,
 //!   a `#[test]`, fails when they are stale).
 //!
@@ -21,6 +23,7 @@ mod deps;
 mod docs;
 mod graph;
 mod reachability;
+mod sbom;
 mod tidy;
 
 use std::path::{Path, PathBuf};
@@ -38,6 +41,13 @@ fn main() -> ExitCode {
         "deps" => deps::check(&root()),
         "reachability" => reachability::check(&root()),
         "docs" => docs::check(&root()),
+        "sbom" => sbom::write(
+            &root(),
+            &std::env::args().nth(2).map_or_else(
+                || root().join("target").join("release-artifacts"),
+                PathBuf::from,
+            ),
+        ),
         "codegen" => codegen::write(&root()),
         "ci" => tidy::check(&root())
             .and_then(|()| deps::check(&root()))
@@ -45,7 +55,7 @@ fn main() -> ExitCode {
             .and_then(|()| docs::check(&root()))
             .and_then(|()| codegen::check(&root())),
         _ => {
-            eprintln!("usage: cargo xtask <tidy|deps|reachability|docs|codegen|ci>");
+            eprintln!("usage: cargo xtask <tidy|deps|reachability|docs|sbom [DIR]|codegen|ci>");
             return ExitCode::from(2);
         }
     };

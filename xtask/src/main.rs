@@ -11,6 +11,8 @@
 //!   every event has a row in ARCHITECTURE.md;
 //! - `docs`: every relative link and `#anchor` in `docs/*.md` and the top-level Markdown files
 //!   resolves;
+//! - `api`: rewrites the public-API snapshots under `api/` (its check, a `#[test]`, fails when
+//!   they differ from the code; a removal needs a `### Breaking` changelog entry);
 //! - `sbom [DIR]`: writes a CycloneDX bill of materials and a license inventory of what ships
 //!   (default `target/release-artifacts/`);
 //! - `codegen`: writes the web client's TypeScript types from the committed schemas (its check,
@@ -18,6 +20,7 @@
 //!
 //! Each also runs as a `#[test]`, so `cargo test` enforces them.
 
+mod api;
 mod codegen;
 mod deps;
 mod docs;
@@ -41,6 +44,7 @@ fn main() -> ExitCode {
         "deps" => deps::check(&root()),
         "reachability" => reachability::check(&root()),
         "docs" => docs::check(&root()),
+        "api" => api::write(&root()),
         "sbom" => sbom::write(
             &root(),
             &std::env::args().nth(2).map_or_else(
@@ -53,9 +57,10 @@ fn main() -> ExitCode {
             .and_then(|()| deps::check(&root()))
             .and_then(|()| reachability::check(&root()))
             .and_then(|()| docs::check(&root()))
+            .and_then(|()| api::check(&root()))
             .and_then(|()| codegen::check(&root())),
         _ => {
-            eprintln!("usage: cargo xtask <tidy|deps|reachability|docs|sbom [DIR]|codegen|ci>");
+            eprintln!("usage: cargo xtask <tidy|deps|reachability|docs|api|sbom [DIR]|codegen|ci>");
             return ExitCode::from(2);
         }
     };

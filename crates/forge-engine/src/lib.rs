@@ -6,6 +6,77 @@
 //! concurrently when the model asks for several → commit the step's events, messages and
 //! checkpoint in one fenced `commit_step`. Repeat until a final answer, the step limit,
 //! cancellation or a failure.
+//!
+//! An engine with one typed tool and the deterministic scripted model, on the memory store:
+//!
+//! ```
+//! use std::sync::Arc;
+//!
+//! use forge_core::agent::{AgentDefinition, AgentRef, RunLimits};
+//! use forge_core::part::Part;
+//! use forge_core::ports::store::{NewThread, ThreadStore};
+//! use forge_core::run::RunStatus;
+//! use forge_core::scope::Scope;
+//! use forge_engine::{Engine, NoopObserver, native_tool};
+//! use forge_providers::{Script, ScriptedProvider};
+//! use tokio_util::sync::CancellationToken;
+//!
+//! #[derive(serde::Deserialize, schemars::JsonSchema)]
+//! struct Multiply {
+//!     a: i64,
+//!     b: i64,
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! // The model: call the tool, then answer with its result.
+//! let script = Script::parse(
+//!     r#"
+//! [[conversation]]
+//! [[conversation.turn]]
+//! tool_calls = [{ name = "multiply", input = { a = 12, b = 7 } }]
+//! [[conversation.turn]]
+//! text = ["12 × 7 = {{tool_result}}"]
+//! "#,
+//!     "example",
+//! )?;
+//! let agent = AgentDefinition {
+//!     agent: AgentRef { name: "calculator".into(), version: "1".into() },
+//!     instructions: "Use the tool for arithmetic.".into(),
+//!     model: "scripted:example".into(),
+//!     tools: vec!["multiply".into()],
+//!     skills: vec![],
+//!     output_schema: None,
+//!     limits: RunLimits::default(),
+//!     approvals: Default::default(),
+//!     compaction: None,
+//! };
+//! let store = Arc::new(forge_store_memory::MemoryStore::default());
+//! let engine = Engine::builder()
+//!     .store(store.clone())
+//!     .model(Arc::new(ScriptedProvider::new(script)))
+//!     .tool(Arc::new(native_tool("multiply", "Multiplies two integers.", |_ctx, m: Multiply| async move {
+//!         Ok(m.a * m.b)
+//!     })))?
+//!     .agent(agent.clone())
+//!     .build()?;
+//!
+//! // Every call is scoped to a tenant and a principal.
+//! let scope = Scope::parse("acme", "alice", &[])?;
+//! let thread = store.create_thread(&scope, NewThread::default()).await?;
+//! let run = engine
+//!     .start_run(&scope, thread.id, &agent.agent, vec![Part::text("What is 12 times 7?")])
+//!     .await?;
+//! let outcome = engine
+//!     .execute(&scope, run.id, &CancellationToken::new(), &NoopObserver)
+//!     .await?;
+//!
+//! assert_eq!(outcome.status, RunStatus::Completed);
+//! let history = store.list_messages(&scope, thread.id).await?;
+//! assert_eq!(history.last().map(|m| m.text()), Some("12 × 7 = 84".to_owned()));
+//! # Ok(())
+//! # }
+//! ```
 
 #![deny(missing_docs)]
 

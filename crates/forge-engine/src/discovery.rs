@@ -1,6 +1,6 @@
 //! Discovery: which tools a scope may learn about — offered to the model, listed, found by search.
 //!
-//! Every path that reveals a tool goes through [`Engine::discoverable`], which asks the policy
+//! Every path that reveals a tool goes through `Engine::discoverable`, which asks the policy
 //! port with [`PolicyAction::Discover`]. Search scores are computed over the visible tools only,
 //! so a hidden tool cannot even shift another tool's score.
 

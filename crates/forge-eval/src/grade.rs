@@ -1,5 +1,5 @@
 //! The code graders: one per structural expectation kind, pure functions over what a run
-//! recorded. What only prose shows goes to the [judge](crate::judge) instead.
+//! recorded. What only prose shows goes to the [judge] instead.
 //!
 //! | kind | reads |
 //! | --- | --- |

@@ -17,7 +17,7 @@
 //!   suite (`forge_testkit::evals`), and the row mapping the SQL adapters share.
 //! - [`harness`]: scoring a dataset through a [`CaseRunner`] (the real engine, in `forge eval`),
 //!   recording each case by upsert so a resumed scoring run never counts a case twice.
-//! - [`compare`]: the regression report between two scoring runs, naming cases.
+//! - [`compare`](mod@compare): the regression report between two scoring runs, naming cases.
 //! - [`gate`]: the release gate — [`evaluate_gate`], a pure function over scores, the baseline
 //!   release, thresholds and an accountable override — and the committed trend.
 //! - [`report`]: the tables `forge eval` and `forge gate` print.

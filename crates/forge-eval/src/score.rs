@@ -2,7 +2,7 @@
 //! case rows.
 //!
 //! Scores are integers in parts per million ([`PPM`] is 1.0), so the totals a SQL store derives
-//! in one statement and the ones [`derive`] computes from the same rows are equal to the last
+//! in one statement and the ones [`derive()`] computes from the same rows are equal to the last
 //! digit: a dimension's score is the floor of the mean of its scored cases' scores. Unscoreable
 //! cases (a judgement with no judge) count in `cases` and `unscoreable`, never in a mean.
 

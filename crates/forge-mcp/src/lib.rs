@@ -10,7 +10,7 @@
 //!   Forge offers: classification from the configuration (hints only restrict), cleaned text
 //!   ([`sanitize`]).
 //! - [`server`] keeps a connection up and knows which pinned tools the live catalog matches;
-//!   [`tool`] is the [`Tool`](forge_core::ports::tool::Tool) that calls one.
+//!   [`tool`] is the [`Tool`] that calls one.
 //! - [`McpRuntime`] starts every configured server and hands the engine its tools.
 
 #![deny(missing_docs)]

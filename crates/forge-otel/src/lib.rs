@@ -2,13 +2,13 @@
 //! (`cargo xtask deps` fails the build otherwise).
 //!
 //! [`Otel`] holds the three SDK providers and hands out the core's
-//! [`Telemetry`](forge_core::telemetry::Telemetry) built on them:
+//! [`Telemetry`] built on them:
 //! - [`Otel::otlp`] exports spans, metrics and logs over OTLP as the standard variables say
 //!   (`OTEL_EXPORTER_OTLP_ENDPOINT`, `…_PROTOCOL` = `http/protobuf` (default) or `grpc`,
 //!   `…_HEADERS`, `…_TIMEOUT`, the per-signal `…_TRACES_*`/`…_METRICS_*`/`…_LOGS_*` forms,
 //!   `OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`, `OTEL_METRIC_EXPORT_INTERVAL`,
 //!   `OTEL_BSP_*`), batching on the Tokio runtime;
-//! - [`Otel::in_memory`] (feature `memory`) keeps what the same pipeline produced, for tests.
+//! - `Otel::in_memory` (feature `memory`) keeps what the same pipeline produced, for tests.
 //!
 //! - [`Otel::prometheus_only`] records metrics for the scrape and nothing else.
 //!

@@ -51,7 +51,7 @@ fn size_of(event: &RunEvent) -> usize {
 /// served what it read. Entries are keyed by tenant and run, and only streams that have checked
 /// the caller may read the run consult them. Reads wait on a per-run lock, so a wake-up makes one
 /// store query, not one per subscriber. The events held, across runs, stay within a byte budget
-/// ([`CACHE_BYTES`] by default; no run holds more than an eighth of it): past it the least
+/// (`CACHE_BYTES` by default; no run holds more than an eighth of it): past it the least
 /// recently used runs are dropped, and a reader further behind than the cache reads the store.
 pub struct LogCache {
     runs: std::sync::Mutex<HashMap<(TenantId, RunId), SharedTail>>,

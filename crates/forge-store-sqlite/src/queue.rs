@@ -15,6 +15,15 @@ use sqlx::sqlite::SqliteRow;
 use crate::SqliteStore;
 use crate::rows::{self, db_error, i64_of};
 
+/// The columns a job row is read with, named rather than `*`: sqlx keeps a prepared
+/// statement's columns from when it was prepared, and migrations 5 and 11 widened this table.
+macro_rules! job_columns {
+    () => {
+        "id, tenant_id, run_id, state, available_at, attempts, max_attempts, token, expires_at, \
+         last_error, holder, traceparent"
+    };
+}
+
 impl SqliteStore {
     /// The job's row if `job` is its current, unexpired claim; `Fenced` otherwise.
     async fn current_claim(
@@ -23,7 +32,7 @@ impl SqliteStore {
         job: &ClaimedJob,
     ) -> Result<SqliteRow, Error> {
         let now = self.clock.now().unix_millis();
-        sqlx::query("SELECT * FROM forge_jobs WHERE id = $1 AND state = 'claimed' AND token = $2 AND expires_at > $3")
+        sqlx::query(concat!("SELECT ", job_columns!(), " FROM forge_jobs WHERE id = $1 AND state = 'claimed' AND token = $2 AND expires_at > $3"))
             .bind(job.id.to_string())
             .bind(i64_of(job.token)?)
             .bind(now)
@@ -115,12 +124,12 @@ impl JobQueue for SqliteStore {
         // of testing and sorting the whole backlog; `INDEXED BY` makes a plan that does
         // otherwise an error rather than a slow claim.
         let row = sqlx::query(
-            "SELECT * FROM forge_jobs j INDEXED BY forge_jobs_open WHERE state IN ('ready', 'claimed') \
+            concat!("SELECT ", job_columns!(), " FROM forge_jobs j INDEXED BY forge_jobs_open WHERE state IN ('ready', 'claimed') \
              AND ((state = 'ready' AND available_at <= $1) OR (state = 'claimed' AND expires_at <= $1 AND attempts < max_attempts)) \
              AND ($2 IS NULL OR run_id = $2) \
              AND ($3 IS NULL OR EXISTS (SELECT 1 FROM forge_runs r, json_each($3) a WHERE r.id = j.run_id \
                   AND r.agent_name = json_extract(a.value, '$[0]') AND r.agent_version = json_extract(a.value, '$[1]'))) \
-             ORDER BY id LIMIT 1",
+             ORDER BY id LIMIT 1"),
         )
         .bind(now.unix_millis())
         .bind(filter.run.map(|r| r.to_string()))
@@ -265,12 +274,15 @@ impl JobQueue for SqliteStore {
     }
 
     async fn dead_jobs(&self, _system: &SystemScope, limit: usize) -> Result<Vec<JobInfo>, Error> {
-        let found =
-            sqlx::query("SELECT * FROM forge_jobs WHERE state = 'dead' ORDER BY id LIMIT $1")
-                .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-                .fetch_all(&self.pool)
-                .await
-                .map_err(db_error)?;
+        let found = sqlx::query(concat!(
+            "SELECT ",
+            job_columns!(),
+            " FROM forge_jobs WHERE state = 'dead' ORDER BY id LIMIT $1"
+        ))
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(db_error)?;
         found.iter().map(info).collect()
     }
 
@@ -289,12 +301,16 @@ impl JobQueue for SqliteStore {
     }
 
     async fn job(&self, _system: &SystemScope, id: JobId) -> Result<JobInfo, Error> {
-        let row = sqlx::query("SELECT * FROM forge_jobs WHERE id = $1")
-            .bind(id.to_string())
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(db_error)?
-            .ok_or_else(|| Error::not_found("job", id))?;
+        let row = sqlx::query(concat!(
+            "SELECT ",
+            job_columns!(),
+            " FROM forge_jobs WHERE id = $1"
+        ))
+        .bind(id.to_string())
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(db_error)?
+        .ok_or_else(|| Error::not_found("job", id))?;
         info(&row)
     }
 
@@ -358,12 +374,16 @@ impl SqliteStore {
             .begin_with("BEGIN IMMEDIATE")
             .await
             .map_err(db_error)?;
-        let row = sqlx::query("SELECT * FROM forge_jobs WHERE id = $1")
-            .bind(id.to_string())
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(db_error)?
-            .ok_or_else(|| Error::not_found("job", id))?;
+        let row = sqlx::query(concat!(
+            "SELECT ",
+            job_columns!(),
+            " FROM forge_jobs WHERE id = $1"
+        ))
+        .bind(id.to_string())
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(db_error)?
+        .ok_or_else(|| Error::not_found("job", id))?;
         let mut job = info(&row)?;
         if job.state != JobState::Dead {
             return Err(Error::invalid(format!(

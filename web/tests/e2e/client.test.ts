@@ -206,10 +206,12 @@ describe("the web client", () => {
     );
     const cards = tabs.map((t) => t.getByRole("region", { name: "Approve pay_invoice?" }));
     await Promise.all(cards.map((c) => c.getByRole("button", { name: "Approve" }).waitFor({ timeout: 30_000 })));
-    // One approves, the other rejects, at the same moment.
+    // One approves, the other rejects, at the same moment. The events are dispatched rather than
+    // clicked: a click waits for its button to be actionable, and the first decision can reach the
+    // other tab (re-rendering its card) inside that wait, so the second click would never land.
     await Promise.all([
-      cards[0].getByRole("button", { name: "Approve" }).click(),
-      cards[1].getByRole("button", { name: "Reject" }).click(),
+      cards[0].getByRole("button", { name: "Approve" }).dispatchEvent("click"),
+      cards[1].getByRole("button", { name: "Reject" }).dispatchEvent("click"),
     ]);
     const outcome = async (i: number) => {
       const won = cards[i].getByText(/You (approved|rejected) it\./);

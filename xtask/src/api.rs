@@ -67,10 +67,11 @@ fn is_pub(vis: &syn::Visibility) -> bool {
     matches!(vis, syn::Visibility::Public(_))
 }
 
+/// `#[test]` or exactly `#[cfg(test)]`: a feature such as `cfg(feature = "testing")` is API.
 fn is_test(attrs: &[syn::Attribute]) -> bool {
     attrs.iter().any(|a| {
-        a.path().is_ident("cfg") && a.to_token_stream().to_string().contains("test")
-            || a.path().is_ident("test")
+        a.path().is_ident("test")
+            || a.path().is_ident("cfg") && a.parse_args::<syn::Ident>().is_ok_and(|i| i == "test")
     })
 }
 
@@ -207,10 +208,20 @@ fn breaking_recorded(changelog: &str) -> bool {
         .any(|l| l.trim() == "### Breaking")
 }
 
-/// Compares each library's surface with its snapshot: the problems, and the lines that went.
-fn compare(root: &Path) -> Result<(Vec<String>, Vec<String>), String> {
+/// Each library's surface against its snapshot.
+struct Comparison {
+    /// Every differing line, `-` gone and `+` new, naming its snapshot.
+    problems: Vec<String>,
+    /// The lines that went.
+    removed: Vec<String>,
+    /// Each snapshot's path with the surface read from the code.
+    surfaces: Vec<(PathBuf, BTreeSet<String>)>,
+}
+
+fn compare(root: &Path) -> Result<Comparison, String> {
     let mut problems = Vec::new();
     let mut removed = Vec::new();
+    let mut surfaces = Vec::new();
     for krate in libraries(root) {
         let now = surface(&krate)?;
         let path = snapshot_path(root, &krate);
@@ -233,13 +244,18 @@ fn compare(root: &Path) -> Result<(Vec<String>, Vec<String>), String> {
         for line in new {
             problems.push(format!("{shown}: + {line}"));
         }
+        surfaces.push((path, now));
     }
-    Ok((problems, removed))
+    Ok(Comparison {
+        problems,
+        removed,
+        surfaces,
+    })
 }
 
 /// The check: every snapshot equals the code.
 pub(crate) fn check(root: &Path) -> Result<(), Vec<String>> {
-    let (mut problems, _) = compare(root).map_err(|e| vec![e])?;
+    let mut problems = compare(root).map_err(|e| vec![e])?.problems;
     if !problems.is_empty() {
         problems.push(
             "the public API changed: review the lines above and run `cargo xtask api`".to_owned(),
@@ -250,10 +266,10 @@ pub(crate) fn check(root: &Path) -> Result<(), Vec<String>> {
 
 /// Rewrites the snapshots; refuses a removal the changelog does not record as breaking.
 pub(crate) fn write(root: &Path) -> Result<(), Vec<String>> {
-    let (_, removed) = compare(root).map_err(|e| vec![e])?;
+    let comparison = compare(root).map_err(|e| vec![e])?;
     let changelog = std::fs::read_to_string(root.join("CHANGELOG.md")).unwrap_or_default();
-    if !removed.is_empty() && !breaking_recorded(&changelog) {
-        let mut problems = removed;
+    if !comparison.removed.is_empty() && !breaking_recorded(&changelog) {
+        let mut problems = comparison.removed;
         problems.push(
             "these public items were removed or changed: a breaking change, which needs a \
              `### Breaking` entry in CHANGELOG.md's newest section (and a minor bump at 0.x)"
@@ -262,9 +278,8 @@ pub(crate) fn write(root: &Path) -> Result<(), Vec<String>> {
         return Err(problems);
     }
     std::fs::create_dir_all(root.join("api")).map_err(|e| vec![format!("api/: {e}")])?;
-    for krate in libraries(root) {
-        let lines: Vec<String> = surface(&krate).map_err(|e| vec![e])?.into_iter().collect();
-        let path = snapshot_path(root, &krate);
+    for (path, lines) in comparison.surfaces {
+        let lines: Vec<String> = lines.into_iter().collect();
         std::fs::write(&path, format!("{}\n", lines.join("\n")))
             .map_err(|e| vec![format!("{}: {e}", path.display())])?;
     }
@@ -315,6 +330,12 @@ mod tests {
         assert!(
             before.contains("enum crate::E variant B (u8)"),
             "{before:?}"
+        );
+        let featured =
+            surface_of("#[cfg(feature = \"testing\")] pub mod testing { pub fn fresh() {} }");
+        assert!(
+            featured.contains("crate::testing: fn fresh ()"),
+            "{featured:?}"
         );
         let renamed = surface_of("pub fn f(y: u32) -> u32 { y }");
         assert!(

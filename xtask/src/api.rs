@@ -6,9 +6,13 @@
 //! variants, trait methods, constants, type aliases, re-exports — and the trait impls of public
 //! types. An item of a private module is listed too: the snapshot errs towards showing more.
 //!
+//! The committed wire schemas (GraphQL, the event and stream JSON Schemas) have a snapshot too,
+//! `api/schemas.txt`, read by [`crate::wire_api`]: their fields, arguments, kinds and values.
+//!
 //! `cargo xtask api` rewrites the snapshots. It refuses when a line would disappear (a removal
-//! or a changed signature: a breaking change under the README's version policy) unless the
-//! first section of `CHANGELOG.md` has a `### Breaking` heading recording it.
+//! or a changed signature: a breaking change under the README's version policy), or a required
+//! GraphQL argument or input field would appear, unless a `breaking` fragment in `changes/`
+//! records it.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -198,21 +202,11 @@ fn strip_attrs(v: &syn::Variant) -> syn::Variant {
     v
 }
 
-/// Whether the newest section of the changelog records a breaking change.
-fn breaking_recorded(changelog: &str) -> bool {
-    changelog
-        .lines()
-        .skip_while(|l| !l.starts_with("## "))
-        .skip(1)
-        .take_while(|l| !l.starts_with("## "))
-        .any(|l| l.trim() == "### Breaking")
-}
-
 /// Each library's surface against its snapshot.
 struct Comparison {
     /// Every differing line, `-` gone and `+` new, naming its snapshot.
     problems: Vec<String>,
-    /// The lines that went.
+    /// The lines that went, and the added lines that break clients anyway.
     removed: Vec<String>,
     /// Each snapshot's path with the surface read from the code.
     surfaces: Vec<(PathBuf, BTreeSet<String>)>,
@@ -222,9 +216,16 @@ fn compare(root: &Path) -> Result<Comparison, String> {
     let mut problems = Vec::new();
     let mut removed = Vec::new();
     let mut surfaces = Vec::new();
+    let mut tracked: Vec<(PathBuf, BTreeSet<String>, bool)> = Vec::new();
     for krate in libraries(root) {
-        let now = surface(&krate)?;
-        let path = snapshot_path(root, &krate);
+        tracked.push((snapshot_path(root, &krate), surface(&krate)?, false));
+    }
+    tracked.push((
+        root.join("api").join("schemas.txt"),
+        crate::wire_api::surface(root)?,
+        true,
+    ));
+    for (path, now, wire) in tracked {
         let then: BTreeSet<String> = std::fs::read_to_string(&path)
             .unwrap_or_default()
             .lines()
@@ -241,8 +242,13 @@ fn compare(root: &Path) -> Result<Comparison, String> {
             problems.push(format!("{shown}: - {line}"));
             removed.push(format!("{shown}: {line}"));
         }
-        for line in new {
+        for line in &new {
             problems.push(format!("{shown}: + {line}"));
+        }
+        if wire {
+            for line in crate::wire_api::breaking_additions(&then, new) {
+                removed.push(format!("{shown}: + {line}"));
+            }
         }
         surfaces.push((path, now));
     }
@@ -267,12 +273,12 @@ pub(crate) fn check(root: &Path) -> Result<(), Vec<String>> {
 /// Rewrites the snapshots; refuses a removal the changelog does not record as breaking.
 pub(crate) fn write(root: &Path) -> Result<(), Vec<String>> {
     let comparison = compare(root).map_err(|e| vec![e])?;
-    let changelog = std::fs::read_to_string(root.join("CHANGELOG.md")).unwrap_or_default();
-    if !comparison.removed.is_empty() && !breaking_recorded(&changelog) {
+    if !comparison.removed.is_empty() && !crate::changes::breaking_recorded(root) {
         let mut problems = comparison.removed;
         problems.push(
-            "these public items were removed or changed: a breaking change, which needs a \
-             `### Breaking` entry in CHANGELOG.md's newest section (and a minor bump at 0.x)"
+            "these public items or schema fields were removed or changed (or became required): \
+             a breaking change, which needs a `changes/<slug>.breaking.md` fragment saying what \
+             users must do (and a minor bump at 0.x)"
                 .to_owned(),
         );
         return Err(problems);
@@ -354,15 +360,5 @@ mod tests {
                 "struct crate::S field a: u32"
             ]
         );
-    }
-
-    #[test]
-    fn a_breaking_heading_counts_only_in_the_newest_section() {
-        assert!(breaking_recorded(
-            "# Changelog\n\n## Unreleased\n\n### Breaking\n- x\n\n## 0.1.0\n"
-        ));
-        assert!(!breaking_recorded(
-            "# Changelog\n\n## Unreleased\n\n### Added\n\n## 0.1.0\n\n### Breaking\n"
-        ));
     }
 }

@@ -11,23 +11,34 @@
 //!   every event has a row in ARCHITECTURE.md;
 //! - `docs`: every relative link and `#anchor` in `docs/*.md` and the top-level Markdown files
 //!   resolves;
-//! - `api`: rewrites the public-API snapshots under `api/` (its check, a `#[test]`, fails when
-//!   they differ from the code; a removal needs a `### Breaking` changelog entry);
+//! - `api`: rewrites the public-API and wire-schema snapshots under `api/` (its check, a
+//!   `#[test]`, fails when they differ from the code and the schemas; a removal needs a
+//!   `breaking` change fragment);
+//! - `changelog`: renders `CHANGELOG.md`'s *Unreleased* section from the fragments in
+//!   `changes/` (its check, a `#[test]`, fails when it is stale);
+//! - `release [VERSION] [--no-ci]`: runs every check, bumps the versions the fragments call for,
+//!   assembles the changelog, packages the crates and writes the release artifacts;
 //! - `sbom [DIR]`: writes a CycloneDX bill of materials and a license inventory of what ships
 //!   (default `target/release-artifacts/`);
+//! - `package-examples`: packages the shipped crates and builds and runs every example crate
+//!   against the packages, not the workspace's paths;
 //! - `codegen`: writes the web client's TypeScript types from the committed schemas (its check,
 //!   a `#[test]`, fails when they are stale).
 //!
 //! Each also runs as a `#[test]`, so `cargo test` enforces them.
 
 mod api;
+mod changes;
 mod codegen;
 mod deps;
 mod docs;
 mod graph;
+mod package;
 mod reachability;
+mod release;
 mod sbom;
 mod tidy;
+mod wire_api;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -53,14 +64,14 @@ fn main() -> ExitCode {
             ),
         ),
         "codegen" => codegen::write(&root()),
-        "ci" => tidy::check(&root())
-            .and_then(|()| deps::check(&root()))
-            .and_then(|()| reachability::check(&root()))
-            .and_then(|()| docs::check(&root()))
-            .and_then(|()| api::check(&root()))
-            .and_then(|()| codegen::check(&root())),
+        "package-examples" => package::build_examples(&root()),
+        "changelog" => changes::write(&root()),
+        "release" => release::run(&root(), &std::env::args().skip(2).collect::<Vec<_>>()),
+        "ci" => checks(&root()),
         _ => {
-            eprintln!("usage: cargo xtask <tidy|deps|reachability|docs|api|sbom [DIR]|codegen|ci>");
+            eprintln!(
+                "usage: cargo xtask <tidy|deps|reachability|docs|api|sbom [DIR]|codegen|package-examples|changelog|release [VERSION] [--no-ci]|ci>"
+            );
             return ExitCode::from(2);
         }
     };
@@ -77,6 +88,17 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Every check of this task that needs no build: what `ci` runs, and `release` first.
+pub(crate) fn checks(root: &Path) -> Result<(), Vec<String>> {
+    tidy::check(root)
+        .and_then(|()| deps::check(root))
+        .and_then(|()| reachability::check(root))
+        .and_then(|()| docs::check(root))
+        .and_then(|()| api::check(root))
+        .and_then(|()| codegen::check(root))
+        .and_then(|()| changes::check(root))
 }
 
 /// `Ok` when no problem was found.

@@ -21,6 +21,35 @@
 //! are not 64-bit integers become strings, and nothing in an input can name an entity — Cedar's
 //! JSON escapes (`__entity`, `__extn`) are never interpreted, because the conversion builds
 //! values directly.
+//!
+//! # Example
+//!
+//! Support staff may run skills; a `forbid` takes one away from everyone outside finance:
+//!
+//! ```
+//! use forge_core::ports::policy::{Authorizer, PolicyAction, PolicyDecision, PolicyRequest, PolicyResource};
+//! use forge_core::scope::Scope;
+//! use forge_policy::CedarAuthorizer;
+//!
+//! let policies = CedarAuthorizer::from_sources([(
+//!     "support.cedar",
+//!     r#"
+//!     permit(principal in Forge::Role::"support", action == Forge::Action::"execute", resource);
+//!     forbid(principal, action, resource == Forge::Skill::"refunds")
+//!         unless { principal in Forge::Role::"finance" };
+//!     "#,
+//! )])?;
+//! let alice = Scope::parse("acme", "alice", &["support"])?;
+//! let ask = |name| PolicyRequest {
+//!     scope: &alice,
+//!     action: PolicyAction::Execute,
+//!     resource: PolicyResource::Skill { name, version: "1" },
+//!     input: None,
+//! };
+//! assert_eq!(policies.authorize(&ask("tone"))?, PolicyDecision::Allow);
+//! assert!(matches!(policies.authorize(&ask("refunds"))?, PolicyDecision::Deny { .. }));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 #![deny(missing_docs)]
 

@@ -5,6 +5,30 @@
 //! transaction, so writers queue on SQLite's lock instead of failing, and `commit_step` is atomic.
 //! The schema is provisioned on open from the embedded migrations. SQLite has no row-level
 //! security: tenant isolation is the `tenant_id` filter every query carries.
+//!
+//! # Example
+//!
+//! Open a database (here in memory; `sqlite://app.db` for a file), and see that another
+//! tenant's thread answers as one that does not exist:
+//!
+//! ```
+//! use forge_core::ports::store::{NewThread, ThreadStore};
+//! use forge_core::scope::Scope;
+//! use forge_store_sqlite::SqliteStore;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let store = SqliteStore::open("sqlite::memory:").await?;
+//! let acme = Scope::parse("acme", "alice", &[])?;
+//! let thread = store.create_thread(&acme, NewThread::default()).await?;
+//! assert_eq!(store.get_thread(&acme, thread.id).await?.id, thread.id);
+//!
+//! let globex = Scope::parse("globex", "bob", &[])?;
+//! let err = store.get_thread(&globex, thread.id).await.unwrap_err();
+//! assert!(matches!(err, forge_core::Error::NotFound { .. }), "{err}");
+//! # Ok(())
+//! # }
+//! ```
 
 #![deny(missing_docs)]
 

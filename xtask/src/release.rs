@@ -1,4 +1,5 @@
-//! `release [VERSION] [--no-ci]`: cuts a release from the change fragments.
+//! `release [VERSION] [--no-ci] [--allow-dirty]`: cuts a release from the change fragments, on
+//! a committed tree.
 //!
 //! 1. Reads `changes/`: nothing to release without a fragment. The version is the next one the
 //!    fragments call for (0.x: a `breaking` fragment bumps the minor version, anything else the
@@ -146,6 +147,18 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<(), Vec<String>> {
 
 fn inner(root: &Path, args: &[String]) -> Result<(), String> {
     let no_ci = args.iter().any(|a| a == "--no-ci");
+    let dirty = Command::new("git")
+        .current_dir(root)
+        .args(["status", "--porcelain"])
+        .output()
+        .map_err(|e| format!("git status: {e}"))?;
+    if !dirty.stdout.is_empty() && !args.iter().any(|a| a == "--allow-dirty") {
+        return Err(
+            "the working tree has changes: a release is cut from a committed tree \
+             (--allow-dirty to override)"
+                .to_owned(),
+        );
+    }
     let asked = args
         .iter()
         .find(|a| !a.starts_with("--"))

@@ -14,7 +14,7 @@ use crate::rows::{self, db_error, json, to_json};
 impl DataErasure for SqliteStore {
     async fn erase(&self, scope: &Scope, target: Erase, actor: &str) -> Result<Erased, Error> {
         let tenant = scope.tenant_id().as_str();
-        let mut tx = self.write_tx().await?;
+        let (_gate, mut tx) = self.write_tx().await?;
         let (column, key) = match target {
             Erase::Thread(id) => ("thread_id", id.to_string()),
             Erase::Run(id) => ("id", id.to_string()),

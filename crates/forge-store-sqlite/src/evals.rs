@@ -96,7 +96,7 @@ impl EvalStore for SqliteStore {
         result: &CaseResult,
     ) -> Result<(), Error> {
         let result = rows::normalize(result);
-        let mut tx = self.write_tx().await?;
+        let (_gate, mut tx) = self.write_tx().await?;
         // Recording re-opens the run: its totals must agree with its rows.
         let reopened = sqlx::query(rows::REOPEN_RUN)
             .bind(scope.tenant_id().as_str())

@@ -14,7 +14,7 @@ use crate::rows::db_error;
 impl FileStore for SqliteStore {
     async fn put_file(&self, scope: &Scope, file: &FileRecord, actor: &str) -> Result<(), Error> {
         rows::check_tenant(scope, file)?;
-        let mut tx = self.write_tx().await?;
+        let (_gate, mut tx) = self.write_tx().await?;
         let inserted = sqlx::query(
             "INSERT INTO forge_files (tenant_id, id, created_at, body) VALUES ($1, $2, $3, $4)
              ON CONFLICT DO NOTHING",
@@ -64,7 +64,7 @@ impl FileStore for SqliteStore {
         id: &FileId,
         actor: &str,
     ) -> Result<Option<FileRecord>, Error> {
-        let mut tx = self.write_tx().await?;
+        let (_gate, mut tx) = self.write_tx().await?;
         let body: Option<String> = sqlx::query_scalar(
             "DELETE FROM forge_files WHERE tenant_id = $1 AND id = $2 RETURNING body",
         )

@@ -211,7 +211,7 @@ impl InteractionStore for SqliteStore {
         let now = self.clock.now();
         let job = JobId::generate(self.ids.as_ref());
         let tenant = scope.tenant_id().as_str();
-        let mut tx = self.write_tx().await?;
+        let (_gate, mut tx) = self.write_tx().await?;
         let row =
             sqlx::query("SELECT body FROM forge_interactions WHERE id = $1 AND tenant_id = $2")
                 .bind(req.id.to_string())

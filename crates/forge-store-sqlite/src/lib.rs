@@ -83,6 +83,10 @@ pub enum OpenError {
 #[derive(Debug, Clone)]
 pub struct SqliteStore {
     pool: SqlitePool,
+    /// Taken before every `BEGIN IMMEDIATE` of this store: its writers queue here, parked as
+    /// tasks, instead of on SQLite's lock, where each waiting connection's thread sleeps and
+    /// retries. Other processes on the file still meet the lock and its busy timeout.
+    write_gate: Arc<tokio::sync::Mutex<()>>,
     clock: Arc<dyn Clock>,
     ids: Arc<dyn IdGenerator>,
     applied_on_open: usize,
@@ -122,7 +126,7 @@ impl SqliteStore {
         let max = if url.contains(":memory:") || url.contains("mode=memory") {
             1
         } else {
-            8
+            4
         };
         let pool = SqlitePoolOptions::new()
             .max_connections(max)
@@ -138,6 +142,7 @@ impl SqliteStore {
         })?;
         Ok(Self {
             pool,
+            write_gate: Arc::default(),
             clock,
             ids,
             applied_on_open,

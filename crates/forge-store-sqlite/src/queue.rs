@@ -51,11 +51,7 @@ impl JobQueue for SqliteStore {
         }
         let id = JobId::generate(self.ids.as_ref());
         let now = self.clock.now();
-        let mut tx = self
-            .pool
-            .begin_with("BEGIN IMMEDIATE")
-            .await
-            .map_err(db_error)?;
+        let (_gate, mut tx) = self.write_tx().await?;
         let found: Option<i64> =
             sqlx::query_scalar("SELECT 1 FROM forge_runs WHERE id = $1 AND tenant_id = $2")
                 .bind(job.run_id.to_string())
@@ -89,11 +85,7 @@ impl JobQueue for SqliteStore {
         filter: &ClaimFilter,
     ) -> Result<Option<ClaimedJob>, Error> {
         let now = self.clock.now();
-        let mut tx = self
-            .pool
-            .begin_with("BEGIN IMMEDIATE")
-            .await
-            .map_err(db_error)?;
+        let (_gate, mut tx) = self.write_tx().await?;
         // One host holds every process of this store: a claim whose holder is no longer running
         // lapses now, not when its lease runs out (a restarted process takes over at once).
         let holders: Vec<String> = sqlx::query_scalar(
@@ -181,11 +173,7 @@ impl JobQueue for SqliteStore {
         job: &ClaimedJob,
         ttl: Duration,
     ) -> Result<ClaimedJob, Error> {
-        let mut tx = self
-            .pool
-            .begin_with("BEGIN IMMEDIATE")
-            .await
-            .map_err(db_error)?;
+        let (_gate, mut tx) = self.write_tx().await?;
         self.current_claim(&mut tx, job).await?;
         let expires_at = self.clock.now().plus(ttl);
         sqlx::query("UPDATE forge_jobs SET expires_at = $1 WHERE id = $2")
@@ -202,11 +190,7 @@ impl JobQueue for SqliteStore {
     }
 
     async fn complete(&self, _system: &SystemScope, job: &ClaimedJob) -> Result<(), Error> {
-        let mut tx = self
-            .pool
-            .begin_with("BEGIN IMMEDIATE")
-            .await
-            .map_err(db_error)?;
+        let (_gate, mut tx) = self.write_tx().await?;
         self.current_claim(&mut tx, job).await?;
         sqlx::query("UPDATE forge_jobs SET state = 'completed', expires_at = NULL WHERE id = $1")
             .bind(job.id.to_string())
@@ -223,11 +207,7 @@ impl JobQueue for SqliteStore {
         retry_in: Duration,
         reason: &str,
     ) -> Result<JobState, Error> {
-        let mut tx = self
-            .pool
-            .begin_with("BEGIN IMMEDIATE")
-            .await
-            .map_err(db_error)?;
+        let (_gate, mut tx) = self.write_tx().await?;
         let row = self.current_claim(&mut tx, job).await?;
         let attempts: i64 = rows::get(&row, "attempts")?;
         let max: i64 = rows::get(&row, "max_attempts")?;
@@ -256,11 +236,7 @@ impl JobQueue for SqliteStore {
         job: &ClaimedJob,
         not_before: Timestamp,
     ) -> Result<(), Error> {
-        let mut tx = self
-            .pool
-            .begin_with("BEGIN IMMEDIATE")
-            .await
-            .map_err(db_error)?;
+        let (_gate, mut tx) = self.write_tx().await?;
         self.current_claim(&mut tx, job).await?;
         sqlx::query(
             "UPDATE forge_jobs SET state = 'ready', attempts = MAX(attempts - 1, 0), expires_at = NULL, available_at = $1 WHERE id = $2",
@@ -369,11 +345,7 @@ impl SqliteStore {
         to: JobState,
     ) -> Result<JobInfo, Error> {
         let now = self.clock.now();
-        let mut tx = self
-            .pool
-            .begin_with("BEGIN IMMEDIATE")
-            .await
-            .map_err(db_error)?;
+        let (_gate, mut tx) = self.write_tx().await?;
         let row = sqlx::query(concat!(
             "SELECT ",
             job_columns!(),
@@ -466,7 +438,7 @@ impl AuditLog for SqliteStore {
 
     async fn record_audit(&self, scope: &Scope, record: AuditRecord) -> Result<(), Error> {
         forge_core::ports::audit::check_tenant(scope, &record)?;
-        let mut tx = self.write_tx().await?;
+        let (_gate, mut tx) = self.write_tx().await?;
 
         crate::interactions::audit(&mut tx, &record).await?;
         tx.commit().await.map_err(db_error)?;

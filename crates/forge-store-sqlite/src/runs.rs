@@ -19,15 +19,25 @@ use sqlx::{QueryBuilder, Sqlite, Transaction};
 use crate::SqliteStore;
 use crate::rows::{self, db_error, i64_of, to_json};
 
+/// The held write gate of a store (see [`SqliteStore::write_tx`]).
+pub(crate) type WriteGate = tokio::sync::OwnedMutexGuard<()>;
+
 pub(crate) const RUN_COLUMNS: &str = "id, tenant_id, principal_id, thread_id, agent_name, agent_version, status, waiting_for, \
     version, last_seq, checkpoint, failure, lease_holder, lease_token, lease_expires_at, fence, cancel_requested, created_at, updated_at, input, role_ids";
 
 impl SqliteStore {
-    pub(crate) async fn write_tx(&self) -> Result<Transaction<'static, Sqlite>, Error> {
-        self.pool
+    /// A `BEGIN IMMEDIATE` transaction, and this store's write gate, held until the caller's
+    /// scope ends (bind it: `let (_gate, mut tx) = …`; the transaction is dropped first).
+    pub(crate) async fn write_tx(
+        &self,
+    ) -> Result<(WriteGate, Transaction<'static, Sqlite>), Error> {
+        let gate = self.write_gate.clone().lock_owned().await;
+        let tx = self
+            .pool
             .begin_with("BEGIN IMMEDIATE")
             .await
-            .map_err(db_error)
+            .map_err(db_error)?;
+        Ok((gate, tx))
     }
 
     async fn fetch_thread<'e, E: sqlx::SqliteExecutor<'e>>(
@@ -324,7 +334,7 @@ impl ThreadStore for SqliteStore {
         id: ThreadId,
         change: &ThreadChange,
     ) -> Result<Thread, Error> {
-        let mut tx = self.write_tx().await?;
+        let (_gate, mut tx) = self.write_tx().await?;
         let thread = self.fetch_thread(&mut *tx, scope, id).await?;
         let changed = change.apply(thread, self.clock.now());
         sqlx::query(
@@ -348,7 +358,7 @@ impl ThreadStore for SqliteStore {
         expected_version: u64,
         values: serde_json::Map<String, serde_json::Value>,
     ) -> Result<SessionState, Error> {
-        let mut tx = self.write_tx().await?;
+        let (_gate, mut tx) = self.write_tx().await?;
         let state = set_state(&mut tx, scope, id, expected_version, values).await?;
         tx.commit().await.map_err(db_error)?;
         Ok(state)
@@ -435,7 +445,7 @@ impl RunStore for SqliteStore {
         }
         let now = self.clock.now();
         let mut run = Run::queued(RunId::generate(self.ids.as_ref()), scope, &new, now);
-        let mut tx = self.write_tx().await?;
+        let (_gate, mut tx) = self.write_tx().await?;
         let active: Option<Option<String>> = sqlx::query_scalar(
             "SELECT active_run FROM forge_threads WHERE id = $1 AND tenant_id = $2",
         )
@@ -535,7 +545,7 @@ impl RunStore for SqliteStore {
     }
 
     async fn request_cancel(&self, scope: &Scope, id: RunId) -> Result<bool, Error> {
-        let mut tx = self.write_tx().await?;
+        let (_gate, mut tx) = self.write_tx().await?;
         let run = self.fetch_run(&mut *tx, scope, id).await?;
         if run.status.is_terminal() || run.cancel_requested {
             return Ok(false);
@@ -611,7 +621,7 @@ impl RunStore for SqliteStore {
         ttl: Duration,
     ) -> Result<RunLease, Error> {
         let now = self.clock.now();
-        let mut tx = self.write_tx().await?;
+        let (_gate, mut tx) = self.write_tx().await?;
         let mut run = self.fetch_run(&mut *tx, scope, id).await?;
         // One host holds every process of this store: the lease of a holder that is no longer
         // running is over now, not when it runs out.
@@ -635,7 +645,7 @@ impl RunStore for SqliteStore {
         ttl: Duration,
     ) -> Result<RunLease, Error> {
         let now = self.clock.now();
-        let mut tx = self.write_tx().await?;
+        let (_gate, mut tx) = self.write_tx().await?;
         let run = self.fetch_run(&mut *tx, scope, lease.run_id).await?;
         let renewed = renewed_lease(&run, lease, ttl, now)?;
         self.set_lease(&mut tx, &renewed, None).await?;
@@ -644,7 +654,7 @@ impl RunStore for SqliteStore {
     }
 
     async fn release_lease(&self, scope: &Scope, lease: &RunLease) -> Result<(), Error> {
-        let mut tx = self.write_tx().await?;
+        let (_gate, mut tx) = self.write_tx().await?;
         self.fetch_run(&mut *tx, scope, lease.run_id).await?;
         sqlx::query(
             "UPDATE forge_runs SET lease_holder = NULL, lease_token = NULL, lease_expires_at = NULL \
@@ -662,7 +672,7 @@ impl RunStore for SqliteStore {
 
     async fn commit_step(&self, scope: &Scope, commit: StepCommit) -> Result<Committed, Error> {
         let now = self.clock.now();
-        let mut tx = self.write_tx().await?;
+        let (_gate, mut tx) = self.write_tx().await?;
         let run = self.fetch_run(&mut *tx, scope, commit.run_id).await?;
         let committed = check_commit(&run, &commit, now)?;
         if let Some(update) = commit.state.clone() {

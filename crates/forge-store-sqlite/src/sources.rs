@@ -55,7 +55,7 @@ fn chunk_of(r: &SqliteRow) -> Result<Chunk, Error> {
 impl SourceStore for SqliteStore {
     async fn put_source(&self, scope: &Scope, s: &IngestedSource) -> Result<PutOutcome, Error> {
         let tenant = scope.tenant_id().as_str();
-        let mut tx = self.write_tx().await?;
+        let (_gate, mut tx) = self.write_tx().await?;
         let existing: Option<String> = sqlx::query_scalar(
             "SELECT version FROM forge_sources WHERE tenant_id = $1 AND id = $2",
         )
@@ -205,7 +205,7 @@ impl SourceStore for SqliteStore {
         actor: &str,
     ) -> Result<bool, Error> {
         let tenant = scope.tenant_id().as_str();
-        let mut tx = self.write_tx().await?;
+        let (_gate, mut tx) = self.write_tx().await?;
         let found: Option<(String, i64)> = sqlx::query_as(
             "SELECT version, chunks FROM forge_sources WHERE tenant_id = $1 AND id = $2",
         )
@@ -298,7 +298,7 @@ impl SourceStore for SqliteStore {
         vectors: &[Vec<f32>],
     ) -> Result<bool, Error> {
         let tenant = scope.tenant_id().as_str();
-        let mut tx = self.write_tx().await?;
+        let (_gate, mut tx) = self.write_tx().await?;
         let chunks: Option<i64> = sqlx::query_scalar(
             "SELECT chunks FROM forge_sources WHERE tenant_id = $1 AND id = $2 AND version = $3",
         )

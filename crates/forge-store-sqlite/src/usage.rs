@@ -23,7 +23,7 @@ impl UsageLedger for SqliteStore {
             return Err(Error::invalid("a call is reserved in its own tenant"));
         }
         let tenant = scope.tenant_id().as_str();
-        let mut tx = self.write_tx().await?;
+        let (_gate, mut tx) = self.write_tx().await?;
         let run: Option<i64> =
             sqlx::query_scalar("SELECT 1 FROM forge_runs WHERE id = $1 AND tenant_id = $2")
                 .bind(call.run_id.to_string())
@@ -84,7 +84,7 @@ impl UsageLedger for SqliteStore {
         _system: &SystemScope,
         before: Timestamp,
     ) -> Result<usize, Error> {
-        let mut tx = self.write_tx().await?;
+        let (_gate, mut tx) = self.write_tx().await?;
         let rows = sqlx::query(
             "SELECT tenant_id, body FROM forge_model_calls WHERE status = 'reserved' AND at < $1",
         )
@@ -105,7 +105,7 @@ impl UsageLedger for SqliteStore {
     }
 
     async fn settle(&self, scope: &Scope, settlement: Settlement) -> Result<ModelCall, Error> {
-        let mut tx = self.write_tx().await?;
+        let (_gate, mut tx) = self.write_tx().await?;
         let settled = settle_tx(&mut tx, scope.tenant_id().as_str(), &settlement).await?;
         tx.commit().await.map_err(db_error)?;
         Ok(settled)

@@ -3,6 +3,7 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod claim_plan;
 mod isolation;
 mod migrations;
 

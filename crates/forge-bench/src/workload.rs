@@ -661,7 +661,16 @@ mod tests {
         json!({ "mode": mode, "cpu_ms_per_run": cpu, "postgres_cpu_ms_per_run": pg })
     }
 
-    fn baseline_file(profile: &str, sqlite: f64, postgres: f64) -> std::path::PathBuf {
+    /// A baseline file, removed when dropped.
+    struct Baseline(std::path::PathBuf);
+
+    impl Drop for Baseline {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+
+    fn baseline_file(profile: &str, sqlite: f64, postgres: f64) -> Baseline {
         let path = std::env::temp_dir().join(format!(
             "forge-bench-baseline-{}-{profile}-{sqlite}.json",
             std::process::id()
@@ -669,7 +678,7 @@ mod tests {
         let body =
             json!({ "profile": profile, "ratios": { "sqlite": sqlite, "postgres": postgres } });
         std::fs::write(&path, body.to_string()).unwrap();
-        path
+        Baseline(path)
     }
 
     #[test]
@@ -688,21 +697,22 @@ mod tests {
 
     #[test]
     fn growth_within_the_margin_passes_and_past_it_fails() {
-        let path = baseline_file(PROFILE, 8.0, 10.0);
+        let baseline = baseline_file(PROFILE, 8.0, 10.0);
+        let path = &baseline.0;
         let ratios = cpu_ratios(&[
             result("bare", 1.0, None),
             result("sqlite", 11.0, None),
             result("postgres", 4.0, Some(4.0)),
         ])
         .unwrap();
-        check_baseline(&ratios, &path, 1.5).unwrap();
+        check_baseline(&ratios, path, 1.5).unwrap();
         let worse = cpu_ratios(&[
             result("bare", 1.0, None),
             result("sqlite", 12.5, None),
             result("postgres", 4.0, Some(4.0)),
         ])
         .unwrap();
-        let err = check_baseline(&worse, &path, 1.5).unwrap_err().to_string();
+        let err = check_baseline(&worse, path, 1.5).unwrap_err().to_string();
         assert!(err.contains("sqlite 1.56×"), "{err}");
         assert!(!err.contains("postgres"), "{err}");
     }
@@ -714,9 +724,16 @@ mod tests {
         } else {
             "debug"
         };
-        let path = baseline_file(other, 8.0, 10.0);
+        let baseline = baseline_file(other, 8.0, 10.0);
         let ratios = cpu_ratios(&[result("bare", 1.0, None), result("sqlite", 8.0, None)]).unwrap();
-        let err = check_baseline(&ratios, &path, 1.5).unwrap_err().to_string();
-        assert!(err.contains("build"), "{err}");
+        let err = check_baseline(&ratios, &baseline.0, 1.5)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains(&format!(
+                "measured in a {other} build and this is a {PROFILE} build"
+            )),
+            "{err}"
+        );
     }
 }

@@ -206,13 +206,29 @@ describe("the web client", () => {
     );
     const cards = tabs.map((t) => t.getByRole("region", { name: "Approve pay_invoice?" }));
     await Promise.all(cards.map((c) => c.getByRole("button", { name: "Approve" }).waitFor({ timeout: 30_000 })));
-    // One approves, the other rejects, at the same moment. The events are dispatched rather than
-    // clicked: a click waits for its button to be actionable, and the first decision can reach the
-    // other tab (re-rendering its card) inside that wait, so the second click would never land.
-    await Promise.all([
-      cards[0].getByRole("button", { name: "Approve" }).dispatchEvent("click"),
-      cards[1].getByRole("button", { name: "Reject" }).dispatchEvent("click"),
-    ]);
+    // One approves, the other rejects, at the same moment: each tab's decision is held at the
+    // network until both have been sent, then both go to the server together. (Clicked one after
+    // the other, the first decision can reach the second tab and re-render its card before the
+    // second click lands, and there is no race left to test.)
+    const held: (() => Promise<void>)[] = [];
+    let bothSent!: () => void;
+    const sent = new Promise<void>((resolve) => (bothSent = resolve));
+    await Promise.all(
+      tabs.map((t) =>
+        t.route("**/graphql", async (route) => {
+          if (!(route.request().postData() ?? "").includes("resolveApproval")) {
+            await route.continue();
+            return;
+          }
+          held.push(() => route.continue());
+          if (held.length === 2) bothSent();
+        }),
+      ),
+    );
+    await cards[0].getByRole("button", { name: "Approve" }).click();
+    await cards[1].getByRole("button", { name: "Reject" }).click();
+    await sent;
+    await Promise.all(held.map((release) => release()));
     const outcome = async (i: number) => {
       const won = cards[i].getByText(/You (approved|rejected) it\./);
       const lost = cards[i].getByRole("alert");

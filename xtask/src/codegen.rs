@@ -229,7 +229,10 @@ fn gql_type(t: &str) -> String {
 
 /// The text of a `"""` description starting on `line` (trimmed), reading `lines` to its end
 /// when it spans several; `None` when `line` starts none.
-fn sdl_description<'a>(line: &str, lines: &mut impl Iterator<Item = &'a str>) -> Option<String> {
+pub(crate) fn sdl_description<'a>(
+    line: &str,
+    lines: &mut impl Iterator<Item = &'a str>,
+) -> Option<String> {
     let open = line.strip_prefix("\"\"\"")?;
     if let Some(one) = open.strip_suffix("\"\"\"") {
         return Some(one.to_owned());

@@ -144,16 +144,23 @@ pub(crate) fn rust_files(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
-/// The workspace's crate directories (`crates/*` and `xtask`), sorted.
-pub(crate) fn crate_dirs(root: &Path) -> Vec<PathBuf> {
-    let mut dirs: Vec<PathBuf> = std::fs::read_dir(root.join("crates"))
+/// The directories directly under `dir` that hold a `Cargo.toml`, sorted.
+pub(crate) fn manifest_dirs(dir: &Path) -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(dir)
         .map(|rd| {
             rd.flatten()
                 .map(|e| e.path())
-                .filter(|p| p.join("Cargo.toml").exists())
+                .filter(|p| p.join("Cargo.toml").is_file())
                 .collect()
         })
         .unwrap_or_default();
+    dirs.sort();
+    dirs
+}
+
+/// The workspace's crate directories (`crates/*` and `xtask`), sorted.
+pub(crate) fn crate_dirs(root: &Path) -> Vec<PathBuf> {
+    let mut dirs = manifest_dirs(&root.join("crates"));
     dirs.push(root.join("xtask"));
     dirs.sort();
     dirs

@@ -67,16 +67,7 @@ fn patch_table(unpacked: &[(String, PathBuf)]) -> String {
 
 /// The example crates: directories under `examples/` with a `Cargo.toml`.
 pub(crate) fn examples(root: &Path) -> Vec<PathBuf> {
-    let mut out: Vec<PathBuf> = std::fs::read_dir(root.join("examples"))
-        .map(|rd| {
-            rd.flatten()
-                .map(|e| e.path())
-                .filter(|p| p.join("Cargo.toml").is_file())
-                .collect()
-        })
-        .unwrap_or_default();
-    out.sort();
-    out
+    crate::manifest_dirs(&root.join("examples"))
 }
 
 /// Copies `from` into `to` recursively, leaving out `target/` directories.

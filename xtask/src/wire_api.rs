@@ -96,14 +96,7 @@ fn graphql(sdl: &str) -> BTreeSet<String> {
     let mut block: Option<(String, String)> = None;
     while let Some(line) = lines.next() {
         let trimmed = line.trim();
-        if let Some(open) = trimmed.strip_prefix("\"\"\"") {
-            if !(open.len() >= 3 && open.ends_with("\"\"\"")) {
-                for l in lines.by_ref() {
-                    if l.trim().ends_with("\"\"\"") {
-                        break;
-                    }
-                }
-            }
+        if crate::codegen::sdl_description(trimmed, &mut lines).is_some() {
             continue;
         }
         if trimmed.is_empty() {

@@ -101,6 +101,7 @@ pub(crate) fn check(root: &Path) -> Result<(), Vec<String>> {
     }
     problems.extend(shipped_features(root, &cargo));
     problems.extend(otel_outside_its_adapter(root));
+    problems.extend(applications_depended_on(root));
     problems.sort();
     problems.dedup();
     crate::verdict(problems)
@@ -118,8 +119,28 @@ const OTEL_ADAPTER: &str = "forge-otel";
 /// The `opentelemetry*` dependencies a manifest declares (normal, dev or build; inline or as
 /// `[dependencies.opentelemetry…]` tables).
 pub(crate) fn otel_dependencies(manifest: &str) -> Vec<String> {
+    declared(manifest)
+        .into_iter()
+        .filter(|d| banned_family(&d.key) == Some("OpenTelemetry"))
+        .map(|d| d.key)
+        .collect()
+}
+
+/// One dependency a manifest declares, in any dependency table.
+pub(crate) struct Declared {
+    /// Its key: the name it is known by in the crate.
+    pub key: String,
+    /// The package it renames (`package = "…"`), if it does.
+    pub package: Option<String>,
+    /// Its declaration's text (for a `[dependencies.NAME]` table, the header).
+    pub line: String,
+}
+
+/// Every dependency `manifest` declares (normal, dev or build; inline, dotted, or as
+/// `[dependencies.NAME]` tables, whose fields are read as the table's own lines).
+pub(crate) fn declared(manifest: &str) -> Vec<Declared> {
     let mut in_deps = false;
-    let mut found = Vec::new();
+    let mut found: Vec<Declared> = Vec::new();
     for line in manifest.lines() {
         let line = line.trim();
         if let Some(table) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
@@ -127,13 +148,16 @@ pub(crate) fn otel_dependencies(manifest: &str) -> Vec<String> {
             in_deps = table.ends_with("dependencies");
             if let Some((section, name)) = table.rsplit_once('.')
                 && section.ends_with("dependencies")
-                && banned_family(name) == Some("OpenTelemetry")
             {
-                found.push(name.to_owned());
+                found.push(Declared {
+                    key: name.trim_matches('"').to_owned(),
+                    package: None,
+                    line: line.to_owned(),
+                });
             }
             continue;
         }
-        if !in_deps {
+        if !in_deps || line.is_empty() || line.starts_with('#') {
             continue;
         }
         let key = line
@@ -142,9 +166,16 @@ pub(crate) fn otel_dependencies(manifest: &str) -> Vec<String> {
             .unwrap_or_default()
             .trim()
             .trim_matches('"');
-        if banned_family(key) == Some("OpenTelemetry") {
-            found.push(key.to_owned());
-        }
+        let package = line
+            .split("package")
+            .nth(1)
+            .and_then(|rest| rest.split('"').nth(1))
+            .map(str::to_owned);
+        found.push(Declared {
+            key: key.to_owned(),
+            package,
+            line: line.to_owned(),
+        });
     }
     found
 }
@@ -184,6 +215,73 @@ fn otel_outside_its_adapter(root: &Path) -> Vec<String> {
         problems.push(
             "read fewer than 5 manifests; the OpenTelemetry check would pass vacuously".into(),
         );
+    }
+    problems
+}
+
+/// The package names of the applications under `examples/` (each its own workspace).
+fn application_names(root: &Path) -> Vec<String> {
+    crate::manifest_dirs(&root.join("examples"))
+        .iter()
+        .filter_map(|d| std::fs::read_to_string(d.join("Cargo.toml")).ok())
+        .filter_map(|m| {
+            m.lines()
+                .skip_while(|l| l.trim() != "[package]")
+                .skip(1)
+                .take_while(|l| !l.starts_with('['))
+                .find_map(|l| {
+                    let v = l.trim().strip_prefix("name")?.trim().strip_prefix('=')?;
+                    Some(v.trim().trim_matches('"').to_owned())
+                })
+        })
+        .collect()
+}
+
+/// What a manifest says that makes it depend on an application: a dependency named like one of
+/// `apps`, or any path into `examples/`.
+pub(crate) fn application_dependencies(manifest: &str, apps: &[String]) -> Vec<String> {
+    let is_app = |name: &str| apps.iter().any(|a| a == name);
+    declared(manifest)
+        .into_iter()
+        .filter_map(|d| {
+            if is_app(&d.key) || d.package.as_deref().is_some_and(is_app) {
+                Some(d.key)
+            } else if d.line.contains("examples/") {
+                Some(format!("{} (a path into examples/)", d.key))
+            } else {
+                None
+            }
+        })
+        .collect()
+}
+
+/// Every workspace crate that depends on an application: the platform is reused by
+/// applications, never the other way round.
+fn applications_depended_on(root: &Path) -> Vec<String> {
+    let apps = application_names(root);
+    if apps.is_empty() {
+        return vec!["no application under examples/; the check would pass vacuously".into()];
+    }
+    let mut problems = Vec::new();
+    let mut manifests: Vec<_> = crate::crate_dirs(root)
+        .into_iter()
+        .map(|d| d.join("Cargo.toml"))
+        .collect();
+    manifests.push(root.join("Cargo.toml"));
+    for manifest in manifests {
+        let Ok(text) = std::fs::read_to_string(&manifest) else {
+            continue;
+        };
+        let shown = manifest
+            .strip_prefix(root)
+            .unwrap_or(&manifest)
+            .display()
+            .to_string();
+        for dep in application_dependencies(&text, &apps) {
+            problems.push(format!(
+                "{shown} depends on the application {dep}; no Forge crate may depend on an application"
+            ));
+        }
     }
     problems
 }
@@ -245,6 +343,28 @@ mod tests {
     #[test]
     fn core_and_engine_reach_no_driver_http_client_otel_or_graphql() {
         crate::assert_clean("dependency boundary violated", check(&crate::root()));
+    }
+
+    #[test]
+    fn a_dependency_on_an_application_is_found_however_it_is_written() {
+        let apps = vec!["forge-example-shareflow".to_owned()];
+        let by_name =
+            "[dependencies]\nforge-core.workspace = true\nforge-example-shareflow = \"0.0.0\"\n";
+        assert_eq!(
+            application_dependencies(by_name, &apps),
+            ["forge-example-shareflow"]
+        );
+        let by_path = "[dev-dependencies]\nsf = { path = \"../../examples/shareflow\" }\n";
+        assert_eq!(application_dependencies(by_path, &apps).len(), 1);
+        let renamed =
+            "[dependencies]\nsf = { version = \"0\", package = \"forge-example-shareflow\" }\n";
+        assert_eq!(application_dependencies(renamed, &apps), ["sf"]);
+        let table = "[dependencies.forge-example-shareflow]\nversion = \"0\"\n";
+        assert_eq!(application_dependencies(table, &apps).len(), 1);
+        let clean =
+            "[package]\nname = \"forge-example-shareflow\"\n[dependencies]\nforge-core = \"0\"\n";
+        assert!(application_dependencies(clean, &apps).is_empty());
+        assert!(application_names(&crate::root()).contains(&"forge-example-shareflow".to_owned()));
     }
 
     #[test]

@@ -4,8 +4,10 @@
 //! `cargo package` writes a `.crate` of every shipped crate (what a registry would serve: only
 //! the files the package includes, its manifest normalized to version requirements). Each is
 //! unpacked under the target directory, and every example under `examples/*/` that is a crate
-//! (its own workspace, depending on `forge-*` by version) is copied beside them and built and run
-//! with a `[patch.crates-io]` that points those versions at the unpacked sources. A file the
+//! (its own workspace, depending on `forge-*` by version) is copied beside them, linted (clippy,
+//! warnings denied), built and run with a `[patch.crates-io]` that points those versions at the
+//! unpacked sources; an example with a `tests/` directory (an application) has its tests run
+//! there too. A file the
 //! package leaves out, an item the example uses that went private, or a signature that changed
 //! fails it.
 
@@ -70,7 +72,9 @@ pub(crate) fn examples(root: &Path) -> Vec<PathBuf> {
     crate::manifest_dirs(&root.join("examples"))
 }
 
-/// Copies `from` into `to` recursively, leaving out `target/` directories.
+/// Copies `from` into `to` recursively, leaving out `target/` directories and `.cargo/` (an
+/// example's configuration for building inside the repository: its patches name the workspace's
+/// paths, which the packaged build must not see).
 fn copy_tree(from: &Path, to: &Path) -> Result<(), String> {
     std::fs::create_dir_all(to).map_err(|e| format!("{}: {e}", to.display()))?;
     let entries = std::fs::read_dir(from).map_err(|e| format!("{}: {e}", from.display()))?;
@@ -78,7 +82,7 @@ fn copy_tree(from: &Path, to: &Path) -> Result<(), String> {
         let path = entry.path();
         let dest = to.join(entry.file_name());
         if path.is_dir() {
-            if entry.file_name() != "target" {
+            if entry.file_name() != "target" && entry.file_name() != ".cargo" {
                 copy_tree(&path, &dest)?;
             }
         } else {
@@ -161,7 +165,15 @@ fn inner(root: &Path) -> Result<(), String> {
         // workspace was tested with.
         std::fs::copy(root.join("Cargo.lock"), scratch.join("Cargo.lock"))
             .map_err(|e| format!("Cargo.lock: {e}"))?;
-        println!("example {name}: build and run against the packaged crates");
+        println!("example {name}: lint, build, run and test against the packaged crates");
+        run(
+            Command::new(cargo())
+                .current_dir(&scratch)
+                .args(["clippy", "--quiet", "--all-targets", "--config"])
+                .arg(&patch)
+                .args(["--", "-D", "warnings"]),
+            &format!("example {name}'s lints"),
+        )?;
         run(
             Command::new(cargo())
                 .current_dir(&scratch)
@@ -171,6 +183,19 @@ fn inner(root: &Path) -> Result<(), String> {
                 .arg(&patch),
             &format!("example {name}"),
         )?;
+        // An application's own suites (its end-to-end and rollout tests) run here too: the
+        // examples are outside the workspace, so `cargo test --workspace` never sees them.
+        if scratch.join("tests").is_dir() {
+            run(
+                Command::new(cargo())
+                    .current_dir(&scratch)
+                    .arg("test")
+                    .arg("--quiet")
+                    .arg("--config")
+                    .arg(&patch),
+                &format!("example {name}'s tests"),
+            )?;
+        }
     }
     Ok(())
 }

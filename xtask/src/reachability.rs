@@ -370,6 +370,84 @@ pub(crate) const CAPABILITIES: &[Capability] = &[
         scope: Scope::Binaries,
         wired_in: ("forge-cli/src/eval/runner.rs", Some("EngineRunner"), "run"),
     },
+    // Host applications: what an application embedding Forge needs, used by one under
+    // `examples/` (ShareFlow) through the published crates only.
+    Capability {
+        name: "embedding: a host composes an engine with its own tools, agents and policies",
+        provider: (
+            "forge-engine/src/engine/builder.rs",
+            Some("EngineBuilder"),
+            "build",
+        ),
+        scope: Scope::Host,
+        wired_in: ("shareflow/src/app.rs", Some("ShareFlow"), "new"),
+    },
+    Capability {
+        name: "embedding: a host's own function as a tool",
+        provider: ("forge-engine/src/tools.rs", None, "native_tool"),
+        scope: Scope::Host,
+        wired_in: ("shareflow/src/app.rs", Some("ShareFlow"), "new"),
+    },
+    Capability {
+        name: "embedding: a host submits runs",
+        provider: ("forge-engine/src/engine/mod.rs", Some("Engine"), "submit"),
+        scope: Scope::Host,
+        wired_in: ("shareflow/src/app.rs", Some("ShareFlow"), "start_drafting"),
+    },
+    Capability {
+        name: "embedding: a host runs a durable worker",
+        provider: ("forge-engine/src/worker.rs", Some("Worker"), "run"),
+        scope: Scope::Host,
+        wired_in: ("shareflow/src/run.rs", Some("Running"), "start"),
+    },
+    Capability {
+        name: "embedding: a host resolves an approval",
+        provider: (
+            "forge-engine/src/engine/interactions.rs",
+            Some("Engine"),
+            "resolve_interaction",
+        ),
+        scope: Scope::Host,
+        wired_in: ("shareflow/src/bin/shareflow.rs", None, "demo_steps"),
+    },
+    Capability {
+        name: "retrieval: a host indexes its own documents for search and citations",
+        provider: ("forge-rag/src/retrieve.rs", Some("Retriever"), "index"),
+        scope: Scope::Host,
+        wired_in: ("shareflow/src/app.rs", Some("ShareFlow"), "drop_document"),
+    },
+    Capability {
+        name: "policies: a host loads its own Cedar policies",
+        provider: (
+            "forge-policy/src/lib.rs",
+            Some("CedarAuthorizer"),
+            "from_sources",
+        ),
+        scope: Scope::Host,
+        wired_in: ("shareflow/src/app.rs", Some("ShareFlow"), "new"),
+    },
+    Capability {
+        name: "server: a host serves Forge's API and web client inside its own router",
+        provider: ("forge-server/src/lib.rs", Some("Server"), "router"),
+        scope: Scope::Host,
+        wired_in: ("shareflow/src/run.rs", Some("Running"), "start"),
+    },
+    Capability {
+        name: "server: a host authenticates its own routes with Forge's tokens",
+        provider: (
+            "forge-server/src/auth.rs",
+            Some("Authenticator"),
+            "authenticate_header",
+        ),
+        scope: Scope::Host,
+        wired_in: ("shareflow/src/http.rs", None, "caller"),
+    },
+    Capability {
+        name: "PostgreSQL: a host provisions row-level security for its own role",
+        provider: ("forge-store-postgres/src/lib.rs", None, "provision_system"),
+        scope: Scope::Host,
+        wired_in: ("shareflow/src/run.rs", None, "postgres"),
+    },
 ];
 
 /// A port trait, the production type implementing it, and the binaries' function that builds it.

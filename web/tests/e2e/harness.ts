@@ -34,7 +34,7 @@ export function forgeBin(): string {
 
 export const SECRET = "e2e-secret-e2e-secret-e2e-secret-0123456789";
 
-async function freePort(): Promise<number> {
+export async function freePort(): Promise<number> {
   return new Promise((ok, fail) => {
     const s = net.createServer();
     s.listen(0, "127.0.0.1", () => {

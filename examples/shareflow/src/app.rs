@@ -1,0 +1,516 @@
+//! The application: a tenant drops documents, and each becomes one post on the publishing
+//! service, by the workflow the tenant's flag selects.
+//!
+//! - **Agent** (the new workflow): a Forge run of the `drafter` agent searches the documents,
+//!   cites the sentence the post rests on, and calls `publish_post`, an external write that waits
+//!   for a reviewer's approval in Forge's web client.
+//! - **Legacy** (the workflow before agents): a template over the document's first sentence,
+//!   published at once.
+//!
+//! Both publish under [`delivery_key`] (tenant and document), so the service records one post
+//! per document whichever workflow, retry or replay reaches it. Turning the flag back to legacy
+//! ([`ShareFlow::set_workflow`]) is the rollback: drafting runs are cancelled and every document
+//! not yet published goes through the legacy workflow under the same key; nothing is lost
+//! (every document is published) and nothing is duplicated (the service dedupes by key).
+
+use std::sync::Arc;
+
+use forge_core::agent::{AgentDefinition, AgentRef, RunLimits};
+use forge_core::part::Part;
+use forge_core::ports::store::{NewRun, NewThread, Store};
+use forge_core::ports::tool::{ApprovalPolicy, ToolClassification, ToolContext, ToolError};
+use forge_core::scope::Scope;
+use forge_engine::{Engine, SkillLibrary, native_tool};
+use forge_policy::CedarAuthorizer;
+use forge_providers::{Script, ScriptedProvider};
+use forge_rag::ingest::ingest;
+use forge_rag::model::{Format, SourceId};
+use forge_rag::{Retriever, SearchDocuments, SourceStore};
+use serde::{Deserialize, Serialize};
+
+use crate::client::{PublisherClient, delivery_key};
+use crate::db::{AppDb, Document, Workflow};
+use crate::publisher::PostRequest;
+
+/// The drafting agent's scripted model turns (the deterministic stand-in for a real model).
+pub const DRAFTER_SCRIPT: &str = include_str!("../agents/drafter.script.toml");
+/// ShareFlow's Cedar policies.
+pub const POLICIES: &str = include_str!("../policies/shareflow.cedar");
+/// The drafting agent's name.
+pub const DRAFTER: &str = "drafter";
+/// The publishing tool's name.
+pub const PUBLISH_POST: &str = "publish_post";
+/// The house-style skill the drafter loads first.
+pub const POST_STYLE: &str = "post-style";
+/// The label documents are ingested under (the policies let the tenant's people read it).
+pub const LABEL: &str = "team";
+
+/// Where ShareFlow's skills are: `skills/` beside its manifest.
+pub fn skills_dir() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("skills")
+}
+
+/// What went wrong, in terms a caller can act on.
+#[derive(Debug, thiserror::Error)]
+pub enum AppError {
+    /// The request is malformed.
+    #[error("{0}")]
+    Invalid(String),
+    /// The caller may not do this.
+    #[error("{0}")]
+    Forbidden(String),
+    /// It conflicts with what exists.
+    #[error("{0}")]
+    Conflict(String),
+    /// ShareFlow's own database failed.
+    #[error("the application database: {0}")]
+    Db(#[from] sqlx::Error),
+    /// Forge refused or failed.
+    #[error("forge: {0}")]
+    Forge(String),
+    /// The policies or the script did not load.
+    #[error("configuration: {0}")]
+    Config(String),
+}
+
+fn forge(e: impl std::fmt::Display) -> AppError {
+    AppError::Forge(e.to_string())
+}
+
+/// A document as a person drops it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct NewDocument {
+    /// Its id within the tenant: lowercase letters, digits and dashes.
+    pub id: String,
+    /// Its title.
+    pub title: String,
+    /// Its text (Markdown).
+    pub body: String,
+    /// When its post should go live (RFC 3339); at once when absent.
+    #[serde(default)]
+    pub publish_at: Option<String>,
+}
+
+/// What turning a tenant's flag did.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct FlagChange {
+    /// The workflow before.
+    pub from: Option<Workflow>,
+    /// The workflow now.
+    pub to: Option<Workflow>,
+    /// Drafting runs asked to cancel.
+    pub cancelled: Vec<String>,
+    /// Documents the legacy workflow published.
+    pub republished: Vec<String>,
+    /// Documents still unpublished (the service could not be reached): tried again on the
+    /// next change or drop.
+    pub pending: Vec<String>,
+}
+
+/// ShareFlow: its database, Forge's engine, and the publishing service.
+pub struct ShareFlow {
+    engine: Arc<Engine>,
+    retriever: Retriever,
+    db: AppDb,
+    publisher: PublisherClient,
+}
+
+impl std::fmt::Debug for ShareFlow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ShareFlow")
+            .field("publisher", &self.publisher.base())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The drafting agent's definition.
+pub fn drafter() -> AgentDefinition {
+    AgentDefinition {
+        agent: AgentRef {
+            name: DRAFTER.into(),
+            version: "1".into(),
+        },
+        instructions: "You draft short social posts from the team's documents. Load the \
+                       post-style skill, search the documents, cite the exact sentence the post rests on, keep to what \
+                       it says, and hand the post to publish_post. Never invent a date, a number \
+                       or a claim the documents do not make."
+            .into(),
+        model: "scripted:drafter".into(),
+        tools: vec![
+            forge_rag::SEARCH_DOCUMENTS.into(),
+            forge_engine::CITE.into(),
+            PUBLISH_POST.into(),
+        ],
+        skills: vec![POST_STYLE.into()],
+        output_schema: None,
+        limits: RunLimits {
+            max_steps: 6,
+            ..RunLimits::default()
+        },
+        approvals: Default::default(),
+        compaction: None,
+    }
+}
+
+/// The input of `publish_post`: the post's text. The document is the drafting thread's own.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+struct PublishInput {
+    /// The post's text, grounded in the cited sentence.
+    text: String,
+}
+
+/// One document's post, through either workflow: skipped when already published, else delivered
+/// under the document's key and recorded.
+async fn publish(
+    db: &AppDb,
+    publisher: &PublisherClient,
+    doc: &Document,
+    text: String,
+    via: Workflow,
+) -> Result<serde_json::Value, crate::client::PublishError> {
+    let post = PostRequest {
+        account: doc.tenant.clone(),
+        document: doc.id.clone(),
+        text,
+        sources: vec![format!("{}@{}", doc.id, doc.version)],
+        publish_at: doc
+            .publish_at
+            .as_deref()
+            .and_then(crate::db::parse_publish_at),
+        via: via.as_str().to_owned(),
+    };
+    let delivery = publisher
+        .publish(&delivery_key(&doc.tenant, &doc.id), &post)
+        .await?;
+    // A failure to record is not a failure to publish: the next attempt replays the delivery.
+    let _ = db
+        .set_published(&doc.tenant, &doc.id, via, &delivery.id)
+        .await;
+    Ok(serde_json::json!({
+        "delivery": delivery.id,
+        "status": delivery.status,
+        "replayed": delivery.replayed,
+    }))
+}
+
+/// The legacy workflow's post: the title and the document's first sentence.
+pub fn legacy_text(doc: &Document) -> String {
+    let paragraph = doc
+        .body
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty() && !l.starts_with('#'))
+        .unwrap_or("");
+    let sentence = paragraph
+        .find(". ")
+        .map_or(paragraph, |end| &paragraph[..=end]);
+    format!("{}: {}", doc.title, sentence.trim())
+}
+
+impl ShareFlow {
+    /// Builds ShareFlow over Forge's `store` (threads, runs, approvals) and `sources` (its
+    /// documents for retrieval), its own `db`, the publishing service's client, and the skills
+    /// (the `post-style` skill, [`skills_dir`]).
+    pub fn new(
+        store: Arc<dyn Store>,
+        sources: Arc<dyn SourceStore>,
+        db: AppDb,
+        publisher: PublisherClient,
+        skills: SkillLibrary,
+        worker_id: &str,
+    ) -> Result<Self, AppError> {
+        let policies = Arc::new(
+            CedarAuthorizer::from_sources([("shareflow.cedar", POLICIES)])
+                .map_err(|e| AppError::Config(e.to_string()))?,
+        );
+        let retriever = Retriever::new(sources, policies.clone());
+        let script = Script::parse(DRAFTER_SCRIPT, "drafter")
+            .map_err(|e| AppError::Config(e.to_string()))?;
+        let tool = {
+            let (db, publisher) = (db.clone(), publisher.clone());
+            native_tool(
+                PUBLISH_POST,
+                "Publishes the post drafted for this thread's document to the publishing service \
+                 (once a reviewer approves it). Returns the delivery.",
+                move |ctx: ToolContext, input: PublishInput| {
+                    let (db, publisher) = (db.clone(), publisher.clone());
+                    async move {
+                        let tenant = ctx.scope.tenant_id().as_str().to_owned();
+                        let doc = db
+                            .document_of_thread(&tenant, &ctx.thread_id.to_string())
+                            .await
+                            .map_err(|e| ToolError::Unavailable(e.to_string()))?
+                            .ok_or_else(|| {
+                                ToolError::Failed("this thread drafts no document".into())
+                            })?;
+                        if doc.status == "published" {
+                            return Ok(serde_json::json!({
+                                "delivery": doc.delivery_id,
+                                "status": "already published",
+                                "replayed": true,
+                            }));
+                        }
+                        publish(&db, &publisher, &doc, input.text, Workflow::Agent)
+                            .await
+                            .map_err(|e| ToolError::Unavailable(e.to_string()))
+                    }
+                },
+            )
+            .classification(ToolClassification::ExternalWrite)
+            .approval(ApprovalPolicy::Always)
+            .permission("posts.publish")
+        };
+        let engine = Engine::builder()
+            .dyn_store(store)
+            .model(Arc::new(ScriptedProvider::new(script)))
+            .tool(Arc::new(SearchDocuments::new(retriever.clone())))
+            .map_err(forge)?
+            .tool(Arc::new(tool))
+            .map_err(forge)?
+            .citations(Arc::new(retriever.clone()))
+            .authorizer(policies.clone())
+            .approval_rule(policies)
+            .skills(skills)
+            .agent(drafter())
+            .worker_id(worker_id)
+            .build()
+            .map_err(forge)?;
+        Ok(Self {
+            engine: Arc::new(engine),
+            retriever,
+            db,
+            publisher,
+        })
+    }
+
+    /// Forge's engine (for the server and the worker).
+    pub fn engine(&self) -> &Arc<Engine> {
+        &self.engine
+    }
+
+    /// Retrieval over the tenants' documents (the server resolves citations with it).
+    pub fn retriever(&self) -> &Retriever {
+        &self.retriever
+    }
+
+    /// ShareFlow's own database.
+    pub fn db(&self) -> &AppDb {
+        &self.db
+    }
+
+    /// The publishing service's client.
+    pub fn publisher(&self) -> &PublisherClient {
+        &self.publisher
+    }
+
+    /// Drops a document: indexes it for retrieval, records it, and starts its post on the
+    /// tenant's workflow. Dropping the same document again returns it as it stands.
+    pub async fn drop_document(
+        &self,
+        scope: &Scope,
+        new: NewDocument,
+    ) -> Result<Document, AppError> {
+        if !scope.has_role("editor") {
+            return Err(AppError::Forbidden(
+                "only editors drop documents".to_owned(),
+            ));
+        }
+        let id_ok = !new.id.is_empty()
+            && new.id.len() <= 64
+            && new
+                .id
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+        if !id_ok {
+            return Err(AppError::Invalid(
+                "a document id is 1 to 64 lowercase letters, digits and dashes".to_owned(),
+            ));
+        }
+        if new.title.trim().is_empty() || new.title.len() > 200 {
+            return Err(AppError::Invalid("a title is 1 to 200 bytes".to_owned()));
+        }
+        if new.body.trim().is_empty() || new.body.len() > 100_000 {
+            return Err(AppError::Invalid(
+                "a document's text is 1 to 100,000 bytes".to_owned(),
+            ));
+        }
+        if let Some(at) = &new.publish_at
+            && crate::db::parse_publish_at(at).is_none()
+        {
+            return Err(AppError::Invalid(format!(
+                "publish_at is an RFC 3339 time such as 2027-03-14T09:00:00Z, not {at:?}"
+            )));
+        }
+        let tenant = scope.tenant_id().as_str().to_owned();
+        let source = ingest(
+            SourceId::new(new.id.clone()).map_err(|e| AppError::Invalid(e.to_string()))?,
+            new.title.clone(),
+            LABEL,
+            Format::Markdown,
+            serde_json::json!({ "dropped_by": scope.principal_id().as_str() }),
+            &new.body,
+        );
+        if let Some(existing) = self.db.document(&tenant, &new.id).await? {
+            if existing.version == source.version {
+                return Ok(existing);
+            }
+            return Err(AppError::Conflict(format!(
+                "document {} exists with other text; give the new one its own id",
+                new.id
+            )));
+        }
+        self.retriever.index(scope, &source).await.map_err(forge)?;
+        let doc = Document {
+            tenant: tenant.clone(),
+            id: new.id.clone(),
+            title: new.title,
+            body: new.body,
+            version: source.version.clone(),
+            publish_at: new.publish_at,
+            status: "new".into(),
+            via: None,
+            thread_id: None,
+            run_id: None,
+            delivery_id: None,
+            submitted_by: scope.principal_id().as_str().to_owned(),
+        };
+        if !self.db.insert_document(&doc).await? {
+            // Dropped twice at once: the other drop routes it.
+            return self
+                .db
+                .document(&tenant, &doc.id)
+                .await?
+                .ok_or_else(|| AppError::Conflict("the document vanished".into()));
+        }
+        match self.db.workflow(&tenant).await? {
+            Workflow::Legacy => self.publish_legacy(&doc).await?,
+            Workflow::Agent => self.start_drafting(scope, &doc).await?,
+        }
+        Ok(self.db.document(&tenant, &doc.id).await?.unwrap_or(doc))
+    }
+
+    async fn start_drafting(&self, scope: &Scope, doc: &Document) -> Result<(), AppError> {
+        let thread = self
+            .engine
+            .create_thread(
+                scope,
+                NewThread {
+                    title: Some(format!("Post: {}", doc.title)),
+                    state: Default::default(),
+                },
+            )
+            .await
+            .map_err(forge)?;
+        // The run's thread is recorded before the run exists: `publish_post` finds its document
+        // by thread, and the run may reach it before this function returns.
+        self.db
+            .set_drafting(&doc.tenant, &doc.id, &thread.id.to_string(), "")
+            .await?;
+        let run = self
+            .engine
+            .submit(
+                scope,
+                NewRun::new(
+                    thread.id,
+                    drafter().agent,
+                    vec![Part::text(format!(
+                        "Draft a post for document {}: {}",
+                        doc.id, doc.title
+                    ))],
+                ),
+            )
+            .await
+            .map_err(forge)?;
+        self.db
+            .set_drafting(
+                &doc.tenant,
+                &doc.id,
+                &thread.id.to_string(),
+                &run.id.to_string(),
+            )
+            .await?;
+        Ok(())
+    }
+
+    async fn publish_legacy(&self, doc: &Document) -> Result<(), AppError> {
+        if publish(
+            &self.db,
+            &self.publisher,
+            doc,
+            legacy_text(doc),
+            Workflow::Legacy,
+        )
+        .await
+        .is_err()
+        {
+            self.db.set_failed(&doc.tenant, &doc.id).await?;
+        }
+        Ok(())
+    }
+
+    /// The tenant's documents.
+    pub async fn documents(&self, scope: &Scope) -> Result<Vec<Document>, AppError> {
+        Ok(self.db.documents(scope.tenant_id().as_str()).await?)
+    }
+
+    /// The tenant's workflow.
+    pub async fn workflow(&self, scope: &Scope) -> Result<Workflow, AppError> {
+        Ok(self.db.workflow(scope.tenant_id().as_str()).await?)
+    }
+
+    /// Turns the tenant's flag. Back to legacy is the rollback: every drafting run is asked to
+    /// cancel and every unpublished document is published by the legacy workflow, under the key
+    /// its agent post would have used. Legacy documents whose publish failed are tried again
+    /// whichever way the flag turns.
+    pub async fn set_workflow(
+        &self,
+        scope: &Scope,
+        workflow: Workflow,
+    ) -> Result<FlagChange, AppError> {
+        if !scope.has_role("admin") {
+            return Err(AppError::Forbidden(
+                "only administrators turn the workflow flag".to_owned(),
+            ));
+        }
+        let tenant = scope.tenant_id().as_str().to_owned();
+        let from = self
+            .db
+            .set_workflow(&tenant, workflow, scope.principal_id().as_str())
+            .await?;
+        let mut change = FlagChange {
+            from: Some(from),
+            to: Some(workflow),
+            ..FlagChange::default()
+        };
+        for doc in self.db.unpublished(&tenant).await? {
+            let drafting = doc.status == "drafting";
+            if drafting && workflow == Workflow::Agent {
+                continue;
+            }
+            if let Some(run) = doc.run_id.as_deref().and_then(|r| r.parse().ok())
+                && self
+                    .engine
+                    .runs()
+                    .request_cancel(scope, run)
+                    .await
+                    .map_err(forge)?
+            {
+                change.cancelled.push(doc.id.clone());
+            }
+            self.publish_legacy(&doc).await?;
+            match self.db.document(&tenant, &doc.id).await? {
+                Some(d) if d.status == "published" => change.republished.push(doc.id),
+                _ => change.pending.push(doc.id),
+            }
+        }
+        Ok(change)
+    }
+
+    /// The publishing service's deliveries for the tenant.
+    pub async fn posts(&self, scope: &Scope) -> Result<Vec<crate::publisher::Delivery>, AppError> {
+        self.publisher
+            .deliveries(scope.tenant_id().as_str())
+            .await
+            .map_err(|e| AppError::Forge(e.to_string()))
+    }
+}

@@ -1,0 +1,259 @@
+//! `shareflow`: the application's command line.
+//!
+//! - `shareflow serve`: the server (Forge's GraphQL API and web client, ShareFlow's API), a worker
+//!   and the bundled publishing service, on SQLite in `./shareflow-data` (or PostgreSQL with
+//!   `--postgres`), development sign-in on.
+//! - `shareflow token`: a token for the API.
+//! - `shareflow` alone: a demonstration in a temporary directory that drops the sample documents
+//!   on both workflows, approves as a reviewer, rolls the flag back, prints the deliveries and
+//!   exits (what CI runs against the packaged crates).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use clap::{Parser, Subcommand};
+use forge_core::interaction::{Decision, Resolve};
+use forge_core::scope::Scope;
+use shareflow::{NewDocument, Options, Running, StoreChoice, Workflow};
+
+#[derive(Parser)]
+#[command(
+    name = "shareflow",
+    version,
+    about = "Documents to cited, reviewed posts, on Forge"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Runs the server, a worker and the bundled publishing service.
+    Serve {
+        /// ShareFlow's files (its database, the publisher's, SQLite's forge.db).
+        #[arg(long, default_value = "shareflow-data")]
+        data: PathBuf,
+        /// Keep Forge's runs in PostgreSQL: a superuser's URL (ShareFlow creates its own role
+        /// and database there and connects as that role).
+        #[arg(long, env = "SHAREFLOW_POSTGRES")]
+        postgres: Option<String>,
+        /// The PostgreSQL database to create and use.
+        #[arg(long, default_value = "shareflow")]
+        database: String,
+        /// Where the server listens.
+        #[arg(long, default_value = "127.0.0.1:8090")]
+        listen: SocketAddr,
+        /// Where the bundled publishing service listens.
+        #[arg(long, default_value = "127.0.0.1:8091")]
+        publisher_listen: SocketAddr,
+        /// Use this publishing service instead of the bundled one.
+        #[arg(long)]
+        publisher_url: Option<String>,
+    },
+    /// Prints a token for the API (signed with SHAREFLOW_JWT_SECRET).
+    Token {
+        /// The tenant.
+        #[arg(long)]
+        tenant: String,
+        /// The principal.
+        #[arg(long)]
+        principal: String,
+        /// Roles, comma separated (editor, reviewer, admin).
+        #[arg(long, value_delimiter = ',')]
+        roles: Vec<String>,
+    },
+}
+
+/// The development secret, when SHAREFLOW_JWT_SECRET is not set.
+const DEV_SECRET: &str = "shareflow-development-secret-0123456789";
+
+fn secret() -> Vec<u8> {
+    std::env::var("SHAREFLOW_JWT_SECRET")
+        .unwrap_or_else(|_| DEV_SECRET.to_owned())
+        .into_bytes()
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    match Cli::parse().command {
+        Some(Command::Serve {
+            data,
+            postgres,
+            database,
+            listen,
+            publisher_listen,
+            publisher_url,
+        }) => {
+            let store = match postgres {
+                Some(admin_url) => StoreChoice::Postgres {
+                    admin_url,
+                    database,
+                },
+                None => StoreChoice::Sqlite,
+            };
+            let running = Running::start(Options {
+                data,
+                store,
+                listen,
+                publisher_listen,
+                publisher_url,
+                secret: secret(),
+                dev_sign_in: true,
+            })
+            .await?;
+            eprintln!(
+                "shareflow: listening on {url}/ (web client, development sign-in on), {url}/graphql, {url}/app/…; publisher at {}",
+                running.publisher_url,
+                url = running.url
+            );
+            tokio::signal::ctrl_c().await?;
+            running.stop().await;
+            Ok(())
+        }
+        Some(Command::Token {
+            tenant,
+            principal,
+            roles,
+        }) => {
+            let roles: Vec<&str> = roles.iter().map(String::as_str).collect();
+            println!(
+                "{}",
+                Running::token(&secret(), &tenant, &principal, &roles)?
+            );
+            Ok(())
+        }
+        None => demo().await,
+    }
+}
+
+/// Drops the sample documents, approves, rolls back, prints what was published.
+async fn demo() -> anyhow::Result<()> {
+    let data = std::env::temp_dir().join(format!("shareflow-demo-{}", std::process::id()));
+    let running = Running::start(Options {
+        data: data.clone(),
+        store: StoreChoice::Sqlite,
+        listen: "127.0.0.1:0".parse()?,
+        publisher_listen: "127.0.0.1:0".parse()?,
+        publisher_url: None,
+        secret: secret(),
+        dev_sign_in: false,
+    })
+    .await?;
+    let result = demo_steps(&running).await;
+    let app = running.app.clone();
+    let admin = Scope::parse("acme", "ada", &["admin"])?;
+    let posts = app.posts(&admin).await;
+    running.stop().await;
+    std::fs::remove_dir_all(&data).ok();
+    result?;
+    let posts = posts?;
+    for p in &posts {
+        println!(
+            "{} [{}] via {}: {}",
+            p.post.document, p.status, p.post.via, p.post.text
+        );
+    }
+    if posts.len() != 3 {
+        bail!(
+            "expected one post per document (3), the publisher has {}",
+            posts.len()
+        );
+    }
+    Ok(())
+}
+
+async fn demo_steps(running: &Running) -> anyhow::Result<()> {
+    let app = &running.app;
+    let editor = Scope::parse("acme", "eve", &["editor"])?;
+    let reviewer = Scope::parse("acme", "rita", &["reviewer"])?;
+    let admin = Scope::parse("acme", "ada", &["admin"])?;
+    let docs = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("documents");
+    let read = |id: &str| -> anyhow::Result<NewDocument> {
+        let body = std::fs::read_to_string(docs.join(format!("{id}.md")))
+            .with_context(|| format!("documents/{id}.md"))?;
+        let title = body
+            .lines()
+            .next()
+            .unwrap_or(id)
+            .trim_start_matches("# ")
+            .to_owned();
+        Ok(NewDocument {
+            id: id.to_owned(),
+            title,
+            body,
+            publish_at: None,
+        })
+    };
+
+    // Legacy first (every tenant starts there): published at once.
+    let legacy = app
+        .drop_document(&editor, read("recycled-packaging")?)
+        .await?;
+    println!("legacy: {} is {}", legacy.id, legacy.status);
+
+    // The agent workflow: a cited draft waits for the reviewer.
+    app.set_workflow(&admin, Workflow::Agent).await?;
+    app.drop_document(&editor, read("spring-launch")?).await?;
+    app.drop_document(&editor, read("holiday-hours")?).await?;
+    let pending = wait_for_approvals(running, &reviewer, 2).await?;
+    let first = pending.first().context("no approval")?;
+    running
+        .app
+        .engine()
+        .resolve_interaction(
+            &reviewer,
+            Resolve {
+                id: first.id,
+                decision: Decision::Approve,
+                actor: reviewer.principal_id().as_str().to_owned(),
+                key: "demo-approve".into(),
+                input_hash: None,
+            },
+        )
+        .await?;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let published = app
+            .documents(&editor)
+            .await?
+            .iter()
+            .filter(|d| d.status == "published")
+            .count();
+        if published == 2 {
+            break;
+        }
+        if tokio::time::Instant::now() > deadline {
+            bail!("the approved post was not published within 30 s");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // Roll back with one draft still waiting: it is cancelled and published the legacy way.
+    let change = app.set_workflow(&admin, Workflow::Legacy).await?;
+    println!(
+        "rolled back: cancelled {:?}, republished {:?}",
+        change.cancelled, change.republished
+    );
+    Ok(())
+}
+
+async fn wait_for_approvals(
+    running: &Running,
+    reviewer: &Scope,
+    n: usize,
+) -> anyhow::Result<Vec<forge_core::interaction::Interaction>> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let pending = running.app.engine().pending_interactions(reviewer).await?;
+        if pending.len() >= n {
+            return Ok(pending);
+        }
+        if tokio::time::Instant::now() > deadline {
+            bail!("{} of {n} drafts reached review within 30 s", pending.len());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

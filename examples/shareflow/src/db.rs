@@ -1,0 +1,310 @@
+//! ShareFlow's own database (SQLite): the per-tenant workflow flag and each document's progress
+//! to a post. Forge keeps the runs; this keeps what the application decides about them.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use sqlx::SqlitePool;
+use sqlx::sqlite::{SqliteConnectOptions, SqlitePoolOptions};
+
+/// Which workflow turns a tenant's documents into posts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Workflow {
+    /// The deterministic workflow ShareFlow had before agents: a template over the document's
+    /// first sentence, published at once.
+    Legacy,
+    /// The drafting agent: a cited post, approved by a reviewer, then published.
+    Agent,
+}
+
+impl Workflow {
+    /// Its name in the database and the API.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Workflow::Legacy => "legacy",
+            Workflow::Agent => "agent",
+        }
+    }
+
+    fn parse(s: &str) -> Self {
+        if s == "agent" {
+            Workflow::Agent
+        } else {
+            Workflow::Legacy
+        }
+    }
+}
+
+/// A document and how far it is on its way to a post.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Document {
+    /// The tenant it belongs to.
+    pub tenant: String,
+    /// Its id within the tenant (also its retrieval source id).
+    pub id: String,
+    /// Its title.
+    pub title: String,
+    /// Its text, as dropped.
+    pub body: String,
+    /// Its version as ingested (`sha256:…`).
+    pub version: String,
+    /// When its post should go live, if scheduled.
+    pub publish_at: Option<String>,
+    /// `drafting` (an agent run is working on it), `published`, or `failed` (the legacy
+    /// publish could not reach the service; retried on the next rollback or drop).
+    pub status: String,
+    /// The workflow that published it.
+    pub via: Option<String>,
+    /// The drafting thread, on the agent workflow.
+    pub thread_id: Option<String>,
+    /// The drafting run, on the agent workflow.
+    pub run_id: Option<String>,
+    /// The publisher's delivery id, once published.
+    pub delivery_id: Option<String>,
+    /// Who dropped it.
+    pub submitted_by: String,
+}
+
+/// The application database.
+#[derive(Debug, Clone)]
+pub struct AppDb {
+    pool: SqlitePool,
+}
+
+impl AppDb {
+    /// Opens (creating if missing) the database at `path`.
+    pub async fn open(path: &std::path::Path) -> Result<Self, sqlx::Error> {
+        let options = SqliteConnectOptions::new()
+            .filename(path)
+            .create_if_missing(true)
+            .journal_mode(sqlx::sqlite::SqliteJournalMode::Wal)
+            .busy_timeout(std::time::Duration::from_secs(5));
+        let pool = SqlitePoolOptions::new()
+            .max_connections(4)
+            .connect_with(options)
+            .await?;
+        for ddl in [
+            "CREATE TABLE IF NOT EXISTS flags (
+                tenant TEXT PRIMARY KEY,
+                workflow TEXT NOT NULL,
+                changed_by TEXT NOT NULL,
+                changed_at TEXT NOT NULL
+            )",
+            "CREATE TABLE IF NOT EXISTS documents (
+                tenant TEXT NOT NULL,
+                id TEXT NOT NULL,
+                title TEXT NOT NULL,
+                body TEXT NOT NULL,
+                version TEXT NOT NULL,
+                publish_at TEXT,
+                status TEXT NOT NULL,
+                via TEXT,
+                thread_id TEXT,
+                run_id TEXT,
+                delivery_id TEXT,
+                submitted_by TEXT NOT NULL,
+                created_at TEXT NOT NULL,
+                PRIMARY KEY (tenant, id)
+            )",
+            "CREATE INDEX IF NOT EXISTS documents_thread ON documents (tenant, thread_id)",
+        ] {
+            sqlx::query(ddl).execute(&pool).await?;
+        }
+        Ok(Self { pool })
+    }
+
+    /// The tenant's workflow (legacy until someone turns the agent on).
+    pub async fn workflow(&self, tenant: &str) -> Result<Workflow, sqlx::Error> {
+        let row: Option<(String,)> = sqlx::query_as("SELECT workflow FROM flags WHERE tenant = ?")
+            .bind(tenant)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(row.map_or(Workflow::Legacy, |(w,)| Workflow::parse(&w)))
+    }
+
+    /// Sets the tenant's workflow; returns the one it replaced.
+    pub async fn set_workflow(
+        &self,
+        tenant: &str,
+        workflow: Workflow,
+        by: &str,
+    ) -> Result<Workflow, sqlx::Error> {
+        let mut tx = self.pool.begin().await?;
+        let before: Option<(String,)> =
+            sqlx::query_as("SELECT workflow FROM flags WHERE tenant = ?")
+                .bind(tenant)
+                .fetch_optional(&mut *tx)
+                .await?;
+        sqlx::query(
+            "INSERT INTO flags (tenant, workflow, changed_by, changed_at) VALUES (?, ?, ?, ?)
+             ON CONFLICT (tenant) DO UPDATE SET workflow = excluded.workflow,
+                changed_by = excluded.changed_by, changed_at = excluded.changed_at",
+        )
+        .bind(tenant)
+        .bind(workflow.as_str())
+        .bind(by)
+        .bind(Utc::now().to_rfc3339())
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(before.map_or(Workflow::Legacy, |(w,)| Workflow::parse(&w)))
+    }
+
+    /// Records a dropped document; `false` when the tenant already has one with this id.
+    pub async fn insert_document(&self, doc: &Document) -> Result<bool, sqlx::Error> {
+        let done = sqlx::query(
+            "INSERT INTO documents (tenant, id, title, body, version, publish_at, status,
+                                    submitted_by, created_at)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+        )
+        .bind(&doc.tenant)
+        .bind(&doc.id)
+        .bind(&doc.title)
+        .bind(&doc.body)
+        .bind(&doc.version)
+        .bind(&doc.publish_at)
+        .bind(&doc.status)
+        .bind(&doc.submitted_by)
+        .bind(Utc::now().to_rfc3339())
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// One document.
+    pub async fn document(&self, tenant: &str, id: &str) -> Result<Option<Document>, sqlx::Error> {
+        self.one(tenant, "id", id).await
+    }
+
+    /// The document a drafting thread works on.
+    pub async fn document_of_thread(
+        &self,
+        tenant: &str,
+        thread: &str,
+    ) -> Result<Option<Document>, sqlx::Error> {
+        self.one(tenant, "thread_id", thread).await
+    }
+
+    /// The tenant's document whose `column` (a fixed column name) is `value`.
+    async fn one(
+        &self,
+        tenant: &str,
+        column: &'static str,
+        value: &str,
+    ) -> Result<Option<Document>, sqlx::Error> {
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "{SELECT} WHERE tenant = ? AND {column} = ?"
+        )))
+        .bind(tenant)
+        .bind(value)
+        .fetch_optional(&self.pool)
+        .await?
+        .map(|r| document(&r))
+        .transpose()
+    }
+
+    /// The tenant's documents, oldest first.
+    pub async fn documents(&self, tenant: &str) -> Result<Vec<Document>, sqlx::Error> {
+        self.many(tenant, "").await
+    }
+
+    /// The tenant's documents not yet published.
+    pub async fn unpublished(&self, tenant: &str) -> Result<Vec<Document>, sqlx::Error> {
+        self.many(tenant, "AND status != 'published'").await
+    }
+
+    /// The tenant's documents matching `filter` (a fixed SQL condition), oldest first.
+    async fn many(&self, tenant: &str, filter: &'static str) -> Result<Vec<Document>, sqlx::Error> {
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "{SELECT} WHERE tenant = ? {filter} ORDER BY created_at, id"
+        )))
+        .bind(tenant)
+        .fetch_all(&self.pool)
+        .await?
+        .iter()
+        .map(document)
+        .collect()
+    }
+
+    /// Marks a document as being drafted by `run` on `thread`.
+    pub async fn set_drafting(
+        &self,
+        tenant: &str,
+        id: &str,
+        thread: &str,
+        run: &str,
+    ) -> Result<(), sqlx::Error> {
+        sqlx::query(
+            "UPDATE documents SET status = 'drafting', thread_id = ?, run_id = ?
+             WHERE tenant = ? AND id = ? AND status != 'published'",
+        )
+        .bind(thread)
+        .bind(run)
+        .bind(tenant)
+        .bind(id)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// Marks a document's legacy publish as failed (to be tried again).
+    pub async fn set_failed(&self, tenant: &str, id: &str) -> Result<(), sqlx::Error> {
+        sqlx::query(
+            "UPDATE documents SET status = 'failed' WHERE tenant = ? AND id = ? AND status != 'published'",
+        )
+        .bind(tenant)
+        .bind(id)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// Records the delivery of a document's post; the first workflow to record one keeps it.
+    pub async fn set_published(
+        &self,
+        tenant: &str,
+        id: &str,
+        via: Workflow,
+        delivery: &str,
+    ) -> Result<(), sqlx::Error> {
+        sqlx::query(
+            "UPDATE documents SET status = 'published', via = ?, delivery_id = ?
+             WHERE tenant = ? AND id = ? AND status != 'published'",
+        )
+        .bind(via.as_str())
+        .bind(delivery)
+        .bind(tenant)
+        .bind(id)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+}
+
+const SELECT: &str = "SELECT tenant, id, title, body, version, publish_at, status, via, thread_id, \
+                      run_id, delivery_id, submitted_by FROM documents";
+
+fn document(r: &sqlx::sqlite::SqliteRow) -> Result<Document, sqlx::Error> {
+    use sqlx::Row;
+    Ok(Document {
+        tenant: r.try_get("tenant")?,
+        id: r.try_get("id")?,
+        title: r.try_get("title")?,
+        body: r.try_get("body")?,
+        version: r.try_get("version")?,
+        publish_at: r.try_get("publish_at")?,
+        status: r.try_get("status")?,
+        via: r.try_get("via")?,
+        thread_id: r.try_get("thread_id")?,
+        run_id: r.try_get("run_id")?,
+        delivery_id: r.try_get("delivery_id")?,
+        submitted_by: r.try_get("submitted_by")?,
+    })
+}
+
+/// When a scheduled post goes live, parsed.
+pub fn parse_publish_at(s: &str) -> Option<DateTime<Utc>> {
+    DateTime::parse_from_rfc3339(s)
+        .ok()
+        .map(|t| t.with_timezone(&Utc))
+}

@@ -1,0 +1,143 @@
+//! ShareFlow's HTTP API, beside Forge's GraphQL API and web client on the same server. Every
+//! request carries a Forge bearer token; its tenant, principal and roles are the caller.
+//!
+//! | route | who | what |
+//! | --- | --- | --- |
+//! | `POST /app/documents` | editor | drop a document (`{id, title, body, publish_at?}`) |
+//! | `GET /app/documents` | anyone | the tenant's documents and their progress |
+//! | `GET /app/workflow` | anyone | the tenant's workflow flag |
+//! | `PUT /app/workflow` | admin | turn it (`{workflow: "agent" \| "legacy"}`); back to legacy is the rollback |
+//! | `GET /app/posts` | anyone | the publishing service's deliveries for the tenant |
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use forge_core::scope::Scope;
+use forge_server::Authenticator;
+use serde::Deserialize;
+
+use crate::app::{AppError, NewDocument, ShareFlow};
+use crate::db::Workflow;
+
+#[derive(Clone)]
+struct Api {
+    app: Arc<ShareFlow>,
+    auth: Arc<Authenticator>,
+}
+
+/// The API's routes.
+pub fn router(app: Arc<ShareFlow>, auth: Arc<Authenticator>) -> Router {
+    Router::new()
+        .route("/app/documents", get(documents).post(drop_document))
+        .route("/app/workflow", get(workflow).put(set_workflow))
+        .route("/app/posts", get(posts))
+        .with_state(Api { app, auth })
+}
+
+fn error(status: StatusCode, message: String) -> Response {
+    (status, Json(serde_json::json!({ "error": message }))).into_response()
+}
+
+impl IntoResponse for AppError {
+    fn into_response(self) -> Response {
+        let status = match &self {
+            AppError::Invalid(_) => StatusCode::BAD_REQUEST,
+            AppError::Forbidden(_) => StatusCode::FORBIDDEN,
+            AppError::Conflict(_) => StatusCode::CONFLICT,
+            AppError::Db(_) | AppError::Forge(_) | AppError::Config(_) => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
+        };
+        error(status, self.to_string())
+    }
+}
+
+/// A request without a valid token.
+struct Unauthorized(String);
+
+impl IntoResponse for Unauthorized {
+    fn into_response(self) -> Response {
+        error(StatusCode::UNAUTHORIZED, self.0)
+    }
+}
+
+fn caller(api: &Api, headers: &HeaderMap) -> Result<Scope, Unauthorized> {
+    let value = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    api.auth
+        .authenticate_header(value)
+        .map_err(|e| Unauthorized(e.to_string()))
+}
+
+async fn drop_document(
+    State(api): State<Api>,
+    headers: HeaderMap,
+    Json(new): Json<NewDocument>,
+) -> Response {
+    let scope = match caller(&api, &headers) {
+        Ok(s) => s,
+        Err(r) => return r.into_response(),
+    };
+    match api.app.drop_document(&scope, new).await {
+        Ok(doc) => (StatusCode::CREATED, Json(doc)).into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn documents(State(api): State<Api>, headers: HeaderMap) -> Response {
+    let scope = match caller(&api, &headers) {
+        Ok(s) => s,
+        Err(r) => return r.into_response(),
+    };
+    match api.app.documents(&scope).await {
+        Ok(docs) => Json(docs).into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn workflow(State(api): State<Api>, headers: HeaderMap) -> Response {
+    let scope = match caller(&api, &headers) {
+        Ok(s) => s,
+        Err(r) => return r.into_response(),
+    };
+    match api.app.workflow(&scope).await {
+        Ok(w) => Json(serde_json::json!({ "workflow": w })).into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+#[derive(Deserialize)]
+struct SetWorkflow {
+    workflow: Workflow,
+}
+
+async fn set_workflow(
+    State(api): State<Api>,
+    headers: HeaderMap,
+    Json(body): Json<SetWorkflow>,
+) -> Response {
+    let scope = match caller(&api, &headers) {
+        Ok(s) => s,
+        Err(r) => return r.into_response(),
+    };
+    match api.app.set_workflow(&scope, body.workflow).await {
+        Ok(change) => Json(change).into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn posts(State(api): State<Api>, headers: HeaderMap) -> Response {
+    let scope = match caller(&api, &headers) {
+        Ok(s) => s,
+        Err(r) => return r.into_response(),
+    };
+    match api.app.posts(&scope).await {
+        Ok(p) => Json(p).into_response(),
+        Err(e) => e.into_response(),
+    }
+}

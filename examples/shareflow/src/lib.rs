@@ -1,0 +1,28 @@
+//! ShareFlow: a team drops documents; an agent drafts a post grounded in each, citing the
+//! sentence it rests on; a reviewer approves the post in Forge's web client; the approved post is
+//! published, now or at its scheduled time, to an external publishing service that records
+//! deliveries by idempotency key. A per-tenant flag routes documents between the legacy
+//! deterministic workflow and the agent; turning it back mid-flight loses and duplicates nothing.
+//!
+//! An application on Forge's public crates only: the engine and a worker (`forge-engine`), the
+//! GraphQL server and web client (`forge-server`), retrieval and citations (`forge-rag`), Cedar
+//! policies (`forge-policy`), and the SQLite or PostgreSQL store.
+//!
+//! - [`app`]: the workflows, the flag and its rollback.
+//! - [`http`]: ShareFlow's own HTTP API, served beside Forge's.
+//! - [`publisher`] and [`client`]: the external service and ShareFlow's client of it.
+//! - [`db`]: ShareFlow's own database.
+//! - [`run`]: everything started together, as `shareflow serve` and the tests start it.
+
+pub mod app;
+pub mod client;
+pub mod db;
+pub mod http;
+pub mod publisher;
+pub mod run;
+
+pub use app::{AppError, FlagChange, NewDocument, ShareFlow};
+pub use client::{PublisherClient, delivery_key};
+pub use db::{AppDb, Document, Workflow};
+pub use publisher::{Delivery, PostRequest, Publisher};
+pub use run::{Options, Running, StoreChoice};

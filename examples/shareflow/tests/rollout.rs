@@ -1,0 +1,421 @@
+//! ShareFlow's rollout gates, end to end through the server: the same representative cases on
+//! both workflows, no security regression, idempotent external writes, the agent workflow's
+//! cost envelope, and a verified feature-flag rollback. Each starts the whole application (server,
+//! worker, publishing service) on a store of its own.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::{Env, per_document};
+use forge_core::event::RunEventKind;
+use forge_core::part::Part;
+use forge_core::scope::Scope;
+use shareflow::StoreChoice;
+
+/// The agent workflow's token envelope per document (the scripted model's metered usage, with
+/// room for the instructions and tool descriptions to grow by half: 2,326 when written).
+const ENVELOPE_TOKENS: u64 = 3_500;
+
+const DOCS: [&str; 3] = ["spring-launch", "holiday-hours", "recycled-packaging"];
+
+/// Rolling the flag back while drafts are in every state: published by the agent, delivered but
+/// unrecorded (the publisher's answers were lost), waiting for review, and dropped afterwards.
+/// Every document ends with exactly one delivery, under one key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn feature_flag_rollback_mid_flight_loses_and_duplicates_nothing() {
+    let env = Env::sqlite().await;
+    let editor = env.token("acme", "eve", &["editor"]);
+    let reviewer = env.token("acme", "rita", &["reviewer"]);
+    let admin = env.token("acme", "ada", &["admin"]);
+    let publisher = env.running.publisher.clone().unwrap();
+    env.set_workflow(&admin, "agent").await;
+
+    // 1. Published through the agent before the rollback.
+    env.drop(&editor, "spring-launch").await;
+    let a = env.approval_for(&reviewer, &editor, "spring-launch").await;
+    env.approve(&reviewer, &a).await.unwrap();
+    assert_eq!(
+        env.published(&editor, "spring-launch").await.via.as_deref(),
+        Some("agent")
+    );
+
+    // 2. Delivered, but every answer lost: the service has the post, ShareFlow does not know.
+    publisher.lose_responses("holiday-hours", 1_000);
+    env.drop(&editor, "holiday-hours").await;
+    let b = env.approval_for(&reviewer, &editor, "holiday-hours").await;
+    env.approve(&reviewer, &b).await.unwrap();
+    let b_run = env.document(&editor, "holiday-hours").await.run_id.unwrap();
+    env.run_ends(&editor, &b_run).await;
+    assert_eq!(
+        env.document(&editor, "holiday-hours").await.status,
+        "drafting"
+    );
+    assert_eq!(
+        per_document(&env.deliveries("acme").await)["holiday-hours"],
+        1
+    );
+    publisher.lose_responses("holiday-hours", 0);
+
+    // 3. Waiting for review when the flag turns.
+    env.drop(&editor, "recycled-packaging").await;
+    env.approval_for(&reviewer, &editor, "recycled-packaging")
+        .await;
+    let c_run = env
+        .document(&editor, "recycled-packaging")
+        .await
+        .run_id
+        .unwrap();
+
+    let change = env.set_workflow(&admin, "legacy").await;
+    assert_eq!(change["from"], "agent");
+    let republished: Vec<&str> = change["republished"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert_eq!(republished, ["holiday-hours", "recycled-packaging"]);
+    assert_eq!(change["pending"], serde_json::json!([]));
+    assert_eq!(env.run_ends(&editor, &c_run).await, "cancelled");
+    // The cancelled draft's approval is gone from the reviewer's list.
+    assert!(env.pending(&reviewer).await.is_empty());
+
+    // 4. After the rollback, new documents take the legacy path at once.
+    let d = env.drop(&editor, "globex-merger").await;
+    assert_eq!(d.status, "published");
+    assert_eq!(d.via.as_deref(), Some("legacy"));
+
+    let deliveries = env.deliveries("acme").await;
+    let counts = per_document(&deliveries);
+    assert_eq!(
+        counts.into_iter().collect::<Vec<_>>(),
+        [
+            ("globex-merger".to_owned(), 1),
+            ("holiday-hours".to_owned(), 1),
+            ("recycled-packaging".to_owned(), 1),
+            ("spring-launch".to_owned(), 1),
+        ],
+        "one delivery per document: {deliveries:#?}"
+    );
+    // The post the agent delivered (and lost the answers to) is the one the service keeps: the
+    // legacy publish replayed it instead of posting a second.
+    let b_delivery = deliveries
+        .iter()
+        .find(|d| d.post.document == "holiday-hours")
+        .unwrap();
+    assert_eq!(b_delivery.post.via, "agent");
+    assert!(
+        b_delivery.attempts > 3,
+        "the client's retries and the replay reached it once"
+    );
+    let docs = env.documents(&editor).await;
+    assert!(docs.iter().all(|d| d.status == "published"), "{docs:#?}");
+    assert_eq!(
+        env.document(&editor, "holiday-hours")
+            .await
+            .delivery_id
+            .as_deref(),
+        Some(b_delivery.id.as_str())
+    );
+    env.stop().await;
+}
+
+/// The publisher records a post and its answer is lost: the client tries again with the same key
+/// and the service returns the first delivery instead of recording a second.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn duplicate_delivery_is_recorded_once() {
+    let env = Env::sqlite().await;
+    let editor = env.token("acme", "eve", &["editor"]);
+    let reviewer = env.token("acme", "rita", &["reviewer"]);
+    let admin = env.token("acme", "ada", &["admin"]);
+    let publisher = env.running.publisher.clone().unwrap();
+
+    // Legacy: the first answer is lost, the retry replays it.
+    publisher.lose_responses("recycled-packaging", 1);
+    let doc = env.drop(&editor, "recycled-packaging").await;
+    assert_eq!(doc.status, "published");
+
+    // Agent: the same through the approved tool call.
+    env.set_workflow(&admin, "agent").await;
+    publisher.lose_responses("spring-launch", 2);
+    env.drop(&editor, "spring-launch").await;
+    let a = env.approval_for(&reviewer, &editor, "spring-launch").await;
+    env.approve(&reviewer, &a).await.unwrap();
+    env.published(&editor, "spring-launch").await;
+
+    let deliveries = env.deliveries("acme").await;
+    assert_eq!(deliveries.len(), 2, "{deliveries:#?}");
+    let attempts = |doc: &str| {
+        deliveries
+            .iter()
+            .find(|d| d.post.document == doc)
+            .map(|d| d.attempts)
+            .unwrap()
+    };
+    assert_eq!(attempts("recycled-packaging"), 2);
+    assert_eq!(attempts("spring-launch"), 3);
+    // Both documents' records point at the delivery the service kept.
+    for d in env.documents(&editor).await {
+        let kept = deliveries.iter().find(|x| x.post.document == d.id).unwrap();
+        assert_eq!(d.delivery_id.as_deref(), Some(kept.id.as_str()));
+    }
+    env.stop().await;
+}
+
+/// The representative documents produce a post on either workflow: the legacy one quotes the
+/// first sentence; the agent's is grounded, with a citation of that exact sentence committed in
+/// its run, and carries the document's version as its source.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn same_representative_cases_publish_one_cited_post_on_either_workflow() {
+    let legacy = Env::sqlite().await;
+    let agent = Env::sqlite().await;
+    let editor = |env: &Env| env.token("acme", "eve", &["editor"]);
+    let reviewer = agent.token("acme", "rita", &["reviewer"]);
+    agent
+        .set_workflow(&agent.token("acme", "ada", &["admin"]), "agent")
+        .await;
+    for id in DOCS {
+        legacy.drop(&editor(&legacy), id).await;
+        agent.drop(&editor(&agent), id).await;
+        let approval = agent.approval_for(&reviewer, &editor(&agent), id).await;
+        agent.approve(&reviewer, &approval).await.unwrap();
+    }
+    let scope = Scope::parse("acme", "eve", &["editor"]).unwrap();
+    for id in DOCS {
+        let before = legacy.document(&editor(&legacy), id).await;
+        let after = agent.published(&editor(&agent), id).await;
+        assert_eq!(before.via.as_deref(), Some("legacy"));
+        assert_eq!(after.via.as_deref(), Some("agent"));
+        let first_sentence = before
+            .body
+            .lines()
+            .find(|l| !l.is_empty() && !l.starts_with('#'))
+            .unwrap()
+            .to_owned();
+        let legacy_post = legacy.deliveries("acme").await;
+        let legacy_post = legacy_post.iter().find(|d| d.post.document == id).unwrap();
+        assert!(legacy_post.post.text.contains(&first_sentence));
+        let agent_posts = agent.deliveries("acme").await;
+        let agent_post = agent_posts.iter().find(|d| d.post.document == id).unwrap();
+        assert_eq!(agent_post.post.sources, [format!("{id}@{}", after.version)]);
+
+        // The run cited the same sentence of the same version.
+        let run = after.run_id.unwrap().parse().unwrap();
+        let events = agent
+            .running
+            .app
+            .engine()
+            .runs()
+            .read_events(&scope, run, 0, 1000)
+            .await
+            .unwrap();
+        let cited: Vec<_> = events
+            .iter()
+            .filter_map(|e| match &e.kind {
+                RunEventKind::PartAdded {
+                    part: Part::Citation(c),
+                    ..
+                } => Some(c.clone()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(cited.len(), 1, "{id}: one citation");
+        // The house style was loaded (the skill, through the policies) before drafting.
+        let styled = events.iter().any(|e| {
+            matches!(&e.kind, RunEventKind::PartAdded { part: Part::ToolResult(r), .. }
+                if r.tool_name == "load_skill" && !r.is_error
+                    && r.output.to_string().contains("280 characters"))
+        });
+        assert!(styled, "{id}: the post-style skill was loaded");
+        assert_eq!(cited[0].source_id, id);
+        assert_eq!(cited[0].source_version, after.version);
+        assert_eq!(cited[0].excerpt, first_sentence);
+    }
+    assert_eq!(per_document(&legacy.deliveries("acme").await).len(), 3);
+    assert_eq!(per_document(&agent.deliveries("acme").await).len(), 3);
+    legacy.stop().await;
+    agent.stop().await;
+}
+
+/// Tenants and roles hold on the new workflow as on the old: another tenant's documents, drafts,
+/// approvals and posts are invisible; an editor cannot approve their own post even with the
+/// reviewer role; only administrators turn the flag; no token, no access.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_security_regression_across_tenants_and_roles() {
+    let env = Env::sqlite().await;
+    let acme_editor = env.token("acme", "eve", &["editor", "reviewer"]);
+    let acme_reviewer = env.token("acme", "rita", &["reviewer"]);
+    let globex_editor = env.token("globex", "gus", &["editor"]);
+    let globex_admin = env.token("globex", "gina", &["admin"]);
+    let globex_reviewer = env.token("globex", "gail", &["reviewer"]);
+    let acme_admin = env.token("acme", "ada", &["admin"]);
+    env.set_workflow(&acme_admin, "agent").await;
+    env.set_workflow(&globex_admin, "agent").await;
+
+    env.drop(&acme_editor, "spring-launch").await;
+    env.drop(&globex_editor, "globex-merger").await;
+    let acme_approval = env
+        .approval_for(&acme_reviewer, &acme_editor, "spring-launch")
+        .await;
+    env.approval_for(&globex_reviewer, &globex_editor, "globex-merger")
+        .await;
+
+    // Another tenant sees none of it.
+    let globex_docs = env.documents(&globex_editor).await;
+    assert_eq!(globex_docs.len(), 1);
+    assert_eq!(globex_docs[0].id, "globex-merger");
+    assert!(
+        env.pending(&globex_reviewer)
+            .await
+            .iter()
+            .all(|(id, _)| *id != acme_approval)
+    );
+    let err = env
+        .approve(&globex_reviewer, &acme_approval)
+        .await
+        .unwrap_err();
+    assert!(err.to_lowercase().contains("not found"), "{err}");
+    let acme_run = env
+        .document(&acme_editor, "spring-launch")
+        .await
+        .run_id
+        .unwrap();
+    let seen = env
+        .gql(
+            &globex_editor,
+            "query($id: ID!) { run(id: $id) { status } }",
+            serde_json::json!({ "id": acme_run }),
+        )
+        .await;
+    assert!(seen.is_err() || seen.unwrap()["run"].is_null());
+
+    // The editor cannot pass their own post, reviewer role or not.
+    let own = env.approve(&acme_editor, &acme_approval).await.unwrap_err();
+    assert!(own.contains("approve"), "{own}");
+    // Only administrators turn the flag; only editors drop documents; no token, no access.
+    let (status, _) = env
+        .api(
+            reqwest::Method::PUT,
+            "/app/workflow",
+            Some(&acme_reviewer),
+            Some(serde_json::json!({ "workflow": "legacy" })),
+        )
+        .await;
+    assert_eq!(status, 403);
+    let (status, _) = env
+        .api(
+            reqwest::Method::POST,
+            "/app/documents",
+            Some(&acme_reviewer),
+            Some(serde_json::json!({ "id": "x", "title": "x", "body": "x" })),
+        )
+        .await;
+    assert_eq!(status, 403);
+    let (status, _) = env
+        .api(reqwest::Method::GET, "/app/documents", None, None)
+        .await;
+    assert_eq!(status, 401);
+    let (status, body) = env
+        .api(
+            reqwest::Method::POST,
+            "/app/documents",
+            Some(&acme_editor),
+            Some(serde_json::json!({ "id": "../etc", "title": "x", "body": "x" })),
+        )
+        .await;
+    assert_eq!(status, 400, "{body}");
+
+    // The reviewer of the right tenant passes it; each tenant has its own one post.
+    env.approve(&acme_reviewer, &acme_approval).await.unwrap();
+    env.published(&acme_editor, "spring-launch").await;
+    assert_eq!(per_document(&env.deliveries("acme").await).len(), 1);
+    assert!(env.deliveries("globex").await.is_empty());
+    env.stop().await;
+}
+
+/// The agent workflow stays inside its envelope: one run per document, at most five steps (the house
+/// style, search, cite, draft and publish, report), a metered token count under the envelope, and a scheduled post is
+/// held by the service until its time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agent_workflow_stays_inside_its_cost_envelope_and_keeps_the_schedule() {
+    let env = Env::sqlite().await;
+    let editor = env.token("acme", "eve", &["editor"]);
+    let reviewer = env.token("acme", "rita", &["reviewer"]);
+    env.set_workflow(&env.token("acme", "ada", &["admin"]), "agent")
+        .await;
+    env.drop_at(&editor, "spring-launch", Some("2099-03-14T09:00:00Z"))
+        .await;
+    let a = env.approval_for(&reviewer, &editor, "spring-launch").await;
+    env.approve(&reviewer, &a).await.unwrap();
+    let doc = env.published(&editor, "spring-launch").await;
+    let run = doc.run_id.unwrap();
+    assert_eq!(env.run_ends(&editor, &run).await, "completed");
+    let data = env
+        .gql(
+            &editor,
+            "query($id: ID!) { run(id: $id) { steps costMicros usage } }",
+            serde_json::json!({ "id": run }),
+        )
+        .await
+        .unwrap();
+    let steps = data["run"]["steps"].as_u64().unwrap();
+    assert!((1..=5).contains(&steps), "steps: {steps}");
+    let usage = &data["run"]["usage"];
+    let tokens = usage["input_tokens"].as_u64().unwrap() + usage["output_tokens"].as_u64().unwrap();
+    eprintln!("agent workflow envelope: {steps} steps, {usage}");
+    assert!(tokens > 0, "usage is metered: {usage}");
+    assert!(tokens <= ENVELOPE_TOKENS, "{tokens} tokens: {usage}");
+    let posts = env.deliveries("acme").await;
+    assert_eq!(posts.len(), 1);
+    assert_eq!(posts[0].status, "scheduled");
+    assert_eq!(
+        posts[0].post.publish_at.map(|t| t.to_rfc3339()).as_deref(),
+        Some("2099-03-14T09:00:00+00:00")
+    );
+    env.stop().await;
+}
+
+/// The main path on PostgreSQL (row-level security, ShareFlow's own role): a draft reviewed and
+/// published, then the rollback.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_workflows_and_the_rollback_run_on_postgres() {
+    let database = format!("shareflow_test_{}", uuid::Uuid::new_v4().simple());
+    let env = Env::start(StoreChoice::Postgres {
+        admin_url: common::admin_url(),
+        database: database.clone(),
+    })
+    .await;
+    let editor = env.token("acme", "eve", &["editor"]);
+    let reviewer = env.token("acme", "rita", &["reviewer"]);
+    let admin = env.token("acme", "ada", &["admin"]);
+    env.set_workflow(&admin, "agent").await;
+    env.drop(&editor, "spring-launch").await;
+    env.drop(&editor, "holiday-hours").await;
+    let a = env.approval_for(&reviewer, &editor, "spring-launch").await;
+    env.approve(&reviewer, &a).await.unwrap();
+    assert_eq!(
+        env.published(&editor, "spring-launch").await.via.as_deref(),
+        Some("agent")
+    );
+    env.approval_for(&reviewer, &editor, "holiday-hours").await;
+    let change = env.set_workflow(&admin, "legacy").await;
+    assert_eq!(change["republished"], serde_json::json!(["holiday-hours"]));
+    let counts = per_document(&env.deliveries("acme").await);
+    assert_eq!(counts.values().copied().collect::<Vec<_>>(), [1, 1]);
+    env.stop().await;
+    drop_database(&database).await;
+}
+
+async fn drop_database(name: &str) {
+    use sqlx::Connection;
+    let mut conn = sqlx::PgConnection::connect(&common::admin_url())
+        .await
+        .unwrap();
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
+    )))
+    .execute(&mut conn)
+    .await
+    .unwrap();
+}

@@ -443,10 +443,14 @@ pub(crate) const CAPABILITIES: &[Capability] = &[
         wired_in: ("shareflow/src/http.rs", None, "caller"),
     },
     Capability {
-        name: "PostgreSQL: a host provisions row-level security for its own role",
-        provider: ("forge-store-postgres/src/lib.rs", None, "provision_system"),
+        name: "PostgreSQL: a host sets up its own role and database with row-level security",
+        provider: (
+            "forge-store-postgres/src/application.rs",
+            None,
+            "provision_application",
+        ),
         scope: Scope::Host,
-        wired_in: ("shareflow/src/run.rs", None, "postgres"),
+        wired_in: ("shareflow/src/run.rs", Some("Running"), "start"),
     },
 ];
 

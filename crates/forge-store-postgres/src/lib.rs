@@ -23,6 +23,7 @@
 
 #![deny(missing_docs)]
 
+mod application;
 mod erasure;
 mod evals;
 mod files;
@@ -46,6 +47,7 @@ use forge_core::time::{Clock, SystemClock};
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::{Connection, PgConnection, Postgres, Transaction};
 
+pub use application::provision_application;
 pub use migrate::{Migration, migrations};
 
 use crate::rows::db_error;

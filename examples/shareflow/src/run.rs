@@ -90,71 +90,6 @@ fn config(what: &str) -> impl Fn(String) -> AppError + '_ {
     move |e| AppError::Config(format!("{what}: {e}"))
 }
 
-/// Creates ShareFlow's role and database on PostgreSQL if missing, and provisions Forge's system
-/// role in it; returns the URL to connect as ShareFlow's role.
-async fn postgres(admin_url: &str, database: &str) -> Result<String, AppError> {
-    use sqlx::Connection;
-    let err = config("PostgreSQL set-up");
-    let ident_ok = database
-        .chars()
-        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
-    if database.is_empty() || !ident_ok {
-        return Err(err(format!("{database:?} is not a plain database name")));
-    }
-    let admin: sqlx::postgres::PgConnectOptions = admin_url
-        .parse()
-        .map_err(|e: sqlx::Error| err(e.to_string()))?;
-    let mut conn = sqlx::PgConnection::connect_with(&admin)
-        .await
-        .map_err(|e| {
-            err(format!(
-                "{e} (is PostgreSQL running at the administrator URL?)"
-            ))
-        })?;
-    let role: Option<(String,)> =
-        sqlx::query_as("SELECT rolname::text FROM pg_roles WHERE rolname = 'shareflow'")
-            .fetch_optional(&mut conn)
-            .await
-            .map_err(|e| err(e.to_string()))?;
-    if role.is_none() {
-        sqlx::query("CREATE ROLE shareflow LOGIN NOSUPERUSER NOBYPASSRLS")
-            .execute(&mut conn)
-            .await
-            .map_err(|e| err(e.to_string()))?;
-    }
-    let db: Option<(String,)> =
-        sqlx::query_as("SELECT datname::text FROM pg_database WHERE datname = $1")
-            .bind(database)
-            .fetch_optional(&mut conn)
-            .await
-            .map_err(|e| err(e.to_string()))?;
-    if db.is_none() {
-        // The name was checked to be a plain identifier above.
-        sqlx::query(sqlx::AssertSqlSafe(format!(
-            "CREATE DATABASE {database} OWNER shareflow"
-        )))
-        .execute(&mut conn)
-        .await
-        .map_err(|e| err(e.to_string()))?;
-    }
-    let _ = conn.close().await;
-    let admin_db = admin.clone().database(database);
-    let admin_db_url = url_of(&admin_db, admin.get_username());
-    forge_store_postgres::provision_system(&admin_db_url, "shareflow")
-        .await
-        .map_err(|e| err(e.to_string()))?;
-    Ok(url_of(&admin_db, "shareflow"))
-}
-
-fn url_of(options: &sqlx::postgres::PgConnectOptions, user: &str) -> String {
-    format!(
-        "postgres://{user}@{}:{}/{}",
-        options.get_host(),
-        options.get_port(),
-        options.get_database().unwrap_or("postgres")
-    )
-}
-
 impl Running {
     /// Starts everything and returns once the server accepts connections.
     pub async fn start(options: Options) -> Result<Running, AppError> {
@@ -201,7 +136,15 @@ impl Running {
                 admin_url,
                 database,
             } => {
-                let url = postgres(admin_url, database).await?;
+                let url = forge_store_postgres::provision_application(
+                    admin_url, "shareflow", database,
+                )
+                .await
+                .map_err(|e| {
+                    config("PostgreSQL set-up")(format!(
+                        "{e} (is PostgreSQL running at the administrator URL?)"
+                    ))
+                })?;
                 let s = Arc::new(
                     PostgresStore::connect(&url, Mode::Rls)
                         .await

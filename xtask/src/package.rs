@@ -133,7 +133,11 @@ fn inner(root: &Path) -> Result<(), String> {
             return Err(format!("cargo package wrote no {}", file.display()));
         }
         run(
+            // `--touch`: the `.crate` stores one fixed time for every file, so with the archive's
+            // times cargo would see an unpacked source as unchanged since the last run's and
+            // reuse that run's build of it.
             Command::new("tar")
+                .arg("--touch")
                 .arg("-xzf")
                 .arg(&file)
                 .arg("-C")

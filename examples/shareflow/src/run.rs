@@ -136,15 +136,14 @@ impl Running {
                 admin_url,
                 database,
             } => {
-                let url = forge_store_postgres::provision_application(
-                    admin_url, "shareflow", database,
-                )
-                .await
-                .map_err(|e| {
-                    config("PostgreSQL set-up")(format!(
-                        "{e} (is PostgreSQL running at the administrator URL?)"
-                    ))
-                })?;
+                let url =
+                    forge_store_postgres::provision_application(admin_url, "shareflow", database)
+                        .await
+                        .map_err(|e| {
+                            config("PostgreSQL set-up")(format!(
+                                "{e} (is PostgreSQL running at the administrator URL?)"
+                            ))
+                        })?;
                 let s = Arc::new(
                     PostgresStore::connect(&url, Mode::Rls)
                         .await

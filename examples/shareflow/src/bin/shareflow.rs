@@ -53,6 +53,13 @@ enum Command {
         #[arg(long)]
         publisher_url: Option<String>,
     },
+    /// Measures each workflow: latency per post (drop to published; on the agent workflow also
+    /// drop to review and approval to published) and metered tokens and cost per post.
+    Bench {
+        /// Documents per workflow.
+        #[arg(long, default_value_t = 20)]
+        documents: usize,
+    },
     /// Prints a token for the API (signed with SHAREFLOW_JWT_SECRET).
     Token {
         /// The tenant.
@@ -125,8 +132,135 @@ async fn main() -> anyhow::Result<()> {
             );
             Ok(())
         }
+        Some(Command::Bench { documents }) => bench(documents).await,
         None => demo().await,
     }
+}
+
+/// The median and the 95th percentile of `samples`, in milliseconds.
+fn percentiles(samples: &mut [f64]) -> (f64, f64) {
+    samples.sort_by(f64::total_cmp);
+    let at = |q: f64| samples[((samples.len() - 1) as f64 * q).round() as usize];
+    (at(0.5), at(0.95))
+}
+
+/// Runs `n` documents through each workflow on SQLite and prints latency and cost per post.
+async fn bench(n: usize) -> anyhow::Result<()> {
+    if n == 0 {
+        bail!("--documents must be at least 1");
+    }
+    let data = std::env::temp_dir().join(format!("shareflow-bench-{}", std::process::id()));
+    let running = Running::start(Options {
+        data: data.clone(),
+        store: StoreChoice::Sqlite,
+        listen: "127.0.0.1:0".parse()?,
+        publisher_listen: "127.0.0.1:0".parse()?,
+        publisher_url: None,
+        secret: secret(),
+        dev_sign_in: false,
+    })
+    .await?;
+    let outcome = bench_steps(&running, n).await;
+    running.stop().await;
+    std::fs::remove_dir_all(&data).ok();
+    outcome
+}
+
+async fn bench_steps(running: &Running, n: usize) -> anyhow::Result<()> {
+    use std::time::Instant;
+    let app = &running.app;
+    let sample = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("documents/spring-launch.md"),
+    )?;
+    let doc = || NewDocument {
+        id: "spring-launch".into(),
+        title: "Spring launch".into(),
+        body: sample.clone(),
+        publish_at: None,
+    };
+    // A tenant per post: each is the first post about its document, as in production.
+    let (mut legacy, mut to_review, mut to_published) = (vec![], vec![], vec![]);
+    let (mut tokens, mut cost) = (vec![], 0u64);
+    for i in 0..n {
+        let editor = Scope::parse(&format!("legacy{i}"), "eve", &["editor"])?;
+        let started = Instant::now();
+        let d = app.drop_document(&editor, doc()).await?;
+        if d.status != "published" {
+            bail!("legacy post {i} is {}", d.status);
+        }
+        legacy.push(started.elapsed().as_secs_f64() * 1e3);
+    }
+    for i in 0..n {
+        let tenant = format!("agent{i}");
+        let editor = Scope::parse(&tenant, "eve", &["editor"])?;
+        let reviewer = Scope::parse(&tenant, "rita", &["reviewer"])?;
+        app.set_workflow(&Scope::parse(&tenant, "ada", &["admin"])?, Workflow::Agent)
+            .await?;
+        let started = Instant::now();
+        app.drop_document(&editor, doc()).await?;
+        let pending = loop {
+            let p = app.engine().pending_interactions(&reviewer).await?;
+            if let Some(p) = p.into_iter().next() {
+                break p;
+            }
+            if started.elapsed() > Duration::from_secs(30) {
+                bail!("post {i} did not reach review");
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        };
+        to_review.push(started.elapsed().as_secs_f64() * 1e3);
+        let approved = Instant::now();
+        app.engine()
+            .resolve_interaction(
+                &reviewer,
+                Resolve {
+                    id: pending.id,
+                    decision: Decision::Approve,
+                    actor: "rita".into(),
+                    key: format!("bench-{i}"),
+                    input_hash: None,
+                },
+            )
+            .await?;
+        let run = loop {
+            let d = app
+                .db()
+                .document(&tenant, "spring-launch")
+                .await?
+                .context("the document")?;
+            if d.status == "published" {
+                break d.run_id.context("the run")?;
+            }
+            if approved.elapsed() > Duration::from_secs(30) {
+                bail!("post {i} was not published after approval");
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        };
+        to_published.push(approved.elapsed().as_secs_f64() * 1e3);
+        let run = loop {
+            let r = app.engine().runs().get_run(&editor, run.parse()?).await?;
+            if r.status.is_terminal() {
+                break r;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        };
+        let usage = run.checkpoint.usage;
+        tokens.push((usage.input_tokens + usage.output_tokens) as f64);
+        cost += run.checkpoint.cost_micros;
+    }
+    let (l50, l95) = percentiles(&mut legacy);
+    let (r50, r95) = percentiles(&mut to_review);
+    let (p50, p95) = percentiles(&mut to_published);
+    let (t50, _) = percentiles(&mut tokens);
+    println!("workflow  step                      p50 ms   p95 ms  ({n} documents each, SQLite)");
+    println!("legacy    drop -> published       {l50:>8.1} {l95:>8.1}");
+    println!("agent     drop -> awaiting review {r50:>8.1} {r95:>8.1}");
+    println!("agent     approval -> published   {p50:>8.1} {p95:>8.1}");
+    println!(
+        "agent     tokens per post (median) {t50:.0}; cost {} micro-units per post (scripted model)",
+        cost / n as u64
+    );
+    Ok(())
 }
 
 /// Drops the sample documents, approves, rolls back, prints what was published.

@@ -427,8 +427,8 @@ pub(crate) const CAPABILITIES: &[Capability] = &[
         wired_in: ("shareflow/src/app.rs", Some("ShareFlow"), "new"),
     },
     Capability {
-        name: "server: a host serves Forge's API and web client inside its own router",
-        provider: ("forge-server/src/lib.rs", Some("Server"), "router"),
+        name: "server: a host serves its own routes beside Forge's API and web client",
+        provider: ("forge-server/src/lib.rs", Some("Server"), "serve_with"),
         scope: Scope::Host,
         wired_in: ("shareflow/src/run.rs", Some("Running"), "start"),
     },

@@ -257,7 +257,19 @@ impl Server {
         listener: tokio::net::TcpListener,
         stop: CancellationToken,
     ) -> std::io::Result<()> {
-        let router = self.router();
+        self.serve_with(Router::new(), listener, stop).await
+    }
+
+    /// [`Server::serve`] with a host application's own routes beside Forge's (merged into
+    /// [`Server::router`]; a path both define is a programming error and panics at start). The
+    /// host's routes get the same header timeout and drain.
+    pub async fn serve_with(
+        self,
+        routes: Router,
+        listener: tokio::net::TcpListener,
+        stop: CancellationToken,
+    ) -> std::io::Result<()> {
+        let router = self.router().merge(routes);
         let mut connections = tokio::task::JoinSet::new();
         loop {
             let tcp = tokio::select! {

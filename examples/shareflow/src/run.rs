@@ -197,24 +197,17 @@ impl Running {
         };
         server_config.retriever = Some(app.retriever().clone());
         let server = Server::new(app.engine().clone(), tail.clone(), server_config);
-        let router = server
-            .router()
-            .merge(crate::http::router(app.clone(), Arc::new(auth)));
+        let routes = crate::http::router(app.clone(), Arc::new(auth));
         let listener = tokio::net::TcpListener::bind(options.listen)
             .await
             .map_err(|e| config("the server's address")(e.to_string()))?;
         let addr = listener
             .local_addr()
             .map_err(|e| config("the server's address")(e.to_string()))?;
-        let (until, shutdown) = (stop.clone(), server.shutdown_token());
+        let until = stop.clone();
         tasks.push(tokio::spawn(async move {
-            let _ = axum::serve(listener, router)
-                .with_graceful_shutdown(async move {
-                    until.cancelled().await;
-                    // WebSockets close "going away"; subscriptions end.
-                    shutdown.cancel();
-                })
-                .await;
+            // Forge's routes and the application's, with Forge's header timeout and drain.
+            let _ = server.serve_with(routes, listener, until).await;
         }));
 
         let worker = Worker::new(

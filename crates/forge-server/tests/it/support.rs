@@ -94,6 +94,8 @@ pub struct Opts {
     pub telemetry: Option<forge_core::telemetry::Telemetry>,
     /// What `GET /metrics` serves.
     pub metrics: Option<forge_server::MetricsText>,
+    /// A host application's own routes, served beside Forge's (`Server::serve_with`).
+    pub host_routes: Option<axum::Router>,
 }
 
 impl Default for Opts {
@@ -114,6 +116,7 @@ impl Default for Opts {
             files: None,
             telemetry: None,
             metrics: None,
+            host_routes: None,
         }
     }
 }
@@ -235,8 +238,12 @@ pub async fn start(opts: Opts) -> Srv {
         tokio::spawn(async move { worker.run(drain).await });
     }
     let serve_stop = stop.clone();
+    let host_routes = opts.host_routes;
     let task = tokio::spawn(async move {
-        server.serve(listener, serve_stop).await.unwrap();
+        match host_routes {
+            Some(routes) => server.serve_with(routes, listener, serve_stop).await.unwrap(),
+            None => server.serve(listener, serve_stop).await.unwrap(),
+        }
     });
     Srv {
         addr,

@@ -371,7 +371,7 @@ pub(crate) const CAPABILITIES: &[Capability] = &[
         wired_in: ("forge-cli/src/eval/runner.rs", Some("EngineRunner"), "run"),
     },
     // Host applications: what an application embedding Forge needs, used by one under
-    // `examples/` (ShareFlow) through the published crates only.
+    // `examples/` (ShareFlow, the CRM) through the published crates only.
     Capability {
         name: "embedding: a host composes an engine with its own tools, agents and policies",
         provider: (
@@ -441,6 +441,18 @@ pub(crate) const CAPABILITIES: &[Capability] = &[
         ),
         scope: Scope::Host,
         wired_in: ("shareflow/src/http.rs", None, "caller"),
+    },
+    Capability {
+        name: "MCP: a host imports its own MCP server's pinned tools",
+        provider: ("forge-mcp/src/lib.rs", Some("McpRuntime"), "start"),
+        scope: Scope::Host,
+        wired_in: ("crm/src/app.rs", None, "import_tools"),
+    },
+    Capability {
+        name: "MCP: a host offers the imported tools to its engine",
+        provider: ("forge-mcp/src/lib.rs", Some("McpRuntime"), "tools"),
+        scope: Scope::Host,
+        wired_in: ("crm/src/app.rs", Some("Crm"), "new"),
     },
     Capability {
         name: "PostgreSQL: a host sets up its own role and database with row-level security",

@@ -1,0 +1,241 @@
+//! The CRM on Forge: an assistant whose records come from the CRM's own MCP server (imported
+//! with `forge-mcp`, pinned by `mcp/mcp.lock`), whose notes are retrieval sources cited by exact
+//! span, and whose record updates are external writes a manager approves. Cedar decides who sees
+//! which pipeline and which notes.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use forge_core::agent::{AgentDefinition, AgentRef, RunLimits};
+use forge_core::ports::store::Store;
+use forge_core::scope::Scope;
+use forge_engine::{Engine, SkillLibrary};
+use forge_mcp::{CatalogDiff, LockFile, McpConfig, McpRuntime, Reporter};
+use forge_policy::CedarAuthorizer;
+use forge_providers::{Script, ScriptedProvider};
+use forge_rag::ingest::ingest;
+use forge_rag::model::{Format, SourceId};
+use forge_rag::{Retriever, SearchDocuments, SourceStore};
+
+use crate::db::{CrmDb, Note};
+
+/// The assistant's scripted model turns.
+pub const ASSISTANT_SCRIPT: &str = include_str!("../agents/assistant.script.toml");
+/// The CRM's Cedar policies.
+pub const POLICIES: &str = include_str!("../policies/crm.cedar");
+/// The MCP server's import configuration (tool classifications and approvals).
+pub const MCP_CONFIG: &str = include_str!("../mcp/crm.toml");
+/// The tenant the CRM belongs to.
+pub const TENANT: &str = "acme";
+
+/// The CRM's files beside its manifest: `skills/`, `mcp/mcp.lock`.
+pub fn manifest_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// What went wrong.
+#[derive(Debug, thiserror::Error)]
+pub enum CrmError {
+    /// Configuration (policies, script, MCP, skills) did not load.
+    #[error("configuration: {0}")]
+    Config(String),
+    /// The CRM's database failed.
+    #[error("the CRM database: {0}")]
+    Db(#[from] sqlx::Error),
+    /// Forge refused or failed.
+    #[error("forge: {0}")]
+    Forge(String),
+    /// The request is malformed.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+fn config(e: impl std::fmt::Display) -> CrmError {
+    CrmError::Config(e.to_string())
+}
+
+/// The assistant's definition.
+pub fn assistant() -> AgentDefinition {
+    AgentDefinition {
+        agent: AgentRef {
+            name: "assistant".into(),
+            version: "1".into(),
+        },
+        instructions: "You help the sales team with the CRM. Read records with the crm tools, \
+                       answer from the notes only with a citation of the exact passage, and \
+                       change a record only when asked, with crm__update_opportunity (a manager \
+                       approves it). Load the deal-stages skill before changing a stage."
+            .into(),
+        model: "scripted:assistant".into(),
+        tools: [
+            "search_documents",
+            "cite",
+            "crm__list_opportunities",
+            "crm__get_company",
+            "crm__list_tasks",
+            "crm__update_opportunity",
+        ]
+        .map(String::from)
+        .to_vec(),
+        skills: vec!["deal-stages".into()],
+        output_schema: None,
+        limits: RunLimits {
+            max_steps: 6,
+            ..RunLimits::default()
+        },
+        approvals: Default::default(),
+        compaction: None,
+    }
+}
+
+/// MCP events, to stderr: a drifted catalog or a server restart is an operator's business.
+struct Stderr;
+
+impl Reporter for Stderr {
+    fn drift(&self, diff: &CatalogDiff) {
+        eprintln!("crm: the MCP server's catalog differs from mcp/mcp.lock: {diff:?}");
+    }
+    fn down(&self, server: &str, message: &str) {
+        eprintln!("crm: MCP server {server} is down ({message}); restarting");
+    }
+}
+
+/// Starts the CRM's MCP server as `command mcp --db <db>` and imports its pinned tools.
+pub async fn import_tools(command: &Path, db: &Path) -> Result<McpRuntime, CrmError> {
+    let mut mcp = McpConfig::parse(MCP_CONFIG, &manifest_dir().join("mcp")).map_err(config)?;
+    for server in &mut mcp.servers {
+        server.command = Some(command.display().to_string());
+        server.args = vec!["mcp".into(), "--db".into(), db.display().to_string()];
+    }
+    let lock = LockFile::load(&manifest_dir().join("mcp/mcp.lock")).map_err(config)?;
+    McpRuntime::start(&mcp, &lock, forge_mcp::process_env(), Arc::new(Stderr))
+        .await
+        .map_err(config)
+}
+
+/// The CRM: its database, its MCP tools, and Forge's engine.
+pub struct Crm {
+    engine: Arc<Engine>,
+    retriever: Retriever,
+    db: CrmDb,
+    mcp: McpRuntime,
+}
+
+impl std::fmt::Debug for Crm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Crm").finish_non_exhaustive()
+    }
+}
+
+/// The retrieval source of a note: its label is `team`, or its author's id for a private note.
+pub fn note_label(note: &Note) -> &str {
+    if note.visibility == "private" {
+        &note.author
+    } else {
+        "team"
+    }
+}
+
+impl Crm {
+    /// Builds the CRM over Forge's store and sources, its database and its imported MCP tools.
+    pub fn new(
+        store: Arc<dyn Store>,
+        sources: Arc<dyn SourceStore>,
+        db: CrmDb,
+        mcp: McpRuntime,
+        worker_id: &str,
+    ) -> Result<Self, CrmError> {
+        let policies =
+            Arc::new(CedarAuthorizer::from_sources([("crm.cedar", POLICIES)]).map_err(config)?);
+        let retriever = Retriever::new(sources, policies.clone());
+        let script = Script::parse(ASSISTANT_SCRIPT, "assistant").map_err(config)?;
+        let skills = SkillLibrary::load_dir(&manifest_dir().join("skills")).map_err(config)?;
+        let mut builder = Engine::builder()
+            .dyn_store(store)
+            .model(Arc::new(ScriptedProvider::new(script)))
+            .tool(Arc::new(SearchDocuments::new(retriever.clone())))
+            .map_err(config)?;
+        for tool in mcp.tools() {
+            builder = builder.tool(tool).map_err(config)?;
+        }
+        let engine = builder
+            .citations(Arc::new(retriever.clone()))
+            .authorizer(policies.clone())
+            .approval_rule(policies)
+            .skills(skills)
+            .agent(assistant())
+            .worker_id(worker_id)
+            .build()
+            .map_err(config)?;
+        Ok(Self {
+            engine: Arc::new(engine),
+            retriever,
+            db,
+            mcp,
+        })
+    }
+
+    /// Forge's engine.
+    pub fn engine(&self) -> &Arc<Engine> {
+        &self.engine
+    }
+
+    /// The CRM's database.
+    pub fn db(&self) -> &CrmDb {
+        &self.db
+    }
+
+    /// Retrieval over the notes.
+    pub fn retriever(&self) -> &Retriever {
+        &self.retriever
+    }
+
+    /// The imported MCP tools and their servers.
+    pub fn mcp(&self) -> &McpRuntime {
+        &self.mcp
+    }
+
+    /// Indexes every note for search and citations (unchanged notes are left as they are).
+    pub async fn index_notes(&self) -> Result<usize, CrmError> {
+        let scope = Scope::parse(TENANT, "crm", &["system"]).map_err(config)?;
+        let notes = self.db.notes().await?;
+        for note in &notes {
+            self.index(&scope, note).await?;
+        }
+        Ok(notes.len())
+    }
+
+    async fn index(&self, scope: &Scope, note: &Note) -> Result<(), CrmError> {
+        let source = ingest(
+            SourceId::new(note.id.clone()).map_err(|e| CrmError::Invalid(e.to_string()))?,
+            format!("Note on {} {}", note.record_kind, note.record_id),
+            note_label(note),
+            Format::Text,
+            serde_json::json!({ "author": note.author, "record": note.record_id }),
+            &note.body,
+        );
+        self.retriever
+            .index(scope, &source)
+            .await
+            .map_err(|e| CrmError::Forge(e.to_string()))?;
+        Ok(())
+    }
+
+    /// Adds a note by the caller and indexes it.
+    pub async fn add_note(&self, scope: &Scope, mut note: Note) -> Result<Note, CrmError> {
+        if scope.tenant_id().as_str() != TENANT {
+            return Err(CrmError::Invalid("this CRM is acme's".into()));
+        }
+        if !["team", "private"].contains(&note.visibility.as_str()) {
+            return Err(CrmError::Invalid("visibility is team or private".into()));
+        }
+        if note.body.trim().is_empty() || note.body.len() > 20_000 {
+            return Err(CrmError::Invalid("a note is 1 to 20,000 bytes".into()));
+        }
+        note.id = format!("note-{}", uuid::Uuid::new_v4().simple());
+        note.author = scope.principal_id().as_str().to_owned();
+        self.db.add_note(&note).await?;
+        self.index(scope, &note).await?;
+        Ok(note)
+    }
+}

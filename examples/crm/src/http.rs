@@ -1,0 +1,112 @@
+//! The CRM's own HTTP API beside Forge's, authenticated with Forge's tokens.
+//!
+//! | route | what |
+//! | --- | --- |
+//! | `GET /crm/opportunities` | the caller's opportunities; every one for a manager |
+//! | `POST /crm/notes` | add a note (`{record_kind, record_id, body, visibility}`), indexed for search |
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use forge_core::scope::Scope;
+use forge_server::Authenticator;
+use serde::Deserialize;
+
+use crate::app::{Crm, CrmError};
+use crate::db::Note;
+
+#[derive(Clone)]
+struct Api {
+    crm: Arc<Crm>,
+    auth: Arc<Authenticator>,
+}
+
+/// The API's routes.
+pub fn router(crm: Arc<Crm>, auth: Arc<Authenticator>) -> Router {
+    Router::new()
+        .route("/crm/opportunities", get(opportunities))
+        .route("/crm/notes", post(add_note))
+        .with_state(Api { crm, auth })
+}
+
+fn error(status: StatusCode, message: String) -> Response {
+    (status, Json(serde_json::json!({ "error": message }))).into_response()
+}
+
+impl IntoResponse for CrmError {
+    fn into_response(self) -> Response {
+        let status = match self {
+            CrmError::Invalid(_) => StatusCode::BAD_REQUEST,
+            _ => StatusCode::SERVICE_UNAVAILABLE,
+        };
+        error(status, self.to_string())
+    }
+}
+
+/// A request without a valid token.
+struct Unauthorized(String);
+
+impl IntoResponse for Unauthorized {
+    fn into_response(self) -> Response {
+        error(StatusCode::UNAUTHORIZED, self.0)
+    }
+}
+
+fn caller(api: &Api, headers: &HeaderMap) -> Result<Scope, Unauthorized> {
+    let value = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    api.auth
+        .authenticate_header(value)
+        .map_err(|e| Unauthorized(e.to_string()))
+}
+
+async fn opportunities(State(api): State<Api>, headers: HeaderMap) -> Response {
+    let scope = match caller(&api, &headers) {
+        Ok(s) => s,
+        Err(r) => return r.into_response(),
+    };
+    if scope.tenant_id().as_str() != crate::app::TENANT {
+        return Json(Vec::<crate::db::Opportunity>::new()).into_response();
+    }
+    let owner = (!scope.has_role("manager")).then(|| scope.principal_id().as_str().to_owned());
+    match api.crm.db().opportunities(owner.as_deref()).await {
+        Ok(list) => Json(list).into_response(),
+        Err(e) => CrmError::from(e).into_response(),
+    }
+}
+
+#[derive(Deserialize)]
+struct NewNote {
+    record_kind: String,
+    record_id: String,
+    body: String,
+    visibility: String,
+}
+
+async fn add_note(
+    State(api): State<Api>,
+    headers: HeaderMap,
+    Json(new): Json<NewNote>,
+) -> Response {
+    let scope = match caller(&api, &headers) {
+        Ok(s) => s,
+        Err(r) => return r.into_response(),
+    };
+    let note = Note {
+        id: String::new(),
+        record_kind: new.record_kind,
+        record_id: new.record_id,
+        body: new.body,
+        visibility: new.visibility,
+        author: String::new(),
+    };
+    match api.crm.add_note(&scope, note).await {
+        Ok(n) => (StatusCode::CREATED, Json(n)).into_response(),
+        Err(e) => e.into_response(),
+    }
+}

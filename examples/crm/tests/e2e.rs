@@ -1,0 +1,390 @@
+//! The CRM end to end through its server: runs started and approvals decided over Forge's
+//! GraphQL API with real tokens, the records read and changed through the CRM's own MCP server
+//! (the `crm` binary, started by Forge's MCP import), the notes searched and cited.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Duration;
+
+use crm::{Options, Running, StoreChoice};
+use forge_core::scope::Scope;
+use serde_json::{Value, json};
+
+const SECRET: &[u8] = b"crm-test-secret-crm-test-secret-0123456789";
+
+struct Env {
+    running: Running,
+    http: reqwest::Client,
+    dir: std::path::PathBuf,
+}
+
+fn admin_url() -> String {
+    std::env::var("FORGE_TEST_DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned())
+}
+
+impl Env {
+    async fn start(store: StoreChoice) -> Env {
+        let dir = std::env::temp_dir().join(format!(
+            "crm-test-{}-{}",
+            std::process::id(),
+            uuid::Uuid::new_v4().simple()
+        ));
+        let running = Running::start(Options {
+            data: dir.clone(),
+            store,
+            listen: "127.0.0.1:0".parse().unwrap(),
+            crm_command: env!("CARGO_BIN_EXE_crm").into(),
+            secret: SECRET.to_vec(),
+            dev_sign_in: false,
+        })
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "the CRM did not start: {e}\n(PostgreSQL tests need a server at {}; start it with `bash scripts/test-services.sh` in Forge's repository)",
+                admin_url()
+            )
+        });
+        Env {
+            running,
+            http: {
+                forge_providers::http::install_crypto_provider();
+                reqwest::Client::new()
+            },
+            dir,
+        }
+    }
+
+    async fn stop(self) {
+        self.running.stop().await;
+        std::fs::remove_dir_all(&self.dir).ok();
+    }
+
+    fn token(&self, principal: &str, roles: &[&str]) -> String {
+        self.token_in("acme", principal, roles)
+    }
+
+    fn token_in(&self, tenant: &str, principal: &str, roles: &[&str]) -> String {
+        let scope = Scope::parse(tenant, principal, roles).unwrap();
+        let now = chrono::Utc::now().timestamp();
+        forge_server::auth::sign_hs256(SECRET, &scope, 3600, now).unwrap()
+    }
+
+    async fn gql(&self, token: &str, query: &str, variables: Value) -> Result<Value, String> {
+        let res: Value = self
+            .http
+            .post(format!("{}/graphql", self.running.url))
+            .bearer_auth(token)
+            .json(&json!({ "query": query, "variables": variables }))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        match res["errors"].as_array() {
+            Some(e) if !e.is_empty() => Err(e[0]["message"].to_string()),
+            _ => Ok(res["data"].clone()),
+        }
+    }
+
+    /// Starts a run of the assistant on a new thread; returns (thread, run).
+    async fn ask(&self, token: &str, message: &str) -> (String, String) {
+        let thread = self
+            .gql(token, "mutation { createThread { id } }", json!({}))
+            .await
+            .unwrap()["createThread"]["id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let run = self
+            .gql(
+                token,
+                "mutation($i: StartRunInput!) { startRun(input: $i) { id } }",
+                json!({ "i": { "threadId": thread, "agent": "assistant", "message": message } }),
+            )
+            .await
+            .unwrap()["startRun"]["id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        (thread, run)
+    }
+
+    /// Waits until the run's status is one of `statuses`.
+    async fn until(&self, token: &str, run: &str, statuses: &[&str]) -> String {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let data = self
+                .gql(
+                    token,
+                    "query($id: ID!) { run(id: $id) { status } }",
+                    json!({ "id": run }),
+                )
+                .await
+                .unwrap();
+            let status = data["run"]["status"].as_str().unwrap().to_owned();
+            if statuses.contains(&status.as_str()) {
+                return status;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "run {run} still {status} after 30 s"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// The thread's assistant text and its citations' source ids, once the run completed.
+    async fn answer(&self, token: &str, thread: &str, run: &str) -> (String, Vec<String>) {
+        assert_eq!(
+            self.until(token, run, &["completed", "failed"]).await,
+            "completed"
+        );
+        let data = self
+            .gql(
+                token,
+                "query($id: ID!) { thread(id: $id) { messages(first: 50) { nodes { role text parts } } } }",
+                json!({ "id": thread }),
+            )
+            .await
+            .unwrap();
+        let nodes = data["thread"]["messages"]["nodes"]
+            .as_array()
+            .unwrap()
+            .clone();
+        let text = nodes
+            .iter()
+            .filter(|n| n["role"] == "assistant")
+            .map(|n| n["text"].as_str().unwrap_or("").to_owned())
+            .collect::<Vec<_>>()
+            .join("\n");
+        let cited = nodes
+            .iter()
+            .flat_map(|n| n["parts"].as_array().cloned().unwrap_or_default())
+            .filter(|p| p["type"] == "citation")
+            .map(|p| p["source_id"].as_str().unwrap_or("").to_owned())
+            .collect();
+        (text, cited)
+    }
+
+    async fn pending(&self, token: &str) -> Vec<String> {
+        let data = self
+            .gql(
+                token,
+                "{ pendingInteractions(first: 50) { nodes { id kind } } }",
+                json!({}),
+            )
+            .await
+            .unwrap();
+        data["pendingInteractions"]["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|n| n["kind"] == "approval")
+            .map(|n| n["id"].as_str().unwrap().to_owned())
+            .collect()
+    }
+
+    async fn approve(&self, token: &str, interaction: &str) -> Result<Value, String> {
+        self.gql(
+            token,
+            "mutation($id: ID!, $key: String!) { resolveApproval(interactionId: $id, approve: true, key: $key) { status } }",
+            json!({ "id": interaction, "key": format!("approve-{interaction}") }),
+        )
+        .await
+    }
+}
+
+/// The import is pinned: every tool of the CRM's MCP server matches `mcp/mcp.lock` and is offered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_crm_mcp_server_matches_its_pins_and_every_tool_is_offered() {
+    let env = Env::start(StoreChoice::Sqlite).await;
+    let mcp = env.running.crm.mcp();
+    assert!(
+        mcp.diffs().iter().all(|d| d.is_clean()),
+        "{:?}",
+        mcp.diffs()
+    );
+    let mut names: Vec<String> = mcp.tools().iter().map(|t| t.spec().name.clone()).collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "crm__get_company",
+            "crm__list_opportunities",
+            "crm__list_tasks",
+            "crm__update_opportunity"
+        ]
+    );
+    assert!(mcp.tools().iter().all(|t| t.available()));
+    env.stop().await;
+}
+
+/// Per-user visibility by Cedar on the MCP path: a rep lists their own pipeline, not another
+/// rep's; a manager lists anyone's; another tenant reaches no CRM tool at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rep_sees_their_own_pipeline_and_a_manager_sees_everyones() {
+    let env = Env::start(StoreChoice::Sqlite).await;
+    let alice = env.token("alice", &["sales"]);
+    let carol = env.token("carol", &["manager"]);
+    let (t, r) = env.ask(&alice, "Show my pipeline").await;
+    let (text, _) = env.answer(&alice, &t, &r).await;
+    assert!(
+        text.contains("Initech renewal") && text.contains("opp-3"),
+        "{text}"
+    );
+    assert!(!text.contains("Globex expansion"), "{text}");
+
+    let (t, r) = env.ask(&alice, "What is in bob's pipeline?").await;
+    let (text, _) = env.answer(&alice, &t, &r).await;
+    assert!(
+        !text.contains("Globex expansion"),
+        "alice saw bob's pipeline: {text}"
+    );
+    assert!(
+        text.to_lowercase().contains("denied") || text.contains("forbidden"),
+        "{text}"
+    );
+
+    let (t, r) = env.ask(&carol, "What is in bob's pipeline?").await;
+    let (text, _) = env.answer(&carol, &t, &r).await;
+    assert!(
+        text.contains("Globex expansion") && text.contains("120000"),
+        "{text}"
+    );
+
+    let gus = env.token_in("globex", "gus", &["manager"]);
+    let (t, r) = env.ask(&gus, "What is in bob's pipeline?").await;
+    let (text, _) = env.answer(&gus, &t, &r).await;
+    assert!(
+        !text.contains("Globex expansion"),
+        "another tenant read the CRM: {text}"
+    );
+    env.stop().await;
+}
+
+/// Notes are found and cited by exact span; a private note is its author's alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn notes_are_cited_and_private_notes_stay_private() {
+    let env = Env::start(StoreChoice::Sqlite).await;
+    let alice = env.token("alice", &["sales"]);
+    let bob = env.token("bob", &["sales"]);
+    let (t, r) = env
+        .ask(&alice, "What do the notes say about the Initech renewal?")
+        .await;
+    let (text, cited) = env.answer(&alice, &t, &r).await;
+    assert_eq!(cited, ["note-1"]);
+    assert!(text.contains("31 March"), "{text}");
+
+    let (t, r) = env.ask(&bob, "Any notes on the Globex discount?").await;
+    let (_, cited) = env.answer(&bob, &t, &r).await;
+    assert_eq!(cited, ["note-2"], "bob cites his own private note");
+    let (t, r) = env.ask(&alice, "Any notes on the Globex discount?").await;
+    let (text, cited) = env.answer(&alice, &t, &r).await;
+    assert!(cited.is_empty(), "alice cited bob's private note: {text}");
+    assert!(!text.contains("10%"), "{text}");
+
+    // A note added through the API is searchable at once, with its own visibility.
+    let added: Value = env
+        .http
+        .post(format!("{}/crm/notes", env.running.url))
+        .bearer_auth(&alice)
+        .json(&json!({ "record_kind": "company", "record_id": "co-initech", "body": "Initech prefers invoices in euros.", "visibility": "private" }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(added["author"], "alice");
+    let id = added["id"].as_str().unwrap().to_owned();
+    let readable = |principal: &'static str| {
+        let retriever = env.running.crm.retriever().clone();
+        async move {
+            let scope = Scope::parse("acme", principal, &["sales"]).unwrap();
+            let ids = retriever.readable(&scope).await.unwrap();
+            ids.iter()
+                .map(|i| i.as_str().to_owned())
+                .collect::<Vec<_>>()
+        }
+    };
+    assert!(readable("alice").await.contains(&id));
+    assert!(
+        !readable("bob").await.contains(&id),
+        "bob may read alice's private note"
+    );
+    env.stop().await;
+}
+
+/// A record update is an external write: it waits for a manager (not the rep who asked, not
+/// another rep), then applies once through the MCP server, under the call's idempotency key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_update_waits_for_a_manager_and_applies_once() {
+    let env = Env::start(StoreChoice::Sqlite).await;
+    let alice = env.token("alice", &["sales", "manager"]);
+    let bob = env.token("bob", &["sales"]);
+    let carol = env.token("carol", &["manager"]);
+    let (t, r) = env.ask(&alice, "Please mark opp-1 won").await;
+    env.until(&alice, &r, &["waiting"]).await;
+    let db = env.running.crm.db();
+    assert_eq!(
+        db.opportunities(Some("alice")).await.unwrap()[0].stage,
+        "proposal"
+    );
+    assert!(
+        env.pending(&bob).await.is_empty(),
+        "a rep may not approve updates"
+    );
+    let approval = env
+        .pending(&carol)
+        .await
+        .pop()
+        .expect("the manager sees the approval");
+    let own = env.approve(&alice, &approval).await.unwrap_err();
+    assert!(own.contains("approve"), "{own}");
+    env.approve(&carol, &approval).await.unwrap();
+    let (text, _) = env.answer(&alice, &t, &r).await;
+    assert!(text.contains("\"stage\":\"won\""), "{text}");
+    assert_eq!(
+        db.opportunities(Some("alice")).await.unwrap()[0].stage,
+        "won"
+    );
+    assert_eq!(db.applied_updates().await.unwrap(), 1);
+    // Approving again is the same decision, and nothing applies twice.
+    env.approve(&carol, &approval).await.unwrap();
+    assert_eq!(db.applied_updates().await.unwrap(), 1);
+    env.stop().await;
+}
+
+/// The main path on PostgreSQL (row-level security, the CRM's own role).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_crm_runs_on_postgres() {
+    let database = format!("crm_test_{}", uuid::Uuid::new_v4().simple());
+    let env = Env::start(StoreChoice::Postgres {
+        admin_url: admin_url(),
+        database: database.clone(),
+    })
+    .await;
+    let alice = env.token("alice", &["sales"]);
+    let carol = env.token("carol", &["manager"]);
+    let (t, r) = env
+        .ask(&alice, "What do the notes say about the Initech renewal?")
+        .await;
+    assert_eq!(env.answer(&alice, &t, &r).await.1, ["note-1"]);
+    let (t, r) = env.ask(&alice, "Please mark opp-1 won").await;
+    env.until(&alice, &r, &["waiting"]).await;
+    let approval = env.pending(&carol).await.pop().expect("an approval");
+    env.approve(&carol, &approval).await.unwrap();
+    env.answer(&alice, &t, &r).await;
+    assert_eq!(env.running.crm.db().applied_updates().await.unwrap(), 1);
+    env.stop().await;
+    use sqlx::Connection;
+    let mut conn = sqlx::PgConnection::connect(&admin_url()).await.unwrap();
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "DROP DATABASE IF EXISTS {database} WITH (FORCE)"
+    )))
+    .execute(&mut conn)
+    .await
+    .unwrap();
+}

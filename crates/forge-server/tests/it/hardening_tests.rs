@@ -507,13 +507,24 @@ async fn a_hosts_routes_are_served_beside_forges_with_the_same_connection_limits
     let pong = srv.http.get(srv.url("/app/ping")).send().await.unwrap();
     assert_eq!(pong.status(), 200);
     assert_eq!(pong.text().await.unwrap(), "pong");
-    assert_eq!(srv.http.get(srv.url("/healthz")).send().await.unwrap().status(), 200);
+    assert_eq!(
+        srv.http
+            .get(srv.url("/healthz"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
     // A slow client's connection is closed after the header timeout.
     let mut tcp = tokio::net::TcpStream::connect(srv.addr).await.unwrap();
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     tcp.write_all(b"GET /app/ping HTTP/1.1\r\n").await.unwrap();
     let mut buf = Vec::new();
     let closed = tokio::time::timeout(Duration::from_secs(5), tcp.read_to_end(&mut buf)).await;
-    assert!(closed.is_ok(), "the connection stayed open past the header timeout");
+    assert!(
+        closed.is_ok(),
+        "the connection stayed open past the header timeout"
+    );
     assert!(!String::from_utf8_lossy(&buf).contains("pong"));
 }

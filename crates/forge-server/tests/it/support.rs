@@ -241,7 +241,10 @@ pub async fn start(opts: Opts) -> Srv {
     let host_routes = opts.host_routes;
     let task = tokio::spawn(async move {
         match host_routes {
-            Some(routes) => server.serve_with(routes, listener, serve_stop).await.unwrap(),
+            Some(routes) => server
+                .serve_with(routes, listener, serve_stop)
+                .await
+                .unwrap(),
             None => server.serve(listener, serve_stop).await.unwrap(),
         }
     });

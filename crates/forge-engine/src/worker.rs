@@ -268,9 +268,12 @@ impl Worker {
                 }
                 Ok(Some(JobOutcome::Failed(_))) => report.failed += 1,
                 Ok(None) => {
+                    // Idle until the next poll, or until this process queues work: other
+                    // processes' work is found by polling.
                     tokio::select! {
                         _ = shutdown.cancelled() => {}
                         _ = tokio::time::sleep(self.config.poll_interval) => {}
+                        _ = self.engine.work.notified() => {}
                     }
                 }
                 Err(_) => {

@@ -277,6 +277,7 @@ impl EngineBuilder {
                 .unwrap_or_else(|| format!("worker-{}", ids.next_uuid())),
             ids,
             lease_ttl: self.lease_ttl.unwrap_or(Duration::from_secs(60)),
+            work: Arc::default(),
         })
     }
 }

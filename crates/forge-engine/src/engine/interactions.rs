@@ -179,6 +179,10 @@ impl Engine {
                 }
             }
         }
-        Ok(self.interactions.resolve_interaction(scope, req).await?)
+        let resolved = self.interactions.resolve_interaction(scope, req).await?;
+        if resolved.resumed {
+            self.work.notify_one();
+        }
+        Ok(resolved)
     }
 }

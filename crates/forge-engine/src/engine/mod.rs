@@ -142,6 +142,9 @@ pub struct Engine {
     pub(crate) ids: Arc<dyn IdGenerator>,
     worker_id: String,
     pub(crate) lease_ttl: Duration,
+    /// Signalled when this engine queued work (a run submitted, a run resumed by a decision):
+    /// this process's idle workers claim it at once instead of at their next poll.
+    pub(crate) work: Arc<tokio::sync::Notify>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -339,7 +342,10 @@ impl Engine {
         }
         let created = self.runs.create_run(scope, new).await;
         match &created {
-            Ok(run) => span.set("run_id", run.id.to_string().into()),
+            Ok(run) => {
+                span.set("run_id", run.id.to_string().into());
+                self.work.notify_one();
+            }
             Err(e) => span.fail(forge_core::telemetry::error_code(e)),
         }
         span.end();

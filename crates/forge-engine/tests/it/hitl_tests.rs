@@ -836,3 +836,57 @@ async fn overdue_approvals_expire_while_every_claim_loop_is_busy() {
         "{pending:?}"
     );
 }
+
+/// An idle worker in the process that queued the work claims it at once: a submitted run, and a
+/// run an approval resumed, start long before the worker's next poll (an hour away here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_worker_claims_work_this_process_queued_without_waiting_for_its_poll() {
+    let w = World::new();
+    let d = def(&["pay"]);
+    let engine = Arc::new(w.engine(PAY_THEN_ANSWER, d.clone(), None));
+    let worker = forge_engine::Worker::new(
+        engine.clone(),
+        w.store.clone(),
+        forge_engine::WorkerConfig {
+            id: "idle-worker".into(),
+            poll_interval: Duration::from_secs(3600),
+            concurrency: 2,
+            ..forge_engine::WorkerConfig::default()
+        },
+    );
+    let stop = CancellationToken::new();
+    let running = tokio::spawn({
+        let stop = stop.clone();
+        async move { worker.run(stop).await }
+    });
+    // Both claim loops find nothing and go idle.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let run = w.start(&engine, &d, "pay five").await;
+    let status = |want: RunStatus| {
+        let (store, scope) = (w.store.clone(), w.scope.clone());
+        async move {
+            tokio::time::timeout(Duration::from_secs(20), async {
+                while store.get_run(&scope, run).await.unwrap().status != want {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            })
+            .await
+            .is_ok()
+        }
+    };
+    assert!(
+        status(RunStatus::Waiting(WaitReason::Approval)).await,
+        "the submitted run was not claimed before the poll"
+    );
+    // Idle again; the approval queues the run's resumption.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let pending = engine.pending_interactions(&w.approver).await.unwrap();
+    w.approve(&engine, pending[0].id, Decision::Approve).await;
+    assert!(
+        status(RunStatus::Completed).await,
+        "the resumed run was not claimed before the poll"
+    );
+    stop.cancel();
+    running.await.unwrap();
+    assert_eq!(w.paid.lock().unwrap().len(), 1);
+}

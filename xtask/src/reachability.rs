@@ -408,7 +408,7 @@ pub(crate) const CAPABILITIES: &[Capability] = &[
             "resolve_interaction",
         ),
         scope: Scope::Host,
-        wired_in: ("shareflow/src/bin/shareflow.rs", None, "demo_steps"),
+        wired_in: ("shareflow/src/bin/shareflow.rs", None, "approve"),
     },
     Capability {
         name: "retrieval: a host indexes its own documents for search and citations",
@@ -435,12 +435,12 @@ pub(crate) const CAPABILITIES: &[Capability] = &[
     Capability {
         name: "server: a host authenticates its own routes with Forge's tokens",
         provider: (
-            "forge-server/src/auth.rs",
+            "forge-server/src/lib.rs",
             Some("Authenticator"),
-            "authenticate_header",
+            "authenticate_request",
         ),
         scope: Scope::Host,
-        wired_in: ("shareflow/src/http.rs", None, "caller"),
+        wired_in: ("shareflow/src/http.rs", None, "drop_document"),
     },
     Capability {
         name: "MCP: a host imports its own MCP server's pinned tools",

@@ -22,7 +22,7 @@ use axum::response::{IntoResponse, Response};
 use forge_files::{BodyError, Files, Refusal, Upload, UploadError};
 use futures_util::StreamExt;
 
-use crate::{Shared, authorization, http, unauthorized};
+use crate::{Shared, authorization, http};
 
 /// How slow an upload may be.
 #[derive(Debug, Clone, Copy)]
@@ -109,9 +109,9 @@ pub(crate) async fn upload(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let scope = match shared.auth.authenticate_header(authorization(&headers)) {
+    let scope = match shared.auth.authenticate_request(&headers) {
         Ok(scope) => scope,
-        Err(e) => return unauthorized(&e),
+        Err(e) => return e.into_response(),
     };
     let Some(files) = &shared.files else {
         return no_files();

@@ -314,6 +314,29 @@ impl Server {
     }
 }
 
+/// A request that carried no valid bearer token. As a response it is the 401 Forge's own routes
+/// give: a `WWW-Authenticate` challenge and the reason, safe to show.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unauthorized(pub AuthError);
+
+impl IntoResponse for Unauthorized {
+    fn into_response(self) -> Response {
+        unauthorized(&self.0)
+    }
+}
+
+impl Authenticator {
+    /// The scope of a request's `Authorization: Bearer …` header: how Forge's routes and a host's
+    /// own ([`Server::serve_with`]) learn who is asking.
+    pub fn authenticate_request(
+        &self,
+        headers: &HeaderMap,
+    ) -> Result<forge_core::scope::Scope, Unauthorized> {
+        self.authenticate_header(authorization(headers))
+            .map_err(Unauthorized)
+    }
+}
+
 fn unauthorized(e: &AuthError) -> Response {
     let body = serde_json::json!({
         "errors": [{"message": e.to_string(), "extensions": {"code": "UNAUTHENTICATED"}}]
@@ -387,9 +410,9 @@ async fn graphql_http_traced(
     trace: RequestTrace,
 ) -> Response {
     // Who is asking comes first: nothing of an unauthenticated request's body is read.
-    let scope = match shared.auth.authenticate_header(authorization(&headers)) {
+    let scope = match shared.auth.authenticate_request(&headers) {
         Ok(scope) => scope,
-        Err(e) => return unauthorized(&e),
+        Err(e) => return e.into_response(),
     };
     let limit = shared.max_body_bytes;
     let body =

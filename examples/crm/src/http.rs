@@ -8,11 +8,10 @@
 use std::sync::Arc;
 
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use forge_core::scope::Scope;
 use forge_server::Authenticator;
 use serde::Deserialize;
 
@@ -47,26 +46,8 @@ impl IntoResponse for CrmError {
     }
 }
 
-/// A request without a valid token.
-struct Unauthorized(String);
-
-impl IntoResponse for Unauthorized {
-    fn into_response(self) -> Response {
-        error(StatusCode::UNAUTHORIZED, self.0)
-    }
-}
-
-fn caller(api: &Api, headers: &HeaderMap) -> Result<Scope, Unauthorized> {
-    let value = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok());
-    api.auth
-        .authenticate_header(value)
-        .map_err(|e| Unauthorized(e.to_string()))
-}
-
 async fn opportunities(State(api): State<Api>, headers: HeaderMap) -> Response {
-    let scope = match caller(&api, &headers) {
+    let scope = match api.auth.authenticate_request(&headers) {
         Ok(s) => s,
         Err(r) => return r.into_response(),
     };
@@ -93,7 +74,7 @@ async fn add_note(
     headers: HeaderMap,
     Json(new): Json<NewNote>,
 ) -> Response {
-    let scope = match caller(&api, &headers) {
+    let scope = match api.auth.authenticate_request(&headers) {
         Ok(s) => s,
         Err(r) => return r.into_response(),
     };

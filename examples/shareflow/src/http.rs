@@ -12,11 +12,10 @@
 use std::sync::Arc;
 
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
-use forge_core::scope::Scope;
 use forge_server::Authenticator;
 use serde::Deserialize;
 
@@ -56,30 +55,12 @@ impl IntoResponse for AppError {
     }
 }
 
-/// A request without a valid token.
-struct Unauthorized(String);
-
-impl IntoResponse for Unauthorized {
-    fn into_response(self) -> Response {
-        error(StatusCode::UNAUTHORIZED, self.0)
-    }
-}
-
-fn caller(api: &Api, headers: &HeaderMap) -> Result<Scope, Unauthorized> {
-    let value = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok());
-    api.auth
-        .authenticate_header(value)
-        .map_err(|e| Unauthorized(e.to_string()))
-}
-
 async fn drop_document(
     State(api): State<Api>,
     headers: HeaderMap,
     Json(new): Json<NewDocument>,
 ) -> Response {
-    let scope = match caller(&api, &headers) {
+    let scope = match api.auth.authenticate_request(&headers) {
         Ok(s) => s,
         Err(r) => return r.into_response(),
     };
@@ -90,7 +71,7 @@ async fn drop_document(
 }
 
 async fn documents(State(api): State<Api>, headers: HeaderMap) -> Response {
-    let scope = match caller(&api, &headers) {
+    let scope = match api.auth.authenticate_request(&headers) {
         Ok(s) => s,
         Err(r) => return r.into_response(),
     };
@@ -101,7 +82,7 @@ async fn documents(State(api): State<Api>, headers: HeaderMap) -> Response {
 }
 
 async fn workflow(State(api): State<Api>, headers: HeaderMap) -> Response {
-    let scope = match caller(&api, &headers) {
+    let scope = match api.auth.authenticate_request(&headers) {
         Ok(s) => s,
         Err(r) => return r.into_response(),
     };
@@ -121,7 +102,7 @@ async fn set_workflow(
     headers: HeaderMap,
     Json(body): Json<SetWorkflow>,
 ) -> Response {
-    let scope = match caller(&api, &headers) {
+    let scope = match api.auth.authenticate_request(&headers) {
         Ok(s) => s,
         Err(r) => return r.into_response(),
     };
@@ -132,7 +113,7 @@ async fn set_workflow(
 }
 
 async fn posts(State(api): State<Api>, headers: HeaderMap) -> Response {
-    let scope = match caller(&api, &headers) {
+    let scope = match api.auth.authenticate_request(&headers) {
         Ok(s) => s,
         Err(r) => return r.into_response(),
     };

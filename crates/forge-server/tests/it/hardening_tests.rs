@@ -493,11 +493,24 @@ async fn a_connection_that_never_finishes_its_headers_is_closed() {
     assert!(healthz_ms(&srv).await < 1_000);
 }
 
-/// A host's own routes are served beside Forge's, through the same connection handling: both
-/// answer, and a connection that never sends its headers is closed on the host's routes too.
+/// A host's own routes are served beside Forge's, through the same connection handling and the
+/// same authentication: both answer, and a connection that never sends its headers is closed on the host's routes too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hosts_routes_are_served_beside_forges_with_the_same_connection_limits() {
-    let routes = axum::Router::new().route("/app/ping", axum::routing::get(|| async { "pong" }));
+    let auth = std::sync::Arc::new(forge_server::Authenticator::hs256(SECRET.as_bytes()).unwrap());
+    let whoami = move |headers: axum::http::HeaderMap| {
+        let auth = auth.clone();
+        async move {
+            use axum::response::IntoResponse;
+            match auth.authenticate_request(&headers) {
+                Ok(scope) => scope.principal_id().as_str().to_owned().into_response(),
+                Err(e) => e.into_response(),
+            }
+        }
+    };
+    let routes = axum::Router::new()
+        .route("/app/ping", axum::routing::get(|| async { "pong" }))
+        .route("/app/whoami", axum::routing::get(whoami));
     let srv = start(Opts {
         host_routes: Some(routes),
         tune: Some(|c| c.header_timeout = Duration::from_millis(300)),
@@ -515,6 +528,21 @@ async fn a_hosts_routes_are_served_beside_forges_with_the_same_connection_limits
             .unwrap()
             .status(),
         200
+    );
+    // The host's route authenticates as Forge's do: the caller, or Forge's 401 with its challenge.
+    let me = srv
+        .http
+        .get(srv.url("/app/whoami"))
+        .bearer_auth(token("acme", "alice", &[]))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(me.text().await.unwrap(), "alice");
+    let anonymous = srv.http.get(srv.url("/app/whoami")).send().await.unwrap();
+    assert_eq!(anonymous.status(), 401);
+    assert_eq!(
+        anonymous.headers()["www-authenticate"],
+        "Bearer realm=\"forge\""
     );
     // A slow client's connection is closed after the header timeout.
     let mut tcp = tokio::net::TcpStream::connect(srv.addr).await.unwrap();

@@ -200,20 +200,7 @@ async fn bench(n: usize) -> anyhow::Result<()> {
             let pending = running.crm.engine().pending_interactions(&carol).await?;
             let approval = pending.first().context("no approval")?;
             let approved = Instant::now();
-            running
-                .crm
-                .engine()
-                .resolve_interaction(
-                    &carol,
-                    Resolve {
-                        id: approval.id,
-                        decision: Decision::Approve,
-                        actor: "carol".into(),
-                        key: format!("bench-{i}"),
-                        input_hash: None,
-                    },
-                )
-                .await?;
+            approve(running.crm.engine(), &carol, approval.id, format!("bench-{i}")).await?;
             let done = settled(&running, &alice, &run, false).await?;
             to_done.push(approved.elapsed().as_secs_f64() * 1e3);
             let u = done.checkpoint.usage;
@@ -306,20 +293,7 @@ async fn demo_steps(running: &Running) -> anyhow::Result<()> {
     settled(running, &alice, &run, true).await?;
     let pending = running.crm.engine().pending_interactions(&carol).await?;
     let approval = pending.first().context("no approval reached the manager")?;
-    running
-        .crm
-        .engine()
-        .resolve_interaction(
-            &carol,
-            Resolve {
-                id: approval.id,
-                decision: Decision::Approve,
-                actor: "carol".into(),
-                key: "demo".into(),
-                input_hash: None,
-            },
-        )
-        .await?;
+    approve(running.crm.engine(), &carol, approval.id, "demo").await?;
     let done = settled(running, &alice, &run, false).await?;
     let opp = running.crm.db().opportunities(Some("alice")).await?;
     println!(
@@ -329,5 +303,23 @@ async fn demo_steps(running: &Running) -> anyhow::Result<()> {
     if opp[0].stage != "won" {
         bail!("the approved update did not apply");
     }
+    Ok(())
+}
+
+/// Approves `id` as `reviewer`, once per `key`.
+async fn approve(
+    engine: &forge_engine::Engine,
+    reviewer: &Scope,
+    id: forge_core::id::InteractionId,
+    key: impl Into<String>,
+) -> anyhow::Result<()> {
+    let decision = Resolve {
+        id,
+        decision: Decision::Approve,
+        actor: reviewer.principal_id().as_str().to_owned(),
+        key: key.into(),
+        input_hash: None,
+    };
+    engine.resolve_interaction(reviewer, decision).await?;
     Ok(())
 }

@@ -210,18 +210,7 @@ async fn bench_steps(running: &Running, n: usize) -> anyhow::Result<()> {
         };
         to_review.push(started.elapsed().as_secs_f64() * 1e3);
         let approved = Instant::now();
-        app.engine()
-            .resolve_interaction(
-                &reviewer,
-                Resolve {
-                    id: pending.id,
-                    decision: Decision::Approve,
-                    actor: "rita".into(),
-                    key: format!("bench-{i}"),
-                    input_hash: None,
-                },
-            )
-            .await?;
+        approve(app.engine(), &reviewer, pending.id, format!("bench-{i}")).await?;
         let run = loop {
             let d = app
                 .db()
@@ -334,20 +323,7 @@ async fn demo_steps(running: &Running) -> anyhow::Result<()> {
     app.drop_document(&editor, read("holiday-hours")?).await?;
     let pending = wait_for_approvals(running, &reviewer, 2).await?;
     let first = pending.first().context("no approval")?;
-    running
-        .app
-        .engine()
-        .resolve_interaction(
-            &reviewer,
-            Resolve {
-                id: first.id,
-                decision: Decision::Approve,
-                actor: reviewer.principal_id().as_str().to_owned(),
-                key: "demo-approve".into(),
-                input_hash: None,
-            },
-        )
-        .await?;
+    approve(running.app.engine(), &reviewer, first.id, "demo-approve").await?;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
         let published = app
@@ -390,4 +366,22 @@ async fn wait_for_approvals(
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// Approves `id` as `reviewer`, once per `key`.
+async fn approve(
+    engine: &forge_engine::Engine,
+    reviewer: &Scope,
+    id: forge_core::id::InteractionId,
+    key: impl Into<String>,
+) -> anyhow::Result<()> {
+    let decision = Resolve {
+        id,
+        decision: Decision::Approve,
+        actor: reviewer.principal_id().as_str().to_owned(),
+        key: key.into(),
+        input_hash: None,
+    };
+    engine.resolve_interaction(reviewer, decision).await?;
+    Ok(())
 }

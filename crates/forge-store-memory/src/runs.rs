@@ -310,8 +310,12 @@ impl RunStore for MemoryStore {
             }
         }
         let settled_calls = commit.settlements.clone();
+        let releases = commit.releases_lease();
         // Every check passed: apply all of it.
         if let Some(r) = st.runs.get_mut(&commit.run_id) {
+            if releases {
+                r.lease = None;
+            }
             r.version = committed.version;
             r.last_seq = committed.last_seq;
             r.status = commit.status;

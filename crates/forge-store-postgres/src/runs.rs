@@ -686,7 +686,10 @@ impl RunStore for PostgresStore {
         insert_messages(&mut tx, scope, run.thread_id, &commit.messages).await?;
         sqlx::query(
             "UPDATE forge_runs SET version = $1, last_seq = $2, status = $3, waiting_for = $4, checkpoint = $5, failure = $6, \
-             updated_at = $7 WHERE id = $8 AND tenant_id = $9",
+             updated_at = $7, lease_holder = CASE WHEN $10 THEN NULL ELSE lease_holder END, \
+             lease_token = CASE WHEN $10 THEN NULL ELSE lease_token END, \
+             lease_expires_at = CASE WHEN $10 THEN NULL ELSE lease_expires_at END \
+             WHERE id = $8 AND tenant_id = $9",
         )
         .bind(i64_of(committed.version)?)
         .bind(i64_of(committed.last_seq)?)
@@ -697,6 +700,7 @@ impl RunStore for PostgresStore {
         .bind(now.0)
         .bind(run.id.0)
         .bind(scope.tenant_id().as_str())
+        .bind(commit.releases_lease())
         .execute(&mut *tx)
         .await
         .map_err(db_error)?;

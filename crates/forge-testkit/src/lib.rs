@@ -27,6 +27,7 @@ pub mod files;
 pub mod fixtures;
 pub mod history;
 pub mod interactions;
+pub mod leases;
 pub mod locks;
 pub mod mcp_servers;
 pub mod mock_model;
@@ -139,6 +140,7 @@ pub const SUITES: &[Suite] = &[
         scenarios: &[
             "lease_is_exclusive_until_expiry",
             "lease_run_reads_the_run_under_its_lease",
+            "a_commit_that_ends_the_run_releases_its_lease",
         ],
     },
     Suite {
@@ -421,8 +423,9 @@ macro_rules! event_log_conformance {
 #[macro_export]
 macro_rules! lease_conformance {
     ($factory:ty) => {
-        $crate::__conformance_suite!(lease_conformance, "leases", $factory;
-            lease_is_exclusive_until_expiry, lease_run_reads_the_run_under_its_lease);
+        $crate::__conformance_suite!(lease_conformance, "leases", leases, $factory;
+            lease_is_exclusive_until_expiry, lease_run_reads_the_run_under_its_lease,
+            a_commit_that_ends_the_run_releases_its_lease);
     };
 }
 

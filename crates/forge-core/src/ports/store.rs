@@ -252,6 +252,21 @@ pub struct StepCommit {
     pub summary: Option<ThreadSummary>,
 }
 
+impl StepCommit {
+    /// Whether this commit gives the run's lease up with it: a run that ends has nothing left
+    /// for its holder to do, so the store clears the lease in the same write and the engine
+    /// makes no release call after it. A run that parks keeps it: a cancel requested while it
+    /// parked is committed under the same lease.
+    pub fn releases_lease(&self) -> bool {
+        releases_lease(self.status)
+    }
+}
+
+/// Whether a commit leaving the run at `status` gives its lease up ([`StepCommit::releases_lease`]).
+pub fn releases_lease(status: RunStatus) -> bool {
+    status.is_terminal()
+}
+
 /// A session-state change made by a step.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StateUpdate {
@@ -335,7 +350,8 @@ pub trait RunStore: Send + Sync {
     /// Gives a current lease up; releasing a stale lease is a no-op.
     async fn release_lease(&self, scope: &Scope, lease: &RunLease) -> Result<(), Error>;
 
-    /// Writes one step atomically: events, messages, checkpoint and status.
+    /// Writes one step atomically: events, messages, checkpoint and status. A commit that ends
+    /// the run also gives its lease up ([`StepCommit::releases_lease`]).
     ///
     /// Refused, with nothing written, when the lease is not current or has expired (`Fenced`), the
     /// run is not at `expected_version` (`VersionConflict`), the events do not continue the log

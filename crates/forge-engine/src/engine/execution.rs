@@ -189,14 +189,43 @@ impl Engine {
             let run_scope = derive(&run)?;
             // Losing the lease stops the run where it is.
             tokio::select! {
+                biased;
                 r = self.execute_leased(&run_scope, run, lease.clone(), control, observer) => r,
-                e = self.keep_lease(scope, lease.clone()) => Err(e),
+                e = self.keep_lease(scope, lease.clone()) => self.lost_lease(scope, run_id, e).await,
             }
         }
         .await;
-        // Best effort: an unreleased lease simply expires.
-        let _ = self.runs.release_lease(scope, &lease).await;
+        // A commit that ended the run gave the lease up with it; otherwise release it,
+        // best effort (an unreleased lease simply expires).
+        let released =
+            matches!(&result, Ok(o) if forge_core::ports::store::releases_lease(o.status));
+        if !released {
+            let _ = self.runs.release_lease(scope, &lease).await;
+        }
         result
+    }
+
+    /// What a failed renewal means: the lease was lost (`e`), unless the run's last commit gave
+    /// it up because the run ended, and the renewal merely came back before that
+    /// commit's answer did. Then the run's outcome is that commit's.
+    async fn lost_lease(
+        &self,
+        scope: &Scope,
+        run_id: RunId,
+        e: EngineError,
+    ) -> Result<RunOutcome, EngineError> {
+        if let EngineError::Store(forge_core::Error::Fenced { .. }) = &e
+            && let Ok(run) = self.runs.get_run(scope, run_id).await
+            && run.lease.is_none()
+            && forge_core::ports::store::releases_lease(run.status)
+        {
+            return Ok(RunOutcome {
+                status: run.status,
+                last_seq: run.last_seq,
+                failure: run.failure,
+            });
+        }
+        Err(e)
     }
 
     /// Ends a run that will not be executed (an operator discarded its dead-lettered job): commits
@@ -257,7 +286,10 @@ impl Engine {
             .commit(scope, &mut cur, Some(failure))
             .await
             .map(|(outcome, _)| outcome);
-        let _ = self.runs.release_lease(scope, &lease).await;
+        // The failing commit gave the lease up with it; a refused one did not.
+        if result.is_err() {
+            let _ = self.runs.release_lease(scope, &lease).await;
+        }
         result
     }
 

@@ -32,6 +32,7 @@
 
 #![deny(missing_docs)]
 
+mod commit;
 mod erasure;
 mod evals;
 mod files;

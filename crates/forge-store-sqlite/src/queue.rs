@@ -25,6 +25,35 @@ macro_rules! job_columns {
 }
 
 impl SqliteStore {
+    /// Applies `set` (which may use `$4`, bound to `value`) to the job if `job` is its current,
+    /// unexpired claim, in one statement (one trip to the connection); `Fenced` otherwise.
+    async fn update_claim(
+        &self,
+        job: &ClaimedJob,
+        set: &'static str,
+        value: Option<i64>,
+    ) -> Result<(), Error> {
+        let sql = format!(
+            "UPDATE forge_jobs SET {set} WHERE id = $1 AND state = 'claimed' AND token = $2 AND expires_at > $3"
+        );
+        let _gate = self.write_gate.clone().lock_owned().await;
+        let done = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(job.id.to_string())
+            .bind(i64_of(job.token)?)
+            .bind(self.clock.now().unix_millis())
+            .bind(value)
+            .execute(&self.pool)
+            .await
+            .map_err(db_error)?;
+        if done.rows_affected() == 1 {
+            Ok(())
+        } else {
+            Err(Error::Fenced {
+                resource: format!("job {}", job.id),
+            })
+        }
+    }
+
     /// The job's row if `job` is its current, unexpired claim; `Fenced` otherwise.
     async fn current_claim(
         &self,
@@ -173,16 +202,9 @@ impl JobQueue for SqliteStore {
         job: &ClaimedJob,
         ttl: Duration,
     ) -> Result<ClaimedJob, Error> {
-        let (_gate, mut tx) = self.write_tx().await?;
-        self.current_claim(&mut tx, job).await?;
         let expires_at = self.clock.now().plus(ttl);
-        sqlx::query("UPDATE forge_jobs SET expires_at = $1 WHERE id = $2")
-            .bind(expires_at.unix_millis())
-            .bind(job.id.to_string())
-            .execute(&mut *tx)
-            .await
-            .map_err(db_error)?;
-        tx.commit().await.map_err(db_error)?;
+        self.update_claim(job, "expires_at = $4", Some(expires_at.unix_millis()))
+            .await?;
         Ok(ClaimedJob {
             expires_at,
             ..job.clone()
@@ -190,14 +212,8 @@ impl JobQueue for SqliteStore {
     }
 
     async fn complete(&self, _system: &SystemScope, job: &ClaimedJob) -> Result<(), Error> {
-        let (_gate, mut tx) = self.write_tx().await?;
-        self.current_claim(&mut tx, job).await?;
-        sqlx::query("UPDATE forge_jobs SET state = 'completed', expires_at = NULL WHERE id = $1")
-            .bind(job.id.to_string())
-            .execute(&mut *tx)
+        self.update_claim(job, "state = 'completed', expires_at = $4", None)
             .await
-            .map_err(db_error)?;
-        tx.commit().await.map_err(db_error)
     }
 
     async fn fail(
@@ -236,17 +252,12 @@ impl JobQueue for SqliteStore {
         job: &ClaimedJob,
         not_before: Timestamp,
     ) -> Result<(), Error> {
-        let (_gate, mut tx) = self.write_tx().await?;
-        self.current_claim(&mut tx, job).await?;
-        sqlx::query(
-            "UPDATE forge_jobs SET state = 'ready', attempts = MAX(attempts - 1, 0), expires_at = NULL, available_at = $1 WHERE id = $2",
+        self.update_claim(
+            job,
+            "state = 'ready', attempts = MAX(attempts - 1, 0), expires_at = NULL, available_at = $4",
+            Some(not_before.unix_millis()),
         )
-        .bind(not_before.unix_millis())
-        .bind(job.id.to_string())
-        .execute(&mut *tx)
         .await
-        .map_err(db_error)?;
-        tx.commit().await.map_err(db_error)
     }
 
     async fn dead_jobs(&self, _system: &SystemScope, limit: usize) -> Result<Vec<JobInfo>, Error> {

@@ -9,12 +9,12 @@ use forge_core::id::{RunId, ThreadId};
 use forge_core::message::Message;
 use forge_core::ports::store::{
     Admission, Committed, MessageWindow, NewRun, NewThread, RunQuery, RunStore, StartStrategy,
-    StepCommit, ThreadStore, admit, check_commit, check_summary, next_lease, renewed_lease,
+    StepCommit, ThreadStore, admit, check_summary, next_lease, renewed_lease,
 };
 use forge_core::run::{Run, RunLease};
 use forge_core::scope::Scope;
 use forge_core::thread::{SessionState, Thread, ThreadChange, ThreadSummary, ThreadWindow};
-use sqlx::{QueryBuilder, Sqlite, Transaction};
+use sqlx::{Sqlite, Transaction};
 
 use crate::SqliteStore;
 use crate::rows::{self, db_error, i64_of, to_json};
@@ -56,7 +56,7 @@ impl SqliteStore {
         rows::thread(&row)
     }
 
-    async fn fetch_run<'e, E: sqlx::SqliteExecutor<'e>>(
+    pub(crate) async fn fetch_run<'e, E: sqlx::SqliteExecutor<'e>>(
         &self,
         ex: E,
         scope: &Scope,
@@ -91,6 +91,34 @@ impl SqliteStore {
             .ok_or_else(|| Error::not_found("thread", id))
     }
 
+    /// Takes the run's lease in one transaction and returns the run as it now stands.
+    async fn lease(
+        &self,
+        scope: &Scope,
+        id: RunId,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<(RunLease, Run), Error> {
+        let now = self.clock.now();
+        let (_gate, mut tx) = self.write_tx().await?;
+        let mut run = self.fetch_run(&mut *tx, scope, id).await?;
+        // One host holds every process of this store: the lease of a holder that is no longer
+        // running is over now, not when it runs out.
+        if let Some(held) = run.lease.as_mut()
+            && held.expires_at > now
+            && held.holder != holder
+            && forge_core::holder::is_dead_here(&held.holder)
+        {
+            held.expires_at = now;
+        }
+        let lease = next_lease(&run, holder, ttl, now)?;
+        self.set_lease(&mut tx, &lease, Some(lease.token)).await?;
+        tx.commit().await.map_err(db_error)?;
+        run.fence = lease.token;
+        run.lease = Some(lease.clone());
+        Ok((lease, run))
+    }
+
     async fn set_lease(
         &self,
         tx: &mut Transaction<'static, Sqlite>,
@@ -110,110 +138,6 @@ impl SqliteStore {
         .map_err(db_error)?;
         Ok(())
     }
-}
-
-/// Rows per multi-row `INSERT`: five or seven parameters a row stays far below SQLite's limit
-/// of 32,766 bound parameters.
-const ROWS_PER_INSERT: usize = 500;
-
-/// Appends a step's events in one statement per [`ROWS_PER_INSERT`] (a statement is a round
-/// trip to the connection's thread, which costs more than SQLite's own work on a row).
-async fn insert_events(
-    tx: &mut Transaction<'static, Sqlite>,
-    scope: &Scope,
-    events: &[RunEvent],
-) -> Result<(), Error> {
-    for chunk in events.chunks(ROWS_PER_INSERT) {
-        let rows = chunk
-            .iter()
-            .map(|e| {
-                Ok((
-                    e.run_id.to_string(),
-                    i64_of(e.seq)?,
-                    e.at.unix_millis(),
-                    to_json(e)?,
-                ))
-            })
-            .collect::<Result<Vec<_>, Error>>()?;
-        let mut insert = QueryBuilder::<Sqlite>::new(
-            "INSERT INTO forge_run_events (run_id, seq, tenant_id, at, body) ",
-        );
-        insert.push_values(rows, |mut row, (run, seq, at, body)| {
-            row.push_bind(run)
-                .push_bind(seq)
-                .push_bind(scope.tenant_id().as_str())
-                .push_bind(at)
-                .push_bind(body);
-        });
-        insert.build().execute(&mut **tx).await.map_err(db_error)?;
-    }
-    Ok(())
-}
-
-/// After `finished` ends, makes its thread's oldest queued run active and that run's job ready.
-async fn promote_next(
-    tx: &mut Transaction<'static, Sqlite>,
-    scope: &Scope,
-    thread: ThreadId,
-    finished: RunId,
-    now: forge_core::time::Timestamp,
-) -> Result<(), Error> {
-    let next: Option<String> = sqlx::query_scalar(
-        "SELECT id FROM forge_runs WHERE thread_id = $1 AND tenant_id = $2 AND status = 'queued' AND id <> $3 \
-         ORDER BY created_at, id LIMIT 1",
-    )
-    .bind(thread.to_string())
-    .bind(scope.tenant_id().as_str())
-    .bind(finished.to_string())
-    .fetch_optional(&mut **tx)
-    .await
-    .map_err(db_error)?;
-    sqlx::query("UPDATE forge_threads SET active_run = $1 WHERE id = $2 AND tenant_id = $3 AND active_run = $4")
-        .bind(&next)
-        .bind(thread.to_string())
-        .bind(scope.tenant_id().as_str())
-        .bind(finished.to_string())
-        .execute(&mut **tx)
-        .await
-        .map_err(db_error)?;
-    if let Some(next) = next {
-        sqlx::query("UPDATE forge_jobs SET state = 'ready', available_at = $1 WHERE run_id = $2 AND state = 'waiting'")
-            .bind(now.unix_millis())
-            .bind(next)
-            .execute(&mut **tx)
-            .await
-            .map_err(db_error)?;
-    }
-    Ok(())
-}
-
-/// Appends a step's messages, in order, one statement per [`ROWS_PER_INSERT`].
-async fn insert_messages(
-    tx: &mut Transaction<'static, Sqlite>,
-    scope: &Scope,
-    thread: ThreadId,
-    messages: &[Message],
-) -> Result<(), Error> {
-    for chunk in messages.chunks(ROWS_PER_INSERT) {
-        let rows = chunk
-            .iter()
-            .map(|m| Ok((m, to_json(&m.parts)?)))
-            .collect::<Result<Vec<_>, Error>>()?;
-        let mut insert = QueryBuilder::<Sqlite>::new(
-            "INSERT INTO forge_messages (tenant_id, thread_id, id, run_id, role, parts, created_at) ",
-        );
-        insert.push_values(rows, |mut row, (m, parts)| {
-            row.push_bind(scope.tenant_id().as_str())
-                .push_bind(thread.to_string())
-                .push_bind(m.id.to_string())
-                .push_bind(m.run_id.to_string())
-                .push_bind(m.role.name())
-                .push_bind(parts)
-                .push_bind(m.created_at.unix_millis());
-        });
-        insert.build().execute(&mut **tx).await.map_err(db_error)?;
-    }
-    Ok(())
 }
 
 #[async_trait]
@@ -366,7 +290,7 @@ impl ThreadStore for SqliteStore {
 }
 
 /// Replaces the thread's summary in `tx` if `summary` builds on the current one.
-async fn set_summary(
+pub(crate) async fn set_summary(
     tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
     scope: &Scope,
     run: &Run,
@@ -396,7 +320,7 @@ async fn set_summary(
 }
 
 /// Replaces a thread's session state in `tx` if it is still at `expected_version`.
-async fn set_state(
+pub(crate) async fn set_state(
     tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
     scope: &Scope,
     id: ThreadId,
@@ -498,7 +422,7 @@ impl RunStore for SqliteStore {
         .await
         .map_err(db_error)?;
         if let Some(e) = &queued_event {
-            insert_events(&mut tx, scope, std::slice::from_ref(e)).await?;
+            crate::commit::insert_events(&mut tx, scope, std::slice::from_ref(e)).await?;
         }
         match admission {
             Admission::Active => {
@@ -620,22 +544,19 @@ impl RunStore for SqliteStore {
         holder: &str,
         ttl: Duration,
     ) -> Result<RunLease, Error> {
-        let now = self.clock.now();
-        let (_gate, mut tx) = self.write_tx().await?;
-        let mut run = self.fetch_run(&mut *tx, scope, id).await?;
-        // One host holds every process of this store: the lease of a holder that is no longer
-        // running is over now, not when it runs out.
-        if let Some(held) = run.lease.as_mut()
-            && held.expires_at > now
-            && held.holder != holder
-            && forge_core::holder::is_dead_here(&held.holder)
-        {
-            held.expires_at = now;
-        }
-        let lease = next_lease(&run, holder, ttl, now)?;
-        self.set_lease(&mut tx, &lease, Some(lease.token)).await?;
-        tx.commit().await.map_err(db_error)?;
-        Ok(lease)
+        self.lease(scope, id, holder, ttl)
+            .await
+            .map(|(lease, _)| lease)
+    }
+
+    async fn lease_run(
+        &self,
+        scope: &Scope,
+        id: RunId,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<(RunLease, Run), Error> {
+        self.lease(scope, id, holder, ttl).await
     }
 
     async fn renew_lease(
@@ -671,80 +592,7 @@ impl RunStore for SqliteStore {
     }
 
     async fn commit_step(&self, scope: &Scope, commit: StepCommit) -> Result<Committed, Error> {
-        let now = self.clock.now();
-        let (_gate, mut tx) = self.write_tx().await?;
-        let run = self.fetch_run(&mut *tx, scope, commit.run_id).await?;
-        let committed = check_commit(&run, &commit, now)?;
-        if let Some(update) = commit.state.clone() {
-            set_state(
-                &mut tx,
-                scope,
-                run.thread_id,
-                update.expected_version,
-                update.values,
-            )
-            .await?;
-        }
-        if let Some(summary) = &commit.summary {
-            set_summary(&mut tx, scope, &run, summary).await?;
-        }
-        insert_events(&mut tx, scope, &commit.events).await?;
-        insert_messages(&mut tx, scope, run.thread_id, &commit.messages).await?;
-        let updated = sqlx::query(
-            "UPDATE forge_runs SET version = $1, last_seq = $2, status = $3, waiting_for = $4, checkpoint = $5, failure = $6, \
-             updated_at = $7 WHERE id = $8 AND tenant_id = $9 AND version = $10",
-        )
-        .bind(i64_of(committed.version)?)
-        .bind(i64_of(committed.last_seq)?)
-        .bind(commit.status.name())
-        .bind(commit.status.wait_reason().map(|r| r.name()))
-        .bind(to_json(&commit.checkpoint)?)
-        .bind(commit.failure.as_ref().map(to_json).transpose()?)
-        .bind(now.unix_millis())
-        .bind(run.id.to_string())
-        .bind(scope.tenant_id().as_str())
-        .bind(i64_of(run.version)?)
-        .execute(&mut *tx)
-        .await
-        .map_err(db_error)?;
-        if updated.rows_affected() != 1 {
-            return Err(Error::VersionConflict {
-                entity: "run",
-                id: run.id.to_string(),
-                expected: run.version,
-                actual: run.version + 1,
-            });
-        }
-        for i in &commit.interactions {
-            crate::interactions::insert(&mut tx, i).await?;
-        }
-        for record in &commit.audit {
-            crate::interactions::audit(&mut tx, record).await?;
-        }
-        for call in &commit.settlements {
-            if call.run_id != run.id || call.tenant_id != run.tenant_id {
-                return Err(Error::invalid(format!(
-                    "model call {} is not an open call of this run",
-                    call.id
-                )));
-            }
-            crate::usage::record_call(&mut tx, call).await?;
-        }
-        if commit.status.is_terminal() {
-            // A run that ends leaves nothing for a person to decide.
-            sqlx::query(
-                "UPDATE forge_interactions SET status = 'expired', body = json_set(body, '$.status', 'expired') \
-                 WHERE run_id = $1 AND tenant_id = $2 AND status = 'pending'",
-            )
-            .bind(run.id.to_string())
-            .bind(scope.tenant_id().as_str())
-            .execute(&mut *tx)
-            .await
-            .map_err(db_error)?;
-            promote_next(&mut tx, scope, run.thread_id, run.id, now).await?;
-        }
-        tx.commit().await.map_err(db_error)?;
-        Ok(committed)
+        self.commit(scope, commit).await
     }
 
     async fn read_events(

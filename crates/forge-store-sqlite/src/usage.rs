@@ -175,34 +175,3 @@ async fn update_call(
     .map_err(db_error)?;
     Ok(())
 }
-
-/// Records a step's settled call with its commit: it replaces the call's reservation, or is
-/// inserted when none was made. A call already settled is refused.
-pub(crate) async fn record_call(
-    tx: &mut sqlx::Transaction<'static, sqlx::Sqlite>,
-    call: &ModelCall,
-) -> Result<(), Error> {
-    let written = sqlx::query(
-        "INSERT INTO forge_model_calls (id, tenant_id, run_id, period_start, at, status, body) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7) \
-         ON CONFLICT (id) DO UPDATE SET status = excluded.status, body = excluded.body \
-         WHERE forge_model_calls.status = 'reserved' AND forge_model_calls.tenant_id = excluded.tenant_id",
-    )
-    .bind(call.id.to_string())
-    .bind(call.tenant_id.as_str())
-    .bind(call.run_id.to_string())
-    .bind(call.period_start.unix_millis())
-    .bind(call.at.unix_millis())
-    .bind(call.status.name())
-    .bind(to_json(call)?)
-    .execute(&mut **tx)
-    .await
-    .map_err(db_error)?;
-    if written.rows_affected() != 1 {
-        return Err(Error::invalid(format!(
-            "model call {} is not an open call of this run",
-            call.id
-        )));
-    }
-    Ok(())
-}

@@ -303,10 +303,7 @@ impl RunStore for MemoryStore {
                 .get(&call.id)
                 .is_some_and(|c| c.status != forge_core::metering::CallStatus::Reserved);
             if call.run_id != run.id || call.tenant_id != run.tenant_id || replaces_settled {
-                return Err(Error::invalid(format!(
-                    "model call {} is not an open call of this run",
-                    call.id
-                )));
+                return Err(forge_core::ports::store::not_an_open_call(call.id));
             }
         }
         let settled_calls = commit.settlements.clone();

@@ -142,9 +142,7 @@ impl Batch {
                     expected: *expected,
                     actual: expected + 1,
                 },
-                Shortfall::Call(id) => {
-                    Error::invalid(format!("model call {id} is not an open call of this run"))
-                }
+                Shortfall::Call(id) => forge_core::ports::store::not_an_open_call(*id),
             });
         }
         Ok(())
@@ -224,15 +222,8 @@ impl SqliteStore {
         for record in &commit.audit {
             crate::interactions::audit(&mut tx, record).await?;
         }
-        if let Some(call) = commit
-            .settlements
-            .iter()
-            .find(|c| c.run_id != run.id || c.tenant_id != run.tenant_id)
-        {
-            return Err(Error::invalid(format!(
-                "model call {} is not an open call of this run",
-                call.id
-            )));
+        if let Some(call) = forge_core::ports::store::foreign_settlement(&commit, &run.tenant_id) {
+            return Err(forge_core::ports::store::not_an_open_call(call.id));
         }
         let mut batch = Batch::new();
         batch.events(scope, &commit.events)?;

@@ -452,6 +452,24 @@ pub fn check_commit(
     })
 }
 
+/// The error every adapter gives for a step that settles call `call` when it is not an open call
+/// of the committing run (another run's or tenant's, or settled already).
+pub fn not_an_open_call(call: crate::id::ModelCallId) -> Error {
+    Error::invalid(format!("model call {call} is not an open call of this run"))
+}
+
+/// The first of `commit`'s settled calls that is not of the committing run `run` of `tenant`:
+/// checked before anything is written.
+pub fn foreign_settlement<'c>(
+    commit: &'c StepCommit,
+    tenant: &crate::scope::TenantId,
+) -> Option<&'c crate::metering::ModelCall> {
+    commit
+        .settlements
+        .iter()
+        .find(|c| c.run_id != commit.run_id || &c.tenant_id != tenant)
+}
+
 /// The check every adapter applies to a step's summary before the version rule: it is the
 /// committing run's own.
 pub fn check_summary(run: &Run, summary: &ThreadSummary) -> Result<(), Error> {

@@ -308,8 +308,44 @@ const SUPABASE_OPEN_JOBS: Migration = Migration {
     down: include_str!("../migrations/0018_open_jobs.down.sql"),
 };
 
+/// Step commits write in one statement: no foreign keys from the event log and history to their
+/// parents, and no notification trigger (commit_step notifies itself).
+const STEP_WRITES: Migration = Migration {
+    version: 19,
+    name: "step_writes",
+    up: include_str!("../migrations/0019_step_writes.up.sql"),
+    down: concat!(
+        include_str!("../migrations/0006_event_notify.up.sql"),
+        include_str!("../migrations/0019_step_writes.down.sql")
+    ),
+};
+
+const CLAIM_SPLIT: Migration = Migration {
+    version: 20,
+    name: "claim_split",
+    up: include_str!("../migrations/0020_claim_split.up.sql"),
+    down: include_str!("../migrations/0020_claim_split.down.sql"),
+};
+
+/// Supabase mode provisions the system functions itself: version 4 (a claim over the lapsing and
+/// the ready jobs apart) replaces version 3.
+const SUPABASE_CLAIM_SPLIT: Migration = Migration {
+    version: 20,
+    name: "supabase_claim_split",
+    up: concat!(
+        include_str!("../migrations/0020_claim_split.up.sql"),
+        "SELECT set_config('forge.app_role', current_user, true);\n",
+        "SET LOCAL ROLE forge_system;\n",
+        include_str!("../sql/system_functions.sql"),
+        "RESET ROLE;\n",
+        include_str!("../sql/system_owner.sql")
+    ),
+    // The functions stay at version 4, which a build of version 3 refuses at start-up.
+    down: include_str!("../migrations/0020_claim_split.down.sql"),
+};
+
 /// The migrations of a mode, in order.
-pub fn migrations(mode: Mode) -> [Migration; 18] {
+pub fn migrations(mode: Mode) -> [Migration; 20] {
     match mode {
         Mode::Rls => [
             TABLES,
@@ -330,6 +366,8 @@ pub fn migrations(mode: Mode) -> [Migration; 18] {
             EVALS,
             THREAD_ARCHIVE,
             OPEN_JOBS,
+            STEP_WRITES,
+            CLAIM_SPLIT,
         ],
         Mode::Supabase => [
             TABLES,
@@ -350,6 +388,8 @@ pub fn migrations(mode: Mode) -> [Migration; 18] {
             SUPABASE_EVALS,
             THREAD_ARCHIVE,
             SUPABASE_OPEN_JOBS,
+            STEP_WRITES,
+            SUPABASE_CLAIM_SPLIT,
         ],
     }
 }

@@ -1,5 +1,5 @@
-//! Cross-process wake-ups: `LISTEN forge_run_events` (the trigger of migration 6 notifies after
-//! every statement that appends run events).
+//! Cross-process wake-ups: `LISTEN forge_run_events` (`commit_step` notifies with every step that
+//! appends events, `create_run` for a run queued behind another; both on commit).
 
 use std::time::Duration;
 

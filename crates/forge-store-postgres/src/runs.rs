@@ -11,7 +11,8 @@ use forge_core::id::{RunId, ThreadId};
 use forge_core::message::Message;
 use forge_core::ports::store::{
     Admission, Committed, MessageWindow, NewRun, NewThread, RunQuery, RunStore, StartStrategy,
-    StepCommit, ThreadStore, admit, check_commit, check_summary, next_lease, renewed_lease,
+    StepCommit, ThreadStore, admit, check_commit, check_summary, foreign_settlement, next_lease,
+    not_an_open_call, renewed_lease,
 };
 use forge_core::run::{Run, RunLease};
 use forge_core::scope::Scope;
@@ -52,111 +53,127 @@ async fn thread_exists(tx: &mut Tx, scope: &Scope, id: ThreadId) -> Result<(), E
         .ok_or_else(|| Error::not_found("thread", id))
 }
 
-async fn insert_messages(
-    tx: &mut Tx,
-    scope: &Scope,
-    thread: ThreadId,
-    messages: &[Message],
-) -> Result<(), Error> {
-    if messages.is_empty() {
-        return Ok(());
-    }
-    let ids: Vec<uuid::Uuid> = messages.iter().map(|m| m.id.0).collect();
-    let runs: Vec<uuid::Uuid> = messages.iter().map(|m| m.run_id.0).collect();
-    let roles: Vec<&str> = messages.iter().map(|m| m.role.name()).collect();
-    let parts = messages
-        .iter()
-        .map(|m| to_json(&m.parts).map(|j| j.0))
-        .collect::<Result<Vec<_>, _>>()?;
-    let at: Vec<chrono::DateTime<chrono::Utc>> = messages.iter().map(|m| m.created_at.0).collect();
-    sqlx::query(
-        "INSERT INTO forge_messages (tenant_id, thread_id, id, run_id, role, parts, created_at) \
-         SELECT $1, $2, m.id, m.run_id, m.role, m.parts, m.created_at \
-         FROM UNNEST($3::uuid[], $4::uuid[], $5::text[], $6::jsonb[], $7::timestamptz[]) \
-         WITH ORDINALITY AS m(id, run_id, role, parts, created_at, n) ORDER BY m.n",
-    )
-    .bind(scope.tenant_id().as_str())
-    .bind(thread.0)
-    .bind(ids)
-    .bind(runs)
-    .bind(roles)
-    .bind(parts)
-    .bind(at)
-    .execute(&mut **tx)
-    .await
-    .map_err(db_error)?;
-    Ok(())
+/// A step's events as the columns `UNNEST` takes.
+struct EventColumns {
+    seqs: Vec<i64>,
+    ats: Vec<chrono::DateTime<chrono::Utc>>,
+    bodies: Vec<serde_json::Value>,
 }
 
-async fn insert_events(
-    tx: &mut Tx,
-    scope: &Scope,
-    run: RunId,
-    events: &[RunEvent],
-) -> Result<(), Error> {
-    if events.is_empty() {
-        return Ok(());
+impl EventColumns {
+    fn of(events: &[RunEvent]) -> Result<Self, Error> {
+        Ok(Self {
+            seqs: events
+                .iter()
+                .map(|e| i64_of(e.seq))
+                .collect::<Result<_, _>>()?,
+            ats: events.iter().map(|e| e.at.0).collect(),
+            bodies: events
+                .iter()
+                .map(|e| to_json(e).map(|j| j.0))
+                .collect::<Result<_, _>>()?,
+        })
     }
-    let seqs = events
-        .iter()
-        .map(|e| i64_of(e.seq))
-        .collect::<Result<Vec<_>, _>>()?;
-    let ats: Vec<chrono::DateTime<chrono::Utc>> = events.iter().map(|e| e.at.0).collect();
-    let bodies = events
-        .iter()
-        .map(|e| to_json(e).map(|j| j.0))
-        .collect::<Result<Vec<_>, _>>()?;
-    sqlx::query(
-        "INSERT INTO forge_run_events (run_id, seq, tenant_id, at, body) \
-         SELECT $1, e.seq, $2, e.at, e.body FROM UNNEST($3::bigint[], $4::timestamptz[], $5::jsonb[]) AS e(seq, at, body)",
-    )
-    .bind(run.0)
-    .bind(scope.tenant_id().as_str())
-    .bind(seqs)
-    .bind(ats)
-    .bind(bodies)
-    .execute(&mut **tx)
-    .await
-    .map_err(db_error)?;
-    Ok(())
 }
 
-/// After `finished` ends, makes its thread's oldest queued run active and that run's job ready.
-async fn promote_next(
-    tx: &mut Tx,
-    scope: &Scope,
-    thread: ThreadId,
-    finished: RunId,
-    now: forge_core::time::Timestamp,
-) -> Result<(), Error> {
-    let next: Option<uuid::Uuid> = sqlx::query_scalar(
-        "SELECT id FROM forge_runs WHERE thread_id = $1 AND tenant_id = $2 AND status = 'queued' AND id <> $3 \
-         ORDER BY created_at, id LIMIT 1",
-    )
-    .bind(thread.0)
-    .bind(scope.tenant_id().as_str())
-    .bind(finished.0)
-    .fetch_optional(&mut **tx)
-    .await
-    .map_err(db_error)?;
-    sqlx::query("UPDATE forge_threads SET active_run = $1 WHERE id = $2 AND tenant_id = $3 AND active_run = $4")
-        .bind(next)
-        .bind(thread.0)
-        .bind(scope.tenant_id().as_str())
-        .bind(finished.0)
-        .execute(&mut **tx)
-        .await
-        .map_err(db_error)?;
-    if let Some(next) = next {
-        sqlx::query("UPDATE forge_jobs SET state = 'ready', available_at = $1 WHERE run_id = $2 AND state = 'waiting'")
-            .bind(now.0)
-            .bind(next)
-            .execute(&mut **tx)
-            .await
-            .map_err(db_error)?;
-    }
-    Ok(())
+/// A step's messages as the columns `UNNEST` takes.
+struct MessageColumns {
+    ids: Vec<uuid::Uuid>,
+    runs: Vec<uuid::Uuid>,
+    roles: Vec<&'static str>,
+    parts: Vec<serde_json::Value>,
+    ats: Vec<chrono::DateTime<chrono::Utc>>,
 }
+
+impl MessageColumns {
+    fn of(messages: &[Message]) -> Result<Self, Error> {
+        Ok(Self {
+            ids: messages.iter().map(|m| m.id.0).collect(),
+            runs: messages.iter().map(|m| m.run_id.0).collect(),
+            roles: messages.iter().map(|m| m.role.name()).collect(),
+            parts: messages
+                .iter()
+                .map(|m| to_json(&m.parts).map(|j| j.0))
+                .collect::<Result<_, _>>()?,
+            ats: messages.iter().map(|m| m.created_at.0).collect(),
+        })
+    }
+}
+
+/// A run admitted in one statement: its row, a queued run's first event (`$12`..`$14`, empty
+/// arrays for a run that starts at once) and its wake-up, the thread's active run when it starts
+/// at once (`$15`), the cancel requests of an interrupting run (`$16`), and its job.
+const CREATE_RUN_SQL: &str = "WITH inserted AS ( \
+    INSERT INTO forge_runs (id, tenant_id, principal_id, thread_id, agent_name, agent_version, status, version, \
+    last_seq, checkpoint, fence, created_at, updated_at, input, role_ids) \
+    VALUES ($1, $2, $3, $4, $5, $6, 'queued', 0, $7, $8, 0, $9, $9, $10, $11) \
+), events AS ( \
+    INSERT INTO forge_run_events (run_id, seq, tenant_id, at, body) \
+    SELECT $1, e.seq, $2, e.at, e.body FROM UNNEST($12::bigint[], $13::timestamptz[], $14::jsonb[]) AS e(seq, at, body) \
+    RETURNING pg_notify('forge_run_events', $1::text || ' ' || $4::text) \
+), activated AS ( \
+    UPDATE forge_threads SET active_run = $1 WHERE $15 AND id = $4 AND tenant_id = $2 \
+), interrupted AS ( \
+    UPDATE forge_runs SET cancel_requested = true WHERE $16 AND thread_id = $4 AND tenant_id = $2 AND id <> $1 \
+    AND status NOT IN ('completed', 'failed', 'cancelled') \
+) \
+INSERT INTO forge_jobs (id, tenant_id, run_id, state, available_at, attempts, max_attempts, token, traceparent) \
+VALUES ($17, $2, $1, $18, $9, 0, $19, 0, $20)";
+
+/// A whole step in one statement, under a lock on its run row: when the row is as the step
+/// expects (`ok`: version `$1`, lease `$13` unexpired at `$7`, and its events starting at `$27`
+/// right after the last), its events, messages and settled model calls are appended and the row
+/// updated (its lease cleared when the step ends the run, `$10`); when the run ends (`$11`), its
+/// pending interactions expire and its thread's oldest queued run becomes active with its job
+/// ready. Whatever it wrote, it returns the run row as it was and the settled calls' ids, for
+/// `check_commit` to judge before the transaction commits (a refused step rolls back; with the
+/// row not as expected nothing was written). Listeners are notified (`$12`: events appended).
+const STEP_SQL: &str = "WITH old AS ( \
+    SELECT * FROM forge_runs WHERE id = $8 AND tenant_id = $9 FOR UPDATE \
+), ok AS ( \
+    SELECT thread_id FROM old WHERE version = $1 AND lease_token = $13 AND lease_expires_at > $7 \
+    AND ($27::bigint IS NULL OR last_seq + 1 = $27) \
+), events AS ( \
+    INSERT INTO forge_run_events (run_id, seq, tenant_id, at, body) \
+    SELECT $8, e.seq, $9, e.at, e.body FROM UNNEST($14::bigint[], $15::timestamptz[], $16::jsonb[]) AS e(seq, at, body) \
+    WHERE EXISTS (SELECT 1 FROM ok) \
+), messages AS ( \
+    INSERT INTO forge_messages (tenant_id, thread_id, id, run_id, role, parts, created_at) \
+    SELECT $9, ok.thread_id, m.id, m.run_id, m.role, m.parts, m.created_at \
+    FROM ok, UNNEST($17::uuid[], $18::uuid[], $19::text[], $20::jsonb[], $21::timestamptz[]) \
+    WITH ORDINALITY AS m(id, run_id, role, parts, created_at, n) ORDER BY m.n \
+), calls AS ( \
+    INSERT INTO forge_model_calls (id, tenant_id, run_id, period_start, at, status, body) \
+    SELECT c.id, $9, $8, c.period_start, c.at, c.status, c.body \
+    FROM UNNEST($22::uuid[], $23::timestamptz[], $24::timestamptz[], $25::text[], $26::jsonb[]) AS c(id, period_start, at, status, body) \
+    WHERE EXISTS (SELECT 1 FROM ok) \
+    ON CONFLICT (id) DO UPDATE SET status = excluded.status, body = excluded.body \
+    WHERE forge_model_calls.status = 'reserved' AND forge_model_calls.tenant_id = excluded.tenant_id \
+    RETURNING forge_model_calls.id \
+), updated AS ( \
+    UPDATE forge_runs SET version = version + 1, last_seq = last_seq + $2, status = $3, waiting_for = $4, \
+    checkpoint = $5, failure = $6, updated_at = $7, \
+    lease_holder = CASE WHEN $10 THEN NULL ELSE lease_holder END, \
+    lease_token = CASE WHEN $10 THEN NULL ELSE lease_token END, \
+    lease_expires_at = CASE WHEN $10 THEN NULL ELSE lease_expires_at END \
+    WHERE id = $8 AND tenant_id = $9 AND EXISTS (SELECT 1 FROM ok) \
+), expired AS ( \
+    UPDATE forge_interactions SET status = 'expired', body = jsonb_set(body, '{status}', '\"expired\"') \
+    WHERE $11 AND run_id = $8 AND tenant_id = $9 AND status = 'pending' AND EXISTS (SELECT 1 FROM ok) \
+), next_run AS ( \
+    SELECT r.id FROM forge_runs r, ok WHERE $11 AND r.thread_id = ok.thread_id AND r.tenant_id = $9 \
+    AND r.status = 'queued' AND r.id <> $8 ORDER BY r.created_at, r.id LIMIT 1 \
+), promoted AS ( \
+    UPDATE forge_threads SET active_run = (SELECT id FROM next_run) \
+    WHERE $11 AND id = (SELECT thread_id FROM ok) AND tenant_id = $9 AND active_run = $8 \
+), woken AS ( \
+    UPDATE forge_jobs SET state = 'ready', available_at = $7 \
+    WHERE run_id = (SELECT id FROM next_run) AND state = 'waiting' \
+) \
+SELECT old.*, ARRAY(SELECT id FROM calls) AS settled, EXISTS (SELECT 1 FROM ok) AS wrote, \
+    CASE WHEN $12 AND EXISTS (SELECT 1 FROM ok) \
+    THEN pg_notify('forge_run_events', old.id::text || ' ' || old.thread_id::text) END AS woke \
+FROM old";
 
 async fn set_lease(tx: &mut Tx, lease: &RunLease, fence: Option<u64>) -> Result<(), Error> {
     sqlx::query(
@@ -462,67 +479,33 @@ impl RunStore for PostgresStore {
                 "waiting"
             }
         };
-        sqlx::query(
-            "INSERT INTO forge_runs (id, tenant_id, principal_id, thread_id, agent_name, agent_version, status, version, last_seq, \
-             checkpoint, fence, created_at, updated_at, input, role_ids) VALUES ($1, $2, $3, $4, $5, $6, 'queued', 0, $7, $8, 0, $9, $9, $10, $11)",
-        )
-        .bind(run.id.0)
-        .bind(run.tenant_id.as_str())
-        .bind(run.principal_id.as_str())
-        .bind(run.thread_id.0)
-        .bind(&run.agent.name)
-        .bind(&run.agent.version)
-        .bind(i64_of(run.last_seq)?)
-        .bind(to_json(&run.checkpoint)?)
-        .bind(now.0)
-        .bind(to_json(&run.input)?)
-        .bind(to_json(&run.role_ids)?)
-        .execute(&mut *tx)
-        .await
-        .map_err(db_error)?;
-        if let Some(e) = &queued_event {
-            insert_events(&mut tx, scope, run.id, std::slice::from_ref(e)).await?;
-        }
-        match admission {
-            Admission::Active => {
-                sqlx::query(
-                    "UPDATE forge_threads SET active_run = $1 WHERE id = $2 AND tenant_id = $3",
-                )
-                .bind(run.id.0)
-                .bind(run.thread_id.0)
-                .bind(scope.tenant_id().as_str())
-                .execute(&mut *tx)
-                .await
-                .map_err(db_error)?;
-            }
-            Admission::Queued { .. } if new.strategy == StartStrategy::Interrupt => {
-                sqlx::query(
-                    "UPDATE forge_runs SET cancel_requested = true WHERE thread_id = $1 AND tenant_id = $2 AND id <> $3 \
-                     AND status NOT IN ('completed', 'failed', 'cancelled')",
-                )
-                .bind(run.thread_id.0)
-                .bind(scope.tenant_id().as_str())
-                .bind(run.id.0)
-                .execute(&mut *tx)
-                .await
-                .map_err(db_error)?;
-            }
-            Admission::Queued { .. } => {}
-        }
-        sqlx::query(
-            "INSERT INTO forge_jobs (id, tenant_id, run_id, state, available_at, attempts, max_attempts, token, traceparent) \
-             VALUES ($1, $2, $3, $4, $5, 0, $6, 0, $7)",
-        )
-        .bind(forge_core::id::JobId::generate(self.ids.as_ref()).0)
-        .bind(scope.tenant_id().as_str())
-        .bind(run.id.0)
-        .bind(job_state)
-        .bind(now.0)
-        .bind(i32::try_from(new.max_attempts).unwrap_or(i32::MAX))
-        .bind(&new.traceparent)
-        .execute(&mut *tx)
-        .await
-        .map_err(db_error)?;
+        let events = EventColumns::of(queued_event.as_slice())?;
+        let interrupt = matches!(admission, Admission::Queued { .. })
+            && new.strategy == StartStrategy::Interrupt;
+        sqlx::query(CREATE_RUN_SQL)
+            .bind(run.id.0)
+            .bind(run.tenant_id.as_str())
+            .bind(run.principal_id.as_str())
+            .bind(run.thread_id.0)
+            .bind(&run.agent.name)
+            .bind(&run.agent.version)
+            .bind(i64_of(run.last_seq)?)
+            .bind(to_json(&run.checkpoint)?)
+            .bind(now.0)
+            .bind(to_json(&run.input)?)
+            .bind(to_json(&run.role_ids)?)
+            .bind(events.seqs)
+            .bind(events.ats)
+            .bind(events.bodies)
+            .bind(matches!(admission, Admission::Active))
+            .bind(interrupt)
+            .bind(forge_core::id::JobId::generate(self.ids.as_ref()).0)
+            .bind(job_state)
+            .bind(i32::try_from(new.max_attempts).unwrap_or(i32::MAX))
+            .bind(&new.traceparent)
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error)?;
         tx.commit().await.map_err(db_error)?;
         Ok(run)
     }
@@ -666,71 +649,93 @@ impl RunStore for PostgresStore {
 
     async fn commit_step(&self, scope: &Scope, commit: StepCommit) -> Result<Committed, Error> {
         let now = self.clock.now();
+        if let Some(call) = foreign_settlement(&commit, scope.tenant_id()) {
+            return Err(not_an_open_call(call.id));
+        }
         let mut tx = self.tenant_tx(scope).await?;
-        let run = fetch_run(&mut tx, scope, commit.run_id, true).await?;
-        let committed = check_commit(&run, &commit, now)?;
-        if let Some(update) = commit.state.clone() {
-            set_state(
-                &mut tx,
-                scope,
-                run.thread_id,
-                update.expected_version,
-                update.values,
-            )
-            .await?;
-        }
-        if let Some(summary) = &commit.summary {
-            set_summary(&mut tx, scope, &run, summary).await?;
-        }
-        insert_events(&mut tx, scope, run.id, &commit.events).await?;
-        insert_messages(&mut tx, scope, run.thread_id, &commit.messages).await?;
-        sqlx::query(
-            "UPDATE forge_runs SET version = $1, last_seq = $2, status = $3, waiting_for = $4, checkpoint = $5, failure = $6, \
-             updated_at = $7, lease_holder = CASE WHEN $10 THEN NULL ELSE lease_holder END, \
-             lease_token = CASE WHEN $10 THEN NULL ELSE lease_token END, \
-             lease_expires_at = CASE WHEN $10 THEN NULL ELSE lease_expires_at END \
-             WHERE id = $8 AND tenant_id = $9",
-        )
-        .bind(i64_of(committed.version)?)
-        .bind(i64_of(committed.last_seq)?)
-        .bind(commit.status.name())
-        .bind(commit.status.wait_reason().map(|r| r.name()))
-        .bind(to_json(&commit.checkpoint)?)
-        .bind(commit.failure.as_ref().map(to_json).transpose()?)
-        .bind(now.0)
-        .bind(run.id.0)
-        .bind(scope.tenant_id().as_str())
-        .bind(commit.releases_lease())
-        .execute(&mut *tx)
-        .await
-        .map_err(db_error)?;
-        for i in &commit.interactions {
-            crate::interactions::insert(&mut tx, i).await?;
-        }
-        for record in &commit.audit {
-            crate::interactions::audit(&mut tx, record).await?;
-        }
-        for call in &commit.settlements {
-            if call.run_id != run.id || call.tenant_id != run.tenant_id {
-                return Err(Error::invalid(format!(
-                    "model call {} is not an open call of this run",
-                    call.id
-                )));
+        // A step that also writes thread state, a summary, interactions or audit entries is
+        // judged first (those writes need the run, and their own errors must not mask the
+        // step's); the common step is judged on the row its one statement returns.
+        let extras = commit.state.is_some()
+            || commit.summary.is_some()
+            || !commit.interactions.is_empty()
+            || !commit.audit.is_empty();
+        if extras {
+            let run = fetch_run(&mut tx, scope, commit.run_id, true).await?;
+            check_commit(&run, &commit, now)?;
+            if let Some(update) = commit.state.clone() {
+                set_state(
+                    &mut tx,
+                    scope,
+                    run.thread_id,
+                    update.expected_version,
+                    update.values,
+                )
+                .await?;
             }
-            crate::usage::record_call(&mut tx, call).await?;
+            if let Some(summary) = &commit.summary {
+                set_summary(&mut tx, scope, &run, summary).await?;
+            }
+            for i in &commit.interactions {
+                crate::interactions::insert(&mut tx, i).await?;
+            }
+            for record in &commit.audit {
+                crate::interactions::audit(&mut tx, record).await?;
+            }
         }
-        if commit.status.is_terminal() {
-            // A run that ends leaves nothing for a person to decide.
-            sqlx::query(
-                "UPDATE forge_interactions SET status = 'expired', body = jsonb_set(body, '{status}', '\"expired\"') \
-                 WHERE run_id = $1 AND tenant_id = $2 AND status = 'pending'",
-            )
-            .bind(run.id.0)
+        let events = EventColumns::of(&commit.events)?;
+        let messages = MessageColumns::of(&commit.messages)?;
+        let calls = crate::usage::CallColumns::of(&commit.settlements)?;
+        let row = sqlx::query(STEP_SQL)
+            .bind(i64_of(commit.expected_version)?)
+            .bind(i64::try_from(commit.events.len()).unwrap_or(i64::MAX))
+            .bind(commit.status.name())
+            .bind(commit.status.wait_reason().map(|r| r.name()))
+            .bind(to_json(&commit.checkpoint)?)
+            .bind(commit.failure.as_ref().map(to_json).transpose()?)
+            .bind(now.0)
+            .bind(commit.run_id.0)
             .bind(scope.tenant_id().as_str())
-            .execute(&mut *tx)
+            .bind(commit.releases_lease())
+            .bind(commit.status.is_terminal())
+            .bind(!commit.events.is_empty())
+            .bind(i64_of(commit.lease.token)?)
+            .bind(events.seqs)
+            .bind(events.ats)
+            .bind(events.bodies)
+            .bind(messages.ids)
+            .bind(messages.runs)
+            .bind(messages.roles)
+            .bind(messages.parts)
+            .bind(messages.ats)
+            .bind(calls.ids)
+            .bind(calls.period_starts)
+            .bind(calls.ats)
+            .bind(calls.statuses)
+            .bind(calls.bodies)
+            .bind(commit.events.first().map(|e| i64_of(e.seq)).transpose()?)
+            .fetch_optional(&mut *tx)
             .await
-            .map_err(db_error)?;
-            promote_next(&mut tx, scope, run.thread_id, run.id, now).await?;
+            .map_err(db_error)?
+            .ok_or_else(|| Error::not_found("run", commit.run_id))?;
+        // Judged on the row as it was: a refused step returns here, and dropping the
+        // transaction rolls back whatever the statement wrote.
+        let committed = check_commit(&rows::run(&row)?, &commit, now)?;
+        if !rows::get::<bool>(&row, "wrote")? {
+            // The row passed check_commit yet not the statement's own test: only a lease that
+            // lapses within the microsecond the database rounds the clock to.
+            return Err(Error::Fenced {
+                resource: format!("run {}", commit.run_id),
+            });
+        }
+        let settled: Vec<uuid::Uuid> = rows::get(&row, "settled")?;
+        // A call that was not open (settled already, or another tenant's id) refuses the step.
+        if let Some(call) = commit
+            .settlements
+            .iter()
+            .find(|c| !settled.contains(&c.id.0))
+        {
+            return Err(not_an_open_call(call.id));
         }
         tx.commit().await.map_err(db_error)?;
         Ok(committed)

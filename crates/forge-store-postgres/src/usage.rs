@@ -175,33 +175,29 @@ async fn update_call(
     Ok(())
 }
 
-/// Records a step's settled call with its commit: it replaces the call's reservation, or is
-/// inserted when none was made. A call already settled is refused.
-pub(crate) async fn record_call(
-    tx: &mut sqlx::Transaction<'static, sqlx::Postgres>,
-    call: &ModelCall,
-) -> Result<(), Error> {
-    let written = sqlx::query(
-        "INSERT INTO forge_model_calls (id, tenant_id, run_id, period_start, at, status, body) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7) \
-         ON CONFLICT (id) DO UPDATE SET status = excluded.status, body = excluded.body \
-         WHERE forge_model_calls.status = 'reserved' AND forge_model_calls.tenant_id = excluded.tenant_id",
-    )
-    .bind(call.id.0)
-    .bind(call.tenant_id.as_str())
-    .bind(call.run_id.0)
-    .bind(call.period_start.0)
-    .bind(call.at.0)
-    .bind(call.status.name())
-    .bind(to_json(call)?)
-    .execute(&mut **tx)
-    .await
-    .map_err(db_error)?;
-    if written.rows_affected() != 1 {
-        return Err(Error::invalid(format!(
-            "model call {} is not an open call of this run",
-            call.id
-        )));
+/// A step's settled calls as the columns `UNNEST` takes (`commit_step` writes them with the
+/// step: each replaces the call's reservation, or is inserted when none was made; a call already
+/// settled is refused).
+pub(crate) struct CallColumns {
+    pub(crate) ids: Vec<uuid::Uuid>,
+    pub(crate) period_starts: Vec<chrono::DateTime<chrono::Utc>>,
+    pub(crate) ats: Vec<chrono::DateTime<chrono::Utc>>,
+    pub(crate) statuses: Vec<&'static str>,
+    pub(crate) bodies: Vec<serde_json::Value>,
+}
+
+impl CallColumns {
+    /// The columns of `calls`, in order.
+    pub(crate) fn of(calls: &[ModelCall]) -> Result<Self, Error> {
+        Ok(Self {
+            ids: calls.iter().map(|c| c.id.0).collect(),
+            period_starts: calls.iter().map(|c| c.period_start.0).collect(),
+            ats: calls.iter().map(|c| c.at.0).collect(),
+            statuses: calls.iter().map(|c| c.status.name()).collect(),
+            bodies: calls
+                .iter()
+                .map(|c| to_json(c).map(|j| j.0))
+                .collect::<Result<_, _>>()?,
+        })
     }
-    Ok(())
 }

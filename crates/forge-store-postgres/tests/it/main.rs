@@ -6,6 +6,7 @@
 mod claim_plan;
 mod isolation;
 mod migrations;
+mod notify;
 
 use std::sync::Arc;
 

@@ -120,6 +120,19 @@ const CREATE_RUN_SQL: &str = "WITH inserted AS ( \
 INSERT INTO forge_jobs (id, tenant_id, run_id, state, available_at, attempts, max_attempts, token, traceparent) \
 VALUES ($17, $2, $1, $18, $9, 0, $19, 0, $20)";
 
+/// A lease taken in one statement, under a lock on the run row: the next fence to `$3` until
+/// `$4` when no one else holds an unexpired lease at `$5`; returns the row as it was, for
+/// `next_lease` to judge (and whether it was taken).
+const LEASE_SQL: &str = "WITH old AS ( \
+    SELECT * FROM forge_runs WHERE id = $1 AND tenant_id = $2 FOR UPDATE \
+), free AS ( \
+    SELECT 1 FROM old WHERE lease_holder IS NULL OR lease_holder = $3 OR lease_expires_at <= $5 \
+), taken AS ( \
+    UPDATE forge_runs SET lease_holder = $3, lease_token = fence + 1, lease_expires_at = $4, fence = fence + 1 \
+    WHERE id = $1 AND tenant_id = $2 AND EXISTS (SELECT 1 FROM free) \
+) \
+SELECT old.*, EXISTS (SELECT 1 FROM free) AS taken FROM old";
+
 /// A whole step in one statement, under a lock on its run row: when the row is as the step
 /// expects (`ok`: version `$1`, lease `$13` unexpired at `$7`, and its events starting at `$27`
 /// right after the last), its events, messages and settled model calls are appended and the row
@@ -259,7 +272,6 @@ impl ThreadStore for PostgresStore {
         window: &MessageWindow,
     ) -> Result<Vec<Message>, Error> {
         let mut tx = self.tenant_tx(scope).await?;
-        thread_exists(&mut tx, scope, id).await?;
         let mut bounds = [0i64, i64::MAX];
         for (bound, cursor) in bounds.iter_mut().zip([window.after, window.before]) {
             let Some(cursor) = cursor else { continue };
@@ -281,6 +293,11 @@ impl ThreadStore for PostgresStore {
             .fetch_all(&mut *tx)
             .await
             .map_err(db_error)?;
+        // A message found (or a cursor, looked up in this thread) shows the thread is the
+        // tenant's; only an empty page from the start asks.
+        if found.is_empty() && window.after.is_none() && window.before.is_none() {
+            thread_exists(&mut tx, scope, id).await?;
+        }
         tx.commit().await.map_err(db_error)?;
         found.iter().map(rows::message).collect()
     }
@@ -606,10 +623,28 @@ impl RunStore for PostgresStore {
         ttl: Duration,
     ) -> Result<(RunLease, Run), Error> {
         let now = self.clock.now();
+        let expires_at = now.plus(ttl);
         let mut tx = self.tenant_tx(scope).await?;
-        let mut run = fetch_run(&mut tx, scope, id, true).await?;
+        let row = sqlx::query(LEASE_SQL)
+            .bind(id.0)
+            .bind(scope.tenant_id().as_str())
+            .bind(holder)
+            .bind(expires_at.0)
+            .bind(now.0)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(db_error)?
+            .ok_or_else(|| Error::not_found("run", id))?;
+        let mut run = rows::run(&row)?;
+        // Judged on the row as it was; a refusal rolls back (nothing was written unless the
+        // lease lapsed within the database's microsecond).
         let lease = next_lease(&run, holder, ttl, now)?;
-        set_lease(&mut tx, &lease, Some(lease.token)).await?;
+        if !rows::get::<bool>(&row, "taken")? {
+            return Err(Error::LeaseHeld {
+                resource: format!("run {id}"),
+                until: run.lease.as_ref().map_or(now, |l| l.expires_at),
+            });
+        }
         tx.commit().await.map_err(db_error)?;
         run.fence = lease.token;
         run.lease = Some(lease.clone());

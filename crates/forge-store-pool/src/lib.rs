@@ -1,0 +1,513 @@
+//! The connection pool of Forge's SQL stores (SQLite and PostgreSQL): a connection is handed out
+//! and taken back without a round trip to the database.
+//!
+//! sqlx's own pool checks a connection with a ping when it hands it out (unless told not to) and
+//! always when it takes it back. On PostgreSQL a ping is a network round trip; on SQLite it is a
+//! hop to the connection's own thread and back. A store operation is one to three trips of its
+//! own (a step commit: `BEGIN`, the step, `COMMIT`), so those two pings were 40% of all trips.
+//!
+//! This pool trusts what it knows to be sound and checks only what it cannot know:
+//!
+//! - A connection given back as sound ([`Conn::release`], a committed or rolled back [`Tx`]) goes
+//!   straight back to the idle list.
+//! - A connection dropped any other way (an error, a refused commit, a cancelled future) may hold
+//!   an open transaction or a broken socket. In the background it has its transaction rolled
+//!   back, or else is pinged when [`Checks::after_failure`] says so, and it goes back only if
+//!   that succeeded; otherwise it is closed. The permit stays held meanwhile, so the pool never
+//!   holds more than its size.
+//! - A connection idle for longer than [`Checks::idle_after`] is pinged before it is handed out
+//!   (a server may have closed it), and replaced if it does not answer.
+//!
+//! Idle connections are reused most-recently-used first, so the busiest connection keeps its
+//! prepared statements warm.
+
+#![deny(missing_docs)]
+
+use std::fmt;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use futures_util::future::BoxFuture;
+use sqlx::{Connection, Executor};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+/// How long [`Pool::acquire`] waits for a free connection before it fails with
+/// [`sqlx::Error::PoolTimedOut`] (sqlx's own default).
+pub const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Opens a new connection.
+type Connect<C> = Arc<dyn Fn() -> BoxFuture<'static, Result<C, sqlx::Error>> + Send + Sync>;
+
+/// When the pool checks a connection with a round trip.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Checks {
+    /// Ping a connection idle for at least this long before handing it out (`None`: never).
+    pub idle_after: Option<Duration>,
+    /// Ping a connection dropped without being released (outside a transaction) before it is
+    /// used again. A connection in a transaction is always rolled back instead.
+    pub after_failure: bool,
+}
+
+impl Checks {
+    /// For a server over a network (PostgreSQL): ping after 10 s idle and after a failure.
+    pub const NETWORK: Self = Self {
+        idle_after: Some(Duration::from_secs(10)),
+        after_failure: true,
+    };
+
+    /// For an embedded database (SQLite), whose connection cannot be closed under it: no pings.
+    pub const EMBEDDED: Self = Self {
+        idle_after: None,
+        after_failure: false,
+    };
+}
+
+/// A pool of at most `size` connections of type `C`.
+pub struct Pool<C> {
+    inner: Arc<Inner<C>>,
+}
+
+impl<C> Clone for Pool<C> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+impl<C> fmt::Debug for Pool<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Pool")
+            .field("size", &self.inner.size)
+            .field("idle", &self.inner.idle_count())
+            .field("checks", &self.inner.checks)
+            .finish()
+    }
+}
+
+struct Inner<C> {
+    size: usize,
+    idle: Mutex<Vec<Idle<C>>>,
+    permits: Arc<Semaphore>,
+    connect: Connect<C>,
+    checks: Checks,
+}
+
+struct Idle<C> {
+    conn: C,
+    since: Instant,
+}
+
+impl<C> Inner<C> {
+    fn idle_list(&self) -> std::sync::MutexGuard<'_, Vec<Idle<C>>> {
+        self.idle.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn idle_count(&self) -> usize {
+        self.idle_list().len()
+    }
+
+    /// Takes a sound connection back (or drops it, closing it, when the pool is closed).
+    fn put(&self, conn: C) {
+        if self.permits.is_closed() {
+            return;
+        }
+        self.idle_list().push(Idle {
+            conn,
+            since: Instant::now(),
+        });
+    }
+}
+
+impl<C> Pool<C>
+where
+    C: Connection + 'static,
+    for<'c> &'c mut C: Executor<'c, Database = C::Database>,
+{
+    /// A pool of at most `size` connections (at least one), opened by `connect` on demand.
+    pub fn new<F>(size: usize, checks: Checks, connect: F) -> Self
+    where
+        F: Fn() -> BoxFuture<'static, Result<C, sqlx::Error>> + Send + Sync + 'static,
+    {
+        let size = size.max(1);
+        Self {
+            inner: Arc::new(Inner {
+                size,
+                idle: Mutex::new(Vec::with_capacity(size)),
+                permits: Arc::new(Semaphore::new(size)),
+                connect: Arc::new(connect),
+                checks,
+            }),
+        }
+    }
+
+    /// The most connections the pool holds at once.
+    pub fn size(&self) -> usize {
+        self.inner.size
+    }
+
+    /// Connections open and idle now.
+    pub fn idle(&self) -> usize {
+        self.inner.idle_count()
+    }
+
+    /// A connection: the most recently used idle one, or a new one. Waits while all `size` are
+    /// in use, at most [`ACQUIRE_TIMEOUT`].
+    pub async fn acquire(&self) -> Result<Conn<C>, sqlx::Error> {
+        let permit =
+            tokio::time::timeout(ACQUIRE_TIMEOUT, self.inner.permits.clone().acquire_owned())
+                .await
+                .map_err(|_| sqlx::Error::PoolTimedOut)?
+                .map_err(|_| sqlx::Error::PoolClosed)?;
+        loop {
+            let idle = self.inner.idle_list().pop();
+            let Some(Idle { mut conn, since }) = idle else {
+                break;
+            };
+            let stale = self
+                .inner
+                .checks
+                .idle_after
+                .is_some_and(|after| since.elapsed() >= after);
+            if stale && conn.ping().await.is_err() {
+                // Gone (a server that closed it): open another in its place.
+                continue;
+            }
+            return Ok(Conn::new(conn, permit, self.inner.clone()));
+        }
+        let conn = (self.inner.connect)().await?;
+        Ok(Conn::new(conn, permit, self.inner.clone()))
+    }
+
+    /// Adds a connection opened elsewhere (one opened first to fail fast, say) to the idle list;
+    /// closed instead when the list already holds the pool's size.
+    pub fn give(&self, conn: C) {
+        if self.inner.idle_count() < self.inner.size {
+            self.inner.put(conn);
+        }
+    }
+
+    /// A connection with a transaction begun by `begin` (`BEGIN`, `BEGIN IMMEDIATE`, or a
+    /// `BEGIN` followed by settings, sent as one message).
+    pub async fn begin(&self, begin: impl sqlx::SqlSafeStr) -> Result<Tx<C>, sqlx::Error> {
+        let mut conn = self.acquire().await?;
+        // Marked first: a `BEGIN` that failed half way is rolled back when `conn` is dropped.
+        conn.in_tx = true;
+        sqlx::raw_sql(begin).execute(&mut *conn).await?;
+        Ok(Tx { conn })
+    }
+
+    /// Like [`Pool::begin`], with reads after the `BEGIN` in the same message (so with their
+    /// values inlined as literals): the transaction, and the reads' rows.
+    pub async fn begin_reading(
+        &self,
+        begin_and_reads: impl sqlx::SqlSafeStr,
+    ) -> Result<(Tx<C>, Vec<<C::Database as sqlx::Database>::Row>), sqlx::Error> {
+        let mut conn = self.acquire().await?;
+        conn.in_tx = true;
+        let rows = sqlx::raw_sql(begin_and_reads).fetch_all(&mut *conn).await?;
+        Ok((Tx { conn }, rows))
+    }
+
+    /// Refuses new acquisitions and closes the idle connections. Connections in use are closed
+    /// when they are given back.
+    pub async fn close(&self) {
+        self.inner.permits.close();
+        let idle = std::mem::take(&mut *self.inner.idle_list());
+        for Idle { conn, .. } in idle {
+            let _ = conn.close().await;
+        }
+    }
+
+    /// Whether [`Pool::close`] was called.
+    pub fn is_closed(&self) -> bool {
+        self.inner.permits.is_closed()
+    }
+}
+
+/// A connection out of the pool. Give it back with [`Conn::release`] after a successful use;
+/// dropped otherwise, it is checked before it is used again (see the crate documentation).
+pub struct Conn<C>
+where
+    C: Connection + 'static,
+    for<'c> &'c mut C: Executor<'c, Database = C::Database>,
+{
+    conn: Option<C>,
+    permit: Option<OwnedSemaphorePermit>,
+    pool: Arc<Inner<C>>,
+    /// Known to be usable as it is: no transaction open, no failure seen.
+    sound: bool,
+    /// A transaction may be open on it.
+    in_tx: bool,
+}
+
+impl<C> Conn<C>
+where
+    C: Connection + 'static,
+    for<'c> &'c mut C: Executor<'c, Database = C::Database>,
+{
+    fn new(conn: C, permit: OwnedSemaphorePermit, pool: Arc<Inner<C>>) -> Self {
+        Self {
+            conn: Some(conn),
+            permit: Some(permit),
+            pool,
+            sound: false,
+            in_tx: false,
+        }
+    }
+
+    /// Gives the connection back as sound: the next user gets it without a check.
+    pub fn release(mut self) {
+        self.sound = true;
+    }
+}
+
+impl<C> std::ops::Deref for Conn<C>
+where
+    C: Connection + 'static,
+    for<'c> &'c mut C: Executor<'c, Database = C::Database>,
+{
+    type Target = C;
+
+    fn deref(&self) -> &C {
+        // Some from construction until drop.
+        self.conn.as_ref().unwrap_or_else(|| unreachable!())
+    }
+}
+
+impl<C> std::ops::DerefMut for Conn<C>
+where
+    C: Connection + 'static,
+    for<'c> &'c mut C: Executor<'c, Database = C::Database>,
+{
+    fn deref_mut(&mut self) -> &mut C {
+        self.conn.as_mut().unwrap_or_else(|| unreachable!())
+    }
+}
+
+impl<C> Drop for Conn<C>
+where
+    C: Connection + 'static,
+    for<'c> &'c mut C: Executor<'c, Database = C::Database>,
+{
+    fn drop(&mut self) {
+        let (Some(mut conn), permit) = (self.conn.take(), self.permit.take()) else {
+            return;
+        };
+        if self.sound && !self.in_tx {
+            self.pool.put(conn);
+            return;
+        }
+        if !self.in_tx && !self.pool.checks.after_failure {
+            self.pool.put(conn);
+            return;
+        }
+        // Outside a runtime (one shutting down) the connection is closed by dropping it.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (pool, in_tx) = (self.pool.clone(), self.in_tx);
+        runtime.spawn(async move {
+            let checked = if in_tx {
+                sqlx::raw_sql("ROLLBACK").execute(&mut conn).await.map(drop)
+            } else {
+                conn.ping().await
+            };
+            if checked.is_ok() {
+                pool.put(conn);
+            }
+            // The permit is freed only now, so a connection being checked still counts.
+            drop(permit);
+        });
+    }
+}
+
+/// A transaction on a pooled connection. [`Tx::commit`] or [`Tx::rollback`] gives the
+/// connection back as sound; dropped without either, it is rolled back in the background.
+pub struct Tx<C>
+where
+    C: Connection + 'static,
+    for<'c> &'c mut C: Executor<'c, Database = C::Database>,
+{
+    conn: Conn<C>,
+}
+
+impl<C> Tx<C>
+where
+    C: Connection + 'static,
+    for<'c> &'c mut C: Executor<'c, Database = C::Database>,
+{
+    /// Commits, and gives the connection back.
+    pub async fn commit(self) -> Result<(), sqlx::Error> {
+        self.end("COMMIT").await
+    }
+
+    /// Rolls back, and gives the connection back.
+    pub async fn rollback(self) -> Result<(), sqlx::Error> {
+        self.end("ROLLBACK").await
+    }
+
+    async fn end(mut self, statement: &'static str) -> Result<(), sqlx::Error> {
+        sqlx::raw_sql(statement).execute(&mut *self.conn).await?;
+        self.conn.in_tx = false;
+        self.conn.sound = true;
+        Ok(())
+    }
+}
+
+impl<C> std::ops::Deref for Tx<C>
+where
+    C: Connection + 'static,
+    for<'c> &'c mut C: Executor<'c, Database = C::Database>,
+{
+    type Target = C;
+
+    fn deref(&self) -> &C {
+        &self.conn
+    }
+}
+
+impl<C> std::ops::DerefMut for Tx<C>
+where
+    C: Connection + 'static,
+    for<'c> &'c mut C: Executor<'c, Database = C::Database>,
+{
+    fn deref_mut(&mut self) -> &mut C {
+        &mut self.conn
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection};
+    use sqlx::{ConnectOptions, Row};
+
+    /// A pool over one shared in-memory database, and how many connections it opened.
+    fn pool(
+        name: &str,
+        size: usize,
+        checks: Checks,
+    ) -> (Pool<SqliteConnection>, Arc<std::sync::atomic::AtomicUsize>) {
+        let options = SqliteConnectOptions::new()
+            .filename(format!("file:forge-pool-{name}?mode=memory&cache=shared"))
+            .in_memory(true)
+            .shared_cache(true);
+        let opened = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let count = opened.clone();
+        let pool = Pool::new(size, checks, move || {
+            count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let options = options.clone();
+            Box::pin(async move { options.connect().await })
+        });
+        (pool, opened)
+    }
+
+    async fn count(pool: &Pool<SqliteConnection>) -> i64 {
+        let mut conn = pool.acquire().await.expect("acquire");
+        let n: i64 = sqlx::query("SELECT count(*) FROM t")
+            .fetch_one(&mut *conn)
+            .await
+            .expect("count")
+            .get(0);
+        conn.release();
+        n
+    }
+
+    #[tokio::test]
+    async fn a_released_connection_is_reused_and_a_committed_write_stays() {
+        let (pool, opened) = pool("reuse", 2, Checks::EMBEDDED);
+        let mut conn = pool.acquire().await.expect("acquire");
+        sqlx::raw_sql("CREATE TABLE t (x INTEGER)")
+            .execute(&mut *conn)
+            .await
+            .expect("create");
+        conn.release();
+        let mut tx = pool.begin("BEGIN IMMEDIATE").await.expect("begin");
+        sqlx::query("INSERT INTO t VALUES (1)")
+            .execute(&mut *tx)
+            .await
+            .expect("insert");
+        tx.commit().await.expect("commit");
+        assert_eq!(count(&pool).await, 1);
+        assert_eq!(opened.load(std::sync::atomic::Ordering::SeqCst), 1);
+        assert_eq!(pool.idle(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_dropped_transaction_is_rolled_back_before_reuse() {
+        let (pool, _) = pool("rollback", 1, Checks::EMBEDDED);
+        let mut conn = pool.acquire().await.expect("acquire");
+        sqlx::raw_sql("CREATE TABLE t (x INTEGER)")
+            .execute(&mut *conn)
+            .await
+            .expect("create");
+        conn.release();
+        {
+            let mut tx = pool.begin("BEGIN IMMEDIATE").await.expect("begin");
+            sqlx::query("INSERT INTO t VALUES (1)")
+                .execute(&mut *tx)
+                .await
+                .expect("insert");
+            // Dropped: neither committed nor rolled back.
+        }
+        // The only connection comes back once its rollback is done, with nothing written; a
+        // transaction left open would make the `BEGIN` below fail.
+        let tx = pool.begin("BEGIN IMMEDIATE").await.expect("begin again");
+        tx.rollback().await.expect("rollback");
+        assert_eq!(count(&pool).await, 0);
+    }
+
+    #[tokio::test]
+    async fn a_transaction_begun_with_a_read_sees_its_rows_and_holds_the_lock() {
+        let (pool, _) = pool("reading", 2, Checks::EMBEDDED);
+        let mut conn = pool.acquire().await.expect("acquire");
+        sqlx::raw_sql("CREATE TABLE t (x INTEGER); INSERT INTO t VALUES (7)")
+            .execute(&mut *conn)
+            .await
+            .expect("create");
+        conn.release();
+        let (mut tx, rows) = pool
+            .begin_reading("BEGIN IMMEDIATE; SELECT x FROM t")
+            .await
+            .expect("begin");
+        assert_eq!(rows.len(), 1);
+        assert_eq!(rows[0].get::<i64, _>(0), 7);
+        sqlx::query("INSERT INTO t VALUES (8)")
+            .execute(&mut *tx)
+            .await
+            .expect("insert");
+        // Dropped: the insert is rolled back, and the connection comes back usable.
+        drop(tx);
+        let tx = pool.begin("BEGIN IMMEDIATE").await.expect("begin again");
+        tx.commit().await.expect("commit");
+        assert_eq!(count(&pool).await, 1);
+    }
+
+    #[tokio::test]
+    async fn the_pool_never_holds_more_than_its_size() {
+        let (pool, opened) = pool("size", 2, Checks::EMBEDDED);
+        let a = pool.acquire().await.expect("a");
+        let b = pool.acquire().await.expect("b");
+        let waiting = tokio::time::timeout(Duration::from_millis(50), pool.acquire()).await;
+        assert!(waiting.is_err(), "a third connection was handed out");
+        a.release();
+        let c = pool.acquire().await.expect("c after a");
+        assert_eq!(opened.load(std::sync::atomic::Ordering::SeqCst), 2);
+        drop((b, c));
+    }
+
+    #[tokio::test]
+    async fn a_closed_pool_refuses_and_keeps_nothing() {
+        let (pool, _) = pool("closed", 2, Checks::NETWORK);
+        pool.acquire().await.expect("acquire").release();
+        assert_eq!(pool.idle(), 1);
+        pool.close().await;
+        assert!(pool.is_closed());
+        assert_eq!(pool.idle(), 0);
+        assert!(matches!(
+            pool.acquire().await.err(),
+            Some(sqlx::Error::PoolClosed)
+        ));
+    }
+}

@@ -12,12 +12,11 @@ use forge_core::ports::interaction::{
 };
 use forge_core::scope::{Scope, SystemScope, TenantId};
 use forge_core::time::Timestamp;
-use sqlx::{Postgres, Transaction};
 
 use crate::PostgresStore;
 use crate::rows::{db_error, get, json, to_json};
 
-type Tx = Transaction<'static, Postgres>;
+use crate::Tx;
 
 /// Stores a new interaction (in the parking step's commit).
 pub(crate) async fn insert(tx: &mut Tx, i: &Interaction) -> Result<(), Error> {

@@ -45,12 +45,15 @@ use forge_core::id::{IdGenerator, UuidV7Generator};
 use forge_core::scope::Scope;
 use forge_core::time::{Clock, SystemClock};
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
-use sqlx::{Connection, PgConnection, Postgres, Transaction};
+use sqlx::{Connection, PgConnection};
 
 pub use application::provision_application;
 pub use migrate::{Migration, migrations};
 
 use crate::rows::db_error;
+
+/// A transaction confined to a tenant, on a connection of the hot pool.
+pub(crate) type Tx = forge_store_pool::Tx<PgConnection>;
 
 /// How tenant isolation is enforced in the database.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -124,7 +127,11 @@ pub const SYSTEM_FUNCTIONS_VERSION: i32 = 4;
 /// The PostgreSQL store.
 #[derive(Clone)]
 pub struct PostgresStore {
+    /// sqlx's pool, for what needs one: the NOTIFY listener, migrations and the cold paths.
     pool: PgPool,
+    /// Forge's own pool for the paths every run takes (transactions, claims): no ping when a
+    /// connection is handed out or given back (`forge-store-pool`).
+    hot: forge_store_pool::Pool<PgConnection>,
     mode: Mode,
     clock: Arc<dyn Clock>,
     ids: Arc<dyn IdGenerator>,
@@ -178,11 +185,19 @@ impl PostgresStore {
         conn.close()
             .await
             .map_err(|e| OpenError::Connect(db_error(e)))?;
+        let hot = {
+            let options = options.clone();
+            forge_store_pool::Pool::new(16, forge_store_pool::Checks::NETWORK, move || {
+                let options = options.clone();
+                Box::pin(async move { PgConnection::connect_with(&options).await })
+            })
+        };
         let pool = PgPoolOptions::new()
-            .max_connections(16)
+            .max_connections(4)
             .connect_lazy_with(options);
         Ok(Self {
             pool,
+            hot,
             mode,
             clock,
             ids,
@@ -238,16 +253,73 @@ impl PostgresStore {
 
     /// Closes the pool.
     pub async fn close(&self) {
+        self.hot.close().await;
         self.pool.close().await;
     }
 
     /// Begins a transaction confined to `scope`'s tenant by row-level security. The `BEGIN` and
     /// the settings travel in one simple-query round trip (values quoted as SQL literals).
-    pub(crate) async fn tenant_tx(
+    pub(crate) async fn tenant_tx(&self, scope: &Scope) -> Result<Tx, forge_core::Error> {
+        let settings = self.tenant_settings(scope);
+        self.hot
+            .begin(sqlx::AssertSqlSafe(format!("BEGIN; {settings}")))
+            .await
+            .map_err(db_error)
+    }
+
+    /// Reads confined to `scope`'s tenant in one round trip: the settings and `statements`
+    /// (each `$n` taken from `values`, which [`inline`] quotes) travel as one simple-query
+    /// message, which PostgreSQL runs as one implicit transaction, so the settings hold for
+    /// every statement and end with them. Returns each statement's rows (text-encoded; sqlx
+    /// decodes them as it does binary ones). For reads only: a write would commit unjudged.
+    pub(crate) async fn tenant_read(
         &self,
         scope: &Scope,
-    ) -> Result<Transaction<'static, Postgres>, forge_core::Error> {
-        let settings = match self.mode {
+        statements: &[&str],
+        values: &[Value<'_>],
+    ) -> Result<Vec<Vec<sqlx::postgres::PgRow>>, forge_core::Error> {
+        use futures_util::TryStreamExt;
+        let mut sql = self.tenant_settings(scope);
+        for statement in statements {
+            sql.push_str("; ");
+            sql.push_str(&inline(statement, values));
+        }
+        let mut conn = self.conn().await?;
+        // One result per statement, the settings' first: its row is not the caller's.
+        let mut results: Vec<Vec<sqlx::postgres::PgRow>> = vec![Vec::new()];
+        {
+            let mut stream = sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).fetch_many(&mut *conn);
+            while let Some(item) = stream.try_next().await.map_err(db_error)? {
+                match item {
+                    sqlx::Either::Left(_) => results.push(Vec::new()),
+                    sqlx::Either::Right(row) => {
+                        if let Some(last) = results.last_mut() {
+                            last.push(row);
+                        }
+                    }
+                }
+            }
+        }
+        conn.release();
+        // The settings' result, and the empty one opened after the last statement ended.
+        results.pop();
+        results.remove(0);
+        if results.len() != statements.len() {
+            return Err(rows::corrupt(
+                "a tenant read",
+                format!(
+                    "{} results for {} statements",
+                    results.len(),
+                    statements.len()
+                ),
+            ));
+        }
+        Ok(results)
+    }
+
+    /// The settings that confine a transaction to `scope`'s tenant (see [`Mode`]).
+    fn tenant_settings(&self, scope: &Scope) -> String {
+        match self.mode {
             Mode::Rls => format!(
                 "SELECT set_config('forge.tenant_id', {}, true)",
                 literal(scope.tenant_id().as_str())
@@ -263,11 +335,15 @@ impl PostgresStore {
                     literal(&claims.to_string())
                 )
             }
-        };
-        self.pool
-            .begin_with(sqlx::AssertSqlSafe(format!("BEGIN; {settings}")))
-            .await
-            .map_err(db_error)
+        }
+    }
+
+    /// A connection from the pool of the hot paths; [`forge_store_pool::Conn::release`] it
+    /// after a successful use.
+    pub(crate) async fn conn(
+        &self,
+    ) -> Result<forge_store_pool::Conn<PgConnection>, forge_core::Error> {
+        self.hot.acquire().await.map_err(db_error)
     }
 }
 
@@ -406,6 +482,43 @@ async fn check_system_role(conn: &mut PgConnection, mode: Mode) -> Result<(), Op
     Ok(())
 }
 
+/// A value of [`PostgresStore::tenant_read`], quoted by [`inline`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Value<'a> {
+    /// Text, quoted as an escape-string literal.
+    Text(&'a str),
+    /// A UUID, quoted as text (PostgreSQL casts it where a `uuid` is compared).
+    Uuid(uuid::Uuid),
+    /// An integer, as digits.
+    Int(i64),
+}
+
+/// `sql` with each `$n` replaced by `values[n - 1]` as a literal, in one pass, so a value's own
+/// text is never scanned for placeholders. A `$n` with no value is left as it is (and fails).
+pub(crate) fn inline(sql: &str, values: &[Value<'_>]) -> String {
+    let mut out = String::with_capacity(sql.len() + 16 * values.len());
+    let mut rest = sql;
+    while let Some(at) = rest.find('$') {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + 1..];
+        let digits = after.len() - after.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+        let value = after[..digits]
+            .parse::<usize>()
+            .ok()
+            .and_then(|n| n.checked_sub(1))
+            .and_then(|i| values.get(i));
+        match value {
+            Some(Value::Text(text)) => out.push_str(&literal(text)),
+            Some(Value::Uuid(id)) => out.push_str(&format!("'{id}'")),
+            Some(Value::Int(n)) => out.push_str(&n.to_string()),
+            None => out.push_str(&rest[at..at + 1 + digits]),
+        }
+        rest = &after[digits..];
+    }
+    out.push_str(rest);
+    out
+}
+
 /// `value` as an escape-string literal, whatever `standard_conforming_strings` says: backslashes
 /// and single quotes doubled (tenant ids and principals are validated, but may contain either).
 fn literal(value: &str) -> String {
@@ -479,6 +592,26 @@ async fn check_tenant_role(conn: &mut PgConnection) -> Result<(), OpenError> {
 
 #[cfg(test)]
 mod literal_tests {
+    #[test]
+    fn placeholders_are_inlined_once_and_values_never_rescanned() {
+        let id = uuid::Uuid::nil();
+        let sql = super::inline(
+            "SELECT * FROM t WHERE id = $1 AND tenant = $2 AND seq < $3 AND x = $10",
+            &[
+                super::Value::Uuid(id),
+                super::Value::Text("a'$1\\"),
+                super::Value::Int(i64::MAX),
+            ],
+        );
+        assert_eq!(
+            sql,
+            format!(
+                "SELECT * FROM t WHERE id = '{id}' AND tenant = E'a''$1\\\\' AND seq < {} AND x = $10",
+                i64::MAX
+            )
+        );
+    }
+
     #[test]
     fn quotes_and_backslashes_are_escaped() {
         assert_eq!(super::literal("acme"), "E'acme'");

@@ -85,15 +85,17 @@ impl JobQueue for PostgresStore {
             ),
             None => (None, None),
         };
+        let mut conn = self.conn().await?;
         let row = sqlx::query("SELECT * FROM forge_sys_claim($1, $2, $3, $4, $5)")
             .bind(now.0)
             .bind(now.plus(ttl).0)
             .bind(filter.run.map(|r| r.0))
             .bind(names)
             .bind(versions)
-            .fetch_optional(&self.pool)
+            .fetch_optional(&mut *conn)
             .await
             .map_err(db_error)?;
+        conn.release();
         row.as_ref().map(claimed).transpose()
     }
 
@@ -105,14 +107,16 @@ impl JobQueue for PostgresStore {
     ) -> Result<ClaimedJob, Error> {
         let now = self.clock.now();
         let expires_at = now.plus(ttl);
+        let mut conn = self.conn().await?;
         let held: bool = sqlx::query_scalar("SELECT forge_sys_heartbeat($1, $2, $3, $4)")
             .bind(job.id.0)
             .bind(i64_of(job.token)?)
             .bind(now.0)
             .bind(expires_at.0)
-            .fetch_one(&self.pool)
+            .fetch_one(&mut *conn)
             .await
             .map_err(db_error)?;
+        conn.release();
         if !held {
             return Err(fenced(job));
         }
@@ -123,13 +127,15 @@ impl JobQueue for PostgresStore {
     }
 
     async fn complete(&self, _system: &SystemScope, job: &ClaimedJob) -> Result<(), Error> {
+        let mut conn = self.conn().await?;
         let held: bool = sqlx::query_scalar("SELECT forge_sys_complete($1, $2, $3)")
             .bind(job.id.0)
             .bind(i64_of(job.token)?)
             .bind(self.clock.now().0)
-            .fetch_one(&self.pool)
+            .fetch_one(&mut *conn)
             .await
             .map_err(db_error)?;
+        conn.release();
         if held { Ok(()) } else { Err(fenced(job)) }
     }
 
@@ -141,15 +147,17 @@ impl JobQueue for PostgresStore {
         reason: &str,
     ) -> Result<JobState, Error> {
         let now = self.clock.now();
+        let mut conn = self.conn().await?;
         let state: Option<String> = sqlx::query_scalar("SELECT forge_sys_fail($1, $2, $3, $4, $5)")
             .bind(job.id.0)
             .bind(i64_of(job.token)?)
             .bind(now.0)
             .bind(now.plus(retry_in).0)
             .bind(reason)
-            .fetch_one(&self.pool)
+            .fetch_one(&mut *conn)
             .await
             .map_err(db_error)?;
+        conn.release();
         JobState::from_name(&state.ok_or_else(|| fenced(job))?)
     }
 
@@ -159,14 +167,16 @@ impl JobQueue for PostgresStore {
         job: &ClaimedJob,
         not_before: Timestamp,
     ) -> Result<(), Error> {
+        let mut conn = self.conn().await?;
         let held: bool = sqlx::query_scalar("SELECT forge_sys_release($1, $2, $3, $4)")
             .bind(job.id.0)
             .bind(i64_of(job.token)?)
             .bind(self.clock.now().0)
             .bind(not_before.0)
-            .fetch_one(&self.pool)
+            .fetch_one(&mut *conn)
             .await
             .map_err(db_error)?;
+        conn.release();
         if held { Ok(()) } else { Err(fenced(job)) }
     }
 

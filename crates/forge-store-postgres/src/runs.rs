@@ -17,12 +17,11 @@ use forge_core::ports::store::{
 use forge_core::run::{Run, RunLease};
 use forge_core::scope::Scope;
 use forge_core::thread::{SessionState, Thread, ThreadChange, ThreadSummary, ThreadWindow};
-use sqlx::{Postgres, Transaction};
 
 use crate::PostgresStore;
 use crate::rows::{self, db_error, i64_of, to_json};
 
-type Tx = Transaction<'static, Postgres>;
+use crate::{Tx, Value};
 
 async fn fetch_run(tx: &mut Tx, scope: &Scope, id: RunId, lock: bool) -> Result<Run, Error> {
     let sql = if lock {
@@ -40,14 +39,16 @@ async fn fetch_run(tx: &mut Tx, scope: &Scope, id: RunId, lock: bool) -> Result<
     rows::run(&row)
 }
 
+/// Whether a thread is the tenant's: binds the thread and the tenant.
+const THREAD_EXISTS_SQL: &str = "SELECT 1 FROM forge_threads WHERE id = $1 AND tenant_id = $2";
+
 async fn thread_exists(tx: &mut Tx, scope: &Scope, id: ThreadId) -> Result<(), Error> {
-    let found: Option<i32> =
-        sqlx::query_scalar("SELECT 1 FROM forge_threads WHERE id = $1 AND tenant_id = $2")
-            .bind(id.0)
-            .bind(scope.tenant_id().as_str())
-            .fetch_optional(&mut **tx)
-            .await
-            .map_err(db_error)?;
+    let found: Option<i32> = sqlx::query_scalar(THREAD_EXISTS_SQL)
+        .bind(id.0)
+        .bind(scope.tenant_id().as_str())
+        .fetch_optional(&mut **tx)
+        .await
+        .map_err(db_error)?;
     found
         .map(|_| ())
         .ok_or_else(|| Error::not_found("thread", id))
@@ -238,16 +239,18 @@ impl ThreadStore for PostgresStore {
     }
 
     async fn get_thread(&self, scope: &Scope, id: ThreadId) -> Result<Thread, Error> {
-        let mut tx = self.tenant_tx(scope).await?;
-        let row = sqlx::query(ThreadWindow::ROW_SQL)
-            .bind(id.0)
-            .bind(scope.tenant_id().as_str())
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(db_error)?
+        let found = self
+            .tenant_read(
+                scope,
+                &[ThreadWindow::ROW_SQL],
+                &[Value::Uuid(id.0), Value::Text(scope.tenant_id().as_str())],
+            )
+            .await?;
+        let row = found
+            .first()
+            .and_then(|rows| rows.first())
             .ok_or_else(|| Error::not_found("thread", id))?;
-        tx.commit().await.map_err(db_error)?;
-        rows::thread(&row)
+        rows::thread(row)
     }
 
     async fn list_messages(&self, scope: &Scope, id: ThreadId) -> Result<Vec<Message>, Error> {
@@ -271,6 +274,29 @@ impl ThreadStore for PostgresStore {
         id: ThreadId,
         window: &MessageWindow,
     ) -> Result<Vec<Message>, Error> {
+        let limit = i64::try_from(window.limit).unwrap_or(i64::MAX);
+        if window.after.is_none() && window.before.is_none() {
+            // A page from an end, and whether the thread is the tenant's, in one round trip.
+            let found = self
+                .tenant_read(
+                    scope,
+                    &[window.page_sql(), THREAD_EXISTS_SQL],
+                    &[
+                        Value::Uuid(id.0),
+                        Value::Text(scope.tenant_id().as_str()),
+                        Value::Int(0),
+                        Value::Int(i64::MAX),
+                        Value::Int(limit),
+                    ],
+                )
+                .await?;
+            return match found.as_slice() {
+                [page, exists] if !page.is_empty() || !exists.is_empty() => {
+                    page.iter().map(rows::message).collect()
+                }
+                _ => Err(Error::not_found("thread", id)),
+            };
+        }
         let mut tx = self.tenant_tx(scope).await?;
         let mut bounds = [0i64, i64::MAX];
         for (bound, cursor) in bounds.iter_mut().zip([window.after, window.before]) {
@@ -289,7 +315,7 @@ impl ThreadStore for PostgresStore {
             .bind(scope.tenant_id().as_str())
             .bind(bounds[0])
             .bind(bounds[1])
-            .bind(i64::try_from(window.limit).unwrap_or(i64::MAX))
+            .bind(limit)
             .fetch_all(&mut *tx)
             .await
             .map_err(db_error)?;
@@ -417,7 +443,7 @@ async fn set_summary(
 }
 
 async fn set_state(
-    tx: &mut Transaction<'static, Postgres>,
+    tx: &mut Tx,
     scope: &Scope,
     id: ThreadId,
     expected_version: u64,

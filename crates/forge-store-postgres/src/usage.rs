@@ -138,7 +138,7 @@ impl UsageLedger for PostgresStore {
 
 /// Settles a reserved call inside `tx` (the trait's `settle`, and a step's commit).
 pub(crate) async fn settle_tx(
-    tx: &mut sqlx::Transaction<'static, sqlx::Postgres>,
+    tx: &mut crate::Tx,
     tenant: &str,
     settlement: &Settlement,
 ) -> Result<ModelCall, Error> {
@@ -157,11 +157,7 @@ pub(crate) async fn settle_tx(
 }
 
 /// Writes a call's new state (its status column and body).
-async fn update_call(
-    tx: &mut sqlx::Transaction<'static, sqlx::Postgres>,
-    tenant: &str,
-    call: &ModelCall,
-) -> Result<(), Error> {
+async fn update_call(tx: &mut crate::Tx, tenant: &str, call: &ModelCall) -> Result<(), Error> {
     sqlx::query(
         "UPDATE forge_model_calls SET status = $1, body = $2 WHERE id = $3 AND tenant_id = $4",
     )

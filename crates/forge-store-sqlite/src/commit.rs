@@ -16,7 +16,7 @@ use forge_core::metering::ModelCall;
 use forge_core::ports::store::{Committed, StepCommit, check_commit};
 use forge_core::scope::Scope;
 use futures_util::TryStreamExt;
-use sqlx::{QueryBuilder, Sqlite, Transaction};
+use sqlx::{QueryBuilder, Sqlite};
 
 use crate::SqliteStore;
 use crate::rows::{db_error, i64_of, to_json};
@@ -117,11 +117,7 @@ impl Batch {
     }
 
     /// Runs the batch in `tx`; refuses the commit when a statement changed too few rows.
-    async fn run(
-        mut self,
-        tx: &mut Transaction<'static, Sqlite>,
-        run: &forge_core::run::Run,
-    ) -> Result<(), Error> {
+    async fn run(mut self, tx: &mut crate::Tx, run: &forge_core::run::Run) -> Result<(), Error> {
         if self.expect.is_empty() {
             return Ok(());
         }
@@ -180,7 +176,7 @@ fn push_events(
 /// Appends events outside a step (a run queued behind another), in one statement per
 /// [`ROWS_PER_INSERT`].
 pub(crate) async fn insert_events(
-    tx: &mut Transaction<'static, Sqlite>,
+    tx: &mut crate::Tx,
     scope: &Scope,
     events: &[RunEvent],
 ) -> Result<(), Error> {
@@ -200,8 +196,7 @@ impl SqliteStore {
         commit: StepCommit,
     ) -> Result<Committed, Error> {
         let now = self.clock.now();
-        let (_gate, mut tx) = self.write_tx().await?;
-        let run = self.fetch_run(&mut *tx, scope, commit.run_id).await?;
+        let (_gate, mut tx, run) = self.write_tx_with_run(scope, commit.run_id).await?;
         let committed = check_commit(&run, &commit, now)?;
         if let Some(update) = commit.state.clone() {
             crate::runs::set_state(

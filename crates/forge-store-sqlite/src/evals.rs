@@ -79,7 +79,7 @@ impl EvalStore for SqliteStore {
             .bind(&run.dataset_sha256)
             .bind(&run.label)
             .bind(run.started_at.unix_millis())
-            .execute(&self.pool)
+            .execute(&mut *self.conn().await?)
             .await
             .map_err(db_error)?
             .rows_affected();
@@ -135,7 +135,7 @@ impl EvalStore for SqliteStore {
             .bind(scope.tenant_id().as_str())
             .bind(run.to_string())
             .bind(at.unix_millis())
-            .fetch_optional(&self.pool)
+            .fetch_optional(&mut *self.conn().await?)
             .await
             .map_err(db_error)?
             .ok_or_else(|| Error::not_found("scoring run", run))?;
@@ -152,7 +152,7 @@ impl EvalStore for SqliteStore {
         )))
         .bind(scope.tenant_id().as_str())
         .bind(run.to_string())
-        .fetch_optional(&self.pool)
+        .fetch_optional(&mut *self.conn().await?)
         .await
         .map_err(db_error)?;
         row.as_ref().map(decode).transpose()
@@ -169,7 +169,7 @@ impl EvalStore for SqliteStore {
         )
         .bind(scope.tenant_id().as_str())
         .bind(run.to_string())
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *self.conn().await?)
         .await
         .map_err(db_error)?;
         bodies.iter().map(|b| rows::decode_case(b)).collect()
@@ -187,7 +187,7 @@ impl EvalStore for SqliteStore {
         )))
         .bind(scope.tenant_id().as_str())
         .bind(dataset)
-        .fetch_optional(&self.pool)
+        .fetch_optional(&mut *self.conn().await?)
         .await
         .map_err(db_error)?;
         row.as_ref().map(decode).transpose()
@@ -207,7 +207,7 @@ impl EvalStore for SqliteStore {
         .bind(scope.tenant_id().as_str())
         .bind(dataset)
         .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *self.conn().await?)
         .await
         .map_err(db_error)?;
         rows.iter().map(decode).collect()
@@ -227,7 +227,7 @@ impl EvalStore for SqliteStore {
         .bind(&key.input_sha256)
         .bind(&key.prompt)
         .bind(&key.model)
-        .fetch_optional(&self.pool)
+        .fetch_optional(&mut *self.conn().await?)
         .await
         .map_err(db_error)?;
         body.as_deref().map(rows::decode_verdict).transpose()
@@ -247,7 +247,7 @@ impl EvalStore for SqliteStore {
             .bind(&key.model)
             .bind(rows::encode_verdict(verdict)?)
             .bind(self.clock.now().unix_millis())
-            .execute(&self.pool)
+            .execute(&mut *self.conn().await?)
             .await
             .map_err(db_error)?;
         Ok(())

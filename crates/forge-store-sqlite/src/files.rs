@@ -39,7 +39,7 @@ impl FileStore for SqliteStore {
             sqlx::query_scalar("SELECT body FROM forge_files WHERE tenant_id = $1 AND id = $2")
                 .bind(scope.tenant_id().as_str())
                 .bind(id.as_str())
-                .fetch_optional(&self.pool)
+                .fetch_optional(&mut *self.conn().await?)
                 .await
                 .map_err(db_error)?;
         body.as_deref().map(rows::decode).transpose()
@@ -52,7 +52,7 @@ impl FileStore for SqliteStore {
         )
         .bind(scope.tenant_id().as_str())
         .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *self.conn().await?)
         .await
         .map_err(db_error)?;
         bodies.iter().map(|b| rows::decode(b)).collect()

@@ -11,12 +11,11 @@ use forge_core::ports::interaction::{
 };
 use forge_core::scope::{Scope, SystemScope, TenantId};
 use forge_core::time::Timestamp;
-use sqlx::{Sqlite, Transaction};
 
 use crate::SqliteStore;
 use crate::rows::{db_error, get, json, to_json};
 
-type Tx = Transaction<'static, Sqlite>;
+type Tx = crate::Tx;
 
 /// Stores a new interaction (in the parking step's commit).
 pub(crate) async fn insert(tx: &mut Tx, i: &Interaction) -> Result<(), Error> {
@@ -133,7 +132,7 @@ impl InteractionStore for SqliteStore {
             sqlx::query("SELECT body FROM forge_interactions WHERE id = $1 AND tenant_id = $2")
                 .bind(id.to_string())
                 .bind(scope.tenant_id().as_str())
-                .fetch_optional(&self.pool)
+                .fetch_optional(&mut *self.conn().await?)
                 .await
                 .map_err(db_error)?
                 .ok_or_else(|| Error::not_found("interaction", id))?;
@@ -151,11 +150,11 @@ impl InteractionStore for SqliteStore {
                  ORDER BY created_at, id",
             )
             .bind(scope.tenant_id().as_str())
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *self.conn().await?)
             .await
             .map_err(db_error)?,
             InteractionFilter::PendingPage { after, limit } => {
-                let mut tx = self.pool.begin().await.map_err(db_error)?;
+                let mut tx = self.pool.begin("BEGIN").await.map_err(db_error)?;
                 let cursor: Option<(i64, String)> = match after {
                     Some(after) => Some(
                         sqlx::query_as(
@@ -189,7 +188,7 @@ impl InteractionStore for SqliteStore {
                     sqlx::query_scalar("SELECT 1 FROM forge_runs WHERE id = $1 AND tenant_id = $2")
                         .bind(run.to_string())
                         .bind(scope.tenant_id().as_str())
-                        .fetch_optional(&self.pool)
+                        .fetch_optional(&mut *self.conn().await?)
                         .await
                         .map_err(db_error)?;
                 found.ok_or_else(|| Error::not_found("run", run))?;
@@ -199,7 +198,7 @@ impl InteractionStore for SqliteStore {
                 )
                 .bind(scope.tenant_id().as_str())
                 .bind(run.to_string())
-                .fetch_all(&self.pool)
+                .fetch_all(&mut *self.conn().await?)
                 .await
                 .map_err(db_error)?
             }
@@ -256,7 +255,7 @@ impl InteractionStore for SqliteStore {
             "SELECT id, tenant_id FROM forge_interactions WHERE status = 'pending' AND expires_at <= $1",
         )
         .bind(self.clock.now().unix_millis())
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *self.conn().await?)
         .await
         .map_err(db_error)?;
         let due = due

@@ -50,9 +50,15 @@ use std::time::Duration;
 
 use forge_core::id::{IdGenerator, UuidV7Generator};
 use forge_core::time::{Clock, SystemClock};
-use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
-};
+use sqlx::ConnectOptions;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqliteSynchronous};
+
+/// The store's connections (`forge-store-pool`): handed out and given back without a hop to a
+/// connection's thread.
+pub(crate) type Pool = forge_store_pool::Pool<SqliteConnection>;
+
+/// A transaction on one of the store's connections.
+pub(crate) type Tx = forge_store_pool::Tx<SqliteConnection>;
 
 pub use migrate::{MIGRATIONS, Migration};
 
@@ -83,7 +89,7 @@ pub enum OpenError {
 /// The SQLite store.
 #[derive(Debug, Clone)]
 pub struct SqliteStore {
-    pool: SqlitePool,
+    pool: Pool,
     /// Taken before every `BEGIN IMMEDIATE` of this store: its writers queue here, parked as
     /// tasks, instead of on SQLite's lock, where each waiting connection's thread sleeps and
     /// retries. Other processes on the file still meet the lock and its busy timeout.
@@ -129,14 +135,16 @@ impl SqliteStore {
         } else {
             4
         };
-        let pool = SqlitePoolOptions::new()
-            .max_connections(max)
-            .connect_with(options)
-            .await
-            .map_err(|e| OpenError::Open {
-                url: url.to_owned(),
-                source: rows::db_error(e),
-            })?;
+        // The first connection is opened here, so that a bad path fails `open` with its reason.
+        let first = options.connect().await.map_err(|e| OpenError::Open {
+            url: url.to_owned(),
+            source: rows::db_error(e),
+        })?;
+        let pool = Pool::new(max, forge_store_pool::Checks::EMBEDDED, move || {
+            let options = options.clone();
+            Box::pin(async move { options.connect().await })
+        });
+        pool.give(first);
         let applied_on_open = migrate::up(&pool).await.map_err(|source| OpenError::Open {
             url: url.to_owned(),
             source,
@@ -170,7 +178,14 @@ impl SqliteStore {
         migrate::up(&self.pool).await.map(|_| ())
     }
 
-    /// Closes the pool, waiting for connections to finish.
+    /// A connection of the store's pool.
+    pub(crate) async fn conn(
+        &self,
+    ) -> Result<forge_store_pool::Conn<SqliteConnection>, forge_core::Error> {
+        self.pool.acquire().await.map_err(rows::db_error)
+    }
+
+    /// Closes the pool: idle connections now, those in use when they are given back.
     pub async fn close(&self) {
         self.pool.close().await;
     }

@@ -2,7 +2,7 @@
 //! transactions so that concurrent openers apply each one exactly once.
 
 use forge_core::Error;
-use sqlx::{Row, SqlitePool};
+use sqlx::Row;
 
 use crate::rows::db_error;
 
@@ -120,11 +120,14 @@ const LEDGER: &str = "CREATE TABLE IF NOT EXISTS forge_schema_migrations (
 ) STRICT";
 
 /// Applies pending migrations; returns how many this call applied.
-pub(crate) async fn up(pool: &SqlitePool) -> Result<usize, Error> {
-    sqlx::query(LEDGER).execute(pool).await.map_err(db_error)?;
+pub(crate) async fn up(pool: &crate::Pool) -> Result<usize, Error> {
+    sqlx::query(LEDGER)
+        .execute(&mut *pool.acquire().await.map_err(db_error)?)
+        .await
+        .map_err(db_error)?;
     let mut count = 0;
     for m in MIGRATIONS {
-        let mut tx = pool.begin_with("BEGIN IMMEDIATE").await.map_err(db_error)?;
+        let mut tx = pool.begin("BEGIN IMMEDIATE").await.map_err(db_error)?;
         let done: Option<i64> =
             sqlx::query_scalar("SELECT version FROM forge_schema_migrations WHERE version = $1")
                 .bind(m.version)
@@ -149,9 +152,9 @@ pub(crate) async fn up(pool: &SqlitePool) -> Result<usize, Error> {
     Ok(count)
 }
 
-pub(crate) async fn applied(pool: &SqlitePool) -> Result<Vec<i64>, Error> {
+pub(crate) async fn applied(pool: &crate::Pool) -> Result<Vec<i64>, Error> {
     let rows = sqlx::query("SELECT version FROM forge_schema_migrations ORDER BY version")
-        .fetch_all(pool)
+        .fetch_all(&mut *pool.acquire().await.map_err(db_error)?)
         .await
         .map_err(db_error)?;
     rows.iter()
@@ -159,9 +162,9 @@ pub(crate) async fn applied(pool: &SqlitePool) -> Result<Vec<i64>, Error> {
         .collect()
 }
 
-pub(crate) async fn down_all(pool: &SqlitePool) -> Result<(), Error> {
+pub(crate) async fn down_all(pool: &crate::Pool) -> Result<(), Error> {
     for m in MIGRATIONS.iter().rev() {
-        let mut tx = pool.begin_with("BEGIN IMMEDIATE").await.map_err(db_error)?;
+        let mut tx = pool.begin("BEGIN IMMEDIATE").await.map_err(db_error)?;
         let done: Option<i64> =
             sqlx::query_scalar("SELECT version FROM forge_schema_migrations WHERE version = $1")
                 .bind(m.version)

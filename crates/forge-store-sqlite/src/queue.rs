@@ -42,7 +42,7 @@ impl SqliteStore {
             .bind(i64_of(job.token)?)
             .bind(self.clock.now().unix_millis())
             .bind(value)
-            .execute(&self.pool)
+            .execute(&mut *self.conn().await?)
             .await
             .map_err(db_error)?;
         if done.rows_affected() == 1 {
@@ -57,7 +57,7 @@ impl SqliteStore {
     /// The job's row if `job` is its current, unexpired claim; `Fenced` otherwise.
     async fn current_claim(
         &self,
-        tx: &mut sqlx::Transaction<'static, sqlx::Sqlite>,
+        tx: &mut crate::Tx,
         job: &ClaimedJob,
     ) -> Result<SqliteRow, Error> {
         let now = self.clock.now().unix_millis();
@@ -143,18 +143,23 @@ impl JobQueue for SqliteStore {
         // `[name, version]` pairs, and the run itself when one is named. The walk is over the
         // open jobs in id order (migration 15), so it stops at the first admitted job instead
         // of testing and sorting the whole backlog; `INDEXED BY` makes a plan that does
-        // otherwise an error rather than a slow claim.
+        // otherwise an error rather than a slow claim. The job found is claimed in the same
+        // statement, which returns it as it now stands.
         let row = sqlx::query(
-            concat!("SELECT ", job_columns!(), " FROM forge_jobs j INDEXED BY forge_jobs_open WHERE state IN ('ready', 'claimed') \
+            concat!("UPDATE forge_jobs SET state = 'claimed', attempts = attempts + 1, token = token + 1, \
+             expires_at = $4, holder = $5 WHERE id = (SELECT id FROM forge_jobs j INDEXED BY forge_jobs_open \
+             WHERE state IN ('ready', 'claimed') \
              AND ((state = 'ready' AND available_at <= $1) OR (state = 'claimed' AND expires_at <= $1 AND attempts < max_attempts)) \
              AND ($2 IS NULL OR run_id = $2) \
              AND ($3 IS NULL OR EXISTS (SELECT 1 FROM forge_runs r, json_each($3) a WHERE r.id = j.run_id \
                   AND r.agent_name = json_extract(a.value, '$[0]') AND r.agent_version = json_extract(a.value, '$[1]'))) \
-             ORDER BY id LIMIT 1"),
+             ORDER BY id LIMIT 1) RETURNING ", job_columns!()),
         )
         .bind(now.unix_millis())
         .bind(filter.run.map(|r| r.to_string()))
         .bind(filter.agents_json())
+        .bind(now.plus(ttl).unix_millis())
+        .bind(worker)
         .fetch_optional(&mut *tx)
         .await
         .map_err(db_error)?;
@@ -170,26 +175,17 @@ impl JobQueue for SqliteStore {
             tx.commit().await.map_err(db_error)?;
             return Ok(None);
         };
+        tx.commit().await.map_err(db_error)?;
         let attempts: i64 = rows::get(&row, "attempts")?;
         let token: i64 = rows::get(&row, "token")?;
         let expires_at = now.plus(ttl);
         let id = JobId(rows::uuid(&row, "id")?);
-        sqlx::query("UPDATE forge_jobs SET state = 'claimed', attempts = $1, token = $2, expires_at = $3, holder = $5 WHERE id = $4")
-            .bind(attempts + 1)
-            .bind(token + 1)
-            .bind(expires_at.unix_millis())
-            .bind(id.to_string())
-            .bind(worker)
-            .execute(&mut *tx)
-            .await
-            .map_err(db_error)?;
-        tx.commit().await.map_err(db_error)?;
         Ok(Some(ClaimedJob {
             id,
             tenant_id: TenantId::new(rows::get::<String>(&row, "tenant_id")?)?,
             run_id: RunId(rows::uuid(&row, "run_id")?),
-            attempt: u32::try_from(attempts + 1).unwrap_or(u32::MAX),
-            token: rows::u64_of(token + 1, "token")?,
+            attempt: u32::try_from(attempts).unwrap_or(u32::MAX),
+            token: rows::u64_of(token, "token")?,
             expires_at,
             available_at: rows::ts(&row, "available_at")?,
             traceparent: rows::get(&row, "traceparent")?,
@@ -267,7 +263,7 @@ impl JobQueue for SqliteStore {
             " FROM forge_jobs WHERE state = 'dead' ORDER BY id LIMIT $1"
         ))
         .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *self.conn().await?)
         .await
         .map_err(db_error)?;
         found.iter().map(info).collect()
@@ -279,7 +275,7 @@ impl JobQueue for SqliteStore {
     ) -> Result<std::collections::BTreeMap<&'static str, u64>, Error> {
         let rows: Vec<(String, i64)> =
             sqlx::query_as("SELECT state, count(*) FROM forge_jobs GROUP BY state")
-                .fetch_all(&self.pool)
+                .fetch_all(&mut *self.conn().await?)
                 .await
                 .map_err(db_error)?;
         rows.into_iter()
@@ -294,7 +290,7 @@ impl JobQueue for SqliteStore {
             " FROM forge_jobs WHERE id = $1"
         ))
         .bind(id.to_string())
-        .fetch_optional(&self.pool)
+        .fetch_optional(&mut *self.conn().await?)
         .await
         .map_err(db_error)?
         .ok_or_else(|| Error::not_found("job", id))?;
@@ -325,7 +321,7 @@ impl JobQueue for SqliteStore {
         let state: Option<String> =
             sqlx::query_scalar("SELECT state FROM forge_jobs WHERE id = $1")
                 .bind(id.to_string())
-                .fetch_optional(&self.pool)
+                .fetch_optional(&mut *self.conn().await?)
                 .await
                 .map_err(db_error)?;
         JobState::from_name(&state.ok_or_else(|| Error::not_found("job", id))?)
@@ -428,7 +424,7 @@ impl AuditLog for SqliteStore {
         }
         let found = q
             .bind(i64::try_from(query.limit).unwrap_or(i64::MAX))
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *self.conn().await?)
             .await
             .map_err(db_error)?;
 

@@ -145,3 +145,17 @@ pub(crate) fn run(row: &SqliteRow) -> Result<Run, Error> {
         updated_at: ts(row, "updated_at")?,
     })
 }
+
+/// `value` as an SQLite string literal (single quotes doubled; SQLite has no backslash escapes).
+pub(crate) fn literal(value: &str) -> String {
+    format!("'{}'", value.replace('\'', "''"))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_literal_doubles_its_quotes_and_nothing_else() {
+        assert_eq!(super::literal("acme"), "'acme'");
+        assert_eq!(super::literal("o'brien\\x"), "'o''brien\\x'");
+    }
+}

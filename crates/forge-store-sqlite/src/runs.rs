@@ -14,7 +14,6 @@ use forge_core::ports::store::{
 use forge_core::run::{Run, RunLease};
 use forge_core::scope::Scope;
 use forge_core::thread::{SessionState, Thread, ThreadChange, ThreadSummary, ThreadWindow};
-use sqlx::{Sqlite, Transaction};
 
 use crate::SqliteStore;
 use crate::rows::{self, db_error, i64_of, to_json};
@@ -28,16 +27,31 @@ pub(crate) const RUN_COLUMNS: &str = "id, tenant_id, principal_id, thread_id, ag
 impl SqliteStore {
     /// A `BEGIN IMMEDIATE` transaction, and this store's write gate, held until the caller's
     /// scope ends (bind it: `let (_gate, mut tx) = …`; the transaction is dropped first).
-    pub(crate) async fn write_tx(
-        &self,
-    ) -> Result<(WriteGate, Transaction<'static, Sqlite>), Error> {
+    pub(crate) async fn write_tx(&self) -> Result<(WriteGate, crate::Tx), Error> {
         let gate = self.write_gate.clone().lock_owned().await;
-        let tx = self
+        let tx = self.pool.begin("BEGIN IMMEDIATE").await.map_err(db_error)?;
+        Ok((gate, tx))
+    }
+
+    /// [`SqliteStore::write_tx`] with the run `id` of `scope`'s tenant read in the same trip to
+    /// the connection as the `BEGIN IMMEDIATE` (values inlined as literals).
+    pub(crate) async fn write_tx_with_run(
+        &self,
+        scope: &Scope,
+        id: RunId,
+    ) -> Result<(WriteGate, crate::Tx, Run), Error> {
+        let gate = self.write_gate.clone().lock_owned().await;
+        let sql = format!(
+            "BEGIN IMMEDIATE; SELECT {RUN_COLUMNS} FROM forge_runs WHERE id = '{id}' AND tenant_id = {}",
+            crate::rows::literal(scope.tenant_id().as_str())
+        );
+        let (tx, found) = self
             .pool
-            .begin_with("BEGIN IMMEDIATE")
+            .begin_reading(sqlx::AssertSqlSafe(sql))
             .await
             .map_err(db_error)?;
-        Ok((gate, tx))
+        let row = found.first().ok_or_else(|| Error::not_found("run", id))?;
+        Ok((gate, tx, rows::run(row)?))
     }
 
     async fn fetch_thread<'e, E: sqlx::SqliteExecutor<'e>>(
@@ -75,7 +89,7 @@ impl SqliteStore {
 
     async fn thread_exists(
         &self,
-        tx: &mut Transaction<'static, Sqlite>,
+        conn: &mut sqlx::SqliteConnection,
         scope: &Scope,
         id: ThreadId,
     ) -> Result<(), Error> {
@@ -83,7 +97,7 @@ impl SqliteStore {
             sqlx::query_scalar("SELECT 1 FROM forge_threads WHERE id = $1 AND tenant_id = $2")
                 .bind(id.to_string())
                 .bind(scope.tenant_id().as_str())
-                .fetch_optional(&mut **tx)
+                .fetch_optional(conn)
                 .await
                 .map_err(db_error)?;
         found
@@ -100,8 +114,7 @@ impl SqliteStore {
         ttl: Duration,
     ) -> Result<(RunLease, Run), Error> {
         let now = self.clock.now();
-        let (_gate, mut tx) = self.write_tx().await?;
-        let mut run = self.fetch_run(&mut *tx, scope, id).await?;
+        let (_gate, mut tx, mut run) = self.write_tx_with_run(scope, id).await?;
         // One host holds every process of this store: the lease of a holder that is no longer
         // running is over now, not when it runs out.
         if let Some(held) = run.lease.as_mut()
@@ -121,7 +134,7 @@ impl SqliteStore {
 
     async fn set_lease(
         &self,
-        tx: &mut Transaction<'static, Sqlite>,
+        tx: &mut crate::Tx,
         lease: &RunLease,
         fence: Option<u64>,
     ) -> Result<(), Error> {
@@ -166,19 +179,19 @@ impl ThreadStore for SqliteStore {
         .bind(&thread.title)
         .bind(to_json(&thread.state.values)?)
         .bind(thread.created_at.unix_millis())
-        .execute(&self.pool)
+        .execute(&mut *self.conn().await?)
         .await
         .map_err(db_error)?;
         Ok(thread)
     }
 
     async fn get_thread(&self, scope: &Scope, id: ThreadId) -> Result<Thread, Error> {
-        self.fetch_thread(&self.pool, scope, id).await
+        self.fetch_thread(&mut *self.conn().await?, scope, id).await
     }
 
     async fn list_messages(&self, scope: &Scope, id: ThreadId) -> Result<Vec<Message>, Error> {
         // One read transaction: the thread check and the rows see the same snapshot.
-        let mut tx = self.pool.begin().await.map_err(db_error)?;
+        let mut tx = self.pool.begin("BEGIN").await.map_err(db_error)?;
         self.thread_exists(&mut tx, scope, id).await?;
         let found = sqlx::query(
             "SELECT * FROM forge_messages WHERE thread_id = $1 AND tenant_id = $2 ORDER BY seq",
@@ -198,7 +211,27 @@ impl ThreadStore for SqliteStore {
         id: ThreadId,
         window: &MessageWindow,
     ) -> Result<Vec<Message>, Error> {
-        let mut tx = self.pool.begin().await.map_err(db_error)?;
+        let limit = i64::try_from(window.limit).unwrap_or(i64::MAX);
+        if window.after.is_none() && window.before.is_none() {
+            // A page from an end is one statement, no transaction; only an empty page asks
+            // whether the thread is the tenant's (a page found shows it is).
+            let mut conn = self.conn().await?;
+            let found = sqlx::query(window.page_sql())
+                .bind(id.to_string())
+                .bind(scope.tenant_id().as_str())
+                .bind(0i64)
+                .bind(i64::MAX)
+                .bind(limit)
+                .fetch_all(&mut *conn)
+                .await
+                .map_err(db_error)?;
+            if found.is_empty() {
+                self.thread_exists(&mut conn, scope, id).await?;
+            }
+            conn.release();
+            return found.iter().map(rows::message).collect();
+        }
+        let mut tx = self.pool.begin("BEGIN").await.map_err(db_error)?;
         self.thread_exists(&mut tx, scope, id).await?;
         let mut bounds = [0i64, i64::MAX];
         for (bound, cursor) in bounds.iter_mut().zip([window.after, window.before]) {
@@ -217,7 +250,7 @@ impl ThreadStore for SqliteStore {
             .bind(scope.tenant_id().as_str())
             .bind(bounds[0])
             .bind(bounds[1])
-            .bind(i64::try_from(window.limit).unwrap_or(i64::MAX))
+            .bind(limit)
             .fetch_all(&mut *tx)
             .await
             .map_err(db_error)?;
@@ -230,7 +263,7 @@ impl ThreadStore for SqliteStore {
         scope: &Scope,
         window: &ThreadWindow,
     ) -> Result<Vec<Thread>, Error> {
-        let mut tx = self.pool.begin().await.map_err(db_error)?;
+        let mut tx = self.pool.begin("BEGIN").await.map_err(db_error)?;
         let cursor = match window.before {
             Some(before) => {
                 let t = self.fetch_thread(&mut *tx, scope, before).await?;
@@ -291,7 +324,7 @@ impl ThreadStore for SqliteStore {
 
 /// Replaces the thread's summary in `tx` if `summary` builds on the current one.
 pub(crate) async fn set_summary(
-    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+    tx: &mut crate::Tx,
     scope: &Scope,
     run: &Run,
     summary: &ThreadSummary,
@@ -321,7 +354,7 @@ pub(crate) async fn set_summary(
 
 /// Replaces a thread's session state in `tx` if it is still at `expected_version`.
 pub(crate) async fn set_state(
-    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+    tx: &mut crate::Tx,
     scope: &Scope,
     id: ThreadId,
     expected_version: u64,
@@ -489,11 +522,11 @@ impl RunStore for SqliteStore {
     }
 
     async fn get_run(&self, scope: &Scope, id: RunId) -> Result<Run, Error> {
-        self.fetch_run(&self.pool, scope, id).await
+        self.fetch_run(&mut *self.conn().await?, scope, id).await
     }
 
     async fn list_runs(&self, scope: &Scope, thread_id: ThreadId) -> Result<Vec<Run>, Error> {
-        let mut tx = self.pool.begin().await.map_err(db_error)?;
+        let mut tx = self.pool.begin("BEGIN").await.map_err(db_error)?;
         self.thread_exists(&mut tx, scope, thread_id).await?;
         let sql = format!(
             "SELECT {RUN_COLUMNS} FROM forge_runs WHERE thread_id = $1 AND tenant_id = $2 ORDER BY created_at, id"
@@ -510,7 +543,7 @@ impl RunStore for SqliteStore {
 
     async fn query_runs(&self, scope: &Scope, query: &RunQuery) -> Result<Vec<Run>, Error> {
         // RunQuery::admits, in SQL, below the cursor (checked to be the tenant's first).
-        let mut tx = self.pool.begin().await.map_err(db_error)?;
+        let mut tx = self.pool.begin("BEGIN").await.map_err(db_error)?;
         let cursor = match query.before {
             Some(before) => {
                 let run = self.fetch_run(&mut *tx, scope, before).await?;
@@ -602,7 +635,7 @@ impl RunStore for SqliteStore {
         after_seq: u64,
         limit: usize,
     ) -> Result<Vec<RunEvent>, Error> {
-        let mut tx = self.pool.begin().await.map_err(db_error)?;
+        let mut tx = self.pool.begin("BEGIN").await.map_err(db_error)?;
         self.fetch_run(&mut *tx, scope, id).await?;
         let found = sqlx::query("SELECT body FROM forge_run_events WHERE run_id = $1 AND tenant_id = $2 AND seq > $3 ORDER BY seq LIMIT $4")
             .bind(id.to_string())

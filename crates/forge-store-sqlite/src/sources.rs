@@ -128,7 +128,7 @@ impl SourceStore for SqliteStore {
         ))
         .bind(scope.tenant_id().as_str())
         .bind(id.as_str())
-        .fetch_optional(&self.pool)
+        .fetch_optional(&mut *self.conn().await?)
         .await
         .map_err(db_error)?
         .map(|r| source_of(&r))
@@ -143,7 +143,7 @@ impl SourceStore for SqliteStore {
         ))
         .bind(scope.tenant_id().as_str())
         .bind(limit as i64)
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *self.conn().await?)
         .await
         .map_err(db_error)?
         .iter()
@@ -154,7 +154,7 @@ impl SourceStore for SqliteStore {
     async fn source_refs(&self, scope: &Scope) -> Result<Vec<SourceRef>, Error> {
         sqlx::query("SELECT id, label FROM forge_sources WHERE tenant_id = $1 ORDER BY id")
             .bind(scope.tenant_id().as_str())
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *self.conn().await?)
             .await
             .map_err(db_error)?
             .iter()
@@ -179,7 +179,7 @@ impl SourceStore for SqliteStore {
         .bind(scope.tenant_id().as_str())
         .bind(id.as_str())
         .bind(version)
-        .fetch_optional(&self.pool)
+        .fetch_optional(&mut *self.conn().await?)
         .await
         .map_err(db_error)
     }
@@ -190,7 +190,7 @@ impl SourceStore for SqliteStore {
         )
         .bind(scope.tenant_id().as_str())
         .bind(id.as_str())
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *self.conn().await?)
         .await
         .map_err(db_error)?
         .iter()
@@ -255,7 +255,7 @@ impl SourceStore for SqliteStore {
         )
         .bind(tenant)
         .bind(&ids)
-        .fetch_one(&self.pool)
+        .fetch_one(&mut *self.conn().await?)
         .await
         .map_err(db_error)?;
         let mut out = Candidates {
@@ -280,7 +280,7 @@ impl SourceStore for SqliteStore {
         .bind(tenant)
         .bind(&ids)
         .bind(cap as i64)
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *self.conn().await?)
         .await
         .map_err(db_error)?
         .iter()
@@ -355,7 +355,7 @@ impl SourceStore for SqliteStore {
         .bind(model)
         .bind(id.as_str())
         .bind(version)
-        .fetch_one(&self.pool)
+        .fetch_one(&mut *self.conn().await?)
         .await
         .map_err(db_error)
     }
@@ -375,6 +375,7 @@ impl SourceStore for SqliteStore {
         let ids = serde_json::to_string(&allowed.iter().map(SourceId::as_str).collect::<Vec<_>>())
             .map_err(|e| Error::invalid(e.to_string()))?;
         let mut top = TopK::new(k);
+        let mut conn = self.conn().await?;
         // Streamed: the vectors are scored as they arrive, never all held at once.
         let mut rows = sqlx::query(
             "SELECT source_id, idx, vector FROM forge_chunk_vectors
@@ -383,7 +384,7 @@ impl SourceStore for SqliteStore {
         .bind(tenant)
         .bind(model)
         .bind(&ids)
-        .fetch(&self.pool);
+        .fetch(&mut *conn);
         while let Some(r) = rows.try_next().await.map_err(db_error)? {
             if let Some(score) = vector::dot_encoded(r.get::<&[u8], _>("vector"), query) {
                 top.push(
@@ -406,7 +407,7 @@ impl SourceStore for SqliteStore {
         )
         .bind(tenant)
         .bind(rows::keys_json(&top))
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *self.conn().await?)
         .await
         .map_err(db_error)?
         .iter()

@@ -123,7 +123,7 @@ impl UsageLedger for SqliteStore {
             )
             .bind(tenant)
             .bind(run.to_string())
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *self.conn().await?)
             .await,
             CallFilter::Between(from, to) => sqlx::query(
                 "SELECT body FROM forge_model_calls WHERE tenant_id = $1 AND at >= $2 AND at < $3 ORDER BY at, id",
@@ -131,7 +131,7 @@ impl UsageLedger for SqliteStore {
             .bind(tenant)
             .bind(from.unix_millis())
             .bind(to.unix_millis())
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *self.conn().await?)
             .await,
         }
         .map_err(db_error)?;
@@ -141,7 +141,7 @@ impl UsageLedger for SqliteStore {
 
 /// Settles a reserved call inside `tx` (the trait's `settle`, and a step's commit).
 pub(crate) async fn settle_tx(
-    tx: &mut sqlx::Transaction<'static, sqlx::Sqlite>,
+    tx: &mut crate::Tx,
     tenant: &str,
     settlement: &Settlement,
 ) -> Result<ModelCall, Error> {
@@ -158,11 +158,7 @@ pub(crate) async fn settle_tx(
 }
 
 /// Writes a call's new state (its status column and body).
-async fn update_call(
-    tx: &mut sqlx::Transaction<'static, sqlx::Sqlite>,
-    tenant: &str,
-    call: &ModelCall,
-) -> Result<(), Error> {
+async fn update_call(tx: &mut crate::Tx, tenant: &str, call: &ModelCall) -> Result<(), Error> {
     sqlx::query(
         "UPDATE forge_model_calls SET status = $1, body = $2 WHERE id = $3 AND tenant_id = $4",
     )

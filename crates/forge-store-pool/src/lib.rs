@@ -403,6 +403,21 @@ mod tests {
         (pool, opened)
     }
 
+    /// Runs `sql` on a connection given back sound.
+    async fn run(pool: &Pool<SqliteConnection>, sql: &'static str) {
+        let mut conn = pool.acquire().await.expect("acquire");
+        sqlx::raw_sql(sql).execute(&mut *conn).await.expect(sql);
+        conn.release();
+    }
+
+    async fn insert(tx: &mut Tx<SqliteConnection>, x: i64) {
+        sqlx::query("INSERT INTO t VALUES ($1)")
+            .bind(x)
+            .execute(&mut **tx)
+            .await
+            .expect("insert");
+    }
+
     async fn count(pool: &Pool<SqliteConnection>) -> i64 {
         let mut conn = pool.acquire().await.expect("acquire");
         let n: i64 = sqlx::query("SELECT count(*) FROM t")
@@ -417,17 +432,9 @@ mod tests {
     #[tokio::test]
     async fn a_released_connection_is_reused_and_a_committed_write_stays() {
         let (pool, opened) = pool("reuse", 2, Checks::EMBEDDED);
-        let mut conn = pool.acquire().await.expect("acquire");
-        sqlx::raw_sql("CREATE TABLE t (x INTEGER)")
-            .execute(&mut *conn)
-            .await
-            .expect("create");
-        conn.release();
+        run(&pool, "CREATE TABLE t (x INTEGER)").await;
         let mut tx = pool.begin("BEGIN IMMEDIATE").await.expect("begin");
-        sqlx::query("INSERT INTO t VALUES (1)")
-            .execute(&mut *tx)
-            .await
-            .expect("insert");
+        insert(&mut tx, 1).await;
         tx.commit().await.expect("commit");
         assert_eq!(count(&pool).await, 1);
         assert_eq!(opened.load(std::sync::atomic::Ordering::SeqCst), 1);
@@ -437,12 +444,7 @@ mod tests {
     #[tokio::test]
     async fn a_dropped_transaction_is_rolled_back_before_reuse() {
         let (pool, _) = pool("rollback", 1, Checks::EMBEDDED);
-        let mut conn = pool.acquire().await.expect("acquire");
-        sqlx::raw_sql("CREATE TABLE t (x INTEGER)")
-            .execute(&mut *conn)
-            .await
-            .expect("create");
-        conn.release();
+        run(&pool, "CREATE TABLE t (x INTEGER)").await;
         {
             let mut tx = pool.begin("BEGIN IMMEDIATE").await.expect("begin");
             sqlx::query("INSERT INTO t VALUES (1)")
@@ -461,22 +463,18 @@ mod tests {
     #[tokio::test]
     async fn a_transaction_begun_with_a_read_sees_its_rows_and_holds_the_lock() {
         let (pool, _) = pool("reading", 2, Checks::EMBEDDED);
-        let mut conn = pool.acquire().await.expect("acquire");
-        sqlx::raw_sql("CREATE TABLE t (x INTEGER); INSERT INTO t VALUES (7)")
-            .execute(&mut *conn)
-            .await
-            .expect("create");
-        conn.release();
+        run(
+            &pool,
+            "CREATE TABLE t (x INTEGER); INSERT INTO t VALUES (7)",
+        )
+        .await;
         let (mut tx, rows) = pool
             .begin_reading("BEGIN IMMEDIATE; SELECT x FROM t")
             .await
             .expect("begin");
         assert_eq!(rows.len(), 1);
         assert_eq!(rows[0].get::<i64, _>(0), 7);
-        sqlx::query("INSERT INTO t VALUES (8)")
-            .execute(&mut *tx)
-            .await
-            .expect("insert");
+        insert(&mut tx, 8).await;
         // Dropped: the insert is rolled back, and the connection comes back usable.
         drop(tx);
         let tx = pool.begin("BEGIN IMMEDIATE").await.expect("begin again");

@@ -62,10 +62,29 @@ fn summary(run: &Run, version: u64, through: MessageId, covered: u64) -> ThreadS
 /// Pages forward and backward return exactly the window asked for, oldest first; a cursor taken
 /// before messages were appended still names the same place after (appends land after every
 /// cursor), so paging while a run writes neither repeats nor skips a message. An unknown
-/// cursor, or another tenant's thread, is `NotFound`.
+/// cursor, or another tenant's thread, is `NotFound`; a thread with no messages yet pages as
+/// empty from either end.
 pub async fn message_pages_are_stable_under_concurrent_appends<F: StoreFactory>() {
     let f = fixture::<F>().await;
     let mut run = f.run().await;
+    for window in [
+        MessageWindow::after(None, 3),
+        MessageWindow::before(None, 3),
+    ] {
+        let empty = f
+            .store
+            .page_messages(&f.scope, run.thread_id, &window)
+            .await
+            .expect("a page of a thread with no messages yet");
+        assert!(empty.is_empty(), "{window:?}");
+        expect_kind(
+            f.store
+                .page_messages(&scope("tenant-b"), run.thread_id, &window)
+                .await,
+            ErrorKind::NotFound,
+            "another tenant's empty thread",
+        );
+    }
     let lease = f
         .store
         .acquire_lease(&f.scope, run.id, "w", TTL)

@@ -114,18 +114,21 @@ impl JobQueue for SqliteStore {
         filter: &ClaimFilter,
     ) -> Result<Option<ClaimedJob>, Error> {
         let now = self.clock.now();
-        let (_gate, mut tx) = self.write_tx().await?;
         // One host holds every process of this store: a claim whose holder is no longer running
-        // lapses now, not when its lease runs out (a restarted process takes over at once).
-        let holders: Vec<String> = sqlx::query_scalar(
-            "SELECT DISTINCT holder FROM forge_jobs WHERE state = 'claimed' AND expires_at > $1 \
-             AND holder IS NOT NULL AND holder <> $2",
-        )
-        .bind(now.unix_millis())
-        .bind(worker)
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(db_error)?;
+        // lapses now, not when its lease runs out (a restarted process takes over at once). The
+        // other holders are read in the same trip as the `BEGIN IMMEDIATE`.
+        let (_gate, mut tx, found) = self
+            .write_tx_reading(&format!(
+                "SELECT DISTINCT holder FROM forge_jobs WHERE state = 'claimed' AND expires_at > {} \
+                 AND holder IS NOT NULL AND holder <> {}",
+                now.unix_millis(),
+                rows::literal(worker)
+            ))
+            .await?;
+        let holders = found
+            .iter()
+            .map(|r| rows::get::<String>(r, "holder"))
+            .collect::<Result<Vec<_>, Error>>()?;
         for dead in holders
             .iter()
             .filter(|h| forge_core::holder::is_dead_here(h))

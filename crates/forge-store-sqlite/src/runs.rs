@@ -40,18 +40,28 @@ impl SqliteStore {
         scope: &Scope,
         id: RunId,
     ) -> Result<(WriteGate, crate::Tx, Run), Error> {
-        let gate = self.write_gate.clone().lock_owned().await;
-        let sql = format!(
-            "BEGIN IMMEDIATE; SELECT {RUN_COLUMNS} FROM forge_runs WHERE id = '{id}' AND tenant_id = {}",
+        let read = format!(
+            "SELECT {RUN_COLUMNS} FROM forge_runs WHERE id = '{id}' AND tenant_id = {}",
             crate::rows::literal(scope.tenant_id().as_str())
         );
-        let (tx, found) = self
-            .pool
-            .begin_reading(sqlx::AssertSqlSafe(sql))
-            .await
-            .map_err(db_error)?;
+        let (gate, tx, found) = self.write_tx_reading(&read).await?;
         let row = found.first().ok_or_else(|| Error::not_found("run", id))?;
         Ok((gate, tx, rows::run(row)?))
+    }
+
+    /// [`SqliteStore::write_tx`] with `read` (its values inlined as literals) sent in the same
+    /// trip to the connection as the `BEGIN IMMEDIATE`: the transaction and the read's rows.
+    pub(crate) async fn write_tx_reading(
+        &self,
+        read: &str,
+    ) -> Result<(WriteGate, crate::Tx, Vec<sqlx::sqlite::SqliteRow>), Error> {
+        let gate = self.write_gate.clone().lock_owned().await;
+        let (tx, found) = self
+            .pool
+            .begin_reading(sqlx::AssertSqlSafe(format!("BEGIN IMMEDIATE; {read}")))
+            .await
+            .map_err(db_error)?;
+        Ok((gate, tx, found))
     }
 
     async fn fetch_thread<'e, E: sqlx::SqliteExecutor<'e>>(

@@ -35,6 +35,11 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 /// [`sqlx::Error::PoolTimedOut`] (sqlx's own default).
 pub const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// What a statement of [`Pool::read_many`] gives: a row, or the statement's result after its
+/// rows.
+pub type Output<DB> =
+    sqlx::Either<<DB as sqlx::Database>::QueryResult, <DB as sqlx::Database>::Row>;
+
 /// Opens a new connection.
 type Connect<C> = Arc<dyn Fn() -> BoxFuture<'static, Result<C, sqlx::Error>> + Send + Sync>;
 
@@ -189,12 +194,25 @@ where
 
     /// A connection with a transaction begun by `begin` (`BEGIN`, `BEGIN IMMEDIATE`, or a
     /// `BEGIN` followed by settings, sent as one message).
+    ///
+    /// A connection the server closed under the pool (it restarted, or ended idle sessions)
+    /// fails its `BEGIN` with an I/O error: that is retried on another connection, up to the
+    /// pool's size, as nothing can have been done on a connection that is gone.
     pub async fn begin(&self, begin: impl sqlx::SqlSafeStr) -> Result<Tx<C>, sqlx::Error> {
-        let mut conn = self.acquire().await?;
-        // Marked first: a `BEGIN` that failed half way is rolled back when `conn` is dropped.
-        conn.in_tx = true;
-        sqlx::raw_sql(begin).execute(&mut *conn).await?;
-        Ok(Tx { conn })
+        let begin = begin.into_sql_str();
+        let mut attempts = 0;
+        loop {
+            let mut conn = self.acquire().await?;
+            // Marked first: a `BEGIN` that failed half way is rolled back when `conn` is dropped.
+            conn.in_tx = true;
+            match sqlx::raw_sql(begin.clone()).execute(&mut *conn).await {
+                Ok(_) => return Ok(Tx { conn }),
+                Err(e) if closed_under_the_pool(&e) && attempts < self.inner.size => {
+                    attempts += 1;
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     /// Like [`Pool::begin`], with reads after the `BEGIN` in the same message (so with their
@@ -203,10 +221,49 @@ where
         &self,
         begin_and_reads: impl sqlx::SqlSafeStr,
     ) -> Result<(Tx<C>, Vec<<C::Database as sqlx::Database>::Row>), sqlx::Error> {
-        let mut conn = self.acquire().await?;
-        conn.in_tx = true;
-        let rows = sqlx::raw_sql(begin_and_reads).fetch_all(&mut *conn).await?;
-        Ok((Tx { conn }, rows))
+        let sql = begin_and_reads.into_sql_str();
+        let mut attempts = 0;
+        loop {
+            let mut conn = self.acquire().await?;
+            conn.in_tx = true;
+            match sqlx::raw_sql(sql.clone()).fetch_all(&mut *conn).await {
+                Ok(rows) => return Ok((Tx { conn }, rows)),
+                // As in `begin`: a connection closed under the pool did nothing.
+                Err(e) if closed_under_the_pool(&e) && attempts < self.inner.size => {
+                    attempts += 1;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Runs `sql`, which only reads (values inlined as literals), and returns what each of its
+    /// statements gave, in order: rows, then the statement's result. Retried like
+    /// [`Pool::begin`] on a connection the server closed: a read that did not run did nothing.
+    pub async fn read_many(
+        &self,
+        sql: impl sqlx::SqlSafeStr,
+    ) -> Result<Vec<Output<C::Database>>, sqlx::Error> {
+        use futures_util::TryStreamExt;
+        let sql = sql.into_sql_str();
+        let mut attempts = 0;
+        loop {
+            let mut conn = self.acquire().await?;
+            let read: Result<Vec<_>, _> = sqlx::raw_sql(sql.clone())
+                .fetch_many(&mut *conn)
+                .try_collect()
+                .await;
+            match read {
+                Ok(output) => {
+                    conn.release();
+                    return Ok(output);
+                }
+                Err(e) if closed_under_the_pool(&e) && attempts < self.inner.size => {
+                    attempts += 1;
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     /// Refuses new acquisitions and closes the idle connections. Connections in use are closed
@@ -222,6 +279,17 @@ where
     /// Whether [`Pool::close`] was called.
     pub fn is_closed(&self) -> bool {
         self.inner.permits.is_closed()
+    }
+}
+
+/// Whether `e` says the connection was closed by the other side before it did anything: an I/O
+/// error, or PostgreSQL's notice that it ended the session (`57P01`, an administrator's command
+/// or a fast shutdown; `57P02`, a crash of another backend). SQLite reports neither.
+fn closed_under_the_pool(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Io(_) => true,
+        sqlx::Error::Database(db) => matches!(db.code().as_deref(), Some("57P01" | "57P02")),
+        _ => false,
     }
 }
 

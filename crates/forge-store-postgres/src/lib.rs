@@ -278,29 +278,28 @@ impl PostgresStore {
         statements: &[&str],
         values: &[Value<'_>],
     ) -> Result<Vec<Vec<sqlx::postgres::PgRow>>, forge_core::Error> {
-        use futures_util::TryStreamExt;
         let mut sql = self.tenant_settings(scope);
         for statement in statements {
             sql.push_str("; ");
             sql.push_str(&inline(statement, values));
         }
-        let mut conn = self.conn().await?;
+        let output = self
+            .hot
+            .read_many(sqlx::AssertSqlSafe(sql))
+            .await
+            .map_err(db_error)?;
         // One result per statement, the settings' first: its row is not the caller's.
         let mut results: Vec<Vec<sqlx::postgres::PgRow>> = vec![Vec::new()];
-        {
-            let mut stream = sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).fetch_many(&mut *conn);
-            while let Some(item) = stream.try_next().await.map_err(db_error)? {
-                match item {
-                    sqlx::Either::Left(_) => results.push(Vec::new()),
-                    sqlx::Either::Right(row) => {
-                        if let Some(last) = results.last_mut() {
-                            last.push(row);
-                        }
+        for item in output {
+            match item {
+                sqlx::Either::Left(_) => results.push(Vec::new()),
+                sqlx::Either::Right(row) => {
+                    if let Some(last) = results.last_mut() {
+                        last.push(row);
                     }
                 }
             }
         }
-        conn.release();
         // The settings' result, and the empty one opened after the last statement ended.
         results.pop();
         results.remove(0);

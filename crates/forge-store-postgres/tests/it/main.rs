@@ -7,6 +7,7 @@ mod claim_plan;
 mod isolation;
 mod migrations;
 mod notify;
+mod pool;
 
 use std::sync::Arc;
 

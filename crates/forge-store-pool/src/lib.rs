@@ -410,6 +410,21 @@ where
         self.end("COMMIT").await
     }
 
+    /// Runs `writes` on the transaction's connection as its last step: their statements end
+    /// with `COMMIT`, so the writes and the commit take one trip. On success the connection goes
+    /// back sound; on an error the transaction is rolled back as when it is dropped. (A `writes`
+    /// that does not commit leaves the transaction open on a connection marked sound: SQLite
+    /// then refuses the next `BEGIN`, but PostgreSQL would only warn, so this is for SQLite.)
+    pub async fn commit_with<R, E>(
+        mut self,
+        writes: impl AsyncFnOnce(&mut C) -> Result<R, E>,
+    ) -> Result<R, E> {
+        let out = writes(&mut self.conn).await?;
+        self.conn.in_tx = false;
+        self.conn.sound = true;
+        Ok(out)
+    }
+
     /// Rolls back, and gives the connection back.
     pub async fn rollback(self) -> Result<(), sqlx::Error> {
         self.end("ROLLBACK").await
@@ -547,6 +562,31 @@ mod tests {
         drop(tx);
         let tx = pool.begin("BEGIN IMMEDIATE").await.expect("begin again");
         tx.commit().await.expect("commit");
+        assert_eq!(count(&pool).await, 1);
+    }
+
+    #[tokio::test]
+    async fn writes_that_end_with_their_commit_stay_and_a_failed_one_rolls_back() {
+        let (pool, _) = pool("commit-with", 1, Checks::EMBEDDED);
+        run(&pool, "CREATE TABLE t (x INTEGER PRIMARY KEY)").await;
+        let tx = pool.begin("BEGIN IMMEDIATE").await.expect("begin");
+        tx.commit_with(async |c| {
+            sqlx::raw_sql("INSERT INTO t VALUES (1); COMMIT")
+                .execute(c)
+                .await
+        })
+        .await
+        .expect("insert and commit");
+        let tx = pool.begin("BEGIN IMMEDIATE").await.expect("begin");
+        let failed = tx
+            .commit_with(async |c| {
+                sqlx::raw_sql("INSERT INTO t VALUES (2); INSERT INTO t VALUES (1); COMMIT")
+                    .execute(c)
+                    .await
+            })
+            .await;
+        assert!(failed.is_err(), "a duplicate key");
+        // The one connection comes back after its rollback: the first row alone stays.
         assert_eq!(count(&pool).await, 1);
     }
 

@@ -124,7 +124,7 @@ impl SqliteStore {
         ttl: Duration,
     ) -> Result<(RunLease, Run), Error> {
         let now = self.clock.now();
-        let (_gate, mut tx, mut run) = self.write_tx_with_run(scope, id).await?;
+        let (_gate, tx, mut run) = self.write_tx_with_run(scope, id).await?;
         // One host holds every process of this store: the lease of a holder that is no longer
         // running is over now, not when it runs out.
         if let Some(held) = run.lease.as_mut()
@@ -135,32 +135,38 @@ impl SqliteStore {
             held.expires_at = now;
         }
         let lease = next_lease(&run, holder, ttl, now)?;
-        self.set_lease(&mut tx, &lease, Some(lease.token)).await?;
-        tx.commit().await.map_err(db_error)?;
+        // The lease and the commit in one trip.
+        tx.commit_with(async |c| set_lease(c, &lease, Some(lease.token), true).await)
+            .await?;
         run.fence = lease.token;
         run.lease = Some(lease.clone());
         Ok((lease, run))
     }
+}
 
-    async fn set_lease(
-        &self,
-        tx: &mut crate::Tx,
-        lease: &RunLease,
-        fence: Option<u64>,
-    ) -> Result<(), Error> {
-        sqlx::query(
-            "UPDATE forge_runs SET lease_holder = $1, lease_token = $2, lease_expires_at = $3, fence = COALESCE($4, fence) WHERE id = $5",
-        )
+/// Writes `lease` on its run (and the fence, when taken anew), then commits when `then_commit`
+/// (the transaction's last statement, sent in the same trip: [`forge_store_pool::Tx::commit_with`]).
+async fn set_lease(
+    conn: &mut sqlx::SqliteConnection,
+    lease: &RunLease,
+    fence: Option<u64>,
+    then_commit: bool,
+) -> Result<(), Error> {
+    let sql = if then_commit {
+        "UPDATE forge_runs SET lease_holder = ?, lease_token = ?, lease_expires_at = ?, fence = COALESCE(?, fence) WHERE id = ?; COMMIT"
+    } else {
+        "UPDATE forge_runs SET lease_holder = ?, lease_token = ?, lease_expires_at = ?, fence = COALESCE(?, fence) WHERE id = ?"
+    };
+    sqlx::query(sql)
         .bind(&lease.holder)
         .bind(i64_of(lease.token)?)
         .bind(lease.expires_at.unix_millis())
         .bind(fence.map(i64_of).transpose()?)
         .bind(lease.run_id.to_string())
-        .execute(&mut **tx)
+        .execute(conn)
         .await
         .map_err(db_error)?;
-        Ok(())
-    }
+    Ok(())
 }
 
 #[async_trait]
@@ -612,7 +618,7 @@ impl RunStore for SqliteStore {
         let (_gate, mut tx) = self.write_tx().await?;
         let run = self.fetch_run(&mut *tx, scope, lease.run_id).await?;
         let renewed = renewed_lease(&run, lease, ttl, now)?;
-        self.set_lease(&mut tx, &renewed, None).await?;
+        set_lease(&mut tx, &renewed, None, false).await?;
         tx.commit().await.map_err(db_error)?;
         Ok(renewed)
     }

@@ -2,11 +2,12 @@
 //!
 //! Every statement sqlx runs is a round trip to the connection's own thread, and those trips (two
 //! thread wake-ups each) cost far more CPU than SQLite's work on the rows. So a step is committed
-//! in four trips whatever it wrote: `BEGIN IMMEDIATE`, the run's row (the fence and version are
-//! decided on it), one multi-statement batch (events, messages, the run's new row, settled model
-//! calls, and for a run that ends its thread's next run), and `COMMIT`. Each statement of the
-//! batch reports its own row count, so a call that replaces no reservation still refuses the
-//! whole commit.
+//! in two trips whatever it wrote (more only for state, a summary, interactions or audit): the
+//! `BEGIN IMMEDIATE` with the run's row and which of the step's settled calls are not open calls
+//! (the fence, version and calls are decided on them, under the write lock), then one
+//! multi-statement batch ending in `COMMIT` (events, messages, the run's new row, settled model
+//! calls, and for a run that ends its thread's next run). Nothing is refused after the batch
+//! began: an error in it stops it before its `COMMIT`, and the transaction is rolled back.
 
 use forge_core::Error;
 use forge_core::event::RunEvent;
@@ -116,13 +117,20 @@ impl Batch {
         Ok(())
     }
 
-    /// Runs the batch in `tx`; refuses the commit when a statement changed too few rows.
-    async fn run(mut self, tx: &mut crate::Tx, run: &forge_core::run::Run) -> Result<(), Error> {
-        if self.expect.is_empty() {
-            return Ok(());
-        }
+    /// Runs the batch and then `COMMIT`, in one trip to the connection of the transaction.
+    ///
+    /// Every refusal was decided before (the run's row and its calls were read under the write
+    /// lock this transaction holds), so the row counts are only checked after: a shortfall would
+    /// be a broken invariant of the store, reported as the refusal it would have been.
+    async fn run_and_commit(
+        mut self,
+        conn: &mut sqlx::SqliteConnection,
+        run: &forge_core::run::Run,
+    ) -> Result<(), Error> {
+        self.sql.push("COMMIT");
+        self.expect.push(None);
         let query = self.sql.build().persistent(false);
-        let results: Vec<_> = sqlx::Executor::execute_many(&mut **tx, query)
+        let results: Vec<_> = sqlx::Executor::execute_many(conn, query)
             .try_collect()
             .await
             .map_err(db_error)?;
@@ -196,7 +204,35 @@ impl SqliteStore {
         commit: StepCommit,
     ) -> Result<Committed, Error> {
         let now = self.clock.now();
-        let (_gate, mut tx, run) = self.write_tx_with_run(scope, commit.run_id).await?;
+        // The run, and which of the calls the step settles are not open calls (settled already,
+        // or another tenant's), read with the `BEGIN IMMEDIATE`.
+        let tenant = crate::rows::literal(scope.tenant_id().as_str());
+        let unopen = if commit.settlements.is_empty() {
+            "NULL".to_owned()
+        } else {
+            let ids: Vec<String> = commit
+                .settlements
+                .iter()
+                .map(|c| format!("'{}'", c.id))
+                .collect();
+            format!(
+                "(SELECT group_concat(id) FROM forge_model_calls WHERE id IN ({}) \
+                 AND NOT (status = 'reserved' AND tenant_id = {tenant}))",
+                ids.join(", ")
+            )
+        };
+        let (_gate, mut tx, found) = self
+            .write_tx_reading(&format!(
+                "SELECT {}, {unopen} AS unopen FROM forge_runs WHERE id = '{}' AND tenant_id = {tenant}",
+                crate::runs::RUN_COLUMNS,
+                commit.run_id
+            ))
+            .await?;
+        let row = found
+            .first()
+            .ok_or_else(|| Error::not_found("run", commit.run_id))?;
+        let run = crate::rows::run(row)?;
+        let unopen: Option<String> = crate::rows::get(row, "unopen")?;
         let committed = check_commit(&run, &commit, now)?;
         if let Some(update) = commit.state.clone() {
             crate::runs::set_state(
@@ -218,6 +254,19 @@ impl SqliteStore {
             crate::interactions::audit(&mut tx, record).await?;
         }
         if let Some(call) = forge_core::ports::store::foreign_settlement(&commit, &run.tenant_id) {
+            return Err(forge_core::ports::store::not_an_open_call(call.id));
+        }
+        // A call settled twice in one step finds it settled the second time.
+        let mut seen = std::collections::HashSet::new();
+        if let Some(call) = commit.settlements.iter().find(|c| !seen.insert(c.id)) {
+            return Err(forge_core::ports::store::not_an_open_call(call.id));
+        }
+        if let Some(call) = unopen.as_deref().and_then(|ids| {
+            commit
+                .settlements
+                .iter()
+                .find(|c| ids.split(',').any(|id| id == c.id.to_string()))
+        }) {
             return Err(forge_core::ports::store::not_an_open_call(call.id));
         }
         let mut batch = Batch::new();
@@ -310,8 +359,8 @@ impl SqliteStore {
                 .push(")");
             batch.end(None);
         }
-        batch.run(&mut tx, &run).await?;
-        tx.commit().await.map_err(db_error)?;
+        tx.commit_with(async |c| batch.run_and_commit(c, &run).await)
+            .await?;
         Ok(committed)
     }
 }

@@ -229,23 +229,38 @@ impl ThreadStore for SqliteStore {
     ) -> Result<Vec<Message>, Error> {
         let limit = i64::try_from(window.limit).unwrap_or(i64::MAX);
         if window.after.is_none() && window.before.is_none() {
-            // A page from an end is one statement, no transaction; only an empty page asks
-            // whether the thread is the tenant's (a page found shows it is).
+            // A page from an end, and whether the thread is the tenant's, in one trip and no
+            // transaction: two statements, told apart by the result that ends each.
+            use futures_util::TryStreamExt;
+            let sql = format!(
+                "{}; SELECT 1 FROM forge_threads WHERE id = $1 AND tenant_id = $2",
+                window.page_sql()
+            );
             let mut conn = self.conn().await?;
-            let found = sqlx::query(window.page_sql())
+            let query = sqlx::query(sqlx::AssertSqlSafe(sql))
                 .bind(id.to_string())
                 .bind(scope.tenant_id().as_str())
                 .bind(0i64)
                 .bind(i64::MAX)
-                .bind(limit)
-                .fetch_all(&mut *conn)
+                .bind(limit);
+            let output: Vec<_> = sqlx::Executor::fetch_many(&mut *conn, query)
+                .try_collect()
                 .await
                 .map_err(db_error)?;
-            if found.is_empty() {
-                self.thread_exists(&mut conn, scope, id).await?;
-            }
             conn.release();
-            return found.iter().map(rows::message).collect();
+            let mut page = Vec::new();
+            let (mut ended, mut exists) = (0, false);
+            for item in output {
+                match item {
+                    sqlx::Either::Left(_) => ended += 1,
+                    sqlx::Either::Right(row) if ended == 0 => page.push(rows::message(&row)?),
+                    sqlx::Either::Right(_) => exists = true,
+                }
+            }
+            if !exists {
+                return Err(Error::not_found("thread", id));
+            }
+            return Ok(page);
         }
         let mut tx = self.pool.begin("BEGIN").await.map_err(db_error)?;
         self.thread_exists(&mut tx, scope, id).await?;

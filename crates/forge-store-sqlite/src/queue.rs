@@ -147,8 +147,10 @@ impl JobQueue for SqliteStore {
         // open jobs in id order (migration 15), so it stops at the first admitted job instead
         // of testing and sorting the whole backlog; `INDEXED BY` makes a plan that does
         // otherwise an error rather than a slow claim. The job found is claimed in the same
-        // statement, which returns it as it now stands.
-        let row = sqlx::query(
+        // statement, which returns it as it now stands. When it found none, lapsed claims with no
+        // attempts left become dead letters (the claim never takes them): only while the queue
+        // is idle, which `changes()` (the claim's count) tells. Then `COMMIT`: one trip.
+        let query = sqlx::query(
             concat!("UPDATE forge_jobs SET state = 'claimed', attempts = attempts + 1, token = token + 1, \
              expires_at = $4, holder = $5 WHERE id = (SELECT id FROM forge_jobs j INDEXED BY forge_jobs_open \
              WHERE state IN ('ready', 'claimed') \
@@ -156,29 +158,27 @@ impl JobQueue for SqliteStore {
              AND ($2 IS NULL OR run_id = $2) \
              AND ($3 IS NULL OR EXISTS (SELECT 1 FROM forge_runs r, json_each($3) a WHERE r.id = j.run_id \
                   AND r.agent_name = json_extract(a.value, '$[0]') AND r.agent_version = json_extract(a.value, '$[1]'))) \
-             ORDER BY id LIMIT 1) RETURNING ", job_columns!()),
+             ORDER BY id LIMIT 1) RETURNING ", job_columns!(), "; \
+             UPDATE forge_jobs SET state = 'dead', expires_at = NULL, last_error = $6 \
+             WHERE changes() = 0 AND state = 'claimed' AND expires_at <= $1 AND attempts >= max_attempts; \
+             COMMIT"),
         )
         .bind(now.unix_millis())
         .bind(filter.run.map(|r| r.to_string()))
         .bind(filter.agents_json())
         .bind(now.plus(ttl).unix_millis())
         .bind(worker)
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(db_error)?;
-        let Some(row) = row else {
-            // Nothing to claim: mark lapsed claims with no attempts left as dead letters (the
-            // claim above never takes them), while the queue is idle rather than on every claim.
-            sqlx::query("UPDATE forge_jobs SET state = 'dead', expires_at = NULL, last_error = $2 WHERE state = 'claimed' AND expires_at <= $1 AND attempts >= max_attempts")
-                .bind(now.unix_millis())
-                .bind(forge_core::ports::queue::WORKER_LOST)
-                .execute(&mut *tx)
-                .await
-                .map_err(db_error)?;
-            tx.commit().await.map_err(db_error)?;
+        .bind(forge_core::ports::queue::WORKER_LOST);
+        let output: Vec<_> = tx
+            .commit_with(async |c| {
+                use futures_util::TryStreamExt;
+                sqlx::Executor::fetch_many(c, query).try_collect().await
+            })
+            .await
+            .map_err(db_error)?;
+        let Some(row) = output.into_iter().find_map(|item| item.right()) else {
             return Ok(None);
         };
-        tx.commit().await.map_err(db_error)?;
         let attempts: i64 = rows::get(&row, "attempts")?;
         let token: i64 = rows::get(&row, "token")?;
         let expires_at = now.plus(ttl);

@@ -53,7 +53,7 @@ pub use migrate::{Migration, migrations};
 use crate::rows::db_error;
 
 /// A transaction confined to a tenant, on a connection of the hot pool.
-pub(crate) type Tx = forge_store_pool::Tx<PgConnection>;
+pub(crate) type Tx = forge_sql_pool::Tx<PgConnection>;
 
 /// How tenant isolation is enforced in the database.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -130,8 +130,8 @@ pub struct PostgresStore {
     /// sqlx's pool, for what needs one: the NOTIFY listener, migrations and the cold paths.
     pool: PgPool,
     /// Forge's own pool for the paths every run takes (transactions, claims): no ping when a
-    /// connection is handed out or given back (`forge-store-pool`).
-    hot: forge_store_pool::Pool<PgConnection>,
+    /// connection is handed out or given back (`forge-sql-pool`).
+    hot: forge_sql_pool::Pool<PgConnection>,
     mode: Mode,
     clock: Arc<dyn Clock>,
     ids: Arc<dyn IdGenerator>,
@@ -187,7 +187,7 @@ impl PostgresStore {
             .map_err(|e| OpenError::Connect(db_error(e)))?;
         let hot = {
             let options = options.clone();
-            forge_store_pool::Pool::new(16, forge_store_pool::Checks::NETWORK, move || {
+            forge_sql_pool::Pool::new(16, forge_sql_pool::Checks::NETWORK, move || {
                 let options = options.clone();
                 Box::pin(async move { PgConnection::connect_with(&options).await })
             })
@@ -337,11 +337,11 @@ impl PostgresStore {
         }
     }
 
-    /// A connection from the pool of the hot paths; [`forge_store_pool::Conn::release`] it
+    /// A connection from the pool of the hot paths; [`forge_sql_pool::Conn::release`] it
     /// after a successful use.
     pub(crate) async fn conn(
         &self,
-    ) -> Result<forge_store_pool::Conn<PgConnection>, forge_core::Error> {
+    ) -> Result<forge_sql_pool::Conn<PgConnection>, forge_core::Error> {
         self.hot.acquire().await.map_err(db_error)
     }
 }

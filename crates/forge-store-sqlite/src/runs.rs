@@ -145,7 +145,7 @@ impl SqliteStore {
 }
 
 /// Writes `lease` on its run (and the fence, when taken anew), then commits when `then_commit`
-/// (the transaction's last statement, sent in the same trip: [`forge_store_pool::Tx::commit_with`]).
+/// (the transaction's last statement, sent in the same trip: [`forge_sql_pool::Tx::commit_with`]).
 async fn set_lease(
     conn: &mut sqlx::SqliteConnection,
     lease: &RunLease,

@@ -199,20 +199,7 @@ where
     /// fails its `BEGIN` with an I/O error: that is retried on another connection, up to the
     /// pool's size, as nothing can have been done on a connection that is gone.
     pub async fn begin(&self, begin: impl sqlx::SqlSafeStr) -> Result<Tx<C>, sqlx::Error> {
-        let begin = begin.into_sql_str();
-        let mut attempts = 0;
-        loop {
-            let mut conn = self.acquire().await?;
-            // Marked first: a `BEGIN` that failed half way is rolled back when `conn` is dropped.
-            conn.in_tx = true;
-            match sqlx::raw_sql(begin.clone()).execute(&mut *conn).await {
-                Ok(_) => return Ok(Tx { conn }),
-                Err(e) if closed_under_the_pool(&e) && attempts < self.inner.size => {
-                    attempts += 1;
-                }
-                Err(e) => return Err(e),
-            }
-        }
+        self.begin_reading(begin).await.map(|(tx, _)| tx)
     }
 
     /// Like [`Pool::begin`], with reads after the `BEGIN` in the same message (so with their
@@ -225,13 +212,11 @@ where
         let mut attempts = 0;
         loop {
             let mut conn = self.acquire().await?;
+            // Marked first: a `BEGIN` that failed half way is rolled back when `conn` is dropped.
             conn.in_tx = true;
             match sqlx::raw_sql(sql.clone()).fetch_all(&mut *conn).await {
                 Ok(rows) => return Ok((Tx { conn }, rows)),
-                // As in `begin`: a connection closed under the pool did nothing.
-                Err(e) if closed_under_the_pool(&e) && attempts < self.inner.size => {
-                    attempts += 1;
-                }
+                Err(e) if self.retries(&e, &mut attempts) => {}
                 Err(e) => return Err(e),
             }
         }
@@ -258,12 +243,18 @@ where
                     conn.release();
                     return Ok(output);
                 }
-                Err(e) if closed_under_the_pool(&e) && attempts < self.inner.size => {
-                    attempts += 1;
-                }
+                Err(e) if self.retries(&e, &mut attempts) => {}
                 Err(e) => return Err(e),
             }
         }
+    }
+
+    /// Whether a first use that failed with `e` is tried again on another connection: when the
+    /// server closed the one it met (nothing ran on it), up to the pool's size in all.
+    fn retries(&self, e: &sqlx::Error, attempts: &mut usize) -> bool {
+        let again = closed_under_the_pool(e) && *attempts < self.inner.size;
+        *attempts += usize::from(again);
+        again
     }
 
     /// Refuses new acquisitions and closes the idle connections. Connections in use are closed

@@ -71,6 +71,26 @@ pub enum RunStatus {
 }
 
 impl RunStatus {
+    /// Every status, each wait reason apart.
+    pub const ALL: [RunStatus; 7] = [
+        RunStatus::Queued,
+        RunStatus::Running,
+        RunStatus::Waiting(WaitReason::Approval),
+        RunStatus::Waiting(WaitReason::Question),
+        RunStatus::Completed,
+        RunStatus::Failed,
+        RunStatus::Cancelled,
+    ];
+
+    /// The status as one string: its name, and a waiting run's reason after a colon
+    /// (`waiting:approval`). A store's SQL spells it `status || coalesce(':' || waiting_for, '')`.
+    pub fn key(&self) -> String {
+        match self.wait_reason() {
+            Some(reason) => format!("{}:{}", self.name(), reason.name()),
+            None => self.name().to_owned(),
+        }
+    }
+
     /// Whether no input can move the run any more.
     pub fn is_terminal(&self) -> bool {
         matches!(
@@ -412,6 +432,50 @@ impl Run {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn every_status_has_one_key_that_reads_back() {
+        let keys: Vec<String> = RunStatus::ALL.iter().map(RunStatus::key).collect();
+        assert_eq!(
+            keys,
+            [
+                "queued",
+                "running",
+                "waiting:approval",
+                "waiting:question",
+                "completed",
+                "failed",
+                "cancelled"
+            ]
+        );
+        for status in RunStatus::ALL {
+            let key = status.key();
+            let (name, reason) = key
+                .split_once(':')
+                .map_or((key.as_str(), None), |(n, r)| (n, Some(r)));
+            assert_eq!(RunStatus::from_stored(name, reason).ok(), Some(status));
+        }
+    }
+
+    #[test]
+    fn the_statuses_a_step_may_leave_are_those_that_reach_its_own() {
+        use crate::ports::store::statuses_reaching;
+        let from = |to| statuses_reaching(to).collect::<Vec<_>>();
+        assert_eq!(
+            from(RunStatus::Completed),
+            ["queued", "running", "waiting:approval", "waiting:question"]
+        );
+        assert_eq!(from(RunStatus::Queued), ["queued"]);
+        assert_eq!(
+            from(RunStatus::Waiting(WaitReason::Question)),
+            ["queued", "running", "waiting:approval", "waiting:question"]
+        );
+        assert_eq!(
+            from(RunStatus::Running),
+            ["queued", "running", "waiting:approval", "waiting:question"]
+        );
+        assert!(from(RunStatus::Failed).iter().all(|s| s != "failed"));
+    }
 
     fn any_status() -> impl Strategy<Value = RunStatus> {
         prop_oneof![

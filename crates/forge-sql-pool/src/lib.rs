@@ -250,8 +250,10 @@ where
     }
 
     /// Whether a first use that failed with `e` is tried again on another connection: when the
-    /// server closed the one it met (nothing ran on it), up to the pool's size in all.
-    fn retries(&self, e: &sqlx::Error, attempts: &mut usize) -> bool {
+    /// server closed the one it met, up to the pool's size in all (`attempts` counts them). For
+    /// a use that is harmless to repeat: a read, a `BEGIN`, or a write that refuses itself when
+    /// it was done already (one gated on the version it changes).
+    pub fn retries(&self, e: &sqlx::Error, attempts: &mut usize) -> bool {
         let again = closed_under_the_pool(e) && *attempts < self.inner.size;
         *attempts += usize::from(again);
         again
@@ -315,9 +317,19 @@ where
         }
     }
 
-    /// Gives the connection back as sound: the next user gets it without a check.
+    /// Gives the connection back as sound, with no transaction open: the next user gets it
+    /// without a check.
     pub fn release(mut self) {
         self.sound = true;
+        self.in_tx = false;
+    }
+
+    /// Marks the connection as inside a transaction, for a message that is a whole transaction
+    /// from its `BEGIN` to its `COMMIT`: unless it is [`Conn::release`]d after the `COMMIT`, the
+    /// transaction (one a statement half way stopped) is rolled back before the connection is
+    /// used again.
+    pub fn begins_transaction(&mut self) {
+        self.in_tx = true;
     }
 }
 
@@ -578,6 +590,33 @@ mod tests {
             .await;
         assert!(failed.is_err(), "a duplicate key");
         // The one connection comes back after its rollback: the first row alone stays.
+        assert_eq!(count(&pool).await, 1);
+    }
+
+    #[tokio::test]
+    async fn a_whole_transaction_in_one_message_stays_and_one_stopped_half_way_rolls_back() {
+        let (pool, _) = pool("whole", 1, Checks::EMBEDDED);
+        run(&pool, "CREATE TABLE t (x INTEGER PRIMARY KEY)").await;
+        let mut conn = pool.acquire().await.expect("acquire");
+        conn.begins_transaction();
+        sqlx::raw_sql("BEGIN IMMEDIATE; INSERT INTO t VALUES (1); COMMIT")
+            .execute(&mut *conn)
+            .await
+            .expect("a whole transaction");
+        conn.release();
+        let mut conn = pool.acquire().await.expect("acquire");
+        conn.begins_transaction();
+        let failed = sqlx::raw_sql(
+            "BEGIN IMMEDIATE; INSERT INTO t VALUES (2); INSERT INTO t VALUES (1); COMMIT",
+        )
+        .execute(&mut *conn)
+        .await;
+        assert!(failed.is_err(), "a duplicate key");
+        drop(conn);
+        // The one connection comes back after its rollback (a transaction left open would fail
+        // this `BEGIN`): the first row alone stays.
+        let tx = pool.begin("BEGIN IMMEDIATE").await.expect("begin again");
+        tx.rollback().await.expect("rollback");
         assert_eq!(count(&pool).await, 1);
     }
 

@@ -392,6 +392,30 @@ pub async fn refused_commit_writes_nothing<F: StoreFactory>() {
         ErrorKind::Invalid,
         "a commit whose events skip a sequence",
     );
+    // Events that start right after the log but leave a gap further on.
+    let mut gapped = f.events(run.id, 1, 3);
+    gapped.remove(1);
+    expect_kind(
+        f.store
+            .commit_step(&f.scope, f.commit(&run, &lease, gapped, RunStatus::Running))
+            .await,
+        ErrorKind::Invalid,
+        "a commit whose events skip a sequence after the first",
+    );
+    // A message of another run, in a step that is otherwise in order.
+    let mut foreign = f.commit(&run, &lease, f.events(run.id, 1, 1), RunStatus::Running);
+    foreign.messages = vec![Message {
+        id: MessageId::generate(&SequentialIds::new()),
+        run_id: forge_core::id::RunId(uuid::Uuid::from_u128(7)),
+        role: Role::Assistant,
+        parts: vec![Part::text("not this run's")],
+        created_at: f.clock.now(),
+    }];
+    expect_kind(
+        f.store.commit_step(&f.scope, foreign).await,
+        ErrorKind::Invalid,
+        "a commit of another run's message",
+    );
     // A wrong expected version.
     let mut stale = f.commit(&run, &lease, f.events(run.id, 1, 1), RunStatus::Running);
     stale.expected_version = 7;

@@ -260,6 +260,15 @@ impl StepCommit {
     pub fn releases_lease(&self) -> bool {
         releases_lease(self.status)
     }
+
+    /// Whether the step writes more than its run's log and row: thread state, a summary,
+    /// interactions or audit entries (stores judge such a step on the run before writing).
+    pub fn writes_beside_the_log(&self) -> bool {
+        self.state.is_some()
+            || self.summary.is_some()
+            || !self.interactions.is_empty()
+            || !self.audit.is_empty()
+    }
 }
 
 /// Whether a commit leaving the run at `status` gives its lease up ([`StepCommit::releases_lease`]).
@@ -426,10 +435,25 @@ pub fn check_commit(
             commit.status.name()
         )));
     }
+    check_own(commit, run.id, &run.tenant_id)?;
+    Ok(Committed {
+        version: run.version + 1,
+        last_seq: run.last_seq + commit.events.len() as u64,
+        cancel_requested: run.cancel_requested,
+    })
+}
+
+/// What `check_commit` checks after the status change, which needs only the run's id and tenant:
+/// the interactions and messages are the run's own, and interactions park it.
+fn check_own(
+    commit: &StepCommit,
+    run: RunId,
+    tenant: &crate::scope::TenantId,
+) -> Result<(), Error> {
     if commit
         .interactions
         .iter()
-        .any(|i| i.run_id != run.id || i.tenant_id != run.tenant_id)
+        .any(|i| i.run_id != run || &i.tenant_id != tenant)
     {
         return Err(Error::invalid(
             "a step may only raise interactions of its own run",
@@ -440,16 +464,36 @@ pub fn check_commit(
             "a step that raises interactions parks its run",
         ));
     }
-    if commit.messages.iter().any(|m| m.run_id != run.id) {
+    if commit.messages.iter().any(|m| m.run_id != run) {
         return Err(Error::invalid(
             "a step may only commit messages of its own run",
         ));
     }
-    Ok(Committed {
-        version: run.version + 1,
-        last_seq: run.last_seq + commit.events.len() as u64,
-        cancel_requested: run.cancel_requested,
-    })
+    Ok(())
+}
+
+/// The checks of [`check_commit`] that need no run row, made on `commit` alone for its run of
+/// `tenant`: its events follow each other from the first and are the run's, and its interactions
+/// and messages are the run's own. For an adapter whose database decides the rest in the
+/// statement that writes the step: where the row's log ends right before the first event, this
+/// holds exactly when the same checks of `check_commit` hold.
+pub fn check_commit_alone(
+    commit: &StepCommit,
+    tenant: &crate::scope::TenantId,
+) -> Result<(), Error> {
+    if let Some(first) = commit.events.first() {
+        crate::event::check_contiguous(commit.run_id, first.seq.saturating_sub(1), &commit.events)?;
+    }
+    check_own(commit, commit.run_id, tenant)
+}
+
+/// The statuses a run may be in for a step to leave it `to` (what `check_commit` allows), as
+/// [`RunStatus::key`]s.
+pub fn statuses_reaching(to: RunStatus) -> impl Iterator<Item = String> {
+    RunStatus::ALL
+        .into_iter()
+        .filter(move |from| crate::run::reachable(*from, to))
+        .map(|from| from.key())
 }
 
 /// The error every adapter gives for a step that settles call `call` when it is not an open call

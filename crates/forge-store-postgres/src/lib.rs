@@ -260,11 +260,45 @@ impl PostgresStore {
     /// Begins a transaction confined to `scope`'s tenant by row-level security. The `BEGIN` and
     /// the settings travel in one simple-query round trip (values quoted as SQL literals).
     pub(crate) async fn tenant_tx(&self, scope: &Scope) -> Result<Tx, forge_core::Error> {
+        self.begin_tenant(scope).await.map_err(db_error)
+    }
+
+    async fn begin_tenant(&self, scope: &Scope) -> Result<Tx, sqlx::Error> {
         let settings = self.tenant_settings(scope);
         self.hot
             .begin(sqlx::AssertSqlSafe(format!("BEGIN; {settings}")))
             .await
-            .map_err(db_error)
+    }
+
+    /// Runs `query`, a call of one of the functions that confine themselves to the tenant
+    /// (`forge_step`, `forge_lease`: migration 21), as its own transaction: in RLS mode one
+    /// round trip in autocommit, sent again on another connection when the server had closed
+    /// the one it met (the functions refuse a write done already: it is gated on the version or
+    /// fence it changes); in Supabase mode inside a tenant transaction, whose role and claims
+    /// the policies need. Returns its row, if any, once committed.
+    pub(crate) async fn tenant_call<'q>(
+        &self,
+        scope: &Scope,
+        query: impl Fn() -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
+    ) -> Result<Option<sqlx::postgres::PgRow>, sqlx::Error> {
+        if self.mode == Mode::Supabase {
+            let mut tx = self.begin_tenant(scope).await?;
+            let row = query().fetch_optional(&mut *tx).await?;
+            tx.commit().await?;
+            return Ok(row);
+        }
+        let mut attempts = 0;
+        loop {
+            let mut conn = self.hot.acquire().await?;
+            match query().fetch_optional(&mut *conn).await {
+                Ok(row) => {
+                    conn.release();
+                    return Ok(row);
+                }
+                Err(e) if self.hot.retries(&e, &mut attempts) => {}
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     /// Reads confined to `scope`'s tenant in one round trip: the settings and `statements`

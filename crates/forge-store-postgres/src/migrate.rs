@@ -344,8 +344,29 @@ const SUPABASE_CLAIM_SPLIT: Migration = Migration {
     down: include_str!("../migrations/0020_claim_split.down.sql"),
 };
 
+/// A step commit and a lease in one round trip: functions that set the tenant themselves, so a
+/// call in autocommit is the whole transaction.
+const ONE_TRIP_WRITES: Migration = Migration {
+    version: 21,
+    name: "one_trip_writes",
+    up: include_str!("../migrations/0021_one_trip_writes.up.sql"),
+    down: include_str!("../migrations/0021_one_trip_writes.down.sql"),
+};
+
+/// Supabase mode calls them as `forge_tenant`, inside its tenant transaction.
+const SUPABASE_ONE_TRIP_WRITES: Migration = Migration {
+    version: 21,
+    name: "supabase_one_trip_writes",
+    up: concat!(
+        include_str!("../migrations/0021_one_trip_writes.up.sql"),
+        include_str!("../migrations/0021_supabase_grants.up.sql")
+    ),
+    // Dropping the functions drops their grants.
+    down: include_str!("../migrations/0021_one_trip_writes.down.sql"),
+};
+
 /// The migrations of a mode, in order.
-pub fn migrations(mode: Mode) -> [Migration; 20] {
+pub fn migrations(mode: Mode) -> [Migration; 21] {
     match mode {
         Mode::Rls => [
             TABLES,
@@ -368,6 +389,7 @@ pub fn migrations(mode: Mode) -> [Migration; 20] {
             OPEN_JOBS,
             STEP_WRITES,
             CLAIM_SPLIT,
+            ONE_TRIP_WRITES,
         ],
         Mode::Supabase => [
             TABLES,
@@ -390,6 +412,7 @@ pub fn migrations(mode: Mode) -> [Migration; 20] {
             SUPABASE_OPEN_JOBS,
             STEP_WRITES,
             SUPABASE_CLAIM_SPLIT,
+            SUPABASE_ONE_TRIP_WRITES,
         ],
     }
 }

@@ -11,8 +11,8 @@ use forge_core::id::{RunId, ThreadId};
 use forge_core::message::Message;
 use forge_core::ports::store::{
     Admission, Committed, MessageWindow, NewRun, NewThread, RunQuery, RunStore, StartStrategy,
-    StepCommit, ThreadStore, admit, check_commit, check_summary, foreign_settlement, next_lease,
-    not_an_open_call, renewed_lease,
+    StepCommit, ThreadStore, admit, check_commit, check_commit_alone, check_summary,
+    foreign_settlement, next_lease, not_an_open_call, renewed_lease, statuses_reaching,
 };
 use forge_core::run::{Run, RunLease};
 use forge_core::scope::Scope;
@@ -121,73 +121,141 @@ const CREATE_RUN_SQL: &str = "WITH inserted AS ( \
 INSERT INTO forge_jobs (id, tenant_id, run_id, state, available_at, attempts, max_attempts, token, traceparent) \
 VALUES ($17, $2, $1, $18, $9, 0, $19, 0, $20)";
 
-/// A lease taken in one statement, under a lock on the run row: the next fence to `$3` until
-/// `$4` when no one else holds an unexpired lease at `$5`; returns the row as it was, for
-/// `next_lease` to judge (and whether it was taken).
-const LEASE_SQL: &str = "WITH old AS ( \
-    SELECT * FROM forge_runs WHERE id = $1 AND tenant_id = $2 FOR UPDATE \
-), free AS ( \
-    SELECT 1 FROM old WHERE lease_holder IS NULL OR lease_holder = $3 OR lease_expires_at <= $5 \
-), taken AS ( \
-    UPDATE forge_runs SET lease_holder = $3, lease_token = fence + 1, lease_expires_at = $4, fence = fence + 1 \
-    WHERE id = $1 AND tenant_id = $2 AND EXISTS (SELECT 1 FROM free) \
-) \
-SELECT old.*, EXISTS (SELECT 1 FROM free) AS taken FROM old";
+/// A lease through `forge_lease` (migration 21): taken under a lock on the run row, the next fence
+/// to `$3` until `$4` when no one else holds an unexpired lease at `$5`; returns the row as it was,
+/// for `next_lease` to judge, and whether it was taken (exactly when `next_lease` allows it).
+const LEASE_SQL: &str =
+    "SELECT (s.o_run).*, s.o_taken AS taken FROM forge_lease($1, $2, $3, $4, $5) AS s";
 
-/// A whole step in one statement, under a lock on its run row: when the row is as the step
-/// expects (`ok`: version `$1`, lease `$13` unexpired at `$7`, and its events starting at `$27`
-/// right after the last), its events, messages and settled model calls are appended and the row
-/// updated (its lease cleared when the step ends the run, `$10`); when the run ends (`$11`), its
-/// pending interactions expire and its thread's oldest queued run becomes active with its job
-/// ready. Whatever it wrote, it returns the run row as it was and the settled calls' ids, for
-/// `check_commit` to judge before the transaction commits (a refused step rolls back; with the
-/// row not as expected nothing was written). Listeners are notified (`$12`: events appended).
-const STEP_SQL: &str = "WITH old AS ( \
-    SELECT * FROM forge_runs WHERE id = $8 AND tenant_id = $9 FOR UPDATE \
-), ok AS ( \
-    SELECT thread_id FROM old WHERE version = $1 AND lease_token = $13 AND lease_expires_at > $7 \
-    AND ($27::bigint IS NULL OR last_seq + 1 = $27) \
-), events AS ( \
-    INSERT INTO forge_run_events (run_id, seq, tenant_id, at, body) \
-    SELECT $8, e.seq, $9, e.at, e.body FROM UNNEST($14::bigint[], $15::timestamptz[], $16::jsonb[]) AS e(seq, at, body) \
-    WHERE EXISTS (SELECT 1 FROM ok) \
-), messages AS ( \
-    INSERT INTO forge_messages (tenant_id, thread_id, id, run_id, role, parts, created_at) \
-    SELECT $9, ok.thread_id, m.id, m.run_id, m.role, m.parts, m.created_at \
-    FROM ok, UNNEST($17::uuid[], $18::uuid[], $19::text[], $20::jsonb[], $21::timestamptz[]) \
-    WITH ORDINALITY AS m(id, run_id, role, parts, created_at, n) ORDER BY m.n \
-), calls AS ( \
-    INSERT INTO forge_model_calls (id, tenant_id, run_id, period_start, at, status, body) \
-    SELECT c.id, $9, $8, c.period_start, c.at, c.status, c.body \
-    FROM UNNEST($22::uuid[], $23::timestamptz[], $24::timestamptz[], $25::text[], $26::jsonb[]) AS c(id, period_start, at, status, body) \
-    WHERE EXISTS (SELECT 1 FROM ok) \
-    ON CONFLICT (id) DO UPDATE SET status = excluded.status, body = excluded.body \
-    WHERE forge_model_calls.status = 'reserved' AND forge_model_calls.tenant_id = excluded.tenant_id \
-    RETURNING forge_model_calls.id \
-), updated AS ( \
-    UPDATE forge_runs SET version = version + 1, last_seq = last_seq + $2, status = $3, waiting_for = $4, \
-    checkpoint = $5, failure = $6, updated_at = $7, \
-    lease_holder = CASE WHEN $10 THEN NULL ELSE lease_holder END, \
-    lease_token = CASE WHEN $10 THEN NULL ELSE lease_token END, \
-    lease_expires_at = CASE WHEN $10 THEN NULL ELSE lease_expires_at END \
-    WHERE id = $8 AND tenant_id = $9 AND EXISTS (SELECT 1 FROM ok) \
-), expired AS ( \
-    UPDATE forge_interactions SET status = 'expired', body = jsonb_set(body, '{status}', '\"expired\"') \
-    WHERE $11 AND run_id = $8 AND tenant_id = $9 AND status = 'pending' AND EXISTS (SELECT 1 FROM ok) \
-), next_run AS ( \
-    SELECT r.id FROM forge_runs r, ok WHERE $11 AND r.thread_id = ok.thread_id AND r.tenant_id = $9 \
-    AND r.status = 'queued' AND r.id <> $8 ORDER BY r.created_at, r.id LIMIT 1 \
-), promoted AS ( \
-    UPDATE forge_threads SET active_run = (SELECT id FROM next_run) \
-    WHERE $11 AND id = (SELECT thread_id FROM ok) AND tenant_id = $9 AND active_run = $8 \
-), woken AS ( \
-    UPDATE forge_jobs SET state = 'ready', available_at = $7 \
-    WHERE run_id = (SELECT id FROM next_run) AND state = 'waiting' \
-) \
-SELECT old.*, ARRAY(SELECT id FROM calls) AS settled, EXISTS (SELECT 1 FROM ok) AS wrote, \
-    CASE WHEN $12 AND EXISTS (SELECT 1 FROM ok) \
-    THEN pg_notify('forge_run_events', old.id::text || ' ' || old.thread_id::text) END AS woke \
-FROM old";
+/// A whole step through `forge_step` (migration 21), under a lock on its run row. Its gate
+/// decides everything `check_commit` would refuse (the lease `$13` unexpired at `$7`, the
+/// version `$1`, the events continuing the log at `$27`, a status `$28` the step may leave, what
+/// `check_commit_alone` found of the step itself `$29`, and every settled call still open), so
+/// it writes only a step that passes: its events, messages and settled model calls, the run row
+/// (its lease cleared when the step ends the run, `$10`), and when the run ends (`$11`, in a
+/// statement of its own) its pending interactions expire and its thread's oldest queued run
+/// becomes active with its job ready. It returns the run row as it was, the ids it settled, the settled calls that were not
+/// open, and whether it wrote; listeners are notified when it appended events (`$12`).
+const STEP_SQL: &str = "SELECT (s.o_run).*, s.o_settled AS settled, s.o_closed AS closed, \
+    s.o_wrote AS wrote FROM forge_step($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, \
+    $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29) AS s";
+
+/// A step's arguments to `forge_step`, encoded once (a call that met a closed connection is
+/// sent again from them).
+struct StepArgs {
+    version: i64,
+    count: i64,
+    checkpoint: sqlx::types::Json<serde_json::Value>,
+    failure: Option<sqlx::types::Json<serde_json::Value>>,
+    token: i64,
+    first: Option<i64>,
+    events: EventColumns,
+    messages: MessageColumns,
+    calls: crate::usage::CallColumns,
+    /// The statuses the step may leave, as `forge_step` compares them.
+    from: Vec<String>,
+    /// Whether `check_commit_alone` passed.
+    alone: bool,
+}
+
+impl StepArgs {
+    fn of(commit: &StepCommit, scope: &Scope) -> Result<Self, Error> {
+        Ok(Self {
+            version: i64_of(commit.expected_version)?,
+            count: i64::try_from(commit.events.len()).unwrap_or(i64::MAX),
+            checkpoint: to_json(&commit.checkpoint)?,
+            failure: commit.failure.as_ref().map(to_json).transpose()?,
+            token: i64_of(commit.lease.token)?,
+            first: commit.events.first().map(|e| i64_of(e.seq)).transpose()?,
+            events: EventColumns::of(&commit.events)?,
+            messages: MessageColumns::of(&commit.messages)?,
+            calls: crate::usage::CallColumns::of(&commit.settlements)?,
+            from: statuses_reaching(commit.status).collect(),
+            alone: check_commit_alone(commit, scope.tenant_id()).is_ok(),
+        })
+    }
+
+    fn query<'a>(
+        &'a self,
+        commit: &'a StepCommit,
+        scope: &'a Scope,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> sqlx::query::Query<'a, sqlx::Postgres, sqlx::postgres::PgArguments> {
+        sqlx::query(STEP_SQL)
+            .bind(self.version)
+            .bind(self.count)
+            .bind(commit.status.name())
+            .bind(commit.status.wait_reason().map(|r| r.name()))
+            .bind(&self.checkpoint)
+            .bind(&self.failure)
+            .bind(now)
+            .bind(commit.run_id.0)
+            .bind(scope.tenant_id().as_str())
+            .bind(commit.releases_lease())
+            .bind(commit.status.is_terminal())
+            .bind(!commit.events.is_empty())
+            .bind(self.token)
+            .bind(&self.events.seqs)
+            .bind(&self.events.ats)
+            .bind(&self.events.bodies)
+            .bind(&self.messages.ids)
+            .bind(&self.messages.runs)
+            .bind(&self.messages.roles)
+            .bind(&self.messages.parts)
+            .bind(&self.messages.ats)
+            .bind(&self.calls.ids)
+            .bind(&self.calls.period_starts)
+            .bind(&self.calls.ats)
+            .bind(&self.calls.statuses)
+            .bind(&self.calls.bodies)
+            .bind(self.first)
+            .bind(&self.from)
+            .bind(self.alone)
+    }
+}
+
+/// What `forge_step` decided, as `commit_step` answers: `check_commit`'s result for a step it
+/// wrote (its gate refuses whatever `check_commit` refuses), and for one it did not, the
+/// refusal, named by `check_commit` where it refuses the row as it was.
+fn judge_step(
+    row: &sqlx::postgres::PgRow,
+    commit: &StepCommit,
+    scope: &Scope,
+    now: forge_core::time::Timestamp,
+) -> Result<Committed, Error> {
+    let judged = check_commit(&rows::run(row)?, commit, now);
+    if rows::get::<bool>(row, "wrote")? {
+        return judged.map_err(|e| {
+            rows::corrupt(
+                "step gate",
+                format!("forge_step wrote a step check_commit refuses: {e}"),
+            )
+        });
+    }
+    judged?;
+    let closed: Vec<uuid::Uuid> = rows::get(row, "closed")?;
+    if let Some(call) = commit.settlements.iter().find(|c| closed.contains(&c.id.0)) {
+        return Err(not_an_open_call(call.id));
+    }
+    check_commit_alone(commit, scope.tenant_id())?;
+    // The row passed check_commit yet not the gate: only a lease that lapses within the
+    // microsecond the database rounds the clock to.
+    Err(Error::Fenced {
+        resource: format!("run {}", commit.run_id),
+    })
+}
+
+/// A `forge_step` refusal raised after its gate (a conflicting call it could not see), as the
+/// error `commit_step` gives; other errors as they are.
+fn step_error(e: sqlx::Error) -> Error {
+    if let sqlx::Error::Database(db) = &e
+        && db.code().as_deref() == Some("FG001")
+        && let Ok(id) = db.message().parse::<uuid::Uuid>()
+    {
+        return not_an_open_call(forge_core::id::ModelCallId(id));
+    }
+    db_error(e)
+}
 
 async fn set_lease(tx: &mut Tx, lease: &RunLease, fence: Option<u64>) -> Result<(), Error> {
     sqlx::query(
@@ -650,20 +718,21 @@ impl RunStore for PostgresStore {
     ) -> Result<(RunLease, Run), Error> {
         let now = self.clock.now();
         let expires_at = now.plus(ttl);
-        let mut tx = self.tenant_tx(scope).await?;
-        let row = sqlx::query(LEASE_SQL)
-            .bind(id.0)
-            .bind(scope.tenant_id().as_str())
-            .bind(holder)
-            .bind(expires_at.0)
-            .bind(now.0)
-            .fetch_optional(&mut *tx)
+        let row = self
+            .tenant_call(scope, || {
+                sqlx::query(LEASE_SQL)
+                    .bind(id.0)
+                    .bind(scope.tenant_id().as_str())
+                    .bind(holder)
+                    .bind(expires_at.0)
+                    .bind(now.0)
+            })
             .await
             .map_err(db_error)?
             .ok_or_else(|| Error::not_found("run", id))?;
         let mut run = rows::run(&row)?;
-        // Judged on the row as it was; a refusal rolls back (nothing was written unless the
-        // lease lapsed within the database's microsecond).
+        // Judged on the row as it was; the lease was taken exactly when next_lease allows it
+        // (unless it lapsed within the database's microsecond: then not taken, and refused).
         let lease = next_lease(&run, holder, ttl, now)?;
         if !rows::get::<bool>(&row, "taken")? {
             return Err(Error::LeaseHeld {
@@ -671,7 +740,6 @@ impl RunStore for PostgresStore {
                 until: run.lease.as_ref().map_or(now, |l| l.expires_at),
             });
         }
-        tx.commit().await.map_err(db_error)?;
         run.fence = lease.token;
         run.lease = Some(lease.clone());
         Ok((lease, run))
@@ -713,91 +781,48 @@ impl RunStore for PostgresStore {
         if let Some(call) = foreign_settlement(&commit, scope.tenant_id()) {
             return Err(not_an_open_call(call.id));
         }
-        let mut tx = self.tenant_tx(scope).await?;
+        let args = StepArgs::of(&commit, scope)?;
         // A step that also writes thread state, a summary, interactions or audit entries is
-        // judged first (those writes need the run, and their own errors must not mask the
-        // step's); the common step is judged on the row its one statement returns.
-        let extras = commit.state.is_some()
-            || commit.summary.is_some()
-            || !commit.interactions.is_empty()
-            || !commit.audit.is_empty();
-        if extras {
-            let run = fetch_run(&mut tx, scope, commit.run_id, true).await?;
-            check_commit(&run, &commit, now)?;
-            if let Some(update) = commit.state.clone() {
-                set_state(
-                    &mut tx,
-                    scope,
-                    run.thread_id,
-                    update.expected_version,
-                    update.values,
-                )
-                .await?;
-            }
-            if let Some(summary) = &commit.summary {
-                set_summary(&mut tx, scope, &run, summary).await?;
-            }
-            for i in &commit.interactions {
-                crate::interactions::insert(&mut tx, i).await?;
-            }
-            for record in &commit.audit {
-                crate::interactions::audit(&mut tx, record).await?;
-            }
+        // judged first, in a transaction (those writes need the run, and their own errors must
+        // not mask the step's); the common step is one call, judged on the row it returns.
+        if !commit.writes_beside_the_log() {
+            let row = self
+                .tenant_call(scope, || args.query(&commit, scope, now.0))
+                .await
+                .map_err(step_error)?
+                .ok_or_else(|| Error::not_found("run", commit.run_id))?;
+            return judge_step(&row, &commit, scope, now);
         }
-        let events = EventColumns::of(&commit.events)?;
-        let messages = MessageColumns::of(&commit.messages)?;
-        let calls = crate::usage::CallColumns::of(&commit.settlements)?;
-        let row = sqlx::query(STEP_SQL)
-            .bind(i64_of(commit.expected_version)?)
-            .bind(i64::try_from(commit.events.len()).unwrap_or(i64::MAX))
-            .bind(commit.status.name())
-            .bind(commit.status.wait_reason().map(|r| r.name()))
-            .bind(to_json(&commit.checkpoint)?)
-            .bind(commit.failure.as_ref().map(to_json).transpose()?)
-            .bind(now.0)
-            .bind(commit.run_id.0)
-            .bind(scope.tenant_id().as_str())
-            .bind(commit.releases_lease())
-            .bind(commit.status.is_terminal())
-            .bind(!commit.events.is_empty())
-            .bind(i64_of(commit.lease.token)?)
-            .bind(events.seqs)
-            .bind(events.ats)
-            .bind(events.bodies)
-            .bind(messages.ids)
-            .bind(messages.runs)
-            .bind(messages.roles)
-            .bind(messages.parts)
-            .bind(messages.ats)
-            .bind(calls.ids)
-            .bind(calls.period_starts)
-            .bind(calls.ats)
-            .bind(calls.statuses)
-            .bind(calls.bodies)
-            .bind(commit.events.first().map(|e| i64_of(e.seq)).transpose()?)
+        let mut tx = self.tenant_tx(scope).await?;
+        let run = fetch_run(&mut tx, scope, commit.run_id, true).await?;
+        check_commit(&run, &commit, now)?;
+        if let Some(update) = commit.state.clone() {
+            set_state(
+                &mut tx,
+                scope,
+                run.thread_id,
+                update.expected_version,
+                update.values,
+            )
+            .await?;
+        }
+        if let Some(summary) = &commit.summary {
+            set_summary(&mut tx, scope, &run, summary).await?;
+        }
+        for i in &commit.interactions {
+            crate::interactions::insert(&mut tx, i).await?;
+        }
+        for record in &commit.audit {
+            crate::interactions::audit(&mut tx, record).await?;
+        }
+        let row = args
+            .query(&commit, scope, now.0)
             .fetch_optional(&mut *tx)
             .await
-            .map_err(db_error)?
+            .map_err(step_error)?
             .ok_or_else(|| Error::not_found("run", commit.run_id))?;
-        // Judged on the row as it was: a refused step returns here, and dropping the
-        // transaction rolls back whatever the statement wrote.
-        let committed = check_commit(&rows::run(&row)?, &commit, now)?;
-        if !rows::get::<bool>(&row, "wrote")? {
-            // The row passed check_commit yet not the statement's own test: only a lease that
-            // lapses within the microsecond the database rounds the clock to.
-            return Err(Error::Fenced {
-                resource: format!("run {}", commit.run_id),
-            });
-        }
-        let settled: Vec<uuid::Uuid> = rows::get(&row, "settled")?;
-        // A call that was not open (settled already, or another tenant's id) refuses the step.
-        if let Some(call) = commit
-            .settlements
-            .iter()
-            .find(|c| !settled.contains(&c.id.0))
-        {
-            return Err(not_an_open_call(call.id));
-        }
+        // A refusal returns here, and dropping the transaction rolls back what it wrote.
+        let committed = judge_step(&row, &commit, scope, now)?;
         tx.commit().await.map_err(db_error)?;
         Ok(committed)
     }

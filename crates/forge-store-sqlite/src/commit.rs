@@ -11,11 +11,14 @@
 
 use forge_core::Error;
 use forge_core::event::RunEvent;
-use forge_core::id::ThreadId;
+use forge_core::id::RunId;
 use forge_core::message::Message;
 use forge_core::metering::ModelCall;
-use forge_core::ports::store::{Committed, StepCommit, check_commit};
+use forge_core::ports::store::{
+    Committed, StepCommit, check_commit, check_commit_alone, foreign_settlement, statuses_reaching,
+};
 use forge_core::scope::Scope;
+use forge_core::time::Timestamp;
 use futures_util::TryStreamExt;
 use sqlx::{QueryBuilder, Sqlite};
 
@@ -65,12 +68,8 @@ impl Batch {
         Ok(())
     }
 
-    fn messages(
-        &mut self,
-        scope: &Scope,
-        thread: ThreadId,
-        messages: &[Message],
-    ) -> Result<(), Error> {
+    /// Inserts `messages` into the thread of their run (`run`, read by the statement).
+    fn messages(&mut self, scope: &Scope, run: RunId, messages: &[Message]) -> Result<(), Error> {
         for chunk in messages.chunks(ROWS_PER_INSERT) {
             let rows = chunk
                 .iter()
@@ -81,7 +80,9 @@ impl Batch {
             );
             self.sql.push_values(rows, |mut row, (m, parts)| {
                 row.push_bind(scope.tenant_id().as_str().to_owned())
-                    .push_bind(thread.to_string())
+                    .push("(SELECT thread_id FROM forge_runs WHERE id = ")
+                    .push_bind_unseparated(run.to_string())
+                    .push_unseparated(")")
                     .push_bind(m.id.to_string())
                     .push_bind(m.run_id.to_string())
                     .push_bind(m.role.name())
@@ -91,6 +92,84 @@ impl Batch {
             self.end(None);
         }
         Ok(())
+    }
+
+    /// The new row of the run after `commit` (all but its version and log end, which the
+    /// caller sets): status, checkpoint, failure, time, and the lease when the step ends it.
+    fn run_changes(
+        &mut self,
+        scope: &Scope,
+        commit: &StepCommit,
+        now: Timestamp,
+    ) -> Result<(), Error> {
+        self.sql
+            .push(", status = ")
+            .push_bind(commit.status.name())
+            .push(", waiting_for = ")
+            .push_bind(commit.status.wait_reason().map(|r| r.name()))
+            .push(", checkpoint = ")
+            .push_bind(to_json(&commit.checkpoint)?)
+            .push(", failure = ")
+            .push_bind(commit.failure.as_ref().map(to_json).transpose()?)
+            .push(", updated_at = ")
+            .push_bind(now.unix_millis());
+        if commit.releases_lease() {
+            // The run ends: its lease goes with this commit.
+            self.sql
+                .push(", lease_holder = NULL, lease_token = NULL, lease_expires_at = NULL");
+        }
+        self.sql
+            .push(" WHERE id = ")
+            .push_bind(commit.run_id.to_string())
+            .push(" AND tenant_id = ")
+            .push_bind(scope.tenant_id().as_str().to_owned());
+        Ok(())
+    }
+
+    /// For a step that ends its run: its pending interactions expire, and its thread's oldest
+    /// queued run becomes the active one, with that run's job ready.
+    fn ending(&mut self, scope: &Scope, run: RunId, now: Timestamp) {
+        let (run, tenant) = (run.to_string(), scope.tenant_id().as_str().to_owned());
+        // A run that ends leaves nothing for a person to decide.
+        self.sql
+            .push(
+                "UPDATE forge_interactions SET status = 'expired', body = json_set(body, '$.status', 'expired') \
+                 WHERE status = 'pending' AND run_id = ",
+            )
+            .push_bind(run.clone())
+            .push(" AND tenant_id = ")
+            .push_bind(tenant.clone());
+        self.end(None);
+        let thread = "(SELECT thread_id FROM forge_runs WHERE id = ";
+        self.sql
+            .push(
+                "UPDATE forge_threads SET active_run = (SELECT id FROM forge_runs WHERE status = 'queued' \
+                 AND thread_id = ",
+            )
+            .push(thread)
+            .push_bind(run.clone())
+            .push(") AND tenant_id = ")
+            .push_bind(tenant.clone())
+            .push(" AND id <> ")
+            .push_bind(run.clone())
+            .push(" ORDER BY created_at, id LIMIT 1) WHERE id = ")
+            .push(thread)
+            .push_bind(run.clone())
+            .push(") AND tenant_id = ")
+            .push_bind(tenant.clone())
+            .push(" AND active_run = ")
+            .push_bind(run.clone());
+        self.end(None);
+        self.sql
+            .push("UPDATE forge_jobs SET state = 'ready', available_at = ")
+            .push_bind(now.unix_millis())
+            .push(" WHERE state = 'waiting' AND run_id = (SELECT active_run FROM forge_threads WHERE id = ")
+            .push(thread)
+            .push_bind(run)
+            .push(") AND tenant_id = ")
+            .push_bind(tenant)
+            .push(")");
+        self.end(None);
     }
 
     fn call(&mut self, call: &ModelCall) -> Result<(), Error> {
@@ -117,40 +196,56 @@ impl Batch {
         Ok(())
     }
 
-    /// Runs the batch and then `COMMIT`, in one trip to the connection of the transaction.
+    /// Runs the batch and then `COMMIT`, in one trip to the connection of the transaction, and
+    /// returns the rows its statements returned: the database's error outside, a statement that
+    /// changed fewer rows than it must have inside.
     ///
     /// Every refusal was decided before (the run's row and its calls were read under the write
-    /// lock this transaction holds), so the row counts are only checked after: a shortfall would
-    /// be a broken invariant of the store, reported as the refusal it would have been.
+    /// lock this transaction holds, or the batch's first statement refused it), so the row counts
+    /// are only checked after: a shortfall would be a broken invariant of the store, reported as
+    /// the refusal it would have been.
     async fn run_and_commit(
         mut self,
         conn: &mut sqlx::SqliteConnection,
-        run: &forge_core::run::Run,
-    ) -> Result<(), Error> {
+        run: RunId,
+    ) -> Result<Result<Vec<sqlx::sqlite::SqliteRow>, Error>, sqlx::Error> {
         self.sql.push("COMMIT");
         self.expect.push(None);
         let query = self.sql.build().persistent(false);
-        let results: Vec<_> = sqlx::Executor::execute_many(conn, query)
+        let output: Vec<_> = sqlx::Executor::fetch_many(conn, query)
             .try_collect()
-            .await
-            .map_err(db_error)?;
+            .await?;
+        let mut rows = Vec::new();
+        let mut results = Vec::new();
+        for item in output {
+            match item {
+                sqlx::Either::Left(result) => results.push(result),
+                sqlx::Either::Right(row) => rows.push(row),
+            }
+        }
         for (result, expect) in results.iter().zip(&self.expect) {
-            let Some((rows, why)) = expect else { continue };
-            if result.rows_affected() >= *rows {
+            let Some((count, why)) = expect else { continue };
+            if result.rows_affected() >= *count {
                 continue;
             }
-            return Err(match why {
+            let refusal = match why {
                 Shortfall::Version { expected } => Error::VersionConflict {
                     entity: "run",
-                    id: run.id.to_string(),
+                    id: run.to_string(),
                     expected: *expected,
                     actual: expected + 1,
                 },
                 Shortfall::Call(id) => forge_core::ports::store::not_an_open_call(*id),
-            });
+            };
+            return Ok(Err(refusal));
         }
-        Ok(())
+        Ok(Ok(rows))
     }
+}
+
+/// Whether `e` is the refusal of `forge_refuse` (migration 16).
+fn refused(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Database(db) if db.message().contains("forge: refused"))
 }
 
 /// Pushes one multi-row `INSERT` of `events` (at most [`ROWS_PER_INSERT`]).
@@ -197,12 +292,126 @@ pub(crate) async fn insert_events(
 }
 
 impl SqliteStore {
-    /// See [`forge_core::ports::store::RunStore::commit_step`].
+    /// See [`forge_core::ports::store::RunStore::commit_step`]: the common step in one trip,
+    /// and a step that writes more, or that the database refused, judged in two.
     pub(crate) async fn commit(
         &self,
         scope: &Scope,
         commit: StepCommit,
     ) -> Result<Committed, Error> {
+        match self.commit_at_once(scope, &commit).await? {
+            Some(committed) => Ok(committed),
+            None => self.commit_judged(scope, commit).await,
+        }
+    }
+
+    /// A step that writes events, messages and settled calls, in one trip: `BEGIN IMMEDIATE`, a
+    /// statement that refuses the transaction unless the run is as the step expects (what
+    /// `check_commit` checks of the row, and every settled call open), the writes, the run's
+    /// new row (returned), and `COMMIT`. `None` when the step is not such a step, or when the
+    /// database refused it: nothing was written, and [`SqliteStore::commit_judged`] names the
+    /// refusal (or, should the run have moved on since, judges the step anew).
+    async fn commit_at_once(
+        &self,
+        scope: &Scope,
+        commit: &StepCommit,
+    ) -> Result<Option<Committed>, Error> {
+        let tenant = scope.tenant_id();
+        let mut seen = std::collections::HashSet::new();
+        if commit.writes_beside_the_log()
+            || check_commit_alone(commit, tenant).is_err()
+            || foreign_settlement(commit, tenant).is_some()
+            || !commit.settlements.iter().all(|c| seen.insert(c.id))
+        {
+            return Ok(None);
+        }
+        let now = self.clock.now();
+        let run = commit.run_id.to_string();
+        let mut batch = Batch::new();
+        batch.sql.push("BEGIN IMMEDIATE");
+        batch.end(None);
+        batch
+            .sql
+            .push("INSERT INTO forge_refuse (reason) SELECT 'step' WHERE NOT EXISTS (SELECT 1 FROM forge_runs WHERE id = ")
+            .push_bind(run.clone())
+            .push(" AND tenant_id = ")
+            .push_bind(tenant.as_str().to_owned())
+            .push(" AND version = ")
+            .push_bind(i64_of(commit.expected_version)?)
+            .push(" AND lease_token = ")
+            .push_bind(i64_of(commit.lease.token)?)
+            .push(" AND lease_expires_at > ")
+            .push_bind(now.unix_millis());
+        if let Some(first) = commit.events.first() {
+            batch
+                .sql
+                .push(" AND last_seq + 1 = ")
+                .push_bind(i64_of(first.seq)?);
+        }
+        batch
+            .sql
+            .push(" AND (status || coalesce(':' || waiting_for, '')) IN (");
+        let mut from = batch.sql.separated(", ");
+        for status in statuses_reaching(commit.status) {
+            from.push_bind(status);
+        }
+        batch.sql.push(")");
+        if !commit.settlements.is_empty() {
+            batch
+                .sql
+                .push(" AND NOT EXISTS (SELECT 1 FROM forge_model_calls c WHERE c.id IN (");
+            let mut ids = batch.sql.separated(", ");
+            for call in &commit.settlements {
+                ids.push_bind(call.id.to_string());
+            }
+            batch
+                .sql
+                .push(") AND NOT (c.status = 'reserved' AND c.tenant_id = ")
+                .push_bind(tenant.as_str().to_owned())
+                .push("))");
+        }
+        batch.sql.push(")");
+        batch.end(None);
+        batch.events(scope, &commit.events)?;
+        batch.messages(scope, commit.run_id, &commit.messages)?;
+        batch
+            .sql
+            .push("UPDATE forge_runs SET version = version + 1, last_seq = last_seq + ")
+            .push_bind(i64::try_from(commit.events.len()).unwrap_or(i64::MAX));
+        batch.run_changes(scope, commit, now)?;
+        batch
+            .sql
+            .push(" RETURNING version, last_seq, cancel_requested");
+        batch.end(None);
+        for call in &commit.settlements {
+            batch.call(call)?;
+        }
+        if commit.status.is_terminal() {
+            batch.ending(scope, commit.run_id, now);
+        }
+        let _gate = self.write_gate.clone().lock_owned().await;
+        let mut conn = self.conn().await?;
+        // Until released after its COMMIT: a batch stopped half way is rolled back before the
+        // connection is used again.
+        conn.begins_transaction();
+        let rows = match batch.run_and_commit(&mut conn, commit.run_id).await {
+            Ok(written) => written?,
+            Err(e) if refused(&e) => return Ok(None),
+            Err(e) => return Err(db_error(e)),
+        };
+        conn.release();
+        let row = rows
+            .first()
+            .ok_or_else(|| crate::rows::corrupt("step", "the run's new row was not returned"))?;
+        Ok(Some(Committed {
+            version: crate::rows::u64_of(crate::rows::get(row, "version")?, "version")?,
+            last_seq: crate::rows::u64_of(crate::rows::get(row, "last_seq")?, "last_seq")?,
+            cancel_requested: crate::rows::get(row, "cancel_requested")?,
+        }))
+    }
+
+    /// A step judged on the run's row read under the write lock, then written in one batch.
+    async fn commit_judged(&self, scope: &Scope, commit: StepCommit) -> Result<Committed, Error> {
         let now = self.clock.now();
         // The run, and which of the calls the step settles are not open calls (settled already,
         // or another tenant's), read with the `BEGIN IMMEDIATE`.
@@ -271,36 +480,16 @@ impl SqliteStore {
         }
         let mut batch = Batch::new();
         batch.events(scope, &commit.events)?;
-        batch.messages(scope, run.thread_id, &commit.messages)?;
-        let releases = commit.releases_lease();
+        batch.messages(scope, run.id, &commit.messages)?;
         batch
             .sql
             .push("UPDATE forge_runs SET version = ")
             .push_bind(i64_of(committed.version)?)
             .push(", last_seq = ")
-            .push_bind(i64_of(committed.last_seq)?)
-            .push(", status = ")
-            .push_bind(commit.status.name())
-            .push(", waiting_for = ")
-            .push_bind(commit.status.wait_reason().map(|r| r.name()))
-            .push(", checkpoint = ")
-            .push_bind(to_json(&commit.checkpoint)?)
-            .push(", failure = ")
-            .push_bind(commit.failure.as_ref().map(to_json).transpose()?)
-            .push(", updated_at = ")
-            .push_bind(now.unix_millis());
-        if releases {
-            // The run ends: its lease goes with this commit.
-            batch
-                .sql
-                .push(", lease_holder = NULL, lease_token = NULL, lease_expires_at = NULL");
-        }
+            .push_bind(i64_of(committed.last_seq)?);
+        batch.run_changes(scope, &commit, now)?;
         batch
             .sql
-            .push(" WHERE id = ")
-            .push_bind(run.id.to_string())
-            .push(" AND tenant_id = ")
-            .push_bind(scope.tenant_id().as_str().to_owned())
             .push(" AND version = ")
             .push_bind(i64_of(run.version)?);
         batch.end(Some((
@@ -313,54 +502,13 @@ impl SqliteStore {
             batch.call(call)?;
         }
         if commit.status.is_terminal() {
-            let (run_id, thread, tenant) = (
-                run.id.to_string(),
-                run.thread_id.to_string(),
-                scope.tenant_id().as_str().to_owned(),
-            );
-            // A run that ends leaves nothing for a person to decide.
-            batch
-                .sql
-                .push(
-                    "UPDATE forge_interactions SET status = 'expired', body = json_set(body, '$.status', 'expired') \
-                     WHERE status = 'pending' AND run_id = ",
-                )
-                .push_bind(run_id.clone())
-                .push(" AND tenant_id = ")
-                .push_bind(tenant.clone());
-            batch.end(None);
-            // Its thread's oldest queued run becomes the active one, and that run's job ready.
-            batch
-                .sql
-                .push(
-                    "UPDATE forge_threads SET active_run = (SELECT id FROM forge_runs WHERE status = 'queued' \
-                     AND thread_id = ",
-                )
-                .push_bind(thread.clone())
-                .push(" AND tenant_id = ")
-                .push_bind(tenant.clone())
-                .push(" AND id <> ")
-                .push_bind(run_id.clone())
-                .push(" ORDER BY created_at, id LIMIT 1) WHERE id = ")
-                .push_bind(thread.clone())
-                .push(" AND tenant_id = ")
-                .push_bind(tenant.clone())
-                .push(" AND active_run = ")
-                .push_bind(run_id);
-            batch.end(None);
-            batch
-                .sql
-                .push("UPDATE forge_jobs SET state = 'ready', available_at = ")
-                .push_bind(now.unix_millis())
-                .push(" WHERE state = 'waiting' AND run_id = (SELECT active_run FROM forge_threads WHERE id = ")
-                .push_bind(thread)
-                .push(" AND tenant_id = ")
-                .push_bind(tenant)
-                .push(")");
-            batch.end(None);
+            batch.ending(scope, run.id, now);
         }
-        tx.commit_with(async |c| batch.run_and_commit(c, &run).await)
-            .await?;
+        tx.commit_with(async |c| match batch.run_and_commit(c, run.id).await {
+            Ok(written) => written,
+            Err(e) => Err(db_error(e)),
+        })
+        .await?;
         Ok(committed)
     }
 }

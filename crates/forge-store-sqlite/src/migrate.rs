@@ -111,6 +111,12 @@ pub const MIGRATIONS: &[Migration] = &[
         up: include_str!("../migrations/0015_open_jobs.up.sql"),
         down: include_str!("../migrations/0015_open_jobs.down.sql"),
     },
+    Migration {
+        version: 16,
+        name: "refusals",
+        up: include_str!("../migrations/0016_refusals.up.sql"),
+        down: include_str!("../migrations/0016_refusals.down.sql"),
+    },
 ];
 
 const LEDGER: &str = "CREATE TABLE IF NOT EXISTS forge_schema_migrations (

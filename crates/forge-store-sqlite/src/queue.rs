@@ -108,40 +108,12 @@ impl JobQueue for SqliteStore {
 
     async fn claim(
         &self,
-        _system: &SystemScope,
+        system: &SystemScope,
         worker: &str,
         ttl: Duration,
         filter: &ClaimFilter,
     ) -> Result<Option<ClaimedJob>, Error> {
         let now = self.clock.now();
-        // One host holds every process of this store: a claim whose holder is no longer running
-        // lapses now, not when its lease runs out (a restarted process takes over at once). The
-        // other holders are read in the same trip as the `BEGIN IMMEDIATE`.
-        let (_gate, mut tx, found) = self
-            .write_tx_reading(&format!(
-                "SELECT DISTINCT holder FROM forge_jobs WHERE state = 'claimed' AND expires_at > {} \
-                 AND holder IS NOT NULL AND holder <> {}",
-                now.unix_millis(),
-                rows::literal(worker)
-            ))
-            .await?;
-        let holders = found
-            .iter()
-            .map(|r| rows::get::<String>(r, "holder"))
-            .collect::<Result<Vec<_>, Error>>()?;
-        for dead in holders
-            .iter()
-            .filter(|h| forge_core::holder::is_dead_here(h))
-        {
-            sqlx::query(
-                "UPDATE forge_jobs SET expires_at = $1 WHERE state = 'claimed' AND holder = $2",
-            )
-            .bind(now.unix_millis())
-            .bind(dead)
-            .execute(&mut *tx)
-            .await
-            .map_err(db_error)?;
-        }
         // The filter (ClaimFilter::admits) in SQL: the run's agent version among the worker's
         // `[name, version]` pairs, and the run itself when one is named. The walk is over the
         // open jobs in id order (migration 15), so it stops at the first admitted job instead
@@ -149,9 +121,13 @@ impl JobQueue for SqliteStore {
         // otherwise an error rather than a slow claim. The job found is claimed in the same
         // statement, which returns it as it now stands. When it found none, lapsed claims with no
         // attempts left become dead letters (the claim never takes them): only while the queue
-        // is idle, which `changes()` (the claim's count) tells. Then `COMMIT`: one trip.
+        // is idle, which `changes()` (the claim's count) tells. The other live claims' holders
+        // are read first. From `BEGIN IMMEDIATE` to `COMMIT`: one trip.
         let query = sqlx::query(
-            concat!("UPDATE forge_jobs SET state = 'claimed', attempts = attempts + 1, token = token + 1, \
+            concat!("BEGIN IMMEDIATE; \
+             SELECT DISTINCT holder FROM forge_jobs WHERE state = 'claimed' AND expires_at > $1 \
+             AND holder IS NOT NULL AND holder <> $5; \
+             UPDATE forge_jobs SET state = 'claimed', attempts = attempts + 1, token = token + 1, \
              expires_at = $4, holder = $5 WHERE id = (SELECT id FROM forge_jobs j INDEXED BY forge_jobs_open \
              WHERE state IN ('ready', 'claimed') \
              AND ((state = 'ready' AND available_at <= $1) OR (state = 'claimed' AND expires_at <= $1 AND attempts < max_attempts)) \
@@ -169,14 +145,57 @@ impl JobQueue for SqliteStore {
         .bind(now.plus(ttl).unix_millis())
         .bind(worker)
         .bind(forge_core::ports::queue::WORKER_LOST);
-        let output: Vec<_> = tx
-            .commit_with(async |c| {
-                use futures_util::TryStreamExt;
-                sqlx::Executor::fetch_many(c, query).try_collect().await
-            })
-            .await
-            .map_err(db_error)?;
-        let Some(row) = output.into_iter().find_map(|item| item.right()) else {
+        let output: Vec<_> = {
+            use futures_util::TryStreamExt;
+            let _gate = self.write_gate.clone().lock_owned().await;
+            let mut conn = self.conn().await?;
+            // Until released after its COMMIT: one stopped half way is rolled back before reuse.
+            conn.begins_transaction();
+            let output = sqlx::Executor::fetch_many(&mut *conn, query)
+                .try_collect()
+                .await
+                .map_err(db_error)?;
+            conn.release();
+            output
+        };
+        // The rows of the holders' read (the second statement), then the claimed job's.
+        let mut statement = 0;
+        let (mut holders, mut claimed) = (Vec::new(), None);
+        for item in output {
+            match item {
+                sqlx::Either::Left(_) => statement += 1,
+                sqlx::Either::Right(row) if statement == 1 => {
+                    holders.push(rows::get::<String>(&row, "holder")?)
+                }
+                sqlx::Either::Right(row) => claimed = Some(row),
+            }
+        }
+        // One host holds every process of this store: a claim whose holder is no longer running
+        // lapses now, not when its lease runs out (a restarted process takes over at once). When
+        // this claim found nothing, it looks again once they have lapsed.
+        let dead: Vec<&String> = holders
+            .iter()
+            .filter(|h| forge_core::holder::is_dead_here(h))
+            .collect();
+        if !dead.is_empty() {
+            let (gate, mut tx) = self.write_tx().await?;
+            for holder in dead {
+                sqlx::query(
+                    "UPDATE forge_jobs SET expires_at = $1 WHERE state = 'claimed' AND holder = $2",
+                )
+                .bind(now.unix_millis())
+                .bind(holder)
+                .execute(&mut *tx)
+                .await
+                .map_err(db_error)?;
+            }
+            tx.commit().await.map_err(db_error)?;
+            drop(gate);
+            if claimed.is_none() {
+                return Box::pin(self.claim(system, worker, ttl, filter)).await;
+            }
+        }
+        let Some(row) = claimed else {
             return Ok(None);
         };
         let attempts: i64 = rows::get(&row, "attempts")?;

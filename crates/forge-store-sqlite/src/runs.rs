@@ -124,6 +124,41 @@ impl SqliteStore {
         ttl: Duration,
     ) -> Result<(RunLease, Run), Error> {
         let now = self.clock.now();
+        let expires_at = now.plus(ttl);
+        // A lease that is free taken in one statement (its own transaction), returning the new
+        // row; one that is not, judged below on the row as it is.
+        let sql = format!(
+            "UPDATE forge_runs SET lease_holder = ?, lease_token = fence + 1, lease_expires_at = ?, fence = fence + 1 \
+             WHERE id = ? AND tenant_id = ? AND (lease_holder IS NULL OR lease_holder = ? OR lease_expires_at <= ?) \
+             RETURNING {RUN_COLUMNS}"
+        );
+        let taken = {
+            let _gate = self.write_gate.clone().lock_owned().await;
+            let mut conn = self.conn().await?;
+            let taken = sqlx::query(sqlx::AssertSqlSafe(sql))
+                .bind(holder)
+                .bind(expires_at.unix_millis())
+                .bind(id.to_string())
+                .bind(scope.tenant_id().as_str())
+                .bind(holder)
+                .bind(now.unix_millis())
+                .fetch_optional(&mut *conn)
+                .await
+                .map_err(db_error)?;
+            conn.release();
+            taken
+        };
+        if let Some(row) = taken {
+            let mut run = rows::run(&row)?;
+            let lease = RunLease {
+                run_id: id,
+                holder: holder.to_owned(),
+                token: run.fence,
+                expires_at,
+            };
+            run.lease = Some(lease.clone());
+            return Ok((lease, run));
+        }
         let (_gate, tx, mut run) = self.write_tx_with_run(scope, id).await?;
         // One host holds every process of this store: the lease of a holder that is no longer
         // running is over now, not when it runs out.

@@ -1,13 +1,18 @@
 //! The store survives its connections being closed by the server while idle (a restart, an
-//! administrator ending sessions): the next call retries its `BEGIN` on a new connection instead
-//! of failing, as sqlx's pinging pool did.
+//! administrator ending sessions): the next call retries its `BEGIN`, its read, or its one-trip
+//! lease or step on a new connection instead of failing, as sqlx's pinging pool did.
 
 use std::sync::Arc;
 
-use forge_core::ports::store::{NewThread, ThreadStore};
+use std::time::Duration;
+
+use forge_core::event::{RunEvent, RunEventKind};
+use forge_core::part::Part;
+use forge_core::ports::store::{NewRun, NewThread, RunStore, StepCommit, ThreadStore};
+use forge_core::run::{Checkpoint, RunStatus};
 use forge_core::time::ManualClock;
 use forge_store_postgres::testing::Flavor;
-use forge_testkit::fixtures::scope;
+use forge_testkit::fixtures::{agent_ref, scope};
 use sqlx::Connection;
 
 #[tokio::test]
@@ -36,6 +41,42 @@ async fn a_call_after_the_server_ended_every_idle_session_succeeds() {
             .expect("a read after");
         assert_eq!(read.id, thread.id);
     }
+    // The one-trip writes, each sent in autocommit on a connection the server closed.
+    let run = store
+        .create_run(
+            &acme,
+            NewRun::new(threads[0].id, agent_ref(), vec![Part::text("hi")]),
+        )
+        .await
+        .expect("run");
+    end_forge_sessions(&mut conn).await;
+    let (lease, run) = store
+        .lease_run(&acme, run.id, "w", Duration::from_secs(30))
+        .await
+        .expect("a lease after");
+    end_forge_sessions(&mut conn).await;
+    let step = StepCommit {
+        run_id: run.id,
+        expected_version: run.version,
+        lease,
+        events: vec![RunEvent {
+            run_id: run.id,
+            seq: run.last_seq + 1,
+            at: run.created_at,
+            kind: RunEventKind::StepStarted { step: 1 },
+        }],
+        messages: vec![],
+        checkpoint: Checkpoint::default(),
+        status: RunStatus::Running,
+        failure: None,
+        interactions: vec![],
+        audit: vec![],
+        settlements: vec![],
+        state: None,
+        summary: None,
+    };
+    let committed = store.commit_step(&acme, step).await.expect("a step after");
+    assert_eq!(committed.version, run.version + 1);
 }
 
 /// Ends every Forge session on the test database, as a restart or an administrator would.

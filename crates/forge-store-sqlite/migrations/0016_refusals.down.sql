@@ -1,0 +1,2 @@
+DROP TRIGGER forge_refuse;
+DROP VIEW forge_refuse;

@@ -1,13 +1,16 @@
 //! `commit_step` on SQLite: a step's writes sent to the connection as one batch.
 //!
 //! Every statement sqlx runs is a round trip to the connection's own thread, and those trips (two
-//! thread wake-ups each) cost far more CPU than SQLite's work on the rows. So a step is committed
-//! in two trips whatever it wrote (more only for state, a summary, interactions or audit): the
-//! `BEGIN IMMEDIATE` with the run's row and which of the step's settled calls are not open calls
-//! (the fence, version and calls are decided on them, under the write lock), then one
-//! multi-statement batch ending in `COMMIT` (events, messages, the run's new row, settled model
-//! calls, and for a run that ends its thread's next run). Nothing is refused after the batch
-//! began: an error in it stops it before its `COMMIT`, and the transaction is rolled back.
+//! thread wake-ups each) cost far more CPU than SQLite's work on the rows. So the common step
+//! (events, messages, settled calls) is committed in one trip (`commit_at_once`): a batch from
+//! `BEGIN IMMEDIATE` to `COMMIT` whose first statement refuses the transaction unless the run is
+//! as the step expects (`forge_refuse`, migration 16), then the writes and the run's new row. A
+//! refused batch wrote nothing, and the step is judged again in two trips (`commit_judged`, which
+//! names the refusal, and which a step writing state, a summary, interactions or audit always
+//! takes): the `BEGIN IMMEDIATE` with the run's row and which of the step's settled calls are not
+//! open calls (the fence, version and calls are decided on them, under the write lock), then one
+//! multi-statement batch ending in `COMMIT`. Nothing is refused after that batch began: an error
+//! in it stops it before its `COMMIT`, and the transaction is rolled back.
 
 use forge_core::Error;
 use forge_core::event::RunEvent;
@@ -243,6 +246,12 @@ impl Batch {
     }
 }
 
+/// The first call `commit` settles a second time (it finds the call settled by then).
+fn repeated_settlement(commit: &StepCommit) -> Option<&ModelCall> {
+    let mut seen = std::collections::HashSet::new();
+    commit.settlements.iter().find(|c| !seen.insert(c.id))
+}
+
 /// Whether `e` is the refusal of `forge_refuse` (migration 16).
 fn refused(e: &sqlx::Error) -> bool {
     matches!(e, sqlx::Error::Database(db) if db.message().contains("forge: refused"))
@@ -317,11 +326,10 @@ impl SqliteStore {
         commit: &StepCommit,
     ) -> Result<Option<Committed>, Error> {
         let tenant = scope.tenant_id();
-        let mut seen = std::collections::HashSet::new();
         if commit.writes_beside_the_log()
             || check_commit_alone(commit, tenant).is_err()
             || foreign_settlement(commit, tenant).is_some()
-            || !commit.settlements.iter().all(|c| seen.insert(c.id))
+            || repeated_settlement(commit).is_some()
         {
             return Ok(None);
         }
@@ -389,11 +397,7 @@ impl SqliteStore {
         if commit.status.is_terminal() {
             batch.ending(scope, commit.run_id, now);
         }
-        let _gate = self.write_gate.clone().lock_owned().await;
-        let mut conn = self.conn().await?;
-        // Until released after its COMMIT: a batch stopped half way is rolled back before the
-        // connection is used again.
-        conn.begins_transaction();
+        let (_gate, mut conn) = self.whole_tx_conn().await?;
         let rows = match batch.run_and_commit(&mut conn, commit.run_id).await {
             Ok(written) => written?,
             Err(e) if refused(&e) => return Ok(None),
@@ -466,8 +470,7 @@ impl SqliteStore {
             return Err(forge_core::ports::store::not_an_open_call(call.id));
         }
         // A call settled twice in one step finds it settled the second time.
-        let mut seen = std::collections::HashSet::new();
-        if let Some(call) = commit.settlements.iter().find(|c| !seen.insert(c.id)) {
+        if let Some(call) = repeated_settlement(&commit) {
             return Err(forge_core::ports::store::not_an_open_call(call.id));
         }
         if let Some(call) = unopen.as_deref().and_then(|ids| {

@@ -147,10 +147,7 @@ impl JobQueue for SqliteStore {
         .bind(forge_core::ports::queue::WORKER_LOST);
         let output: Vec<_> = {
             use futures_util::TryStreamExt;
-            let _gate = self.write_gate.clone().lock_owned().await;
-            let mut conn = self.conn().await?;
-            // Until released after its COMMIT: one stopped half way is rolled back before reuse.
-            conn.begins_transaction();
+            let (_gate, mut conn) = self.whole_tx_conn().await?;
             let output = sqlx::Executor::fetch_many(&mut *conn, query)
                 .try_collect()
                 .await

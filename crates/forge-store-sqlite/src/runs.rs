@@ -33,6 +33,18 @@ impl SqliteStore {
         Ok((gate, tx))
     }
 
+    /// This store's write gate and a connection for a message that is a whole transaction, from
+    /// its `BEGIN IMMEDIATE` to its `COMMIT` (bind both; [`forge_sql_pool::Conn::release`] the
+    /// connection after the `COMMIT`, or it is rolled back before reuse).
+    pub(crate) async fn whole_tx_conn(
+        &self,
+    ) -> Result<(WriteGate, forge_sql_pool::Conn<sqlx::SqliteConnection>), Error> {
+        let gate = self.write_gate.clone().lock_owned().await;
+        let mut conn = self.conn().await?;
+        conn.begins_transaction();
+        Ok((gate, conn))
+    }
+
     /// [`SqliteStore::write_tx`] with the run `id` of `scope`'s tenant read in the same trip to
     /// the connection as the `BEGIN IMMEDIATE` (values inlined as literals).
     pub(crate) async fn write_tx_with_run(

@@ -308,9 +308,16 @@ impl SqliteStore {
         scope: &Scope,
         commit: StepCommit,
     ) -> Result<Committed, Error> {
+        use std::sync::atomic::Ordering::Relaxed;
         match self.commit_at_once(scope, &commit).await? {
-            Some(committed) => Ok(committed),
-            None => self.commit_judged(scope, commit).await,
+            Some(committed) => {
+                self.paths.one_trip.fetch_add(1, Relaxed);
+                Ok(committed)
+            }
+            None => {
+                self.paths.judged.fetch_add(1, Relaxed);
+                self.commit_judged(scope, commit).await
+            }
         }
     }
 

@@ -97,6 +97,27 @@ pub struct SqliteStore {
     clock: Arc<dyn Clock>,
     ids: Arc<dyn IdGenerator>,
     applied_on_open: usize,
+    /// How steps were committed (see [`SqliteStore::commit_paths`]).
+    paths: Arc<PathCounters>,
+}
+
+/// How a store has committed steps since it opened: the common step in one trip to its
+/// connection, and the rest (a step that writes beside the log, or one the database refused)
+/// judged in two. Every outcome is the same on either path; only the cost differs, so this is
+/// how an operator (or a test) sees that the cheap path is the one taken.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CommitPaths {
+    /// Steps committed in one trip.
+    pub one_trip: u64,
+    /// Steps judged in two trips, committed or refused.
+    pub judged: u64,
+}
+
+/// The counters behind [`CommitPaths`].
+#[derive(Debug, Default)]
+struct PathCounters {
+    one_trip: std::sync::atomic::AtomicU64,
+    judged: std::sync::atomic::AtomicU64,
 }
 
 impl SqliteStore {
@@ -155,12 +176,22 @@ impl SqliteStore {
             clock,
             ids,
             applied_on_open,
+            paths: Arc::default(),
         })
     }
 
     /// How many migrations this process applied when it opened the database.
     pub fn applied_on_open(&self) -> usize {
         self.applied_on_open
+    }
+
+    /// How this store has committed steps since it opened (clones share the count).
+    pub fn commit_paths(&self) -> CommitPaths {
+        use std::sync::atomic::Ordering::Relaxed;
+        CommitPaths {
+            one_trip: self.paths.one_trip.load(Relaxed),
+            judged: self.paths.judged.load(Relaxed),
+        }
     }
 
     /// Versions of the migrations applied to this database, ascending.

@@ -155,21 +155,26 @@ fn dead_holder() -> String {
     format!("worker-{pid}@{}#{start}", host.trim())
 }
 
+/// A store on a fresh file with a manual clock at 2026, and tenant `acme`'s scope.
+async fn at_2026(tag: &str) -> (Arc<ManualClock>, SqliteStore, forge_core::scope::Scope) {
+    let clock = Arc::new(ManualClock::at_2026());
+    let store = SqliteStore::open_with(
+        &url(&fresh_path(tag)),
+        clock.clone(),
+        Arc::new(SequentialIds::new()),
+    )
+    .await
+    .unwrap();
+    (clock, store, forge_testkit::fixtures::scope("acme"))
+}
+
 /// One host holds every process of a SQLite store (issue 17, item 13): the claim and the run
 /// lease of a holder that is no longer running are taken over at once, not after their lease;
 /// those of a live holder are not.
 #[tokio::test]
 async fn a_dead_holders_claim_and_lease_are_taken_over_at_once() {
     use forge_core::ports::queue::{ClaimFilter, JobQueue};
-    let clock = Arc::new(ManualClock::at_2026());
-    let store = SqliteStore::open_with(
-        &url(&fresh_path("holders")),
-        clock.clone(),
-        Arc::new(SequentialIds::new()),
-    )
-    .await
-    .unwrap();
-    let scope = forge_testkit::fixtures::scope("acme");
+    let (_clock, store, scope) = at_2026("holders").await;
     let sys = forge_core::scope::SystemScope::new("test");
     let ttl = std::time::Duration::from_secs(30);
     let mut runs = vec![];
@@ -214,4 +219,121 @@ async fn a_dead_holders_claim_and_lease_are_taken_over_at_once() {
         .await
         .unwrap_err();
     assert_eq!(held.kind(), forge_core::ErrorKind::Conflict, "{held}");
+}
+
+/// The common step (events, a message and a settled model call) is committed in one trip to the
+/// connection; a step that writes beside the log, and one the database refuses, are judged the
+/// long way. Every other test passes on either path (they differ in cost only), so this is the
+/// test that fails when the one-trip path is never taken, or taken for a step it cannot decide.
+#[tokio::test]
+async fn the_common_step_is_committed_in_one_trip() {
+    use forge_core::event::{RunEvent, RunEventKind};
+    use forge_core::id::{MessageId, ModelCallId, UuidV7Generator};
+    use forge_core::message::{Message, Role};
+    use forge_core::metering::{CallStatus, ModelCall, QuotaPeriod};
+    use forge_core::ports::store::{StateUpdate, StepCommit};
+    use forge_core::run::{Checkpoint, RunStatus};
+    use forge_core::time::Clock;
+    use forge_core::usage::Usage;
+    use forge_store_sqlite::CommitPaths;
+
+    let (clock, store, scope) = at_2026("paths").await;
+    let thread = store
+        .create_thread(&scope, NewThread::default())
+        .await
+        .unwrap();
+    let new = NewRun::new(
+        thread.id,
+        forge_testkit::fixtures::agent_ref(),
+        vec![Part::text("hi")],
+    );
+    let run = store.create_run(&scope, new).await.unwrap();
+    let lease = store
+        .acquire_lease(&scope, run.id, "w", std::time::Duration::from_secs(30))
+        .await
+        .unwrap();
+    let at = clock.now();
+    let step = |run: &forge_core::run::Run, step: u32| StepCommit {
+        run_id: run.id,
+        expected_version: run.version,
+        lease: lease.clone(),
+        events: vec![RunEvent {
+            run_id: run.id,
+            seq: run.last_seq + 1,
+            at,
+            kind: RunEventKind::StepStarted { step },
+        }],
+        messages: vec![Message {
+            id: MessageId::generate(&UuidV7Generator),
+            run_id: run.id,
+            role: Role::Assistant,
+            parts: vec![Part::text("step")],
+            created_at: at,
+        }],
+        checkpoint: Checkpoint {
+            step,
+            ..Checkpoint::default()
+        },
+        status: RunStatus::Running,
+        failure: None,
+        interactions: vec![],
+        audit: vec![],
+        settlements: vec![],
+        state: None,
+        summary: None,
+    };
+    let usage = Usage {
+        input_tokens: 3,
+        output_tokens: 5,
+        ..Usage::default()
+    };
+    let mut common = step(&run, 1);
+    common.settlements = vec![ModelCall {
+        id: ModelCallId::generate(&UuidV7Generator),
+        tenant_id: scope.tenant_id().clone(),
+        run_id: run.id,
+        step: 1,
+        attempt: 1,
+        model: "openai:gpt-4o-mini".into(),
+        at,
+        period_start: QuotaPeriod::Day.start(at),
+        estimate: usage,
+        estimated_cost_micros: 8,
+        actual: Some(usage),
+        cost_micros: Some(8),
+        request_id: None,
+        provider_model: None,
+        status: CallStatus::Settled,
+    }];
+    store.commit_step(&scope, common).await.unwrap();
+    let paths = |one_trip, judged| CommitPaths { one_trip, judged };
+    assert_eq!(store.commit_paths(), paths(1, 0), "the common step");
+
+    let run = store.get_run(&scope, run.id).await.unwrap();
+    let mut stale = step(&run, 2);
+    stale.expected_version += 1;
+    let refused = store.commit_step(&scope, stale).await.unwrap_err();
+    assert_eq!(refused.kind(), forge_core::ErrorKind::Conflict, "{refused}");
+    assert_eq!(
+        store.commit_paths(),
+        paths(1, 1),
+        "a refused step is named the long way"
+    );
+
+    let mut with_state = step(&run, 2);
+    with_state.state = Some(StateUpdate {
+        expected_version: 0,
+        values: serde_json::Map::new(),
+    });
+    store.commit_step(&scope, with_state).await.unwrap();
+    assert_eq!(
+        store.commit_paths(),
+        paths(1, 2),
+        "a step that writes state"
+    );
+    assert_eq!(
+        store.get_run(&scope, run.id).await.unwrap().last_seq,
+        2,
+        "both committed steps are in the log"
+    );
 }

@@ -271,7 +271,7 @@ impl PostgresStore {
     }
 
     /// Runs `query`, a call of one of the functions that confine themselves to the tenant
-    /// (`forge_step`, `forge_lease`: migration 21), as its own transaction: in RLS mode one
+    /// (`forge_write_step`: migration 22, `forge_lease`: migration 21), as its own transaction: in RLS mode one
     /// round trip in autocommit, sent again on another connection when the server had closed
     /// the one it met (the functions refuse a write done already: it is gated on the version or
     /// fence it changes); in Supabase mode inside a tenant transaction, whose role and claims

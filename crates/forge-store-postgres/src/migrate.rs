@@ -365,8 +365,29 @@ const SUPABASE_ONE_TRIP_WRITES: Migration = Migration {
     down: include_str!("../migrations/0021_one_trip_writes.down.sql"),
 };
 
+/// A step commit with a smaller plan: the gate in the run row's update, the whole row read only
+/// for a refusal (`forge_write_step`; `forge_step` stays for a rolling deploy's older processes).
+const LEAN_STEP: Migration = Migration {
+    version: 22,
+    name: "lean_step",
+    up: include_str!("../migrations/0022_lean_step.up.sql"),
+    down: include_str!("../migrations/0022_lean_step.down.sql"),
+};
+
+/// Supabase mode calls it as `forge_tenant`, inside its tenant transaction.
+const SUPABASE_LEAN_STEP: Migration = Migration {
+    version: 22,
+    name: "supabase_lean_step",
+    up: concat!(
+        include_str!("../migrations/0022_lean_step.up.sql"),
+        include_str!("../migrations/0022_supabase_grants.up.sql")
+    ),
+    // Dropping the function drops its grant.
+    down: include_str!("../migrations/0022_lean_step.down.sql"),
+};
+
 /// The migrations of a mode, in order.
-pub fn migrations(mode: Mode) -> [Migration; 21] {
+pub fn migrations(mode: Mode) -> [Migration; 22] {
     match mode {
         Mode::Rls => [
             TABLES,
@@ -390,6 +411,7 @@ pub fn migrations(mode: Mode) -> [Migration; 21] {
             STEP_WRITES,
             CLAIM_SPLIT,
             ONE_TRIP_WRITES,
+            LEAN_STEP,
         ],
         Mode::Supabase => [
             TABLES,
@@ -413,6 +435,7 @@ pub fn migrations(mode: Mode) -> [Migration; 21] {
             STEP_WRITES,
             SUPABASE_CLAIM_SPLIT,
             SUPABASE_ONE_TRIP_WRITES,
+            SUPABASE_LEAN_STEP,
         ],
     }
 }

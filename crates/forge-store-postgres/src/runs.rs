@@ -127,20 +127,23 @@ VALUES ($17, $2, $1, $18, $9, 0, $19, 0, $20)";
 const LEASE_SQL: &str =
     "SELECT (s.o_run).*, s.o_taken AS taken FROM forge_lease($1, $2, $3, $4, $5) AS s";
 
-/// A whole step through `forge_step` (migration 21), under a lock on its run row. Its gate
-/// decides everything `check_commit` would refuse (the lease `$13` unexpired at `$7`, the
-/// version `$1`, the events continuing the log at `$27`, a status `$28` the step may leave, what
-/// `check_commit_alone` found of the step itself `$29`, and every settled call still open), so
-/// it writes only a step that passes: its events, messages and settled model calls, the run row
-/// (its lease cleared when the step ends the run, `$10`), and when the run ends (`$11`, in a
-/// statement of its own) its pending interactions expire and its thread's oldest queued run
-/// becomes active with its job ready. It returns the run row as it was, the ids it settled, the settled calls that were not
-/// open, and whether it wrote; listeners are notified when it appended events (`$12`).
-const STEP_SQL: &str = "SELECT (s.o_run).*, s.o_settled AS settled, s.o_closed AS closed, \
-    s.o_wrote AS wrote FROM forge_step($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, \
-    $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29) AS s";
+/// A whole step through `forge_write_step` (migration 22). Its gate is the run row's update
+/// (decided on the row as it is when updated: the lease `$13` unexpired at `$7`, the version `$1`,
+/// the events continuing the log at `$27`, a status `$28` the step may leave, what
+/// `check_commit_alone` found of the step itself `$29`, and every settled call still open), and it
+/// refuses whatever `check_commit` would refuse. A step it passes is written whole: its events,
+/// messages and settled model calls, the run row (its lease cleared when the step ends the run,
+/// `$10`), and when the run ends (`$11`, in a statement of its own) its pending interactions
+/// expire and its thread's oldest queued run becomes active with its job ready; listeners are
+/// notified when it appended events (`$12`). It returns the run's new version, log end and cancel
+/// flag when it wrote; when it refused, the run row as it now is and the settled calls that were
+/// not open.
+const STEP_SQL: &str = "SELECT s.o_version AS written_version, s.o_last_seq AS written_last_seq, \
+    s.o_cancel AS written_cancel, (s.o_run).*, s.o_closed AS closed FROM forge_write_step($1, $2, \
+    $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, \
+    $23, $24, $25, $26, $27, $28, $29) AS s";
 
-/// A step's arguments to `forge_step`, encoded once (a call that met a closed connection is
+/// A step's arguments to `forge_write_step`, encoded once (a call that met a closed connection is
 /// sent again from them).
 struct StepArgs {
     version: i64,
@@ -152,7 +155,7 @@ struct StepArgs {
     events: EventColumns,
     messages: MessageColumns,
     calls: crate::usage::CallColumns,
-    /// The statuses the step may leave, as `forge_step` compares them.
+    /// The statuses the step may leave, as `forge_write_step` compares them.
     from: Vec<String>,
     /// Whether `check_commit_alone` passed.
     alone: bool,
@@ -214,38 +217,36 @@ impl StepArgs {
     }
 }
 
-/// What `forge_step` decided, as `commit_step` answers: `check_commit`'s result for a step it
-/// wrote (its gate refuses whatever `check_commit` refuses), and for one it did not, the
-/// refusal, named by `check_commit` where it refuses the row as it was.
+/// What `forge_write_step` decided, as `commit_step` answers: the run's new version, log end and
+/// cancel flag for a step it wrote (its gate refuses whatever `check_commit` refuses), and for
+/// one it refused, the refusal, named by `check_commit` on the row as it now is.
 fn judge_step(
     row: &sqlx::postgres::PgRow,
     commit: &StepCommit,
     scope: &Scope,
     now: forge_core::time::Timestamp,
 ) -> Result<Committed, Error> {
-    let judged = check_commit(&rows::run(row)?, commit, now);
-    if rows::get::<bool>(row, "wrote")? {
-        return judged.map_err(|e| {
-            rows::corrupt(
-                "step gate",
-                format!("forge_step wrote a step check_commit refuses: {e}"),
-            )
+    if let Some(version) = rows::get::<Option<i64>>(row, "written_version")? {
+        return Ok(Committed {
+            version: rows::u64_of(version, "version")?,
+            last_seq: rows::u64_of(rows::get(row, "written_last_seq")?, "last_seq")?,
+            cancel_requested: rows::get(row, "written_cancel")?,
         });
     }
-    judged?;
+    check_commit(&rows::run(row)?, commit, now)?;
     let closed: Vec<uuid::Uuid> = rows::get(row, "closed")?;
     if let Some(call) = commit.settlements.iter().find(|c| closed.contains(&c.id.0)) {
         return Err(not_an_open_call(call.id));
     }
     check_commit_alone(commit, scope.tenant_id())?;
-    // The row passed check_commit yet not the gate: only a lease that lapses within the
+    // The row passes check_commit yet did not pass the gate: only a lease that lapsed within the
     // microsecond the database rounds the clock to.
     Err(Error::Fenced {
         resource: format!("run {}", commit.run_id),
     })
 }
 
-/// A `forge_step` refusal raised after its gate (a conflicting call it could not see), as the
+/// A `forge_write_step` refusal raised after its gate (a conflicting call it could not see), as the
 /// error `commit_step` gives; other errors as they are.
 fn step_error(e: sqlx::Error) -> Error {
     if let sqlx::Error::Database(db) = &e

@@ -1,0 +1,4 @@
+DROP FUNCTION forge_write_step(
+    bigint, bigint, text, text, jsonb, jsonb, timestamptz, uuid, text, boolean, boolean, boolean,
+    bigint, bigint[], timestamptz[], jsonb[], uuid[], uuid[], text[], jsonb[], timestamptz[],
+    uuid[], timestamptz[], timestamptz[], text[], jsonb[], bigint, text[], boolean);

@@ -271,83 +271,35 @@ impl PostgresStore {
     }
 
     /// Runs `query`, a call of one of the functions that confine themselves to the tenant
-    /// (`forge_write_step`: migration 22, `forge_lease`: migration 21), as its own transaction: in RLS mode one
-    /// round trip in autocommit, sent again on another connection when the server had closed
-    /// the one it met (the functions refuse a write done already: it is gated on the version or
-    /// fence it changes); in Supabase mode inside a tenant transaction, whose role and claims
-    /// the policies need. Returns its row, if any, once committed.
+    /// (`forge_write_step`: migration 22, `forge_lease`: migration 21, `forge_thread_row` and
+    /// `forge_message_page`: migration 23), as its own transaction: in RLS mode one round trip in
+    /// autocommit, sent again on another connection when the server had closed the one it met
+    /// (the reads change nothing, and the writes refuse a write done already: it is gated on the
+    /// version or fence it changes); in Supabase mode inside a tenant transaction, whose role and
+    /// claims the policies need. Returns its rows once committed.
     pub(crate) async fn tenant_call<'q>(
         &self,
         scope: &Scope,
         query: impl Fn() -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
-    ) -> Result<Option<sqlx::postgres::PgRow>, sqlx::Error> {
+    ) -> Result<Vec<sqlx::postgres::PgRow>, sqlx::Error> {
         if self.mode == Mode::Supabase {
             let mut tx = self.begin_tenant(scope).await?;
-            let row = query().fetch_optional(&mut *tx).await?;
+            let rows = query().fetch_all(&mut *tx).await?;
             tx.commit().await?;
-            return Ok(row);
+            return Ok(rows);
         }
         let mut attempts = 0;
         loop {
             let mut conn = self.hot.acquire().await?;
-            match query().fetch_optional(&mut *conn).await {
-                Ok(row) => {
+            match query().fetch_all(&mut *conn).await {
+                Ok(rows) => {
                     conn.release();
-                    return Ok(row);
+                    return Ok(rows);
                 }
                 Err(e) if self.hot.retries(&e, &mut attempts) => {}
                 Err(e) => return Err(e),
             }
         }
-    }
-
-    /// Reads confined to `scope`'s tenant in one round trip: the settings and `statements`
-    /// (each `$n` taken from `values`, which [`inline`] quotes) travel as one simple-query
-    /// message, which PostgreSQL runs as one implicit transaction, so the settings hold for
-    /// every statement and end with them. Returns each statement's rows (text-encoded; sqlx
-    /// decodes them as it does binary ones). For reads only: a write would commit unjudged.
-    pub(crate) async fn tenant_read(
-        &self,
-        scope: &Scope,
-        statements: &[&str],
-        values: &[Value<'_>],
-    ) -> Result<Vec<Vec<sqlx::postgres::PgRow>>, forge_core::Error> {
-        let mut sql = self.tenant_settings(scope);
-        for statement in statements {
-            sql.push_str("; ");
-            sql.push_str(&inline(statement, values));
-        }
-        let output = self
-            .hot
-            .read_many(sqlx::AssertSqlSafe(sql))
-            .await
-            .map_err(db_error)?;
-        // One result per statement, the settings' first: its row is not the caller's.
-        let mut results: Vec<Vec<sqlx::postgres::PgRow>> = vec![Vec::new()];
-        for item in output {
-            match item {
-                sqlx::Either::Left(_) => results.push(Vec::new()),
-                sqlx::Either::Right(row) => {
-                    if let Some(last) = results.last_mut() {
-                        last.push(row);
-                    }
-                }
-            }
-        }
-        // The settings' result, and the empty one opened after the last statement ended.
-        results.pop();
-        results.remove(0);
-        if results.len() != statements.len() {
-            return Err(rows::corrupt(
-                "a tenant read",
-                format!(
-                    "{} results for {} statements",
-                    results.len(),
-                    statements.len()
-                ),
-            ));
-        }
-        Ok(results)
     }
 
     /// The settings that confine a transaction to `scope`'s tenant (see [`Mode`]).
@@ -515,43 +467,6 @@ async fn check_system_role(conn: &mut PgConnection, mode: Mode) -> Result<(), Op
     Ok(())
 }
 
-/// A value of [`PostgresStore::tenant_read`], quoted by [`inline`].
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Value<'a> {
-    /// Text, quoted as an escape-string literal.
-    Text(&'a str),
-    /// A UUID, quoted as text (PostgreSQL casts it where a `uuid` is compared).
-    Uuid(uuid::Uuid),
-    /// An integer, as digits.
-    Int(i64),
-}
-
-/// `sql` with each `$n` replaced by `values[n - 1]` as a literal, in one pass, so a value's own
-/// text is never scanned for placeholders. A `$n` with no value is left as it is (and fails).
-pub(crate) fn inline(sql: &str, values: &[Value<'_>]) -> String {
-    let mut out = String::with_capacity(sql.len() + 16 * values.len());
-    let mut rest = sql;
-    while let Some(at) = rest.find('$') {
-        out.push_str(&rest[..at]);
-        let after = &rest[at + 1..];
-        let digits = after.len() - after.trim_start_matches(|c: char| c.is_ascii_digit()).len();
-        let value = after[..digits]
-            .parse::<usize>()
-            .ok()
-            .and_then(|n| n.checked_sub(1))
-            .and_then(|i| values.get(i));
-        match value {
-            Some(Value::Text(text)) => out.push_str(&literal(text)),
-            Some(Value::Uuid(id)) => out.push_str(&format!("'{id}'")),
-            Some(Value::Int(n)) => out.push_str(&n.to_string()),
-            None => out.push_str(&rest[at..at + 1 + digits]),
-        }
-        rest = &after[digits..];
-    }
-    out.push_str(rest);
-    out
-}
-
 /// `value` as an escape-string literal, whatever `standard_conforming_strings` says: backslashes
 /// and single quotes doubled (tenant ids and principals are validated, but may contain either).
 fn literal(value: &str) -> String {
@@ -625,26 +540,6 @@ async fn check_tenant_role(conn: &mut PgConnection) -> Result<(), OpenError> {
 
 #[cfg(test)]
 mod literal_tests {
-    #[test]
-    fn placeholders_are_inlined_once_and_values_never_rescanned() {
-        let id = uuid::Uuid::nil();
-        let sql = super::inline(
-            "SELECT * FROM t WHERE id = $1 AND tenant = $2 AND seq < $3 AND x = $10",
-            &[
-                super::Value::Uuid(id),
-                super::Value::Text("a'$1\\"),
-                super::Value::Int(i64::MAX),
-            ],
-        );
-        assert_eq!(
-            sql,
-            format!(
-                "SELECT * FROM t WHERE id = '{id}' AND tenant = E'a''$1\\\\' AND seq < {} AND x = $10",
-                i64::MAX
-            )
-        );
-    }
-
     #[test]
     fn quotes_and_backslashes_are_escaped() {
         assert_eq!(super::literal("acme"), "E'acme'");

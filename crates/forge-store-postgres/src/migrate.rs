@@ -386,8 +386,29 @@ const SUPABASE_LEAN_STEP: Migration = Migration {
     down: include_str!("../migrations/0022_lean_step.down.sql"),
 };
 
+/// The reads a run begins with (its thread, the first page of its history) as functions that
+/// set the tenant themselves: prepared calls, no longer parsed and planned each time.
+const TENANT_READS: Migration = Migration {
+    version: 23,
+    name: "tenant_reads",
+    up: include_str!("../migrations/0023_tenant_reads.up.sql"),
+    down: include_str!("../migrations/0023_tenant_reads.down.sql"),
+};
+
+/// Supabase mode calls them as `forge_tenant`, inside its tenant transaction.
+const SUPABASE_TENANT_READS: Migration = Migration {
+    version: 23,
+    name: "supabase_tenant_reads",
+    up: concat!(
+        include_str!("../migrations/0023_tenant_reads.up.sql"),
+        include_str!("../migrations/0023_supabase_grants.up.sql")
+    ),
+    // Dropping the functions drops their grants.
+    down: include_str!("../migrations/0023_tenant_reads.down.sql"),
+};
+
 /// The migrations of a mode, in order.
-pub fn migrations(mode: Mode) -> [Migration; 22] {
+pub fn migrations(mode: Mode) -> [Migration; 23] {
     match mode {
         Mode::Rls => [
             TABLES,
@@ -412,6 +433,7 @@ pub fn migrations(mode: Mode) -> [Migration; 22] {
             CLAIM_SPLIT,
             ONE_TRIP_WRITES,
             LEAN_STEP,
+            TENANT_READS,
         ],
         Mode::Supabase => [
             TABLES,
@@ -436,6 +458,7 @@ pub fn migrations(mode: Mode) -> [Migration; 22] {
             SUPABASE_CLAIM_SPLIT,
             SUPABASE_ONE_TRIP_WRITES,
             SUPABASE_LEAN_STEP,
+            SUPABASE_TENANT_READS,
         ],
     }
 }

@@ -21,7 +21,7 @@ use forge_core::thread::{SessionState, Thread, ThreadChange, ThreadSummary, Thre
 use crate::PostgresStore;
 use crate::rows::{self, db_error, i64_of, to_json};
 
-use crate::{Tx, Value};
+use crate::Tx;
 
 async fn fetch_run(tx: &mut Tx, scope: &Scope, id: RunId, lock: bool) -> Result<Run, Error> {
     let sql = if lock {
@@ -100,6 +100,15 @@ impl MessageColumns {
         })
     }
 }
+
+/// A thread of the tenant through `forge_thread_row` (migration 23): `$1` the id, `$2` the
+/// tenant; no row when it is not the tenant's.
+const THREAD_ROW_SQL: &str = "SELECT * FROM forge_thread_row($1, $2)";
+
+/// A page of a thread's history through `forge_message_page` (migration 23): `$1` the thread,
+/// `$2` the tenant, strictly between positions `$3` and `$4`, at most `$5`, the last of them when
+/// `$6`; oldest first. An empty page of a thread that is not the tenant's raises `P0002`.
+const MESSAGE_PAGE_SQL: &str = "SELECT * FROM forge_message_page($1, $2, $3, $4, $5, $6)";
 
 /// A run admitted in one statement: its row, a queued run's first event (`$12`..`$14`, empty
 /// arrays for a run that starts at once) and its wake-up, the thread's active run when it starts
@@ -309,15 +318,15 @@ impl ThreadStore for PostgresStore {
 
     async fn get_thread(&self, scope: &Scope, id: ThreadId) -> Result<Thread, Error> {
         let found = self
-            .tenant_read(
-                scope,
-                &[ThreadWindow::ROW_SQL],
-                &[Value::Uuid(id.0), Value::Text(scope.tenant_id().as_str())],
-            )
-            .await?;
+            .tenant_call(scope, || {
+                sqlx::query(THREAD_ROW_SQL)
+                    .bind(id.0)
+                    .bind(scope.tenant_id().as_str())
+            })
+            .await
+            .map_err(db_error)?;
         let row = found
             .first()
-            .and_then(|rows| rows.first())
             .ok_or_else(|| Error::not_found("thread", id))?;
         rows::thread(row)
     }
@@ -347,24 +356,23 @@ impl ThreadStore for PostgresStore {
         if window.after.is_none() && window.before.is_none() {
             // A page from an end, and whether the thread is the tenant's, in one round trip.
             let found = self
-                .tenant_read(
-                    scope,
-                    &[window.page_sql(), THREAD_EXISTS_SQL],
-                    &[
-                        Value::Uuid(id.0),
-                        Value::Text(scope.tenant_id().as_str()),
-                        Value::Int(0),
-                        Value::Int(i64::MAX),
-                        Value::Int(limit),
-                    ],
-                )
-                .await?;
-            return match found.as_slice() {
-                [page, exists] if !page.is_empty() || !exists.is_empty() => {
-                    page.iter().map(rows::message).collect()
-                }
-                _ => Err(Error::not_found("thread", id)),
-            };
+                .tenant_call(scope, || {
+                    sqlx::query(MESSAGE_PAGE_SQL)
+                        .bind(id.0)
+                        .bind(scope.tenant_id().as_str())
+                        .bind(0i64)
+                        .bind(i64::MAX)
+                        .bind(limit)
+                        .bind(window.from_end)
+                })
+                .await
+                .map_err(|e| match &e {
+                    sqlx::Error::Database(db) if db.code().as_deref() == Some("P0002") => {
+                        Error::not_found("thread", id)
+                    }
+                    _ => db_error(e),
+                })?;
+            return found.iter().map(rows::message).collect();
         }
         let mut tx = self.tenant_tx(scope).await?;
         let mut bounds = [0i64, i64::MAX];
@@ -730,6 +738,8 @@ impl RunStore for PostgresStore {
             })
             .await
             .map_err(db_error)?
+            .into_iter()
+            .next()
             .ok_or_else(|| Error::not_found("run", id))?;
         let mut run = rows::run(&row)?;
         // Judged on the row as it was; the lease was taken exactly when next_lease allows it
@@ -791,6 +801,8 @@ impl RunStore for PostgresStore {
                 .tenant_call(scope, || args.query(&commit, scope, now.0))
                 .await
                 .map_err(step_error)?
+                .into_iter()
+                .next()
                 .ok_or_else(|| Error::not_found("run", commit.run_id))?;
             return judge_step(&row, &commit, scope, now);
         }

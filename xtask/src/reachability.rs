@@ -178,7 +178,7 @@ pub(crate) const CAPABILITIES: &[Capability] = &[
     },
     Capability {
         name: "compaction: context assembly reads only what follows the summary, in pages",
-        provider: ("forge-engine/src/compaction.rs", None, "read_history"),
+        provider: ("forge-engine/src/compaction.rs", None, "continue_history"),
         scope: Scope::Platform,
         wired_in: (
             "forge-engine/src/engine/execution.rs",

@@ -59,19 +59,34 @@ pub async fn read_history(
     thread: ThreadId,
     summary: Option<&ThreadSummary>,
 ) -> Result<Vec<Message>, forge_core::Error> {
-    let mut history: Vec<Message> = Vec::new();
-    let mut after = summary.map(|s| s.through);
-    loop {
+    let after = summary.map(|s| s.through);
+    let first = threads
+        .page_messages(scope, thread, &MessageWindow::after(after, HISTORY_PAGE))
+        .await?;
+    continue_history(threads, scope, thread, after, first).await
+}
+
+/// `first`, the first page of the thread's history after `after` (at most [`HISTORY_PAGE`]
+/// messages, as [`ThreadStore::thread_with_history`] reads it), and every page after it.
+pub async fn continue_history(
+    threads: &dyn ThreadStore,
+    scope: &Scope,
+    thread: ThreadId,
+    after: Option<MessageId>,
+    first: Vec<Message>,
+) -> Result<Vec<Message>, forge_core::Error> {
+    let mut full = first.len() >= HISTORY_PAGE;
+    let mut after = first.last().map(|m| m.id).or(after);
+    let mut history = first;
+    while full {
         let page = threads
             .page_messages(scope, thread, &MessageWindow::after(after, HISTORY_PAGE))
             .await?;
-        let full = page.len() == HISTORY_PAGE;
+        full = page.len() == HISTORY_PAGE;
         after = page.last().map(|m| m.id).or(after);
         history.extend(page);
-        if !full {
-            return Ok(history);
-        }
     }
+    Ok(history)
 }
 
 /// Where `history` may be cut so that `history[..cut]` is summarised and `history[cut..]` kept:

@@ -268,6 +268,46 @@ impl ThreadStore for SqliteStore {
         found.iter().map(rows::message).collect()
     }
 
+    async fn thread_with_history(
+        &self,
+        scope: &Scope,
+        id: ThreadId,
+        limit: usize,
+    ) -> Result<(Thread, Vec<Message>), Error> {
+        // The thread and the first page from the start in one trip and no transaction: two
+        // statements, told apart by the result that ends the first. A thread with a summary
+        // reads its page after the summary in a second trip.
+        use futures_util::TryStreamExt;
+        let first_page = MessageWindow::after(None, limit);
+        let sql = format!("{}; {}", ThreadWindow::ROW_SQL, first_page.page_sql());
+        let mut conn = self.conn().await?;
+        let query = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(id.to_string())
+            .bind(scope.tenant_id().as_str())
+            .bind(0i64)
+            .bind(i64::MAX)
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX));
+        let output: Vec<_> = sqlx::Executor::fetch_many(&mut *conn, query)
+            .try_collect()
+            .await
+            .map_err(db_error)?;
+        conn.release();
+        let (mut thread, mut page, mut ended) = (None, Vec::new(), 0);
+        for item in output {
+            match item {
+                sqlx::Either::Left(_) => ended += 1,
+                sqlx::Either::Right(row) if ended == 0 => thread = Some(rows::thread(&row)?),
+                sqlx::Either::Right(row) => page.push(rows::message(&row)?),
+            }
+        }
+        let thread = thread.ok_or_else(|| Error::not_found("thread", id))?;
+        if let Some(summary) = &thread.summary {
+            let after = MessageWindow::after(Some(summary.through), limit);
+            page = self.page_messages(scope, id, &after).await?;
+        }
+        Ok((thread, page))
+    }
+
     async fn page_messages(
         &self,
         scope: &Scope,

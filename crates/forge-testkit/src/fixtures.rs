@@ -1,7 +1,12 @@
 //! Fixtures built from the real types.
 
 use forge_core::agent::AgentRef;
+use forge_core::event::{RunEvent, RunEventKind};
+use forge_core::message::Message;
+use forge_core::ports::store::StepCommit;
+use forge_core::run::{Checkpoint, Run, RunLease, RunStatus};
 use forge_core::scope::Scope;
+use forge_core::time::Timestamp;
 
 /// A scope in tenant `tenant` for principal `user-1` with role `member`.
 pub fn scope(tenant: &str) -> Scope {
@@ -13,5 +18,39 @@ pub fn agent_ref() -> AgentRef {
     AgentRef {
         name: "fixture-agent".into(),
         version: "1".into(),
+    }
+}
+
+/// The common step `step` of `run` under `lease` at `at`: one `step.started` event after the
+/// log, `messages`, the run still running, and nothing beside the log.
+pub fn step(
+    run: &Run,
+    lease: &RunLease,
+    step: u32,
+    messages: Vec<Message>,
+    at: Timestamp,
+) -> StepCommit {
+    StepCommit {
+        run_id: run.id,
+        expected_version: run.version,
+        lease: lease.clone(),
+        events: vec![RunEvent {
+            run_id: run.id,
+            seq: run.last_seq + 1,
+            at,
+            kind: RunEventKind::StepStarted { step },
+        }],
+        messages,
+        checkpoint: Checkpoint {
+            step,
+            ..Checkpoint::default()
+        },
+        status: RunStatus::Running,
+        failure: None,
+        interactions: vec![],
+        audit: vec![],
+        settlements: vec![],
+        state: None,
+        summary: None,
     }
 }

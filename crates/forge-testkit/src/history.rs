@@ -46,6 +46,28 @@ async fn append<F: StoreFactory>(
     f.store.get_run(&f.scope, run.id).await.expect("run")
 }
 
+/// What a run begins with: the thread as `get_thread` reads it, and the first `limit` messages
+/// after its summary, which must be `expected`.
+async fn expect_start<F: StoreFactory>(
+    f: &Fixture<F>,
+    thread: forge_core::id::ThreadId,
+    limit: usize,
+    expected: &[Message],
+) {
+    let (read, page) = f
+        .store
+        .thread_with_history(&f.scope, thread, limit)
+        .await
+        .expect("the thread and its history");
+    let alone = f.store.get_thread(&f.scope, thread).await.expect("thread");
+    assert_eq!(read, alone, "the thread as get_thread reads it");
+    assert_eq!(
+        page.iter().map(|m| m.id).collect::<Vec<_>>(),
+        expected.iter().map(|m| m.id).collect::<Vec<_>>(),
+        "the first page after the summary"
+    );
+}
+
 fn summary(run: &Run, version: u64, through: MessageId, covered: u64) -> ThreadSummary {
     ThreadSummary {
         version,
@@ -219,7 +241,8 @@ pub async fn message_pages_are_stable_under_concurrent_appends<F: StoreFactory>(
 
 /// A step's summary is written with it only when it builds on the thread's current summary: the
 /// same compaction committed twice (a step repeated after a crash, or two writers) lands once,
-/// and the refused commit writes nothing at all. A summary naming another run is refused.
+/// and the refused commit writes nothing at all. A summary naming another run is refused. What a
+/// run begins with (`thread_with_history`) is the thread and the first page after its summary.
 pub async fn a_step_commits_its_summary_once_building_on_the_current_one<F: StoreFactory>() {
     let f = fixture::<F>().await;
     let mut run = f.run().await;
@@ -230,6 +253,8 @@ pub async fn a_step_commits_its_summary_once_building_on_the_current_one<F: Stor
         .expect("lease");
     let messages: Vec<Message> = (0..4).map(|i| message(&f, &run, format!("m{i}"))).collect();
     run = append(&f, &run, &lease, messages.clone()).await;
+    // Without a summary, a run begins with the first page from the start.
+    expect_start(&f, run.thread_id, 3, &messages[..3]).await;
 
     let mut compacting = f.commit(
         &run,
@@ -248,6 +273,9 @@ pub async fn a_step_commits_its_summary_once_building_on_the_current_one<F: Stor
         .await
         .expect("thread");
     assert_eq!(thread.summary, Some(summary(&run, 1, messages[1].id, 2)));
+    // With one, the first page after it.
+    expect_start(&f, run.thread_id, 3, &messages[2..]).await;
+    expect_start(&f, run.thread_id, 1, &messages[2..3]).await;
     run = f.store.get_run(&f.scope, run.id).await.expect("run");
 
     // The same compaction again (version 1 on top of version 1) is refused whole.
@@ -309,6 +337,14 @@ pub async fn a_step_commits_its_summary_once_building_on_the_current_one<F: Stor
     assert_eq!(
         thread.summary.map(|s| (s.version, s.through)),
         Some((2, messages[2].id))
+    );
+    expect_start(&f, run.thread_id, 3, &messages[3..]).await;
+    expect_kind(
+        f.store
+            .thread_with_history(&scope("globex"), run.thread_id, 3)
+            .await,
+        ErrorKind::NotFound,
+        "another tenant's thread and history",
     );
     let history = f
         .store

@@ -48,6 +48,24 @@ pub trait ThreadStore: Send + Sync {
         window: &MessageWindow,
     ) -> Result<Vec<Message>, Error>;
 
+    /// The thread and the first page of its history after its summary (from the start without
+    /// one), at most `limit` messages: what a run reads as it begins. Another tenant's thread is
+    /// `NotFound`. The default reads them apart; a store that can answer in one trip to its
+    /// database does, with the same result.
+    async fn thread_with_history(
+        &self,
+        scope: &Scope,
+        id: ThreadId,
+        limit: usize,
+    ) -> Result<(Thread, Vec<Message>), Error> {
+        let thread = self.get_thread(scope, id).await?;
+        let after = thread.summary.as_ref().map(|s| s.through);
+        let page = self
+            .page_messages(scope, id, &MessageWindow::after(after, limit))
+            .await?;
+        Ok((thread, page))
+    }
+
     /// One page of the tenant's threads, newest first ([`crate::thread::ThreadWindow`]).
     async fn page_threads(
         &self,

@@ -386,13 +386,18 @@ impl Engine {
                 model: agent.model.clone(),
             });
         }
-        let thread = self.threads.get_thread(scope, cur.run.thread_id).await?;
+        // The thread and its history's first page in one read where the store can.
+        let (thread, first) = self
+            .threads
+            .thread_with_history(scope, cur.run.thread_id, crate::compaction::HISTORY_PAGE)
+            .await?;
         cur.state = thread.state;
-        cur.history = crate::compaction::read_history(
+        cur.history = crate::compaction::continue_history(
             self.threads.as_ref(),
             scope,
             cur.run.thread_id,
-            thread.summary.as_ref(),
+            thread.summary.as_ref().map(|s| s.through),
+            first,
         )
         .await?;
         cur.summary = thread.summary;

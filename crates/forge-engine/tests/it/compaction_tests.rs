@@ -509,3 +509,57 @@ async fn a_summarising_call_is_in_the_token_and_duration_metrics_like_any_call()
     assert_eq!(of(Instrument::ModelCost), 1);
     assert_eq!(of(Instrument::ModelCallDuration), 1);
 }
+
+/// A history longer than a page is read whole and in order: the first page as a run begins
+/// (`thread_with_history`), then page after page (`continue_history`), as `read_history` reads it.
+#[tokio::test]
+async fn a_history_of_more_than_two_pages_is_read_whole_in_order() {
+    use forge_core::id::{MessageId, UuidV7Generator};
+    use forge_core::message::Role;
+    use forge_core::ports::store::NewRun;
+    use forge_core::time::{Clock, SystemClock};
+    use forge_engine::compaction::{HISTORY_PAGE, continue_history, read_history};
+    use forge_store_memory::MemoryStore;
+
+    let store = MemoryStore::default();
+    let scope = forge_testkit::fixtures::scope("acme");
+    let thread = store
+        .create_thread(&scope, NewThread::default())
+        .await
+        .unwrap();
+    let new = NewRun::new(
+        thread.id,
+        forge_testkit::fixtures::agent_ref(),
+        vec![Part::text("hi")],
+    );
+    let run = store.create_run(&scope, new).await.unwrap();
+    let lease = store
+        .acquire_lease(&scope, run.id, "w", Duration::from_secs(30))
+        .await
+        .unwrap();
+    let at = SystemClock.now();
+    let messages: Vec<Message> = (0..2 * HISTORY_PAGE + 3)
+        .map(|i| Message {
+            id: MessageId::generate(&UuidV7Generator),
+            run_id: run.id,
+            role: Role::User,
+            parts: vec![Part::text(format!("m{i}"))],
+            created_at: at,
+        })
+        .collect();
+    let commit = forge_testkit::fixtures::step(&run, &lease, 1, messages.clone(), at);
+    store.commit_step(&scope, commit).await.unwrap();
+
+    let ids = |m: &[Message]| m.iter().map(|m| m.id).collect::<Vec<_>>();
+    let (_, first) = store
+        .thread_with_history(&scope, thread.id, HISTORY_PAGE)
+        .await
+        .unwrap();
+    assert_eq!(ids(&first), ids(&messages[..HISTORY_PAGE]));
+    let whole = continue_history(&store, &scope, thread.id, None, first)
+        .await
+        .unwrap();
+    assert_eq!(ids(&whole), ids(&messages));
+    let read = read_history(&store, &scope, thread.id, None).await.unwrap();
+    assert_eq!(ids(&read), ids(&messages));
+}

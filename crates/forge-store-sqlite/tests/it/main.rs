@@ -227,12 +227,10 @@ async fn a_dead_holders_claim_and_lease_are_taken_over_at_once() {
 /// test that fails when the one-trip path is never taken, or taken for a step it cannot decide.
 #[tokio::test]
 async fn the_common_step_is_committed_in_one_trip() {
-    use forge_core::event::{RunEvent, RunEventKind};
     use forge_core::id::{MessageId, ModelCallId, UuidV7Generator};
     use forge_core::message::{Message, Role};
     use forge_core::metering::{CallStatus, ModelCall, QuotaPeriod};
-    use forge_core::ports::store::{StateUpdate, StepCommit};
-    use forge_core::run::{Checkpoint, RunStatus};
+    use forge_core::ports::store::StateUpdate;
     use forge_core::time::Clock;
     use forge_core::usage::Usage;
     use forge_store_sqlite::CommitPaths;
@@ -253,34 +251,15 @@ async fn the_common_step_is_committed_in_one_trip() {
         .await
         .unwrap();
     let at = clock.now();
-    let step = |run: &forge_core::run::Run, step: u32| StepCommit {
-        run_id: run.id,
-        expected_version: run.version,
-        lease: lease.clone(),
-        events: vec![RunEvent {
-            run_id: run.id,
-            seq: run.last_seq + 1,
-            at,
-            kind: RunEventKind::StepStarted { step },
-        }],
-        messages: vec![Message {
+    let step = |run: &forge_core::run::Run, step: u32| {
+        let message = Message {
             id: MessageId::generate(&UuidV7Generator),
             run_id: run.id,
             role: Role::Assistant,
             parts: vec![Part::text("step")],
             created_at: at,
-        }],
-        checkpoint: Checkpoint {
-            step,
-            ..Checkpoint::default()
-        },
-        status: RunStatus::Running,
-        failure: None,
-        interactions: vec![],
-        audit: vec![],
-        settlements: vec![],
-        state: None,
-        summary: None,
+        };
+        forge_testkit::fixtures::step(run, &lease, step, vec![message], at)
     };
     let usage = Usage {
         input_tokens: 3,

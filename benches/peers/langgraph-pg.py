@@ -2,7 +2,8 @@
 # against forge-bench's mock: a prebuilt ReAct agent, streamed model calls, one `lookup` tool, a
 # thread per run. Prints median and p95 ms of 100 sequential runs, runs/s with 50 in flight, CPU ms
 # per run of this process and of every `postgres` process on the machine.
-# Usage: python langgraph.py BASE_URL POSTGRES_URL
+# Usage: python langgraph-pg.py BASE_URL POSTGRES_URL (not langgraph.py: a script of that name
+# shadows the langgraph package it imports)
 import asyncio, os, resource, sys, time, uuid
 
 from langchain_core.tools import tool

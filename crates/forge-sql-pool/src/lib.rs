@@ -35,11 +35,6 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 /// [`sqlx::Error::PoolTimedOut`] (sqlx's own default).
 pub const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// What a statement of [`Pool::read_many`] gives: a row, or the statement's result after its
-/// rows.
-pub type Output<DB> =
-    sqlx::Either<<DB as sqlx::Database>::QueryResult, <DB as sqlx::Database>::Row>;
-
 /// Opens a new connection.
 type Connect<C> = Arc<dyn Fn() -> BoxFuture<'static, Result<C, sqlx::Error>> + Send + Sync>;
 
@@ -216,33 +211,6 @@ where
             conn.in_tx = true;
             match sqlx::raw_sql(sql.clone()).fetch_all(&mut *conn).await {
                 Ok(rows) => return Ok((Tx { conn }, rows)),
-                Err(e) if self.retries(&e, &mut attempts) => {}
-                Err(e) => return Err(e),
-            }
-        }
-    }
-
-    /// Runs `sql`, which only reads (values inlined as literals), and returns what each of its
-    /// statements gave, in order: rows, then the statement's result. Retried like
-    /// [`Pool::begin`] on a connection the server closed: a read that did not run did nothing.
-    pub async fn read_many(
-        &self,
-        sql: impl sqlx::SqlSafeStr,
-    ) -> Result<Vec<Output<C::Database>>, sqlx::Error> {
-        use futures_util::TryStreamExt;
-        let sql = sql.into_sql_str();
-        let mut attempts = 0;
-        loop {
-            let mut conn = self.acquire().await?;
-            let read: Result<Vec<_>, _> = sqlx::raw_sql(sql.clone())
-                .fetch_many(&mut *conn)
-                .try_collect()
-                .await;
-            match read {
-                Ok(output) => {
-                    conn.release();
-                    return Ok(output);
-                }
                 Err(e) if self.retries(&e, &mut attempts) => {}
                 Err(e) => return Err(e),
             }

@@ -92,6 +92,41 @@ impl SqliteStore {
         rows::thread(&row)
     }
 
+    /// `statement` and a page of thread `id`'s history from an end (`window` without cursors),
+    /// in one trip outside a transaction: the rows of each, told apart by the result that ends
+    /// the first. `statement` may bind `$1` (the thread) and `$2` (the tenant).
+    async fn page_beside(
+        &self,
+        scope: &Scope,
+        id: ThreadId,
+        statement: &str,
+        window: &MessageWindow,
+    ) -> Result<(Vec<sqlx::sqlite::SqliteRow>, Vec<sqlx::sqlite::SqliteRow>), Error> {
+        use futures_util::TryStreamExt;
+        let sql = format!("{statement}; {}", window.page_sql());
+        let mut conn = self.conn().await?;
+        let query = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(id.to_string())
+            .bind(scope.tenant_id().as_str())
+            .bind(0i64)
+            .bind(i64::MAX)
+            .bind(i64::try_from(window.limit).unwrap_or(i64::MAX));
+        let output: Vec<_> = sqlx::Executor::fetch_many(&mut *conn, query)
+            .try_collect()
+            .await
+            .map_err(db_error)?;
+        conn.release();
+        let (mut first, mut page, mut ended) = (Vec::new(), Vec::new(), false);
+        for item in output {
+            match item {
+                sqlx::Either::Left(_) => ended = true,
+                sqlx::Either::Right(row) if !ended => first.push(row),
+                sqlx::Either::Right(row) => page.push(row),
+            }
+        }
+        Ok((first, page))
+    }
+
     pub(crate) async fn fetch_run<'e, E: sqlx::SqliteExecutor<'e>>(
         &self,
         ex: E,
@@ -274,33 +309,25 @@ impl ThreadStore for SqliteStore {
         id: ThreadId,
         limit: usize,
     ) -> Result<(Thread, Vec<Message>), Error> {
-        // The thread and the first page from the start in one trip and no transaction: two
-        // statements, told apart by the result that ends the first. A thread with a summary
-        // reads its page after the summary in a second trip.
-        use futures_util::TryStreamExt;
-        let first_page = MessageWindow::after(None, limit);
-        let sql = format!("{}; {}", ThreadWindow::ROW_SQL, first_page.page_sql());
-        let mut conn = self.conn().await?;
-        let query = sqlx::query(sqlx::AssertSqlSafe(sql))
-            .bind(id.to_string())
-            .bind(scope.tenant_id().as_str())
-            .bind(0i64)
-            .bind(i64::MAX)
-            .bind(i64::try_from(limit).unwrap_or(i64::MAX));
-        let output: Vec<_> = sqlx::Executor::fetch_many(&mut *conn, query)
-            .try_collect()
-            .await
-            .map_err(db_error)?;
-        conn.release();
-        let (mut thread, mut page, mut ended) = (None, Vec::new(), 0);
-        for item in output {
-            match item {
-                sqlx::Either::Left(_) => ended += 1,
-                sqlx::Either::Right(row) if ended == 0 => thread = Some(rows::thread(&row)?),
-                sqlx::Either::Right(row) => page.push(rows::message(&row)?),
-            }
-        }
-        let thread = thread.ok_or_else(|| Error::not_found("thread", id))?;
+        // The thread and the first page from the start in one trip. A thread with a summary
+        // reads its page after the summary in a second.
+        let (found, first) = self
+            .page_beside(
+                scope,
+                id,
+                ThreadWindow::ROW_SQL,
+                &MessageWindow::after(None, limit),
+            )
+            .await?;
+        let thread = rows::thread(
+            found
+                .first()
+                .ok_or_else(|| Error::not_found("thread", id))?,
+        )?;
+        let mut page = first
+            .iter()
+            .map(rows::message)
+            .collect::<Result<Vec<_>, _>>()?;
         if let Some(summary) = &thread.summary {
             let after = MessageWindow::after(Some(summary.through), limit);
             page = self.page_messages(scope, id, &after).await?;
@@ -316,38 +343,19 @@ impl ThreadStore for SqliteStore {
     ) -> Result<Vec<Message>, Error> {
         let limit = i64::try_from(window.limit).unwrap_or(i64::MAX);
         if window.after.is_none() && window.before.is_none() {
-            // A page from an end, and whether the thread is the tenant's, in one trip and no
-            // transaction: two statements, told apart by the result that ends each.
-            use futures_util::TryStreamExt;
-            let sql = format!(
-                "{}; SELECT 1 FROM forge_threads WHERE id = $1 AND tenant_id = $2",
-                window.page_sql()
-            );
-            let mut conn = self.conn().await?;
-            let query = sqlx::query(sqlx::AssertSqlSafe(sql))
-                .bind(id.to_string())
-                .bind(scope.tenant_id().as_str())
-                .bind(0i64)
-                .bind(i64::MAX)
-                .bind(limit);
-            let output: Vec<_> = sqlx::Executor::fetch_many(&mut *conn, query)
-                .try_collect()
-                .await
-                .map_err(db_error)?;
-            conn.release();
-            let mut page = Vec::new();
-            let (mut ended, mut exists) = (0, false);
-            for item in output {
-                match item {
-                    sqlx::Either::Left(_) => ended += 1,
-                    sqlx::Either::Right(row) if ended == 0 => page.push(rows::message(&row)?),
-                    sqlx::Either::Right(_) => exists = true,
-                }
-            }
-            if !exists {
+            // A page from an end, and whether the thread is the tenant's, in one trip.
+            let (exists, page) = self
+                .page_beside(
+                    scope,
+                    id,
+                    "SELECT 1 FROM forge_threads WHERE id = $1 AND tenant_id = $2",
+                    window,
+                )
+                .await?;
+            if exists.is_empty() {
                 return Err(Error::not_found("thread", id));
             }
-            return Ok(page);
+            return page.iter().map(rows::message).collect();
         }
         let mut tx = self.pool.begin("BEGIN").await.map_err(db_error)?;
         self.thread_exists(&mut tx, scope, id).await?;

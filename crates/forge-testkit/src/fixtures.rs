@@ -3,7 +3,8 @@
 use forge_core::agent::AgentRef;
 use forge_core::event::{RunEvent, RunEventKind};
 use forge_core::message::Message;
-use forge_core::ports::store::StepCommit;
+use forge_core::part::Part;
+use forge_core::ports::store::{NewRun, NewThread, RunStore, StepCommit, ThreadStore};
 use forge_core::run::{Checkpoint, Run, RunLease, RunStatus};
 use forge_core::scope::Scope;
 use forge_core::time::Timestamp;
@@ -53,4 +54,14 @@ pub fn step(
         state: None,
         summary: None,
     }
+}
+
+/// A run of [`agent_ref`] with the input `hi`, on a new thread of `scope`'s tenant.
+pub async fn run_on_new_thread<S: ThreadStore + RunStore>(store: &S, scope: &Scope) -> Run {
+    let thread = store
+        .create_thread(scope, NewThread::default())
+        .await
+        .expect("create a thread");
+    let new = NewRun::new(thread.id, agent_ref(), vec![Part::text("hi")]);
+    store.create_run(scope, new).await.expect("create a run")
 }

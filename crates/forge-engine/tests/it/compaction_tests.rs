@@ -516,23 +516,14 @@ async fn a_summarising_call_is_in_the_token_and_duration_metrics_like_any_call()
 async fn a_history_of_more_than_two_pages_is_read_whole_in_order() {
     use forge_core::id::{MessageId, UuidV7Generator};
     use forge_core::message::Role;
-    use forge_core::ports::store::NewRun;
     use forge_core::time::{Clock, SystemClock};
     use forge_engine::compaction::{HISTORY_PAGE, continue_history, read_history};
     use forge_store_memory::MemoryStore;
 
     let store = MemoryStore::default();
     let scope = forge_testkit::fixtures::scope("acme");
-    let thread = store
-        .create_thread(&scope, NewThread::default())
-        .await
-        .unwrap();
-    let new = NewRun::new(
-        thread.id,
-        forge_testkit::fixtures::agent_ref(),
-        vec![Part::text("hi")],
-    );
-    let run = store.create_run(&scope, new).await.unwrap();
+    let run = forge_testkit::fixtures::run_on_new_thread(&store, &scope).await;
+    let thread = store.get_thread(&scope, run.thread_id).await.unwrap();
     let lease = store
         .acquire_lease(&scope, run.id, "w", Duration::from_secs(30))
         .await

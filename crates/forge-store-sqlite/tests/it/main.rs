@@ -179,16 +179,7 @@ async fn a_dead_holders_claim_and_lease_are_taken_over_at_once() {
     let ttl = std::time::Duration::from_secs(30);
     let mut runs = vec![];
     for _ in 0..2 {
-        let thread = store
-            .create_thread(&scope, NewThread::default())
-            .await
-            .unwrap();
-        let new = NewRun::new(
-            thread.id,
-            forge_testkit::fixtures::agent_ref(),
-            vec![Part::text("hi")],
-        );
-        runs.push(store.create_run(&scope, new).await.unwrap());
+        runs.push(forge_testkit::fixtures::run_on_new_thread(&store, &scope).await);
     }
     let (dead, alive) = (dead_holder(), forge_core::holder::this_process("other"));
     let any = ClaimFilter::any();
@@ -236,16 +227,7 @@ async fn the_common_step_is_committed_in_one_trip() {
     use forge_store_sqlite::CommitPaths;
 
     let (clock, store, scope) = at_2026("paths").await;
-    let thread = store
-        .create_thread(&scope, NewThread::default())
-        .await
-        .unwrap();
-    let new = NewRun::new(
-        thread.id,
-        forge_testkit::fixtures::agent_ref(),
-        vec![Part::text("hi")],
-    );
-    let run = store.create_run(&scope, new).await.unwrap();
+    let run = forge_testkit::fixtures::run_on_new_thread(&store, &scope).await;
     let lease = store
         .acquire_lease(&scope, run.id, "w", std::time::Duration::from_secs(30))
         .await

@@ -17,39 +17,28 @@ use crate::rows::{db_error, get, json, to_json};
 
 type Tx = crate::Tx;
 
-/// Stores a new interaction (in the parking step's commit).
-pub(crate) async fn insert(tx: &mut Tx, i: &Interaction) -> Result<(), Error> {
-    sqlx::query(
-        "INSERT INTO forge_interactions (id, tenant_id, run_id, status, created_at, expires_at, body) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7)",
-    )
-    .bind(i.id.to_string())
-    .bind(i.tenant_id.as_str())
-    .bind(i.run_id.to_string())
-    .bind(i.status.name())
-    .bind(i.created_at.unix_millis())
-    .bind(i.expires_at.unix_millis())
-    .bind(to_json(i)?)
-    .execute(&mut **tx)
-    .await
-    .map_err(db_error)?;
-    Ok(())
-}
+/// Inserts an interaction (`$1` id, `$2` tenant, `$3` run, `$4` status, `$5` created, `$6`
+/// expires, `$7` body).
+pub(crate) const INSERT_SQL: &str = "INSERT INTO forge_interactions (id, tenant_id, run_id, status, created_at, expires_at, body) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7)";
+
+/// Appends an audit entry (`$1` tenant, `$2` time, `$3` actor, `$4` action, `$5` subject, `$6`
+/// detail).
+pub(crate) const AUDIT_SQL: &str = "INSERT INTO forge_audit (tenant_id, at, actor, action, subject, detail) \
+     VALUES ($1, $2, $3, $4, $5, $6)";
 
 /// Appends an audit entry.
 pub(crate) async fn audit(tx: &mut Tx, r: &AuditRecord) -> Result<(), Error> {
-    sqlx::query(
-        "INSERT INTO forge_audit (tenant_id, at, actor, action, subject, detail) VALUES ($1, $2, $3, $4, $5, $6)",
-    )
-    .bind(r.tenant_id.as_str())
-    .bind(r.at.unix_millis())
-    .bind(&r.actor)
-    .bind(&r.action)
-    .bind(&r.subject)
-    .bind(r.detail.to_string())
-    .execute(&mut **tx)
-    .await
-    .map_err(db_error)?;
+    sqlx::query(AUDIT_SQL)
+        .bind(r.tenant_id.as_str())
+        .bind(r.at.unix_millis())
+        .bind(&r.actor)
+        .bind(&r.action)
+        .bind(&r.subject)
+        .bind(r.detail.to_string())
+        .execute(&mut **tx)
+        .await
+        .map_err(db_error)?;
     Ok(())
 }
 

@@ -3,6 +3,10 @@
 //!
 //! The file runs in WAL mode with a busy timeout; every write is one `BEGIN IMMEDIATE`
 //! transaction, so writers queue on SQLite's lock instead of failing, and `commit_step` is atomic.
+//! The hot operations (step commits, claims, leases, completions) run on the store's writer lane,
+//! one connection on a thread of its own that commits them in groups (`lane`); the rest on a
+//! small pool of sqlx connections. An in-memory URL (`sqlite::memory:`) is a private temporary
+//! file, removed when the store is dropped, so that both see one database.
 //! The schema is provisioned on open from the embedded migrations. SQLite has no row-level
 //! security: tenant isolation is the `tenant_id` filter every query carries.
 //!
@@ -37,6 +41,7 @@ mod erasure;
 mod evals;
 mod files;
 mod interactions;
+mod lane;
 mod migrate;
 mod queue;
 mod rows;
@@ -97,27 +102,21 @@ pub struct SqliteStore {
     clock: Arc<dyn Clock>,
     ids: Arc<dyn IdGenerator>,
     applied_on_open: usize,
-    /// How steps were committed (see [`SqliteStore::commit_paths`]).
-    paths: Arc<PathCounters>,
+    /// The writer lane (see the `lane` module).
+    lane: Arc<lane::Lane>,
+    /// The temporary file behind an in-memory URL, removed when the last clone is dropped.
+    _scratch: Option<Arc<Scratch>>,
 }
 
-/// How a store has committed steps since it opened: the common step in one trip to its
-/// connection, and the rest (a step that writes beside the log, or one the database refused)
-/// judged in two. Every outcome is the same on either path; only the cost differs, so this is
-/// how an operator (or a test) sees that the cheap path is the one taken.
+/// What a store's writer lane has done since the store opened: how many operations it ran, in
+/// how many group commits. Under concurrent load a group holds several operations, which is what
+/// makes the lane cheap; an operator (or a test) sees it here.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct CommitPaths {
-    /// Steps committed in one trip.
-    pub one_trip: u64,
-    /// Steps judged in two trips, committed or refused.
-    pub judged: u64,
-}
-
-/// The counters behind [`CommitPaths`].
-#[derive(Debug, Default)]
-struct PathCounters {
-    one_trip: std::sync::atomic::AtomicU64,
-    judged: std::sync::atomic::AtomicU64,
+pub struct LaneStats {
+    /// Operations run (committed, or failed and rolled back).
+    pub operations: u64,
+    /// Transactions they were committed in.
+    pub groups: u64,
 }
 
 impl SqliteStore {
@@ -140,43 +139,50 @@ impl SqliteStore {
                 source,
             });
         }
-        let options = SqliteConnectOptions::from_str(url)
-            .map_err(|source| OpenError::Url {
-                url: url.to_owned(),
-                source,
-            })?
-            .create_if_missing(true)
-            .journal_mode(SqliteJournalMode::Wal)
-            .synchronous(SqliteSynchronous::Normal)
-            .busy_timeout(Duration::from_secs(10))
-            .foreign_keys(true);
-        // An in-memory database exists per connection, so it must be exactly one connection.
-        let max = if url.contains(":memory:") || url.contains("mode=memory") {
-            1
-        } else {
-            4
-        };
-        // The first connection is opened here, so that a bad path fails `open` with its reason.
-        let first = options.connect().await.map_err(|e| OpenError::Open {
+        let invalid = |source| OpenError::Url {
             url: url.to_owned(),
-            source: rows::db_error(e),
-        })?;
-        let pool = Pool::new(max, forge_sql_pool::Checks::EMBEDDED, move || {
+            source,
+        };
+        let failed = |source| OpenError::Open {
+            url: url.to_owned(),
+            source,
+        };
+        // An in-memory database exists per connection; the lane and the pool must share one.
+        let scratch = (url.contains(":memory:") || url.contains("mode=memory"))
+            .then(Scratch::new)
+            .map(Arc::new);
+        let options = match &scratch {
+            Some(scratch) => SqliteConnectOptions::new().filename(&scratch.path),
+            None => SqliteConnectOptions::from_str(url).map_err(invalid)?,
+        }
+        .create_if_missing(true)
+        .journal_mode(SqliteJournalMode::Wal)
+        .synchronous(SqliteSynchronous::Normal)
+        .busy_timeout(Duration::from_secs(10))
+        .foreign_keys(true);
+        let path = options.get_filename().to_owned();
+        // The first connection is opened here, so that a bad path fails `open` with its reason.
+        let first = options
+            .connect()
+            .await
+            .map_err(|e| failed(rows::db_error(e)))?;
+        let pool = Pool::new(4, forge_sql_pool::Checks::EMBEDDED, move || {
             let options = options.clone();
             Box::pin(async move { options.connect().await })
         });
         pool.give(first);
-        let applied_on_open = migrate::up(&pool).await.map_err(|source| OpenError::Open {
-            url: url.to_owned(),
-            source,
-        })?;
+        let applied_on_open = migrate::up(&pool).await.map_err(failed)?;
+        let write_gate = Arc::default();
+        let lane =
+            lane::Lane::open(&path, Arc::clone(&write_gate)).map_err(|e| failed(lane::db(e)))?;
         Ok(Self {
             pool,
-            write_gate: Arc::default(),
+            write_gate,
             clock,
             ids,
             applied_on_open,
-            paths: Arc::default(),
+            lane: Arc::new(lane),
+            _scratch: scratch,
         })
     }
 
@@ -185,13 +191,9 @@ impl SqliteStore {
         self.applied_on_open
     }
 
-    /// How this store has committed steps since it opened (clones share the count).
-    pub fn commit_paths(&self) -> CommitPaths {
-        use std::sync::atomic::Ordering::Relaxed;
-        CommitPaths {
-            one_trip: self.paths.one_trip.load(Relaxed),
-            judged: self.paths.judged.load(Relaxed),
-        }
+    /// What this store's writer lane has done since it opened (clones share it).
+    pub fn lane_stats(&self) -> LaneStats {
+        self.lane.stats()
     }
 
     /// Versions of the migrations applied to this database, ascending.
@@ -216,8 +218,42 @@ impl SqliteStore {
         self.pool.acquire().await.map_err(rows::db_error)
     }
 
-    /// Closes the pool: idle connections now, those in use when they are given back.
+    /// Closes the store: the writer lane once what was sent to it is answered, the pool's idle
+    /// connections now and those in use when they are given back.
     pub async fn close(&self) {
+        self.lane.stop();
         self.pool.close().await;
+    }
+}
+
+/// The private file behind an in-memory URL, removed (with its WAL files) on drop.
+#[derive(Debug)]
+struct Scratch {
+    path: std::path::PathBuf,
+}
+
+impl Scratch {
+    fn new() -> Self {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let name = format!(
+            "forge-memory-{}-{}-{}.db",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed),
+            uuid::Uuid::new_v4().simple()
+        );
+        Self {
+            path: std::env::temp_dir().join(name),
+        }
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        for suffix in ["", "-wal", "-shm"] {
+            let mut path = self.path.clone().into_os_string();
+            path.push(suffix);
+            let _ = std::fs::remove_file(path);
+        }
     }
 }

@@ -25,8 +25,8 @@ macro_rules! job_columns {
 }
 
 impl SqliteStore {
-    /// Applies `set` (which may use `$4`, bound to `value`) to the job if `job` is its current,
-    /// unexpired claim, in one statement (one trip to the connection); `Fenced` otherwise.
+    /// Applies `set` (which may use `?4`, bound to `value`) to the job if `job` is its current,
+    /// unexpired claim, in one statement on the writer lane; `Fenced` otherwise.
     async fn update_claim(
         &self,
         job: &ClaimedJob,
@@ -34,22 +34,24 @@ impl SqliteStore {
         value: Option<i64>,
     ) -> Result<(), Error> {
         let sql = format!(
-            "UPDATE forge_jobs SET {set} WHERE id = $1 AND state = 'claimed' AND token = $2 AND expires_at > $3"
+            "UPDATE forge_jobs SET {set} WHERE id = ?1 AND state = 'claimed' AND token = ?2 AND expires_at > ?3"
         );
-        let _gate = self.write_gate.clone().lock_owned().await;
-        let done = sqlx::query(sqlx::AssertSqlSafe(sql))
-            .bind(job.id.to_string())
-            .bind(i64_of(job.token)?)
-            .bind(self.clock.now().unix_millis())
-            .bind(value)
-            .execute(&mut *self.conn().await?)
-            .await
-            .map_err(db_error)?;
-        if done.rows_affected() == 1 {
+        let (id, token, now) = (job.id, i64_of(job.token)?, self.clock.now().unix_millis());
+        let changed = self
+            .lane
+            .run(move |conn| {
+                crate::commit::execute(
+                    conn,
+                    &sql,
+                    rusqlite::params![id.to_string(), token, now, value],
+                )
+            })
+            .await?;
+        if changed == 1 {
             Ok(())
         } else {
             Err(Error::Fenced {
-                resource: format!("job {}", job.id),
+                resource: format!("job {id}"),
             })
         }
     }
@@ -114,59 +116,22 @@ impl JobQueue for SqliteStore {
         filter: &ClaimFilter,
     ) -> Result<Option<ClaimedJob>, Error> {
         let now = self.clock.now();
-        // The filter (ClaimFilter::admits) in SQL: the run's agent version among the worker's
-        // `[name, version]` pairs, and the run itself when one is named. The walk is over the
-        // open jobs in id order (migration 15), so it stops at the first admitted job instead
-        // of testing and sorting the whole backlog; `INDEXED BY` makes a plan that does
-        // otherwise an error rather than a slow claim. The job found is claimed in the same
-        // statement, which returns it as it now stands. When it found none, lapsed claims with no
-        // attempts left become dead letters (the claim never takes them): only while the queue
-        // is idle, which `changes()` (the claim's count) tells. The other live claims' holders
-        // are read first. From `BEGIN IMMEDIATE` to `COMMIT`: one trip.
-        let query = sqlx::query(
-            concat!("BEGIN IMMEDIATE; \
-             SELECT DISTINCT holder FROM forge_jobs WHERE state = 'claimed' AND expires_at > $1 \
-             AND holder IS NOT NULL AND holder <> $5; \
-             UPDATE forge_jobs SET state = 'claimed', attempts = attempts + 1, token = token + 1, \
-             expires_at = $4, holder = $5 WHERE id = (SELECT id FROM forge_jobs j INDEXED BY forge_jobs_open \
-             WHERE state IN ('ready', 'claimed') \
-             AND ((state = 'ready' AND available_at <= $1) OR (state = 'claimed' AND expires_at <= $1 AND attempts < max_attempts)) \
-             AND ($2 IS NULL OR run_id = $2) \
-             AND ($3 IS NULL OR EXISTS (SELECT 1 FROM forge_runs r, json_each($3) a WHERE r.id = j.run_id \
-                  AND r.agent_name = json_extract(a.value, '$[0]') AND r.agent_version = json_extract(a.value, '$[1]'))) \
-             ORDER BY id LIMIT 1) RETURNING ", job_columns!(), "; \
-             UPDATE forge_jobs SET state = 'dead', expires_at = NULL, last_error = $6 \
-             WHERE changes() = 0 AND state = 'claimed' AND expires_at <= $1 AND attempts >= max_attempts; \
-             COMMIT"),
-        )
-        .bind(now.unix_millis())
-        .bind(filter.run.map(|r| r.to_string()))
-        .bind(filter.agents_json())
-        .bind(now.plus(ttl).unix_millis())
-        .bind(worker)
-        .bind(forge_core::ports::queue::WORKER_LOST);
-        let output: Vec<_> = {
-            use futures_util::TryStreamExt;
-            let (_gate, mut conn) = self.whole_tx_conn().await?;
-            let output = sqlx::Executor::fetch_many(&mut *conn, query)
-                .try_collect()
-                .await
-                .map_err(db_error)?;
-            conn.release();
-            output
-        };
-        // The rows of the holders' read (the second statement), then the claimed job's.
-        let mut statement = 0;
-        let (mut holders, mut claimed) = (Vec::new(), None);
-        for item in output {
-            match item {
-                sqlx::Either::Left(_) => statement += 1,
-                sqlx::Either::Right(row) if statement == 1 => {
-                    holders.push(rows::get::<String>(&row, "holder")?)
-                }
-                sqlx::Either::Right(row) => claimed = Some(row),
-            }
-        }
+        // One operation of the writer lane (`claim_next`).
+        let (run, agents) = (filter.run.map(|r| r.to_string()), filter.agents_json());
+        let (worker_name, expires_at) = (worker.to_owned(), now.plus(ttl));
+        let (holders, claimed) = self
+            .lane
+            .run(move |conn| {
+                claim_next(
+                    conn,
+                    now,
+                    run.as_deref(),
+                    agents.as_deref(),
+                    expires_at,
+                    &worker_name,
+                )
+            })
+            .await?;
         // One host holds every process of this store: a claim whose holder is no longer running
         // lapses now, not when its lease runs out (a restarted process takes over at once). When
         // this claim found nothing, it looks again once they have lapsed.
@@ -192,23 +157,7 @@ impl JobQueue for SqliteStore {
                 return Box::pin(self.claim(system, worker, ttl, filter)).await;
             }
         }
-        let Some(row) = claimed else {
-            return Ok(None);
-        };
-        let attempts: i64 = rows::get(&row, "attempts")?;
-        let token: i64 = rows::get(&row, "token")?;
-        let expires_at = now.plus(ttl);
-        let id = JobId(rows::uuid(&row, "id")?);
-        Ok(Some(ClaimedJob {
-            id,
-            tenant_id: TenantId::new(rows::get::<String>(&row, "tenant_id")?)?,
-            run_id: RunId(rows::uuid(&row, "run_id")?),
-            attempt: u32::try_from(attempts).unwrap_or(u32::MAX),
-            token: rows::u64_of(token, "token")?,
-            expires_at,
-            available_at: rows::ts(&row, "available_at")?,
-            traceparent: rows::get(&row, "traceparent")?,
-        }))
+        Ok(claimed)
     }
 
     async fn heartbeat(
@@ -218,7 +167,7 @@ impl JobQueue for SqliteStore {
         ttl: Duration,
     ) -> Result<ClaimedJob, Error> {
         let expires_at = self.clock.now().plus(ttl);
-        self.update_claim(job, "expires_at = $4", Some(expires_at.unix_millis()))
+        self.update_claim(job, "expires_at = ?4", Some(expires_at.unix_millis()))
             .await?;
         Ok(ClaimedJob {
             expires_at,
@@ -227,7 +176,7 @@ impl JobQueue for SqliteStore {
     }
 
     async fn complete(&self, _system: &SystemScope, job: &ClaimedJob) -> Result<(), Error> {
-        self.update_claim(job, "state = 'completed', expires_at = $4", None)
+        self.update_claim(job, "state = 'completed', expires_at = ?4", None)
             .await
     }
 
@@ -269,7 +218,7 @@ impl JobQueue for SqliteStore {
     ) -> Result<(), Error> {
         self.update_claim(
             job,
-            "state = 'ready', attempts = MAX(attempts - 1, 0), expires_at = NULL, available_at = $4",
+            "state = 'ready', attempts = MAX(attempts - 1, 0), expires_at = NULL, available_at = ?4",
             Some(not_before.unix_millis()),
         )
         .await
@@ -345,6 +294,89 @@ impl JobQueue for SqliteStore {
                 .map_err(db_error)?;
         JobState::from_name(&state.ok_or_else(|| Error::not_found("job", id))?)
     }
+}
+
+/// Claims the next job `worker` may take, on the lane's connection, and reads the other live
+/// claims' holders first.
+///
+/// The filter (ClaimFilter::admits) in SQL: the run's agent version among the worker's
+/// `[name, version]` pairs, and the run itself when one is named. The walk is over the open jobs
+/// in id order (migration 15), so it stops at the first admitted job instead of testing and
+/// sorting the whole backlog; `INDEXED BY` makes a plan that does otherwise an error rather than
+/// a slow claim. The job found is claimed in the same statement, which returns it as it now
+/// stands. When it found none, lapsed claims with no attempts left become dead letters (the claim
+/// never takes them): only while the queue is idle.
+fn claim_next(
+    conn: &rusqlite::Connection,
+    now: Timestamp,
+    run: Option<&str>,
+    agents: Option<&str>,
+    expires_at: Timestamp,
+    worker: &str,
+) -> Result<(Vec<String>, Option<ClaimedJob>), Error> {
+    use crate::lane::db;
+    use crate::rows::{Cols, int, text};
+    let mut holders = Vec::new();
+    {
+        let mut statement = conn
+            .prepare_cached(
+                "SELECT DISTINCT holder FROM forge_jobs WHERE state = 'claimed' AND expires_at > ?1 \
+                 AND holder IS NOT NULL AND holder <> ?2",
+            )
+            .map_err(db)?;
+        let mut found = statement
+            .query(rusqlite::params![now.unix_millis(), worker])
+            .map_err(db)?;
+        while let Some(row) = found.next().map_err(db)? {
+            holders.push(text(row, "holder")?);
+        }
+    }
+    let mut statement = conn
+        .prepare_cached(concat!(
+            "UPDATE forge_jobs SET state = 'claimed', attempts = attempts + 1, token = token + 1, \
+             expires_at = ?4, holder = ?5 WHERE id = (SELECT id FROM forge_jobs j INDEXED BY forge_jobs_open \
+             WHERE state IN ('ready', 'claimed') \
+             AND ((state = 'ready' AND available_at <= ?1) OR (state = 'claimed' AND expires_at <= ?1 AND attempts < max_attempts)) \
+             AND (?2 IS NULL OR run_id = ?2) \
+             AND (?3 IS NULL OR EXISTS (SELECT 1 FROM forge_runs r, json_each(?3) a WHERE r.id = j.run_id \
+                  AND r.agent_name = json_extract(a.value, '$[0]') AND r.agent_version = json_extract(a.value, '$[1]'))) \
+             ORDER BY id LIMIT 1) RETURNING ",
+            job_columns!()
+        ))
+        .map_err(db)?;
+    let mut found = statement
+        .query(rusqlite::params![
+            now.unix_millis(),
+            run,
+            agents,
+            expires_at.unix_millis(),
+            worker
+        ])
+        .map_err(db)?;
+    let claimed = match found.next().map_err(db)? {
+        Some(row) => Some(ClaimedJob {
+            id: JobId(rows::uuid(row, "id")?),
+            tenant_id: TenantId::new(text(row, "tenant_id")?)?,
+            run_id: RunId(rows::uuid(row, "run_id")?),
+            attempt: u32::try_from(int(row, "attempts")?).unwrap_or(u32::MAX),
+            token: rows::u64_of(int(row, "token")?, "token")?,
+            expires_at,
+            available_at: rows::ts(row, "available_at")?,
+            traceparent: row.text("traceparent")?,
+        }),
+        None => None,
+    };
+    drop(found);
+    drop(statement);
+    if claimed.is_none() {
+        crate::commit::execute(
+            conn,
+            "UPDATE forge_jobs SET state = 'dead', expires_at = NULL, last_error = ?2 \
+             WHERE state = 'claimed' AND expires_at <= ?1 AND attempts >= max_attempts",
+            rusqlite::params![now.unix_millis(), forge_core::ports::queue::WORKER_LOST],
+        )?;
+    }
+    Ok((holders, claimed))
 }
 
 fn info(row: &SqliteRow) -> Result<JobInfo, Error> {

@@ -1,4 +1,7 @@
 //! Mapping between rows and domain types, and between sqlx errors and `forge_core::Error`.
+//!
+//! The domain rows (threads, messages, runs) are read through [`Cols`], which both drivers'
+//! rows implement: the sqlx pool's and the writer lane's (rusqlite), one mapping for both.
 
 use forge_core::Error;
 use forge_core::agent::AgentRef;
@@ -35,18 +38,57 @@ pub(crate) fn get<'r, T: sqlx::Decode<'r, sqlx::Sqlite> + sqlx::Type<sqlx::Sqlit
     row.try_get(col).map_err(db_error)
 }
 
-pub(crate) fn uuid(row: &SqliteRow, col: &str) -> Result<uuid::Uuid, Error> {
-    let s: String = get(row, col)?;
+/// A row of either driver, read by column name as the two SQLite storage classes the domain
+/// rows use.
+pub(crate) trait Cols {
+    /// The text in `col`, `None` for NULL.
+    fn text(&self, col: &str) -> Result<Option<String>, Error>;
+    /// The integer in `col`, `None` for NULL.
+    fn int(&self, col: &str) -> Result<Option<i64>, Error>;
+}
+
+impl Cols for SqliteRow {
+    fn text(&self, col: &str) -> Result<Option<String>, Error> {
+        get(self, col)
+    }
+
+    fn int(&self, col: &str) -> Result<Option<i64>, Error> {
+        get(self, col)
+    }
+}
+
+impl Cols for rusqlite::Row<'_> {
+    fn text(&self, col: &str) -> Result<Option<String>, Error> {
+        self.get(col).map_err(crate::lane::db)
+    }
+
+    fn int(&self, col: &str) -> Result<Option<i64>, Error> {
+        self.get(col).map_err(crate::lane::db)
+    }
+}
+
+/// The text in `col`, which must not be NULL.
+pub(crate) fn text(row: &impl Cols, col: &str) -> Result<String, Error> {
+    row.text(col)?.ok_or_else(|| corrupt(col, "NULL"))
+}
+
+/// The integer in `col`, which must not be NULL.
+pub(crate) fn int(row: &impl Cols, col: &str) -> Result<i64, Error> {
+    row.int(col)?.ok_or_else(|| corrupt(col, "NULL"))
+}
+
+pub(crate) fn uuid(row: &impl Cols, col: &str) -> Result<uuid::Uuid, Error> {
+    let s = text(row, col)?;
     uuid::Uuid::parse_str(&s).map_err(|e| corrupt(col, e))
 }
 
-pub(crate) fn ts(row: &SqliteRow, col: &str) -> Result<Timestamp, Error> {
-    let ms: i64 = get(row, col)?;
+pub(crate) fn ts(row: &impl Cols, col: &str) -> Result<Timestamp, Error> {
+    let ms = int(row, col)?;
     Timestamp::from_unix_millis(ms).ok_or_else(|| corrupt(col, ms))
 }
 
-pub(crate) fn json<T: serde::de::DeserializeOwned>(row: &SqliteRow, col: &str) -> Result<T, Error> {
-    let s: String = get(row, col)?;
+pub(crate) fn json<T: serde::de::DeserializeOwned>(row: &impl Cols, col: &str) -> Result<T, Error> {
+    let s = text(row, col)?;
     serde_json::from_str(&s).map_err(|e| corrupt(col, e))
 }
 
@@ -62,15 +104,15 @@ pub(crate) fn i64_of(v: u64) -> Result<i64, Error> {
     i64::try_from(v).map_err(|_| Error::invalid(format!("{v} is too large to store")))
 }
 
-pub(crate) fn thread(row: &SqliteRow) -> Result<Thread, Error> {
-    let active: Option<String> = get(row, "active_run")?;
+pub(crate) fn thread(row: &impl Cols) -> Result<Thread, Error> {
+    let active = row.text("active_run")?;
     Ok(Thread {
         id: ThreadId(uuid(row, "id")?),
-        tenant_id: TenantId::new(get::<String>(row, "tenant_id")?)?,
-        created_by: PrincipalId::new(get::<String>(row, "created_by")?)?,
-        title: get(row, "title")?,
+        tenant_id: TenantId::new(text(row, "tenant_id")?)?,
+        created_by: PrincipalId::new(text(row, "created_by")?)?,
+        title: row.text("title")?,
         state: SessionState {
-            version: u64_of(get(row, "state_version")?, "state_version")?,
+            version: u64_of(int(row, "state_version")?, "state_version")?,
             values: json(row, "state")?,
         },
         active_run: active
@@ -80,36 +122,37 @@ pub(crate) fn thread(row: &SqliteRow) -> Result<Thread, Error> {
                     .map_err(|e| corrupt("active_run", e))
             })
             .transpose()?,
-        summary: get::<Option<String>>(row, "summary")?
+        summary: row
+            .text("summary")?
             .map(|s| serde_json::from_str(&s).map_err(|e| corrupt("summary", e)))
             .transpose()?,
         created_at: ts(row, "created_at")?,
-        archived_at: get::<Option<i64>>(row, "archived_at")?
+        archived_at: row
+            .int("archived_at")?
             .map(|ms| Timestamp::from_unix_millis(ms).ok_or_else(|| corrupt("archived_at", ms)))
             .transpose()?,
     })
 }
 
-pub(crate) fn message(row: &SqliteRow) -> Result<Message, Error> {
+pub(crate) fn message(row: &impl Cols) -> Result<Message, Error> {
     Ok(Message {
         id: MessageId(uuid(row, "id")?),
         run_id: RunId(uuid(row, "run_id")?),
-        role: Role::from_name(&get::<String>(row, "role")?)?,
+        role: Role::from_name(&text(row, "role")?)?,
         parts: json(row, "parts")?,
         created_at: ts(row, "created_at")?,
     })
 }
 
-pub(crate) fn run(row: &SqliteRow) -> Result<Run, Error> {
+pub(crate) fn run(row: &impl Cols) -> Result<Run, Error> {
     let id = RunId(uuid(row, "id")?);
-    let status_name: String = get(row, "status")?;
-    let waiting_for: Option<String> = get(row, "waiting_for")?;
-    let holder: Option<String> = get(row, "lease_holder")?;
-    let lease = match holder {
+    let status_name = text(row, "status")?;
+    let waiting_for = row.text("waiting_for")?;
+    let lease = match row.text("lease_holder")? {
         None => None,
         Some(holder) => {
-            let token: i64 = get(row, "lease_token")?;
-            let expires: i64 = get(row, "lease_expires_at")?;
+            let token = int(row, "lease_token")?;
+            let expires = int(row, "lease_expires_at")?;
             Some(RunLease {
                 run_id: id,
                 holder,
@@ -119,28 +162,28 @@ pub(crate) fn run(row: &SqliteRow) -> Result<Run, Error> {
             })
         }
     };
-    let failure: Option<String> = get(row, "failure")?;
     Ok(Run {
         id,
-        tenant_id: TenantId::new(get::<String>(row, "tenant_id")?)?,
-        principal_id: PrincipalId::new(get::<String>(row, "principal_id")?)?,
+        tenant_id: TenantId::new(text(row, "tenant_id")?)?,
+        principal_id: PrincipalId::new(text(row, "principal_id")?)?,
         role_ids: json(row, "role_ids")?,
         thread_id: ThreadId(uuid(row, "thread_id")?),
         agent: AgentRef {
-            name: get(row, "agent_name")?,
-            version: get(row, "agent_version")?,
+            name: text(row, "agent_name")?,
+            version: text(row, "agent_version")?,
         },
         input: json(row, "input")?,
         status: RunStatus::from_stored(&status_name, waiting_for.as_deref())?,
-        version: u64_of(get(row, "version")?, "version")?,
-        last_seq: u64_of(get(row, "last_seq")?, "last_seq")?,
+        version: u64_of(int(row, "version")?, "version")?,
+        last_seq: u64_of(int(row, "last_seq")?, "last_seq")?,
         checkpoint: json(row, "checkpoint")?,
-        failure: failure
+        failure: row
+            .text("failure")?
             .map(|f| serde_json::from_str(&f).map_err(|e| corrupt("failure", e)))
             .transpose()?,
         lease,
-        cancel_requested: get::<i64>(row, "cancel_requested")? != 0,
-        fence: u64_of(get(row, "fence")?, "fence")?,
+        cancel_requested: int(row, "cancel_requested")? != 0,
+        fence: u64_of(int(row, "fence")?, "fence")?,
         created_at: ts(row, "created_at")?,
         updated_at: ts(row, "updated_at")?,
     })

@@ -9,11 +9,11 @@ use forge_core::id::{RunId, ThreadId};
 use forge_core::message::Message;
 use forge_core::ports::store::{
     Admission, Committed, MessageWindow, NewRun, NewThread, RunQuery, RunStore, StartStrategy,
-    StepCommit, ThreadStore, admit, check_summary, next_lease, renewed_lease,
+    StepCommit, ThreadStore, admit, next_lease, renewed_lease,
 };
 use forge_core::run::{Run, RunLease};
 use forge_core::scope::Scope;
-use forge_core::thread::{SessionState, Thread, ThreadChange, ThreadSummary, ThreadWindow};
+use forge_core::thread::{SessionState, Thread, ThreadChange, ThreadWindow};
 
 use crate::SqliteStore;
 use crate::rows::{self, db_error, i64_of, to_json};
@@ -31,18 +31,6 @@ impl SqliteStore {
         let gate = self.write_gate.clone().lock_owned().await;
         let tx = self.pool.begin("BEGIN IMMEDIATE").await.map_err(db_error)?;
         Ok((gate, tx))
-    }
-
-    /// This store's write gate and a connection for a message that is a whole transaction, from
-    /// its `BEGIN IMMEDIATE` to its `COMMIT` (bind both; [`forge_sql_pool::Conn::release`] the
-    /// connection after the `COMMIT`, or it is rolled back before reuse).
-    pub(crate) async fn whole_tx_conn(
-        &self,
-    ) -> Result<(WriteGate, forge_sql_pool::Conn<sqlx::SqliteConnection>), Error> {
-        let gate = self.write_gate.clone().lock_owned().await;
-        let mut conn = self.conn().await?;
-        conn.begins_transaction();
-        Ok((gate, conn))
     }
 
     /// [`SqliteStore::write_tx`] with the run `id` of `scope`'s tenant read in the same trip to
@@ -172,31 +160,35 @@ impl SqliteStore {
     ) -> Result<(RunLease, Run), Error> {
         let now = self.clock.now();
         let expires_at = now.plus(ttl);
-        // A lease that is free taken in one statement (its own transaction), returning the new
+        // A lease that is free taken in one statement on the writer lane, returning the new
         // row; one that is not, judged below on the row as it is.
         let sql = format!(
-            "UPDATE forge_runs SET lease_holder = ?, lease_token = fence + 1, lease_expires_at = ?, fence = fence + 1 \
-             WHERE id = ? AND tenant_id = ? AND (lease_holder IS NULL OR lease_holder = ? OR lease_expires_at <= ?) \
+            "UPDATE forge_runs SET lease_holder = ?1, lease_token = fence + 1, lease_expires_at = ?2, fence = fence + 1 \
+             WHERE id = ?3 AND tenant_id = ?4 AND (lease_holder IS NULL OR lease_holder = ?1 OR lease_expires_at <= ?5) \
              RETURNING {RUN_COLUMNS}"
         );
-        let taken = {
-            let _gate = self.write_gate.clone().lock_owned().await;
-            let mut conn = self.conn().await?;
-            let taken = sqlx::query(sqlx::AssertSqlSafe(sql))
-                .bind(holder)
-                .bind(expires_at.unix_millis())
-                .bind(id.to_string())
-                .bind(scope.tenant_id().as_str())
-                .bind(holder)
-                .bind(now.unix_millis())
-                .fetch_optional(&mut *conn)
-                .await
-                .map_err(db_error)?;
-            conn.release();
-            taken
-        };
-        if let Some(row) = taken {
-            let mut run = rows::run(&row)?;
+        let (who, tenant) = (holder.to_owned(), scope.tenant_id().as_str().to_owned());
+        let taken = self
+            .lane
+            .run(move |conn| {
+                let mut statement = conn.prepare_cached(&sql).map_err(crate::lane::db)?;
+                let mut found = statement
+                    .query(rusqlite::params![
+                        who,
+                        expires_at.unix_millis(),
+                        id.to_string(),
+                        tenant,
+                        now.unix_millis()
+                    ])
+                    .map_err(crate::lane::db)?;
+                found
+                    .next()
+                    .map_err(crate::lane::db)?
+                    .map(rows::run)
+                    .transpose()
+            })
+            .await?;
+        if let Some(mut run) = taken {
             let lease = RunLease {
                 run_id: id,
                 holder: holder.to_owned(),
@@ -309,25 +301,13 @@ impl ThreadStore for SqliteStore {
         id: ThreadId,
         limit: usize,
     ) -> Result<(Thread, Vec<Message>), Error> {
-        // The thread and the first page from the start in one trip. A thread with a summary
-        // reads its page after the summary in a second.
-        let (found, first) = self
-            .page_beside(
-                scope,
-                id,
-                ThreadWindow::ROW_SQL,
-                &MessageWindow::after(None, limit),
-            )
+        // The thread and the first page from the start in one operation of the writer lane. A
+        // thread with a summary reads its page after the summary from the pool.
+        let tenant = scope.tenant_id().as_str().to_owned();
+        let (thread, mut page) = self
+            .lane
+            .run(move |conn| thread_and_first_page(conn, &tenant, id, limit))
             .await?;
-        let thread = rows::thread(
-            found
-                .first()
-                .ok_or_else(|| Error::not_found("thread", id))?,
-        )?;
-        let mut page = first
-            .iter()
-            .map(rows::message)
-            .collect::<Result<Vec<_>, _>>()?;
         if let Some(summary) = &thread.summary {
             let after = MessageWindow::after(Some(summary.through), limit);
             page = self.page_messages(scope, id, &after).await?;
@@ -441,79 +421,67 @@ impl ThreadStore for SqliteStore {
         expected_version: u64,
         values: serde_json::Map<String, serde_json::Value>,
     ) -> Result<SessionState, Error> {
-        let (_gate, mut tx) = self.write_tx().await?;
-        let state = set_state(&mut tx, scope, id, expected_version, values).await?;
-        tx.commit().await.map_err(db_error)?;
-        Ok(state)
+        let tenant = scope.tenant_id().clone();
+        self.lane
+            .run(move |conn| crate::commit::set_state(conn, &tenant, id, expected_version, values))
+            .await
     }
 }
 
-/// Replaces the thread's summary in `tx` if `summary` builds on the current one.
-pub(crate) async fn set_summary(
-    tx: &mut crate::Tx,
-    scope: &Scope,
-    run: &Run,
-    summary: &ThreadSummary,
-) -> Result<(), Error> {
-    check_summary(run, summary)?;
-    let current: Option<Option<String>> =
-        sqlx::query_scalar("SELECT summary FROM forge_threads WHERE id = $1 AND tenant_id = $2")
-            .bind(run.thread_id.to_string())
-            .bind(scope.tenant_id().as_str())
-            .fetch_optional(&mut **tx)
-            .await
-            .map_err(db_error)?;
-    let current: Option<ThreadSummary> = current
-        .ok_or_else(|| Error::not_found("thread", run.thread_id))?
-        .map(|s| serde_json::from_str(&s).map_err(|e| rows::corrupt("summary", e)))
-        .transpose()?;
-    forge_core::thread::check_summary_version(run.thread_id, current.as_ref(), summary)?;
-    sqlx::query("UPDATE forge_threads SET summary = $1 WHERE id = $2 AND tenant_id = $3")
-        .bind(to_json(summary)?)
-        .bind(run.thread_id.to_string())
-        .bind(scope.tenant_id().as_str())
-        .execute(&mut **tx)
-        .await
-        .map_err(db_error)?;
-    Ok(())
+/// Thread `id` of `tenant` and the first page of its history (none when it has a summary: that
+/// page starts after the summary), on the lane's connection.
+fn thread_and_first_page(
+    conn: &rusqlite::Connection,
+    tenant: &str,
+    id: ThreadId,
+    limit: usize,
+) -> Result<(Thread, Vec<Message>), Error> {
+    use crate::lane::db;
+    let thread = {
+        let mut statement = conn.prepare_cached(ThreadWindow::ROW_SQL).map_err(db)?;
+        let mut found = statement
+            .query(rusqlite::params![id.to_string(), tenant])
+            .map_err(db)?;
+        match found.next().map_err(db)? {
+            Some(row) => rows::thread(row)?,
+            None => return Err(Error::not_found("thread", id)),
+        }
+    };
+    let mut page = Vec::new();
+    if thread.summary.is_none() {
+        let window = MessageWindow::after(None, limit);
+        let mut statement = conn.prepare_cached(window.page_sql()).map_err(db)?;
+        let mut found = statement
+            .query(rusqlite::params![
+                id.to_string(),
+                tenant,
+                0i64,
+                i64::MAX,
+                i64::try_from(limit).unwrap_or(i64::MAX)
+            ])
+            .map_err(db)?;
+        while let Some(row) = found.next().map_err(db)? {
+            page.push(rows::message(row)?);
+        }
+    }
+    Ok((thread, page))
 }
 
-/// Replaces a thread's session state in `tx` if it is still at `expected_version`.
-pub(crate) async fn set_state(
-    tx: &mut crate::Tx,
-    scope: &Scope,
-    id: ThreadId,
-    expected_version: u64,
-    values: serde_json::Map<String, serde_json::Value>,
-) -> Result<SessionState, Error> {
-    let actual: Option<i64> = sqlx::query_scalar(
-        "SELECT state_version FROM forge_threads WHERE id = $1 AND tenant_id = $2",
-    )
-    .bind(id.to_string())
-    .bind(scope.tenant_id().as_str())
-    .fetch_optional(&mut **tx)
-    .await
-    .map_err(db_error)?;
-    let actual = rows::u64_of(
-        actual.ok_or_else(|| Error::not_found("thread", id))?,
-        "state_version",
-    )?;
-    forge_core::thread::check_state_version(id, expected_version, actual)?;
-    sqlx::query(
-        "UPDATE forge_threads SET state = $1, state_version = $2 WHERE id = $3 AND tenant_id = $4",
-    )
-    .bind(to_json(&values)?)
-    .bind(i64_of(actual + 1)?)
-    .bind(id.to_string())
-    .bind(scope.tenant_id().as_str())
-    .execute(&mut **tx)
-    .await
-    .map_err(db_error)?;
-    Ok(SessionState {
-        version: actual + 1,
-        values,
-    })
-}
+/// A thread's summary (`$1` thread, `$2` tenant).
+pub(crate) const SUMMARY_SQL: &str =
+    "SELECT summary FROM forge_threads WHERE id = $1 AND tenant_id = $2";
+
+/// Replaces a thread's summary (`$1` summary, `$2` thread, `$3` tenant).
+pub(crate) const SET_SUMMARY_SQL: &str =
+    "UPDATE forge_threads SET summary = $1 WHERE id = $2 AND tenant_id = $3";
+
+/// A thread's session state version (`$1` thread, `$2` tenant).
+pub(crate) const STATE_VERSION_SQL: &str =
+    "SELECT state_version FROM forge_threads WHERE id = $1 AND tenant_id = $2";
+
+/// Replaces a thread's session state (`$1` values, `$2` version, `$3` thread, `$4` tenant).
+pub(crate) const SET_STATE_SQL: &str =
+    "UPDATE forge_threads SET state = $1, state_version = $2 WHERE id = $3 AND tenant_id = $4";
 
 #[async_trait]
 impl RunStore for SqliteStore {

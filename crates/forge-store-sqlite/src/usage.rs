@@ -1,5 +1,6 @@
-//! The usage ledger. A reservation is one `BEGIN IMMEDIATE` transaction: SQLite's single writer
-//! makes the quota check and the insert atomic against every other reservation.
+//! The usage ledger. Reservations, settlements and releases are operations of the writer lane
+//! (`lane`): the write lock its transaction holds makes the quota check and the insert atomic
+//! against every other reservation.
 
 use async_trait::async_trait;
 use forge_core::Error;
@@ -8,8 +9,11 @@ use forge_core::ports::usage::{CallFilter, UsageLedger, apply_settlement};
 use forge_core::scope::{Scope, SystemScope};
 use forge_core::time::Timestamp;
 
+use rusqlite::{Connection, OptionalExtension};
+
 use crate::SqliteStore;
-use crate::rows::{db_error, json, to_json};
+use crate::lane::db;
+use crate::rows::{db_error, json, text, to_json};
 
 #[async_trait]
 impl UsageLedger for SqliteStore {
@@ -22,61 +26,9 @@ impl UsageLedger for SqliteStore {
         if &call.tenant_id != scope.tenant_id() {
             return Err(Error::invalid("a call is reserved in its own tenant"));
         }
-        let tenant = scope.tenant_id().as_str();
-        let (_gate, mut tx) = self.write_tx().await?;
-        let run: Option<i64> =
-            sqlx::query_scalar("SELECT 1 FROM forge_runs WHERE id = $1 AND tenant_id = $2")
-                .bind(call.run_id.to_string())
-                .bind(tenant)
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(db_error)?;
-        run.ok_or_else(|| Error::not_found("run", call.run_id))?;
-        let reserved = sqlx::query(
-            "SELECT body FROM forge_model_calls WHERE tenant_id = $1 AND run_id = $2 AND status = 'reserved'",
-        )
-        .bind(tenant)
-        .bind(call.run_id.to_string())
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(db_error)?
-        .iter()
-        .map(|r| json(r, "body"))
-        .collect::<Result<Vec<ModelCall>, Error>>()?;
-        for released in superseded(&reserved, &call) {
-            update_call(&mut tx, tenant, &released).await?;
-        }
-        if let Some(quota) = quota {
-            let rows = sqlx::query(
-                "SELECT body FROM forge_model_calls WHERE tenant_id = $1 AND period_start = $2",
-            )
-            .bind(tenant)
-            .bind(call.period_start.unix_millis())
-            .fetch_all(&mut *tx)
+        self.lane
+            .run(move |conn| reserve_on(conn, call, quota))
             .await
-            .map_err(db_error)?;
-            let existing = rows
-                .iter()
-                .map(|r| json(r, "body"))
-                .collect::<Result<Vec<ModelCall>, Error>>()?;
-            check_quota(&existing, &call, &quota).map_err(Error::QuotaExceeded)?;
-        }
-        sqlx::query(
-            "INSERT INTO forge_model_calls (id, tenant_id, run_id, period_start, at, status, body) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7)",
-        )
-        .bind(call.id.to_string())
-        .bind(tenant)
-        .bind(call.run_id.to_string())
-        .bind(call.period_start.unix_millis())
-        .bind(call.at.unix_millis())
-        .bind(call.status.name())
-        .bind(to_json(&call)?)
-        .execute(&mut *tx)
-        .await
-        .map_err(db_error)?;
-        tx.commit().await.map_err(db_error)?;
-        Ok(())
     }
 
     async fn release_orphans(
@@ -84,31 +36,49 @@ impl UsageLedger for SqliteStore {
         _system: &SystemScope,
         before: Timestamp,
     ) -> Result<usize, Error> {
-        let (_gate, mut tx) = self.write_tx().await?;
-        let rows = sqlx::query(
-            "SELECT tenant_id, body FROM forge_model_calls WHERE status = 'reserved' AND at < $1",
-        )
-        .bind(before.unix_millis())
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(db_error)?;
-        let mut released = 0;
-        for row in &rows {
-            let tenant: String = crate::rows::get(row, "tenant_id")?;
-            if let Some(r) = orphaned(&json(row, "body")?, before) {
-                update_call(&mut tx, &tenant, &r).await?;
-                released += 1;
-            }
-        }
-        tx.commit().await.map_err(db_error)?;
-        Ok(released)
+        self.lane
+            .run(move |conn| {
+                let mut found = Vec::new();
+                {
+                    let mut statement = conn
+                        .prepare_cached(
+                            "SELECT tenant_id, body FROM forge_model_calls \
+                             WHERE status = 'reserved' AND at < ?1",
+                        )
+                        .map_err(db)?;
+                    let mut rows = statement.query([before.unix_millis()]).map_err(db)?;
+                    while let Some(row) = rows.next().map_err(db)? {
+                        found.push((text(row, "tenant_id")?, json(row, "body")?));
+                    }
+                }
+                let mut released = 0;
+                for (tenant, call) in found {
+                    if let Some(r) = orphaned(&call, before) {
+                        update_call(conn, &tenant, &r)?;
+                        released += 1;
+                    }
+                }
+                Ok(released)
+            })
+            .await
     }
 
     async fn settle(&self, scope: &Scope, settlement: Settlement) -> Result<ModelCall, Error> {
-        let (_gate, mut tx) = self.write_tx().await?;
-        let settled = settle_tx(&mut tx, scope.tenant_id().as_str(), &settlement).await?;
-        tx.commit().await.map_err(db_error)?;
-        Ok(settled)
+        let tenant = scope.tenant_id().as_str().to_owned();
+        self.lane
+            .run(move |conn| {
+                let call = bodies(
+                    conn,
+                    "SELECT body FROM forge_model_calls WHERE id = ?1 AND tenant_id = ?2",
+                    rusqlite::params![settlement.id.to_string(), tenant],
+                )?
+                .pop()
+                .ok_or_else(|| Error::not_found("model call", settlement.id))?;
+                let settled = apply_settlement(call, &settlement)?;
+                update_call(conn, &tenant, &settled)?;
+                Ok(settled)
+            })
+            .await
     }
 
     async fn model_calls(
@@ -139,35 +109,77 @@ impl UsageLedger for SqliteStore {
     }
 }
 
-/// Settles a reserved call inside `tx` (the trait's `settle`, and a step's commit).
-pub(crate) async fn settle_tx(
-    tx: &mut crate::Tx,
-    tenant: &str,
-    settlement: &Settlement,
-) -> Result<ModelCall, Error> {
-    let row = sqlx::query("SELECT body FROM forge_model_calls WHERE id = $1 AND tenant_id = $2")
-        .bind(settlement.id.to_string())
-        .bind(tenant)
-        .fetch_optional(&mut **tx)
-        .await
-        .map_err(db_error)?
-        .ok_or_else(|| Error::not_found("model call", settlement.id))?;
-    let settled = apply_settlement(json(&row, "body")?, settlement)?;
-    update_call(tx, tenant, &settled).await?;
-    Ok(settled)
+/// Reserves `call` on the lane's connection: the run must be the tenant's, the run's earlier
+/// reservations it supersedes are released, and the quota (when one applies) is checked against
+/// every call of the period, under the write lock the lane holds.
+fn reserve_on(conn: &Connection, call: ModelCall, quota: Option<Quota>) -> Result<(), Error> {
+    let (tenant, run) = (call.tenant_id.as_str(), call.run_id.to_string());
+    let found: Option<i64> = conn
+        .prepare_cached("SELECT 1 FROM forge_runs WHERE id = ?1 AND tenant_id = ?2")
+        .map_err(db)?
+        .query_row(rusqlite::params![run, tenant], |r| r.get(0))
+        .optional()
+        .map_err(db)?;
+    found.ok_or_else(|| Error::not_found("run", call.run_id))?;
+    let reserved = bodies(
+        conn,
+        "SELECT body FROM forge_model_calls WHERE tenant_id = ?1 AND run_id = ?2 AND status = 'reserved'",
+        rusqlite::params![tenant, run],
+    )?;
+    for released in superseded(&reserved, &call) {
+        update_call(conn, tenant, &released)?;
+    }
+    if let Some(quota) = quota {
+        let existing = bodies(
+            conn,
+            "SELECT body FROM forge_model_calls WHERE tenant_id = ?1 AND period_start = ?2",
+            rusqlite::params![tenant, call.period_start.unix_millis()],
+        )?;
+        check_quota(&existing, &call, &quota).map_err(Error::QuotaExceeded)?;
+    }
+    crate::commit::execute(
+        conn,
+        "INSERT INTO forge_model_calls (id, tenant_id, run_id, period_start, at, status, body) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        rusqlite::params![
+            call.id.to_string(),
+            tenant,
+            run,
+            call.period_start.unix_millis(),
+            call.at.unix_millis(),
+            call.status.name(),
+            to_json(&call)?
+        ],
+    )?;
+    Ok(())
+}
+
+/// The calls (their `body` column) a query finds.
+fn bodies(
+    conn: &Connection,
+    sql: &str,
+    values: impl rusqlite::Params,
+) -> Result<Vec<ModelCall>, Error> {
+    let mut statement = conn.prepare_cached(sql).map_err(db)?;
+    let mut rows = statement.query(values).map_err(db)?;
+    let mut found = Vec::new();
+    while let Some(row) = rows.next().map_err(db)? {
+        found.push(json(row, "body")?);
+    }
+    Ok(found)
 }
 
 /// Writes a call's new state (its status column and body).
-async fn update_call(tx: &mut crate::Tx, tenant: &str, call: &ModelCall) -> Result<(), Error> {
-    sqlx::query(
-        "UPDATE forge_model_calls SET status = $1, body = $2 WHERE id = $3 AND tenant_id = $4",
-    )
-    .bind(call.status.name())
-    .bind(to_json(call)?)
-    .bind(call.id.to_string())
-    .bind(tenant)
-    .execute(&mut **tx)
-    .await
-    .map_err(db_error)?;
+fn update_call(conn: &Connection, tenant: &str, call: &ModelCall) -> Result<(), Error> {
+    crate::commit::execute(
+        conn,
+        "UPDATE forge_model_calls SET status = ?1, body = ?2 WHERE id = ?3 AND tenant_id = ?4",
+        rusqlite::params![
+            call.status.name(),
+            to_json(call)?,
+            call.id.to_string(),
+            tenant
+        ],
+    )?;
     Ok(())
 }

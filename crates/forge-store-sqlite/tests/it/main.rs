@@ -212,89 +212,223 @@ async fn a_dead_holders_claim_and_lease_are_taken_over_at_once() {
     assert_eq!(held.kind(), forge_core::ErrorKind::Conflict, "{held}");
 }
 
-/// The common step (events, a message and a settled model call) is committed in one trip to the
-/// connection; a step that writes beside the log, and one the database refuses, are judged the
-/// long way. Every other test passes on either path (they differ in cost only), so this is the
-/// test that fails when the one-trip path is never taken, or taken for a step it cannot decide.
-#[tokio::test]
-async fn the_common_step_is_committed_in_one_trip() {
-    use forge_core::id::{MessageId, ModelCallId, UuidV7Generator};
-    use forge_core::message::{Message, Role};
-    use forge_core::metering::{CallStatus, ModelCall, QuotaPeriod};
-    use forge_core::ports::store::StateUpdate;
-    use forge_core::time::Clock;
-    use forge_core::usage::Usage;
-    use forge_store_sqlite::CommitPaths;
-
-    let (clock, store, scope) = at_2026("paths").await;
-    let run = forge_testkit::fixtures::run_on_new_thread(&store, &scope).await;
-    let lease = store
-        .acquire_lease(&scope, run.id, "w", std::time::Duration::from_secs(30))
+/// Runs each with a lease, on a fresh store at a fixed time, and the file's path.
+async fn leased_runs(
+    tag: &str,
+    count: usize,
+) -> (
+    Arc<ManualClock>,
+    Arc<SqliteStore>,
+    forge_core::scope::Scope,
+    PathBuf,
+    Vec<(forge_core::run::Run, forge_core::run::RunLease)>,
+) {
+    let path = fresh_path(tag);
+    let clock = Arc::new(ManualClock::at_2026());
+    let store = SqliteStore::open_with(&url(&path), clock.clone(), Arc::new(SequentialIds::new()))
         .await
         .unwrap();
-    let at = clock.now();
-    let step = |run: &forge_core::run::Run, step: u32| {
-        let message = Message {
-            id: MessageId::generate(&UuidV7Generator),
-            run_id: run.id,
-            role: Role::Assistant,
-            parts: vec![Part::text("step")],
-            created_at: at,
-        };
-        forge_testkit::fixtures::step(run, &lease, step, vec![message], at)
-    };
-    let usage = Usage {
-        input_tokens: 3,
-        output_tokens: 5,
-        ..Usage::default()
-    };
-    let mut common = step(&run, 1);
-    common.settlements = vec![ModelCall {
-        id: ModelCallId::generate(&UuidV7Generator),
-        tenant_id: scope.tenant_id().clone(),
-        run_id: run.id,
-        step: 1,
-        attempt: 1,
-        model: "openai:gpt-4o-mini".into(),
-        at,
-        period_start: QuotaPeriod::Day.start(at),
-        estimate: usage,
-        estimated_cost_micros: 8,
-        actual: Some(usage),
-        cost_micros: Some(8),
-        request_id: None,
-        provider_model: None,
-        status: CallStatus::Settled,
-    }];
-    store.commit_step(&scope, common).await.unwrap();
-    let paths = |one_trip, judged| CommitPaths { one_trip, judged };
-    assert_eq!(store.commit_paths(), paths(1, 0), "the common step");
+    let scope = forge_testkit::fixtures::scope("acme");
+    let mut runs = Vec::new();
+    for _ in 0..count {
+        let run = forge_testkit::fixtures::run_on_new_thread(&store, &scope).await;
+        let (lease, run) = store
+            .lease_run(&scope, run.id, "w", std::time::Duration::from_secs(30))
+            .await
+            .unwrap();
+        runs.push((run, lease));
+    }
+    (clock, Arc::new(store), scope, path, runs)
+}
 
-    let run = store.get_run(&scope, run.id).await.unwrap();
-    let mut stale = step(&run, 2);
-    stale.expected_version += 1;
-    let refused = store.commit_step(&scope, stale).await.unwrap_err();
-    assert_eq!(refused.kind(), forge_core::ErrorKind::Conflict, "{refused}");
-    assert_eq!(
-        store.commit_paths(),
-        paths(1, 1),
-        "a refused step is named the long way"
-    );
-
-    let mut with_state = step(&run, 2);
-    with_state.state = Some(StateUpdate {
-        expected_version: 0,
-        values: serde_json::Map::new(),
+/// Holds SQLite's write lock on `path` from a connection of its own until the returned sender is
+/// used (or dropped), so that what the store's lane is sent meanwhile queues up as one group.
+async fn hold_write_lock(path: &std::path::Path) -> tokio::sync::oneshot::Sender<()> {
+    use sqlx::Connection;
+    let mut conn = sqlx::SqliteConnection::connect(&url(path)).await.unwrap();
+    sqlx::raw_sql("BEGIN IMMEDIATE")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let (release, released) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(async move {
+        let _ = released.await;
+        sqlx::raw_sql("COMMIT").execute(&mut conn).await.unwrap();
     });
-    store.commit_step(&scope, with_state).await.unwrap();
-    assert_eq!(
-        store.commit_paths(),
-        paths(1, 2),
-        "a step that writes state"
+    release
+}
+
+/// Sends `steps` to the store together while another connection holds the write lock, waits
+/// until all of them wait for the lane (none may be answered then), releases the lock, and
+/// returns each outcome in order.
+async fn commit_together(
+    store: &Arc<SqliteStore>,
+    scope: &forge_core::scope::Scope,
+    path: &std::path::Path,
+    steps: Vec<forge_core::ports::store::StepCommit>,
+) -> Vec<Result<forge_core::ports::store::Committed, forge_core::Error>> {
+    let release = hold_write_lock(path).await;
+    let sent: Vec<_> = steps
+        .into_iter()
+        .map(|step| {
+            let (store, scope) = (store.clone(), scope.clone());
+            tokio::spawn(async move { store.commit_step(&scope, step).await })
+        })
+        .collect();
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert!(
+        sent.iter().all(|s| !s.is_finished()),
+        "nothing is answered before its commit"
     );
+    release.send(()).unwrap();
+    let mut outcomes = Vec::new();
+    for step in sent {
+        outcomes.push(step.await.unwrap());
+    }
+    outcomes
+}
+
+/// Steps of many runs sent together are committed together: the lane runs what waits for it in
+/// one transaction (a savepoint each), and answers each step once that transaction committed.
+#[tokio::test]
+async fn concurrent_steps_are_committed_in_groups() {
+    use forge_core::time::Clock;
+    let (clock, store, scope, path, runs) = leased_runs("groups", 24).await;
+    let before = store.lane_stats();
+    let at = clock.now();
+    let steps = runs
+        .iter()
+        .map(|(run, lease)| forge_testkit::fixtures::step(run, lease, 1, vec![], at))
+        .collect();
+    for committed in commit_together(&store, &scope, &path, steps).await {
+        assert_eq!(committed.unwrap().last_seq, 1);
+    }
+    for (run, _) in &runs {
+        let events = store.read_events(&scope, run.id, 0, 10).await.unwrap();
+        assert_eq!(events.len(), 1, "each run's step is in its log");
+    }
+    let after = store.lane_stats();
+    assert_eq!(after.operations - before.operations, 24);
+    assert!(
+        after.groups - before.groups <= 3,
+        "24 steps sent together were committed in {} transactions",
+        after.groups - before.groups
+    );
+}
+
+/// An operation that fails in a group is rolled back alone: the steps beside it are committed,
+/// and it left nothing behind.
+#[tokio::test]
+async fn a_refused_step_leaves_the_rest_of_its_group_committed() {
+    use forge_core::time::Clock;
+    let (clock, store, scope, path, runs) = leased_runs("group-refusal", 3).await;
+    let before = store.lane_stats();
+    let at = clock.now();
+    let mut steps: Vec<_> = runs
+        .iter()
+        .map(|(run, lease)| forge_testkit::fixtures::step(run, lease, 1, vec![], at))
+        .collect();
+    steps[1].expected_version += 1;
+    let outcomes = commit_together(&store, &scope, &path, steps).await;
+    let refused = outcomes[1].as_ref().unwrap_err();
+    assert_eq!(refused.kind(), forge_core::ErrorKind::Conflict, "{refused}");
+    assert!(outcomes[0].is_ok() && outcomes[2].is_ok(), "{outcomes:?}");
+    for (i, (run, _)) in runs.iter().enumerate() {
+        let stored = store.get_run(&scope, run.id).await.unwrap();
+        let expected = if i == 1 { 0 } else { 1 };
+        assert_eq!(stored.last_seq, expected, "run {i}");
+        let events = store.read_events(&scope, run.id, 0, 10).await.unwrap();
+        assert_eq!(events.len(), usize::try_from(expected).unwrap(), "run {i}");
+    }
+    let after = store.lane_stats();
+    assert!(
+        after.groups - before.groups <= 2,
+        "the three steps shared a transaction ({} groups)",
+        after.groups - before.groups
+    );
+}
+
+/// An in-memory URL is one private database that the lane and the pool share, distinct for each
+/// store, and gone when the store is.
+#[tokio::test]
+async fn an_in_memory_store_is_one_private_database() {
+    use forge_core::ports::queue::{ClaimFilter, JobQueue, NewJob};
+    use forge_core::time::Clock;
+    let scope = forge_testkit::fixtures::scope("acme");
+    let store = SqliteStore::open("sqlite::memory:").await.unwrap();
+    let other = SqliteStore::open("sqlite::memory:").await.unwrap();
+    let run = forge_testkit::fixtures::run_on_new_thread(&store, &scope).await;
+    let job = NewJob {
+        run_id: run.id,
+        not_before: None,
+        max_attempts: 3,
+        traceparent: None,
+    };
+    store.enqueue(&scope, job).await.unwrap();
+    let sys = forge_core::scope::SystemScope::new("test");
+    let ttl = std::time::Duration::from_secs(30);
+    let claimed = store
+        .claim(&sys, "w", ttl, &ClaimFilter::default())
+        .await
+        .unwrap()
+        .expect("the lane sees the job the pool enqueued");
+    assert_eq!(claimed.run_id, run.id);
+    let (lease, run) = store.lease_run(&scope, run.id, "w", ttl).await.unwrap();
+    let step =
+        forge_testkit::fixtures::step(&run, &lease, 1, vec![], forge_core::time::SystemClock.now());
+    store.commit_step(&scope, step).await.unwrap();
+    assert_eq!(store.get_run(&scope, run.id).await.unwrap().last_seq, 1);
+    let err = other.get_run(&scope, run.id).await.unwrap_err();
+    assert_eq!(err.kind(), forge_core::ErrorKind::NotFound, "{err}");
+    let files = || {
+        std::fs::read_dir(std::env::temp_dir())
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter(|e| {
+                e.file_name()
+                    .to_string_lossy()
+                    .starts_with(&format!("forge-memory-{}-", std::process::id()))
+            })
+            .count()
+    };
+    assert!(files() >= 2, "each store has its file");
+    store.close().await;
+    other.close().await;
+    drop((store, other));
+    assert_eq!(files(), 0, "the files go with their stores");
+}
+
+/// A step that fails after it began writing (here: its message's id is taken, which only the
+/// database knows) is rolled back whole: its events are not in the log, and the run is as before.
+#[tokio::test]
+async fn a_step_that_fails_half_way_leaves_nothing() {
+    use forge_core::id::{MessageId, UuidV7Generator};
+    use forge_core::message::{Message, Role};
+    use forge_core::time::Clock;
+    let (clock, store, scope, _path, runs) = leased_runs("half-way", 1).await;
+    let (run, lease) = &runs[0];
+    let at = clock.now();
+    let message = Message {
+        id: MessageId::generate(&UuidV7Generator),
+        run_id: run.id,
+        role: Role::Assistant,
+        parts: vec![Part::text("first")],
+        created_at: at,
+    };
+    let first = forge_testkit::fixtures::step(run, lease, 1, vec![message.clone()], at);
+    store.commit_step(&scope, first).await.unwrap();
+    let run = store.get_run(&scope, run.id).await.unwrap();
+    let again = forge_testkit::fixtures::step(&run, lease, 2, vec![message], at);
+    let err = store.commit_step(&scope, again).await.unwrap_err();
+    assert_eq!(err.kind(), forge_core::ErrorKind::Fatal, "{err}");
+    let after = store.get_run(&scope, run.id).await.unwrap();
+    assert_eq!((after.version, after.last_seq), (run.version, run.last_seq));
+    let events = store.read_events(&scope, run.id, 0, 10).await.unwrap();
+    assert_eq!(events.len(), 1, "the failed step's event was rolled back");
+    // The lane goes on: the same step with a new message commits.
+    let retried = forge_testkit::fixtures::step(&run, lease, 2, vec![], at);
     assert_eq!(
-        store.get_run(&scope, run.id).await.unwrap().last_seq,
-        2,
-        "both committed steps are in the log"
+        store.commit_step(&scope, retried).await.unwrap().last_seq,
+        2
     );
 }

@@ -1,0 +1,285 @@
+//! The store's writer lane: one connection (rusqlite) on a thread of its own, which runs the hot
+//! operations (step commits, claims, leases, completions) and commits them in groups.
+//!
+//! Through sqlx every statement is a trip to its connection's thread, and every result and row a
+//! message back; the thread wake-ups of those messages cost far more CPU than SQLite's work on the
+//! rows. Here an operation is a closure sent once and answered once. The lane takes every
+//! operation waiting when it wakes (up to [`MAX_GROUP`]), runs each inside a savepoint of one
+//! `BEGIN IMMEDIATE` transaction, and commits them together: an operation that fails is rolled
+//! back to its savepoint alone, and nobody is answered before the `COMMIT` succeeded (a failed
+//! `COMMIT` is every operation's error, and nothing of the group was written). An operation of
+//! one run never waits for another's in the same group to be answered: the engine sends a run's
+//! next operation only after the last was answered, so each run's order is kept.
+//!
+//! The lane takes the store's write gate for each group, so the store's other writers (sqlx,
+//! queued as tasks on the same gate) take turns with it; other processes on the file meet
+//! SQLite's lock and its busy timeout.
+
+use std::panic::AssertUnwindSafe;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::mpsc::{Receiver, Sender, TryRecvError};
+use std::time::Duration;
+
+use forge_core::Error;
+use rusqlite::Connection;
+
+/// The most operations one group commits together.
+pub(crate) const MAX_GROUP: usize = 64;
+
+/// How long the lane's connection waits for another process's write lock.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// An operation sent to the lane: run once, then answered once the group's fate is known.
+trait Work: Send {
+    /// Runs the operation on the lane's connection; whether it succeeded (a failure is rolled
+    /// back to its savepoint).
+    fn run(&mut self, conn: &Connection) -> bool;
+    /// Answers the caller: with the operation's own outcome when the group committed, or else
+    /// with why it did not (`failed`).
+    fn answer(self: Box<Self>, failed: Option<&rusqlite::Error>);
+}
+
+/// A closure `F` answering with a `T`.
+struct Task<T, F> {
+    work: Option<F>,
+    outcome: Option<Result<T, Error>>,
+    reply: tokio::sync::oneshot::Sender<Result<T, Error>>,
+}
+
+impl<T, F> Work for Task<T, F>
+where
+    T: Send,
+    F: FnOnce(&Connection) -> Result<T, Error> + Send,
+{
+    fn run(&mut self, conn: &Connection) -> bool {
+        let Some(work) = self.work.take() else {
+            return false;
+        };
+        let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| work(conn)))
+            .unwrap_or_else(|_| Err(stopped("an operation of the SQLite lane panicked")));
+        let ok = outcome.is_ok();
+        self.outcome = Some(outcome);
+        ok
+    }
+
+    fn answer(self: Box<Self>, failed: Option<&rusqlite::Error>) {
+        let outcome = match (self.outcome, failed) {
+            // The operation's own error is the more precise one (it was rolled back either way).
+            (Some(Err(e)), _) => Err(e),
+            (Some(Ok(value)), None) => Ok(value),
+            (_, Some(e)) => Err(lane_error(e)),
+            (None, None) => Err(stopped("the operation was never run")),
+        };
+        // A caller that went away (a cancelled future) has nothing to be told.
+        let _ = self.reply.send(outcome);
+    }
+}
+
+/// What the lane's thread is sent.
+enum Message {
+    Work(Box<dyn Work>),
+    Stop,
+}
+
+/// The lane: the sending half, shared by the store's clones.
+#[derive(Debug)]
+pub(crate) struct Lane {
+    jobs: std::sync::Mutex<Option<Sender<Message>>>,
+    counts: Arc<Counts>,
+}
+
+/// What the lane's thread has done.
+#[derive(Debug, Default)]
+struct Counts {
+    operations: AtomicU64,
+    groups: AtomicU64,
+}
+
+impl Lane {
+    /// Opens the lane's connection on the database file at `path` (migrated already) and starts
+    /// its thread.
+    pub(crate) fn open(
+        path: &Path,
+        gate: Arc<tokio::sync::Mutex<()>>,
+    ) -> Result<Self, rusqlite::Error> {
+        let conn = Connection::open(path)?;
+        conn.busy_timeout(BUSY_TIMEOUT)?;
+        conn.execute_batch(
+            "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;",
+        )?;
+        conn.set_prepared_statement_cache_capacity(64);
+        let (jobs, inbox) = std::sync::mpsc::channel();
+        let counts = Arc::new(Counts::default());
+        let kept = Arc::clone(&counts);
+        std::thread::Builder::new()
+            .name("forge-sqlite-lane".into())
+            .spawn(move || serve(&conn, &inbox, &gate, &kept))
+            .map_err(|e| {
+                rusqlite::Error::ToSqlConversionFailure(Box::new(std::io::Error::other(format!(
+                    "could not start the SQLite lane's thread: {e}"
+                ))))
+            })?;
+        Ok(Self {
+            jobs: std::sync::Mutex::new(Some(jobs)),
+            counts,
+        })
+    }
+
+    /// What the lane has done so far.
+    pub(crate) fn stats(&self) -> crate::LaneStats {
+        crate::LaneStats {
+            operations: self.counts.operations.load(Relaxed),
+            groups: self.counts.groups.load(Relaxed),
+        }
+    }
+
+    /// Runs `work` on the lane, inside the transaction of its group, and answers once that
+    /// committed: `work`'s outcome, or the group's error (then nothing `work` did was kept).
+    pub(crate) async fn run<T, F>(&self, work: F) -> Result<T, Error>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T, Error> + Send + 'static,
+    {
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let task = Task {
+            work: Some(work),
+            outcome: None,
+            reply,
+        };
+        {
+            let jobs = self
+                .jobs
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let sent = jobs
+                .as_ref()
+                .map(|jobs| jobs.send(Message::Work(Box::new(task))));
+            if !matches!(sent, Some(Ok(()))) {
+                return Err(stopped("the SQLite store is closed"));
+            }
+        }
+        answer
+            .await
+            .map_err(|_| stopped("the SQLite lane stopped"))?
+    }
+
+    /// Stops the lane once the operations sent before are answered; later ones fail.
+    pub(crate) fn stop(&self) {
+        let mut jobs = self
+            .jobs
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(jobs) = jobs.take() {
+            let _ = jobs.send(Message::Stop);
+        }
+    }
+}
+
+impl Drop for Lane {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// The lane's thread: a group per wake-up, until stopped or every sender is gone.
+fn serve(
+    conn: &Connection,
+    inbox: &Receiver<Message>,
+    gate: &tokio::sync::Mutex<()>,
+    counts: &Counts,
+) {
+    let mut open = true;
+    while open {
+        let Ok(first) = inbox.recv() else { return };
+        let mut group = Vec::new();
+        match first {
+            Message::Work(work) => group.push(work),
+            Message::Stop => return,
+        }
+        let _gate = gate.blocking_lock();
+        // What arrived meanwhile (while waiting for the gate, too) joins the group.
+        while group.len() < MAX_GROUP {
+            match inbox.try_recv() {
+                Ok(Message::Work(work)) => group.push(work),
+                Ok(Message::Stop) => {
+                    open = false;
+                    break;
+                }
+                Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
+            }
+        }
+        counts.groups.fetch_add(1, Relaxed);
+        counts
+            .operations
+            .fetch_add(u64::try_from(group.len()).unwrap_or(u64::MAX), Relaxed);
+        commit_group(conn, group);
+    }
+}
+
+/// Runs `group` in one transaction, each operation in a savepoint, and answers each.
+fn commit_group(conn: &Connection, group: Vec<Box<dyn Work>>) {
+    if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
+        for work in group {
+            work.answer(Some(&e));
+        }
+        return;
+    }
+    let mut ran = Vec::with_capacity(group.len());
+    for mut work in group {
+        let outcome = savepoint(conn, "SAVEPOINT forge_op").and_then(|()| {
+            if work.run(conn) {
+                savepoint(conn, "RELEASE forge_op")
+            } else {
+                savepoint(conn, "ROLLBACK TO forge_op")
+                    .and_then(|()| savepoint(conn, "RELEASE forge_op"))
+            }
+        });
+        if let Err(e) = outcome {
+            // The transaction is in a state no later operation should build on.
+            let _ = conn.execute_batch("ROLLBACK");
+            work.answer(Some(&e));
+            for done in ran {
+                Work::answer(done, Some(&e));
+            }
+            return;
+        }
+        ran.push(work);
+    }
+    match conn.execute_batch("COMMIT") {
+        Ok(()) => {
+            for work in ran {
+                work.answer(None);
+            }
+        }
+        Err(e) => {
+            let _ = conn.execute_batch("ROLLBACK");
+            for work in ran {
+                work.answer(Some(&e));
+            }
+        }
+    }
+}
+
+/// One savepoint statement (prepared once).
+fn savepoint(conn: &Connection, sql: &str) -> Result<(), rusqlite::Error> {
+    conn.prepare_cached(sql)?.execute([]).map(|_| ())
+}
+
+/// Classifies an error of the lane's connection: lock contention may succeed later.
+pub(crate) fn lane_error(e: &rusqlite::Error) -> Error {
+    use rusqlite::ErrorCode::{DatabaseBusy, DatabaseLocked};
+    let retryable = matches!(e.sqlite_error_code(), Some(DatabaseBusy | DatabaseLocked));
+    Error::backend(retryable, std::io::Error::other(e.to_string()))
+}
+
+/// A rusqlite error as the store's error.
+pub(crate) fn db(e: rusqlite::Error) -> Error {
+    lane_error(&e)
+}
+
+/// The lane cannot take or answer an operation.
+fn stopped(why: &str) -> Error {
+    Error::backend(false, std::io::Error::other(why.to_owned()))
+}

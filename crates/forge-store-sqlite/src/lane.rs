@@ -106,8 +106,11 @@ impl Lane {
     ) -> Result<Self, rusqlite::Error> {
         let conn = Connection::open(path)?;
         conn.busy_timeout(BUSY_TIMEOUT)?;
+        // Each operation's savepoint keeps a statement journal; in memory (`temp_store`), not in
+        // a temporary file opened, written and removed per group (a tenth of the lane's CPU).
         conn.execute_batch(
-            "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;",
+            "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON; \
+             PRAGMA temp_store = MEMORY;",
         )?;
         conn.set_prepared_statement_cache_capacity(64);
         let (jobs, inbox) = std::sync::mpsc::channel();

@@ -197,11 +197,16 @@ impl JobQueue for MemoryStore {
                 row.last_error = Some(forge_core::ports::queue::WORKER_LOST.to_owned());
                 continue;
             }
-            let admitted = st
-                .runs
-                .get(&row.run_id)
-                .is_some_and(|run| filter.admits(row.run_id, &run.agent));
-            if ((row.state == JobState::Ready && row.available_at <= now) || lapsed) && admitted {
+            // The run is looked up only for a job that could be claimed: most jobs of a long-lived
+            // store are finished, and the lookup (a hash and the agent's name compared) was most
+            // of a claim's CPU.
+            let claimable = (row.state == JobState::Ready && row.available_at <= now) || lapsed;
+            if claimable
+                && st
+                    .runs
+                    .get(&row.run_id)
+                    .is_some_and(|run| filter.admits(row.run_id, &run.agent))
+            {
                 row.state = JobState::Claimed;
                 row.attempts += 1;
                 row.token += 1;

@@ -134,13 +134,24 @@ fn main() -> anyhow::Result<()> {
 /// Holds whatever must live as long as the store (a temporary directory or database).
 pub(crate) enum Guard {
     None,
-    Dir(std::path::PathBuf),
+    /// A SQLite store's directory, and the store (for its lane's counts).
+    Sqlite(std::path::PathBuf, Arc<forge_store_sqlite::SqliteStore>),
     Db(#[allow(dead_code)] forge_store_postgres::testing::TestDatabase),
+}
+
+impl Guard {
+    /// The SQLite store's writer-lane counts, for a SQLite store.
+    pub(crate) fn lane_stats(&self) -> Option<forge_store_sqlite::LaneStats> {
+        match self {
+            Guard::Sqlite(_, store) => Some(store.lane_stats()),
+            _ => None,
+        }
+    }
 }
 
 impl Drop for Guard {
     fn drop(&mut self) {
-        if let Guard::Dir(d) = self {
+        if let Guard::Sqlite(d, _) = self {
             let _ = std::fs::remove_dir_all(d);
         }
     }
@@ -162,7 +173,7 @@ pub(crate) async fn open_both(
             std::fs::create_dir_all(&dir)?;
             let url = format!("sqlite://{}", dir.join("bench.db").display());
             let store = Arc::new(forge_store_sqlite::SqliteStore::open(&url).await?);
-            (store.clone(), store, Guard::Dir(dir))
+            (store.clone(), store.clone(), Guard::Sqlite(dir, store))
         }
         "postgres" => {
             let db = forge_store_postgres::testing::TestDatabase::create(

@@ -386,7 +386,7 @@ impl RunObserver for Watch {
 }
 
 async fn forge(args: &OneArgs) -> anyhow::Result<Value> {
-    let (store, _guard) = crate::open(&args.mode).await?;
+    let (store, guard) = crate::open(&args.mode).await?;
     let provider = HttpProvider::new(HttpSettings {
         name: "openai-compatible".into(),
         dialect: Dialect::OpenAiChat,
@@ -514,6 +514,7 @@ async fn forge(args: &OneArgs) -> anyhow::Result<Value> {
         postgres_cpu_ms(),
         Instant::now(),
     );
+    let lane0 = guard.lane_stats();
     let shutdown = CancellationToken::new();
     let stop = shutdown.clone();
     let target = args.throughput_runs;
@@ -533,6 +534,13 @@ async fn forge(args: &OneArgs) -> anyhow::Result<Value> {
     let elapsed = started.elapsed().as_secs_f64();
     let cpu = (cpu_ms("self").unwrap_or(0.0) - cpu0) / target as f64;
     let pg = (postgres_cpu_ms() - pg0) / target as f64;
+    // SQLite: how many of the lane's operations each of its transactions committed, on average.
+    let ops_per_group = match (lane0, guard.lane_stats()) {
+        (Some(before), Some(after)) if after.groups > before.groups => Some(
+            (after.operations - before.operations) as f64 / (after.groups - before.groups) as f64,
+        ),
+        _ => None,
+    };
     Ok(json!({
         "bench": "workload", "mode": args.mode, "runs": args.runs,
         "p50_ms": percentile(&latencies, 0.5), "p95_ms": percentile(&latencies, 0.95),
@@ -541,6 +549,7 @@ async fn forge(args: &OneArgs) -> anyhow::Result<Value> {
         "postgres_cpu_ms_per_run": (args.mode == "postgres").then_some(pg),
         "peak_rss_mib": peak_rss_mib(), "ttft_ms": percentile(&ttft, 0.5),
         "live_tail": args.live_tail, "otel": args.otel,
+        "sqlite_ops_per_group": ops_per_group,
     }))
 }
 

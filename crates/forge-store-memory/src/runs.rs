@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use forge_core::Error;
-use forge_core::event::{RunEvent, RunEventKind};
+use forge_core::event::RunEvent;
 use forge_core::id::JobId;
 use forge_core::id::{RunId, ThreadId};
 use forge_core::message::Message;
@@ -130,7 +130,7 @@ impl RunStore for MemoryStore {
         let thread = st.thread(scope, new.thread_id)?;
         let admission = admit(thread.id, thread.active_run, new.strategy)?;
         let mut run = Run::queued(RunId::generate(self.ids.as_ref()), scope, &new, now);
-        let mut events = Vec::new();
+        let events: Vec<RunEvent> = admission.begin(&mut run, now).into_iter().collect();
         let job_state = match admission {
             Admission::Active => {
                 if let Some(t) = st.threads.get_mut(&new.thread_id) {
@@ -138,17 +138,7 @@ impl RunStore for MemoryStore {
                 }
                 JobState::Ready
             }
-            Admission::Queued { behind } => {
-                events.push(RunEvent {
-                    run_id: run.id,
-                    seq: 1,
-                    at: now,
-                    kind: RunEventKind::RunQueued {
-                        thread_id: new.thread_id,
-                        behind,
-                    },
-                });
-                run.last_seq = 1;
+            Admission::Queued { .. } => {
                 if new.strategy == StartStrategy::Interrupt {
                     let ahead: Vec<RunId> = st
                         .runs_by_thread

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use forge_core::Error;
-use forge_core::event::{RunEvent, RunEventKind};
+use forge_core::event::RunEvent;
 use forge_core::id::{RunId, ThreadId};
 use forge_core::message::Message;
 use forge_core::ports::store::{
@@ -582,22 +582,10 @@ impl RunStore for PostgresStore {
             .ok_or_else(|| Error::not_found("thread", run.thread_id))?
             .map(RunId);
         let admission = admit(run.thread_id, active, new.strategy)?;
-        let mut queued_event = None;
+        let queued_event = admission.begin(&mut run, now);
         let job_state = match admission {
             Admission::Active => "ready",
-            Admission::Queued { behind } => {
-                run.last_seq = 1;
-                queued_event = Some(RunEvent {
-                    run_id: run.id,
-                    seq: 1,
-                    at: now,
-                    kind: RunEventKind::RunQueued {
-                        thread_id: run.thread_id,
-                        behind,
-                    },
-                });
-                "waiting"
-            }
+            Admission::Queued { .. } => "waiting",
         };
         let events = EventColumns::of(queued_event.as_slice())?;
         let interrupt = matches!(admission, Admission::Queued { .. })

@@ -8,7 +8,6 @@
 //! group it was committed with is on disk.
 
 use forge_core::Error;
-use forge_core::event::RunEvent;
 use forge_core::id::{RunId, ThreadId};
 use forge_core::metering::ModelCall;
 use forge_core::ports::store::{
@@ -32,26 +31,6 @@ pub(crate) const INSERT_EVENT: &str =
 fn repeated_settlement(commit: &StepCommit) -> Option<&ModelCall> {
     let mut seen = std::collections::HashSet::new();
     commit.settlements.iter().find(|c| !seen.insert(c.id))
-}
-
-/// Appends events outside a step (a run queued behind another).
-pub(crate) async fn insert_events(
-    tx: &mut crate::Tx,
-    scope: &Scope,
-    events: &[RunEvent],
-) -> Result<(), Error> {
-    for e in events {
-        sqlx::query(INSERT_EVENT)
-            .bind(e.run_id.to_string())
-            .bind(i64_of(e.seq)?)
-            .bind(scope.tenant_id().as_str())
-            .bind(e.at.unix_millis())
-            .bind(to_json(e)?)
-            .execute(&mut **tx)
-            .await
-            .map_err(rows::db_error)?;
-    }
-    Ok(())
 }
 
 impl SqliteStore {

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use forge_core::Error;
-use forge_core::event::{RunEvent, RunEventKind};
+use forge_core::event::RunEvent;
 use forge_core::id::{RunId, ThreadId};
 use forge_core::message::Message;
 use forge_core::ports::store::{
@@ -260,18 +260,24 @@ impl ThreadStore for SqliteStore {
             created_at: self.clock.now(),
             archived_at: None,
         };
-        sqlx::query(
-            "INSERT INTO forge_threads (id, tenant_id, created_by, title, state, state_version, created_at) VALUES ($1, $2, $3, $4, $5, 0, $6)",
-        )
-        .bind(thread.id.to_string())
-        .bind(thread.tenant_id.as_str())
-        .bind(thread.created_by.as_str())
-        .bind(&thread.title)
-        .bind(to_json(&thread.state.values)?)
-        .bind(thread.created_at.unix_millis())
-        .execute(&mut *self.conn().await?)
-        .await
-        .map_err(db_error)?;
+        let values = (
+            thread.id.to_string(),
+            thread.tenant_id.as_str().to_owned(),
+            thread.created_by.as_str().to_owned(),
+            thread.title.clone(),
+            to_json(&thread.state.values)?,
+            thread.created_at.unix_millis(),
+        );
+        self.lane
+            .run(move |conn| {
+                crate::commit::execute(
+                    conn,
+                    "INSERT INTO forge_threads (id, tenant_id, created_by, title, state, state_version, created_at) \
+                     VALUES (?1, ?2, ?3, ?4, ?5, 0, ?6)",
+                    rusqlite::params![values.0, values.1, values.2, values.3, values.4, values.5],
+                )
+            })
+            .await?;
         Ok(thread)
     }
 
@@ -428,6 +434,101 @@ impl ThreadStore for SqliteStore {
     }
 }
 
+/// Creates `run` with its job (`job`) on the lane's connection: the active run of its thread, or
+/// queued behind it (then with its `run.queued` event, and the runs ahead of it asked to cancel
+/// when it interrupts them).
+fn insert_run(
+    conn: &rusqlite::Connection,
+    mut run: Run,
+    new: &NewRun,
+    job: forge_core::id::JobId,
+    now: forge_core::time::Timestamp,
+) -> Result<Run, Error> {
+    use crate::commit::execute;
+    use crate::lane::db;
+    use rusqlite::{OptionalExtension, params};
+    let (thread, tenant) = (run.thread_id.to_string(), run.tenant_id.as_str().to_owned());
+    let active: Option<Option<String>> = conn
+        .prepare_cached("SELECT active_run FROM forge_threads WHERE id = ?1 AND tenant_id = ?2")
+        .map_err(db)?
+        .query_row(params![thread, tenant], |r| r.get(0))
+        .optional()
+        .map_err(db)?;
+    let active = active
+        .ok_or_else(|| Error::not_found("thread", run.thread_id))?
+        .map(|s| {
+            s.parse::<RunId>()
+                .map_err(|e| Error::invalid(format!("stored active run: {e}")))
+        })
+        .transpose()?;
+    let admission = admit(run.thread_id, active, new.strategy)?;
+    let queued_event = admission.begin(&mut run, now);
+    let job_state = match admission {
+        Admission::Active => "ready",
+        Admission::Queued { .. } => "waiting",
+    };
+    let id = run.id.to_string();
+    execute(
+        conn,
+        "INSERT INTO forge_runs (id, tenant_id, principal_id, thread_id, agent_name, agent_version, status, version, last_seq, \
+         checkpoint, fence, created_at, updated_at, input, role_ids) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'queued', 0, ?7, ?8, 0, ?9, ?9, ?10, ?11)",
+        params![
+            id,
+            tenant,
+            run.principal_id.as_str(),
+            thread,
+            run.agent.name,
+            run.agent.version,
+            i64_of(run.last_seq)?,
+            to_json(&run.checkpoint)?,
+            now.unix_millis(),
+            to_json(&run.input)?,
+            to_json(&run.role_ids)?
+        ],
+    )?;
+    if let Some(e) = &queued_event {
+        execute(
+            conn,
+            crate::commit::INSERT_EVENT,
+            params![id, i64_of(e.seq)?, tenant, e.at.unix_millis(), to_json(e)?],
+        )?;
+    }
+    match admission {
+        Admission::Active => {
+            execute(
+                conn,
+                "UPDATE forge_threads SET active_run = ?1 WHERE id = ?2 AND tenant_id = ?3",
+                params![id, thread, tenant],
+            )?;
+        }
+        Admission::Queued { .. } if new.strategy == StartStrategy::Interrupt => {
+            execute(
+                conn,
+                "UPDATE forge_runs SET cancel_requested = 1 WHERE thread_id = ?1 AND tenant_id = ?2 \
+                 AND id <> ?3 AND status NOT IN ('completed', 'failed', 'cancelled')",
+                params![thread, tenant, id],
+            )?;
+        }
+        Admission::Queued { .. } => {}
+    }
+    execute(
+        conn,
+        "INSERT INTO forge_jobs (id, tenant_id, run_id, state, available_at, attempts, max_attempts, token, traceparent) \
+         VALUES (?1, ?2, ?3, ?4, ?5, 0, ?6, 0, ?7)",
+        params![
+            job.to_string(),
+            tenant,
+            id,
+            job_state,
+            now.unix_millis(),
+            i64::from(new.max_attempts),
+            new.traceparent
+        ],
+    )?;
+    Ok(run)
+}
+
 /// Thread `id` of `tenant` and the first page of its history (none when it has a summary: that
 /// page starts after the summary), on the lane's connection.
 fn thread_and_first_page(
@@ -495,104 +596,11 @@ impl RunStore for SqliteStore {
             return Err(Error::invalid("max_attempts must be at least 1"));
         }
         let now = self.clock.now();
-        let mut run = Run::queued(RunId::generate(self.ids.as_ref()), scope, &new, now);
-        let (_gate, mut tx) = self.write_tx().await?;
-        let active: Option<Option<String>> = sqlx::query_scalar(
-            "SELECT active_run FROM forge_threads WHERE id = $1 AND tenant_id = $2",
-        )
-        .bind(run.thread_id.to_string())
-        .bind(scope.tenant_id().as_str())
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(db_error)?;
-        let active = active
-            .ok_or_else(|| Error::not_found("thread", run.thread_id))?
-            .map(|s| {
-                s.parse::<RunId>()
-                    .map_err(|e| Error::invalid(format!("stored active run: {e}")))
-            })
-            .transpose()?;
-        let admission = admit(run.thread_id, active, new.strategy)?;
-        let mut queued_event = None;
-        let job_state = match admission {
-            Admission::Active => "ready",
-            Admission::Queued { behind } => {
-                run.last_seq = 1;
-                queued_event = Some(RunEvent {
-                    run_id: run.id,
-                    seq: 1,
-                    at: now,
-                    kind: RunEventKind::RunQueued {
-                        thread_id: run.thread_id,
-                        behind,
-                    },
-                });
-                "waiting"
-            }
-        };
-        sqlx::query(
-            "INSERT INTO forge_runs (id, tenant_id, principal_id, thread_id, agent_name, agent_version, status, version, last_seq, \
-             checkpoint, fence, created_at, updated_at, input, role_ids) VALUES ($1, $2, $3, $4, $5, $6, 'queued', 0, $7, $8, 0, $9, $9, $10, $11)",
-        )
-        .bind(run.id.to_string())
-        .bind(run.tenant_id.as_str())
-        .bind(run.principal_id.as_str())
-        .bind(run.thread_id.to_string())
-        .bind(&run.agent.name)
-        .bind(&run.agent.version)
-        .bind(i64_of(run.last_seq)?)
-        .bind(to_json(&run.checkpoint)?)
-        .bind(now.unix_millis())
-        .bind(to_json(&run.input)?)
-        .bind(to_json(&run.role_ids)?)
-        .execute(&mut *tx)
-        .await
-        .map_err(db_error)?;
-        if let Some(e) = &queued_event {
-            crate::commit::insert_events(&mut tx, scope, std::slice::from_ref(e)).await?;
-        }
-        match admission {
-            Admission::Active => {
-                sqlx::query(
-                    "UPDATE forge_threads SET active_run = $1 WHERE id = $2 AND tenant_id = $3",
-                )
-                .bind(run.id.to_string())
-                .bind(run.thread_id.to_string())
-                .bind(scope.tenant_id().as_str())
-                .execute(&mut *tx)
-                .await
-                .map_err(db_error)?;
-            }
-            Admission::Queued { .. } if new.strategy == StartStrategy::Interrupt => {
-                sqlx::query(
-                    "UPDATE forge_runs SET cancel_requested = 1 WHERE thread_id = $1 AND tenant_id = $2 AND id <> $3 \
-                     AND status NOT IN ('completed', 'failed', 'cancelled')",
-                )
-                .bind(run.thread_id.to_string())
-                .bind(scope.tenant_id().as_str())
-                .bind(run.id.to_string())
-                .execute(&mut *tx)
-                .await
-                .map_err(db_error)?;
-            }
-            Admission::Queued { .. } => {}
-        }
-        sqlx::query(
-            "INSERT INTO forge_jobs (id, tenant_id, run_id, state, available_at, attempts, max_attempts, token, traceparent) \
-             VALUES ($1, $2, $3, $4, $5, 0, $6, 0, $7)",
-        )
-        .bind(forge_core::id::JobId::generate(self.ids.as_ref()).to_string())
-        .bind(scope.tenant_id().as_str())
-        .bind(run.id.to_string())
-        .bind(job_state)
-        .bind(now.unix_millis())
-        .bind(i64::from(new.max_attempts))
-        .bind(&new.traceparent)
-        .execute(&mut *tx)
-        .await
-        .map_err(db_error)?;
-        tx.commit().await.map_err(db_error)?;
-        Ok(run)
+        let run = Run::queued(RunId::generate(self.ids.as_ref()), scope, &new, now);
+        let job = forge_core::id::JobId::generate(self.ids.as_ref());
+        self.lane
+            .run(move |conn| insert_run(conn, run, &new, job, now))
+            .await
     }
 
     async fn request_cancel(&self, scope: &Scope, id: RunId) -> Result<bool, Error> {

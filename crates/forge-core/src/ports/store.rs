@@ -555,6 +555,29 @@ pub enum Admission {
     },
 }
 
+impl Admission {
+    /// What a new `run` starts with under this admission: for a run queued behind another, the
+    /// `run.queued` event that begins its log (sequence 1, recorded in `run.last_seq`); nothing
+    /// for the thread's active run. The rule every store's `create_run` applies.
+    pub fn begin(&self, run: &mut Run, at: crate::time::Timestamp) -> Option<RunEvent> {
+        match *self {
+            Admission::Active => None,
+            Admission::Queued { behind } => {
+                run.last_seq = 1;
+                Some(RunEvent {
+                    run_id: run.id,
+                    seq: 1,
+                    at,
+                    kind: crate::event::RunEventKind::RunQueued {
+                        thread_id: run.thread_id,
+                        behind,
+                    },
+                })
+            }
+        }
+    }
+}
+
 /// Decides how a new run enters a thread whose active run is `active`. `Reject` on a busy thread
 /// is `ThreadBusy`; `Interrupt` queues like `Enqueue` (the adapter also requests cancellation of
 /// the runs ahead).

@@ -237,14 +237,23 @@ pub(crate) fn read_run(
     tenant: &TenantId,
     id: RunId,
 ) -> Result<Option<Run>, Error> {
-    let sql = format!(
-        "SELECT {} FROM forge_runs WHERE id = ?1 AND tenant_id = ?2",
-        crate::runs::RUN_COLUMNS
-    );
-    let mut statement = conn.prepare_cached(&sql).map_err(db)?;
-    let mut found = statement
-        .query(params![id.to_string(), tenant.as_str()])
-        .map_err(db)?;
+    static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        format!(
+            "SELECT {} FROM forge_runs WHERE id = ?1 AND tenant_id = ?2",
+            crate::runs::RUN_COLUMNS
+        )
+    });
+    one_run(conn, &SQL, params![id.to_string(), tenant.as_str()])
+}
+
+/// The run row `sql` reads or returns, if any (the statement prepared once per connection).
+pub(crate) fn one_run(
+    conn: &Connection,
+    sql: &str,
+    values: impl rusqlite::Params,
+) -> Result<Option<Run>, Error> {
+    let mut statement = conn.prepare_cached(sql).map_err(db)?;
+    let mut found = statement.query(values).map_err(db)?;
     found.next().map_err(db)?.map(rows::run).transpose()
 }
 

@@ -100,10 +100,23 @@ struct Counts {
 impl Lane {
     /// Opens the lane's connection on the database file at `path` (migrated already) and starts
     /// its thread.
-    pub(crate) fn open(
-        path: &Path,
-        gate: Arc<tokio::sync::Mutex<()>>,
-    ) -> Result<Self, rusqlite::Error> {
+    pub(crate) fn open(path: &Path, gate: Arc<tokio::sync::Mutex<()>>) -> Result<Self, Error> {
+        let conn = Self::connect(path).map_err(db)?;
+        let (jobs, inbox) = std::sync::mpsc::channel();
+        let counts = Arc::new(Counts::default());
+        let kept = Arc::clone(&counts);
+        std::thread::Builder::new()
+            .name("forge-sqlite-lane".into())
+            .spawn(move || serve(&conn, &inbox, &gate, &kept))
+            .map_err(|e| Error::backend(false, e))?;
+        Ok(Self {
+            jobs: std::sync::Mutex::new(Some(jobs)),
+            counts,
+        })
+    }
+
+    /// The lane's connection to the file at `path`, set up as the pool's are.
+    fn connect(path: &Path) -> Result<Connection, rusqlite::Error> {
         let conn = Connection::open(path)?;
         conn.busy_timeout(BUSY_TIMEOUT)?;
         // Each operation's savepoint keeps a statement journal; in memory (`temp_store`), not in
@@ -113,21 +126,7 @@ impl Lane {
              PRAGMA temp_store = MEMORY;",
         )?;
         conn.set_prepared_statement_cache_capacity(64);
-        let (jobs, inbox) = std::sync::mpsc::channel();
-        let counts = Arc::new(Counts::default());
-        let kept = Arc::clone(&counts);
-        std::thread::Builder::new()
-            .name("forge-sqlite-lane".into())
-            .spawn(move || serve(&conn, &inbox, &gate, &kept))
-            .map_err(|e| {
-                rusqlite::Error::ToSqlConversionFailure(Box::new(std::io::Error::other(format!(
-                    "could not start the SQLite lane's thread: {e}"
-                ))))
-            })?;
-        Ok(Self {
-            jobs: std::sync::Mutex::new(Some(jobs)),
-            counts,
-        })
+        Ok(conn)
     }
 
     /// What the lane has done so far.

@@ -173,8 +173,7 @@ impl SqliteStore {
         pool.give(first);
         let applied_on_open = migrate::up(&pool).await.map_err(failed)?;
         let write_gate = Arc::default();
-        let lane =
-            lane::Lane::open(&path, Arc::clone(&write_gate)).map_err(|e| failed(lane::db(e)))?;
+        let lane = lane::Lane::open(&path, Arc::clone(&write_gate)).map_err(failed)?;
         Ok(Self {
             pool,
             write_gate,

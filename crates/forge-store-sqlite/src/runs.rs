@@ -162,30 +162,26 @@ impl SqliteStore {
         let expires_at = now.plus(ttl);
         // A lease that is free taken in one statement on the writer lane, returning the new
         // row; one that is not, judged below on the row as it is.
-        let sql = format!(
-            "UPDATE forge_runs SET lease_holder = ?1, lease_token = fence + 1, lease_expires_at = ?2, fence = fence + 1 \
-             WHERE id = ?3 AND tenant_id = ?4 AND (lease_holder IS NULL OR lease_holder = ?1 OR lease_expires_at <= ?5) \
-             RETURNING {RUN_COLUMNS}"
-        );
+        static TAKE_FREE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+            format!(
+                "UPDATE forge_runs SET lease_holder = ?1, lease_token = fence + 1, lease_expires_at = ?2, \
+                 fence = fence + 1 WHERE id = ?3 AND tenant_id = ?4 \
+                 AND (lease_holder IS NULL OR lease_holder = ?1 OR lease_expires_at <= ?5) \
+                 RETURNING {RUN_COLUMNS}"
+            )
+        });
         let (who, tenant) = (holder.to_owned(), scope.tenant_id().as_str().to_owned());
         let taken = self
             .lane
             .run(move |conn| {
-                let mut statement = conn.prepare_cached(&sql).map_err(crate::lane::db)?;
-                let mut found = statement
-                    .query(rusqlite::params![
-                        who,
-                        expires_at.unix_millis(),
-                        id.to_string(),
-                        tenant,
-                        now.unix_millis()
-                    ])
-                    .map_err(crate::lane::db)?;
-                found
-                    .next()
-                    .map_err(crate::lane::db)?
-                    .map(rows::run)
-                    .transpose()
+                let values = rusqlite::params![
+                    who,
+                    expires_at.unix_millis(),
+                    id.to_string(),
+                    tenant,
+                    now.unix_millis()
+                ];
+                crate::commit::one_run(conn, &TAKE_FREE, values)
             })
             .await?;
         if let Some(mut run) = taken {

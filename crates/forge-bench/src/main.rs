@@ -300,6 +300,7 @@ async fn writer(
             settlements: vec![],
             state: None,
             summary: None,
+            job: None,
         };
         let start = Instant::now();
         let done = store.commit_step(&scope, commit).await?;

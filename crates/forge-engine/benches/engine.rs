@@ -251,6 +251,7 @@ fn bench_commit(c: &mut Criterion) {
                     settlements: vec![],
                     state: None,
                     summary: None,
+                    job: None,
                 };
                 version = rt
                     .block_on(store.commit_step(&scope, commit))
@@ -382,6 +383,7 @@ fn bench_long_thread(c: &mut Criterion) {
             settlements: vec![],
             state: None,
             summary,
+            job: None,
         };
         let mut version = 0;
         for batch in all.chunks(500) {

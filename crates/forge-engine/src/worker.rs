@@ -18,7 +18,7 @@ use forge_core::scope::SystemScope;
 use forge_core::telemetry::{Instrument, LogEvent, SpanName, TraceContext};
 use tokio_util::sync::CancellationToken;
 
-use crate::engine::{Engine, RunControl};
+use crate::engine::{Engine, RunControl, RunOutcome};
 use crate::error::EngineError;
 use crate::observer::{NoopObserver, RunObserver};
 
@@ -373,6 +373,7 @@ impl Worker {
             ],
         );
         let result = tokio::select! {
+            biased;
             r = self.execute(&job, drain, span.context().or(parent)) => r,
             e = self.keep_claim(&job) => Err(e),
         };
@@ -402,21 +403,21 @@ impl Worker {
     async fn settle(
         &self,
         job: &ClaimedJob,
-        result: Result<RunStatus, EngineError>,
+        result: Result<RunOutcome, EngineError>,
     ) -> Result<JobOutcome, EngineError> {
         let (sys, job) = (system(), job.clone());
         let now = self.engine.clock.now();
-        let outcome = match result {
-            Ok(status) if status.is_terminal() => {
-                self.queue.complete(&sys, &job).await?;
+        let outcome = match result.map(|o| (o.status, o.job_completed)) {
+            Ok((status, done)) if status.is_terminal() => {
+                self.complete(&job, done).await?;
                 JobOutcome::Finished(status)
             }
-            Ok(status @ RunStatus::Waiting(_)) => {
+            Ok((status @ RunStatus::Waiting(_), done)) => {
                 // A parked run holds no job; resolving its interaction enqueues a new one.
-                self.queue.complete(&sys, &job).await?;
+                self.complete(&job, done).await?;
                 JobOutcome::Paused(status)
             }
-            Ok(status) => {
+            Ok((status, _)) => {
                 self.queue.release(&sys, &job, now).await?;
                 JobOutcome::Paused(status)
             }
@@ -458,25 +459,48 @@ impl Worker {
         Ok(outcome)
     }
 
+    /// Completes the job of a run that ended or parked, unless the run's last commit did
+    /// (`done`). The execution's own commit ended or parked the run, so a claim found fenced
+    /// whose job is completed was completed by that commit (its answer raced a renewal of the
+    /// run's lease), or by a worker that found the run ended after this claim lapsed.
+    async fn complete(&self, job: &ClaimedJob, done: bool) -> Result<(), EngineError> {
+        if done {
+            return Ok(());
+        }
+        match self.queue.complete(&system(), job).await {
+            Err(Error::Fenced { .. }) if self.completed(job).await => Ok(()),
+            r => Ok(r?),
+        }
+    }
+
+    /// Whether the job is completed (read after its claim was found fenced).
+    async fn completed(&self, job: &ClaimedJob) -> bool {
+        matches!(
+            self.queue.job_state(&system(), job.id).await,
+            Ok(JobState::Completed)
+        )
+    }
+
     async fn execute(
         &self,
         job: &ClaimedJob,
         drain: &CancellationToken,
         trace: Option<TraceContext>,
-    ) -> Result<RunStatus, EngineError> {
+    ) -> Result<RunOutcome, EngineError> {
         let control = RunControl {
             cancel: CancellationToken::new(),
             drain: drain.clone(),
             trace,
+            job: Some(job.clone()),
         };
-        let outcome = self
-            .engine
+        self.engine
             .execute_job(&job.tenant_id, job.run_id, &control, self.observer.as_ref())
-            .await?;
-        Ok(outcome.status)
+            .await
     }
 
-    /// Heartbeats the claim every third of its time to live; returns only when that fails.
+    /// Heartbeats the claim every third of its time to live; returns only when that fails. A
+    /// claim the run's last commit completed needs no more heartbeats: then it waits for the
+    /// execution to return.
     async fn keep_claim(&self, job: &ClaimedJob) -> EngineError {
         let sys = system();
         let mut job = job.clone();
@@ -488,6 +512,9 @@ impl Worker {
                 .await
             {
                 Ok(renewed) => job = renewed,
+                Err(Error::Fenced { .. }) if self.completed(&job).await => {
+                    std::future::pending::<()>().await;
+                }
                 Err(e) => return e.into(),
             }
         }

@@ -246,11 +246,7 @@ impl JobQueue for MemoryStore {
 
     async fn complete(&self, _system: &SystemScope, job: &ClaimedJob) -> Result<(), Error> {
         let now = self.clock.now();
-        let mut st = self.lock();
-        let row = current(&mut st.jobs, job, now)?;
-        row.state = JobState::Completed;
-        row.expires_at = None;
-        Ok(())
+        complete_claim(&mut self.lock().jobs, job, now)
     }
 
     async fn fail(
@@ -345,6 +341,19 @@ impl JobQueue for MemoryStore {
             .map(|r| r.state)
             .ok_or_else(|| Error::not_found("job", id))
     }
+}
+
+/// Completes the job if `job` is its current, unexpired claim; `Fenced` otherwise. Shared by
+/// `complete` and the step that ends or parks the job's run.
+pub(crate) fn complete_claim(
+    jobs: &mut std::collections::BTreeMap<JobId, JobRow>,
+    job: &ClaimedJob,
+    now: Timestamp,
+) -> Result<(), Error> {
+    let row = current(jobs, job, now)?;
+    row.state = JobState::Completed;
+    row.expires_at = None;
+    Ok(())
 }
 
 /// The job's row if `job` is its current, unexpired claim.

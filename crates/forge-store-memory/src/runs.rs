@@ -298,6 +298,11 @@ impl RunStore for MemoryStore {
         }
         let settled_calls = commit.settlements.clone();
         let releases = commit.releases_lease();
+        // The claim the run ends or parks under is completed with the step while it is current;
+        // one that is not is left as it is.
+        let job_completed = commit
+            .completes(scope.tenant_id())
+            .is_some_and(|job| crate::queue::complete_claim(&mut st.jobs, job, now).is_ok());
         // Every check passed: apply all of it.
         if let Some(r) = st.runs.get_mut(&commit.run_id) {
             if releases {
@@ -349,7 +354,10 @@ impl RunStore for MemoryStore {
             }
             st.promote_next(thread_id, commit.run_id, now);
         }
-        Ok(committed)
+        Ok(Committed {
+            job_completed,
+            ..committed
+        })
     }
 
     async fn read_events(

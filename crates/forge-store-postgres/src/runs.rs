@@ -147,10 +147,16 @@ const LEASE_SQL: &str =
 /// notified when it appended events (`$12`). It returns the run's new version, log end and cancel
 /// flag when it wrote; when it refused, the run row as it now is and the settled calls that were
 /// not open.
+///
+/// A step that ends or parks its run under a claim (`$30` the job, `$31` its token) completes
+/// the job in the same statement through `forge_sys_complete` once the step was written (a
+/// `CASE`, so that a refused step completes nothing), and says whether it did.
 const STEP_SQL: &str = "SELECT s.o_version AS written_version, s.o_last_seq AS written_last_seq, \
-    s.o_cancel AS written_cancel, (s.o_run).*, s.o_closed AS closed FROM forge_write_step($1, $2, \
-    $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, \
-    $23, $24, $25, $26, $27, $28, $29) AS s";
+    s.o_cancel AS written_cancel, (s.o_run).*, s.o_closed AS closed, \
+    CASE WHEN s.o_version IS NOT NULL AND $30::uuid IS NOT NULL \
+    THEN forge_sys_complete($30, $31, $7) ELSE false END AS job_completed \
+    FROM forge_write_step($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, \
+    $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29) AS s";
 
 /// A step's arguments to `forge_write_step`, encoded once (a call that met a closed connection is
 /// sent again from them).
@@ -168,10 +174,16 @@ struct StepArgs {
     from: Vec<String>,
     /// Whether `check_commit_alone` passed.
     alone: bool,
+    /// The claim the step completes (its job and token), if any.
+    job: Option<uuid::Uuid>,
+    job_token: Option<i64>,
 }
 
 impl StepArgs {
-    fn of(commit: &StepCommit, scope: &Scope) -> Result<Self, Error> {
+    /// `completes` says whether the step may complete its claim in its statement (not as
+    /// Supabase's `forge_tenant`, which may not call the system functions).
+    fn of(commit: &StepCommit, scope: &Scope, completes: bool) -> Result<Self, Error> {
+        let job = commit.completes(scope.tenant_id()).filter(|_| completes);
         Ok(Self {
             version: i64_of(commit.expected_version)?,
             count: i64::try_from(commit.events.len()).unwrap_or(i64::MAX),
@@ -184,6 +196,8 @@ impl StepArgs {
             calls: crate::usage::CallColumns::of(&commit.settlements)?,
             from: statuses_reaching(commit.status).collect(),
             alone: check_commit_alone(commit, scope.tenant_id()).is_ok(),
+            job: job.map(|j| j.id.0),
+            job_token: job.map(|j| i64_of(j.token)).transpose()?,
         })
     }
 
@@ -223,6 +237,8 @@ impl StepArgs {
             .bind(self.first)
             .bind(&self.from)
             .bind(self.alone)
+            .bind(self.job)
+            .bind(self.job_token)
     }
 }
 
@@ -240,6 +256,7 @@ fn judge_step(
             version: rows::u64_of(version, "version")?,
             last_seq: rows::u64_of(rows::get(row, "written_last_seq")?, "last_seq")?,
             cancel_requested: rows::get(row, "written_cancel")?,
+            job_completed: rows::get(row, "job_completed")?,
         });
     }
     check_commit(&rows::run(row)?, commit, now)?;
@@ -780,11 +797,15 @@ impl RunStore for PostgresStore {
         if let Some(call) = foreign_settlement(&commit, scope.tenant_id()) {
             return Err(not_an_open_call(call.id));
         }
-        let args = StepArgs::of(&commit, scope)?;
+        let rls = self.mode == crate::Mode::Rls;
+        let args = StepArgs::of(&commit, scope, rls)?;
+        // As Supabase's `forge_tenant`, the step cannot complete its claim in its own statement;
+        // it does so in its transaction, after resetting the role.
+        let claim = commit.completes(scope.tenant_id()).filter(|_| !rls);
         // A step that also writes thread state, a summary, interactions or audit entries is
         // judged first, in a transaction (those writes need the run, and their own errors must
         // not mask the step's); the common step is one call, judged on the row it returns.
-        if !commit.writes_beside_the_log() {
+        if !commit.writes_beside_the_log() && claim.is_none() {
             let row = self
                 .tenant_call(scope, || args.query(&commit, scope, now.0))
                 .await
@@ -823,7 +844,20 @@ impl RunStore for PostgresStore {
             .map_err(step_error)?
             .ok_or_else(|| Error::not_found("run", commit.run_id))?;
         // A refusal returns here, and dropping the transaction rolls back what it wrote.
-        let committed = judge_step(&row, &commit, scope, now)?;
+        let mut committed = judge_step(&row, &commit, scope, now)?;
+        if let Some(job) = claim {
+            sqlx::query("SELECT set_config('role', 'none', true)")
+                .execute(&mut *tx)
+                .await
+                .map_err(db_error)?;
+            committed.job_completed = sqlx::query_scalar("SELECT forge_sys_complete($1, $2, $3)")
+                .bind(job.id.0)
+                .bind(i64_of(job.token)?)
+                .bind(now.0)
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(db_error)?;
+        }
         tx.commit().await.map_err(db_error)?;
         Ok(committed)
     }

@@ -228,7 +228,14 @@ fn write_step(
     if commit.status.is_terminal() {
         end_run(conn, tenant, &run, now)?;
     }
-    Ok(committed)
+    let job_completed = match commit.completes(tenant) {
+        Some(job) => crate::queue::complete_claim(conn, job, now)?,
+        None => false,
+    };
+    Ok(Committed {
+        job_completed,
+        ..committed
+    })
 }
 
 /// The run `id` of `tenant` as it now stands in the lane's transaction.

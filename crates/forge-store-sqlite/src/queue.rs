@@ -24,6 +24,29 @@ macro_rules! job_columns {
     };
 }
 
+/// Completes the job in the lane's transaction if `job` is its current, unexpired claim;
+/// whether it did. Shared by `complete` and the step that ends or parks the job's run.
+pub(crate) fn complete_claim(
+    conn: &rusqlite::Connection,
+    job: &ClaimedJob,
+    now: Timestamp,
+) -> Result<bool, Error> {
+    let changed = crate::commit::execute(
+        conn,
+        "UPDATE forge_jobs SET state = 'completed', expires_at = NULL \
+         WHERE id = ?1 AND tenant_id = ?2 AND run_id = ?3 AND state = 'claimed' AND token = ?4 \
+         AND expires_at > ?5",
+        rusqlite::params![
+            job.id.to_string(),
+            job.tenant_id.as_str(),
+            job.run_id.to_string(),
+            i64_of(job.token)?,
+            now.unix_millis()
+        ],
+    )?;
+    Ok(changed == 1)
+}
+
 impl SqliteStore {
     /// Applies `set` (which may use `?4`, bound to `value`) to the job if `job` is its current,
     /// unexpired claim, in one statement on the writer lane; `Fenced` otherwise.
@@ -176,8 +199,18 @@ impl JobQueue for SqliteStore {
     }
 
     async fn complete(&self, _system: &SystemScope, job: &ClaimedJob) -> Result<(), Error> {
-        self.update_claim(job, "state = 'completed', expires_at = ?4", None)
-            .await
+        let (claim, now) = (job.clone(), self.clock.now());
+        let done = self
+            .lane
+            .run(move |conn| complete_claim(conn, &claim, now))
+            .await?;
+        if done {
+            Ok(())
+        } else {
+            Err(Error::Fenced {
+                resource: format!("job {}", job.id),
+            })
+        }
     }
 
     async fn fail(

@@ -151,6 +151,7 @@ impl<F: StoreFactory> World<F> {
                     settlements: vec![call],
                     state: None,
                     summary: None,
+                    job: None,
                 },
             )
             .await

@@ -53,6 +53,7 @@ pub fn step(
         settlements: vec![],
         state: None,
         summary: None,
+        job: None,
     }
 }
 

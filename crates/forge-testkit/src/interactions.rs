@@ -141,6 +141,7 @@ async fn parked_with<F: StoreFactory>(
                 settlements: vec![],
                 state: None,
                 summary: None,
+                job: None,
             },
         )
         .await
@@ -494,6 +495,7 @@ pub async fn only_a_parking_commit_raises_interactions<F: StoreFactory>() {
         settlements: vec![],
         state: None,
         summary: None,
+        job: None,
     };
     expect_kind(
         store.commit_step(&scope, commit).await,
@@ -558,6 +560,7 @@ pub async fn an_ended_run_leaves_nothing_pending<F: StoreFactory>() {
                 settlements: vec![],
                 state: None,
                 summary: None,
+                job: None,
             },
         )
         .await

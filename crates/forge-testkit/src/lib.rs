@@ -155,6 +155,7 @@ pub const SUITES: &[Suite] = &[
             "audit_records_are_appended_and_filtered_per_tenant",
             "claims_take_only_jobs_the_filter_admits",
             "claims_return_the_trace_they_were_enqueued_under",
+            "a_step_that_ends_or_parks_its_run_completes_its_claim",
         ],
     },
     Suite {
@@ -439,7 +440,8 @@ macro_rules! queue_conformance {
             dead_letters_are_replayed_or_discarded_and_audited,
             audit_records_are_appended_and_filtered_per_tenant,
             claims_take_only_jobs_the_filter_admits,
-            claims_return_the_trace_they_were_enqueued_under);
+            claims_return_the_trace_they_were_enqueued_under,
+            a_step_that_ends_or_parks_its_run_completes_its_claim);
     };
 }
 

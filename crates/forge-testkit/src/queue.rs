@@ -1,6 +1,7 @@
-//! The queue conformance suite: claims, heartbeats and completion, lapsed claims fenced and
-//! dead-lettered, releases, concurrent claims, claim filters, dead letters replayed or discarded,
-//! and the audit trail those actions write.
+//! The queue conformance suite: claims, heartbeats and completion (by `complete`, or by the step
+//! that ends or parks the run), lapsed claims fenced and dead-lettered, releases, concurrent
+//! claims, claim filters, dead letters replayed or discarded, and the audit trail those actions
+//! write.
 
 use std::time::Duration;
 
@@ -603,4 +604,162 @@ pub async fn claims_return_the_trace_they_were_enqueued_under<F: StoreFactory>()
         [("claimed", 1), ("completed", 2)].into_iter().collect(),
         "the queue's depth by state"
     );
+}
+
+/// The step that ends or parks a run completes the claim it was executed under, in its own write
+/// (issue 28: a worker then makes no `complete` call): a step that does neither leaves the claim
+/// alone, a refused step completes nothing, a claim that lapsed is left for the next worker while
+/// the step is still written, and a claim of another run is not completed by this run's step.
+/// The parking step also writes an audit entry, so that adapters with a separate path for such
+/// steps are tried on it.
+pub async fn a_step_that_ends_or_parks_its_run_completes_its_claim<F: StoreFactory>() {
+    use forge_core::ports::queue::ClaimedJob;
+    use forge_core::run::{RunStatus, WaitReason};
+
+    let f = fixture::<F>().await;
+    let sys = SystemScope::new("conformance");
+    let state = |id: JobId| {
+        let store = f.store.clone();
+        async move { store.job_state(&sys, id).await.expect("job state") }
+    };
+
+    // A run parked by its second step.
+    let (job, lease, run) = claimed(&f, "w1", TTL).await;
+    let mut first = f.commit(&run, &lease, f.events(run.id, 1, 1), RunStatus::Running);
+    first.job = Some(job.clone());
+    let committed = f.store.commit_step(&f.scope, first).await.expect("step 1");
+    assert!(
+        !committed.job_completed,
+        "a step that neither ends nor parks its run leaves the claim"
+    );
+    assert_eq!(state(job.id).await, JobState::Claimed);
+    let parked = RunStatus::Waiting(WaitReason::Approval);
+    let mut stale = f.commit(&run, &lease, f.events(run.id, 2, 1), parked);
+    stale.job = Some(job.clone());
+    expect_kind(
+        f.store.commit_step(&f.scope, stale).await,
+        ErrorKind::Conflict,
+        "a step computed from an older version",
+    );
+    assert_eq!(
+        state(job.id).await,
+        JobState::Claimed,
+        "a refused step completes nothing"
+    );
+    let run = f.store.get_run(&f.scope, run.id).await.expect("run");
+    let mut park = f.commit(&run, &lease, f.events(run.id, 2, 1), parked);
+    park.job = Some(job.clone());
+    park.audit = vec![forge_core::ports::audit::AuditRecord {
+        tenant_id: f.scope.tenant_id().clone(),
+        at: f.clock.now(),
+        actor: "w1".into(),
+        action: "conformance.parked".into(),
+        subject: format!("run {}", run.id),
+        detail: serde_json::json!({}),
+    }];
+    let committed = f.store.commit_step(&f.scope, park).await.expect("park");
+    assert!(
+        committed.job_completed,
+        "the parking step completes the claim"
+    );
+    assert_eq!(state(job.id).await, JobState::Completed);
+    expect_kind(
+        f.store.complete(&sys, &job).await,
+        ErrorKind::Conflict,
+        "completing a job its run's step completed",
+    );
+    assert_eq!(
+        f.store.get_run(&f.scope, run.id).await.expect("run").status,
+        parked,
+        "the step itself was written"
+    );
+
+    // A run ended under a claim that lapsed while its lease (taken for longer) held.
+    let (lapsed, lease, run) = claimed(&f, "w2", TTL * 10).await;
+    let run = started(&f, &run, &lease).await;
+    f.clock.advance(TTL + Duration::from_secs(1));
+    let mut end = f.commit(&run, &lease, f.events(run.id, 2, 1), RunStatus::Completed);
+    end.job = Some(lapsed.clone());
+    let committed = f.store.commit_step(&f.scope, end).await.expect("end");
+    assert!(!committed.job_completed, "a lapsed claim is not completed");
+    assert_eq!(
+        f.store.get_run(&f.scope, run.id).await.expect("run").status,
+        RunStatus::Completed,
+        "the step is written under its lease all the same"
+    );
+    let again = f
+        .store
+        .claim(&sys, "w3", TTL, &ClaimFilter::any())
+        .await
+        .expect("claim")
+        .expect("a ready job");
+    assert_eq!(
+        (again.id, again.run_id),
+        (lapsed.id, run.id),
+        "the lapsed claim's job is left for the next worker"
+    );
+
+    // A run ended with a claim of another run: that claim is not this step's to complete.
+    let (own, lease, run) = claimed(&f, "w4", TTL).await;
+    let run = started(&f, &run, &lease).await;
+    let mut end = f.commit(&run, &lease, f.events(run.id, 2, 1), RunStatus::Completed);
+    end.job = Some(ClaimedJob {
+        run_id: again.run_id,
+        ..own.clone()
+    });
+    let committed = f.store.commit_step(&f.scope, end).await.expect("end");
+    assert!(
+        !committed.job_completed,
+        "another run's claim is left alone"
+    );
+    assert_eq!(state(own.id).await, JobState::Claimed);
+    f.store.complete(&sys, &own).await.expect("complete");
+}
+
+/// A new run of the fixture's tenant, its job claimed by `worker` and the run leased to it for
+/// `lease_ttl`.
+async fn claimed<F: StoreFactory>(
+    f: &crate::store::Fixture<F>,
+    worker: &str,
+    lease_ttl: Duration,
+) -> (
+    forge_core::ports::queue::ClaimedJob,
+    forge_core::run::RunLease,
+    forge_core::run::Run,
+) {
+    let run = f.run().await;
+    let job = f
+        .store
+        .claim(
+            &SystemScope::new("conformance"),
+            worker,
+            TTL,
+            &ClaimFilter::any(),
+        )
+        .await
+        .expect("claim")
+        .expect("a ready job");
+    assert_eq!(job.run_id, run.id, "the new run's job is the one ready");
+    let (lease, run) = f
+        .store
+        .lease_run(&f.scope, run.id, worker, lease_ttl)
+        .await
+        .expect("lease");
+    (job, lease, run)
+}
+
+/// The run after a first step that leaves it running, committed without a claim.
+async fn started<F: StoreFactory>(
+    f: &crate::store::Fixture<F>,
+    run: &forge_core::run::Run,
+    lease: &forge_core::run::RunLease,
+) -> forge_core::run::Run {
+    let step = f.commit(
+        run,
+        lease,
+        f.events(run.id, 1, 1),
+        forge_core::run::RunStatus::Running,
+    );
+    f.store.commit_step(&f.scope, step).await.expect("step 1");
+    f.store.get_run(&f.scope, run.id).await.expect("run")
 }

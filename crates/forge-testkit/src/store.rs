@@ -104,6 +104,7 @@ impl<F: StoreFactory> Fixture<F> {
             settlements: vec![],
             state: None,
             summary: None,
+            job: None,
         }
     }
 }
@@ -536,6 +537,7 @@ pub async fn event_log_gapless_under_concurrent_appenders<F: StoreFactory>() {
                     settlements: vec![],
                     state: None,
                     summary: None,
+                    job: None,
                 };
                 match store.commit_step(&scope, commit).await {
                     Ok(_) => done += 1,

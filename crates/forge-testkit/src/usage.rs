@@ -389,6 +389,7 @@ pub async fn step_commits_record_settled_calls<F: StoreFactory>() {
         settlements: calls,
         state: None,
         summary: None,
+        job: None,
     };
     let done = l
         .store

@@ -268,6 +268,14 @@ pub struct StepCommit {
     /// it builds on the thread's current summary ([`crate::thread::check_summary_version`]),
     /// else the whole commit is refused with [`Error::VersionConflict`].
     pub summary: Option<ThreadSummary>,
+    /// The queue's claim the run is executed under, if a worker claimed it. A commit that ends
+    /// or parks the run ([`completes_job`]) also completes this job in the same write, when the
+    /// claim is still current (its job, token and time to live, as [`JobQueue::complete`]
+    /// checks them); a claim that is not current is left as it is and the step is written all
+    /// the same ([`Committed::job_completed`] says which).
+    ///
+    /// [`JobQueue::complete`]: crate::ports::queue::JobQueue::complete
+    pub job: Option<crate::ports::queue::ClaimedJob>,
 }
 
 impl StepCommit {
@@ -277,6 +285,18 @@ impl StepCommit {
     /// parked is committed under the same lease.
     pub fn releases_lease(&self) -> bool {
         releases_lease(self.status)
+    }
+
+    /// The claim this commit completes with it, for a commit of `tenant`: [`StepCommit::job`]
+    /// when the run ends or parks ([`completes_job`]) and the claim is of this run and tenant;
+    /// else none.
+    pub fn completes(
+        &self,
+        tenant: &crate::scope::TenantId,
+    ) -> Option<&crate::ports::queue::ClaimedJob> {
+        self.job.as_ref().filter(|j| {
+            completes_job(self.status) && j.run_id == self.run_id && &j.tenant_id == tenant
+        })
     }
 
     /// Whether the step writes more than its run's log and row: thread state, a summary,
@@ -292,6 +312,13 @@ impl StepCommit {
 /// Whether a commit leaving the run at `status` gives its lease up ([`StepCommit::releases_lease`]).
 pub fn releases_lease(status: RunStatus) -> bool {
     status.is_terminal()
+}
+
+/// Whether a commit leaving the run at `status` completes the job it is executed under
+/// ([`StepCommit::job`]): a run that ends needs no job, and a parked run holds none (resolving
+/// its interaction enqueues a new one).
+pub fn completes_job(status: RunStatus) -> bool {
+    status.is_terminal() || matches!(status, RunStatus::Waiting(_))
 }
 
 /// A session-state change made by a step.
@@ -315,6 +342,9 @@ pub struct Committed {
     pub last_seq: u64,
     /// Whether someone asked the run to cancel (the engine stops after this step).
     pub cancel_requested: bool,
+    /// Whether the commit also completed the job it was executed under
+    /// ([`StepCommit::completes`]); the worker then makes no `complete` call of its own.
+    pub job_completed: bool,
 }
 
 /// Port: runs, their leases, their event log and the atomic step commit.
@@ -458,6 +488,7 @@ pub fn check_commit(
         version: run.version + 1,
         last_seq: run.last_seq + commit.events.len() as u64,
         cancel_requested: run.cancel_requested,
+        job_completed: false,
     })
 }
 

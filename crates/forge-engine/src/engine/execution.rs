@@ -36,6 +36,10 @@ pub(crate) struct Cursor<'a> {
     pub(crate) trace: Option<forge_core::telemetry::TraceContext>,
     /// The current step's span, parent of its model and tool calls' spans.
     pub(crate) step_trace: Option<forge_core::telemetry::TraceContext>,
+    /// The queue's claim the execution runs under, completed by the commit that ends or parks
+    /// the run; `job_completed` once one has.
+    job: Option<forge_core::ports::queue::ClaimedJob>,
+    job_completed: bool,
 }
 
 impl Cursor<'_> {
@@ -77,6 +81,7 @@ impl Engine {
             cancel: cancel.clone(),
             drain: CancellationToken::new(),
             trace: None,
+            job: None,
         };
         self.execute_with(scope, run_id, &control, observer).await
     }
@@ -184,6 +189,7 @@ impl Engine {
                     status: run.status,
                     last_seq: run.last_seq,
                     failure: run.failure,
+                    job_completed: false,
                 });
             }
             let run_scope = derive(&run)?;
@@ -191,7 +197,7 @@ impl Engine {
             tokio::select! {
                 biased;
                 r = self.execute_leased(&run_scope, run, lease.clone(), control, observer) => r,
-                e = self.keep_lease(scope, lease.clone()) => self.lost_lease(scope, run_id, e).await,
+                e = self.keep_lease(scope, lease.clone()) => self.lost_lease(scope, &lease, e).await,
             }
         }
         .await;
@@ -205,24 +211,28 @@ impl Engine {
         result
     }
 
-    /// What a failed renewal means: the lease was lost (`e`), unless the run's last commit gave
-    /// it up because the run ended, and the renewal merely came back before that
-    /// commit's answer did. Then the run's outcome is that commit's.
+    /// What a failed renewal of `lease` means: the lease was lost (`e`), unless this
+    /// execution's last commit gave it up because the run ended, and the renewal merely came
+    /// back before that commit's answer did. Then the run's outcome is that commit's. The run
+    /// ended under this lease when no lease was issued after it (its fence is still this
+    /// lease's token); a run another worker ended after taking it over is a loss.
     async fn lost_lease(
         &self,
         scope: &Scope,
-        run_id: RunId,
+        lease: &RunLease,
         e: EngineError,
     ) -> Result<RunOutcome, EngineError> {
         if let EngineError::Store(forge_core::Error::Fenced { .. }) = &e
-            && let Ok(run) = self.runs.get_run(scope, run_id).await
+            && let Ok(run) = self.runs.get_run(scope, lease.run_id).await
             && run.lease.is_none()
+            && run.fence == lease.token
             && forge_core::ports::store::releases_lease(run.status)
         {
             return Ok(RunOutcome {
                 status: run.status,
                 last_seq: run.last_seq,
                 failure: run.failure,
+                job_completed: false,
             });
         }
         Err(e)
@@ -249,6 +259,7 @@ impl Engine {
                     status: run.status,
                     last_seq: run.last_seq,
                     failure: run.failure,
+                    job_completed: false,
                 });
             }
         };
@@ -273,6 +284,8 @@ impl Engine {
             observer: &observer,
             trace: None,
             step_trace: None,
+            job: None,
+            job_completed: false,
         };
         let failure = RunFailure {
             code: FailureCode::DeadLettered,
@@ -334,6 +347,8 @@ impl Engine {
             observer,
             trace: control.trace,
             step_trace: None,
+            job: control.job.clone(),
+            job_completed: false,
         };
         let agent = match self.agent(&cur.run.agent) {
             Ok(a) => a,
@@ -421,6 +436,7 @@ impl Engine {
                     status: cur.status,
                     last_seq: cur.run.last_seq,
                     failure: None,
+                    job_completed: false,
                 });
             }
             if let Some(other) = raised.iter().find(|i| i.agent != cur.run.agent) {
@@ -639,6 +655,7 @@ impl Engine {
             settlements: std::mem::take(&mut cur.settlements),
             state: cur.state_update.take(),
             summary: cur.summary_update.take(),
+            job: cur.job.clone().filter(|_| !cur.job_completed),
         };
         let state = commit.state.clone();
         let committed = self.runs.commit_step(scope, commit).await?;
@@ -658,10 +675,12 @@ impl Engine {
         cur.run.version = committed.version;
         cur.run.last_seq = committed.last_seq;
         cur.run.status = cur.status;
+        cur.job_completed |= committed.job_completed;
         let outcome = RunOutcome {
             status: cur.status,
             last_seq: committed.last_seq,
             failure,
+            job_completed: cur.job_completed,
         };
         Ok((outcome, committed.cancel_requested))
     }

@@ -65,6 +65,9 @@ pub struct RunOutcome {
     pub last_seq: u64,
     /// Why it failed, if it did.
     pub failure: Option<RunFailure>,
+    /// Whether the execution's last commit also completed the job it ran under
+    /// ([`RunControl::job`]), so that the worker has nothing left to settle.
+    pub job_completed: bool,
 }
 
 /// Signals that steer an execution from outside.
@@ -76,6 +79,10 @@ pub struct RunControl {
     pub drain: CancellationToken,
     /// The span the execution's spans are children of (a worker's claim span).
     pub trace: Option<forge_core::telemetry::TraceContext>,
+    /// The queue's claim the run is executed under (a worker's): the commit that ends or parks
+    /// the run completes it in the same write ([`forge_core::ports::store::StepCommit::job`]).
+    /// A claim of another run or tenant is ignored.
+    pub job: Option<forge_core::ports::queue::ClaimedJob>,
 }
 
 /// Tenant quotas: a default and per-tenant overrides.

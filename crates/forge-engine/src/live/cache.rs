@@ -363,6 +363,7 @@ mod tests {
                         settlements: vec![],
                         state: None,
                         summary: None,
+                        job: None,
                     },
                 )
                 .await

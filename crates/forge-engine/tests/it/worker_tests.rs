@@ -8,10 +8,10 @@ use forge_core::agent::RunLimits;
 use forge_core::event::{RunEvent, RunEventKind};
 use forge_core::id::{RunId, SequentialIds};
 use forge_core::part::Part;
-use forge_core::ports::queue::JobQueue;
+use forge_core::ports::queue::{ClaimFilter, ClaimedJob, JobQueue, JobState};
 use forge_core::ports::store::{NewRun, NewThread, RunStore, Store, ThreadStore};
 use forge_core::run::RunStatus;
-use forge_core::scope::Scope;
+use forge_core::scope::{Scope, SystemScope};
 use forge_core::time::ManualClock;
 use forge_engine::{Engine, JobOutcome, RunObserver, Worker, WorkerConfig};
 use forge_providers::{Script, ScriptedProvider};
@@ -62,6 +62,148 @@ async fn a_worker_executes_a_submitted_run_and_completes_its_job() {
     assert_eq!(
         h.store.get_run(&h.scope, run.id).await.unwrap().status,
         RunStatus::Completed
+    );
+}
+
+/// The job queue of the harness's store, counting the `complete` calls made on it.
+struct CountingCompletes {
+    store: Arc<forge_store_memory::MemoryStore>,
+    completes: std::sync::atomic::AtomicUsize,
+}
+
+#[async_trait::async_trait]
+impl JobQueue for CountingCompletes {
+    async fn enqueue(
+        &self,
+        scope: &Scope,
+        job: forge_core::ports::queue::NewJob,
+    ) -> Result<forge_core::id::JobId, forge_core::Error> {
+        self.store.enqueue(scope, job).await
+    }
+    async fn claim(
+        &self,
+        system: &SystemScope,
+        worker: &str,
+        ttl: Duration,
+        filter: &ClaimFilter,
+    ) -> Result<Option<ClaimedJob>, forge_core::Error> {
+        self.store.claim(system, worker, ttl, filter).await
+    }
+    async fn heartbeat(
+        &self,
+        system: &SystemScope,
+        job: &ClaimedJob,
+        ttl: Duration,
+    ) -> Result<ClaimedJob, forge_core::Error> {
+        self.store.heartbeat(system, job, ttl).await
+    }
+    async fn complete(
+        &self,
+        system: &SystemScope,
+        job: &ClaimedJob,
+    ) -> Result<(), forge_core::Error> {
+        self.completes
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.store.complete(system, job).await
+    }
+    async fn fail(
+        &self,
+        system: &SystemScope,
+        job: &ClaimedJob,
+        retry_in: Duration,
+        reason: &str,
+    ) -> Result<JobState, forge_core::Error> {
+        self.store.fail(system, job, retry_in, reason).await
+    }
+    async fn dead_jobs(
+        &self,
+        system: &SystemScope,
+        limit: usize,
+    ) -> Result<Vec<forge_core::ports::queue::JobInfo>, forge_core::Error> {
+        self.store.dead_jobs(system, limit).await
+    }
+    async fn job_counts(
+        &self,
+        system: &SystemScope,
+    ) -> Result<std::collections::BTreeMap<&'static str, u64>, forge_core::Error> {
+        self.store.job_counts(system).await
+    }
+    async fn job(
+        &self,
+        system: &SystemScope,
+        id: forge_core::id::JobId,
+    ) -> Result<forge_core::ports::queue::JobInfo, forge_core::Error> {
+        self.store.job(system, id).await
+    }
+    async fn replay(
+        &self,
+        system: &SystemScope,
+        id: forge_core::id::JobId,
+        actor: &str,
+    ) -> Result<forge_core::ports::queue::JobInfo, forge_core::Error> {
+        self.store.replay(system, id, actor).await
+    }
+    async fn discard(
+        &self,
+        system: &SystemScope,
+        id: forge_core::id::JobId,
+        actor: &str,
+    ) -> Result<forge_core::ports::queue::JobInfo, forge_core::Error> {
+        self.store.discard(system, id, actor).await
+    }
+    async fn release(
+        &self,
+        system: &SystemScope,
+        job: &ClaimedJob,
+        not_before: forge_core::time::Timestamp,
+    ) -> Result<(), forge_core::Error> {
+        self.store.release(system, job, not_before).await
+    }
+    async fn job_state(
+        &self,
+        system: &SystemScope,
+        id: forge_core::id::JobId,
+    ) -> Result<JobState, forge_core::Error> {
+        self.store.job_state(system, id).await
+    }
+}
+
+/// The step that ends a run completes the job it ran under, in the same write (issue 28): the
+/// worker makes no `complete` call of its own, and the job is done all the same.
+#[tokio::test]
+async fn the_step_that_ends_a_run_completes_its_job_with_it() {
+    let h = harness(TWO_TOOL_STEPS, vec![calculator()], RunLimits::default());
+    let engine = Arc::new(h.engine);
+    let thread = h
+        .store
+        .create_thread(&h.scope, NewThread::default())
+        .await
+        .unwrap();
+    let run = engine
+        .start_run(&h.scope, thread.id, &h.agent, vec![Part::text("go")])
+        .await
+        .unwrap();
+    let queue = Arc::new(CountingCompletes {
+        store: h.store.clone(),
+        completes: Default::default(),
+    });
+    let worker = Worker::new(engine.clone(), queue.clone(), config());
+    let outcome = worker.run_one(&CancellationToken::new()).await.unwrap();
+    assert_eq!(outcome, Some(JobOutcome::Finished(RunStatus::Completed)));
+    assert_eq!(
+        h.store.get_run(&h.scope, run.id).await.unwrap().status,
+        RunStatus::Completed
+    );
+    let counts = h.store.job_counts(&SystemScope::new("test")).await.unwrap();
+    assert_eq!(
+        counts.into_iter().collect::<Vec<_>>(),
+        vec![("completed", 1)],
+        "the run's one job is completed"
+    );
+    assert_eq!(
+        queue.completes.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "the run's last commit completed the job"
     );
 }
 

@@ -88,6 +88,7 @@ async fn seed_tenant_a(store: &PostgresStore, clock: &ManualClock) {
         }],
         state: None,
         summary: None,
+        job: None,
     };
     let done = store.commit_step(&a, commit).await.unwrap();
     // The run then parks on an approval.
@@ -132,6 +133,7 @@ async fn seed_tenant_a(store: &PostgresStore, clock: &ManualClock) {
         settlements: vec![],
         state: None,
         summary: None,
+        job: None,
     };
     store.commit_step(&a, park).await.unwrap();
     // A dead letter replayed by an operator leaves an audit entry.

@@ -42,6 +42,7 @@ fn step(
         settlements: vec![],
         state: None,
         summary: None,
+        job: None,
     }
 }
 

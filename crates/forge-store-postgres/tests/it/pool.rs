@@ -74,6 +74,7 @@ async fn a_call_after_the_server_ended_every_idle_session_succeeds() {
         settlements: vec![],
         state: None,
         summary: None,
+        job: None,
     };
     let committed = store.commit_step(&acme, step).await.expect("a step after");
     assert_eq!(committed.version, run.version + 1);

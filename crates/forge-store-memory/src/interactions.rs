@@ -41,7 +41,11 @@ impl State {
                 .interactions
                 .values()
                 .any(|i| i.run_id == run && i.status == InteractionStatus::Pending);
-        let live = self.jobs.values().any(|j| j.is_live_for(run));
+        let live = self
+            .open_jobs
+            .iter()
+            .filter_map(|id| self.jobs.get(id))
+            .any(|j| j.is_live_for(run));
         if !waiting || pending || live {
             return false;
         }
@@ -52,7 +56,7 @@ impl State {
             .values()
             .filter(|j| j.run_id() == run)
             .find_map(|j| j.traceparent().cloned());
-        self.jobs.insert(
+        self.add_job(
             job_id,
             JobRow::new(
                 tenant,

@@ -44,6 +44,11 @@ struct State {
     runs_by_thread: HashMap<ThreadId, Vec<RunId>>,
     events: HashMap<RunId, Vec<RunEvent>>,
     jobs: BTreeMap<JobId, queue::JobRow>,
+    /// The ids of the jobs that may still be claimed or woken, in age order: every job that is
+    /// not completed, dead or discarded is here (one that is may be too, until a claim's walk
+    /// meets and drops it), so that claims and wake-ups walk the open jobs, not every job the
+    /// store has held.
+    open_jobs: std::collections::BTreeSet<JobId>,
     audit: Vec<forge_core::ports::audit::AuditRecord>,
     interactions: BTreeMap<forge_core::id::InteractionId, forge_core::interaction::Interaction>,
     /// Metered calls by id (UUIDv7, so in time order).
@@ -106,10 +111,18 @@ impl State {
             t.active_run = next;
         }
         if let Some(next) = next {
-            for job in self.jobs.values_mut() {
-                job.wake(next, now);
+            for id in &self.open_jobs {
+                if let Some(job) = self.jobs.get_mut(id) {
+                    job.wake(next, now);
+                }
             }
         }
+    }
+
+    /// Adds a job, open.
+    fn add_job(&mut self, id: JobId, row: queue::JobRow) {
+        self.jobs.insert(id, row);
+        self.open_jobs.insert(id);
     }
 
     fn thread(&self, scope: &Scope, id: ThreadId) -> Result<&Thread, Error> {

@@ -115,6 +115,9 @@ impl MemoryStore {
             row.available_at = now;
         }
         let info = row.info(id);
+        if to == JobState::Ready {
+            st.open_jobs.insert(id);
+        }
         st.audit.push(AuditRecord {
             tenant_id: info.tenant_id.clone(),
             at: now,
@@ -162,7 +165,7 @@ impl JobQueue for MemoryStore {
         let now = self.clock.now();
         let mut st = self.lock();
         st.run(scope, job.run_id)?;
-        st.jobs.insert(
+        st.add_job(
             id,
             JobRow {
                 tenant_id: scope.tenant_id().clone(),
@@ -190,16 +193,31 @@ impl JobQueue for MemoryStore {
         let now = self.clock.now();
         let mut st = self.lock();
         let st = &mut *st;
-        for (id, row) in st.jobs.iter_mut() {
+        // The open jobs in age order; finished ones met on the way are dropped from the walk's
+        // set.
+        let mut finished = Vec::new();
+        let mut claimed = None;
+        for id in &st.open_jobs {
+            let Some(row) = st.jobs.get_mut(id) else {
+                finished.push(*id);
+                continue;
+            };
+            if matches!(
+                row.state,
+                JobState::Completed | JobState::Dead | JobState::Discarded
+            ) {
+                finished.push(*id);
+                continue;
+            }
             let lapsed = row.state == JobState::Claimed && row.expires_at.is_some_and(|t| t <= now);
             if lapsed && row.attempts >= row.max_attempts {
                 row.state = JobState::Dead;
                 row.last_error = Some(forge_core::ports::queue::WORKER_LOST.to_owned());
+                finished.push(*id);
                 continue;
             }
-            // The run is looked up only for a job that could be claimed: most jobs of a long-lived
-            // store are finished, and the lookup (a hash and the agent's name compared) was most
-            // of a claim's CPU.
+            // The run is looked up only for a job that could be claimed: the lookup (a hash and
+            // the agent's name compared) was most of a claim's CPU.
             let claimable = (row.state == JobState::Ready && row.available_at <= now) || lapsed;
             if claimable
                 && st
@@ -212,7 +230,7 @@ impl JobQueue for MemoryStore {
                 row.token += 1;
                 let expires_at = now.plus(ttl);
                 row.expires_at = Some(expires_at);
-                return Ok(Some(ClaimedJob {
+                claimed = Some(ClaimedJob {
                     id: *id,
                     tenant_id: row.tenant_id.clone(),
                     run_id: row.run_id,
@@ -221,10 +239,14 @@ impl JobQueue for MemoryStore {
                     expires_at,
                     available_at: row.available_at,
                     traceparent: row.traceparent.clone(),
-                }));
+                });
+                break;
             }
         }
-        Ok(None)
+        for id in finished {
+            st.open_jobs.remove(&id);
+        }
+        Ok(claimed)
     }
 
     async fn heartbeat(

@@ -157,7 +157,7 @@ impl RunStore for MemoryStore {
             }
         };
         let job_id = JobId::generate(self.ids.as_ref());
-        st.jobs.insert(
+        st.add_job(
             job_id,
             JobRow::new(
                 scope.tenant_id().clone(),

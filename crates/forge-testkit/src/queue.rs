@@ -249,6 +249,18 @@ pub async fn queue_lapsed_claim_is_fenced_and_dead_letters<F: StoreFactory>() {
         Some(forge_core::ports::queue::WORKER_LOST),
         "dead letters say why"
     );
+    // Both were dead-lettered, and claims have passed over them since: a replay makes either
+    // claimable again.
+    for job in [first.id, lost.id] {
+        f.store.replay(&sys, job, "operator").await.expect("replay");
+        let again = f
+            .store
+            .claim(&sys, "w6", TTL, &ClaimFilter::any())
+            .await
+            .expect("claim")
+            .expect("the replayed job");
+        assert_eq!(again.id, job, "a replayed dead letter is claimed again");
+    }
 }
 
 /// Releasing a claim gives the job back without spending an attempt, and fences the old claim.

@@ -12,8 +12,10 @@ use std::time::Duration;
 use forge_core::Error;
 use forge_core::id::RunId;
 use forge_core::ports::lease::{Lease, LeaseStore};
-use forge_core::ports::queue::{ClaimFilter, ClaimedJob, JobQueue, JobState};
-use forge_core::run::RunStatus;
+use forge_core::ports::queue::{
+    ClaimFilter, Claimed, ClaimedJob, JobQueue, JobState, LeaseRequest,
+};
+use forge_core::run::{Run, RunLease, RunStatus};
 use forge_core::scope::SystemScope;
 use forge_core::telemetry::{Instrument, LogEvent, SpanName, TraceContext};
 use tokio_util::sync::CancellationToken;
@@ -345,9 +347,20 @@ impl Worker {
         drain: &CancellationToken,
     ) -> Result<Option<JobOutcome>, EngineError> {
         let sys = system();
-        let Some(job) = self
+        // The run's lease is taken with the claim where the queue can (one write fewer).
+        let lease = LeaseRequest {
+            holder: self.engine.worker_id.clone(),
+            ttl: self.engine.lease_ttl,
+        };
+        let Some(Claimed { job, lease: leased }) = self
             .queue
-            .claim(&sys, &self.config.id, self.config.claim_ttl, &self.filter)
+            .claim_leased(
+                &sys,
+                &self.config.id,
+                self.config.claim_ttl,
+                &self.filter,
+                &lease,
+            )
             .await?
         else {
             return Ok(None);
@@ -374,7 +387,7 @@ impl Worker {
         );
         let result = tokio::select! {
             biased;
-            r = self.execute(&job, drain, span.context().or(parent)) => r,
+            r = self.execute(&job, leased, drain, span.context().or(parent)) => r,
             e = self.keep_claim(&job) => Err(e),
         };
         let settled = match self.settle(&job, result).await {
@@ -484,6 +497,7 @@ impl Worker {
     async fn execute(
         &self,
         job: &ClaimedJob,
+        leased: Option<(RunLease, Run)>,
         drain: &CancellationToken,
         trace: Option<TraceContext>,
     ) -> Result<RunOutcome, EngineError> {
@@ -492,6 +506,7 @@ impl Worker {
             drain: drain.clone(),
             trace,
             job: Some(job.clone()),
+            leased,
         };
         self.engine
             .execute_job(&job.tenant_id, job.run_id, &control, self.observer.as_ref())

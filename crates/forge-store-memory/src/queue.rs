@@ -6,7 +6,9 @@ use async_trait::async_trait;
 use forge_core::Error;
 use forge_core::id::{JobId, RunId};
 use forge_core::ports::audit::{AuditLog, AuditRecord};
-use forge_core::ports::queue::{ClaimFilter, ClaimedJob, JobInfo, JobQueue, JobState, NewJob};
+use forge_core::ports::queue::{
+    ClaimFilter, Claimed, ClaimedJob, JobInfo, JobQueue, JobState, LeaseRequest, NewJob,
+};
 use forge_core::scope::{Scope, SystemScope, TenantId};
 use forge_core::time::Timestamp;
 
@@ -247,6 +249,34 @@ impl JobQueue for MemoryStore {
             st.open_jobs.remove(&id);
         }
         Ok(claimed)
+    }
+
+    async fn claim_leased(
+        &self,
+        system: &SystemScope,
+        worker: &str,
+        ttl: Duration,
+        filter: &ClaimFilter,
+        lease: &LeaseRequest,
+    ) -> Result<Option<Claimed>, Error> {
+        let Some(job) = self.claim(system, worker, ttl, filter).await? else {
+            return Ok(None);
+        };
+        let now = self.clock.now();
+        let mut st = self.lock();
+        let leased = st
+            .runs
+            .get_mut(&job.run_id)
+            .filter(|run| run.tenant_id == job.tenant_id)
+            .and_then(|run| {
+                let taken =
+                    forge_core::ports::store::next_lease(run, &lease.holder, lease.ttl, now)
+                        .ok()?;
+                run.fence = taken.token;
+                run.lease = Some(taken.clone());
+                Some((taken, run.clone()))
+            });
+        Ok(Some(Claimed { job, lease: leased }))
     }
 
     async fn heartbeat(

@@ -7,7 +7,10 @@ use async_trait::async_trait;
 use forge_core::Error;
 use forge_core::id::{JobId, RunId};
 use forge_core::ports::audit::{AuditLog, AuditQuery, AuditRecord, SqlValue};
-use forge_core::ports::queue::{ClaimFilter, ClaimedJob, JobInfo, JobQueue, JobState, NewJob};
+use forge_core::ports::queue::{
+    ClaimFilter, Claimed, ClaimedJob, JobInfo, JobQueue, JobState, LeaseRequest, NewJob,
+};
+use forge_core::ports::store::RunStore;
 use forge_core::scope::{Scope, SystemScope, TenantId};
 use forge_core::time::Timestamp;
 use sqlx::postgres::PgRow;
@@ -16,17 +19,44 @@ use crate::PostgresStore;
 use crate::rows::{self, db_error, i64_of};
 
 fn claimed(row: &PgRow) -> Result<ClaimedJob, Error> {
-    let attempts: i32 = rows::get(row, "attempts")?;
+    claimed_as(row, "")
+}
+
+/// A claim from `forge_sys_claim`'s columns, each named with `prefix`.
+fn claimed_as(row: &PgRow, prefix: &str) -> Result<ClaimedJob, Error> {
+    let col = |name: &str| format!("{prefix}{name}");
+    let attempts: i32 = rows::get(row, &col("attempts"))?;
     Ok(ClaimedJob {
-        id: JobId(rows::get(row, "id")?),
-        tenant_id: TenantId::new(rows::get::<String>(row, "tenant_id")?)?,
-        run_id: RunId(rows::get(row, "run_id")?),
+        id: JobId(rows::get(row, &col("id"))?),
+        tenant_id: TenantId::new(rows::get::<String>(row, &col("tenant_id"))?)?,
+        run_id: RunId(rows::get(row, &col("run_id"))?),
         attempt: u32::try_from(attempts).unwrap_or(0),
-        token: rows::u64_of(rows::get(row, "token")?, "token")?,
-        expires_at: rows::ts(row, "expires_at")?,
-        available_at: rows::ts(row, "available_at")?,
-        traceparent: rows::get(row, "traceparent")?,
+        token: rows::u64_of(rows::get(row, &col("token"))?, "token")?,
+        expires_at: rows::ts(row, &col("expires_at"))?,
+        available_at: rows::ts(row, &col("available_at"))?,
+        traceparent: rows::get(row, &col("traceparent"))?,
     })
+}
+
+/// A claim through `forge_sys_claim` and, in the same statement, its run's lease through
+/// `forge_lease` (`$6` the holder, until `$7`): the claim's columns named `job_…`, then the run
+/// as it was and whether the lease was taken (no run columns when the run is gone).
+const CLAIM_LEASED_SQL: &str = "SELECT c.id AS job_id, c.tenant_id AS job_tenant_id, \
+    c.run_id AS job_run_id, c.attempts AS job_attempts, c.token AS job_token, \
+    c.expires_at AS job_expires_at, c.available_at AS job_available_at, \
+    c.traceparent AS job_traceparent, (l.o_run).*, l.o_taken AS taken \
+    FROM forge_sys_claim($1, $2, $3, $4, $5) AS c \
+    LEFT JOIN LATERAL forge_lease(c.run_id, c.tenant_id, $6, $7, $1) AS l ON true";
+
+/// The agent filter's names and versions, as `forge_sys_claim` takes them.
+fn agent_columns(filter: &ClaimFilter) -> (Option<Vec<&str>>, Option<Vec<&str>>) {
+    match &filter.agents {
+        Some(agents) => (
+            Some(agents.iter().map(|a| a.name.as_str()).collect()),
+            Some(agents.iter().map(|a| a.version.as_str()).collect()),
+        ),
+        None => (None, None),
+    }
 }
 
 fn fenced(job: &ClaimedJob) -> Error {
@@ -78,13 +108,7 @@ impl JobQueue for PostgresStore {
     ) -> Result<Option<ClaimedJob>, Error> {
         // Cross-tenant: only through forge_system's function (see sql/system_functions.sql).
         let now = self.clock.now();
-        let (names, versions): (Option<Vec<&str>>, Option<Vec<&str>>) = match &filter.agents {
-            Some(agents) => (
-                Some(agents.iter().map(|a| a.name.as_str()).collect()),
-                Some(agents.iter().map(|a| a.version.as_str()).collect()),
-            ),
-            None => (None, None),
-        };
+        let (names, versions) = agent_columns(filter);
         let mut conn = self.conn().await?;
         let row = sqlx::query("SELECT * FROM forge_sys_claim($1, $2, $3, $4, $5)")
             .bind(now.0)
@@ -97,6 +121,66 @@ impl JobQueue for PostgresStore {
             .map_err(db_error)?;
         conn.release();
         row.as_ref().map(claimed).transpose()
+    }
+
+    async fn claim_leased(
+        &self,
+        system: &SystemScope,
+        worker: &str,
+        ttl: Duration,
+        filter: &ClaimFilter,
+        lease: &LeaseRequest,
+    ) -> Result<Option<Claimed>, Error> {
+        if self.mode == crate::Mode::Supabase {
+            // `forge_lease` needs the tenant's role and claims, which a claim (across tenants)
+            // has not: the lease is taken after the claim, in a transaction of the tenant's.
+            let Some(job) = self.claim(system, worker, ttl, filter).await? else {
+                return Ok(None);
+            };
+            let scope = Scope::new(
+                job.tenant_id.clone(),
+                forge_core::scope::PrincipalId::new(lease.holder.clone())?,
+                vec![],
+            );
+            let leased = self
+                .lease_run(&scope, job.run_id, &lease.holder, lease.ttl)
+                .await
+                .ok();
+            return Ok(Some(Claimed { job, lease: leased }));
+        }
+        let now = self.clock.now();
+        let (names, versions) = agent_columns(filter);
+        let mut conn = self.conn().await?;
+        let row = sqlx::query(CLAIM_LEASED_SQL)
+            .bind(now.0)
+            .bind(now.plus(ttl).0)
+            .bind(filter.run.map(|r| r.0))
+            .bind(names)
+            .bind(versions)
+            .bind(&lease.holder)
+            .bind(now.plus(lease.ttl).0)
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(db_error)?;
+        conn.release();
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        let job = claimed_as(&row, "job_")?;
+        // No run row (it is gone), or a lease held by another: the caller takes it (and hears
+        // why it cannot).
+        let taken = rows::get::<Option<bool>>(&row, "taken")?.unwrap_or(false);
+        let leased = if taken {
+            Some(crate::runs::judge_lease(
+                &row,
+                &lease.holder,
+                lease.ttl,
+                now,
+            )?)
+        } else {
+            None
+        };
+        Ok(Some(Claimed { job, lease: leased }))
     }
 
     async fn heartbeat(

@@ -284,6 +284,30 @@ fn step_error(e: sqlx::Error) -> Error {
     db_error(e)
 }
 
+/// A lease `forge_lease` was asked for (`holder`, for `ttl` from `now`), judged on the row it
+/// returned (the run as it was, and whether the lease was `taken`): the new lease and the run
+/// under it, or why it was not taken.
+pub(crate) fn judge_lease(
+    row: &sqlx::postgres::PgRow,
+    holder: &str,
+    ttl: Duration,
+    now: forge_core::time::Timestamp,
+) -> Result<(RunLease, Run), Error> {
+    let mut run = rows::run(row)?;
+    // Judged on the row as it was; the lease was taken exactly when next_lease allows it
+    // (unless it lapsed within the database's microsecond: then not taken, and refused).
+    let lease = next_lease(&run, holder, ttl, now)?;
+    if !rows::get::<bool>(row, "taken")? {
+        return Err(Error::LeaseHeld {
+            resource: format!("run {}", run.id),
+            until: run.lease.as_ref().map_or(now, |l| l.expires_at),
+        });
+    }
+    run.fence = lease.token;
+    run.lease = Some(lease.clone());
+    Ok((lease, run))
+}
+
 async fn set_lease(tx: &mut Tx, lease: &RunLease, fence: Option<u64>) -> Result<(), Error> {
     sqlx::query(
         "UPDATE forge_runs SET lease_holder = $1, lease_token = $2, lease_expires_at = $3, fence = COALESCE($4, fence) WHERE id = $5",
@@ -746,19 +770,7 @@ impl RunStore for PostgresStore {
             .into_iter()
             .next()
             .ok_or_else(|| Error::not_found("run", id))?;
-        let mut run = rows::run(&row)?;
-        // Judged on the row as it was; the lease was taken exactly when next_lease allows it
-        // (unless it lapsed within the database's microsecond: then not taken, and refused).
-        let lease = next_lease(&run, holder, ttl, now)?;
-        if !rows::get::<bool>(&row, "taken")? {
-            return Err(Error::LeaseHeld {
-                resource: format!("run {id}"),
-                until: run.lease.as_ref().map_or(now, |l| l.expires_at),
-            });
-        }
-        run.fence = lease.token;
-        run.lease = Some(lease.clone());
-        Ok((lease, run))
+        judge_lease(&row, holder, ttl, now)
     }
 
     async fn renew_lease(

@@ -7,7 +7,9 @@ use async_trait::async_trait;
 use forge_core::Error;
 use forge_core::id::{JobId, RunId};
 use forge_core::ports::audit::{AuditLog, AuditQuery, AuditRecord, SqlValue};
-use forge_core::ports::queue::{ClaimFilter, ClaimedJob, JobInfo, JobQueue, JobState, NewJob};
+use forge_core::ports::queue::{
+    ClaimFilter, Claimed, ClaimedJob, JobInfo, JobQueue, JobState, LeaseRequest, NewJob,
+};
 use forge_core::scope::{Scope, SystemScope, TenantId};
 use forge_core::time::Timestamp;
 use sqlx::sqlite::SqliteRow;
@@ -48,6 +50,76 @@ pub(crate) fn complete_claim(
 }
 
 impl SqliteStore {
+    /// A claim (one operation of the writer lane, `claim_next`) and, with `lease`, its run's
+    /// lease in the same operation when the lease is free (`runs::take_free`).
+    async fn claim_with(
+        &self,
+        system: &SystemScope,
+        worker: &str,
+        ttl: Duration,
+        filter: &ClaimFilter,
+        lease: Option<&LeaseRequest>,
+    ) -> Result<Option<Claimed>, Error> {
+        let now = self.clock.now();
+        let (run, agents) = (filter.run.map(|r| r.to_string()), filter.agents_json());
+        let (worker_name, expires_at) = (worker.to_owned(), now.plus(ttl));
+        let wanted = lease.map(|l| (l.holder.clone(), now.plus(l.ttl)));
+        let (holders, claimed) = self
+            .lane
+            .run(move |conn| {
+                let (holders, job) = claim_next(
+                    conn,
+                    now,
+                    run.as_deref(),
+                    agents.as_deref(),
+                    expires_at,
+                    &worker_name,
+                )?;
+                let claimed = match (job, wanted) {
+                    (Some(job), Some((holder, until))) => {
+                        let lease = crate::runs::take_free(
+                            conn,
+                            job.run_id,
+                            &job.tenant_id,
+                            &holder,
+                            until,
+                            now,
+                        )?;
+                        Some(Claimed { job, lease })
+                    }
+                    (job, _) => job.map(|job| Claimed { job, lease: None }),
+                };
+                Ok((holders, claimed))
+            })
+            .await?;
+        // One host holds every process of this store: a claim whose holder is no longer running
+        // lapses now, not when its lease runs out (a restarted process takes over at once). When
+        // this claim found nothing, it looks again once they have lapsed.
+        let dead: Vec<&String> = holders
+            .iter()
+            .filter(|h| forge_core::holder::is_dead_here(h))
+            .collect();
+        if !dead.is_empty() {
+            let (gate, mut tx) = self.write_tx().await?;
+            for holder in dead {
+                sqlx::query(
+                    "UPDATE forge_jobs SET expires_at = $1 WHERE state = 'claimed' AND holder = $2",
+                )
+                .bind(now.unix_millis())
+                .bind(holder)
+                .execute(&mut *tx)
+                .await
+                .map_err(db_error)?;
+            }
+            tx.commit().await.map_err(db_error)?;
+            drop(gate);
+            if claimed.is_none() {
+                return Box::pin(self.claim_with(system, worker, ttl, filter, lease)).await;
+            }
+        }
+        Ok(claimed)
+    }
+
     /// Applies `set` (which may use `?4`, bound to `value`) to the job if `job` is its current,
     /// unexpired claim, in one statement on the writer lane; `Fenced` otherwise.
     async fn update_claim(
@@ -138,49 +210,22 @@ impl JobQueue for SqliteStore {
         ttl: Duration,
         filter: &ClaimFilter,
     ) -> Result<Option<ClaimedJob>, Error> {
-        let now = self.clock.now();
-        // One operation of the writer lane (`claim_next`).
-        let (run, agents) = (filter.run.map(|r| r.to_string()), filter.agents_json());
-        let (worker_name, expires_at) = (worker.to_owned(), now.plus(ttl));
-        let (holders, claimed) = self
-            .lane
-            .run(move |conn| {
-                claim_next(
-                    conn,
-                    now,
-                    run.as_deref(),
-                    agents.as_deref(),
-                    expires_at,
-                    &worker_name,
-                )
-            })
-            .await?;
-        // One host holds every process of this store: a claim whose holder is no longer running
-        // lapses now, not when its lease runs out (a restarted process takes over at once). When
-        // this claim found nothing, it looks again once they have lapsed.
-        let dead: Vec<&String> = holders
-            .iter()
-            .filter(|h| forge_core::holder::is_dead_here(h))
-            .collect();
-        if !dead.is_empty() {
-            let (gate, mut tx) = self.write_tx().await?;
-            for holder in dead {
-                sqlx::query(
-                    "UPDATE forge_jobs SET expires_at = $1 WHERE state = 'claimed' AND holder = $2",
-                )
-                .bind(now.unix_millis())
-                .bind(holder)
-                .execute(&mut *tx)
-                .await
-                .map_err(db_error)?;
-            }
-            tx.commit().await.map_err(db_error)?;
-            drop(gate);
-            if claimed.is_none() {
-                return Box::pin(self.claim(system, worker, ttl, filter)).await;
-            }
-        }
-        Ok(claimed)
+        Ok(self
+            .claim_with(system, worker, ttl, filter, None)
+            .await?
+            .map(|c| c.job))
+    }
+
+    async fn claim_leased(
+        &self,
+        system: &SystemScope,
+        worker: &str,
+        ttl: Duration,
+        filter: &ClaimFilter,
+        lease: &LeaseRequest,
+    ) -> Result<Option<Claimed>, Error> {
+        self.claim_with(system, worker, ttl, filter, Some(lease))
+            .await
     }
 
     async fn heartbeat(

@@ -24,6 +24,46 @@ pub(crate) type WriteGate = tokio::sync::OwnedMutexGuard<()>;
 pub(crate) const RUN_COLUMNS: &str = "id, tenant_id, principal_id, thread_id, agent_name, agent_version, status, waiting_for, \
     version, last_seq, checkpoint, failure, lease_holder, lease_token, lease_expires_at, fence, cancel_requested, created_at, updated_at, input, role_ids";
 
+/// The run's lease for `holder` until `expires_at`, taken on the writer lane if it is free at
+/// `now` (no one else holds it unexpired), in one statement returning the run: the lease and the
+/// run under it, or `None` when it is not free (or the run is not the tenant's).
+pub(crate) fn take_free(
+    conn: &rusqlite::Connection,
+    id: RunId,
+    tenant: &forge_core::scope::TenantId,
+    holder: &str,
+    expires_at: forge_core::time::Timestamp,
+    now: forge_core::time::Timestamp,
+) -> Result<Option<(RunLease, Run)>, Error> {
+    static TAKE_FREE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        format!(
+            "UPDATE forge_runs SET lease_holder = ?1, lease_token = fence + 1, lease_expires_at = ?2, \
+             fence = fence + 1 WHERE id = ?3 AND tenant_id = ?4 \
+             AND (lease_holder IS NULL OR lease_holder = ?1 OR lease_expires_at <= ?5) \
+             RETURNING {RUN_COLUMNS}"
+        )
+    });
+    let values = rusqlite::params![
+        holder,
+        expires_at.unix_millis(),
+        id.to_string(),
+        tenant.as_str(),
+        now.unix_millis()
+    ];
+    Ok(
+        crate::commit::one_run(conn, &TAKE_FREE, values)?.map(|mut run| {
+            let lease = RunLease {
+                run_id: id,
+                holder: holder.to_owned(),
+                token: run.fence,
+                expires_at,
+            };
+            run.lease = Some(lease.clone());
+            (lease, run)
+        }),
+    )
+}
+
 impl SqliteStore {
     /// A `BEGIN IMMEDIATE` transaction, and this store's write gate, held until the caller's
     /// scope ends (bind it: `let (_gate, mut tx) = …`; the transaction is dropped first).
@@ -162,37 +202,13 @@ impl SqliteStore {
         let expires_at = now.plus(ttl);
         // A lease that is free taken in one statement on the writer lane, returning the new
         // row; one that is not, judged below on the row as it is.
-        static TAKE_FREE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-            format!(
-                "UPDATE forge_runs SET lease_holder = ?1, lease_token = fence + 1, lease_expires_at = ?2, \
-                 fence = fence + 1 WHERE id = ?3 AND tenant_id = ?4 \
-                 AND (lease_holder IS NULL OR lease_holder = ?1 OR lease_expires_at <= ?5) \
-                 RETURNING {RUN_COLUMNS}"
-            )
-        });
-        let (who, tenant) = (holder.to_owned(), scope.tenant_id().as_str().to_owned());
+        let (who, tenant) = (holder.to_owned(), scope.tenant_id().clone());
         let taken = self
             .lane
-            .run(move |conn| {
-                let values = rusqlite::params![
-                    who,
-                    expires_at.unix_millis(),
-                    id.to_string(),
-                    tenant,
-                    now.unix_millis()
-                ];
-                crate::commit::one_run(conn, &TAKE_FREE, values)
-            })
+            .run(move |conn| take_free(conn, id, &tenant, &who, expires_at, now))
             .await?;
-        if let Some(mut run) = taken {
-            let lease = RunLease {
-                run_id: id,
-                holder: holder.to_owned(),
-                token: run.fence,
-                expires_at,
-            };
-            run.lease = Some(lease.clone());
-            return Ok((lease, run));
+        if let Some(taken) = taken {
+            return Ok(taken);
         }
         let (_gate, tx, mut run) = self.write_tx_with_run(scope, id).await?;
         // One host holds every process of this store: the lease of a holder that is no longer

@@ -156,6 +156,7 @@ pub const SUITES: &[Suite] = &[
             "claims_take_only_jobs_the_filter_admits",
             "claims_return_the_trace_they_were_enqueued_under",
             "a_step_that_ends_or_parks_its_run_completes_its_claim",
+            "claims_take_the_runs_lease_when_it_is_free",
         ],
     },
     Suite {
@@ -441,7 +442,8 @@ macro_rules! queue_conformance {
             audit_records_are_appended_and_filtered_per_tenant,
             claims_take_only_jobs_the_filter_admits,
             claims_return_the_trace_they_were_enqueued_under,
-            a_step_that_ends_or_parks_its_run_completes_its_claim);
+            a_step_that_ends_or_parks_its_run_completes_its_claim,
+            claims_take_the_runs_lease_when_it_is_free);
     };
 }
 

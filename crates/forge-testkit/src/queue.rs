@@ -728,6 +728,81 @@ pub async fn a_step_that_ends_or_parks_its_run_completes_its_claim<F: StoreFacto
     f.store.complete(&sys, &own).await.expect("complete");
 }
 
+/// A claim takes its run's lease with it when the lease is free (issue 28: one write fewer per
+/// run), exactly as `lease_run` would: a new fencing token, the run as it stands under it, and a
+/// lease its holder commits under. A run whose lease another holds is claimed without it, and
+/// that lease is left as it is.
+pub async fn claims_take_the_runs_lease_when_it_is_free<F: StoreFactory>() {
+    use forge_core::ports::queue::LeaseRequest;
+    use forge_core::run::RunStatus;
+
+    let f = fixture::<F>().await;
+    let sys = SystemScope::new("conformance");
+    let request = LeaseRequest {
+        holder: "engine-1".into(),
+        ttl: TTL * 2,
+    };
+    let run = f.run().await;
+    let claimed = f
+        .store
+        .claim_leased(&sys, "w1", TTL, &ClaimFilter::any(), &request)
+        .await
+        .expect("claim")
+        .expect("the run's job");
+    assert_eq!(claimed.job.run_id, run.id);
+    let (lease, leased) = claimed.lease.expect("a free lease is taken with the claim");
+    assert_eq!(
+        (lease.run_id, lease.holder.as_str(), lease.expires_at),
+        (run.id, "engine-1", f.clock.now().plus(TTL * 2))
+    );
+    assert!(lease.token > run.fence, "a new fencing token");
+    assert_eq!(
+        (leased.id, leased.fence, leased.lease.as_ref()),
+        (run.id, lease.token, Some(&lease)),
+        "the run as it stands under the lease"
+    );
+    let stored = f.store.get_run(&f.scope, run.id).await.expect("run");
+    assert_eq!(stored.lease.as_ref(), Some(&lease), "the lease is stored");
+    let step = f.commit(&leased, &lease, f.events(run.id, 1, 1), RunStatus::Running);
+    f.store
+        .commit_step(&f.scope, step)
+        .await
+        .expect("a step commits under the lease taken with the claim");
+    expect_kind(
+        f.store.lease_run(&f.scope, run.id, "engine-2", TTL).await,
+        ErrorKind::Conflict,
+        "another holder while the claim's lease holds",
+    );
+
+    let held = f.run().await;
+    let (other, _) = f
+        .store
+        .lease_run(&f.scope, held.id, "someone-else", TTL)
+        .await
+        .expect("lease");
+    let claimed = f
+        .store
+        .claim_leased(&sys, "w2", TTL, &ClaimFilter::any(), &request)
+        .await
+        .expect("claim")
+        .expect("the second run's job");
+    assert_eq!(claimed.job.run_id, held.id);
+    assert!(claimed.lease.is_none(), "a held lease is not taken");
+    assert_eq!(
+        f.store
+            .job_state(&sys, claimed.job.id)
+            .await
+            .expect("state"),
+        JobState::Claimed,
+        "the claim stands"
+    );
+    assert_eq!(
+        f.store.get_run(&f.scope, held.id).await.expect("run").lease,
+        Some(other),
+        "the other holder's lease is left as it is"
+    );
+}
+
 /// A new run of the fixture's tenant, its job claimed by `worker` and the run leased to it for
 /// `lease_ttl`.
 async fn claimed<F: StoreFactory>(

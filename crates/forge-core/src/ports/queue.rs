@@ -172,6 +172,24 @@ impl ClaimFilter {
     }
 }
 
+/// Whose lease [`JobQueue::claim_leased`] takes of the claimed job's run, and for how long.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseRequest {
+    /// The lease's holder (the executing engine's worker id).
+    pub holder: String,
+    /// Its time to live.
+    pub ttl: Duration,
+}
+
+/// A claim made by [`JobQueue::claim_leased`], with its run's lease when the adapter took it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Claimed {
+    /// The claim.
+    pub job: ClaimedJob,
+    /// The run's new lease and the run as it stands under it, if taken with the claim.
+    pub lease: Option<(crate::run::RunLease, crate::run::Run)>,
+}
+
 /// Port: the durable run queue.
 #[async_trait]
 pub trait JobQueue: Send + Sync {
@@ -186,6 +204,28 @@ pub trait JobQueue: Send + Sync {
         ttl: Duration,
         filter: &ClaimFilter,
     ) -> Result<Option<ClaimedJob>, Error>;
+
+    /// [`JobQueue::claim`], and in the same write, where the adapter can, the claimed job's run's
+    /// lease for `lease.holder` as [`RunStore::lease_run`] would take it, when the lease is free
+    /// (no one else holds it unexpired): the lease and the run as it stands under it. A lease not
+    /// taken here (it was held, or the adapter takes none with a claim) is `None`, and the caller
+    /// takes it with `lease_run`, which then says why it cannot; the claim stands either way.
+    ///
+    /// [`RunStore::lease_run`]: crate::ports::store::RunStore::lease_run
+    async fn claim_leased(
+        &self,
+        system: &SystemScope,
+        worker: &str,
+        ttl: Duration,
+        filter: &ClaimFilter,
+        lease: &LeaseRequest,
+    ) -> Result<Option<Claimed>, Error> {
+        let _ = lease;
+        Ok(self
+            .claim(system, worker, ttl, filter)
+            .await?
+            .map(|job| Claimed { job, lease: None }))
+    }
 
     /// Extends a claim that is still current; `Fenced` if another claim replaced it.
     async fn heartbeat(

@@ -82,6 +82,7 @@ impl Engine {
             drain: CancellationToken::new(),
             trace: None,
             job: None,
+            leased: None,
         };
         self.execute_with(scope, run_id, &control, observer).await
     }
@@ -179,10 +180,14 @@ impl Engine {
         control: &RunControl,
         observer: &dyn RunObserver,
     ) -> Result<RunOutcome, EngineError> {
-        let (lease, run) = self
-            .runs
-            .lease_run(scope, run_id, &self.worker_id, self.lease_ttl)
-            .await?;
+        let (lease, run) = match control.leased.clone() {
+            Some((lease, run)) if lease.run_id == run_id && run.id == run_id => (lease, run),
+            _ => {
+                self.runs
+                    .lease_run(scope, run_id, &self.worker_id, self.lease_ttl)
+                    .await?
+            }
+        };
         let result = async {
             if run.status.is_terminal() {
                 return Ok(RunOutcome {

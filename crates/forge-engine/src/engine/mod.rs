@@ -83,6 +83,10 @@ pub struct RunControl {
     /// the run completes it in the same write ([`forge_core::ports::store::StepCommit::job`]).
     /// A claim of another run or tenant is ignored.
     pub job: Option<forge_core::ports::queue::ClaimedJob>,
+    /// The run's lease, taken with the claim ([`forge_core::ports::queue::Claimed::lease`]), and
+    /// the run as it stood under it: the execution starts from these instead of taking the lease
+    /// itself. A lease of another run is ignored.
+    pub leased: Option<(forge_core::run::RunLease, forge_core::run::Run)>,
 }
 
 /// Tenant quotas: a default and per-tenant overrides.
@@ -147,7 +151,7 @@ pub struct Engine {
     agents: HashMap<(String, String), Arc<AgentDefinition>>,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) ids: Arc<dyn IdGenerator>,
-    worker_id: String,
+    pub(crate) worker_id: String,
     pub(crate) lease_ttl: Duration,
     /// Signalled when this engine queued work (a run submitted, a run resumed by a decision):
     /// this process's idle workers claim it at once instead of at their next poll.

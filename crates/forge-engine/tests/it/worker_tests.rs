@@ -89,6 +89,18 @@ impl JobQueue for CountingCompletes {
     ) -> Result<Option<ClaimedJob>, forge_core::Error> {
         self.store.claim(system, worker, ttl, filter).await
     }
+    async fn claim_leased(
+        &self,
+        system: &SystemScope,
+        worker: &str,
+        ttl: Duration,
+        filter: &ClaimFilter,
+        lease: &forge_core::ports::queue::LeaseRequest,
+    ) -> Result<Option<forge_core::ports::queue::Claimed>, forge_core::Error> {
+        self.store
+            .claim_leased(system, worker, ttl, filter, lease)
+            .await
+    }
     async fn heartbeat(
         &self,
         system: &SystemScope,
@@ -168,10 +180,11 @@ impl JobQueue for CountingCompletes {
     }
 }
 
-/// The step that ends a run completes the job it ran under, in the same write (issue 28): the
-/// worker makes no `complete` call of its own, and the job is done all the same.
+/// The run's lease is taken with its claim and the step that ends the run completes the job it
+/// ran under, in the same write (issue 28): the worker takes no lease and makes no `complete`
+/// call of its own, and the run is executed and its job done all the same.
 #[tokio::test]
-async fn the_step_that_ends_a_run_completes_its_job_with_it() {
+async fn the_claim_leases_the_run_and_its_last_step_completes_the_job() {
     let h = harness(TWO_TOOL_STEPS, vec![calculator()], RunLimits::default());
     let engine = Arc::new(h.engine);
     let thread = h
@@ -190,9 +203,11 @@ async fn the_step_that_ends_a_run_completes_its_job_with_it() {
     let worker = Worker::new(engine.clone(), queue.clone(), config());
     let outcome = worker.run_one(&CancellationToken::new()).await.unwrap();
     assert_eq!(outcome, Some(JobOutcome::Finished(RunStatus::Completed)));
+    let ended = h.store.get_run(&h.scope, run.id).await.unwrap();
+    assert_eq!(ended.status, RunStatus::Completed);
     assert_eq!(
-        h.store.get_run(&h.scope, run.id).await.unwrap().status,
-        RunStatus::Completed
+        ended.fence, 1,
+        "the lease taken with the claim is the only one issued"
     );
     let counts = h.store.job_counts(&SystemScope::new("test")).await.unwrap();
     assert_eq!(

@@ -92,23 +92,41 @@ const PROFILE: &str = if cfg!(debug_assertions) {
     "release"
 };
 
-/// Each mode's CPU per run (PostgreSQL's server CPU included) over the bare loop's.
+/// Each mode's CPU per run (PostgreSQL's server CPU included) over the bare loop's. A mode
+/// measured more than once (named more than once in `--modes`) counts with the median of its
+/// measurements, so that one noisy sample of the bare loop, the divisor of every ratio, does not
+/// decide a regression check.
 fn cpu_ratios(results: &[Value]) -> anyhow::Result<serde_json::Map<String, Value>> {
     let total = |r: &Value| {
         r["cpu_ms_per_run"].as_f64().unwrap_or(f64::NAN)
             + r["postgres_cpu_ms_per_run"].as_f64().unwrap_or(0.0)
     };
-    let bare = results
-        .iter()
-        .find(|r| r["mode"] == "bare")
-        .map(total)
+    let mut by_mode: std::collections::BTreeMap<&str, Vec<f64>> = Default::default();
+    for r in results {
+        if let Some(mode) = r["mode"].as_str() {
+            by_mode.entry(mode).or_default().push(total(r));
+        }
+    }
+    let bare = by_mode
+        .remove("bare")
+        .map(median)
         .context("ratios need the bare mode: add bare to --modes")?;
     anyhow::ensure!(bare > 0.0, "the bare loop measured no CPU");
-    Ok(results
-        .iter()
-        .filter(|r| r["mode"] != "bare")
-        .filter_map(|r| Some((r["mode"].as_str()?.to_owned(), json!(total(r) / bare))))
+    Ok(by_mode
+        .into_iter()
+        .map(|(mode, cpu)| (mode.to_owned(), json!(median(cpu) / bare)))
         .collect())
+}
+
+/// The median of `values` (the mean of the middle two for an even count; NaN for none).
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    match n {
+        0 => f64::NAN,
+        _ if n % 2 == 1 => values[n / 2],
+        _ => (values[n / 2 - 1] + values[n / 2]) / 2.0,
+    }
 }
 
 /// Checks `measured` ratios against a baseline file: every mode both name may grow by at most
@@ -702,6 +720,25 @@ mod tests {
         assert_eq!(ratios["postgres"], json!(10.0));
         assert!(!ratios.contains_key("bare"));
         assert!(cpu_ratios(&[result("sqlite", 4.0, None)]).is_err());
+    }
+
+    #[test]
+    fn a_mode_measured_more_than_once_counts_with_its_median() {
+        let ratios = cpu_ratios(&[
+            result("bare", 0.5, None),
+            result("memory", 2.0, None),
+            result("sqlite", 3.0, None),
+            result("bare", 2.0, None),
+            result("memory", 4.0, None),
+            result("bare", 1.0, None),
+        ])
+        .unwrap();
+        assert_eq!(
+            ratios["sqlite"],
+            json!(3.0),
+            "the bare loop's median is 1.0"
+        );
+        assert_eq!(ratios["memory"], json!(3.0), "two samples: their mean");
     }
 
     #[test]

@@ -19,22 +19,47 @@ use crate::PostgresStore;
 use crate::rows::{self, db_error, i64_of};
 
 fn claimed(row: &PgRow) -> Result<ClaimedJob, Error> {
-    claimed_as(row, "")
+    claimed_as(row, &CLAIM_COLUMNS)
 }
 
-/// A claim from `forge_sys_claim`'s columns, each named with `prefix`.
-fn claimed_as(row: &PgRow, prefix: &str) -> Result<ClaimedJob, Error> {
-    let col = |name: &str| format!("{prefix}{name}");
-    let attempts: i32 = rows::get(row, &col("attempts"))?;
+/// `forge_sys_claim`'s columns, as `claim` reads them: id, tenant, run, attempts, token, expiry,
+/// availability and trace.
+const CLAIM_COLUMNS: [&str; 8] = [
+    "id",
+    "tenant_id",
+    "run_id",
+    "attempts",
+    "token",
+    "expires_at",
+    "available_at",
+    "traceparent",
+];
+
+/// The same columns as `CLAIM_LEASED_SQL` names them, beside the run's.
+const LEASED_CLAIM_COLUMNS: [&str; 8] = [
+    "job_id",
+    "job_tenant_id",
+    "job_run_id",
+    "job_attempts",
+    "job_token",
+    "job_expires_at",
+    "job_available_at",
+    "job_traceparent",
+];
+
+/// A claim from `forge_sys_claim`'s columns, named as `names` (in `CLAIM_COLUMNS`' order).
+fn claimed_as(row: &PgRow, names: &[&str; 8]) -> Result<ClaimedJob, Error> {
+    let [id, tenant, run, attempts, token, expires, available, trace] = *names;
+    let attempts: i32 = rows::get(row, attempts)?;
     Ok(ClaimedJob {
-        id: JobId(rows::get(row, &col("id"))?),
-        tenant_id: TenantId::new(rows::get::<String>(row, &col("tenant_id"))?)?,
-        run_id: RunId(rows::get(row, &col("run_id"))?),
+        id: JobId(rows::get(row, id)?),
+        tenant_id: TenantId::new(rows::get::<String>(row, tenant)?)?,
+        run_id: RunId(rows::get(row, run)?),
         attempt: u32::try_from(attempts).unwrap_or(0),
-        token: rows::u64_of(rows::get(row, &col("token"))?, "token")?,
-        expires_at: rows::ts(row, &col("expires_at"))?,
-        available_at: rows::ts(row, &col("available_at"))?,
-        traceparent: rows::get(row, &col("traceparent"))?,
+        token: rows::u64_of(rows::get(row, token)?, "token")?,
+        expires_at: rows::ts(row, expires)?,
+        available_at: rows::ts(row, available)?,
+        traceparent: rows::get(row, trace)?,
     })
 }
 
@@ -166,7 +191,7 @@ impl JobQueue for PostgresStore {
         let Some(row) = row else {
             return Ok(None);
         };
-        let job = claimed_as(&row, "job_")?;
+        let job = claimed_as(&row, &LEASED_CLAIM_COLUMNS)?;
         // No run row (it is gone), or a lease held by another: the caller takes it (and hears
         // why it cannot).
         let taken = rows::get::<Option<bool>>(&row, "taken")?.unwrap_or(false);

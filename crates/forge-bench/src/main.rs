@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 mod files;
+mod pgstats;
 mod rag;
 mod runs;
 mod subscribers;
@@ -136,7 +137,7 @@ pub(crate) enum Guard {
     None,
     /// A SQLite store's directory, and the store (for its lane's counts).
     Sqlite(std::path::PathBuf, Arc<forge_store_sqlite::SqliteStore>),
-    Db(#[allow(dead_code)] forge_store_postgres::testing::TestDatabase),
+    Db(forge_store_postgres::testing::TestDatabase),
 }
 
 impl Guard {
@@ -144,6 +145,14 @@ impl Guard {
     pub(crate) fn lane_stats(&self) -> Option<forge_store_sqlite::LaneStats> {
         match self {
             Guard::Sqlite(_, store) => Some(store.lane_stats()),
+            _ => None,
+        }
+    }
+
+    /// The PostgreSQL database made for the measurement, for a PostgreSQL store.
+    pub(crate) fn database(&self) -> Option<&forge_store_postgres::testing::TestDatabase> {
+        match self {
+            Guard::Db(db) => Some(db),
             _ => None,
         }
     }
@@ -181,6 +190,8 @@ pub(crate) async fn open_both(
             )
             .await
             .map_err(anyhow::Error::msg)?;
+            // Before Forge connects, so that its sessions count their function calls.
+            pgstats::track_functions(db.admin_url(), db.name()).await?;
             let store = Arc::new(
                 forge_store_postgres::PostgresStore::connect(
                     db.url(),

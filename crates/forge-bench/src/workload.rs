@@ -13,7 +13,10 @@
 //!   PostgreSQL the server's processes separately;
 //! - peak RSS of the measuring process;
 //! - time to first token: a streamed `K=0` run (8 text chunks, 1 ms apart), from starting the run
-//!   to the first text chunk an observer receives.
+//!   to the first text chunk an observer receives;
+//! - for PostgreSQL, what the server counted per run of the throughput phase (`pgstats`):
+//!   transactions, rows, WAL records, bytes and flushes, and each of Forge's functions' calls and
+//!   time.
 //!
 //! Prints a table, and one JSON line per mode on stderr.
 
@@ -255,6 +258,9 @@ pub(crate) async fn workload(args: WorkloadArgs) -> anyhow::Result<()> {
             f("peak_rss_mib"),
             f("ttft_ms")
         );
+        if !line["postgres_per_run"].is_null() {
+            println!("{}", crate::pgstats::describe(&line["postgres_per_run"]));
+        }
         eprintln!("{line}");
         results.push(line);
     }
@@ -527,6 +533,10 @@ async fn forge(args: &OneArgs) -> anyhow::Result<Value> {
     } else {
         watch.clone()
     });
+    let counters0 = match guard.database() {
+        Some(db) => Some(crate::pgstats::snapshot(db.admin_url(), db.name()).await?),
+        None => None,
+    };
     let (cpu0, pg0, started) = (
         cpu_ms("self").unwrap_or(0.0),
         postgres_cpu_ms(),
@@ -553,6 +563,14 @@ async fn forge(args: &OneArgs) -> anyhow::Result<Value> {
     let cpu = (cpu_ms("self").unwrap_or(0.0) - cpu0) / target as f64;
     let pg = (postgres_cpu_ms() - pg0) / target as f64;
     // SQLite: how many of the lane's operations each of its transactions committed, on average.
+    // What PostgreSQL counted meanwhile (its backends publish once idle).
+    let postgres_per_run = match (guard.database(), counters0) {
+        (Some(db), Some(before)) => {
+            let after = crate::pgstats::snapshot(db.admin_url(), db.name()).await?;
+            Some(crate::pgstats::per_run(&before, &after, target))
+        }
+        _ => None,
+    };
     let ops_per_group = match (lane0, guard.lane_stats()) {
         (Some(before), Some(after)) if after.groups > before.groups => Some(
             (after.operations - before.operations) as f64 / (after.groups - before.groups) as f64,
@@ -568,6 +586,7 @@ async fn forge(args: &OneArgs) -> anyhow::Result<Value> {
         "peak_rss_mib": peak_rss_mib(), "ttft_ms": percentile(&ttft, 0.5),
         "live_tail": args.live_tail, "otel": args.otel,
         "sqlite_ops_per_group": ops_per_group,
+        "postgres_per_run": postgres_per_run,
     }))
 }
 

@@ -53,12 +53,16 @@ async fn next_wake(wakes: &mut mpsc::UnboundedReceiver<(RunId, ThreadId)>) -> (R
         .expect("the listener is running")
 }
 
-async fn notifies(flavor: Flavor) {
-    let clock = Arc::new(ManualClock::at_2026());
-    let (store, _, _) = crate::fresh(flavor, clock.clone()).await;
+/// A listener on `store`, once it listens, and the wakes it reports.
+async fn listen(
+    store: &forge_store_postgres::PostgresStore,
+) -> (
+    tokio::task::JoinHandle<()>,
+    mpsc::UnboundedReceiver<(RunId, ThreadId)>,
+) {
     let (ready_tx, ready) = tokio::sync::oneshot::channel();
     let ready_tx = std::sync::Mutex::new(Some(ready_tx));
-    let (tx, mut wakes) = mpsc::unbounded_channel();
+    let (tx, wakes) = mpsc::unbounded_channel();
     let listener = store.listen_run_events(move |wake| {
         match wake {
             None => {
@@ -76,6 +80,13 @@ async fn notifies(flavor: Flavor) {
         .await
         .expect("listening within 10 s")
         .unwrap();
+    (listener, wakes)
+}
+
+async fn notifies(flavor: Flavor) {
+    let clock = Arc::new(ManualClock::at_2026());
+    let (store, _, _) = crate::fresh(flavor, clock.clone()).await;
+    let (listener, mut wakes) = listen(&store).await;
 
     let s = scope("tenant-a");
     let thread = store.create_thread(&s, NewThread::default()).await.unwrap();
@@ -131,4 +142,54 @@ async fn committed_steps_and_queued_runs_notify_listeners() {
 #[tokio::test]
 async fn committed_steps_and_queued_runs_notify_listeners_in_supabase_mode() {
     notifies(Flavor::Supabase).await;
+}
+
+/// Steps committed at once on many runs (their commits contending for the notification queue)
+/// each wake the listener.
+async fn concurrent_steps_each_wake(flavor: Flavor) {
+    let clock = Arc::new(ManualClock::at_2026());
+    let (store, _, _) = crate::fresh(flavor, clock.clone()).await;
+    let (listener, mut wakes) = listen(&store).await;
+
+    let s = scope("tenant-a");
+    let mut runs = Vec::new();
+    for _ in 0..24 {
+        let thread = store.create_thread(&s, NewThread::default()).await.unwrap();
+        let run = store
+            .create_run(
+                &s,
+                NewRun::new(thread.id, agent_ref(), vec![Part::text("hi")]),
+            )
+            .await
+            .unwrap();
+        let lease = store.acquire_lease(&s, run.id, "w", TTL).await.unwrap();
+        runs.push((run, lease));
+    }
+    let commits = runs.iter().map(|(run, lease)| {
+        let (store, s, clock) = (store.clone(), s.clone(), clock.clone());
+        let commit = step(run, lease.clone(), 0, 1, &clock);
+        tokio::spawn(async move { store.commit_step(&s, commit).await })
+    });
+    for done in futures_util::future::join_all(commits).await {
+        done.unwrap().expect("the step commits");
+    }
+    let mut expected: std::collections::BTreeSet<(RunId, ThreadId)> = runs
+        .iter()
+        .map(|(run, _)| (run.id, run.thread_id))
+        .collect();
+    while !expected.is_empty() {
+        let wake = next_wake(&mut wakes).await;
+        assert!(expected.remove(&wake), "an unexpected wake {wake:?}");
+    }
+    listener.abort();
+}
+
+#[tokio::test]
+async fn steps_committed_at_once_each_wake_listeners() {
+    concurrent_steps_each_wake(Flavor::Plain).await;
+}
+
+#[tokio::test]
+async fn steps_committed_at_once_each_wake_listeners_in_supabase_mode() {
+    concurrent_steps_each_wake(Flavor::Supabase).await;
 }

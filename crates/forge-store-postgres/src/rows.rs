@@ -84,12 +84,18 @@ pub(crate) fn thread(row: &PgRow) -> Result<Thread, Error> {
 }
 
 pub(crate) fn message(row: &PgRow) -> Result<Message, Error> {
+    message_as(row, &["id", "run_id", "role", "parts", "created_at"])
+}
+
+/// A message from its columns named as `names`: id, run, role, parts and creation time.
+pub(crate) fn message_as(row: &PgRow, names: &[&str; 5]) -> Result<Message, Error> {
+    let [id, run, role, parts, created] = *names;
     Ok(Message {
-        id: MessageId(get(row, "id")?),
-        run_id: RunId(get(row, "run_id")?),
-        role: Role::from_name(&get::<String>(row, "role")?)?,
-        parts: json(row, "parts")?,
-        created_at: ts(row, "created_at")?,
+        id: MessageId(get(row, id)?),
+        run_id: RunId(get(row, run)?),
+        role: Role::from_name(&get::<String>(row, role)?)?,
+        parts: json(row, parts)?,
+        created_at: ts(row, created)?,
     })
 }
 

@@ -251,6 +251,8 @@ pub async fn a_step_commits_its_summary_once_building_on_the_current_one<F: Stor
         .acquire_lease(&f.scope, run.id, "w", TTL)
         .await
         .expect("lease");
+    // A thread without messages begins with none.
+    expect_start(&f, run.thread_id, 3, &[]).await;
     let messages: Vec<Message> = (0..4).map(|i| message(&f, &run, format!("m{i}"))).collect();
     run = append(&f, &run, &lease, messages.clone()).await;
     // Without a summary, a run begins with the first page from the start.

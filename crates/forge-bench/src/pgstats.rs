@@ -242,9 +242,11 @@ mod tests {
         drop(conn);
         let got = per_run(&before, &after, 7);
         let transactions = got["database"]["transactions"].as_f64().unwrap_or(0.0);
-        // Seven calls, and a few more: the first snapshot's reading, and the client's own
-        // look-ups (preparing the call, and the name of its result's type).
-        assert!((1.0..2.0).contains(&transactions), "{got}");
+        // Seven calls at least. The database's count also holds the first snapshot's reading,
+        // the client's own look-ups (preparing the call, its result type's name), and whatever
+        // autovacuum's workers did in the new database meanwhile (38 in all on a busy machine),
+        // so only a floor is exact.
+        assert!(transactions >= 1.0, "{got}");
         assert_eq!(got["database"]["rows_inserted"], 1.0, "{got}");
         assert!(
             got["wal"]["wal_records"].as_f64().unwrap_or(0.0) >= 1.0,

@@ -407,8 +407,28 @@ const SUPABASE_TENANT_READS: Migration = Migration {
     down: include_str!("../migrations/0023_tenant_reads.down.sql"),
 };
 
+/// The processes listening for run-event notifications, so that steps notify only while one does.
+const LISTENERS: Migration = Migration {
+    version: 24,
+    name: "listeners",
+    up: include_str!("../migrations/0024_listeners.up.sql"),
+    down: include_str!("../migrations/0024_listeners.down.sql"),
+};
+
+/// Supabase mode commits steps as `forge_tenant`, which reads the listeners.
+const SUPABASE_LISTENERS: Migration = Migration {
+    version: 24,
+    name: "supabase_listeners",
+    up: concat!(
+        include_str!("../migrations/0024_listeners.up.sql"),
+        include_str!("../migrations/0024_supabase_grants.up.sql")
+    ),
+    // Dropping the table drops its grants.
+    down: include_str!("../migrations/0024_listeners.down.sql"),
+};
+
 /// The migrations of a mode, in order.
-pub fn migrations(mode: Mode) -> [Migration; 23] {
+pub fn migrations(mode: Mode) -> [Migration; 24] {
     match mode {
         Mode::Rls => [
             TABLES,
@@ -434,6 +454,7 @@ pub fn migrations(mode: Mode) -> [Migration; 23] {
             ONE_TRIP_WRITES,
             LEAN_STEP,
             TENANT_READS,
+            LISTENERS,
         ],
         Mode::Supabase => [
             TABLES,
@@ -459,6 +480,7 @@ pub fn migrations(mode: Mode) -> [Migration; 23] {
             SUPABASE_ONE_TRIP_WRITES,
             SUPABASE_LEAN_STEP,
             SUPABASE_TENANT_READS,
+            SUPABASE_LISTENERS,
         ],
     }
 }

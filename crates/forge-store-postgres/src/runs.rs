@@ -174,12 +174,14 @@ const LEASE_SQL: &str =
 ///
 /// A step that ends or parks its run under a claim (`$30` the job, `$31` its token) completes
 /// the job in the same statement through `forge_sys_complete` once the step was written (a
-/// `CASE`, so that a refused step completes nothing), and says whether it did.
+/// `CASE`, so that a refused step completes nothing), and says whether it did. It notifies only
+/// while a process listens (an unexpired row of `forge_listeners`, migration 24; see `notify`).
 const STEP_SQL: &str = "SELECT s.o_version AS written_version, s.o_last_seq AS written_last_seq, \
     s.o_cancel AS written_cancel, (s.o_run).*, s.o_closed AS closed, \
     CASE WHEN s.o_version IS NOT NULL AND $30::uuid IS NOT NULL \
     THEN forge_sys_complete($30, $31, $7) ELSE false END AS job_completed \
-    FROM forge_write_step($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, \
+    FROM forge_write_step($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, \
+    $12 AND EXISTS (SELECT 1 FROM forge_listeners l WHERE l.expires_at > $7), $13, $14, $15, $16, \
     $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29) AS s";
 
 /// A step's arguments to `forge_write_step`, encoded once (a call that met a closed connection is

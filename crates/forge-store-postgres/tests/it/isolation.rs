@@ -570,7 +570,7 @@ async fn a_signed_in_supabase_user_cannot_touch_forge_tables_directly() {
     let own = "SELECT set_config('role', 'authenticated', true), set_config('request.jwt.claims', '{\"role\":\"authenticated\",\"sub\":\"u\",\"tenant_id\":\"tenant-a\"}', true)";
     let mut statements: Vec<String> = TABLES
         .iter()
-        .chain(&["forge_locks", "forge_schema_migrations"])
+        .chain(&["forge_locks", "forge_schema_migrations", "forge_listeners"])
         .map(|t| format!("SELECT count(*) FROM {t}"))
         .collect();
     statements.extend(

@@ -83,6 +83,23 @@ async fn listen(
     (listener, wakes)
 }
 
+/// A new thread with one run, and the run's lease.
+async fn leased_run(
+    store: &forge_store_postgres::PostgresStore,
+    s: &forge_core::scope::Scope,
+) -> (Run, RunLease) {
+    let thread = store.create_thread(s, NewThread::default()).await.unwrap();
+    let run = store
+        .create_run(
+            s,
+            NewRun::new(thread.id, agent_ref(), vec![Part::text("hi")]),
+        )
+        .await
+        .unwrap();
+    let lease = store.acquire_lease(s, run.id, "w", TTL).await.unwrap();
+    (run, lease)
+}
+
 async fn notifies(flavor: Flavor) {
     let clock = Arc::new(ManualClock::at_2026());
     let (store, _, _) = crate::fresh(flavor, clock.clone()).await;
@@ -111,22 +128,14 @@ async fn notifies(flavor: Flavor) {
         .commit_step(&s, step(&active, lease, 0, 2, &clock))
         .await
         .expect_err("a stale version is refused");
-    let other_thread = store.create_thread(&s, NewThread::default()).await.unwrap();
-    let other = store
-        .create_run(
-            &s,
-            NewRun::new(other_thread.id, agent_ref(), vec![Part::text("hi")]),
-        )
-        .await
-        .unwrap();
-    let lease = store.acquire_lease(&s, other.id, "w", TTL).await.unwrap();
+    let (other, lease) = leased_run(&store, &s).await;
     store
         .commit_step(&s, step(&other, lease, 0, 1, &clock))
         .await
         .unwrap();
     assert_eq!(
         next_wake(&mut wakes).await,
-        (other.id, other_thread.id),
+        (other.id, other.thread_id),
         "the refused step of {} sent no notification (version {} stands)",
         active.id,
         done.version
@@ -154,16 +163,7 @@ async fn concurrent_steps_each_wake(flavor: Flavor) {
     let s = scope("tenant-a");
     let mut runs = Vec::new();
     for _ in 0..24 {
-        let thread = store.create_thread(&s, NewThread::default()).await.unwrap();
-        let run = store
-            .create_run(
-                &s,
-                NewRun::new(thread.id, agent_ref(), vec![Part::text("hi")]),
-            )
-            .await
-            .unwrap();
-        let lease = store.acquire_lease(&s, run.id, "w", TTL).await.unwrap();
-        runs.push((run, lease));
+        runs.push(leased_run(&store, &s).await);
     }
     let commits = runs.iter().map(|(run, lease)| {
         let (store, s, clock) = (store.clone(), s.clone(), clock.clone());
@@ -192,4 +192,57 @@ async fn steps_committed_at_once_each_wake_listeners() {
 #[tokio::test]
 async fn steps_committed_at_once_each_wake_listeners_in_supabase_mode() {
     concurrent_steps_each_wake(Flavor::Supabase).await;
+}
+
+/// Steps notify only while a listener is registered: a bare `LISTEN` (no registration) hears
+/// nothing of a committed step; once `listen_run_events` registers, the next step is heard by
+/// both; once its registration lapses, nothing again.
+async fn steps_notify_only_while_someone_listens(flavor: Flavor) {
+    let clock = Arc::new(ManualClock::at_2026());
+    let (store, url, _) = crate::fresh(flavor, clock.clone()).await;
+    let mut bare = sqlx::postgres::PgListener::connect(&url).await.unwrap();
+    bare.listen("forge_run_events").await.unwrap();
+    let heard = async |bare: &mut sqlx::postgres::PgListener| {
+        tokio::time::timeout(Duration::from_millis(1500), bare.recv())
+            .await
+            .ok()
+            .map(|n| n.expect("the bare listener").payload().to_owned())
+    };
+
+    let s = scope("tenant-a");
+    let (run, lease) = leased_run(&store, &s).await;
+    let first = store
+        .commit_step(&s, step(&run, lease.clone(), 0, 1, &clock))
+        .await
+        .unwrap();
+    assert_eq!(heard(&mut bare).await, None, "no one was registered");
+
+    let (listener, mut wakes) = listen(&store).await;
+    let second = store
+        .commit_step(&s, step(&run, lease.clone(), first.version, 2, &clock))
+        .await
+        .unwrap();
+    let payload = format!("{} {}", run.id, run.thread_id);
+    assert_eq!(heard(&mut bare).await, Some(payload));
+    assert_eq!(next_wake(&mut wakes).await, (run.id, run.thread_id));
+
+    // A registration not renewed lapses (the listener's task is gone; its clock moved on).
+    listener.abort();
+    clock.advance(Duration::from_secs(31));
+    let lease = store.acquire_lease(&s, run.id, "w", TTL).await.unwrap();
+    store
+        .commit_step(&s, step(&run, lease, second.version, 3, &clock))
+        .await
+        .unwrap();
+    assert_eq!(heard(&mut bare).await, None, "the registration lapsed");
+}
+
+#[tokio::test]
+async fn steps_notify_only_while_a_listener_is_registered() {
+    steps_notify_only_while_someone_listens(Flavor::Plain).await;
+}
+
+#[tokio::test]
+async fn steps_notify_only_while_a_listener_is_registered_in_supabase_mode() {
+    steps_notify_only_while_someone_listens(Flavor::Supabase).await;
 }

@@ -29,9 +29,9 @@ use anyhow::{Context, bail};
 use forge_core::agent::{AgentDefinition, AgentRef, RunLimits};
 use forge_core::event::{RunEvent, RunEventKind};
 use forge_core::part::Part;
-use forge_core::ports::queue::JobQueue;
+use forge_core::ports::queue::{ClaimFilter, JobQueue};
 use forge_core::ports::store::{NewRun, NewThread};
-use forge_core::scope::Scope;
+use forge_core::scope::{Scope, SystemScope};
 use forge_engine::{Engine, NoopObserver, RunObserver, Worker, WorkerConfig, native_tool};
 use forge_providers::http::{HttpProvider, HttpSettings, Timeouts};
 use forge_providers::{BodyOptions, Dialect};
@@ -497,6 +497,29 @@ async fn forge(args: &OneArgs) -> anyhow::Result<Value> {
         ttft.push(first - started);
     }
     ttft.sort();
+
+    // The runs above were executed directly, and their jobs are still ready: a worker would claim
+    // them, find their runs ended and complete them. Settled here, so that the throughput phase
+    // claims its own runs only and its figures per run count no one else's work.
+    let system = SystemScope::new("forge-bench settles the jobs of the runs it executed directly");
+    let mut settled = 0;
+    while let Some(job) = store
+        .claim(
+            &system,
+            "forge-bench",
+            Duration::from_secs(60),
+            &ClaimFilter::any(),
+        )
+        .await?
+    {
+        store.complete(&system, &job).await?;
+        settled += 1;
+    }
+    anyhow::ensure!(
+        settled == args.warmup + args.runs + ttft.len(),
+        "{settled} jobs were left by the {} runs executed directly",
+        args.warmup + args.runs + ttft.len()
+    );
 
     // Throughput: the queue and workers, `in_flight` runs at once.
     for _ in 0..args.throughput_runs {

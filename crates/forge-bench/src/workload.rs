@@ -585,7 +585,6 @@ async fn forge(args: &OneArgs) -> anyhow::Result<Value> {
     let elapsed = started.elapsed().as_secs_f64();
     let cpu = (cpu_ms("self").unwrap_or(0.0) - cpu0) / target as f64;
     let pg = (postgres_cpu_ms() - pg0) / target as f64;
-    // SQLite: how many of the lane's operations each of its transactions committed, on average.
     // What PostgreSQL counted meanwhile (its backends publish once idle).
     let postgres_per_run = match (guard.database(), counters0) {
         (Some(db), Some(before)) => {
@@ -594,6 +593,7 @@ async fn forge(args: &OneArgs) -> anyhow::Result<Value> {
         }
         _ => None,
     };
+    // SQLite: how many of the lane's operations each of its transactions committed, on average.
     let ops_per_group = match (lane0, guard.lane_stats()) {
         (Some(before), Some(after)) if after.groups > before.groups => Some(
             (after.operations - before.operations) as f64 / (after.groups - before.groups) as f64,

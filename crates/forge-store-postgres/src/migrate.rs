@@ -427,8 +427,17 @@ const SUPABASE_LISTENERS: Migration = Migration {
     down: include_str!("../migrations/0024_listeners.down.sql"),
 };
 
+/// The functions that return at most one row say so, so that the statements calling them keep a
+/// generic plan (the same in both modes).
+const ONE_ROW_FUNCTIONS: Migration = Migration {
+    version: 25,
+    name: "one_row_functions",
+    up: include_str!("../migrations/0025_one_row_functions.up.sql"),
+    down: include_str!("../migrations/0025_one_row_functions.down.sql"),
+};
+
 /// The migrations of a mode, in order.
-pub fn migrations(mode: Mode) -> [Migration; 24] {
+pub fn migrations(mode: Mode) -> [Migration; 25] {
     match mode {
         Mode::Rls => [
             TABLES,
@@ -455,6 +464,7 @@ pub fn migrations(mode: Mode) -> [Migration; 24] {
             LEAN_STEP,
             TENANT_READS,
             LISTENERS,
+            ONE_ROW_FUNCTIONS,
         ],
         Mode::Supabase => [
             TABLES,
@@ -481,6 +491,7 @@ pub fn migrations(mode: Mode) -> [Migration; 24] {
             SUPABASE_LEAN_STEP,
             SUPABASE_TENANT_READS,
             SUPABASE_LISTENERS,
+            ONE_ROW_FUNCTIONS,
         ],
     }
 }

@@ -66,7 +66,7 @@ fn claimed_as(row: &PgRow, names: &[&str; 8]) -> Result<ClaimedJob, Error> {
 /// A claim through `forge_sys_claim` and, in the same statement, its run's lease through
 /// `forge_lease` (`$6` the holder, until `$7`): the claim's columns named `job_…`, then the run
 /// as it was and whether the lease was taken (no run columns when the run is gone).
-const CLAIM_LEASED_SQL: &str = "SELECT c.id AS job_id, c.tenant_id AS job_tenant_id, \
+pub(crate) const CLAIM_LEASED_SQL: &str = "SELECT c.id AS job_id, c.tenant_id AS job_tenant_id, \
     c.run_id AS job_run_id, c.attempts AS job_attempts, c.token AS job_token, \
     c.expires_at AS job_expires_at, c.available_at AS job_available_at, \
     c.traceparent AS job_traceparent, (l.o_run).*, l.o_taken AS taken \

@@ -118,7 +118,7 @@ const MESSAGE_PAGE_SQL: &str = "SELECT * FROM forge_message_page($1, $2, $3, $4,
 /// thread is read as a subquery of one row so that the join is costed as the page alone: costed
 /// as the functions' default thousand rows each, the join and its sort passed the threshold of
 /// JIT compilation, which then took 4.5 ms of every call.
-const THREAD_WITH_PAGE_SQL: &str = "SELECT t.*, m.id AS message_id, m.run_id AS message_run_id, \
+pub(crate) const THREAD_WITH_PAGE_SQL: &str = "SELECT t.*, m.id AS message_id, m.run_id AS message_run_id, \
     m.role AS message_role, m.parts AS message_parts, m.created_at AS message_created_at \
     FROM (SELECT * FROM forge_thread_row($1, $2) LIMIT 1) AS t \
     LEFT JOIN LATERAL forge_message_page($1, $2, 0::bigint, 9223372036854775807::bigint, \
@@ -157,7 +157,7 @@ VALUES ($17, $2, $1, $18, $9, 0, $19, 0, $20)";
 /// A lease through `forge_lease` (migration 21): taken under a lock on the run row, the next fence
 /// to `$3` until `$4` when no one else holds an unexpired lease at `$5`; returns the row as it was,
 /// for `next_lease` to judge, and whether it was taken (exactly when `next_lease` allows it).
-const LEASE_SQL: &str =
+pub(crate) const LEASE_SQL: &str =
     "SELECT (s.o_run).*, s.o_taken AS taken FROM forge_lease($1, $2, $3, $4, $5) AS s";
 
 /// A whole step through `forge_write_step` (migration 22). Its gate is the run row's update
@@ -172,17 +172,34 @@ const LEASE_SQL: &str =
 /// flag when it wrote; when it refused, the run row as it now is and the settled calls that were
 /// not open.
 ///
+/// The step's statement, with `$completed` as the column saying whether it completed its claim.
+macro_rules! step_sql {
+    ($completed:literal) => {
+        concat!(
+            "SELECT s.o_version AS written_version, s.o_last_seq AS written_last_seq, \
+            s.o_cancel AS written_cancel, (s.o_run).*, s.o_closed AS closed, ",
+            $completed,
+            " AS job_completed \
+            FROM forge_write_step($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, \
+            $12 AND EXISTS (SELECT 1 FROM forge_listeners l WHERE l.expires_at > $7), $13, $14, \
+            $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29) AS s"
+        )
+    };
+}
+
 /// A step that ends or parks its run under a claim (`$30` the job, `$31` its token) completes
 /// the job in the same statement through `forge_sys_complete` once the step was written (a
 /// `CASE`, so that a refused step completes nothing), and says whether it did. It notifies only
 /// while a process listens (an unexpired row of `forge_listeners`, migration 24; see `notify`).
-const STEP_SQL: &str = "SELECT s.o_version AS written_version, s.o_last_seq AS written_last_seq, \
-    s.o_cancel AS written_cancel, (s.o_run).*, s.o_closed AS closed, \
-    CASE WHEN s.o_version IS NOT NULL AND $30::uuid IS NOT NULL \
-    THEN forge_sys_complete($30, $31, $7) ELSE false END AS job_completed \
-    FROM forge_write_step($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, \
-    $12 AND EXISTS (SELECT 1 FROM forge_listeners l WHERE l.expires_at > $7), $13, $14, $15, $16, \
-    $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29) AS s";
+pub(crate) const STEP_SQL: &str = step_sql!(
+    "CASE WHEN s.o_version IS NOT NULL AND $30::uuid IS NOT NULL \
+    THEN forge_sys_complete($30, $31, $7) ELSE false END"
+);
+
+/// `STEP_SQL` for a step that completes no claim in its statement (Supabase mode's, whose
+/// `forge_tenant` may not execute `forge_sys_complete`: a generic plan that names the function is
+/// refused when the executor starts, whether or not it is called). Takes `$1`…`$29`.
+pub(crate) const STEP_ALONE_SQL: &str = step_sql!("false");
 
 /// A step's arguments to `forge_write_step`, encoded once (a call that met a closed connection is
 /// sent again from them).
@@ -200,6 +217,8 @@ struct StepArgs {
     from: Vec<String>,
     /// Whether `check_commit_alone` passed.
     alone: bool,
+    /// Whether the statement may complete the step's claim (`STEP_SQL`, else `STEP_ALONE_SQL`).
+    completes: bool,
     /// The claim the step completes (its job and token), if any.
     job: Option<uuid::Uuid>,
     job_token: Option<i64>,
@@ -222,6 +241,7 @@ impl StepArgs {
             calls: crate::usage::CallColumns::of(&commit.settlements)?,
             from: statuses_reaching(commit.status).collect(),
             alone: check_commit_alone(commit, scope.tenant_id()).is_ok(),
+            completes,
             job: job.map(|j| j.id.0),
             job_token: job.map(|j| i64_of(j.token)).transpose()?,
         })
@@ -233,7 +253,12 @@ impl StepArgs {
         scope: &'a Scope,
         now: chrono::DateTime<chrono::Utc>,
     ) -> sqlx::query::Query<'a, sqlx::Postgres, sqlx::postgres::PgArguments> {
-        sqlx::query(STEP_SQL)
+        let statement = if self.completes {
+            STEP_SQL
+        } else {
+            STEP_ALONE_SQL
+        };
+        let query = sqlx::query(statement)
             .bind(self.version)
             .bind(self.count)
             .bind(commit.status.name())
@@ -262,9 +287,12 @@ impl StepArgs {
             .bind(&self.calls.bodies)
             .bind(self.first)
             .bind(&self.from)
-            .bind(self.alone)
-            .bind(self.job)
-            .bind(self.job_token)
+            .bind(self.alone);
+        if self.completes {
+            query.bind(self.job).bind(self.job_token)
+        } else {
+            query
+        }
     }
 }
 

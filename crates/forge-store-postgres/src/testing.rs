@@ -33,6 +33,17 @@ pub enum Flavor {
     Supabase,
 }
 
+/// The statements of a run's hot path, as the store sends them (named `step`, `step_alone` (as
+/// Supabase mode sends a step), `lease`, `claim_leased` and `thread_with_page`), for tests of how
+/// PostgreSQL plans them.
+pub const HOT_STATEMENTS: [(&str, &str); 5] = [
+    ("step", crate::runs::STEP_SQL),
+    ("step_alone", crate::runs::STEP_ALONE_SQL),
+    ("lease", crate::runs::LEASE_SQL),
+    ("claim_leased", crate::queue::CLAIM_LEASED_SQL),
+    ("thread_with_page", crate::runs::THREAD_WITH_PAGE_SQL),
+];
+
 /// The administrator URL tests use.
 pub fn admin_url() -> String {
     std::env::var("FORGE_TEST_DATABASE_URL")

@@ -86,3 +86,112 @@ async fn every_lookup_of_a_step_commit_is_by_key_whatever_the_tables_held_when_p
         "the step scans a whole table:\n{shown}"
     );
 }
+
+/// Each statement of a run's hot path, its parameters' types, and the arguments of calls like the
+/// engine's: a step of a run in the middle (notifying, completing no job) and the step that ends
+/// it (completing its job).
+fn hot_calls() -> Vec<(&'static str, String, Vec<String>)> {
+    const T: &str = "'2026-01-01T00:00:00Z'";
+    const RUN: &str = "'00000000-0000-0000-0000-000000000001'";
+    const ID: &str = "'00000000-0000-0000-0000-000000000002'";
+    let (function_types, _, _) = step_function();
+    let step = |version: u32, last: bool, completes: bool| {
+        let (ends, job, token) = if last {
+            ("true", ID, "1")
+        } else {
+            ("false", "NULL", "NULL")
+        };
+        let claim = if completes {
+            format!(", {job}, {token}")
+        } else {
+            String::new()
+        };
+        format!(
+            "{version}, 2, 'running', NULL, '{{\"step\": 1}}', NULL, {T}, {RUN}, 'tenant', {ends}, \
+             {ends}, true, 1, '{{3,4}}', ARRAY[{T}, {T}]::timestamptz[], \
+             ARRAY['{{}}', '{{}}']::jsonb[], ARRAY[{ID}]::uuid[], ARRAY[{RUN}]::uuid[], \
+             '{{assistant}}', ARRAY['[]']::jsonb[], ARRAY[{T}]::timestamptz[], \
+             ARRAY[{ID}]::uuid[], ARRAY[{T}]::timestamptz[], ARRAY[{T}]::timestamptz[], \
+             '{{settled}}', ARRAY['{{}}']::jsonb[], 3, '{{running}}', true{claim}"
+        )
+    };
+    let hot: std::collections::HashMap<_, _> = forge_store_postgres::testing::HOT_STATEMENTS
+        .into_iter()
+        .collect();
+    let calls = vec![
+        (
+            "step",
+            format!("{function_types}, uuid, bigint"),
+            (1..=8).map(|n| step(n, n % 4 == 0, true)).collect(),
+        ),
+        (
+            "step_alone",
+            function_types.clone(),
+            (1..=8).map(|n| step(n, n % 4 == 0, false)).collect(),
+        ),
+        (
+            "lease",
+            "uuid, text, text, timestamptz, timestamptz".to_owned(),
+            vec![format!("{RUN}, 'tenant', 'worker', {T}, {T}"); 8],
+        ),
+        (
+            "claim_leased",
+            "timestamptz, timestamptz, uuid, text[], text[], text, timestamptz".to_owned(),
+            vec![format!("{T}, {T}, NULL, NULL, NULL, 'worker', {T}"); 8],
+        ),
+        (
+            "thread_with_page",
+            "uuid, text, bigint".to_owned(),
+            vec![format!("{RUN}, 'tenant', 200"); 8],
+        ),
+    ];
+    assert_eq!(calls.len(), hot.len(), "every hot statement is tried");
+    for (name, _, _) in &calls {
+        assert!(hot.contains_key(name), "{name} is a hot statement");
+    }
+    calls
+        .into_iter()
+        .map(|(name, types, args)| {
+            let sql = format!("PREPARE {name} ({types}) AS {}", hot[name]);
+            (name, sql, args)
+        })
+        .collect()
+}
+
+/// A connection plans each statement of a run's hot path once and keeps the plan: PostgreSQL
+/// plans a prepared statement for its first five executions and then keeps a generic plan only if
+/// that costs no more than the custom ones did. The step's statement used to fail that choice (its
+/// function costed at a thousand rows, each evaluating whether to complete a job, where a custom
+/// plan folded that away), so every step was planned again: 0.2 ms of every step's Bind.
+#[tokio::test]
+async fn a_connection_plans_each_hot_statement_once() {
+    let (_store, url, _admin) = crate::fresh(Flavor::Plain, Arc::new(ManualClock::at_2026())).await;
+    let mut conn = PgConnection::connect(&url).await.unwrap();
+    for (name, prepare, calls) in hot_calls() {
+        sqlx::raw_sql(sqlx::AssertSqlSafe(prepare))
+            .execute(&mut conn)
+            .await
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        // EXPLAIN EXECUTE takes the plan as EXECUTE would, and writes nothing.
+        for args in &calls {
+            sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+                "EXPLAIN EXECUTE {name} ({args})"
+            )))
+            .execute(&mut conn)
+            .await
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        }
+        let (generic, custom): (i64, i64) = sqlx::query_as(
+            "SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE name = $1",
+        )
+        .bind(name)
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+        assert_eq!(
+            (generic, custom),
+            (3, 5),
+            "{name}: after five custom plans, its generic plan is kept"
+        );
+    }
+}

@@ -436,8 +436,28 @@ const ONE_ROW_FUNCTIONS: Migration = Migration {
     down: include_str!("../migrations/0025_one_row_functions.down.sql"),
 };
 
+/// A thread's creation and a run's start on an idle thread, one round trip each.
+const ONE_TRIP_STARTS: Migration = Migration {
+    version: 26,
+    name: "one_trip_starts",
+    up: include_str!("../migrations/0026_one_trip_starts.up.sql"),
+    down: include_str!("../migrations/0026_one_trip_starts.down.sql"),
+};
+
+/// Supabase mode calls them as `forge_tenant`, inside its tenant transaction.
+const SUPABASE_ONE_TRIP_STARTS: Migration = Migration {
+    version: 26,
+    name: "supabase_one_trip_starts",
+    up: concat!(
+        include_str!("../migrations/0026_one_trip_starts.up.sql"),
+        include_str!("../migrations/0026_supabase_grants.up.sql")
+    ),
+    // Dropping the functions drops their grants.
+    down: include_str!("../migrations/0026_one_trip_starts.down.sql"),
+};
+
 /// The migrations of a mode, in order.
-pub fn migrations(mode: Mode) -> [Migration; 25] {
+pub fn migrations(mode: Mode) -> [Migration; 26] {
     match mode {
         Mode::Rls => [
             TABLES,
@@ -465,6 +485,7 @@ pub fn migrations(mode: Mode) -> [Migration; 25] {
             TENANT_READS,
             LISTENERS,
             ONE_ROW_FUNCTIONS,
+            ONE_TRIP_STARTS,
         ],
         Mode::Supabase => [
             TABLES,
@@ -492,6 +513,7 @@ pub fn migrations(mode: Mode) -> [Migration; 25] {
             SUPABASE_TENANT_READS,
             SUPABASE_LISTENERS,
             ONE_ROW_FUNCTIONS,
+            SUPABASE_ONE_TRIP_STARTS,
         ],
     }
 }

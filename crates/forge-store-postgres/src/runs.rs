@@ -154,6 +154,31 @@ const CREATE_RUN_SQL: &str = "WITH inserted AS ( \
 INSERT INTO forge_jobs (id, tenant_id, run_id, state, available_at, attempts, max_attempts, token, traceparent) \
 VALUES ($17, $2, $1, $18, $9, 0, $19, 0, $20)";
 
+/// A new thread through `forge_insert_thread` (migration 26), in one round trip: `$1` its id, of
+/// the tenant `$2`, created by `$3`, titled `$4`, with the session state `$5`, at `$6`.
+const INSERT_THREAD_SQL: &str = "SELECT forge_insert_thread($1, $2, $3, $4, $5, $6)";
+
+/// A run's start on an idle thread through `forge_start_run` (migration 26), in one round trip:
+/// `started` when the run (`$1`…`$10`) and its ready job (`$11`…`$13`) were written as the
+/// thread's active run; otherwise nothing was, and `create_run` admits it under a lock.
+const START_RUN_SQL: &str = "SELECT forge_start_run($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, \
+    $11, $12, $13) AS started";
+
+/// `query` with a new run's first six parameters bound, as `START_RUN_SQL` and `CREATE_RUN_SQL`
+/// take them: its id, tenant, principal, thread, agent and agent version.
+fn bind_new_run<'q>(
+    query: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
+    run: &'q Run,
+) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
+    query
+        .bind(run.id.0)
+        .bind(run.tenant_id.as_str())
+        .bind(run.principal_id.as_str())
+        .bind(run.thread_id.0)
+        .bind(&run.agent.name)
+        .bind(&run.agent.version)
+}
+
 /// A lease through `forge_lease` (migration 21): taken under a lock on the run row, the next fence
 /// to `$3` until `$4` when no one else holds an unexpired lease at `$5`; returns the row as it was,
 /// for `next_lease` to judge, and whether it was taken (exactly when `next_lease` allows it).
@@ -394,20 +419,18 @@ impl ThreadStore for PostgresStore {
             created_at: self.clock.now(),
             archived_at: None,
         };
-        let mut tx = self.tenant_tx(scope).await?;
-        sqlx::query(
-            "INSERT INTO forge_threads (id, tenant_id, created_by, title, state, state_version, created_at) VALUES ($1, $2, $3, $4, $5, 0, $6)",
-        )
-        .bind(thread.id.0)
-        .bind(thread.tenant_id.as_str())
-        .bind(thread.created_by.as_str())
-        .bind(&thread.title)
-        .bind(to_json(&thread.state.values)?)
-        .bind(thread.created_at.0)
-        .execute(&mut *tx)
+        let state = to_json(&thread.state.values)?;
+        self.tenant_call(scope, || {
+            sqlx::query(INSERT_THREAD_SQL)
+                .bind(thread.id.0)
+                .bind(thread.tenant_id.as_str())
+                .bind(thread.created_by.as_str())
+                .bind(&thread.title)
+                .bind(&state)
+                .bind(thread.created_at.0)
+        })
         .await
         .map_err(db_error)?;
-        tx.commit().await.map_err(db_error)?;
         Ok(thread)
     }
 
@@ -703,6 +726,36 @@ impl RunStore for PostgresStore {
         }
         let now = self.clock.now();
         let mut run = Run::queued(RunId::generate(self.ids.as_ref()), scope, &new, now);
+        let job = forge_core::id::JobId::generate(self.ids.as_ref());
+        let max_attempts = i32::try_from(new.max_attempts).unwrap_or(i32::MAX);
+        // An idle thread (the usual case) admits the run as its active one, in one round trip.
+        let (checkpoint, input, roles) = (
+            to_json(&run.checkpoint)?,
+            to_json(&run.input)?,
+            to_json(&run.role_ids)?,
+        );
+        let started = self
+            .tenant_call(scope, || {
+                bind_new_run(sqlx::query(START_RUN_SQL), &run)
+                    .bind(&checkpoint)
+                    .bind(now.0)
+                    .bind(&input)
+                    .bind(&roles)
+                    .bind(job.0)
+                    .bind(max_attempts)
+                    .bind(&new.traceparent)
+            })
+            .await
+            .map_err(db_error)?;
+        if started
+            .first()
+            .map(|row| rows::get::<bool>(row, "started"))
+            .transpose()?
+            .unwrap_or(false)
+        {
+            return Ok(run);
+        }
+        // A busy thread (or none of the tenant's): admitted under a lock on the thread's row.
         let mut tx = self.tenant_tx(scope).await?;
         // Locking the thread row serializes admissions to one thread.
         let active: Option<Option<uuid::Uuid>> = sqlx::query_scalar(
@@ -725,26 +778,20 @@ impl RunStore for PostgresStore {
         let events = EventColumns::of(queued_event.as_slice())?;
         let interrupt = matches!(admission, Admission::Queued { .. })
             && new.strategy == StartStrategy::Interrupt;
-        sqlx::query(CREATE_RUN_SQL)
-            .bind(run.id.0)
-            .bind(run.tenant_id.as_str())
-            .bind(run.principal_id.as_str())
-            .bind(run.thread_id.0)
-            .bind(&run.agent.name)
-            .bind(&run.agent.version)
+        bind_new_run(sqlx::query(CREATE_RUN_SQL), &run)
             .bind(i64_of(run.last_seq)?)
-            .bind(to_json(&run.checkpoint)?)
+            .bind(&checkpoint)
             .bind(now.0)
-            .bind(to_json(&run.input)?)
-            .bind(to_json(&run.role_ids)?)
+            .bind(&input)
+            .bind(&roles)
             .bind(events.seqs)
             .bind(events.ats)
             .bind(events.bodies)
             .bind(matches!(admission, Admission::Active))
             .bind(interrupt)
-            .bind(forge_core::id::JobId::generate(self.ids.as_ref()).0)
+            .bind(job.0)
             .bind(job_state)
-            .bind(i32::try_from(new.max_attempts).unwrap_or(i32::MAX))
+            .bind(max_attempts)
             .bind(&new.traceparent)
             .execute(&mut *tx)
             .await

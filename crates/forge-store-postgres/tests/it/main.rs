@@ -8,6 +8,7 @@ mod isolation;
 mod migrations;
 mod notify;
 mod pool;
+mod starts;
 mod step_plan;
 
 use std::sync::Arc;

@@ -1,0 +1,124 @@
+//! A thread's creation and a run's start on an idle thread, each one call of a function that sets
+//! the tenant itself (`forge_insert_thread`, `forge_start_run`, migration 26): what they write and
+//! refuse when called as the store calls them, and when a call is sent again after a connection
+//! the server closed (which `tenant_call` does).
+
+use std::sync::Arc;
+
+use forge_core::id::{RunId, ThreadId};
+use forge_core::part::Part;
+use forge_core::ports::store::{NewRun, NewThread, RunStore, ThreadStore};
+use forge_core::run::Checkpoint;
+use forge_core::time::ManualClock;
+use forge_store_postgres::testing::Flavor;
+use forge_testkit::fixtures::{agent_ref, scope};
+use sqlx::{Connection, PgConnection};
+
+/// Calls `forge_start_run` for the run `run` of `tenant` on `thread`, as `create_run` does.
+async fn start(conn: &mut PgConnection, tenant: &str, run: RunId, thread: ThreadId) -> bool {
+    sqlx::query_scalar(
+        "SELECT forge_start_run($1, $2, 'someone', $3, 'agent', '1', $4, now(), '[]', '[]', \
+         gen_random_uuid(), 5, NULL)",
+    )
+    .bind(run.0)
+    .bind(tenant)
+    .bind(thread.0)
+    .bind(sqlx::types::Json(Checkpoint::default()))
+    .fetch_one(conn)
+    .await
+    .unwrap()
+}
+
+/// How many runs and jobs of `run` the database holds (read as the administrator, past RLS).
+async fn rows_of(admin: &str, run: RunId) -> (i64, i64) {
+    let mut conn = PgConnection::connect(admin).await.unwrap();
+    sqlx::query_as(
+        "SELECT (SELECT count(*) FROM forge_runs WHERE id = $1), \
+         (SELECT count(*) FROM forge_jobs WHERE run_id = $1)",
+    )
+    .bind(run.0)
+    .fetch_one(&mut conn)
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn a_run_starts_on_an_idle_thread_once_and_a_busy_or_foreign_thread_is_left_to_admission() {
+    let (store, url, admin) = crate::fresh(Flavor::Plain, Arc::new(ManualClock::at_2026())).await;
+    let (a, b) = (scope("t-a"), scope("t-b"));
+    let thread = store.create_thread(&a, NewThread::default()).await.unwrap();
+    let mut conn = PgConnection::connect(&url).await.unwrap();
+
+    // Another tenant's call finds no thread of its own: nothing is written.
+    let foreign = RunId(uuid::Uuid::now_v7());
+    assert!(!start(&mut conn, "t-b", foreign, thread.id).await);
+    assert_eq!(rows_of(&admin, foreign).await, (0, 0));
+
+    // The idle thread admits the run as its active one, with its ready job.
+    let first = RunId(uuid::Uuid::now_v7());
+    assert!(start(&mut conn, "t-a", first, thread.id).await);
+    assert_eq!(rows_of(&admin, first).await, (1, 1));
+    let run = store.get_run(&a, first).await.unwrap();
+    assert_eq!(run.thread_id, thread.id);
+    assert_eq!(
+        store.get_thread(&a, thread.id).await.unwrap().active_run,
+        Some(first)
+    );
+
+    // The same call sent again passes and writes nothing more.
+    assert!(start(&mut conn, "t-a", first, thread.id).await);
+    assert_eq!(rows_of(&admin, first).await, (1, 1));
+
+    // A second run finds the thread busy: nothing is written, and admission is the store's.
+    let second = RunId(uuid::Uuid::now_v7());
+    assert!(!start(&mut conn, "t-a", second, thread.id).await);
+    assert_eq!(rows_of(&admin, second).await, (0, 0));
+    let queued = store
+        .create_run(
+            &a,
+            NewRun::new(thread.id, agent_ref(), vec![Part::text("next")]),
+        )
+        .await
+        .unwrap();
+    assert_eq!(queued.last_seq, 1, "queued behind the active run");
+    assert!(
+        store.get_run(&b, first).await.is_err(),
+        "the run is the tenant's alone"
+    );
+}
+
+#[tokio::test]
+async fn a_thread_sent_again_is_created_once_and_another_tenants_id_is_a_conflict() {
+    let (store, url, admin) = crate::fresh(Flavor::Plain, Arc::new(ManualClock::at_2026())).await;
+    let mut conn = PgConnection::connect(&url).await.unwrap();
+    let id = uuid::Uuid::now_v7();
+    let insert = async |conn: &mut PgConnection, tenant: &str, by: &str| {
+        sqlx::query("SELECT forge_insert_thread($1, $2, $3, NULL, '{}', '2026-01-01T00:00:00Z')")
+            .bind(id)
+            .bind(tenant)
+            .bind(by)
+            .execute(conn)
+            .await
+    };
+    insert(&mut conn, "t-a", "user-1").await.unwrap();
+    insert(&mut conn, "t-a", "user-1")
+        .await
+        .expect("the same thread sent again passes");
+    let mut check = PgConnection::connect(&admin).await.unwrap();
+    let count: i64 = sqlx::query_scalar("SELECT count(*) FROM forge_threads WHERE id = $1")
+        .bind(id)
+        .fetch_one(&mut check)
+        .await
+        .unwrap();
+    assert_eq!(count, 1);
+    for (tenant, by) in [("t-b", "user-1"), ("t-a", "someone else")] {
+        let refused = insert(&mut conn, tenant, by)
+            .await
+            .expect_err("an id taken by another thread is refused");
+        let code = refused
+            .as_database_error()
+            .and_then(|e| e.code().map(|c| c.into_owned()));
+        assert_eq!(code.as_deref(), Some("23505"), "{tenant} {by}: {refused}");
+    }
+    assert!(store.get_thread(&scope("t-a"), ThreadId(id)).await.is_ok());
+}

@@ -185,18 +185,6 @@ fn bind_new_run<'q>(
 pub(crate) const LEASE_SQL: &str =
     "SELECT (s.o_run).*, s.o_taken AS taken FROM forge_lease($1, $2, $3, $4, $5) AS s";
 
-/// A whole step through `forge_write_step` (migration 22). Its gate is the run row's update
-/// (decided on the row as it is when updated: the lease `$13` unexpired at `$7`, the version `$1`,
-/// the events continuing the log at `$27`, a status `$28` the step may leave, what
-/// `check_commit_alone` found of the step itself `$29`, and every settled call still open), and it
-/// refuses whatever `check_commit` would refuse. A step it passes is written whole: its events,
-/// messages and settled model calls, the run row (its lease cleared when the step ends the run,
-/// `$10`), and when the run ends (`$11`, in a statement of its own) its pending interactions
-/// expire and its thread's oldest queued run becomes active with its job ready; listeners are
-/// notified when it appended events (`$12`). It returns the run's new version, log end and cancel
-/// flag when it wrote; when it refused, the run row as it now is and the settled calls that were
-/// not open.
-///
 /// The step's statement, with `$completed` as the column saying whether it completed its claim.
 macro_rules! step_sql {
     ($completed:literal) => {
@@ -212,6 +200,18 @@ macro_rules! step_sql {
     };
 }
 
+/// A whole step through `forge_write_step` (migration 22). Its gate is the run row's update
+/// (decided on the row as it is when updated: the lease `$13` unexpired at `$7`, the version `$1`,
+/// the events continuing the log at `$27`, a status `$28` the step may leave, what
+/// `check_commit_alone` found of the step itself `$29`, and every settled call still open), and it
+/// refuses whatever `check_commit` would refuse. A step it passes is written whole: its events,
+/// messages and settled model calls, the run row (its lease cleared when the step ends the run,
+/// `$10`), and when the run ends (`$11`, in a statement of its own) its pending interactions
+/// expire and its thread's oldest queued run becomes active with its job ready; listeners are
+/// notified when it appended events (`$12`). It returns the run's new version, log end and cancel
+/// flag when it wrote; when it refused, the run row as it now is and the settled calls that were
+/// not open.
+///
 /// A step that ends or parks its run under a claim (`$30` the job, `$31` its token) completes
 /// the job in the same statement through `forge_sys_complete` once the step was written (a
 /// `CASE`, so that a refused step completes nothing), and says whether it did. It notifies only
@@ -221,9 +221,10 @@ pub(crate) const STEP_SQL: &str = step_sql!(
     THEN forge_sys_complete($30, $31, $7) ELSE false END"
 );
 
-/// `STEP_SQL` for a step that completes no claim in its statement (Supabase mode's, whose
-/// `forge_tenant` may not execute `forge_sys_complete`: a generic plan that names the function is
-/// refused when the executor starts, whether or not it is called). Takes `$1`…`$29`.
+/// `STEP_SQL` for a step that completes no claim in its statement: most steps, and every step in
+/// Supabase mode, whose `forge_tenant` may not execute `forge_sys_complete` (a kept generic plan
+/// that names the function is refused when the executor starts, whether or not it calls it).
+/// Takes `$1`…`$29`.
 pub(crate) const STEP_ALONE_SQL: &str = step_sql!("false");
 
 /// A step's arguments to `forge_write_step`, encoded once (a call that met a closed connection is
@@ -242,9 +243,8 @@ struct StepArgs {
     from: Vec<String>,
     /// Whether `check_commit_alone` passed.
     alone: bool,
-    /// Whether the statement may complete the step's claim (`STEP_SQL`, else `STEP_ALONE_SQL`).
-    completes: bool,
-    /// The claim the step completes (its job and token), if any.
+    /// The claim the step completes in its statement (its job and token), if any: sent with
+    /// `STEP_SQL`, and a step without one with `STEP_ALONE_SQL`.
     job: Option<uuid::Uuid>,
     job_token: Option<i64>,
 }
@@ -266,7 +266,6 @@ impl StepArgs {
             calls: crate::usage::CallColumns::of(&commit.settlements)?,
             from: statuses_reaching(commit.status).collect(),
             alone: check_commit_alone(commit, scope.tenant_id()).is_ok(),
-            completes,
             job: job.map(|j| j.id.0),
             job_token: job.map(|j| i64_of(j.token)).transpose()?,
         })
@@ -278,7 +277,7 @@ impl StepArgs {
         scope: &'a Scope,
         now: chrono::DateTime<chrono::Utc>,
     ) -> sqlx::query::Query<'a, sqlx::Postgres, sqlx::postgres::PgArguments> {
-        let statement = if self.completes {
+        let statement = if self.job.is_some() {
             STEP_SQL
         } else {
             STEP_ALONE_SQL
@@ -313,7 +312,7 @@ impl StepArgs {
             .bind(self.first)
             .bind(&self.from)
             .bind(self.alone);
-        if self.completes {
+        if self.job.is_some() {
             query.bind(self.job).bind(self.job_token)
         } else {
             query

@@ -122,3 +122,64 @@ async fn a_thread_sent_again_is_created_once_and_another_tenants_id_is_a_conflic
     }
     assert!(store.get_thread(&scope("t-a"), ThreadId(id)).await.is_ok());
 }
+
+/// The store takes those paths: PostgreSQL counts the functions' calls (`track_functions`), and a
+/// thread's creation calls `forge_insert_thread`, and every run's start `forge_start_run` first
+/// (a run on a busy thread then falls back to admission under a lock).
+#[tokio::test]
+async fn the_store_creates_threads_and_starts_runs_through_the_one_trip_functions() {
+    let (_fresh, url, admin) = crate::fresh(Flavor::Plain, Arc::new(ManualClock::at_2026())).await;
+    let mut conn = PgConnection::connect(&admin).await.unwrap();
+    let name: String = sqlx::query_scalar("SELECT current_database()")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "ALTER DATABASE \"{name}\" SET track_functions = 'pl'"
+    )))
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    // A store whose connections begin after the setting.
+    let store = forge_store_postgres::PostgresStore::connect_with(
+        &url,
+        forge_store_postgres::Mode::Rls,
+        Arc::new(ManualClock::at_2026()),
+        Arc::new(forge_core::id::SequentialIds::new()),
+    )
+    .await
+    .unwrap();
+    let a = scope("t-a");
+    let mut last = None;
+    for _ in 0..3 {
+        let thread = store.create_thread(&a, NewThread::default()).await.unwrap();
+        let new = NewRun::new(thread.id, agent_ref(), vec![Part::text("go")]);
+        assert_eq!(store.create_run(&a, new).await.unwrap().last_seq, 0);
+        last = Some(thread.id);
+    }
+    let busy = NewRun::new(last.unwrap(), agent_ref(), vec![Part::text("next")]);
+    assert_eq!(store.create_run(&a, busy).await.unwrap().last_seq, 1);
+    // An idle backend publishes its counts within PostgreSQL's idle interval (10 s).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let calls: Vec<(String, i64)> = sqlx::query_as(
+            "SELECT funcname::text, calls FROM pg_stat_user_functions \
+             WHERE funcname IN ('forge_insert_thread', 'forge_start_run') ORDER BY funcname",
+        )
+        .fetch_all(&mut conn)
+        .await
+        .unwrap();
+        let expected = [
+            ("forge_insert_thread".to_owned(), 3),
+            ("forge_start_run".to_owned(), 4),
+        ];
+        if calls == expected {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the functions were called {calls:?} times, not {expected:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
+}

@@ -37,6 +37,7 @@ mod runs;
 mod sources;
 #[cfg(feature = "testing")]
 pub mod testing;
+mod threads;
 mod usage;
 
 use std::sync::Arc;

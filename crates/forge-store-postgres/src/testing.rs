@@ -41,7 +41,7 @@ pub const HOT_STATEMENTS: [(&str, &str); 5] = [
     ("step_alone", crate::runs::STEP_ALONE_SQL),
     ("lease", crate::runs::LEASE_SQL),
     ("claim_leased", crate::queue::CLAIM_LEASED_SQL),
-    ("thread_with_page", crate::runs::THREAD_WITH_PAGE_SQL),
+    ("thread_with_page", crate::threads::THREAD_WITH_PAGE_SQL),
 ];
 
 /// The administrator URL tests use.

@@ -15,7 +15,8 @@ use forge_core::ports::lease::{Lease, LeaseStore};
 use forge_core::ports::queue::{
     ClaimFilter, Claimed, ClaimedJob, JobQueue, JobState, LeaseRequest,
 };
-use forge_core::run::{Run, RunLease, RunStatus};
+use forge_core::ports::store::LeasedRun;
+use forge_core::run::RunStatus;
 use forge_core::scope::SystemScope;
 use forge_core::telemetry::{Instrument, LogEvent, SpanName, TraceContext};
 use tokio_util::sync::CancellationToken;
@@ -351,6 +352,7 @@ impl Worker {
         let lease = LeaseRequest {
             holder: self.engine.worker_id.clone(),
             ttl: self.engine.lease_ttl,
+            history: Some(crate::compaction::HISTORY_PAGE),
         };
         let Some(Claimed { job, lease: leased }) = self
             .queue
@@ -497,7 +499,7 @@ impl Worker {
     async fn execute(
         &self,
         job: &ClaimedJob,
-        leased: Option<(RunLease, Run)>,
+        leased: Option<LeasedRun>,
         drain: &CancellationToken,
         trace: Option<TraceContext>,
     ) -> Result<RunOutcome, EngineError> {

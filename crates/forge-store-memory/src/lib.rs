@@ -132,6 +132,32 @@ impl State {
             .ok_or_else(|| Error::not_found("thread", id))
     }
 
+    /// What a run begins with: `tenant`'s thread and the first page of its history after its
+    /// summary (from the start without one), at most `limit` messages.
+    fn thread_start(
+        &self,
+        tenant: &forge_core::scope::TenantId,
+        id: ThreadId,
+        limit: usize,
+    ) -> Result<(Thread, Vec<Message>), Error> {
+        let thread = self
+            .threads
+            .get(&id)
+            .filter(|t| &t.tenant_id == tenant)
+            .ok_or_else(|| Error::not_found("thread", id))?;
+        let all = self
+            .messages
+            .get(&id)
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        let window = forge_core::ports::store::MessageWindow::after(
+            thread.summary.as_ref().map(|s| s.through),
+            limit,
+        );
+        let page = window.apply(id, all)?.to_vec();
+        Ok((thread.clone(), page))
+    }
+
     fn run(&self, scope: &Scope, id: RunId) -> Result<&Run, Error> {
         self.runs
             .get(&id)

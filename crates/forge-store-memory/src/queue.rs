@@ -275,6 +275,18 @@ impl JobQueue for MemoryStore {
                 run.fence = taken.token;
                 run.lease = Some(taken.clone());
                 Some((taken, run.clone()))
+            })
+            .map(|(taken, run)| {
+                // Read in the same critical section as the lease, as the SQL adapters do in one
+                // statement.
+                let history = lease
+                    .history
+                    .and_then(|limit| st.thread_start(&job.tenant_id, run.thread_id, limit).ok());
+                forge_core::ports::store::LeasedRun {
+                    lease: taken,
+                    run,
+                    history,
+                }
             });
         Ok(Some(Claimed { job, lease: leased }))
     }

@@ -10,8 +10,9 @@ use forge_core::id::{RunId, ThreadId};
 use forge_core::message::Message;
 use forge_core::ports::queue::JobState;
 use forge_core::ports::store::{
-    Admission, Committed, MessageWindow, NewRun, NewThread, RunQuery, RunStore, StartStrategy,
-    StepCommit, ThreadStore, admit, check_commit, check_summary, next_lease, renewed_lease,
+    Admission, Committed, LeasedRun, MessageWindow, NewRun, NewThread, RunQuery, RunStore,
+    StartStrategy, StepCommit, ThreadStore, admit, check_commit, check_summary, next_lease,
+    renewed_lease,
 };
 use forge_core::run::{Run, RunLease};
 use forge_core::scope::Scope;
@@ -63,6 +64,15 @@ impl ThreadStore for MemoryStore {
         st.thread(scope, id)?;
         let all = st.messages.get(&id).map(Vec::as_slice).unwrap_or_default();
         Ok(window.apply(id, all)?.to_vec())
+    }
+
+    async fn thread_with_history(
+        &self,
+        scope: &Scope,
+        id: ThreadId,
+        limit: usize,
+    ) -> Result<(Thread, Vec<Message>), Error> {
+        self.lock().thread_start(scope.tenant_id(), id, limit)
     }
 
     async fn page_threads(
@@ -242,6 +252,35 @@ impl RunStore for MemoryStore {
             r.lease = Some(lease.clone());
         }
         Ok(lease)
+    }
+
+    async fn lease_run_with_history(
+        &self,
+        scope: &Scope,
+        id: RunId,
+        holder: &str,
+        ttl: Duration,
+        limit: usize,
+    ) -> Result<LeasedRun, Error> {
+        let now = self.clock.now();
+        let mut st = self.lock();
+        let lease = next_lease(st.run(scope, id)?, holder, ttl, now)?;
+        let run = match st.runs.get_mut(&id) {
+            Some(r) => {
+                r.fence = lease.token;
+                r.lease = Some(lease.clone());
+                r.clone()
+            }
+            None => return Err(Error::not_found("run", id)),
+        };
+        let history = st
+            .thread_start(scope.tenant_id(), run.thread_id, limit)
+            .ok();
+        Ok(LeasedRun {
+            lease,
+            run,
+            history,
+        })
     }
 
     async fn renew_lease(

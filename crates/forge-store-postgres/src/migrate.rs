@@ -456,8 +456,28 @@ const SUPABASE_ONE_TRIP_STARTS: Migration = Migration {
     down: include_str!("../migrations/0026_one_trip_starts.down.sql"),
 };
 
+/// A run's thread and the first page of its history, read in the statement that takes its lease.
+const LEASE_WITH_HISTORY: Migration = Migration {
+    version: 27,
+    name: "lease_with_history",
+    up: include_str!("../migrations/0027_lease_with_history.up.sql"),
+    down: include_str!("../migrations/0027_lease_with_history.down.sql"),
+};
+
+/// Supabase mode calls it as `forge_tenant`, inside its tenant transaction.
+const SUPABASE_LEASE_WITH_HISTORY: Migration = Migration {
+    version: 27,
+    name: "supabase_lease_with_history",
+    up: concat!(
+        include_str!("../migrations/0027_lease_with_history.up.sql"),
+        include_str!("../migrations/0027_supabase_grants.up.sql")
+    ),
+    // Dropping the function drops its grant.
+    down: include_str!("../migrations/0027_lease_with_history.down.sql"),
+};
+
 /// The migrations of a mode, in order.
-pub fn migrations(mode: Mode) -> [Migration; 26] {
+pub fn migrations(mode: Mode) -> [Migration; 27] {
     match mode {
         Mode::Rls => [
             TABLES,
@@ -486,6 +506,7 @@ pub fn migrations(mode: Mode) -> [Migration; 26] {
             LISTENERS,
             ONE_ROW_FUNCTIONS,
             ONE_TRIP_STARTS,
+            LEASE_WITH_HISTORY,
         ],
         Mode::Supabase => [
             TABLES,
@@ -514,6 +535,7 @@ pub fn migrations(mode: Mode) -> [Migration; 26] {
             SUPABASE_LISTENERS,
             ONE_ROW_FUNCTIONS,
             SUPABASE_ONE_TRIP_STARTS,
+            SUPABASE_LEASE_WITH_HISTORY,
         ],
     }
 }

@@ -10,7 +10,7 @@ use forge_core::ports::audit::{AuditLog, AuditQuery, AuditRecord, SqlValue};
 use forge_core::ports::queue::{
     ClaimFilter, Claimed, ClaimedJob, JobInfo, JobQueue, JobState, LeaseRequest, NewJob,
 };
-use forge_core::ports::store::RunStore;
+use forge_core::ports::store::{LeasedRun, RunStore};
 use forge_core::scope::{Scope, SystemScope, TenantId};
 use forge_core::time::Timestamp;
 use sqlx::postgres::PgRow;
@@ -64,14 +64,18 @@ fn claimed_as(row: &PgRow, names: &[&str; 8]) -> Result<ClaimedJob, Error> {
 }
 
 /// A claim through `forge_sys_claim` and, in the same statement, its run's lease through
-/// `forge_lease` (`$6` the holder, until `$7`): the claim's columns named `job_…`, then the run
-/// as it was and whether the lease was taken (no run columns when the run is gone).
+/// `forge_lease` (`$6` the holder, until `$7`) and, when the lease was taken and `$8` is not null,
+/// what the run begins with through `forge_thread_start` (at most `$8` messages of its history,
+/// read after the lease): the claim's columns named `job_…`, then the run as it was and whether
+/// the lease was taken (no run columns when the run is gone), then the thread's and the page's.
 pub(crate) const CLAIM_LEASED_SQL: &str = "SELECT c.id AS job_id, c.tenant_id AS job_tenant_id, \
     c.run_id AS job_run_id, c.attempts AS job_attempts, c.token AS job_token, \
     c.expires_at AS job_expires_at, c.available_at AS job_available_at, \
-    c.traceparent AS job_traceparent, (l.o_run).*, l.o_taken AS taken \
+    c.traceparent AS job_traceparent, (l.o_run).*, l.o_taken AS taken, h.* \
     FROM forge_sys_claim($1, $2, $3, $4, $5) AS c \
-    LEFT JOIN LATERAL forge_lease(c.run_id, c.tenant_id, $6, $7, $1) AS l ON true";
+    LEFT JOIN LATERAL forge_lease(c.run_id, c.tenant_id, $6, $7, $1) AS l ON true \
+    LEFT JOIN LATERAL forge_thread_start((l.o_run).thread_id, c.tenant_id, \
+    CASE WHEN l.o_taken THEN $8::bigint END) AS h ON true";
 
 /// The agent filter's names and versions, as `forge_sys_claim` takes them.
 fn agent_columns(filter: &ClaimFilter) -> (Option<Vec<&str>>, Option<Vec<&str>>) {
@@ -167,10 +171,21 @@ impl JobQueue for PostgresStore {
                 forge_core::scope::PrincipalId::new(lease.holder.clone())?,
                 vec![],
             );
-            let leased = self
-                .lease_run(&scope, job.run_id, &lease.holder, lease.ttl)
-                .await
-                .ok();
+            let leased = match lease.history {
+                Some(limit) => self
+                    .lease_run_with_history(&scope, job.run_id, &lease.holder, lease.ttl, limit)
+                    .await
+                    .ok(),
+                None => self
+                    .lease_run(&scope, job.run_id, &lease.holder, lease.ttl)
+                    .await
+                    .ok()
+                    .map(|(lease, run)| LeasedRun {
+                        lease,
+                        run,
+                        history: None,
+                    }),
+            };
             return Ok(Some(Claimed { job, lease: leased }));
         }
         let now = self.clock.now();
@@ -184,6 +199,11 @@ impl JobQueue for PostgresStore {
             .bind(versions)
             .bind(&lease.holder)
             .bind(now.plus(lease.ttl).0)
+            .bind(
+                lease
+                    .history
+                    .map(|limit| i64::try_from(limit).unwrap_or(i64::MAX)),
+            )
             .fetch_optional(&mut *conn)
             .await
             .map_err(db_error)?;
@@ -195,17 +215,29 @@ impl JobQueue for PostgresStore {
         // No run row (it is gone), or a lease held by another: the caller takes it (and hears
         // why it cannot).
         let taken = rows::get::<Option<bool>>(&row, "taken")?.unwrap_or(false);
-        let leased = if taken {
-            Some(crate::runs::judge_lease(
-                &row,
-                &lease.holder,
-                lease.ttl,
-                now,
-            )?)
-        } else {
-            None
+        if !taken {
+            return Ok(Some(Claimed { job, lease: None }));
+        }
+        let (new_lease, run) = crate::runs::judge_lease(&row, &lease.holder, lease.ttl, now)?;
+        // Read under the run's tenant; a page after a summary that cannot be read apart is left
+        // to the engine, which reads the history itself and hears why.
+        let reader = forge_core::scope::PrincipalId::new(lease.holder.clone());
+        let history = match (lease.history, reader) {
+            (Some(limit), Ok(reader)) => {
+                let scope = Scope::new(job.tenant_id.clone(), reader, vec![]);
+                self.thread_start(&scope, &row, limit).await.ok().flatten()
+            }
+            _ => None,
         };
-        Ok(Some(Claimed { job, lease: leased }))
+        let leased = LeasedRun {
+            lease: new_lease,
+            run,
+            history,
+        };
+        Ok(Some(Claimed {
+            job,
+            lease: Some(leased),
+        }))
     }
 
     async fn heartbeat(

@@ -65,22 +65,83 @@ pub(crate) fn i64_of(v: u64) -> Result<i64, Error> {
 }
 
 pub(crate) fn thread(row: &PgRow) -> Result<Thread, Error> {
+    thread_as(
+        row,
+        &[
+            "id",
+            "tenant_id",
+            "created_by",
+            "title",
+            "state_version",
+            "state",
+            "active_run",
+            "summary",
+            "created_at",
+            "archived_at",
+        ],
+    )
+}
+
+/// A thread from its columns named as `names`: id, tenant, creator, title, state version, state,
+/// active run, summary, creation and archival.
+pub(crate) fn thread_as(row: &PgRow, names: &[&str; 10]) -> Result<Thread, Error> {
+    let [
+        id,
+        tenant,
+        creator,
+        title,
+        version,
+        state,
+        active,
+        summary,
+        created,
+        archived,
+    ] = *names;
     Ok(Thread {
-        id: ThreadId(get(row, "id")?),
-        tenant_id: TenantId::new(get::<String>(row, "tenant_id")?)?,
-        created_by: PrincipalId::new(get::<String>(row, "created_by")?)?,
-        title: get(row, "title")?,
+        id: ThreadId(get(row, id)?),
+        tenant_id: TenantId::new(get::<String>(row, tenant)?)?,
+        created_by: PrincipalId::new(get::<String>(row, creator)?)?,
+        title: get(row, title)?,
         state: SessionState {
-            version: u64_of(get(row, "state_version")?, "state_version")?,
-            values: json(row, "state")?,
+            version: u64_of(get(row, version)?, version)?,
+            values: json(row, state)?,
         },
-        active_run: get::<Option<uuid::Uuid>>(row, "active_run")?.map(RunId),
-        summary: get::<Option<serde_json::Value>>(row, "summary")?
-            .map(|v| serde_json::from_value(v).map_err(|e| corrupt("summary", e)))
+        active_run: get::<Option<uuid::Uuid>>(row, active)?.map(RunId),
+        summary: get::<Option<serde_json::Value>>(row, summary)?
+            .map(|v| serde_json::from_value(v).map_err(|e| corrupt(summary, e)))
             .transpose()?,
-        created_at: ts(row, "created_at")?,
-        archived_at: get::<Option<DateTime<Utc>>>(row, "archived_at")?.map(Timestamp),
+        created_at: ts(row, created)?,
+        archived_at: get::<Option<DateTime<Utc>>>(row, archived)?.map(Timestamp),
     })
+}
+
+/// Messages from one row's parallel arrays named as `names` (ids, runs, roles, parts, creation
+/// times), in their order; null arrays are no messages.
+pub(crate) fn messages_of_arrays(row: &PgRow, names: &[&str; 5]) -> Result<Vec<Message>, Error> {
+    let [ids, runs, roles, parts, created] = *names;
+    let ids: Vec<uuid::Uuid> = get::<Option<_>>(row, ids)?.unwrap_or_default();
+    let runs: Vec<uuid::Uuid> = get::<Option<_>>(row, runs)?.unwrap_or_default();
+    let roles: Vec<String> = get::<Option<_>>(row, roles)?.unwrap_or_default();
+    let bodies: Vec<serde_json::Value> = get::<Option<_>>(row, parts)?.unwrap_or_default();
+    let times: Vec<DateTime<Utc>> = get::<Option<_>>(row, created)?.unwrap_or_default();
+    if [runs.len(), roles.len(), bodies.len(), times.len()] != [ids.len(); 4] {
+        return Err(corrupt("page", "its columns differ in length"));
+    }
+    ids.into_iter()
+        .zip(runs)
+        .zip(roles)
+        .zip(bodies)
+        .zip(times)
+        .map(|((((id, run), role), body), at)| {
+            Ok(Message {
+                id: MessageId(id),
+                run_id: RunId(run),
+                role: Role::from_name(&role)?,
+                parts: serde_json::from_value(body).map_err(|e| corrupt(parts, e))?,
+                created_at: Timestamp(at),
+            })
+        })
+        .collect()
 }
 
 pub(crate) fn message(row: &PgRow) -> Result<Message, Error> {

@@ -10,7 +10,7 @@ use forge_core::event::RunEvent;
 use forge_core::id::{RunId, ThreadId};
 use forge_core::message::Message;
 use forge_core::ports::store::{
-    Admission, Committed, NewRun, RunQuery, RunStore, StartStrategy, StepCommit, admit,
+    Admission, Committed, LeasedRun, NewRun, RunQuery, RunStore, StartStrategy, StepCommit, admit,
     check_commit, check_commit_alone, foreign_settlement, next_lease, not_an_open_call,
     renewed_lease, statuses_reaching,
 };
@@ -132,6 +132,14 @@ fn bind_new_run<'q>(
 /// for `next_lease` to judge, and whether it was taken (exactly when `next_lease` allows it).
 pub(crate) const LEASE_SQL: &str =
     "SELECT (s.o_run).*, s.o_taken AS taken FROM forge_lease($1, $2, $3, $4, $5) AS s";
+
+/// `LEASE_SQL`, and after the lease in the same statement what the run begins with through
+/// `forge_thread_start` (migration 27): its thread and the first page of its history, at most
+/// `$6` messages, read only when the lease was taken and in a snapshot taken after it.
+pub(crate) const LEASE_WITH_HISTORY_SQL: &str = "SELECT (s.o_run).*, s.o_taken AS taken, h.* \
+    FROM forge_lease($1, $2, $3, $4, $5) AS s \
+    LEFT JOIN LATERAL forge_thread_start((s.o_run).thread_id, $2, \
+    CASE WHEN s.o_taken THEN $6::bigint END) AS h ON true";
 
 /// The step's statement, with `$completed` as the column saying whether it completed its claim.
 macro_rules! step_sql {
@@ -548,6 +556,42 @@ impl RunStore for PostgresStore {
             .next()
             .ok_or_else(|| Error::not_found("run", id))?;
         judge_lease(&row, holder, ttl, now)
+    }
+
+    async fn lease_run_with_history(
+        &self,
+        scope: &Scope,
+        id: RunId,
+        holder: &str,
+        ttl: Duration,
+        limit: usize,
+    ) -> Result<LeasedRun, Error> {
+        let now = self.clock.now();
+        let expires_at = now.plus(ttl);
+        let row = self
+            .tenant_call(scope, || {
+                sqlx::query(LEASE_WITH_HISTORY_SQL)
+                    .bind(id.0)
+                    .bind(scope.tenant_id().as_str())
+                    .bind(holder)
+                    .bind(expires_at.0)
+                    .bind(now.0)
+                    .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            })
+            .await
+            .map_err(db_error)?
+            .into_iter()
+            .next()
+            .ok_or_else(|| Error::not_found("run", id))?;
+        let (lease, run) = judge_lease(&row, holder, ttl, now)?;
+        // A page after a summary is read apart; if that read fails, the engine reads the history
+        // itself (and hears why), under the lease this call took.
+        let history = self.thread_start(scope, &row, limit).await.ok().flatten();
+        Ok(LeasedRun {
+            lease,
+            run,
+            history,
+        })
     }
 
     async fn renew_lease(

@@ -10,6 +10,7 @@ use forge_core::ports::store::{MessageWindow, NewThread, ThreadStore, check_summ
 use forge_core::run::Run;
 use forge_core::scope::Scope;
 use forge_core::thread::{SessionState, Thread, ThreadChange, ThreadSummary, ThreadWindow};
+use sqlx::postgres::PgRow;
 
 use crate::rows::{self, db_error, i64_of, to_json};
 use crate::{PostgresStore, Tx};
@@ -62,9 +63,71 @@ const PAGE_COLUMNS: [&str; 5] = [
     "message_created_at",
 ];
 
+/// The thread's columns as `forge_thread_start` (migration 27) names them, beside a run's in
+/// `LEASE_WITH_HISTORY_SQL` and `CLAIM_LEASED_SQL`, in `rows::thread_as`'s order.
+const START_THREAD_COLUMNS: [&str; 10] = [
+    "t_id",
+    "t_tenant_id",
+    "t_created_by",
+    "t_title",
+    "t_state_version",
+    "t_state",
+    "t_active_run",
+    "t_summary",
+    "t_created_at",
+    "t_archived_at",
+];
+
+/// `forge_thread_start`'s page columns, arrays in the history's order, as
+/// `rows::messages_of_arrays` reads them.
+const START_PAGE_COLUMNS: [&str; 5] = ["m_ids", "m_run_ids", "m_roles", "m_parts", "m_created_at"];
+
 /// A new thread through `forge_insert_thread` (migration 26), in one round trip: `$1` its id, of
 /// the tenant `$2`, created by `$3`, titled `$4`, with the session state `$5`, at `$6`.
 const INSERT_THREAD_SQL: &str = "SELECT forge_insert_thread($1, $2, $3, $4, $5, $6)";
+
+impl PostgresStore {
+    /// What a run begins with, from a row that carries `forge_thread_start`'s columns: its
+    /// thread and the first page of its history (at most `limit` messages), or `None` when the
+    /// row has none (the function read nothing). The thread was read in one snapshot with its
+    /// page; the page after a summary is read apart.
+    pub(crate) async fn thread_start(
+        &self,
+        scope: &Scope,
+        row: &PgRow,
+        limit: usize,
+    ) -> Result<Option<(Thread, Vec<Message>)>, Error> {
+        if rows::get::<Option<uuid::Uuid>>(row, START_THREAD_COLUMNS[0])?.is_none() {
+            return Ok(None);
+        }
+        let thread = rows::thread_as(row, &START_THREAD_COLUMNS)?;
+        let page = self
+            .first_page(scope, &thread, limit, || {
+                rows::messages_of_arrays(row, &START_PAGE_COLUMNS)
+            })
+            .await?;
+        Ok(Some((thread, page)))
+    }
+
+    /// The first page of `thread`'s history, at most `limit` messages: the one its statement
+    /// read (`read`), or, when it has a summary (those statements read none then), the page after
+    /// the summary, read apart.
+    async fn first_page(
+        &self,
+        scope: &Scope,
+        thread: &Thread,
+        limit: usize,
+        read: impl FnOnce() -> Result<Vec<Message>, Error>,
+    ) -> Result<Vec<Message>, Error> {
+        match &thread.summary {
+            Some(summary) => {
+                let after = MessageWindow::after(Some(summary.through), limit);
+                self.page_messages(scope, thread.id, &after).await
+            }
+            None => read(),
+        }
+    }
+}
 
 #[async_trait]
 impl ThreadStore for PostgresStore {
@@ -135,21 +198,17 @@ impl ThreadStore for PostgresStore {
                 .first()
                 .ok_or_else(|| Error::not_found("thread", id))?,
         )?;
-        let page = match &thread.summary {
-            Some(summary) => {
-                let after = MessageWindow::after(Some(summary.through), limit);
-                self.page_messages(scope, id, &after).await?
-            }
-            None => {
+        let page = self
+            .first_page(scope, &thread, limit, || {
                 let mut page = Vec::with_capacity(found.len());
                 for row in &found {
                     if rows::get::<Option<uuid::Uuid>>(row, PAGE_COLUMNS[0])?.is_some() {
                         page.push(rows::message_as(row, &PAGE_COLUMNS)?);
                     }
                 }
-                page
-            }
-        };
+                Ok(page)
+            })
+            .await?;
         Ok((thread, page))
     }
 

@@ -63,7 +63,7 @@ impl SqliteStore {
         let now = self.clock.now();
         let (run, agents) = (filter.run.map(|r| r.to_string()), filter.agents_json());
         let (worker_name, expires_at) = (worker.to_owned(), now.plus(ttl));
-        let wanted = lease.map(|l| (l.holder.clone(), now.plus(l.ttl)));
+        let wanted = lease.map(|l| (l.holder.clone(), now.plus(l.ttl), l.history));
         let (holders, claimed) = self
             .lane
             .run(move |conn| {
@@ -76,14 +76,15 @@ impl SqliteStore {
                     &worker_name,
                 )?;
                 let claimed = match (job, wanted) {
-                    (Some(job), Some((holder, until))) => {
-                        let lease = crate::runs::take_free(
+                    (Some(job), Some((holder, until, history))) => {
+                        let lease = crate::runs::take_free_with_history(
                             conn,
                             job.run_id,
                             &job.tenant_id,
                             &holder,
                             until,
                             now,
+                            history,
                         )?;
                         Some(Claimed { job, lease })
                     }
@@ -117,7 +118,23 @@ impl SqliteStore {
                 return Box::pin(self.claim_with(system, worker, ttl, filter, lease)).await;
             }
         }
-        Ok(claimed)
+        // A history read with the lease is completed with the page after a summary, read
+        // under the run's tenant.
+        let Some(request) = lease else {
+            return Ok(claimed);
+        };
+        let Some(mut claimed) = claimed else {
+            return Ok(None);
+        };
+        if let (Some(limit), Ok(reader)) = (
+            request.history,
+            forge_core::scope::PrincipalId::new(request.holder.clone()),
+        ) && let Some(leased) = claimed.lease.take()
+        {
+            let scope = Scope::new(claimed.job.tenant_id.clone(), reader, vec![]);
+            claimed.lease = Some(self.with_page_after_summary(&scope, leased, limit).await);
+        }
+        Ok(Some(claimed))
     }
 
     /// Applies `set` (which may use `?4`, bound to `value`) to the job if `job` is its current,

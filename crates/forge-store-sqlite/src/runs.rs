@@ -8,8 +8,8 @@ use forge_core::event::RunEvent;
 use forge_core::id::{RunId, ThreadId};
 use forge_core::message::Message;
 use forge_core::ports::store::{
-    Admission, Committed, MessageWindow, NewRun, NewThread, RunQuery, RunStore, StartStrategy,
-    StepCommit, ThreadStore, admit, next_lease, renewed_lease,
+    Admission, Committed, LeasedRun, MessageWindow, NewRun, NewThread, RunQuery, RunStore,
+    StartStrategy, StepCommit, ThreadStore, admit, next_lease, renewed_lease,
 };
 use forge_core::run::{Run, RunLease};
 use forge_core::scope::Scope;
@@ -62,6 +62,32 @@ pub(crate) fn take_free(
             (lease, run)
         }),
     )
+}
+
+/// [`take_free`], and when `history` is set and the lease was taken, what the run begins with read
+/// in the same operation of the writer lane (so after the lease, with nothing committed between):
+/// its thread and the first page of its history, at most `history` messages (none after a
+/// summary: [`SqliteStore::page_after_summary`] reads that page). A read that fails leaves the
+/// history to the caller.
+pub(crate) fn take_free_with_history(
+    conn: &rusqlite::Connection,
+    id: RunId,
+    tenant: &forge_core::scope::TenantId,
+    holder: &str,
+    expires_at: forge_core::time::Timestamp,
+    now: forge_core::time::Timestamp,
+    history: Option<usize>,
+) -> Result<Option<LeasedRun>, Error> {
+    let Some((lease, run)) = take_free(conn, id, tenant, holder, expires_at, now)? else {
+        return Ok(None);
+    };
+    let history = history
+        .and_then(|limit| thread_and_first_page(conn, tenant.as_str(), run.thread_id, limit).ok());
+    Ok(Some(LeasedRun {
+        lease,
+        run,
+        history,
+    }))
 }
 
 impl SqliteStore {
@@ -207,9 +233,22 @@ impl SqliteStore {
             .lane
             .run(move |conn| take_free(conn, id, &tenant, &who, expires_at, now))
             .await?;
-        if let Some(taken) = taken {
-            return Ok(taken);
+        match taken {
+            Some(taken) => Ok(taken),
+            None => self.lease_held(scope, id, holder, ttl).await,
         }
+    }
+
+    /// The run's lease when it was not free a moment ago: judged on the run as it now is, under
+    /// the write gate.
+    async fn lease_held(
+        &self,
+        scope: &Scope,
+        id: RunId,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<(RunLease, Run), Error> {
+        let now = self.clock.now();
         let (_gate, tx, mut run) = self.write_tx_with_run(scope, id).await?;
         // One host holds every process of this store: the lease of a holder that is no longer
         // running is over now, not when it runs out.
@@ -227,6 +266,41 @@ impl SqliteStore {
         run.fence = lease.token;
         run.lease = Some(lease.clone());
         Ok((lease, run))
+    }
+}
+
+impl SqliteStore {
+    /// The first page of `thread`'s history after its summary, at most `limit` messages, read
+    /// from the pool (the writer lane's reads take none after a summary); `None` without one.
+    pub(crate) async fn page_after_summary(
+        &self,
+        scope: &Scope,
+        thread: &Thread,
+        limit: usize,
+    ) -> Result<Option<Vec<Message>>, Error> {
+        let Some(summary) = &thread.summary else {
+            return Ok(None);
+        };
+        let after = MessageWindow::after(Some(summary.through), limit);
+        self.page_messages(scope, thread.id, &after).await.map(Some)
+    }
+
+    /// `leased`'s history completed with the page after its thread's summary, when it has one;
+    /// when that read fails, no history (the engine reads it itself, and hears why).
+    pub(crate) async fn with_page_after_summary(
+        &self,
+        scope: &Scope,
+        mut leased: LeasedRun,
+        limit: usize,
+    ) -> LeasedRun {
+        if let Some((thread, page)) = &mut leased.history {
+            match self.page_after_summary(scope, thread, limit).await {
+                Ok(Some(after)) => *page = after,
+                Ok(None) => {}
+                Err(_) => leased.history = None,
+            }
+        }
+        leased
     }
 }
 
@@ -326,9 +400,8 @@ impl ThreadStore for SqliteStore {
             .lane
             .run(move |conn| thread_and_first_page(conn, &tenant, id, limit))
             .await?;
-        if let Some(summary) = &thread.summary {
-            let after = MessageWindow::after(Some(summary.through), limit);
-            page = self.page_messages(scope, id, &after).await?;
+        if let Some(after) = self.page_after_summary(scope, &thread, limit).await? {
+            page = after;
         }
         Ok((thread, page))
     }
@@ -704,6 +777,36 @@ impl RunStore for SqliteStore {
         ttl: Duration,
     ) -> Result<(RunLease, Run), Error> {
         self.lease(scope, id, holder, ttl).await
+    }
+
+    async fn lease_run_with_history(
+        &self,
+        scope: &Scope,
+        id: RunId,
+        holder: &str,
+        ttl: Duration,
+        limit: usize,
+    ) -> Result<LeasedRun, Error> {
+        let now = self.clock.now();
+        let expires_at = now.plus(ttl);
+        let (who, tenant) = (holder.to_owned(), scope.tenant_id().clone());
+        let taken = self
+            .lane
+            .run(move |conn| {
+                take_free_with_history(conn, id, &tenant, &who, expires_at, now, Some(limit))
+            })
+            .await?;
+        match taken {
+            Some(leased) => Ok(self.with_page_after_summary(scope, leased, limit).await),
+            None => {
+                let (lease, run) = self.lease_held(scope, id, holder, ttl).await?;
+                Ok(LeasedRun {
+                    lease,
+                    run,
+                    history: None,
+                })
+            }
+        }
     }
 
     async fn renew_lease(

@@ -1,6 +1,7 @@
 //! Conformance: a thread's history, its runs and the tenant's pending interactions read in pages
 //! whose cursors hold (under concurrent appends too), and a thread's summary committed with the
-//! step that wrote it, once, building on the current one.
+//! step that wrote it, once, building on the current one; and the history a run's lease reads
+//! with it.
 
 use std::collections::BTreeSet;
 
@@ -9,8 +10,10 @@ use forge_core::ErrorKind;
 use forge_core::id::{MessageId, UuidV7Generator};
 use forge_core::message::{Message, Role};
 use forge_core::part::Part;
-use forge_core::ports::store::{MessageWindow, RunStore, ThreadStore};
+use forge_core::ports::queue::{ClaimFilter, JobQueue, LeaseRequest};
+use forge_core::ports::store::{LeasedRun, MessageWindow, RunStore, ThreadStore};
 use forge_core::run::{Run, RunLease, RunStatus};
+use forge_core::scope::SystemScope;
 use forge_core::thread::{THREAD_SUMMARY, ThreadSummary};
 use forge_core::time::Clock;
 
@@ -357,6 +360,113 @@ pub async fn a_step_commits_its_summary_once_building_on_the_current_one<F: Stor
         history.len(),
         4,
         "compaction never shortens the stored history"
+    );
+}
+
+/// What a lease read with it (`lease_run_with_history`, or a claim asking for history): nothing
+/// from a store that reads it apart, else the thread as `get_thread` reads it now and `expected`
+/// exactly, the first page after its summary.
+async fn expect_leased_history<F: StoreFactory>(
+    f: &Fixture<F>,
+    leased: &LeasedRun,
+    expected: &[Message],
+    what: &str,
+) {
+    let Some((thread, page)) = &leased.history else {
+        assert!(
+            !F::READS_HISTORY_WITH_LEASE,
+            "{what}: the store reads the history with the lease, and read none"
+        );
+        return;
+    };
+    let now = f
+        .store
+        .get_thread(&f.scope, leased.run.thread_id)
+        .await
+        .expect("thread");
+    assert_eq!(thread, &now, "{what}: the thread as get_thread reads it");
+    assert_eq!(page, expected, "{what}: the first page after the summary");
+}
+
+/// A run's lease taken with what it begins with (issue 28: one round trip fewer per run) reads
+/// the same as `lease_run` then `thread_with_history` would, on both paths (a worker's claim and
+/// a direct lease): the run under the new lease, its thread, and at most `limit` messages from
+/// the start, or after the summary when the thread has one. A lease another holds is refused
+/// and reads nothing; another tenant's run is `NotFound`.
+pub async fn a_lease_reads_the_history_its_run_begins_with<F: StoreFactory>() {
+    let f = fixture::<F>().await;
+    let run = f.run().await;
+    let request = LeaseRequest {
+        holder: "w1".into(),
+        ttl: TTL,
+        history: Some(3),
+    };
+    let claimed = f
+        .store
+        .claim_leased(
+            &SystemScope::new("conformance"),
+            "worker",
+            TTL,
+            &ClaimFilter::any(),
+            &request,
+        )
+        .await
+        .expect("claim")
+        .expect("the run's job");
+    let leased = claimed.lease.expect("a free lease is taken with the claim");
+    expect_leased_history(&f, &leased, &[], "a claim, no messages yet").await;
+
+    let messages: Vec<Message> = (0..4).map(|i| message(&f, &run, format!("m{i}"))).collect();
+    let run = append(&f, &leased.run, &leased.lease, messages.clone()).await;
+    f.store
+        .release_lease(&f.scope, &leased.lease)
+        .await
+        .expect("release");
+    let leased = f
+        .store
+        .lease_run_with_history(&f.scope, run.id, "w2", TTL, 3)
+        .await
+        .expect("lease with history");
+    let stored = f.store.get_run(&f.scope, run.id).await.expect("run");
+    assert_eq!(leased.run, stored, "the run as it stands under the lease");
+    assert_eq!(stored.lease.as_ref(), Some(&leased.lease), "the lease");
+    expect_leased_history(&f, &leased, &messages[..3], "the first page").await;
+
+    let mut compacting = f.commit(
+        &leased.run,
+        &leased.lease,
+        f.events(run.id, stored.last_seq + 1, 1),
+        RunStatus::Running,
+    );
+    compacting.summary = Some(summary(&stored, 1, messages[1].id, 2));
+    f.store
+        .commit_step(&f.scope, compacting)
+        .await
+        .expect("a summary");
+    f.store
+        .release_lease(&f.scope, &leased.lease)
+        .await
+        .expect("release");
+    let leased = f
+        .store
+        .lease_run_with_history(&f.scope, run.id, "w3", TTL, 3)
+        .await
+        .expect("lease with history");
+    expect_leased_history(&f, &leased, &messages[2..], "after the summary").await;
+
+    expect_kind(
+        f.store
+            .lease_run_with_history(&f.scope, run.id, "w4", TTL, 3)
+            .await,
+        ErrorKind::Conflict,
+        "a lease another holds",
+    );
+    expect_kind(
+        f.store
+            .lease_run_with_history(&scope("globex"), run.id, "w4", TTL, 3)
+            .await,
+        ErrorKind::NotFound,
+        "another tenant's run",
     );
 }
 

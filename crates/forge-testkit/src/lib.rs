@@ -65,6 +65,11 @@ pub trait StoreFactory: Send + Sync + 'static {
         + forge_eval::EvalStore
         + 'static;
 
+    /// Whether the adapter reads what a run begins with in the same trip as its lease
+    /// ([`forge_core::ports::store::LeasedRun::history`] is then always read when asked for); the
+    /// `history` suite then requires it.
+    const READS_HISTORY_WITH_LEASE: bool = false;
+
     /// A new store with no data, reading time from `clock`.
     fn make(clock: Arc<ManualClock>) -> impl Future<Output = Arc<Self::Store>> + Send;
 }
@@ -112,6 +117,7 @@ pub const SUITES: &[Suite] = &[
             "a_step_commits_its_summary_once_building_on_the_current_one",
             "runs_and_pending_interactions_page_by_cursor",
             "threads_page_newest_first_and_archive",
+            "a_lease_reads_the_history_its_run_begins_with",
         ],
     },
     Suite {
@@ -397,7 +403,8 @@ macro_rules! threads_conformance {
             message_pages_are_stable_under_concurrent_appends,
             a_step_commits_its_summary_once_building_on_the_current_one,
             runs_and_pending_interactions_page_by_cursor,
-            threads_page_newest_first_and_archive);
+            threads_page_newest_first_and_archive,
+            a_lease_reads_the_history_its_run_begins_with);
     };
 }
 

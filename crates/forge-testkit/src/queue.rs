@@ -12,7 +12,7 @@ use forge_core::id::SequentialIds;
 use forge_core::part::Part;
 use forge_core::ports::audit::AuditLog;
 use forge_core::ports::queue::{ClaimFilter, JobQueue, JobState};
-use forge_core::ports::store::{NewRun, NewThread, RunStore, ThreadStore};
+use forge_core::ports::store::{LeasedRun, NewRun, NewThread, RunStore, ThreadStore};
 use forge_core::scope::SystemScope;
 use forge_core::time::Clock;
 
@@ -741,6 +741,7 @@ pub async fn claims_take_the_runs_lease_when_it_is_free<F: StoreFactory>() {
     let request = LeaseRequest {
         holder: "engine-1".into(),
         ttl: TTL * 2,
+        history: None,
     };
     let run = f.run().await;
     let claimed = f
@@ -750,7 +751,12 @@ pub async fn claims_take_the_runs_lease_when_it_is_free<F: StoreFactory>() {
         .expect("claim")
         .expect("the run's job");
     assert_eq!(claimed.job.run_id, run.id);
-    let (lease, leased) = claimed.lease.expect("a free lease is taken with the claim");
+    let LeasedRun {
+        lease,
+        run: leased,
+        history,
+    } = claimed.lease.expect("a free lease is taken with the claim");
+    assert!(history.is_none(), "no history is read unless asked for");
     assert_eq!(
         (lease.run_id, lease.holder.as_str(), lease.expires_at),
         (run.id, "engine-1", f.clock.now().plus(TTL * 2))

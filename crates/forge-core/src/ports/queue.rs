@@ -179,6 +179,9 @@ pub struct LeaseRequest {
     pub holder: String,
     /// Its time to live.
     pub ttl: Duration,
+    /// When set, the most messages of the run's history to read with the lease, where the
+    /// adapter can in the same trip ([`crate::ports::store::RunStore::lease_run_with_history`]).
+    pub history: Option<usize>,
 }
 
 /// A claim made by [`JobQueue::claim_leased`], with its run's lease when the adapter took it.
@@ -186,8 +189,9 @@ pub struct LeaseRequest {
 pub struct Claimed {
     /// The claim.
     pub job: ClaimedJob,
-    /// The run's new lease and the run as it stands under it, if taken with the claim.
-    pub lease: Option<(crate::run::RunLease, crate::run::Run)>,
+    /// The run's new lease and the run as it stands under it, if taken with the claim, with its
+    /// history when [`LeaseRequest::history`] asked for it and the adapter read it.
+    pub lease: Option<crate::ports::store::LeasedRun>,
 }
 
 /// Port: the durable run queue.

@@ -347,6 +347,19 @@ pub struct Committed {
     pub job_completed: bool,
 }
 
+/// A run taken under its lease, as [`RunStore::lease_run_with_history`] and
+/// [`crate::ports::queue::JobQueue::claim_leased`] give it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LeasedRun {
+    /// The new lease.
+    pub lease: RunLease,
+    /// The run as it stands under the lease (its `lease` and `fence` are the new lease's).
+    pub run: Run,
+    /// The run's thread and the first page of its history, read after the lease was taken, when
+    /// the adapter read them with it; `None` when it did not.
+    pub history: Option<(Thread, Vec<Message>)>,
+}
+
 /// Port: runs, their leases, their event log and the atomic step commit.
 #[async_trait]
 pub trait RunStore: Send + Sync {
@@ -394,6 +407,28 @@ pub trait RunStore: Send + Sync {
         let lease = self.acquire_lease(scope, id, holder, ttl).await?;
         let run = self.get_run(scope, id).await?;
         Ok((lease, run))
+    }
+
+    /// [`RunStore::lease_run`], and, where the adapter can in the same trip to its database,
+    /// what the run begins with: its thread and the first page of its history, at most `limit`
+    /// messages, as [`ThreadStore::thread_with_history`] reads them, read after the lease was
+    /// taken (so no step committed before the lease is missing from it). The default leaves
+    /// [`LeasedRun::history`] `None`, and the caller reads them itself.
+    async fn lease_run_with_history(
+        &self,
+        scope: &Scope,
+        id: RunId,
+        holder: &str,
+        ttl: Duration,
+        limit: usize,
+    ) -> Result<LeasedRun, Error> {
+        let _ = limit;
+        let (lease, run) = self.lease_run(scope, id, holder, ttl).await?;
+        Ok(LeasedRun {
+            lease,
+            run,
+            history: None,
+        })
     }
 
     /// Extends a lease that is still current; `Fenced` if it is not.

@@ -180,14 +180,27 @@ impl Engine {
         control: &RunControl,
         observer: &dyn RunObserver,
     ) -> Result<RunOutcome, EngineError> {
-        let (lease, run) = match control.leased.clone() {
-            Some((lease, run)) if lease.run_id == run_id && run.id == run_id => (lease, run),
+        // The run's history is read with its lease where the store can (one trip fewer).
+        let LeasedRun {
+            lease,
+            run,
+            history,
+        } = match control.leased.clone() {
+            Some(leased) if leased.lease.run_id == run_id && leased.run.id == run_id => leased,
             _ => {
                 self.runs
-                    .lease_run(scope, run_id, &self.worker_id, self.lease_ttl)
+                    .lease_run_with_history(
+                        scope,
+                        run_id,
+                        &self.worker_id,
+                        self.lease_ttl,
+                        crate::compaction::HISTORY_PAGE,
+                    )
                     .await?
             }
         };
+        // Read with another run's thread, it would not be this run's history.
+        let history = history.filter(|(thread, _)| thread.id == run.thread_id);
         let result = async {
             if run.status.is_terminal() {
                 return Ok(RunOutcome {
@@ -201,7 +214,7 @@ impl Engine {
             // Losing the lease stops the run where it is.
             tokio::select! {
                 biased;
-                r = self.execute_leased(&run_scope, run, lease.clone(), control, observer) => r,
+                r = self.execute_leased(&run_scope, run, lease.clone(), history, control, observer) => r,
                 e = self.keep_lease(scope, lease.clone()) => self.lost_lease(scope, &lease, e).await,
             }
         }
@@ -327,6 +340,7 @@ impl Engine {
         scope: &Scope,
         run: Run,
         lease: RunLease,
+        history: Option<(forge_core::thread::Thread, Vec<Message>)>,
         control: &RunControl,
         observer: &dyn RunObserver,
     ) -> Result<RunOutcome, EngineError> {
@@ -406,11 +420,16 @@ impl Engine {
                 model: agent.model.clone(),
             });
         }
-        // The thread and its history's first page in one read where the store can.
-        let (thread, first) = self
-            .threads
-            .thread_with_history(scope, cur.run.thread_id, crate::compaction::HISTORY_PAGE)
-            .await?;
+        // The thread and its history's first page, read with the lease or else in one read
+        // where the store can.
+        let (thread, first) = match history {
+            Some(read) => read,
+            None => {
+                self.threads
+                    .thread_with_history(scope, cur.run.thread_id, crate::compaction::HISTORY_PAGE)
+                    .await?
+            }
+        };
         cur.state = thread.state;
         cur.history = crate::compaction::continue_history(
             self.threads.as_ref(),

@@ -20,7 +20,7 @@ use forge_core::ports::audit::AuditRecord;
 use forge_core::ports::interaction::{InteractionFilter, InteractionStore, Resolved};
 use forge_core::ports::model::ModelProvider;
 use forge_core::ports::policy::Authorizer;
-use forge_core::ports::store::{NewRun, RunStore, StepCommit, ThreadStore};
+use forge_core::ports::store::{LeasedRun, NewRun, RunStore, StepCommit, ThreadStore};
 use forge_core::ports::tool::{ApprovalRule, Tool};
 use forge_core::ports::usage::{CallFilter, UsageLedger};
 use forge_core::run::{
@@ -83,10 +83,10 @@ pub struct RunControl {
     /// the run completes it in the same write ([`forge_core::ports::store::StepCommit::job`]).
     /// A claim of another run or tenant is ignored.
     pub job: Option<forge_core::ports::queue::ClaimedJob>,
-    /// The run's lease, taken with the claim ([`forge_core::ports::queue::Claimed::lease`]), and
-    /// the run as it stood under it: the execution starts from these instead of taking the lease
-    /// itself. A lease of another run is ignored.
-    pub leased: Option<(forge_core::run::RunLease, forge_core::run::Run)>,
+    /// The run's lease, taken with the claim ([`forge_core::ports::queue::Claimed::lease`]), the
+    /// run as it stood under it and, when read with them, its history: the execution starts from
+    /// these instead of taking the lease itself. A lease of another run is ignored.
+    pub leased: Option<forge_core::ports::store::LeasedRun>,
 }
 
 /// Tenant quotas: a default and per-tenant overrides.

@@ -13,7 +13,7 @@ use forge_core::ports::store::{NewRun, NewThread, RunStore, Store, ThreadStore};
 use forge_core::run::RunStatus;
 use forge_core::scope::{Scope, SystemScope};
 use forge_core::time::ManualClock;
-use forge_engine::{Engine, JobOutcome, RunObserver, Worker, WorkerConfig};
+use forge_engine::{Engine, JobOutcome, NoopObserver, RunObserver, Worker, WorkerConfig};
 use forge_providers::{Script, ScriptedProvider};
 use tokio_util::sync::CancellationToken;
 
@@ -65,10 +65,15 @@ async fn a_worker_executes_a_submitted_run_and_completes_its_job() {
     );
 }
 
-/// The job queue of the harness's store, counting the `complete` calls made on it.
+/// The job queue of the harness's store, counting the `complete` calls made on it; when
+/// `history` is set, the leases its claims take carry that history, as if read with them.
 struct CountingCompletes {
     store: Arc<forge_store_memory::MemoryStore>,
     completes: std::sync::atomic::AtomicUsize,
+    history: Option<(
+        forge_core::thread::Thread,
+        Vec<forge_core::message::Message>,
+    )>,
 }
 
 #[async_trait::async_trait]
@@ -97,9 +102,21 @@ impl JobQueue for CountingCompletes {
         filter: &ClaimFilter,
         lease: &forge_core::ports::queue::LeaseRequest,
     ) -> Result<Option<forge_core::ports::queue::Claimed>, forge_core::Error> {
-        self.store
+        let mut claimed = self
+            .store
             .claim_leased(system, worker, ttl, filter, lease)
-            .await
+            .await?;
+        if let Some(leased) = claimed.as_mut().and_then(|c| c.lease.as_mut())
+            && self.history.is_some()
+        {
+            assert_eq!(
+                lease.history,
+                Some(forge_engine::compaction::HISTORY_PAGE),
+                "the worker asks for the history with the lease"
+            );
+            leased.history = self.history.clone();
+        }
+        Ok(claimed)
     }
     async fn heartbeat(
         &self,
@@ -199,6 +216,7 @@ async fn the_claim_leases_the_run_and_its_last_step_completes_the_job() {
     let queue = Arc::new(CountingCompletes {
         store: h.store.clone(),
         completes: Default::default(),
+        history: None,
     });
     let worker = Worker::new(engine.clone(), queue.clone(), config());
     let outcome = worker.run_one(&CancellationToken::new()).await.unwrap();
@@ -220,6 +238,145 @@ async fn the_claim_leases_the_run_and_its_last_step_completes_the_job() {
         0,
         "the run's last commit completed the job"
     );
+}
+
+/// A run begins with the history its lease was read with (issue 28: one round trip fewer per
+/// run), not a second read of its own; a history read with the lease of another thread is not
+/// this run's, and the run reads its own.
+#[tokio::test]
+async fn a_run_begins_with_the_history_read_with_its_lease() {
+    for (same_thread, expected) in [(true, "read with the lease"), (false, "go")] {
+        let h = harness(TWO_TOOL_STEPS, vec![calculator()], RunLimits::default());
+        let engine = Arc::new(h.engine);
+        let thread = h
+            .store
+            .create_thread(&h.scope, NewThread::default())
+            .await
+            .unwrap();
+        let run = engine
+            .start_run(&h.scope, thread.id, &h.agent, vec![Part::text("go")])
+            .await
+            .unwrap();
+        let mut read = thread.clone();
+        if !same_thread {
+            read.id = forge_core::id::ThreadId::generate(&forge_core::id::UuidV7Generator);
+        }
+        let earlier = forge_core::message::Message {
+            id: forge_core::id::MessageId::generate(&SequentialIds::new()),
+            run_id: run.id,
+            role: forge_core::message::Role::User,
+            parts: vec![Part::text("read with the lease")],
+            created_at: thread.created_at,
+        };
+        let queue = Arc::new(CountingCompletes {
+            store: h.store.clone(),
+            completes: Default::default(),
+            history: Some((read, vec![earlier])),
+        });
+        let worker = Worker::new(engine.clone(), queue, config());
+        let outcome = worker.run_one(&CancellationToken::new()).await.unwrap();
+        assert_eq!(outcome, Some(JobOutcome::Finished(RunStatus::Completed)));
+        let requests = h.model.requests.lock().unwrap();
+        let first: Vec<String> = requests[0].messages.iter().map(|m| m.text()).collect();
+        assert_eq!(
+            first.first().map(String::as_str),
+            Some(expected),
+            "same thread: {same_thread}; the first request's messages: {first:?}"
+        );
+    }
+}
+
+/// On PostgreSQL, a run reads what it begins with in the statement that takes its lease (issue
+/// 28), both executed directly and claimed by a worker: PostgreSQL counts the functions' calls
+/// (`track_functions`), and the two runs call `forge_thread_start` once each, and neither the
+/// separate thread read (`forge_thread_row`) nor a page read (`forge_message_page`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_postgres_a_run_reads_its_history_with_its_lease() {
+    use forge_store_postgres::testing::{Flavor, TestDatabase};
+    use sqlx::Connection;
+    let db = TestDatabase::create(Flavor::Plain)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mut admin = sqlx::PgConnection::connect(db.admin_url()).await.unwrap();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "ALTER DATABASE \"{}\" SET track_functions = 'pl'",
+        db.name()
+    )))
+    .execute(&mut admin)
+    .await
+    .unwrap();
+    // A store whose connections begin after the setting.
+    let clock = Arc::new(ManualClock::at_2026());
+    let url = db.url().to_owned();
+    let store = Arc::new(
+        forge_store_postgres::PostgresStore::connect_with(
+            &url,
+            forge_store_postgres::Mode::Rls,
+            clock.clone(),
+            Arc::new(SequentialIds::new()),
+        )
+        .await
+        .unwrap()
+        .with_guard(db),
+    );
+    let def = agent(&["calculate"], RunLimits::default());
+    let agent_ref = def.agent.clone();
+    let engine = Arc::new(
+        Engine::builder()
+            .store(store.clone())
+            .model(Arc::new(ScriptedProvider::new(
+                Script::parse(TWO_TOOL_STEPS, "inline").unwrap(),
+            )))
+            .clock(clock)
+            .worker_id("w1")
+            .agent(def)
+            .tool(calculator())
+            .unwrap()
+            .build()
+            .unwrap(),
+    );
+    let scope = Scope::parse("acme", "alice", &["member"]).unwrap();
+    let mut runs = vec![];
+    for _ in 0..2 {
+        let thread = store
+            .create_thread(&scope, NewThread::default())
+            .await
+            .unwrap();
+        runs.push(
+            engine
+                .start_run(&scope, thread.id, &agent_ref, vec![Part::text("go")])
+                .await
+                .unwrap(),
+        );
+    }
+    let direct = engine
+        .execute(&scope, runs[0].id, &CancellationToken::new(), &NoopObserver)
+        .await
+        .unwrap();
+    assert_eq!(direct.status, RunStatus::Completed);
+    let worker = Worker::new(engine.clone(), store.clone(), config());
+    let claimed = worker.run_one(&CancellationToken::new()).await.unwrap();
+    assert_eq!(claimed, Some(JobOutcome::Finished(RunStatus::Completed)));
+    // An idle backend publishes its counts within PostgreSQL's idle interval (10 s).
+    let expected = [("forge_thread_start".to_owned(), 2)];
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let calls: Vec<(String, i64)> = sqlx::query_as(
+            "SELECT funcname::text, calls FROM pg_stat_user_functions WHERE funcname IN \
+             ('forge_thread_start', 'forge_thread_row', 'forge_message_page') ORDER BY funcname",
+        )
+        .fetch_all(&mut admin)
+        .await
+        .unwrap();
+        if calls == expected {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the functions were called {calls:?} times, not {expected:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
 }
 
 /// A worker leaves alone the runs of agent versions it does not have (issue 17, item 1): in a

@@ -12,6 +12,7 @@ struct Memory;
 
 impl forge_testkit::StoreFactory for Memory {
     type Store = MemoryStore;
+    const READS_HISTORY_WITH_LEASE: bool = true;
 
     async fn make(clock: Arc<ManualClock>) -> Arc<MemoryStore> {
         Arc::new(MemoryStore::new(clock, Arc::new(SequentialIds::new())))

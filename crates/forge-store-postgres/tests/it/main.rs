@@ -5,6 +5,7 @@
 
 mod claim_plan;
 mod isolation;
+mod lease_reads;
 mod migrations;
 mod notify;
 mod pool;
@@ -67,6 +68,7 @@ pub(crate) struct Postgres;
 
 impl forge_testkit::StoreFactory for Postgres {
     type Store = PostgresStore;
+    const READS_HISTORY_WITH_LEASE: bool = true;
 
     async fn make(clock: Arc<ManualClock>) -> Arc<PostgresStore> {
         Arc::new(fresh(Flavor::Plain, clock).await.0)
@@ -77,6 +79,7 @@ struct Supabase;
 
 impl forge_testkit::StoreFactory for Supabase {
     type Store = PostgresStore;
+    const READS_HISTORY_WITH_LEASE: bool = true;
 
     async fn make(clock: Arc<ManualClock>) -> Arc<PostgresStore> {
         Arc::new(fresh(Flavor::Supabase, clock).await.0)
@@ -95,6 +98,7 @@ struct Pgvector;
 
 impl forge_testkit::StoreFactory for Pgvector {
     type Store = PostgresStore;
+    const READS_HISTORY_WITH_LEASE: bool = true;
 
     async fn make(clock: Arc<ManualClock>) -> Arc<PostgresStore> {
         Arc::new(fresh_pgvector(clock).await)

@@ -136,13 +136,18 @@ fn hot_calls() -> Vec<(&'static str, String, Vec<String>)> {
         ),
         (
             "claim_leased",
-            "timestamptz, timestamptz, uuid, text[], text[], text, timestamptz".to_owned(),
-            vec![format!("{T}, {T}, NULL, NULL, NULL, 'worker', {T}"); 8],
+            "timestamptz, timestamptz, uuid, text[], text[], text, timestamptz, bigint".to_owned(),
+            vec![format!("{T}, {T}, NULL, NULL, NULL, 'worker', {T}, 256"); 8],
+        ),
+        (
+            "lease_with_history",
+            "uuid, text, text, timestamptz, timestamptz, bigint".to_owned(),
+            vec![format!("{RUN}, 'tenant', 'worker', {T}, {T}, 256"); 8],
         ),
         (
             "thread_with_page",
             "uuid, text, bigint".to_owned(),
-            vec![format!("{RUN}, 'tenant', 200"); 8],
+            vec![format!("{RUN}, 'tenant', 256"); 8],
         ),
     ];
     assert_eq!(calls.len(), hot.len(), "every hot statement is tried");

@@ -36,6 +36,7 @@ struct Sqlite;
 
 impl forge_testkit::StoreFactory for Sqlite {
     type Store = SqliteStore;
+    const READS_HISTORY_WITH_LEASE: bool = true;
 
     async fn make(clock: Arc<ManualClock>) -> Arc<SqliteStore> {
         let path = fresh_path("conformance");

@@ -1,0 +1,1 @@
+DROP FUNCTION forge_thread_start(uuid, text, bigint);

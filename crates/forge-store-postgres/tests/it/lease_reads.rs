@@ -1,0 +1,140 @@
+//! The history a run begins with is read in the statement that takes its lease (migration 27), in
+//! a snapshot of its own taken after the lease: a lease that waited for the run row's lock still
+//! reads the messages committed while it waited, on both paths (a direct lease and a worker's
+//! claim). Read in the statement's snapshot, taken before the wait, they would be missing.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use forge_core::part::Part;
+use forge_core::ports::queue::{ClaimFilter, JobQueue, LeaseRequest};
+use forge_core::ports::store::{LeasedRun, NewRun, NewThread, RunStore, ThreadStore};
+use forge_core::run::Run;
+use forge_core::scope::SystemScope;
+use forge_core::time::ManualClock;
+use forge_store_postgres::PostgresStore;
+use forge_store_postgres::testing::Flavor;
+use forge_testkit::fixtures::{agent_ref, scope};
+use sqlx::{Connection, PgConnection};
+
+const TTL: Duration = Duration::from_secs(30);
+
+/// Holds `run`'s row locked in a transaction of the administrator that also writes a message of
+/// its thread, runs `lease` meanwhile, commits once the lease waits on the lock, and returns what
+/// the lease read with the message's id.
+async fn lease_while_locked(
+    admin: &str,
+    run: &Run,
+    lease: impl Future<Output = LeasedRun> + Send + 'static,
+) -> (LeasedRun, uuid::Uuid) {
+    let mut holder = PgConnection::connect(admin).await.unwrap();
+    let message = uuid::Uuid::now_v7();
+    sqlx::raw_sql("BEGIN").execute(&mut holder).await.unwrap();
+    sqlx::query("SELECT 1 FROM forge_runs WHERE id = $1 FOR UPDATE")
+        .bind(run.id.0)
+        .execute(&mut holder)
+        .await
+        .unwrap();
+    sqlx::query(
+        "INSERT INTO forge_messages (tenant_id, thread_id, id, run_id, role, parts, created_at) \
+         VALUES ($1, $2, $3, $4, 'user', '[{\"type\": \"text\", \"text\": \"meanwhile\"}]', now())",
+    )
+    .bind(run.tenant_id.as_str())
+    .bind(run.thread_id.0)
+    .bind(message)
+    .bind(run.id.0)
+    .execute(&mut holder)
+    .await
+    .unwrap();
+    let leasing = tokio::spawn(lease);
+    // The lease's backend waits on the row lock before the holder lets go.
+    let mut watch = PgConnection::connect(admin).await.unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity \
+             WHERE datname = current_database() AND wait_event_type = 'Lock'",
+        )
+        .fetch_one(&mut watch)
+        .await
+        .unwrap();
+        if waiting > 0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the lease never waited for the run row's lock"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    sqlx::raw_sql("COMMIT").execute(&mut holder).await.unwrap();
+    (leasing.await.unwrap(), message)
+}
+
+/// The message ids of what a lease read with it.
+fn page(leased: &LeasedRun) -> Vec<uuid::Uuid> {
+    let (_, page) = leased
+        .history
+        .as_ref()
+        .expect("the history read with the lease");
+    page.iter().map(|m| m.id.0).collect()
+}
+
+async fn new_run(store: &PostgresStore) -> Run {
+    let a = scope("t-a");
+    let thread = store.create_thread(&a, NewThread::default()).await.unwrap();
+    store
+        .create_run(
+            &a,
+            NewRun::new(thread.id, agent_ref(), vec![Part::text("go")]),
+        )
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_lease_that_waited_for_the_run_reads_the_history_committed_meanwhile() {
+    let (store, _, admin) = crate::fresh(Flavor::Plain, Arc::new(ManualClock::at_2026())).await;
+    let store = Arc::new(store);
+    let run = new_run(&store).await;
+    let leasing = store.clone();
+    let id = run.id;
+    let (leased, message) = lease_while_locked(&admin, &run, async move {
+        leasing
+            .lease_run_with_history(&scope("t-a"), id, "w", TTL, 10)
+            .await
+            .unwrap()
+    })
+    .await;
+    assert_eq!(page(&leased), [message]);
+}
+
+#[tokio::test]
+async fn a_claim_whose_lease_waited_for_the_run_reads_the_history_committed_meanwhile() {
+    let (store, _, admin) = crate::fresh(Flavor::Plain, Arc::new(ManualClock::at_2026())).await;
+    let store = Arc::new(store);
+    let run = new_run(&store).await;
+    let claiming = store.clone();
+    let (leased, message) = lease_while_locked(&admin, &run, async move {
+        let request = LeaseRequest {
+            holder: "w".into(),
+            ttl: TTL,
+            history: Some(10),
+        };
+        let claimed = claiming
+            .claim_leased(
+                &SystemScope::new("test"),
+                "worker",
+                TTL,
+                &ClaimFilter::any(),
+                &request,
+            )
+            .await
+            .unwrap()
+            .expect("the run's job");
+        claimed.lease.expect("the free lease")
+    })
+    .await;
+    assert_eq!(leased.run.id, run.id);
+    assert_eq!(page(&leased), [message]);
+}

@@ -476,8 +476,33 @@ const SUPABASE_LEASE_WITH_HISTORY: Migration = Migration {
     down: include_str!("../migrations/0027_lease_with_history.down.sql"),
 };
 
+/// The system functions' version 5 (the claim plans its lookups by key); RLS mode's administrator
+/// provisions them.
+const CLAIM_BY_KEY: Migration = Migration {
+    version: 28,
+    name: "claim_by_key",
+    up: include_str!("../migrations/0028_claim_by_key.up.sql"),
+    down: include_str!("../migrations/0028_claim_by_key.down.sql"),
+};
+
+/// Supabase mode provisions the system functions itself: version 5 replaces version 4.
+const SUPABASE_CLAIM_BY_KEY: Migration = Migration {
+    version: 28,
+    name: "supabase_claim_by_key",
+    up: concat!(
+        include_str!("../migrations/0028_claim_by_key.up.sql"),
+        "SELECT set_config('forge.app_role', current_user, true);\n",
+        "SET LOCAL ROLE forge_system;\n",
+        include_str!("../sql/system_functions.sql"),
+        "RESET ROLE;\n",
+        include_str!("../sql/system_owner.sql")
+    ),
+    // The functions stay at version 5, which a build of version 4 refuses at start-up.
+    down: include_str!("../migrations/0028_claim_by_key.down.sql"),
+};
+
 /// The migrations of a mode, in order.
-pub fn migrations(mode: Mode) -> [Migration; 27] {
+pub fn migrations(mode: Mode) -> [Migration; 28] {
     match mode {
         Mode::Rls => [
             TABLES,
@@ -507,6 +532,7 @@ pub fn migrations(mode: Mode) -> [Migration; 27] {
             ONE_ROW_FUNCTIONS,
             ONE_TRIP_STARTS,
             LEASE_WITH_HISTORY,
+            CLAIM_BY_KEY,
         ],
         Mode::Supabase => [
             TABLES,
@@ -536,6 +562,7 @@ pub fn migrations(mode: Mode) -> [Migration; 27] {
             ONE_ROW_FUNCTIONS,
             SUPABASE_ONE_TRIP_STARTS,
             SUPABASE_LEASE_WITH_HISTORY,
+            SUPABASE_CLAIM_BY_KEY,
         ],
     }
 }

@@ -2,7 +2,8 @@
 //! and ready jobs, it walks the lapsing claims by expiry and then the ready jobs by id, each in
 //! its own index, and stops — no sort, no scan of the whole table, no step past the claims in
 //! flight — so a claim costs a few index entries whatever the backlog (a plan that sorted the
-//! candidates cost 12 ms at 540 ready jobs). The queries are taken from
+//! candidates cost 12 ms at 540 ready jobs), and its agent filter looks each candidate's run up
+//! by key whatever the runs table held when the plan was made. The queries are taken from
 //! `sql/system_functions.sql` itself and planned generic, with the function's settings, so the
 //! test plans what ships.
 
@@ -126,9 +127,13 @@ async fn the_claim_walks_the_lapsing_then_the_ready_jobs_index_without_sorting()
                 "the claim does not walk {index}:\n{shown}"
             );
             assert!(!shown.contains("Sort"), "the claim sorts:\n{shown}");
+            // Nor a scan of the runs for the agent filter: planned while the runs table is
+            // empty (as a connection of a new deployment plans it), the filter's subquery was a
+            // hashed scan of every run, kept with the plan as the table grew (1.9 ms a claim
+            // at 3,000 runs, in proportion to them).
             assert!(
-                !shown.contains("Seq Scan on forge_jobs"),
-                "the claim scans the whole table:\n{shown}"
+                !shown.contains("Seq Scan"),
+                "the claim scans a whole table:\n{shown}"
             );
         }
     }

@@ -10,8 +10,9 @@ use forge_core::id::{RunId, SequentialIds};
 use forge_core::part::Part;
 use forge_core::ports::queue::{ClaimFilter, ClaimedJob, JobQueue, JobState};
 use forge_core::ports::store::{NewRun, NewThread, RunStore, Store, ThreadStore};
-use forge_core::run::RunStatus;
+use forge_core::run::{Run, RunStatus};
 use forge_core::scope::{Scope, SystemScope};
+use forge_core::thread::Thread;
 use forge_core::time::ManualClock;
 use forge_engine::{Engine, JobOutcome, NoopObserver, RunObserver, Worker, WorkerConfig};
 use forge_providers::{Script, ScriptedProvider};
@@ -30,6 +31,24 @@ tool_calls = [{ id = "c2", name = "calculate", input = { op = "mul", a = 3, b = 
 text = ["done"]
 "#;
 
+/// A new thread of `scope`'s tenant in `store`, and a run of `agent` started on it with "go".
+async fn go(
+    store: &forge_store_memory::MemoryStore,
+    scope: &Scope,
+    agent: &forge_core::agent::AgentRef,
+    engine: &Engine,
+) -> (Thread, Run) {
+    let thread = store
+        .create_thread(scope, NewThread::default())
+        .await
+        .unwrap();
+    let run = engine
+        .start_run(scope, thread.id, agent, vec![Part::text("go")])
+        .await
+        .unwrap();
+    (thread, run)
+}
+
 fn config() -> WorkerConfig {
     WorkerConfig {
         id: "test-worker".into(),
@@ -42,15 +61,7 @@ fn config() -> WorkerConfig {
 async fn a_worker_executes_a_submitted_run_and_completes_its_job() {
     let h = harness(TWO_TOOL_STEPS, vec![calculator()], RunLimits::default());
     let engine = Arc::new(h.engine);
-    let thread = h
-        .store
-        .create_thread(&h.scope, NewThread::default())
-        .await
-        .unwrap();
-    let run = engine
-        .start_run(&h.scope, thread.id, &h.agent, vec![Part::text("go")])
-        .await
-        .unwrap();
+    let (_, run) = go(&h.store, &h.scope, &h.agent, &engine).await;
     let worker = Worker::new(engine.clone(), h.store.clone(), config());
     let outcome = worker.run_one(&CancellationToken::new()).await.unwrap();
     assert_eq!(outcome, Some(JobOutcome::Finished(RunStatus::Completed)));
@@ -204,15 +215,7 @@ impl JobQueue for CountingCompletes {
 async fn the_claim_leases_the_run_and_its_last_step_completes_the_job() {
     let h = harness(TWO_TOOL_STEPS, vec![calculator()], RunLimits::default());
     let engine = Arc::new(h.engine);
-    let thread = h
-        .store
-        .create_thread(&h.scope, NewThread::default())
-        .await
-        .unwrap();
-    let run = engine
-        .start_run(&h.scope, thread.id, &h.agent, vec![Part::text("go")])
-        .await
-        .unwrap();
+    let (_, run) = go(&h.store, &h.scope, &h.agent, &engine).await;
     let queue = Arc::new(CountingCompletes {
         store: h.store.clone(),
         completes: Default::default(),
@@ -248,15 +251,7 @@ async fn a_run_begins_with_the_history_read_with_its_lease() {
     for (same_thread, expected) in [(true, "read with the lease"), (false, "go")] {
         let h = harness(TWO_TOOL_STEPS, vec![calculator()], RunLimits::default());
         let engine = Arc::new(h.engine);
-        let thread = h
-            .store
-            .create_thread(&h.scope, NewThread::default())
-            .await
-            .unwrap();
-        let run = engine
-            .start_run(&h.scope, thread.id, &h.agent, vec![Part::text("go")])
-            .await
-            .unwrap();
+        let (thread, run) = go(&h.store, &h.scope, &h.agent, &engine).await;
         let mut read = thread.clone();
         if !same_thread {
             read.id = forge_core::id::ThreadId::generate(&forge_core::id::UuidV7Generator);
@@ -434,15 +429,7 @@ impl RunObserver for DrainAt {
 async fn a_drained_run_checkpoints_and_another_worker_resumes_it_without_gaps() {
     let h = harness(TWO_TOOL_STEPS, vec![calculator()], RunLimits::default());
     let engine = Arc::new(h.engine);
-    let thread = h
-        .store
-        .create_thread(&h.scope, NewThread::default())
-        .await
-        .unwrap();
-    let run = engine
-        .start_run(&h.scope, thread.id, &h.agent, vec![Part::text("go")])
-        .await
-        .unwrap();
+    let (_, run) = go(&h.store, &h.scope, &h.agent, &engine).await;
     let drain = CancellationToken::new();
     let first =
         Worker::new(engine.clone(), h.store.clone(), config()).with_observer(Arc::new(DrainAt {
@@ -579,15 +566,7 @@ async fn a_cancel_request_stops_the_run_after_its_step_and_starts_the_next() {
 async fn a_run_still_leased_by_a_crashed_worker_is_deferred_until_the_lease_lapses() {
     let h = harness(TWO_TOOL_STEPS, vec![calculator()], RunLimits::default());
     let engine = Arc::new(h.engine);
-    let thread = h
-        .store
-        .create_thread(&h.scope, NewThread::default())
-        .await
-        .unwrap();
-    let run = engine
-        .start_run(&h.scope, thread.id, &h.agent, vec![Part::text("go")])
-        .await
-        .unwrap();
+    let (_, run) = go(&h.store, &h.scope, &h.agent, &engine).await;
     // A worker took the run and died holding its lease.
     let dead = h
         .store

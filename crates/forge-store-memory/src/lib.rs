@@ -132,6 +132,27 @@ impl State {
             .ok_or_else(|| Error::not_found("thread", id))
     }
 
+    /// Takes the lease of `tenant`'s run `id` for `holder` when `next_lease` allows it, writing
+    /// its new fence; returns the lease and the run under it.
+    fn take_lease(
+        &mut self,
+        tenant: &forge_core::scope::TenantId,
+        id: RunId,
+        holder: &str,
+        ttl: std::time::Duration,
+        now: forge_core::time::Timestamp,
+    ) -> Result<(forge_core::run::RunLease, Run), Error> {
+        let run = self
+            .runs
+            .get_mut(&id)
+            .filter(|r| &r.tenant_id == tenant)
+            .ok_or_else(|| Error::not_found("run", id))?;
+        let lease = forge_core::ports::store::next_lease(run, holder, ttl, now)?;
+        run.fence = lease.token;
+        run.lease = Some(lease.clone());
+        Ok((lease, run.clone()))
+    }
+
     /// What a run begins with: `tenant`'s thread and the first page of its history after its
     /// summary (from the start without one), at most `limit` messages.
     fn thread_start(

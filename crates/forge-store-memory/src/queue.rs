@@ -265,17 +265,8 @@ impl JobQueue for MemoryStore {
         let now = self.clock.now();
         let mut st = self.lock();
         let leased = st
-            .runs
-            .get_mut(&job.run_id)
-            .filter(|run| run.tenant_id == job.tenant_id)
-            .and_then(|run| {
-                let taken =
-                    forge_core::ports::store::next_lease(run, &lease.holder, lease.ttl, now)
-                        .ok()?;
-                run.fence = taken.token;
-                run.lease = Some(taken.clone());
-                Some((taken, run.clone()))
-            })
+            .take_lease(&job.tenant_id, job.run_id, &lease.holder, lease.ttl, now)
+            .ok()
             .map(|(taken, run)| {
                 // Read in the same critical section as the lease, as the SQL adapters do in one
                 // statement.

@@ -11,8 +11,7 @@ use forge_core::message::Message;
 use forge_core::ports::queue::JobState;
 use forge_core::ports::store::{
     Admission, Committed, LeasedRun, MessageWindow, NewRun, NewThread, RunQuery, RunStore,
-    StartStrategy, StepCommit, ThreadStore, admit, check_commit, check_summary, next_lease,
-    renewed_lease,
+    StartStrategy, StepCommit, ThreadStore, admit, check_commit, check_summary, renewed_lease,
 };
 use forge_core::run::{Run, RunLease};
 use forge_core::scope::Scope;
@@ -245,12 +244,9 @@ impl RunStore for MemoryStore {
         ttl: Duration,
     ) -> Result<RunLease, Error> {
         let now = self.clock.now();
-        let mut st = self.lock();
-        let lease = next_lease(st.run(scope, id)?, holder, ttl, now)?;
-        if let Some(r) = st.runs.get_mut(&id) {
-            r.fence = lease.token;
-            r.lease = Some(lease.clone());
-        }
+        let (lease, _) = self
+            .lock()
+            .take_lease(scope.tenant_id(), id, holder, ttl, now)?;
         Ok(lease)
     }
 
@@ -264,15 +260,7 @@ impl RunStore for MemoryStore {
     ) -> Result<LeasedRun, Error> {
         let now = self.clock.now();
         let mut st = self.lock();
-        let lease = next_lease(st.run(scope, id)?, holder, ttl, now)?;
-        let run = match st.runs.get_mut(&id) {
-            Some(r) => {
-                r.fence = lease.token;
-                r.lease = Some(lease.clone());
-                r.clone()
-            }
-            None => return Err(Error::not_found("run", id)),
-        };
+        let (lease, run) = st.take_lease(scope.tenant_id(), id, holder, ttl, now)?;
         let history = st
             .thread_start(scope.tenant_id(), run.thread_id, limit)
             .ok();

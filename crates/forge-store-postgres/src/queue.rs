@@ -166,11 +166,7 @@ impl JobQueue for PostgresStore {
             let Some(job) = self.claim(system, worker, ttl, filter).await? else {
                 return Ok(None);
             };
-            let scope = Scope::new(
-                job.tenant_id.clone(),
-                forge_core::scope::PrincipalId::new(lease.holder.clone())?,
-                vec![],
-            );
+            let scope = lease.reader(&job.tenant_id)?;
             let leased = match lease.history {
                 Some(limit) => self
                     .lease_run_with_history(&scope, job.run_id, &lease.holder, lease.ttl, limit)
@@ -221,12 +217,8 @@ impl JobQueue for PostgresStore {
         let (new_lease, run) = crate::runs::judge_lease(&row, &lease.holder, lease.ttl, now)?;
         // Read under the run's tenant; a page after a summary that cannot be read apart is left
         // to the engine, which reads the history itself and hears why.
-        let reader = forge_core::scope::PrincipalId::new(lease.holder.clone());
-        let history = match (lease.history, reader) {
-            (Some(limit), Ok(reader)) => {
-                let scope = Scope::new(job.tenant_id.clone(), reader, vec![]);
-                self.thread_start(&scope, &row, limit).await.ok().flatten()
-            }
+        let history = match (lease.history, lease.reader(&job.tenant_id)) {
+            (Some(limit), Ok(scope)) => self.thread_start(&scope, &row, limit).await.ok().flatten(),
             _ => None,
         };
         let leased = LeasedRun {

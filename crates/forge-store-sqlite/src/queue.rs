@@ -126,12 +126,9 @@ impl SqliteStore {
         let Some(mut claimed) = claimed else {
             return Ok(None);
         };
-        if let (Some(limit), Ok(reader)) = (
-            request.history,
-            forge_core::scope::PrincipalId::new(request.holder.clone()),
-        ) && let Some(leased) = claimed.lease.take()
+        if let (Some(limit), Ok(scope)) = (request.history, request.reader(&claimed.job.tenant_id))
+            && let Some(leased) = claimed.lease.take()
         {
-            let scope = Scope::new(claimed.job.tenant_id.clone(), reader, vec![]);
             claimed.lease = Some(self.with_page_after_summary(&scope, leased, limit).await);
         }
         Ok(Some(claimed))

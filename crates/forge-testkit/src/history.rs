@@ -11,14 +11,14 @@ use forge_core::id::{MessageId, UuidV7Generator};
 use forge_core::message::{Message, Role};
 use forge_core::part::Part;
 use forge_core::ports::queue::{ClaimFilter, JobQueue, LeaseRequest};
-use forge_core::ports::store::{LeasedRun, MessageWindow, RunStore, ThreadStore};
+use forge_core::ports::store::{LeasedRun, MessageWindow, NewRun, RunStore, ThreadStore};
 use forge_core::run::{Run, RunLease, RunStatus};
 use forge_core::scope::SystemScope;
 use forge_core::thread::{THREAD_SUMMARY, ThreadSummary};
 use forge_core::time::Clock;
 
 use crate::StoreFactory;
-use crate::fixtures::scope;
+use crate::fixtures::{agent_ref, scope};
 use crate::store::{Fixture, TTL, expect_kind, fixture};
 
 fn message(f: &Fixture<impl StoreFactory>, run: &Run, text: String) -> Message {
@@ -391,8 +391,9 @@ async fn expect_leased_history<F: StoreFactory>(
 /// A run's lease taken with what it begins with (issue 28: one round trip fewer per run) reads
 /// the same as `lease_run` then `thread_with_history` would, on both paths (a worker's claim and
 /// a direct lease): the run under the new lease, its thread, and at most `limit` messages from
-/// the start, or after the summary when the thread has one. A lease another holds is refused
-/// and reads nothing; another tenant's run is `NotFound`.
+/// the start, or after the summary when the thread has one (read apart, under the run's tenant,
+/// on a claim too). A lease another holds is refused and reads nothing; another tenant's run is
+/// `NotFound`.
 pub async fn a_lease_reads_the_history_its_run_begins_with<F: StoreFactory>() {
     let f = fixture::<F>().await;
     let run = f.run().await;
@@ -468,6 +469,41 @@ pub async fn a_lease_reads_the_history_its_run_begins_with<F: StoreFactory>() {
         ErrorKind::NotFound,
         "another tenant's run",
     );
+
+    // The thread's next run, claimed, begins after the summary as well.
+    let ended = f.commit(
+        &leased.run,
+        &leased.lease,
+        f.events(run.id, leased.run.last_seq + 1, 1),
+        RunStatus::Completed,
+    );
+    f.store
+        .commit_step(&f.scope, ended)
+        .await
+        .expect("the run ends");
+    let next = f
+        .store
+        .create_run(
+            &f.scope,
+            NewRun::new(run.thread_id, agent_ref(), vec![Part::text("next")]),
+        )
+        .await
+        .expect("the thread's next run");
+    let claimed = f
+        .store
+        .claim_leased(
+            &SystemScope::new("conformance"),
+            "worker",
+            TTL,
+            &ClaimFilter::any(),
+            &request,
+        )
+        .await
+        .expect("claim")
+        .expect("the next run's job");
+    assert_eq!(claimed.job.run_id, next.id, "the next run's job is claimed");
+    let leased = claimed.lease.expect("a free lease is taken with the claim");
+    expect_leased_history(&f, &leased, &messages[2..], "a claim after the summary").await;
 }
 
 /// A thread's runs page newest first below a cursor (runs created in the same instant ordered by

@@ -184,6 +184,16 @@ pub struct LeaseRequest {
     pub history: Option<usize>,
 }
 
+impl LeaseRequest {
+    /// The scope the holder reads a claimed run of `tenant` under (the tenant's, as the holder,
+    /// with no roles): where an adapter takes the lease, or reads the history, apart from the
+    /// claim. `Invalid` for a holder that is no principal id.
+    pub fn reader(&self, tenant: &TenantId) -> Result<Scope, Error> {
+        let holder = crate::scope::PrincipalId::new(self.holder.clone())?;
+        Ok(Scope::new(tenant.clone(), holder, vec![]))
+    }
+}
+
 /// A claim made by [`JobQueue::claim_leased`], with its run's lease when the adapter took it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Claimed {

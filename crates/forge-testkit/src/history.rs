@@ -388,6 +388,24 @@ async fn expect_leased_history<F: StoreFactory>(
     assert_eq!(page, expected, "{what}: the first page after the summary");
 }
 
+/// The oldest ready job, claimed by "worker" with `request`'s lease of its run.
+async fn claim<F: StoreFactory>(
+    f: &Fixture<F>,
+    request: &LeaseRequest,
+) -> forge_core::ports::queue::Claimed {
+    f.store
+        .claim_leased(
+            &SystemScope::new("conformance"),
+            "worker",
+            TTL,
+            &ClaimFilter::any(),
+            request,
+        )
+        .await
+        .expect("claim")
+        .expect("a ready job")
+}
+
 /// A run's lease taken with what it begins with (issue 28: one round trip fewer per run) reads
 /// the same as `lease_run` then `thread_with_history` would, on both paths (a worker's claim and
 /// a direct lease): the run under the new lease, its thread, and at most `limit` messages from
@@ -402,18 +420,7 @@ pub async fn a_lease_reads_the_history_its_run_begins_with<F: StoreFactory>() {
         ttl: TTL,
         history: Some(3),
     };
-    let claimed = f
-        .store
-        .claim_leased(
-            &SystemScope::new("conformance"),
-            "worker",
-            TTL,
-            &ClaimFilter::any(),
-            &request,
-        )
-        .await
-        .expect("claim")
-        .expect("the run's job");
+    let claimed = claim(&f, &request).await;
     let leased = claimed.lease.expect("a free lease is taken with the claim");
     expect_leased_history(&f, &leased, &[], "a claim, no messages yet").await;
 
@@ -489,18 +496,7 @@ pub async fn a_lease_reads_the_history_its_run_begins_with<F: StoreFactory>() {
         )
         .await
         .expect("the thread's next run");
-    let claimed = f
-        .store
-        .claim_leased(
-            &SystemScope::new("conformance"),
-            "worker",
-            TTL,
-            &ClaimFilter::any(),
-            &request,
-        )
-        .await
-        .expect("claim")
-        .expect("the next run's job");
+    let claimed = claim(&f, &request).await;
     assert_eq!(claimed.job.run_id, next.id, "the next run's job is claimed");
     let leased = claimed.lease.expect("a free lease is taken with the claim");
     expect_leased_history(&f, &leased, &messages[2..], "a claim after the summary").await;

@@ -129,13 +129,10 @@ fn bind_new_run<'q>(
 
 /// A lease through `forge_lease` (migration 21): taken under a lock on the run row, the next fence
 /// to `$3` until `$4` when no one else holds an unexpired lease at `$5`; returns the row as it was,
-/// for `next_lease` to judge, and whether it was taken (exactly when `next_lease` allows it).
-pub(crate) const LEASE_SQL: &str =
-    "SELECT (s.o_run).*, s.o_taken AS taken FROM forge_lease($1, $2, $3, $4, $5) AS s";
-
-/// `LEASE_SQL`, and after the lease in the same statement what the run begins with through
-/// `forge_thread_start` (migration 27): its thread and the first page of its history, at most
-/// `$6` messages, read only when the lease was taken and in a snapshot taken after it.
+/// for `next_lease` to judge, and whether it was taken (exactly when `next_lease` allows it). After
+/// the lease in the same statement, what the run begins with through `forge_thread_start`
+/// (migration 27): its thread and the first page of its history, at most `$6` messages, read only
+/// when the lease was taken and `$6` is not null, in a snapshot taken after it.
 pub(crate) const LEASE_WITH_HISTORY_SQL: &str = "SELECT (s.o_run).*, s.o_taken AS taken, h.* \
     FROM forge_lease($1, $2, $3, $4, $5) AS s \
     LEFT JOIN LATERAL forge_thread_start((s.o_run).thread_id, $2, \
@@ -357,6 +354,39 @@ async fn set_lease(tx: &mut Tx, lease: &RunLease, fence: Option<u64>) -> Result<
     Ok(())
 }
 
+impl PostgresStore {
+    /// One call of `LEASE_WITH_HISTORY_SQL` for `holder` until `ttl` from now, reading at most
+    /// `limit` messages of history when given: the row, for `judge_lease`, and the time it was
+    /// judged at.
+    async fn lease_row(
+        &self,
+        scope: &Scope,
+        id: RunId,
+        holder: &str,
+        ttl: Duration,
+        limit: Option<usize>,
+    ) -> Result<(sqlx::postgres::PgRow, forge_core::time::Timestamp), Error> {
+        let now = self.clock.now();
+        let expires_at = now.plus(ttl);
+        let row = self
+            .tenant_call(scope, || {
+                sqlx::query(LEASE_WITH_HISTORY_SQL)
+                    .bind(id.0)
+                    .bind(scope.tenant_id().as_str())
+                    .bind(holder)
+                    .bind(expires_at.0)
+                    .bind(now.0)
+                    .bind(limit.map(|l| i64::try_from(l).unwrap_or(i64::MAX)))
+            })
+            .await
+            .map_err(db_error)?
+            .into_iter()
+            .next()
+            .ok_or_else(|| Error::not_found("run", id))?;
+        Ok((row, now))
+    }
+}
+
 #[async_trait]
 impl RunStore for PostgresStore {
     async fn create_run(&self, scope: &Scope, new: NewRun) -> Result<Run, Error> {
@@ -539,22 +569,7 @@ impl RunStore for PostgresStore {
         holder: &str,
         ttl: Duration,
     ) -> Result<(RunLease, Run), Error> {
-        let now = self.clock.now();
-        let expires_at = now.plus(ttl);
-        let row = self
-            .tenant_call(scope, || {
-                sqlx::query(LEASE_SQL)
-                    .bind(id.0)
-                    .bind(scope.tenant_id().as_str())
-                    .bind(holder)
-                    .bind(expires_at.0)
-                    .bind(now.0)
-            })
-            .await
-            .map_err(db_error)?
-            .into_iter()
-            .next()
-            .ok_or_else(|| Error::not_found("run", id))?;
+        let (row, now) = self.lease_row(scope, id, holder, ttl, None).await?;
         judge_lease(&row, holder, ttl, now)
     }
 
@@ -566,23 +581,7 @@ impl RunStore for PostgresStore {
         ttl: Duration,
         limit: usize,
     ) -> Result<LeasedRun, Error> {
-        let now = self.clock.now();
-        let expires_at = now.plus(ttl);
-        let row = self
-            .tenant_call(scope, || {
-                sqlx::query(LEASE_WITH_HISTORY_SQL)
-                    .bind(id.0)
-                    .bind(scope.tenant_id().as_str())
-                    .bind(holder)
-                    .bind(expires_at.0)
-                    .bind(now.0)
-                    .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-            })
-            .await
-            .map_err(db_error)?
-            .into_iter()
-            .next()
-            .ok_or_else(|| Error::not_found("run", id))?;
+        let (row, now) = self.lease_row(scope, id, holder, ttl, Some(limit)).await?;
         let (lease, run) = judge_lease(&row, holder, ttl, now)?;
         // A page after a summary is read apart; if that read fails, the engine reads the history
         // itself (and hears why), under the lease this call took.

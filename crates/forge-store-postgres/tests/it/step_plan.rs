@@ -130,11 +130,6 @@ fn hot_calls() -> Vec<(&'static str, String, Vec<String>)> {
             (1..=8).map(|n| step(n, n % 4 == 0, false)).collect(),
         ),
         (
-            "lease",
-            "uuid, text, text, timestamptz, timestamptz".to_owned(),
-            vec![format!("{RUN}, 'tenant', 'worker', {T}, {T}"); 8],
-        ),
-        (
             "claim_leased",
             "timestamptz, timestamptz, uuid, text[], text[], text, timestamptz, bigint".to_owned(),
             vec![format!("{T}, {T}, NULL, NULL, NULL, 'worker', {T}, 256"); 8],
@@ -142,7 +137,13 @@ fn hot_calls() -> Vec<(&'static str, String, Vec<String>)> {
         (
             "lease_with_history",
             "uuid, text, text, timestamptz, timestamptz, bigint".to_owned(),
-            vec![format!("{RUN}, 'tenant', 'worker', {T}, {T}, 256"); 8],
+            // As `lease_run` sends it (no history) and as `lease_run_with_history` does.
+            (1..=8)
+                .map(|n| {
+                    let limit = if n % 2 == 0 { "256" } else { "NULL" };
+                    format!("{RUN}, 'tenant', 'worker', {T}, {T}, {limit}")
+                })
+                .collect(),
         ),
         (
             "thread_with_page",

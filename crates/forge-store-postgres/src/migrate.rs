@@ -21,6 +21,22 @@ pub struct Migration {
     pub down: &'static str,
 }
 
+/// Supabase mode's up-migration `$up`, then the system functions provisioned again as they are in
+/// this build: as `forge_system`, which owns them since migration 8 and alone may replace them,
+/// with the application role recorded for `system_owner.sql`'s grants.
+macro_rules! reprovisioned {
+    ($up:literal) => {
+        concat!(
+            include_str!($up),
+            "SELECT set_config('forge.app_role', current_user, true);\n",
+            "SET LOCAL ROLE forge_system;\n",
+            include_str!("../sql/system_functions.sql"),
+            "RESET ROLE;\n",
+            include_str!("../sql/system_owner.sql")
+        )
+    };
+}
+
 const TABLES: Migration = Migration {
     version: 1,
     name: "tables",
@@ -230,15 +246,7 @@ const JOB_TRACE: Migration = Migration {
 const SUPABASE_JOB_TRACE: Migration = Migration {
     version: 14,
     name: "supabase_job_trace",
-    up: concat!(
-        include_str!("../migrations/0014_job_trace.up.sql"),
-        "SELECT set_config('forge.app_role', current_user, true);\n",
-        // The functions belong to forge_system since migration 8: only it may replace them.
-        "SET LOCAL ROLE forge_system;\n",
-        include_str!("../sql/system_functions.sql"),
-        "RESET ROLE;\n",
-        include_str!("../sql/system_owner.sql")
-    ),
+    up: reprovisioned!("../migrations/0014_job_trace.up.sql"),
     // Version 2's new function goes; the others stay at version 2, which a build of version 1
     // refuses by name at start-up rather than calling.
     down: concat!(
@@ -295,14 +303,7 @@ const OPEN_JOBS: Migration = Migration {
 const SUPABASE_OPEN_JOBS: Migration = Migration {
     version: 18,
     name: "supabase_open_jobs",
-    up: concat!(
-        include_str!("../migrations/0018_open_jobs.up.sql"),
-        "SELECT set_config('forge.app_role', current_user, true);\n",
-        "SET LOCAL ROLE forge_system;\n",
-        include_str!("../sql/system_functions.sql"),
-        "RESET ROLE;\n",
-        include_str!("../sql/system_owner.sql")
-    ),
+    up: reprovisioned!("../migrations/0018_open_jobs.up.sql"),
     // The functions stay at version 3 (their signatures did not change), which a build of
     // version 2 refuses by name at start-up rather than calling.
     down: include_str!("../migrations/0018_open_jobs.down.sql"),
@@ -332,14 +333,7 @@ const CLAIM_SPLIT: Migration = Migration {
 const SUPABASE_CLAIM_SPLIT: Migration = Migration {
     version: 20,
     name: "supabase_claim_split",
-    up: concat!(
-        include_str!("../migrations/0020_claim_split.up.sql"),
-        "SELECT set_config('forge.app_role', current_user, true);\n",
-        "SET LOCAL ROLE forge_system;\n",
-        include_str!("../sql/system_functions.sql"),
-        "RESET ROLE;\n",
-        include_str!("../sql/system_owner.sql")
-    ),
+    up: reprovisioned!("../migrations/0020_claim_split.up.sql"),
     // The functions stay at version 4, which a build of version 3 refuses at start-up.
     down: include_str!("../migrations/0020_claim_split.down.sql"),
 };
@@ -489,14 +483,7 @@ const CLAIM_BY_KEY: Migration = Migration {
 const SUPABASE_CLAIM_BY_KEY: Migration = Migration {
     version: 28,
     name: "supabase_claim_by_key",
-    up: concat!(
-        include_str!("../migrations/0028_claim_by_key.up.sql"),
-        "SELECT set_config('forge.app_role', current_user, true);\n",
-        "SET LOCAL ROLE forge_system;\n",
-        include_str!("../sql/system_functions.sql"),
-        "RESET ROLE;\n",
-        include_str!("../sql/system_owner.sql")
-    ),
+    up: reprovisioned!("../migrations/0028_claim_by_key.up.sql"),
     // The functions stay at version 5, which a build of version 4 refuses at start-up.
     down: include_str!("../migrations/0028_claim_by_key.down.sql"),
 };

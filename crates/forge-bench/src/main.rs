@@ -13,6 +13,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// The allocator `forge` ships with (see forge-cli), so that the figures are the shipped binary's.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod files;
 mod pgstats;
 mod rag;

@@ -1,5 +1,11 @@
 //! The `forge` command: the composition root that picks concrete adapters, and the operator CLI.
 
+/// mimalloc rather than the platform's malloc: the SQLite store's writer lane allocates the rows
+/// it reads on its own thread, and the runtime's threads free them; glibc's malloc makes that
+/// cross-thread traffic a measurable part of a durable run's CPU (`forge-bench workload`).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod agent_file;
 mod audit;
 mod builtin;

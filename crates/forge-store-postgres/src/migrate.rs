@@ -488,8 +488,17 @@ const SUPABASE_CLAIM_BY_KEY: Migration = Migration {
     down: include_str!("../migrations/0028_claim_by_key.down.sql"),
 };
 
+/// Two indexes no statement uses, which every job's claim and completion and every new thread
+/// wrote to. The same in both modes.
+const UNUSED_INDEXES: Migration = Migration {
+    version: 29,
+    name: "unused_indexes",
+    up: include_str!("../migrations/0029_unused_indexes.up.sql"),
+    down: include_str!("../migrations/0029_unused_indexes.down.sql"),
+};
+
 /// The migrations of a mode, in order.
-pub fn migrations(mode: Mode) -> [Migration; 28] {
+pub fn migrations(mode: Mode) -> [Migration; 29] {
     match mode {
         Mode::Rls => [
             TABLES,
@@ -520,6 +529,7 @@ pub fn migrations(mode: Mode) -> [Migration; 28] {
             ONE_TRIP_STARTS,
             LEASE_WITH_HISTORY,
             CLAIM_BY_KEY,
+            UNUSED_INDEXES,
         ],
         Mode::Supabase => [
             TABLES,
@@ -550,6 +560,7 @@ pub fn migrations(mode: Mode) -> [Migration; 28] {
             SUPABASE_ONE_TRIP_STARTS,
             SUPABASE_LEASE_WITH_HISTORY,
             SUPABASE_CLAIM_BY_KEY,
+            UNUSED_INDEXES,
         ],
     }
 }

@@ -50,11 +50,15 @@ pub(crate) fn json<T: serde::de::DeserializeOwned>(row: &PgRow, col: &str) -> Re
     serde_json::from_value(v).map_err(|e| corrupt(col, e))
 }
 
-pub(crate) fn to_json<T: serde::Serialize>(value: &T) -> Result<Json<serde_json::Value>, Error> {
-    serde_json::to_value(value)
+pub(crate) fn to_json<T: serde::Serialize>(value: &T) -> Result<Encoded, Error> {
+    serde_json::value::to_raw_value(value)
         .map(Json)
         .map_err(|e| Error::invalid(format!("cannot encode as JSON: {e}")))
 }
+
+/// A value encoded as JSON text once, bound as `jsonb` as it stands (no `Value` tree built and
+/// serialized again; a statement sent twice sends the same text).
+pub(crate) type Encoded = Json<Box<serde_json::value::RawValue>>;
 
 pub(crate) fn u64_of(v: i64, col: &str) -> Result<u64, Error> {
     u64::try_from(v).map_err(|_| corrupt(col, v))

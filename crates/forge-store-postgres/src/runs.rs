@@ -43,7 +43,7 @@ async fn fetch_run(tx: &mut Tx, scope: &Scope, id: RunId, lock: bool) -> Result<
 struct EventColumns {
     seqs: Vec<i64>,
     ats: Vec<chrono::DateTime<chrono::Utc>>,
-    bodies: Vec<serde_json::Value>,
+    bodies: Vec<rows::Encoded>,
 }
 
 impl EventColumns {
@@ -54,10 +54,7 @@ impl EventColumns {
                 .map(|e| i64_of(e.seq))
                 .collect::<Result<_, _>>()?,
             ats: events.iter().map(|e| e.at.0).collect(),
-            bodies: events
-                .iter()
-                .map(|e| to_json(e).map(|j| j.0))
-                .collect::<Result<_, _>>()?,
+            bodies: events.iter().map(to_json).collect::<Result<_, _>>()?,
         })
     }
 }
@@ -67,7 +64,7 @@ struct MessageColumns {
     ids: Vec<uuid::Uuid>,
     runs: Vec<uuid::Uuid>,
     roles: Vec<&'static str>,
-    parts: Vec<serde_json::Value>,
+    parts: Vec<rows::Encoded>,
     ats: Vec<chrono::DateTime<chrono::Utc>>,
 }
 
@@ -79,7 +76,7 @@ impl MessageColumns {
             roles: messages.iter().map(|m| m.role.name()).collect(),
             parts: messages
                 .iter()
-                .map(|m| to_json(&m.parts).map(|j| j.0))
+                .map(|m| to_json(&m.parts))
                 .collect::<Result<_, _>>()?,
             ats: messages.iter().map(|m| m.created_at.0).collect(),
         })
@@ -185,8 +182,8 @@ pub(crate) const STEP_ALONE_SQL: &str = step_sql!("false");
 struct StepArgs {
     version: i64,
     count: i64,
-    checkpoint: sqlx::types::Json<serde_json::Value>,
-    failure: Option<sqlx::types::Json<serde_json::Value>>,
+    checkpoint: rows::Encoded,
+    failure: Option<rows::Encoded>,
     token: i64,
     first: Option<i64>,
     events: EventColumns,

@@ -179,7 +179,7 @@ pub(crate) struct CallColumns {
     pub(crate) period_starts: Vec<chrono::DateTime<chrono::Utc>>,
     pub(crate) ats: Vec<chrono::DateTime<chrono::Utc>>,
     pub(crate) statuses: Vec<&'static str>,
-    pub(crate) bodies: Vec<serde_json::Value>,
+    pub(crate) bodies: Vec<crate::rows::Encoded>,
 }
 
 impl CallColumns {
@@ -190,10 +190,7 @@ impl CallColumns {
             period_starts: calls.iter().map(|c| c.period_start.0).collect(),
             ats: calls.iter().map(|c| c.at.0).collect(),
             statuses: calls.iter().map(|c| c.status.name()).collect(),
-            bodies: calls
-                .iter()
-                .map(|c| to_json(c).map(|j| j.0))
-                .collect::<Result<_, _>>()?,
+            bodies: calls.iter().map(to_json).collect::<Result<_, _>>()?,
         })
     }
 }

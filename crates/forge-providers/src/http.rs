@@ -317,15 +317,20 @@ impl ModelProvider for HttpProvider {
     }
 
     async fn stream(&self, request: ModelRequest) -> Result<ModelStream, ModelError> {
-        let body = self.dialect.body(&request, &self.body);
+        let body = self.dialect.encode(&request, &self.body).map_err(|e| {
+            ModelError::BadRequest(format!("the request cannot be encoded as JSON: {e}"))
+        })?;
         let url = format!("{}{}", self.base_url, self.dialect.path());
+        // As reqwest's `json` does: the configured headers may name another JSON type.
+        let mut headers = self.headers.clone();
+        if !headers.contains_key(reqwest::header::CONTENT_TYPE) {
+            headers.insert(
+                reqwest::header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
+        }
         let response = self
-            .send(
-                self.client
-                    .post(url)
-                    .headers(self.headers.clone())
-                    .json(&body),
-            )
+            .send(self.client.post(url).headers(headers).body(body))
             .await?;
         let request_id = ["x-request-id", "request-id"].iter().find_map(|name| {
             response

@@ -6,6 +6,7 @@
 //! exactly as the HTTP adapter decodes them.
 
 pub mod anthropic;
+mod chat_body;
 pub mod errors;
 pub mod openai_chat;
 pub mod openai_responses;
@@ -72,6 +73,19 @@ impl Dialect {
             Dialect::OpenAiChat => openai_chat::body(request, options),
             Dialect::OpenAiResponses => openai_responses::body(request, options),
             Dialect::Anthropic => anthropic::body(request, options),
+        }
+    }
+
+    /// The streaming request body for `request` as the JSON bytes to send: the bytes of
+    /// [`Self::body`]'s `Value`, serialized straight from the request for Chat Completions.
+    pub(crate) fn encode(
+        self,
+        request: &ModelRequest,
+        options: &BodyOptions,
+    ) -> Result<Vec<u8>, serde_json::Error> {
+        match self {
+            Dialect::OpenAiChat => chat_body::encode(request, options),
+            other => serde_json::to_vec(&other.body(request, options)),
         }
     }
 

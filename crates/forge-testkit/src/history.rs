@@ -388,6 +388,18 @@ async fn expect_leased_history<F: StoreFactory>(
     assert_eq!(page, expected, "{what}: the first page after the summary");
 }
 
+/// Releases `lease` and leases its run again for `holder`, reading the first three messages.
+async fn relet<F: StoreFactory>(f: &Fixture<F>, lease: &RunLease, holder: &str) -> LeasedRun {
+    f.store
+        .release_lease(&f.scope, lease)
+        .await
+        .expect("release");
+    f.store
+        .lease_run_with_history(&f.scope, lease.run_id, holder, TTL, 3)
+        .await
+        .expect("lease with history")
+}
+
 /// The oldest ready job, claimed by "worker" with `request`'s lease of its run.
 async fn claim<F: StoreFactory>(
     f: &Fixture<F>,
@@ -426,15 +438,7 @@ pub async fn a_lease_reads_the_history_its_run_begins_with<F: StoreFactory>() {
 
     let messages: Vec<Message> = (0..4).map(|i| message(&f, &run, format!("m{i}"))).collect();
     let run = append(&f, &leased.run, &leased.lease, messages.clone()).await;
-    f.store
-        .release_lease(&f.scope, &leased.lease)
-        .await
-        .expect("release");
-    let leased = f
-        .store
-        .lease_run_with_history(&f.scope, run.id, "w2", TTL, 3)
-        .await
-        .expect("lease with history");
+    let leased = relet(&f, &leased.lease, "w2").await;
     let stored = f.store.get_run(&f.scope, run.id).await.expect("run");
     assert_eq!(leased.run, stored, "the run as it stands under the lease");
     assert_eq!(stored.lease.as_ref(), Some(&leased.lease), "the lease");
@@ -451,15 +455,7 @@ pub async fn a_lease_reads_the_history_its_run_begins_with<F: StoreFactory>() {
         .commit_step(&f.scope, compacting)
         .await
         .expect("a summary");
-    f.store
-        .release_lease(&f.scope, &leased.lease)
-        .await
-        .expect("release");
-    let leased = f
-        .store
-        .lease_run_with_history(&f.scope, run.id, "w3", TTL, 3)
-        .await
-        .expect("lease with history");
+    let leased = relet(&f, &leased.lease, "w3").await;
     expect_leased_history(&f, &leased, &messages[2..], "after the summary").await;
 
     expect_kind(

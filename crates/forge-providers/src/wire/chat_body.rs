@@ -1,7 +1,6 @@
-//! The Chat Completions request body serialized straight from the request: structs that borrow
-//! what the request holds, in the order and shape [`super::openai_chat::body`] builds as a
-//! `Value`, so that both give the same bytes (a test compares them) without a tree of maps built
-//! and dropped for every model call.
+//! The Chat Completions request body: structs that borrow what the request holds, serialized
+//! straight to the bytes sent (no tree of maps built and dropped for every model call), or to a
+//! `Value` for [`super::openai_chat::body`]. A test holds them to a body built by hand.
 
 use std::borrow::Cow;
 
@@ -105,6 +104,12 @@ pub(crate) fn encode(
     serde_json::to_vec(&of(request, options))
 }
 
+/// The Chat Completions body for `request`, as a `Value`.
+pub(crate) fn value(request: &ModelRequest, options: &BodyOptions) -> Value {
+    // Cannot fail: every map is a struct or a `Value`, whose keys are strings.
+    serde_json::to_value(of(request, options)).unwrap_or(Value::Null)
+}
+
 /// The body's structs for `request`.
 fn of<'a>(request: &'a ModelRequest, options: &BodyOptions) -> Body<'a> {
     let mut messages = Vec::with_capacity(request.messages.len() + 1);
@@ -198,9 +203,88 @@ mod tests {
     use super::*;
     use crate::wire::openai_chat;
     use crate::wire::test_support::round_trip;
+    use crate::wire::{is_sendable, output_text, text_of, tool_calls, tool_results};
 
-    /// The bytes `encode` sends are the bytes of `openai_chat::body`'s `Value`, for requests with
-    /// and without each optional part.
+    /// The body built by hand as a `Value`, field by field (how `openai_chat::body` was
+    /// written before the structs): the reference both forms are held to.
+    fn by_hand(request: &ModelRequest, options: &BodyOptions) -> Value {
+        let mut messages = Vec::with_capacity(request.messages.len() + 1);
+        if !request.system.is_empty() {
+            messages.push(json!({"role": "system", "content": request.system}));
+        }
+        for message in request.messages.iter().filter(|m| is_sendable(m)) {
+            match message.role {
+                Role::User => messages.push(json!({"role": "user", "content": text_of(message)})),
+                Role::Assistant => {
+                    let calls: Vec<Value> = tool_calls(message)
+                        .map(|c| {
+                            json!({
+                                "id": c.tool_call_id.0,
+                                "type": "function",
+                                "function": {"name": c.tool_name, "arguments": c.input.to_string()},
+                            })
+                        })
+                        .collect();
+                    let mut m = json!({"role": "assistant", "content": text_of(message)});
+                    if !calls.is_empty() {
+                        m["tool_calls"] = Value::Array(calls);
+                    }
+                    messages.push(m);
+                }
+                Role::Tool => messages.extend(tool_results(message).map(|r| {
+                    json!({
+                        "role": "tool",
+                        "tool_call_id": r.tool_call_id.0,
+                        "content": output_text(&r.output),
+                    })
+                })),
+            }
+        }
+        let mut body = json!({
+            "model": request.model,
+            "messages": messages,
+            "stream": true,
+            "stream_options": {"include_usage": true},
+        });
+        if !request.tools.is_empty() {
+            body["tools"] = request
+                .tools
+                .iter()
+                .map(|t| {
+                    json!({
+                        "type": "function",
+                        "function": {
+                            "name": t.name,
+                            "description": t.description,
+                            "parameters": t.input_schema,
+                        },
+                    })
+                })
+                .collect();
+        }
+        if let Some(schema) = &request.output_schema {
+            // Structured output, natively: the final answer is JSON matching the schema.
+            body["response_format"] = json!({
+                "type": "json_schema",
+                "json_schema": {"name": "final_answer", "schema": schema},
+            });
+        }
+        if let Some(max) = request.max_output_tokens {
+            let field = if options.max_completion_tokens {
+                "max_completion_tokens"
+            } else {
+                "max_tokens"
+            };
+            body[field] = json!(max);
+        }
+        if let Some(t) = request.temperature {
+            body["temperature"] = json!(t);
+        }
+        body
+    }
+
+    /// The bytes `encode` sends, and `openai_chat::body`'s `Value`, are those of the body built
+    /// by hand, for requests with and without each optional part.
     #[test]
     fn the_encoded_body_is_the_values_bytes() {
         let full = {
@@ -242,13 +326,14 @@ mod tests {
                     max_completion_tokens,
                     ..BodyOptions::default()
                 };
-                let value = serde_json::to_vec(&openai_chat::body(&request, &options)).unwrap();
+                let expected = by_hand(&request, &options);
                 let encoded = encode(&request, &options).unwrap();
                 assert_eq!(
                     String::from_utf8(encoded).unwrap(),
-                    String::from_utf8(value).unwrap(),
+                    serde_json::to_string(&expected).unwrap(),
                     "max_completion_tokens = {max_completion_tokens}"
                 );
+                assert_eq!(openai_chat::body(&request, &options), expected);
                 cases += 1;
             }
         }

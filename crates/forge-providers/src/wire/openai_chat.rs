@@ -8,94 +8,19 @@
 
 use std::collections::BTreeSet;
 
-use forge_core::message::Role;
 use forge_core::ports::model::{FinishReason, ModelChunk, ModelError, ModelRequest};
 use forge_core::usage::Usage;
 use serde::de::{Deserialize, Deserializer, Error as _, IgnoredAny, MapAccess, Visitor};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::errors::{error_details_json, stream_error};
-use super::{
-    BodyOptions, Decode, Flow, count, is_sendable, output_text, parse_json, text_of, tool_calls,
-    tool_results,
-};
+use super::{BodyOptions, Decode, Flow, count, parse_json};
 use crate::sse::SseEvent;
 
-/// The Chat Completions body for `request`.
+/// The Chat Completions body for `request`, as a `Value`: what [`super::Dialect::encode`] sends,
+/// in readable form (both are made from the same structs, `wire::chat_body`).
 pub fn body(request: &ModelRequest, options: &BodyOptions) -> Value {
-    let mut messages = Vec::with_capacity(request.messages.len() + 1);
-    if !request.system.is_empty() {
-        messages.push(json!({"role": "system", "content": request.system}));
-    }
-    for message in request.messages.iter().filter(|m| is_sendable(m)) {
-        match message.role {
-            Role::User => messages.push(json!({"role": "user", "content": text_of(message)})),
-            Role::Assistant => {
-                let calls: Vec<Value> = tool_calls(message)
-                    .map(|c| {
-                        json!({
-                            "id": c.tool_call_id.0,
-                            "type": "function",
-                            "function": {"name": c.tool_name, "arguments": c.input.to_string()},
-                        })
-                    })
-                    .collect();
-                let mut m = json!({"role": "assistant", "content": text_of(message)});
-                if !calls.is_empty() {
-                    m["tool_calls"] = Value::Array(calls);
-                }
-                messages.push(m);
-            }
-            Role::Tool => messages.extend(tool_results(message).map(|r| {
-                json!({
-                    "role": "tool",
-                    "tool_call_id": r.tool_call_id.0,
-                    "content": output_text(&r.output),
-                })
-            })),
-        }
-    }
-    let mut body = json!({
-        "model": request.model,
-        "messages": messages,
-        "stream": true,
-        "stream_options": {"include_usage": true},
-    });
-    if !request.tools.is_empty() {
-        body["tools"] = request
-            .tools
-            .iter()
-            .map(|t| {
-                json!({
-                    "type": "function",
-                    "function": {
-                        "name": t.name,
-                        "description": t.description,
-                        "parameters": t.input_schema,
-                    },
-                })
-            })
-            .collect();
-    }
-    if let Some(schema) = &request.output_schema {
-        // Structured output, natively: the final answer is JSON matching the schema.
-        body["response_format"] = json!({
-            "type": "json_schema",
-            "json_schema": {"name": "final_answer", "schema": schema},
-        });
-    }
-    if let Some(max) = request.max_output_tokens {
-        let field = if options.max_completion_tokens {
-            "max_completion_tokens"
-        } else {
-            "max_tokens"
-        };
-        body[field] = json!(max);
-    }
-    if let Some(t) = request.temperature {
-        body["temperature"] = json!(t);
-    }
-    body
+    super::chat_body::value(request, options)
 }
 
 /// Declares a struct of optional fields read from a JSON object only (never from an array, as a
@@ -214,21 +139,33 @@ impl Decoder {
             .and_then(Value::as_u64)
             .map_or(position as u32, |i| i as u32);
         let function = call.get("function");
+        self.call_fragment(
+            index,
+            call.get("id").and_then(Value::as_str),
+            function.and_then(|f| f.get("name")).and_then(Value::as_str),
+            function.and_then(|f| f.get("arguments")).cloned(),
+            out,
+        );
+    }
+
+    /// One fragment of call `index`, however it was read: the call's start the first time its
+    /// index is seen (an id made up when it has none), then its arguments' text, if any.
+    fn call_fragment(
+        &mut self,
+        index: u32,
+        id: Option<&str>,
+        name: Option<&str>,
+        arguments: Option<Value>,
+        out: &mut Vec<ModelChunk>,
+    ) {
         if self.started.insert(index) {
-            let id = call
-                .get("id")
-                .and_then(Value::as_str)
-                .map_or_else(|| format!("call_{index}"), str::to_owned);
-            let name = function
-                .and_then(|f| f.get("name"))
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_owned();
+            let id = id.map_or_else(|| format!("call_{index}"), str::to_owned);
+            let name = name.unwrap_or_default().to_owned();
             out.push(ModelChunk::ToolCallStart { index, id, name });
         }
         // Some compatible servers send the arguments as an object rather than as JSON text.
-        let json = match function.and_then(|f| f.get("arguments")) {
-            Some(Value::String(s)) => s.clone(),
+        let json = match arguments {
+            Some(Value::String(s)) => s,
             Some(Value::Null) | None => String::new(),
             Some(other) => other.to_string(),
         };
@@ -311,19 +248,7 @@ impl Decoder {
                     let (name, arguments) = call
                         .function
                         .map_or((None, None), |f| (f.name, f.arguments));
-                    if self.started.insert(index) {
-                        let id = call.id.unwrap_or_else(|| format!("call_{index}"));
-                        let name = name.unwrap_or_default();
-                        out.push(ModelChunk::ToolCallStart { index, id, name });
-                    }
-                    let json = match arguments {
-                        Some(Value::String(s)) => s,
-                        Some(Value::Null) | None => String::new(),
-                        Some(other) => other.to_string(),
-                    };
-                    if !json.is_empty() {
-                        out.push(ModelChunk::ToolCallDelta { index, json });
-                    }
+                    self.call_fragment(index, call.id.as_deref(), name.as_deref(), arguments, out);
                 }
             }
             if let Some(reason) = choice.finish_reason {
@@ -398,6 +323,8 @@ impl Decode for Decoder {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
     use crate::wire::Dialect;
     use crate::wire::test_support::round_trip;

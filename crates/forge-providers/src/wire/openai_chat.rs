@@ -17,8 +17,8 @@ use super::errors::{error_details_json, stream_error};
 use super::{BodyOptions, Decode, Flow, count, parse_json};
 use crate::sse::SseEvent;
 
-/// The Chat Completions body for `request`, as a `Value`: what [`super::Dialect::encode`] sends,
-/// in readable form (both are made from the same structs, `wire::chat_body`).
+/// The Chat Completions body for `request`, as a `Value`: what the HTTP provider sends, in
+/// readable form (both are made from the same structs, `wire::chat_body`).
 pub fn body(request: &ModelRequest, options: &BodyOptions) -> Value {
     super::chat_body::value(request, options)
 }

@@ -497,8 +497,29 @@ const UNUSED_INDEXES: Migration = Migration {
     down: include_str!("../migrations/0029_unused_indexes.down.sql"),
 };
 
+/// The event log kept as the JSON text Forge wrote (`json`, not re-parsed into `jsonb`), and
+/// `forge_write_step`'s overload that takes the events as text.
+const JSON_EVENT_LOG: Migration = Migration {
+    version: 30,
+    name: "json_event_log",
+    up: include_str!("../migrations/0030_json_event_log.up.sql"),
+    down: include_str!("../migrations/0030_json_event_log.down.sql"),
+};
+
+/// Supabase mode calls the new overload as `forge_tenant`, inside its tenant transaction.
+const SUPABASE_JSON_EVENT_LOG: Migration = Migration {
+    version: 30,
+    name: "supabase_json_event_log",
+    up: concat!(
+        include_str!("../migrations/0030_json_event_log.up.sql"),
+        include_str!("../migrations/0030_supabase_grants.up.sql")
+    ),
+    // Dropping the function drops its grant.
+    down: include_str!("../migrations/0030_json_event_log.down.sql"),
+};
+
 /// The migrations of a mode, in order.
-pub fn migrations(mode: Mode) -> [Migration; 29] {
+pub fn migrations(mode: Mode) -> [Migration; 30] {
     match mode {
         Mode::Rls => [
             TABLES,
@@ -530,6 +551,7 @@ pub fn migrations(mode: Mode) -> [Migration; 29] {
             LEASE_WITH_HISTORY,
             CLAIM_BY_KEY,
             UNUSED_INDEXES,
+            JSON_EVENT_LOG,
         ],
         Mode::Supabase => [
             TABLES,
@@ -561,6 +583,7 @@ pub fn migrations(mode: Mode) -> [Migration; 29] {
             SUPABASE_LEASE_WITH_HISTORY,
             SUPABASE_CLAIM_BY_KEY,
             UNUSED_INDEXES,
+            SUPABASE_JSON_EVENT_LOG,
         ],
     }
 }

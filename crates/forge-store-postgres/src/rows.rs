@@ -56,6 +56,12 @@ pub(crate) fn to_json<T: serde::Serialize>(value: &T) -> Result<Encoded, Error> 
         .map_err(|e| Error::invalid(format!("cannot encode as JSON: {e}")))
 }
 
+/// `value` as JSON text, for a `json` column fed from a `text` parameter (the event log,
+/// migration 30), which PostgreSQL checks but does not convert.
+pub(crate) fn to_json_text<T: serde::Serialize>(value: &T) -> Result<String, Error> {
+    serde_json::to_string(value).map_err(|e| Error::invalid(format!("cannot encode as JSON: {e}")))
+}
+
 /// A value encoded as JSON text once, bound as `jsonb` as it stands (no `Value` tree built and
 /// serialized again; a statement sent twice sends the same text).
 pub(crate) type Encoded = Json<Box<serde_json::value::RawValue>>;

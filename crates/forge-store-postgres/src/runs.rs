@@ -43,7 +43,8 @@ async fn fetch_run(tx: &mut Tx, scope: &Scope, id: RunId, lock: bool) -> Result<
 struct EventColumns {
     seqs: Vec<i64>,
     ats: Vec<chrono::DateTime<chrono::Utc>>,
-    bodies: Vec<rows::Encoded>,
+    /// As text: the log's column is `json`, kept as written (migration 30).
+    bodies: Vec<String>,
 }
 
 impl EventColumns {
@@ -54,7 +55,10 @@ impl EventColumns {
                 .map(|e| i64_of(e.seq))
                 .collect::<Result<_, _>>()?,
             ats: events.iter().map(|e| e.at.0).collect(),
-            bodies: events.iter().map(to_json).collect::<Result<_, _>>()?,
+            bodies: events
+                .iter()
+                .map(rows::to_json_text)
+                .collect::<Result<_, _>>()?,
         })
     }
 }
@@ -92,7 +96,7 @@ const CREATE_RUN_SQL: &str = "WITH inserted AS ( \
     VALUES ($1, $2, $3, $4, $5, $6, 'queued', 0, $7, $8, 0, $9, $9, $10, $11) \
 ), events AS ( \
     INSERT INTO forge_run_events (run_id, seq, tenant_id, at, body) \
-    SELECT $1, e.seq, $2, e.at, e.body FROM UNNEST($12::bigint[], $13::timestamptz[], $14::jsonb[]) AS e(seq, at, body) \
+    SELECT $1, e.seq, $2, e.at, e.body::json FROM UNNEST($12::bigint[], $13::timestamptz[], $14::text[]) AS e(seq, at, body) \
     RETURNING pg_notify('forge_run_events', $1::text || ' ' || $4::text) \
 ), activated AS ( \
     UPDATE forge_threads SET active_run = $1 WHERE $15 AND id = $4 AND tenant_id = $2 \
@@ -150,7 +154,8 @@ macro_rules! step_sql {
     };
 }
 
-/// A whole step through `forge_write_step` (migration 22). Its gate is the run row's update
+/// A whole step through `forge_write_step` (migration 22; these parameters select migration 30's
+/// overload, which takes the events as text for the `json` log). Its gate is the run row's update
 /// (decided on the row as it is when updated: the lease `$13` unexpired at `$7`, the version `$1`,
 /// the events continuing the log at `$27`, a status `$28` the step may leave, what
 /// `check_commit_alone` found of the step itself `$29`, and every settled call still open), and it

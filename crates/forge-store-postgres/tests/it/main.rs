@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod claim_plan;
+mod event_log;
 mod isolation;
 mod lease_reads;
 mod migrations;

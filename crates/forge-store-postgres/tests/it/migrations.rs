@@ -43,12 +43,14 @@ async fn up_down_up(flavor: Flavor) {
         store.applied_migrations().await.unwrap(),
         [
             1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24,
-            25, 26, 27, 28, 29
+            25, 26, 27, 28, 29, 30
         ]
     );
     let first = catalog(&admin, flavor).await;
     for expected in [
         "column forge_run_events.seq bigint NO",
+        // Migration 30: the log is kept as the text written, not re-parsed into jsonb.
+        "column forge_run_events.body json NO",
         "rls forge_runs enabled=t forced=t",
         "policy forge_jobs.forge_tenant",
         "rls forge_interactions enabled=t forced=t",

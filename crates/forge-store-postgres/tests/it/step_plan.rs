@@ -11,7 +11,7 @@ use forge_core::time::ManualClock;
 use forge_store_postgres::testing::Flavor;
 use sqlx::{Connection, PgConnection};
 
-const MIGRATION: &str = include_str!("../../migrations/0022_lean_step.up.sql");
+const MIGRATION: &str = include_str!("../../migrations/0030_json_event_log.up.sql");
 
 /// The function's parameter types, its `SET` clauses as statements, and the statement of its
 /// writes (the one that decides the step), as a query to prepare.
@@ -109,7 +109,7 @@ fn hot_calls() -> Vec<(&'static str, String, Vec<String>)> {
         format!(
             "{version}, 2, 'running', NULL, '{{\"step\": 1}}', NULL, {T}, {RUN}, 'tenant', {ends}, \
              {ends}, true, 1, '{{3,4}}', ARRAY[{T}, {T}]::timestamptz[], \
-             ARRAY['{{}}', '{{}}']::jsonb[], ARRAY[{ID}]::uuid[], ARRAY[{RUN}]::uuid[], \
+             ARRAY['{{}}', '{{}}']::text[], ARRAY[{ID}]::uuid[], ARRAY[{RUN}]::uuid[], \
              '{{assistant}}', ARRAY['[]']::jsonb[], ARRAY[{T}]::timestamptz[], \
              ARRAY[{ID}]::uuid[], ARRAY[{T}]::timestamptz[], ARRAY[{T}]::timestamptz[], \
              '{{settled}}', ARRAY['{{}}']::jsonb[], 3, '{{running}}', true{claim}"

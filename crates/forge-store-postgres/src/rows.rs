@@ -53,13 +53,17 @@ pub(crate) fn json<T: serde::de::DeserializeOwned>(row: &PgRow, col: &str) -> Re
 pub(crate) fn to_json<T: serde::Serialize>(value: &T) -> Result<Encoded, Error> {
     serde_json::value::to_raw_value(value)
         .map(Json)
-        .map_err(|e| Error::invalid(format!("cannot encode as JSON: {e}")))
+        .map_err(unencodable)
 }
 
 /// `value` as JSON text, for a `json` column fed from a `text` parameter (the event log,
 /// migration 30), which PostgreSQL checks but does not convert.
 pub(crate) fn to_json_text<T: serde::Serialize>(value: &T) -> Result<String, Error> {
-    serde_json::to_string(value).map_err(|e| Error::invalid(format!("cannot encode as JSON: {e}")))
+    serde_json::to_string(value).map_err(unencodable)
+}
+
+fn unencodable(e: serde_json::Error) -> Error {
+    Error::invalid(format!("cannot encode as JSON: {e}"))
 }
 
 /// A value encoded as JSON text once, bound as `jsonb` as it stands (no `Value` tree built and

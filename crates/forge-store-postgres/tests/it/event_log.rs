@@ -50,8 +50,8 @@ async fn the_log_keeps_what_was_written_and_takes_the_previous_builds_steps() {
         "the log re-encoded the event (jsonb reorders its keys)"
     );
 
-    // The previous build's step: the same statement with the events bound as jsonb[], which
-    // selects migration 22's overload.
+    // The previous build's step: a call of `forge_write_step` with the events as jsonb[], which
+    // selects migration 22's overload, as that build's statement did.
     let second = RunEvent {
         seq: first.seq + 1,
         kind: RunEventKind::StepStarted { step: 2 },

@@ -35,6 +35,7 @@ mod queue;
 mod rows;
 mod runs;
 mod sources;
+mod steps;
 #[cfg(feature = "testing")]
 pub mod testing;
 mod threads;
@@ -50,6 +51,7 @@ use sqlx::{Connection, PgConnection};
 
 pub use application::provision_application;
 pub use migrate::{Migration, migrations};
+pub use steps::{DEFAULT_STEP_WRITERS, MAX_GROUP, StepGroups};
 
 use crate::rows::db_error;
 
@@ -133,6 +135,11 @@ pub struct PostgresStore {
     /// Forge's own pool for the paths every run takes (transactions, claims): no ping when a
     /// connection is handed out or given back (`forge-sql-pool`).
     hot: forge_sql_pool::Pool<PgConnection>,
+    /// The writers of the common step, which group the steps that wait for one (RLS mode; none
+    /// when group commit is off).
+    steps: Option<Arc<steps::StepWriters>>,
+    /// How to open a connection (the step writers open their own).
+    options: PgConnectOptions,
     mode: Mode,
     clock: Arc<dyn Clock>,
     ids: Arc<dyn IdGenerator>,
@@ -195,10 +202,15 @@ impl PostgresStore {
         };
         let pool = PgPoolOptions::new()
             .max_connections(4)
-            .connect_lazy_with(options);
+            .connect_lazy_with(options.clone());
         Ok(Self {
             pool,
             hot,
+            steps: Some(Arc::new(steps::StepWriters::new(
+                DEFAULT_STEP_WRITERS,
+                options.clone(),
+            ))),
+            options: options.clone(),
             mode,
             clock,
             ids,
@@ -212,6 +224,24 @@ impl PostgresStore {
     pub fn with_guard(mut self, guard: impl std::any::Any + Send + Sync) -> Self {
         self._guard = Some(Arc::new(guard));
         self
+    }
+
+    /// Lets at most `writers` step statements be in flight at once, in RLS mode, each writer on
+    /// a connection of its own: the steps that arrive while all are busy wait, and the next
+    /// writer free commits them together, up to [`MAX_GROUP`] in one statement (group commit).
+    /// Fewer writers group more steps per commit, which costs PostgreSQL less CPU per step; more
+    /// let more of its cores write at once. [`DEFAULT_STEP_WRITERS`] unless set. `0` turns group
+    /// commit off: each step is sent alone on the connections claims and leases use, as many at
+    /// once as that pool holds. Supabase mode always sends each step alone.
+    pub fn with_step_writers(mut self, writers: usize) -> Self {
+        self.steps =
+            (writers > 0).then(|| Arc::new(steps::StepWriters::new(writers, self.options.clone())));
+        self
+    }
+
+    /// How this store's steps have been grouped so far (see [`PostgresStore::with_step_writers`]).
+    pub fn step_groups(&self) -> StepGroups {
+        self.steps.as_ref().map(|s| s.groups()).unwrap_or_default()
     }
 
     /// How many migrations this process applied when it connected (0 when another got there first).
@@ -254,6 +284,9 @@ impl PostgresStore {
 
     /// Closes the pool.
     pub async fn close(&self) {
+        if let Some(writers) = &self.steps {
+            writers.close().await;
+        }
         self.hot.close().await;
         self.pool.close().await;
     }

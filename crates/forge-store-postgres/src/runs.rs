@@ -8,17 +8,16 @@ use async_trait::async_trait;
 use forge_core::Error;
 use forge_core::event::RunEvent;
 use forge_core::id::{RunId, ThreadId};
-use forge_core::message::Message;
 use forge_core::ports::store::{
     Admission, Committed, LeasedRun, NewRun, RunQuery, RunStore, StartStrategy, StepCommit, admit,
-    check_commit, check_commit_alone, foreign_settlement, next_lease, not_an_open_call,
-    renewed_lease, statuses_reaching,
+    check_commit, foreign_settlement, next_lease, not_an_open_call, renewed_lease,
 };
 use forge_core::run::{Run, RunLease};
 use forge_core::scope::Scope;
 
 use crate::PostgresStore;
 use crate::rows::{self, db_error, i64_of, to_json};
+use crate::steps::{EventColumns, StepArgs, judge_step, step_error};
 use crate::threads::{set_state, set_summary, thread_exists};
 
 use crate::Tx;
@@ -37,54 +36,6 @@ async fn fetch_run(tx: &mut Tx, scope: &Scope, id: RunId, lock: bool) -> Result<
         .map_err(db_error)?
         .ok_or_else(|| Error::not_found("run", id))?;
     rows::run(&row)
-}
-
-/// A step's events as the columns `UNNEST` takes.
-struct EventColumns {
-    seqs: Vec<i64>,
-    ats: Vec<chrono::DateTime<chrono::Utc>>,
-    /// As text: the log's column is `json`, kept as written (migration 30).
-    bodies: Vec<String>,
-}
-
-impl EventColumns {
-    fn of(events: &[RunEvent]) -> Result<Self, Error> {
-        Ok(Self {
-            seqs: events
-                .iter()
-                .map(|e| i64_of(e.seq))
-                .collect::<Result<_, _>>()?,
-            ats: events.iter().map(|e| e.at.0).collect(),
-            bodies: events
-                .iter()
-                .map(rows::to_json_text)
-                .collect::<Result<_, _>>()?,
-        })
-    }
-}
-
-/// A step's messages as the columns `UNNEST` takes.
-struct MessageColumns {
-    ids: Vec<uuid::Uuid>,
-    runs: Vec<uuid::Uuid>,
-    roles: Vec<&'static str>,
-    parts: Vec<rows::Encoded>,
-    ats: Vec<chrono::DateTime<chrono::Utc>>,
-}
-
-impl MessageColumns {
-    fn of(messages: &[Message]) -> Result<Self, Error> {
-        Ok(Self {
-            ids: messages.iter().map(|m| m.id.0).collect(),
-            runs: messages.iter().map(|m| m.run_id.0).collect(),
-            roles: messages.iter().map(|m| m.role.name()).collect(),
-            parts: messages
-                .iter()
-                .map(|m| to_json(&m.parts))
-                .collect::<Result<_, _>>()?,
-            ats: messages.iter().map(|m| m.created_at.0).collect(),
-        })
-    }
 }
 
 /// A run admitted in one statement: its row, a queued run's first event (`$12`..`$14`, empty
@@ -138,184 +89,6 @@ pub(crate) const LEASE_WITH_HISTORY_SQL: &str = "SELECT (s.o_run).*, s.o_taken A
     FROM forge_lease($1, $2, $3, $4, $5) AS s \
     LEFT JOIN LATERAL forge_thread_start((s.o_run).thread_id, $2, \
     CASE WHEN s.o_taken THEN $6::bigint END) AS h ON true";
-
-/// The step's statement, with `$completed` as the column saying whether it completed its claim.
-macro_rules! step_sql {
-    ($completed:literal) => {
-        concat!(
-            "SELECT s.o_version AS written_version, s.o_last_seq AS written_last_seq, \
-            s.o_cancel AS written_cancel, (s.o_run).*, s.o_closed AS closed, ",
-            $completed,
-            " AS job_completed \
-            FROM forge_write_step($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, \
-            $12 AND EXISTS (SELECT 1 FROM forge_listeners l WHERE l.expires_at > $7), $13, $14, \
-            $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29) AS s"
-        )
-    };
-}
-
-/// A whole step through `forge_write_step` (migration 22; these parameters select migration 30's
-/// overload, which takes the events as text for the `json` log). Its gate is the run row's update
-/// (decided on the row as it is when updated: the lease `$13` unexpired at `$7`, the version `$1`,
-/// the events continuing the log at `$27`, a status `$28` the step may leave, what
-/// `check_commit_alone` found of the step itself `$29`, and every settled call still open), and it
-/// refuses whatever `check_commit` would refuse. A step it passes is written whole: its events,
-/// messages and settled model calls, the run row (its lease cleared when the step ends the run,
-/// `$10`), and when the run ends (`$11`, in a statement of its own) its pending interactions
-/// expire and its thread's oldest queued run becomes active with its job ready; listeners are
-/// notified when it appended events (`$12`). It returns the run's new version, log end and cancel
-/// flag when it wrote; when it refused, the run row as it now is and the settled calls that were
-/// not open.
-///
-/// A step that ends or parks its run under a claim (`$30` the job, `$31` its token) completes
-/// the job in the same statement through `forge_sys_complete` once the step was written (a
-/// `CASE`, so that a refused step completes nothing), and says whether it did. It notifies only
-/// while a process listens (an unexpired row of `forge_listeners`, migration 24; see `notify`).
-pub(crate) const STEP_SQL: &str = step_sql!(
-    "CASE WHEN s.o_version IS NOT NULL AND $30::uuid IS NOT NULL \
-    THEN forge_sys_complete($30, $31, $7) ELSE false END"
-);
-
-/// `STEP_SQL` for a step that completes no claim in its statement: most steps, and every step in
-/// Supabase mode, whose `forge_tenant` may not execute `forge_sys_complete` (a kept generic plan
-/// that names the function is refused when the executor starts, whether or not it calls it).
-/// Takes `$1`…`$29`.
-pub(crate) const STEP_ALONE_SQL: &str = step_sql!("false");
-
-/// A step's arguments to `forge_write_step`, encoded once (a call that met a closed connection is
-/// sent again from them).
-struct StepArgs {
-    version: i64,
-    count: i64,
-    checkpoint: rows::Encoded,
-    failure: Option<rows::Encoded>,
-    token: i64,
-    first: Option<i64>,
-    events: EventColumns,
-    messages: MessageColumns,
-    calls: crate::usage::CallColumns,
-    /// The statuses the step may leave, as `forge_write_step` compares them.
-    from: Vec<String>,
-    /// Whether `check_commit_alone` passed.
-    alone: bool,
-    /// The claim the step completes in its statement (its job and token), if any: sent with
-    /// `STEP_SQL`, and a step without one with `STEP_ALONE_SQL`.
-    job: Option<uuid::Uuid>,
-    job_token: Option<i64>,
-}
-
-impl StepArgs {
-    /// `completes` says whether the step may complete its claim in its statement (not as
-    /// Supabase's `forge_tenant`, which may not call the system functions).
-    fn of(commit: &StepCommit, scope: &Scope, completes: bool) -> Result<Self, Error> {
-        let job = commit.completes(scope.tenant_id()).filter(|_| completes);
-        Ok(Self {
-            version: i64_of(commit.expected_version)?,
-            count: i64::try_from(commit.events.len()).unwrap_or(i64::MAX),
-            checkpoint: to_json(&commit.checkpoint)?,
-            failure: commit.failure.as_ref().map(to_json).transpose()?,
-            token: i64_of(commit.lease.token)?,
-            first: commit.events.first().map(|e| i64_of(e.seq)).transpose()?,
-            events: EventColumns::of(&commit.events)?,
-            messages: MessageColumns::of(&commit.messages)?,
-            calls: crate::usage::CallColumns::of(&commit.settlements)?,
-            from: statuses_reaching(commit.status).collect(),
-            alone: check_commit_alone(commit, scope.tenant_id()).is_ok(),
-            job: job.map(|j| j.id.0),
-            job_token: job.map(|j| i64_of(j.token)).transpose()?,
-        })
-    }
-
-    fn query<'a>(
-        &'a self,
-        commit: &'a StepCommit,
-        scope: &'a Scope,
-        now: chrono::DateTime<chrono::Utc>,
-    ) -> sqlx::query::Query<'a, sqlx::Postgres, sqlx::postgres::PgArguments> {
-        let statement = if self.job.is_some() {
-            STEP_SQL
-        } else {
-            STEP_ALONE_SQL
-        };
-        let query = sqlx::query(statement)
-            .bind(self.version)
-            .bind(self.count)
-            .bind(commit.status.name())
-            .bind(commit.status.wait_reason().map(|r| r.name()))
-            .bind(&self.checkpoint)
-            .bind(&self.failure)
-            .bind(now)
-            .bind(commit.run_id.0)
-            .bind(scope.tenant_id().as_str())
-            .bind(commit.releases_lease())
-            .bind(commit.status.is_terminal())
-            .bind(!commit.events.is_empty())
-            .bind(self.token)
-            .bind(&self.events.seqs)
-            .bind(&self.events.ats)
-            .bind(&self.events.bodies)
-            .bind(&self.messages.ids)
-            .bind(&self.messages.runs)
-            .bind(&self.messages.roles)
-            .bind(&self.messages.parts)
-            .bind(&self.messages.ats)
-            .bind(&self.calls.ids)
-            .bind(&self.calls.period_starts)
-            .bind(&self.calls.ats)
-            .bind(&self.calls.statuses)
-            .bind(&self.calls.bodies)
-            .bind(self.first)
-            .bind(&self.from)
-            .bind(self.alone);
-        if self.job.is_some() {
-            query.bind(self.job).bind(self.job_token)
-        } else {
-            query
-        }
-    }
-}
-
-/// What `forge_write_step` decided, as `commit_step` answers: the run's new version, log end and
-/// cancel flag for a step it wrote (its gate refuses whatever `check_commit` refuses), and for
-/// one it refused, the refusal, named by `check_commit` on the row as it now is.
-fn judge_step(
-    row: &sqlx::postgres::PgRow,
-    commit: &StepCommit,
-    scope: &Scope,
-    now: forge_core::time::Timestamp,
-) -> Result<Committed, Error> {
-    if let Some(version) = rows::get::<Option<i64>>(row, "written_version")? {
-        return Ok(Committed {
-            version: rows::u64_of(version, "version")?,
-            last_seq: rows::u64_of(rows::get(row, "written_last_seq")?, "last_seq")?,
-            cancel_requested: rows::get(row, "written_cancel")?,
-            job_completed: rows::get(row, "job_completed")?,
-        });
-    }
-    check_commit(&rows::run(row)?, commit, now)?;
-    let closed: Vec<uuid::Uuid> = rows::get(row, "closed")?;
-    if let Some(call) = commit.settlements.iter().find(|c| closed.contains(&c.id.0)) {
-        return Err(not_an_open_call(call.id));
-    }
-    check_commit_alone(commit, scope.tenant_id())?;
-    // The row passes check_commit yet did not pass the gate: only a lease that lapsed within the
-    // microsecond the database rounds the clock to.
-    Err(Error::Fenced {
-        resource: format!("run {}", commit.run_id),
-    })
-}
-
-/// A `forge_write_step` refusal raised after its gate (a conflicting call it could not see), as the
-/// error `commit_step` gives; other errors as they are.
-fn step_error(e: sqlx::Error) -> Error {
-    if let sqlx::Error::Database(db) = &e
-        && db.code().as_deref() == Some("FG001")
-        && let Ok(id) = db.message().parse::<uuid::Uuid>()
-    {
-        return not_an_open_call(forge_core::id::ModelCallId(id));
-    }
-    db_error(e)
-}
 
 /// A lease `forge_lease` was asked for (`holder`, for `ttl` from `now`), judged on the row it
 /// returned (the run as it was, and whether the lease was `taken`): the new lease and the run
@@ -632,21 +405,24 @@ impl RunStore for PostgresStore {
             return Err(not_an_open_call(call.id));
         }
         let rls = self.mode == crate::Mode::Rls;
-        let args = StepArgs::of(&commit, scope, rls)?;
+        let args = StepArgs::of(&commit, scope, now, rls)?;
         // As Supabase's `forge_tenant`, the step cannot complete its claim in its own statement;
         // it does so in its transaction, after resetting the role.
         let claim = commit.completes(scope.tenant_id()).filter(|_| !rls);
         // A step that also writes thread state, a summary, interactions or audit entries is
         // judged first, in a transaction (those writes need the run, and their own errors must
-        // not mask the step's); the common step is one call, judged on the row it returns.
+        // not mask the step's); the common step is one call, judged on the row it returns, and
+        // in RLS mode committed with the steps that wait beside it (`steps`).
         if !commit.writes_beside_the_log() && claim.is_none() {
-            let row = self
-                .tenant_call(scope, || args.query(&commit, scope, now.0))
-                .await
-                .map_err(step_error)?
-                .into_iter()
-                .next()
-                .ok_or_else(|| Error::not_found("run", commit.run_id))?;
+            let row = if let (true, Some(writers)) = (rls, &self.steps) {
+                writers.write(args).await
+            } else {
+                self.tenant_call(scope, || args.query())
+                    .await
+                    .map(|rows| rows.into_iter().next())
+            }
+            .map_err(step_error)?
+            .ok_or_else(|| Error::not_found("run", commit.run_id))?;
             return judge_step(&row, &commit, scope, now);
         }
         let mut tx = self.tenant_tx(scope).await?;
@@ -672,7 +448,7 @@ impl RunStore for PostgresStore {
             crate::interactions::audit(&mut tx, record).await?;
         }
         let row = args
-            .query(&commit, scope, now.0)
+            .query()
             .fetch_optional(&mut *tx)
             .await
             .map_err(step_error)?

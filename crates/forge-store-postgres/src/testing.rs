@@ -37,12 +37,18 @@ pub enum Flavor {
 /// Supabase mode sends a step), `claim_leased`, `lease_with_history` and
 /// `thread_with_page`), for tests of how PostgreSQL plans them.
 pub const HOT_STATEMENTS: [(&str, &str); 5] = [
-    ("step", crate::runs::STEP_SQL),
-    ("step_alone", crate::runs::STEP_ALONE_SQL),
+    ("step", crate::steps::STEP_SQL),
+    ("step_alone", crate::steps::STEP_ALONE_SQL),
     ("claim_leased", crate::queue::CLAIM_LEASED_SQL),
     ("lease_with_history", crate::runs::LEASE_WITH_HISTORY_SQL),
     ("thread_with_page", crate::threads::THREAD_WITH_PAGE_SQL),
 ];
+
+/// The statement that group-commits `n` steps (2 ≤ `n` ≤ [`crate::MAX_GROUP`]; empty
+/// otherwise): each step's `STEP_SQL` with its own 31 parameters, joined by `UNION ALL`.
+pub fn group_statement(n: usize) -> &'static str {
+    crate::steps::group_sql(n)
+}
 
 /// The administrator URL tests use.
 pub fn admin_url() -> String {

@@ -5,6 +5,7 @@
 
 mod claim_plan;
 mod event_log;
+mod group_commit;
 mod isolation;
 mod lease_reads;
 mod migrations;
@@ -95,6 +96,19 @@ impl forge_testkit::LeaseFactory for Postgres {
     }
 }
 
+/// The store with one step writer: a step sent while another is in flight waits and is
+/// group-committed, so the suites whose steps race are run through groups.
+struct Grouped;
+
+impl forge_testkit::StoreFactory for Grouped {
+    type Store = PostgresStore;
+    const READS_HISTORY_WITH_LEASE: bool = true;
+
+    async fn make(clock: Arc<ManualClock>) -> Arc<PostgresStore> {
+        Arc::new(fresh(Flavor::Plain, clock).await.0.with_step_writers(1))
+    }
+}
+
 struct Pgvector;
 
 impl forge_testkit::StoreFactory for Pgvector {
@@ -116,6 +130,15 @@ mod rls_mode {
     use super::*;
     forge_testkit::store_conformance!(Postgres);
     forge_testkit::lock_conformance!(Postgres);
+}
+
+/// The suites whose steps race one another (one run's concurrent writers, the event log's 32
+/// appenders) and those that settle calls with a step, with their steps group-committed.
+mod grouped_mode {
+    use super::*;
+    forge_testkit::runs_conformance!(Grouped);
+    forge_testkit::event_log_conformance!(Grouped);
+    forge_testkit::usage_conformance!(Grouped);
 }
 
 mod supabase_mode {

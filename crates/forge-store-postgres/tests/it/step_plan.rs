@@ -115,9 +115,14 @@ fn hot_calls() -> Vec<(&'static str, String, Vec<String>)> {
              '{{settled}}', ARRAY['{{}}']::jsonb[], 3, '{{running}}', true{claim}"
         )
     };
-    let hot: std::collections::HashMap<_, _> = forge_store_postgres::testing::HOT_STATEMENTS
+    let mut hot: std::collections::HashMap<_, _> = forge_store_postgres::testing::HOT_STATEMENTS
         .into_iter()
         .collect();
+    // Group commit's statement for three steps (each size is a statement of its own).
+    hot.insert(
+        "group_of_3",
+        forge_store_postgres::testing::group_statement(3),
+    );
     let calls = vec![
         (
             "step",
@@ -128,6 +133,18 @@ fn hot_calls() -> Vec<(&'static str, String, Vec<String>)> {
             "step_alone",
             function_types.clone(),
             (1..=8).map(|n| step(n, n % 4 == 0, false)).collect(),
+        ),
+        (
+            "group_of_3",
+            vec![format!("{function_types}, uuid, bigint"); 3].join(", "),
+            (1..=8)
+                .map(|n| {
+                    (0..3)
+                        .map(|i| step(n, (n + i) % 4 == 0, true))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                })
+                .collect(),
         ),
         (
             "claim_leased",

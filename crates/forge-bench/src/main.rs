@@ -141,7 +141,11 @@ pub(crate) enum Guard {
     None,
     /// A SQLite store's directory, and the store (for its lane's counts).
     Sqlite(std::path::PathBuf, Arc<forge_store_sqlite::SqliteStore>),
-    Db(forge_store_postgres::testing::TestDatabase),
+    /// A PostgreSQL database made for the measurement, and the store (for its step groups).
+    Db(
+        forge_store_postgres::testing::TestDatabase,
+        Arc<forge_store_postgres::PostgresStore>,
+    ),
 }
 
 impl Guard {
@@ -156,7 +160,15 @@ impl Guard {
     /// The PostgreSQL database made for the measurement, for a PostgreSQL store.
     pub(crate) fn database(&self) -> Option<&forge_store_postgres::testing::TestDatabase> {
         match self {
-            Guard::Db(db) => Some(db),
+            Guard::Db(db, _) => Some(db),
+            _ => None,
+        }
+    }
+
+    /// The PostgreSQL store's step groups so far, for a PostgreSQL store.
+    pub(crate) fn step_groups(&self) -> Option<forge_store_postgres::StepGroups> {
+        match self {
+            Guard::Db(_, store) => Some(store.step_groups()),
             _ => None,
         }
     }
@@ -196,14 +208,16 @@ pub(crate) async fn open_both(
             .map_err(anyhow::Error::msg)?;
             // Before Forge connects, so that its sessions count their function calls.
             pgstats::track_functions(db.admin_url(), db.name()).await?;
-            let store = Arc::new(
-                forge_store_postgres::PostgresStore::connect(
-                    db.url(),
-                    forge_store_postgres::Mode::Rls,
-                )
-                .await?,
-            );
-            (store.clone(), store, Guard::Db(db))
+            let store = forge_store_postgres::PostgresStore::connect(
+                db.url(),
+                forge_store_postgres::Mode::Rls,
+            )
+            .await?;
+            let store = Arc::new(match step_writers()? {
+                Some(n) => store.with_step_writers(n),
+                None => store,
+            });
+            (store.clone(), store.clone(), Guard::Db(db, store))
         }
         "pgvector" => {
             let server =
@@ -223,10 +237,21 @@ pub(crate) async fn open_both(
                 .await?,
             );
             anyhow::ensure!(store.uses_pgvector(), "the store did not see pgvector");
-            (store.clone(), store, Guard::Db(db))
+            (store.clone(), store.clone(), Guard::Db(db, store))
         }
         other => bail!("--store must be memory, sqlite, postgres or pgvector, not {other:?}"),
     })
+}
+
+/// `FORGE_BENCH_STEP_WRITERS`: how many step statements the PostgreSQL store may have in flight
+/// (its default when unset), for measuring group commit at other settings.
+fn step_writers() -> anyhow::Result<Option<usize>> {
+    match std::env::var("FORGE_BENCH_STEP_WRITERS") {
+        Ok(n) => Ok(Some(n.parse().map_err(|_| {
+            anyhow::anyhow!("FORGE_BENCH_STEP_WRITERS must be a number, not {n:?}")
+        })?)),
+        Err(_) => Ok(None),
+    }
 }
 
 async fn open(kind: &str) -> anyhow::Result<(Arc<dyn Store>, Guard)> {

@@ -566,6 +566,7 @@ async fn forge(args: &OneArgs) -> anyhow::Result<Value> {
         Instant::now(),
     );
     let lane0 = guard.lane_stats();
+    let groups0 = guard.step_groups();
     let shutdown = CancellationToken::new();
     let stop = shutdown.clone();
     let target = args.throughput_runs;
@@ -600,6 +601,14 @@ async fn forge(args: &OneArgs) -> anyhow::Result<Value> {
         ),
         _ => None,
     };
+    // PostgreSQL: how many steps each group commit wrote, and what share of the steps went so.
+    let steps_per_group = match (groups0, guard.step_groups()) {
+        (Some(before), Some(after)) if after.groups > before.groups => Some(json!({
+            "steps_per_group": (after.steps - before.steps) as f64 / (after.groups - before.groups) as f64,
+            "grouped_steps_per_run": (after.steps - before.steps) as f64 / target as f64,
+        })),
+        _ => None,
+    };
     Ok(json!({
         "bench": "workload", "mode": args.mode, "runs": args.runs,
         "p50_ms": percentile(&latencies, 0.5), "p95_ms": percentile(&latencies, 0.95),
@@ -609,6 +618,7 @@ async fn forge(args: &OneArgs) -> anyhow::Result<Value> {
         "peak_rss_mib": peak_rss_mib(), "ttft_ms": percentile(&ttft, 0.5),
         "live_tail": args.live_tail, "otel": args.otel,
         "sqlite_ops_per_group": ops_per_group,
+        "postgres_step_groups": steps_per_group,
         "postgres_per_run": postgres_per_run,
     }))
 }

@@ -206,10 +206,7 @@ impl PostgresStore {
         Ok(Self {
             pool,
             hot,
-            steps: Some(Arc::new(steps::StepWriters::new(
-                DEFAULT_STEP_WRITERS,
-                options.clone(),
-            ))),
+            steps: steps::StepWriters::of(mode, DEFAULT_STEP_WRITERS, &options),
             options: options.clone(),
             mode,
             clock,
@@ -234,8 +231,7 @@ impl PostgresStore {
     /// commit off: each step is sent alone on the connections claims and leases use, as many at
     /// once as that pool holds. Supabase mode always sends each step alone.
     pub fn with_step_writers(mut self, writers: usize) -> Self {
-        self.steps =
-            (writers > 0).then(|| Arc::new(steps::StepWriters::new(writers, self.options.clone())));
+        self.steps = steps::StepWriters::of(self.mode, writers, &self.options);
         self
     }
 
@@ -322,18 +318,7 @@ impl PostgresStore {
             tx.commit().await?;
             return Ok(rows);
         }
-        let mut attempts = 0;
-        loop {
-            let mut conn = self.hot.acquire().await?;
-            match query().fetch_all(&mut *conn).await {
-                Ok(rows) => {
-                    conn.release();
-                    return Ok(rows);
-                }
-                Err(e) if self.hot.retries(&e, &mut attempts) => {}
-                Err(e) => return Err(e),
-            }
-        }
+        autocommit(&self.hot, query).await
     }
 
     /// The settings that confine a transaction to `scope`'s tenant (see [`Mode`]).
@@ -363,6 +348,27 @@ impl PostgresStore {
         &self,
     ) -> Result<forge_sql_pool::Conn<PgConnection>, forge_core::Error> {
         self.hot.acquire().await.map_err(db_error)
+    }
+}
+
+/// `query`'s rows, sent in autocommit on a connection of `pool`, and sent again on another when
+/// the server had closed the one it met ([`forge_sql_pool::Pool::retries`]: for a statement
+/// harmless to repeat, such as a write gated on the version it changes).
+pub(crate) async fn autocommit<'q>(
+    pool: &forge_sql_pool::Pool<PgConnection>,
+    query: impl Fn() -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
+) -> Result<Vec<sqlx::postgres::PgRow>, sqlx::Error> {
+    let mut attempts = 0;
+    loop {
+        let mut conn = pool.acquire().await?;
+        match query().fetch_all(&mut *conn).await {
+            Ok(rows) => {
+                conn.release();
+                return Ok(rows);
+            }
+            Err(e) if pool.retries(&e, &mut attempts) => {}
+            Err(e) => return Err(e),
+        }
     }
 }
 

@@ -412,9 +412,10 @@ impl RunStore for PostgresStore {
         // A step that also writes thread state, a summary, interactions or audit entries is
         // judged first, in a transaction (those writes need the run, and their own errors must
         // not mask the step's); the common step is one call, judged on the row it returns, and
-        // in RLS mode committed with the steps that wait beside it (`steps`).
+        // in RLS mode committed with the steps that wait beside it (`steps`; no writers in
+        // Supabase mode).
         if !commit.writes_beside_the_log() && claim.is_none() {
-            let row = if let (true, Some(writers)) = (rls, &self.steps) {
+            let row = if let Some(writers) = &self.steps {
                 writers.write(args).await
             } else {
                 self.tenant_call(scope, || args.query())

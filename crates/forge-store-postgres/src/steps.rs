@@ -80,19 +80,69 @@ impl MessageColumns {
     }
 }
 
-/// The step's statement, with `$completed` as the column saying whether it completed its claim.
-macro_rules! step_sql {
-    ($completed:literal) => {
-        concat!(
-            "SELECT s.o_version AS written_version, s.o_last_seq AS written_last_seq, \
-            s.o_cancel AS written_cancel, (s.o_run).*, s.o_closed AS closed, ",
-            $completed,
-            " AS job_completed \
-            FROM forge_write_step($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, \
-            $12 AND EXISTS (SELECT 1 FROM forge_listeners l WHERE l.expires_at > $7), $13, $14, \
-            $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29) AS s"
-        )
+/// The text of a step's statement, the one definition of all three forms: the step's parameters
+/// are `$1`…`$31` shifted by 31 per `place` in a group; `grouped` adds that place as the column
+/// `group_place`; `completes` completes the step's claim (`$30` its job, `$31` its token) once the
+/// step was written, and without it `job_completed` is false.
+fn step_text(place: usize, grouped: bool, completes: bool) -> String {
+    let p = |k: usize| format!("${}", place * 31 + k);
+    let args: Vec<String> = (1..=29)
+        .map(|k| match k {
+            12 => format!(
+                "{} AND EXISTS (SELECT 1 FROM forge_listeners l WHERE l.expires_at > {})",
+                p(12),
+                p(7)
+            ),
+            k => p(k),
+        })
+        .collect();
+    let place = if grouped {
+        format!("{place} AS group_place, ")
+    } else {
+        String::new()
     };
+    let completed = if completes {
+        format!(
+            "CASE WHEN s.o_version IS NOT NULL AND {job}::uuid IS NOT NULL \
+             THEN forge_sys_complete({job}, {token}, {now}) ELSE false END",
+            job = p(30),
+            token = p(31),
+            now = p(7)
+        )
+    } else {
+        "false".to_owned()
+    };
+    format!(
+        "SELECT {place}s.o_version AS written_version, s.o_last_seq AS written_last_seq, \
+         s.o_cancel AS written_cancel, (s.o_run).*, s.o_closed AS closed, \
+         {completed} AS job_completed FROM forge_write_step({}) AS s",
+        args.join(", ")
+    )
+}
+
+/// The step statements' texts, made once.
+struct Statements {
+    step: String,
+    alone: String,
+    /// By group size: empty below 2.
+    groups: Vec<String>,
+}
+
+fn statements() -> &'static Statements {
+    static STATEMENTS: OnceLock<Statements> = OnceLock::new();
+    STATEMENTS.get_or_init(|| Statements {
+        step: step_text(0, false, true),
+        alone: step_text(0, false, false),
+        groups: (0..=MAX_GROUP)
+            .map(|n| match n {
+                0 | 1 => String::new(),
+                n => (0..n)
+                    .map(|place| step_text(place, true, true))
+                    .collect::<Vec<_>>()
+                    .join(" UNION ALL "),
+            })
+            .collect(),
+    })
 }
 
 /// A whole step through `forge_write_step` (migration 22; these parameters select migration 30's
@@ -112,16 +162,17 @@ macro_rules! step_sql {
 /// the job in the same statement through `forge_sys_complete` once the step was written (a
 /// `CASE`, so that a refused step completes nothing), and says whether it did. It notifies only
 /// while a process listens (an unexpired row of `forge_listeners`, migration 24; see `notify`).
-pub(crate) const STEP_SQL: &str = step_sql!(
-    "CASE WHEN s.o_version IS NOT NULL AND $30::uuid IS NOT NULL \
-    THEN forge_sys_complete($30, $31, $7) ELSE false END"
-);
+pub(crate) fn step_sql() -> &'static str {
+    &statements().step
+}
 
-/// `STEP_SQL` for a step that completes no claim in its statement: most steps, and every step in
+/// [`step_sql`] for a step that completes no claim in its statement: most steps, and every step in
 /// Supabase mode, whose `forge_tenant` may not execute `forge_sys_complete` (a kept generic plan
 /// that names the function is refused when the executor starts, whether or not it calls it).
 /// Takes `$1`…`$29`.
-pub(crate) const STEP_ALONE_SQL: &str = step_sql!("false");
+pub(crate) fn step_alone_sql() -> &'static str {
+    &statements().alone
+}
 
 /// A step's arguments to `forge_write_step`, encoded once and owned (a call that met a closed
 /// connection is sent again from them, and a queued step is sent by another task).
@@ -148,7 +199,7 @@ pub(crate) struct StepArgs {
     /// Whether `check_commit_alone` passed.
     alone: bool,
     /// The claim the step completes in its statement (its job and token), if any: sent with
-    /// `STEP_SQL`, and a step without one with `STEP_ALONE_SQL`.
+    /// [`step_sql`], and a step without one with [`step_alone_sql`].
     job: Option<uuid::Uuid>,
     job_token: Option<i64>,
 }
@@ -187,12 +238,12 @@ impl StepArgs {
         })
     }
 
-    /// The step alone: `STEP_SQL` when it completes its claim, else `STEP_ALONE_SQL`.
+    /// The step alone: [`step_sql`] when it completes its claim, else [`step_alone_sql`].
     pub(crate) fn query(&self) -> Query<'_> {
         let statement = if self.job.is_some() {
-            STEP_SQL
+            step_sql()
         } else {
-            STEP_ALONE_SQL
+            step_alone_sql()
         };
         let query = self.bind(sqlx::query(statement));
         if self.job.is_some() {
@@ -348,6 +399,17 @@ impl StepWriters {
         }
     }
 
+    /// The step writers of a store in `mode`: none in Supabase mode, which sends each step alone
+    /// inside its tenant transaction, nor when `writers` is 0.
+    pub(crate) fn of(
+        mode: crate::Mode,
+        writers: usize,
+        options: &PgConnectOptions,
+    ) -> Option<Arc<Self>> {
+        (mode == crate::Mode::Rls && writers > 0)
+            .then(|| Arc::new(Self::new(writers, options.clone())))
+    }
+
     /// Closes the writers' connections (those in use when they are given back).
     pub(crate) async fn close(&self) {
         self.pool.close().await;
@@ -424,7 +486,7 @@ impl StepWriters {
     /// Writes `group` in one statement, each step answered from its row; if the statement
     /// fails, nothing of it was written and each step is sent again alone.
     async fn send(&self, group: Vec<Waiting>) {
-        let hot = &self.pool;
+        let writers = &self.pool;
         // A step whose caller went away is not written (as if its call had been cancelled
         // before it was sent).
         let mut group: Vec<Waiting> = group
@@ -433,7 +495,7 @@ impl StepWriters {
             .collect();
         if group.len() < 2 {
             if let Some(w) = group.pop() {
-                let answer = alone(hot, &w.args).await;
+                let answer = alone(writers, &w.args).await;
                 let _ = w.answer.send(answer);
             }
             return;
@@ -444,7 +506,7 @@ impl StepWriters {
         self.groups.fetch_add(1, Ordering::Relaxed);
         self.grouped
             .fetch_add(group.len() as u64, Ordering::Relaxed);
-        match together(hot, &group).await {
+        match together(writers, &group).await {
             Ok(mut rows) => {
                 for (i, w) in group.into_iter().enumerate() {
                     let _ = w.answer.send(Ok(rows[i].take()));
@@ -452,7 +514,7 @@ impl StepWriters {
             }
             Err(_) => {
                 for w in group {
-                    let answer = alone(hot, &w.args).await;
+                    let answer = alone(writers, &w.args).await;
                     let _ = w.answer.send(answer);
                 }
             }
@@ -473,40 +535,22 @@ impl Drop for Slot {
 
 /// Sends one step alone, in autocommit (again on another connection when the server had closed
 /// the one it met: the step's gate refuses a step written already).
-async fn alone(hot: &Pool, args: &StepArgs) -> Answer {
-    let mut attempts = 0;
-    loop {
-        let mut conn = hot.acquire().await?;
-        match args.query().fetch_all(&mut *conn).await {
-            Ok(rows) => {
-                conn.release();
-                return Ok(rows.into_iter().next());
-            }
-            Err(e) if hot.retries(&e, &mut attempts) => {}
-            Err(e) => return Err(e),
-        }
-    }
+async fn alone(writers: &Pool, args: &StepArgs) -> Answer {
+    let rows = crate::autocommit(writers, || args.query()).await?;
+    Ok(rows.into_iter().next())
 }
 
 /// Sends `group` as one statement in autocommit: each step's row, by its place in the group.
-async fn together(hot: &Pool, group: &[Waiting]) -> Result<Vec<Option<PgRow>>, sqlx::Error> {
+async fn together(writers: &Pool, group: &[Waiting]) -> Result<Vec<Option<PgRow>>, sqlx::Error> {
     use sqlx::Row;
-    let mut attempts = 0;
-    let rows = loop {
-        let mut conn = hot.acquire().await?;
+    let rows = crate::autocommit(writers, || {
         let mut query = sqlx::query(group_sql(group.len()));
         for w in group {
             query = w.args.bind(query).bind(w.args.job).bind(w.args.job_token);
         }
-        match query.fetch_all(&mut *conn).await {
-            Ok(rows) => {
-                conn.release();
-                break rows;
-            }
-            Err(e) if hot.retries(&e, &mut attempts) => {}
-            Err(e) => return Err(e),
-        }
-    };
+        query
+    })
+    .await?;
     let mut answers: Vec<Option<PgRow>> = (0..group.len()).map(|_| None).collect();
     for row in rows {
         let place: i32 = row.try_get("group_place")?;
@@ -519,46 +563,71 @@ async fn together(hot: &Pool, group: &[Waiting]) -> Result<Vec<Option<PgRow>>, s
     Ok(answers)
 }
 
-/// The statement writing `n` steps (2 ≤ `n` ≤ [`MAX_GROUP`]): `STEP_SQL` once per step, each with
-/// its own 31 parameters and its place in the group (`group_place`), joined by `UNION ALL`, whose
-/// calls PostgreSQL makes one after another in this order.
+/// The statement writing `n` steps (2 ≤ `n` ≤ [`MAX_GROUP`]; empty otherwise): [`step_sql`] once
+/// per step, each with its own 31 parameters and its place in the group (`group_place`), joined
+/// by `UNION ALL`, whose calls PostgreSQL makes one after another in this order.
 pub(crate) fn group_sql(n: usize) -> &'static str {
-    static SQL: OnceLock<Vec<String>> = OnceLock::new();
-    let all = SQL.get_or_init(|| {
-        (0..=MAX_GROUP)
-            .map(|n| {
-                (0..n)
-                    .map(group_block)
-                    .collect::<Vec<_>>()
-                    .join(" UNION ALL ")
-            })
-            .collect()
-    });
-    all.get(n).map_or("", String::as_str)
+    statements().groups.get(n).map_or("", String::as_str)
 }
 
-/// The step at `place` in a group: `STEP_SQL` with its parameters shifted to its block.
-fn group_block(place: usize) -> String {
-    let p = |k: usize| format!("${}", place * 31 + k);
-    let args: Vec<String> = (1..=29)
-        .map(|k| match k {
-            12 => format!(
-                "{} AND EXISTS (SELECT 1 FROM forge_listeners l WHERE l.expires_at > {})",
-                p(12),
-                p(7)
-            ),
-            k => p(k),
-        })
-        .collect();
-    format!(
-        "SELECT {place} AS group_place, s.o_version AS written_version, \
-         s.o_last_seq AS written_last_seq, s.o_cancel AS written_cancel, (s.o_run).*, \
-         s.o_closed AS closed, CASE WHEN s.o_version IS NOT NULL AND {job}::uuid IS NOT NULL \
-         THEN forge_sys_complete({job}, {token}, {now}) ELSE false END AS job_completed \
-         FROM forge_write_step({args}) AS s",
-        job = p(30),
-        token = p(31),
-        now = p(7),
-        args = args.join(", ")
-    )
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A step's arguments that no test sends.
+    fn unsent() -> StepArgs {
+        StepArgs {
+            version: 0,
+            count: 0,
+            status: "running",
+            wait_reason: None,
+            checkpoint: to_json(&()).expect("unit encodes"),
+            failure: None,
+            now: chrono::DateTime::UNIX_EPOCH,
+            run: uuid::Uuid::nil(),
+            tenant: "tenant".into(),
+            releases_lease: false,
+            ends_run: false,
+            token: 0,
+            first: None,
+            events: EventColumns::of(&[]).expect("no events encode"),
+            messages: MessageColumns::of(&[]).expect("no messages encode"),
+            calls: crate::usage::CallColumns::of(&[]).expect("no calls encode"),
+            from: vec![],
+            alone: true,
+            job: None,
+            job_token: None,
+        }
+    }
+
+    #[test]
+    fn without_a_runtime_every_waiting_step_hears_an_error_and_the_writer_is_freed() {
+        let writers = StepWriters::of(crate::Mode::Rls, 1, &PgConnectOptions::new())
+            .expect("RLS mode has writers");
+        // One writer sending, and more steps waiting than one group takes.
+        let heard: Vec<_> = {
+            let mut queue = writers.queue();
+            queue.sending = 1;
+            (0..MAX_GROUP + 4)
+                .map(|_| {
+                    let (answer, heard) = oneshot::channel();
+                    queue.waiting.push(Waiting {
+                        args: unsent(),
+                        answer,
+                    });
+                    heard
+                })
+                .collect()
+        };
+        // The writer finishes as the process ends: no runtime to send the groups on.
+        writers.hand_on();
+        for (i, mut heard) in heard.into_iter().enumerate() {
+            assert!(
+                matches!(heard.try_recv(), Err(oneshot::error::TryRecvError::Closed)),
+                "step {i} was left waiting"
+            );
+        }
+        let queue = writers.queue();
+        assert_eq!((queue.sending, queue.waiting.len()), (0, 0));
+    }
 }

@@ -20,15 +20,15 @@ use forge_store_postgres::{PostgresStore, StepGroups};
 use forge_testkit::fixtures::{run_on_new_thread, scope, step};
 use futures_util::future::join_all;
 
+use crate::row_locks::{hold_run, until_waiting};
+
 const TTL: Duration = Duration::from_secs(30);
 
-/// A store with one step writer: every step sent while another is in flight waits, and is
-/// committed in the next group.
-async fn one_writer(clock: Arc<ManualClock>) -> PostgresStore {
-    crate::fresh(Flavor::Plain, clock)
-        .await
-        .0
-        .with_step_writers(1)
+/// A store with one step writer (every step sent while another is in flight waits, and is
+/// committed in the next group), and its database's administrator URL.
+async fn one_writer(clock: Arc<ManualClock>) -> (PostgresStore, String) {
+    let (store, _, admin) = crate::fresh(Flavor::Plain, clock).await;
+    (store.with_step_writers(1), admin)
 }
 
 /// A leased run of `scope`'s tenant, on a new thread.
@@ -52,17 +52,26 @@ fn step_of(run: &Run, lease: &RunLease, events: u64, clock: &ManualClock) -> Ste
     commit
 }
 
-/// Commits `steps` at once: the first is sent alone and the others wait for it, in order.
+/// Commits `steps` at once: the first is sent alone and the others wait for it, in order. The
+/// first step's run is held by another transaction until every step was sent or queued, so that
+/// the first cannot be answered before the others wait (as it could, were this thread descheduled
+/// between sending it and reading its answer).
 async fn all_at_once(
     store: &PostgresStore,
+    admin: &str,
     steps: Vec<(Scope, StepCommit)>,
 ) -> Vec<Result<Committed, forge_core::Error>> {
-    join_all(
+    let mut holder = hold_run(admin, steps[0].1.run_id.0).await;
+    let writing = join_all(
         steps
             .into_iter()
             .map(|(scope, commit)| async move { store.commit_step(&scope, commit).await }),
-    )
-    .await
+    );
+    // Polled in this order: every step is sent or queued before the run is let go.
+    let (answers, ()) = tokio::join!(writing, async {
+        sqlx::query("ROLLBACK").execute(&mut holder).await.unwrap();
+    });
+    answers
 }
 
 async fn log_length(store: &PostgresStore, scope: &Scope, run: &Run) -> usize {
@@ -76,7 +85,7 @@ async fn log_length(store: &PostgresStore, scope: &Scope, run: &Run) -> usize {
 #[tokio::test]
 async fn steps_that_wait_are_committed_together_each_answered_as_its_own() {
     let clock = Arc::new(ManualClock::at_2026());
-    let store = one_writer(clock.clone()).await;
+    let (store, admin) = one_writer(clock.clone()).await;
     // Six runs of two tenants (a group may hold both: each call sets its own tenant), each step
     // with a different number of events, so that no answer fits another run.
     let scopes = [scope("tenant-a"), scope("tenant-b")];
@@ -92,7 +101,7 @@ async fn steps_that_wait_are_committed_together_each_answered_as_its_own() {
         .enumerate()
         .map(|(i, (scope, run, lease))| (scope.clone(), step_of(run, lease, i as u64 + 1, &clock)))
         .collect();
-    let answers = all_at_once(&store, steps).await;
+    let answers = all_at_once(&store, &admin, steps).await;
     let after = store.step_groups();
     assert_eq!(
         (after.groups - before.groups, after.steps - before.steps),
@@ -118,7 +127,7 @@ async fn steps_that_wait_are_committed_together_each_answered_as_its_own() {
 #[tokio::test]
 async fn a_refused_step_is_refused_alone_and_a_failed_group_is_sent_again_step_by_step() {
     let clock = Arc::new(ManualClock::at_2026());
-    let store = one_writer(clock.clone()).await;
+    let (store, admin) = one_writer(clock.clone()).await;
     let a = scope("tenant-a");
     let (first, first_lease) = leased(&store, &a).await;
     let (good, good_lease) = leased(&store, &a).await;
@@ -131,6 +140,7 @@ async fn a_refused_step_is_refused_alone_and_a_failed_group_is_sent_again_step_b
     let before = store.step_groups();
     let answers = all_at_once(
         &store,
+        &admin,
         vec![
             (a.clone(), step_of(&first, &first_lease, 1, &clock)),
             (a.clone(), step_of(&good, &good_lease, 2, &clock)),
@@ -184,6 +194,7 @@ async fn a_refused_step_is_refused_alone_and_a_failed_group_is_sent_again_step_b
     let before = store.step_groups();
     let answers = all_at_once(
         &store,
+        &admin,
         vec![
             (a.clone(), step_of(&first, &first_lease, 1, &clock)),
             (a.clone(), step_of(&good, &good_lease, 3, &clock)),
@@ -212,10 +223,12 @@ async fn a_refused_step_is_refused_alone_and_a_failed_group_is_sent_again_step_b
 #[tokio::test]
 async fn a_writer_whose_caller_goes_away_hands_the_waiting_steps_on() {
     let clock = Arc::new(ManualClock::at_2026());
-    let store = one_writer(clock.clone()).await;
+    let (store, admin) = one_writer(clock.clone()).await;
     let a = scope("tenant-a");
     let (first, first_lease) = leased(&store, &a).await;
     let (second, second_lease) = leased(&store, &a).await;
+    // The first run is held, so that the first step stays in flight.
+    let holder = hold_run(&admin, first.id.0).await;
     let mut sent = Box::pin(store.commit_step(&a, step_of(&first, &first_lease, 1, &clock)));
     let mut waits = Box::pin(store.commit_step(&a, step_of(&second, &second_lease, 1, &clock)));
     // Each polled once: the first is in flight (it holds the one writer), the second waits.
@@ -236,15 +249,14 @@ async fn a_writer_whose_caller_goes_away_hands_the_waiting_steps_on() {
         .expect("the waiting step was handed on, not left waiting for a writer that is gone")
         .unwrap();
     assert_eq!(committed.last_seq, second.last_seq + 1);
+    drop(holder);
 }
 
 #[tokio::test]
 async fn with_no_writers_each_step_is_sent_alone() {
     let clock = Arc::new(ManualClock::at_2026());
-    let store = crate::fresh(Flavor::Plain, clock.clone())
-        .await
-        .0
-        .with_step_writers(0);
+    let (store, _, admin) = crate::fresh(Flavor::Plain, clock.clone()).await;
+    let store = store.with_step_writers(0);
     let a = scope("tenant-a");
     let mut steps = Vec::new();
     let mut runs = Vec::new();
@@ -253,7 +265,7 @@ async fn with_no_writers_each_step_is_sent_alone() {
         steps.push((a.clone(), step_of(&run, &lease, i + 1, &clock)));
         runs.push(run);
     }
-    let answers = all_at_once(&store, steps).await;
+    let answers = all_at_once(&store, &admin, steps).await;
     assert_eq!(
         store.step_groups(),
         StepGroups::default(),
@@ -261,6 +273,53 @@ async fn with_no_writers_each_step_is_sent_alone() {
     );
     for (i, (run, answer)) in runs.iter().zip(answers).enumerate() {
         assert_eq!(answer.unwrap().last_seq, run.last_seq + i as u64 + 1);
+    }
+}
+
+#[tokio::test]
+async fn a_group_locks_its_runs_in_the_order_of_their_ids() {
+    let clock = Arc::new(ManualClock::at_2026());
+    let (store, _, admin) = crate::fresh(Flavor::Plain, clock.clone()).await;
+    let store = store.with_step_writers(1);
+    let a = scope("tenant-a");
+    let (first, first_lease) = leased(&store, &a).await;
+    let mut two = vec![leased(&store, &a).await, leased(&store, &a).await];
+    two.sort_by_key(|(run, _)| run.id.0);
+    let [(low, low_lease), (high, high_lease)] = <[_; 2]>::try_from(two).unwrap();
+    // Another transaction holds the row of the run with the lower id.
+    let mut other = hold_run(&admin, low.id.0).await;
+    let before = store.step_groups();
+    // The higher run's step waits first and the lower's second: one group, in that arrival order.
+    let writing = all_at_once(
+        &store,
+        &admin,
+        vec![
+            (a.clone(), step_of(&first, &first_lease, 1, &clock)),
+            (a.clone(), step_of(&high, &high_lease, 1, &clock)),
+            (a.clone(), step_of(&low, &low_lease, 1, &clock)),
+        ],
+    );
+    let holder = async {
+        until_waiting(&admin, "%group_place%", "the group").await;
+        // The group waits for the lower run holding no row: the higher run is free. Had it
+        // locked the runs in arrival order, it would hold the higher one, and the two
+        // transactions would deadlock (PostgreSQL would abort one after a second).
+        sqlx::query("SET LOCAL lock_timeout = '200ms'")
+            .execute(&mut other)
+            .await
+            .unwrap();
+        let taken = sqlx::query("SELECT 1 FROM forge_runs WHERE id = $1 FOR UPDATE")
+            .bind(high.id.0)
+            .execute(&mut other)
+            .await;
+        sqlx::query("ROLLBACK").execute(&mut other).await.unwrap();
+        taken
+    };
+    let (answers, taken) = tokio::join!(writing, holder);
+    taken.expect("the group held the higher run while it waited for the lower one");
+    assert_eq!(grouped(before, store.step_groups()), 2);
+    for (i, answer) in answers.into_iter().enumerate() {
+        answer.unwrap_or_else(|e| panic!("step {i}: {e}"));
     }
 }
 

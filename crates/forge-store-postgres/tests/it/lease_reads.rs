@@ -15,7 +15,6 @@ use forge_core::time::ManualClock;
 use forge_store_postgres::PostgresStore;
 use forge_store_postgres::testing::Flavor;
 use forge_testkit::fixtures::{agent_ref, scope};
-use sqlx::{Connection, PgConnection};
 
 const TTL: Duration = Duration::from_secs(30);
 
@@ -27,14 +26,8 @@ async fn lease_while_locked(
     run: &Run,
     lease: impl Future<Output = LeasedRun> + Send + 'static,
 ) -> (LeasedRun, uuid::Uuid) {
-    let mut holder = PgConnection::connect(admin).await.unwrap();
+    let mut holder = crate::row_locks::hold_run(admin, run.id.0).await;
     let message = uuid::Uuid::now_v7();
-    sqlx::raw_sql("BEGIN").execute(&mut holder).await.unwrap();
-    sqlx::query("SELECT 1 FROM forge_runs WHERE id = $1 FOR UPDATE")
-        .bind(run.id.0)
-        .execute(&mut holder)
-        .await
-        .unwrap();
     sqlx::query(
         "INSERT INTO forge_messages (tenant_id, thread_id, id, run_id, role, parts, created_at) \
          VALUES ($1, $2, $3, $4, 'user', '[{\"type\": \"text\", \"text\": \"meanwhile\"}]', now())",
@@ -48,25 +41,7 @@ async fn lease_while_locked(
     .unwrap();
     let leasing = tokio::spawn(lease);
     // The lease's backend waits on the row lock before the holder lets go.
-    let mut watch = PgConnection::connect(admin).await.unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        let waiting: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM pg_stat_activity \
-             WHERE datname = current_database() AND wait_event_type = 'Lock'",
-        )
-        .fetch_one(&mut watch)
-        .await
-        .unwrap();
-        if waiting > 0 {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the lease never waited for the run row's lock"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    crate::row_locks::until_waiting(admin, "%", "the lease").await;
     sqlx::raw_sql("COMMIT").execute(&mut holder).await.unwrap();
     (leasing.await.unwrap(), message)
 }

@@ -11,6 +11,7 @@ mod lease_reads;
 mod migrations;
 mod notify;
 mod pool;
+mod row_locks;
 mod starts;
 mod step_plan;
 

@@ -115,7 +115,7 @@ fn hot_calls() -> Vec<(&'static str, String, Vec<String>)> {
              '{{settled}}', ARRAY['{{}}']::jsonb[], 3, '{{running}}', true{claim}"
         )
     };
-    let mut hot: std::collections::HashMap<_, _> = forge_store_postgres::testing::HOT_STATEMENTS
+    let mut hot: std::collections::HashMap<_, _> = forge_store_postgres::testing::hot_statements()
         .into_iter()
         .collect();
     // Group commit's statement for three steps (each size is a statement of its own).

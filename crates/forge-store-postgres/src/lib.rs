@@ -235,6 +235,17 @@ impl PostgresStore {
         self
     }
 
+    /// Makes a group whose statement fails answer each of its steps with that failure instead of
+    /// sending them again one by one: for tests, so that a group statement that is wrong cannot
+    /// pass unseen behind the steps' second, lone write.
+    #[cfg(feature = "testing")]
+    pub fn with_groups_never_resent(self) -> Self {
+        if let Some(writers) = &self.steps {
+            writers.never_resend();
+        }
+        self
+    }
+
     /// How this store's steps have been grouped so far (see [`PostgresStore::with_step_writers`]).
     pub fn step_groups(&self) -> StepGroups {
         self.steps.as_ref().map(|s| s.groups()).unwrap_or_default()

@@ -518,8 +518,17 @@ const SUPABASE_JSON_EVENT_LOG: Migration = Migration {
     down: include_str!("../migrations/0030_json_event_log.down.sql"),
 };
 
+/// Group commit writes each tenant's steps of a group as sets (RLS mode only: Supabase mode sends
+/// each step alone, so its `forge_tenant` is granted nothing new).
+const SET_BASED_GROUP_WRITE: Migration = Migration {
+    version: 31,
+    name: "set_based_group_write",
+    up: include_str!("../migrations/0031_set_based_group_write.up.sql"),
+    down: include_str!("../migrations/0031_set_based_group_write.down.sql"),
+};
+
 /// The migrations of a mode, in order.
-pub fn migrations(mode: Mode) -> [Migration; 30] {
+pub fn migrations(mode: Mode) -> [Migration; 31] {
     match mode {
         Mode::Rls => [
             TABLES,
@@ -552,6 +561,7 @@ pub fn migrations(mode: Mode) -> [Migration; 30] {
             CLAIM_BY_KEY,
             UNUSED_INDEXES,
             JSON_EVENT_LOG,
+            SET_BASED_GROUP_WRITE,
         ],
         Mode::Supabase => [
             TABLES,
@@ -584,6 +594,7 @@ pub fn migrations(mode: Mode) -> [Migration; 30] {
             SUPABASE_CLAIM_BY_KEY,
             UNUSED_INDEXES,
             SUPABASE_JSON_EVENT_LOG,
+            SET_BASED_GROUP_WRITE,
         ],
     }
 }

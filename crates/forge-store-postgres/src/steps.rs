@@ -4,17 +4,19 @@
 //! Group commit (RLS mode): at most `writers` step statements are in flight at once, each writer
 //! on a connection of its own (so a group never waits behind claims for one of the hot pool's).
 //! A step that finds them all busy waits in a queue, and the writer that finishes next sends
-//! everything waiting (up to [`MAX_GROUP`] steps) as one statement, one `forge_write_step` call
-//! per step joined by `UNION ALL`: one round trip and one commit for the lot, where each step was
-//! one of each. Each call is gated and fenced exactly as alone (it sets its own tenant, locks
-//! only its own run, and a refusal is a row it returns, not an error), so a group changes how
-//! many commits there are, never what any step may write. A step is answered only once the group's
+//! everything waiting (up to [`MAX_GROUP`] steps) as one statement: one call of
+//! `forge_write_steps` (migration 31) per tenant, which writes that tenant's steps as sets (one
+//! update of their runs, one insert each of their events, messages and calls), the calls joined
+//! by `UNION ALL` (see `group`). One round trip and one commit for the lot, and a few statements
+//! for the group where each step was several. Each step is gated and fenced exactly as alone (in
+//! the update of its run; a refusal is a row returned for its place, not an error), so a group
+//! changes how many commits and statements there are, never what any step may write. A step is answered only once the group's
 //! commit is acknowledged. An error that aborts the group (a call that raises, a lock timeout)
 //! has written nothing; each of its steps is then sent again alone, and hears its own answer.
 //! With a writer free, a step goes at once, alone, in the caller's task: a sequential run pays
 //! nothing for the queue.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use forge_core::Error;
@@ -30,6 +32,8 @@ use sqlx::{Connection, PgConnection};
 use tokio::sync::oneshot;
 
 use crate::rows::{self, db_error, i64_of, to_json};
+
+mod group;
 
 /// A step's events as the columns `UNNEST` takes.
 pub(crate) struct EventColumns {
@@ -80,43 +84,23 @@ impl MessageColumns {
     }
 }
 
-/// The text of a step's statement, the one definition of all three forms: the step's parameters
-/// are `$1`…`$31` shifted by 31 per `place` in a group; `grouped` adds that place as the column
-/// `group_place`; `completes` completes the step's claim (`$30` its job, `$31` its token) once the
-/// step was written, and without it `job_completed` is false.
-fn step_text(place: usize, grouped: bool, completes: bool) -> String {
-    let p = |k: usize| format!("${}", place * 31 + k);
-    let args: Vec<String> = (1..=29)
-        .map(|k| match k {
-            12 => format!(
-                "{} AND EXISTS (SELECT 1 FROM forge_listeners l WHERE l.expires_at > {})",
-                p(12),
-                p(7)
-            ),
-            k => p(k),
-        })
-        .collect();
-    let place = if grouped {
-        format!("{place} AS group_place, ")
-    } else {
-        String::new()
-    };
+/// The text of a step's statement sent alone, the one definition of both its forms: `completes`
+/// completes the step's claim (`$30` its job, `$31` its token) once the step was written, and
+/// without it `job_completed` is false.
+fn step_text(completes: bool) -> String {
     let completed = if completes {
-        format!(
-            "CASE WHEN s.o_version IS NOT NULL AND {job}::uuid IS NOT NULL \
-             THEN forge_sys_complete({job}, {token}, {now}) ELSE false END",
-            job = p(30),
-            token = p(31),
-            now = p(7)
-        )
+        "CASE WHEN s.o_version IS NOT NULL AND $30::uuid IS NOT NULL \
+         THEN forge_sys_complete($30, $31, $7) ELSE false END"
     } else {
-        "false".to_owned()
+        "false"
     };
     format!(
-        "SELECT {place}s.o_version AS written_version, s.o_last_seq AS written_last_seq, \
+        "SELECT s.o_version AS written_version, s.o_last_seq AS written_last_seq, \
          s.o_cancel AS written_cancel, (s.o_run).*, s.o_closed AS closed, \
-         {completed} AS job_completed FROM forge_write_step({}) AS s",
-        args.join(", ")
+         {completed} AS job_completed \
+         FROM forge_write_step($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, \
+         $12 AND EXISTS (SELECT 1 FROM forge_listeners l WHERE l.expires_at > $7), $13, $14, \
+         $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29) AS s"
     )
 }
 
@@ -124,24 +108,13 @@ fn step_text(place: usize, grouped: bool, completes: bool) -> String {
 struct Statements {
     step: String,
     alone: String,
-    /// By group size: empty below 2.
-    groups: Vec<String>,
 }
 
 fn statements() -> &'static Statements {
     static STATEMENTS: OnceLock<Statements> = OnceLock::new();
     STATEMENTS.get_or_init(|| Statements {
-        step: step_text(0, false, true),
-        alone: step_text(0, false, false),
-        groups: (0..=MAX_GROUP)
-            .map(|n| match n {
-                0 | 1 => String::new(),
-                n => (0..n)
-                    .map(|place| step_text(place, true, true))
-                    .collect::<Vec<_>>()
-                    .join(" UNION ALL "),
-            })
-            .collect(),
+        step: step_text(true),
+        alone: step_text(false),
     })
 }
 
@@ -333,8 +306,9 @@ pub(crate) fn step_error(e: sqlx::Error) -> Error {
     db_error(e)
 }
 
-/// The most steps one group writes: 31 parameters each (PostgreSQL takes up to 65,535 in a
-/// statement), and a statement prepared per group size on each connection that sends one.
+/// The most steps one group writes: at most as many calls of `forge_write_steps`, 35 parameters
+/// each (PostgreSQL takes up to 65,535 in a statement), and a statement prepared per number of
+/// calls on each connection that sends one.
 pub const MAX_GROUP: usize = 16;
 
 /// How many step statements may be in flight at once unless the store is told otherwise
@@ -355,6 +329,9 @@ pub struct StepGroups {
     pub groups: u64,
     /// Steps those statements wrote.
     pub steps: u64,
+    /// Groups whose statement failed (a step that raised, a lock timeout), which wrote nothing,
+    /// and whose steps were sent again one by one.
+    pub resent: u64,
 }
 
 /// A step waiting for a writer, and where its answer goes.
@@ -380,6 +357,10 @@ pub(crate) struct StepWriters {
     queue: Mutex<Queue>,
     groups: AtomicU64,
     grouped: AtomicU64,
+    resent: AtomicU64,
+    /// Whether a failed group answers its steps with its error rather than sending them again
+    /// (for tests: see [`crate::PostgresStore::with_groups_never_resent`]).
+    strict: AtomicBool,
 }
 
 impl StepWriters {
@@ -396,6 +377,8 @@ impl StepWriters {
             queue: Mutex::default(),
             groups: AtomicU64::new(0),
             grouped: AtomicU64::new(0),
+            resent: AtomicU64::new(0),
+            strict: AtomicBool::new(false),
         }
     }
 
@@ -410,6 +393,11 @@ impl StepWriters {
             .then(|| Arc::new(Self::new(writers, options.clone())))
     }
 
+    /// Makes a failed group answer its steps with its error instead of sending them again.
+    pub(crate) fn never_resend(&self) {
+        self.strict.store(true, Ordering::Relaxed);
+    }
+
     /// Closes the writers' connections (those in use when they are given back).
     pub(crate) async fn close(&self) {
         self.pool.close().await;
@@ -420,6 +408,7 @@ impl StepWriters {
         StepGroups {
             groups: self.groups.load(Ordering::Relaxed),
             steps: self.grouped.load(Ordering::Relaxed),
+            resent: self.resent.load(Ordering::Relaxed),
         }
     }
 
@@ -500,9 +489,10 @@ impl StepWriters {
             }
             return;
         }
-        // In the order of their runs, so that two groups lock the runs they share in the same
-        // order and cannot deadlock (the sort is stable: one run's steps keep their order).
-        group.sort_by_key(|w| w.args.run);
+        // In the order of their tenants and runs, so that two groups lock the runs they share in
+        // the same order and cannot deadlock (the sort is stable: one run's steps keep their
+        // order).
+        group.sort_by(|a, b| (&a.args.tenant, a.args.run).cmp(&(&b.args.tenant, b.args.run)));
         self.groups.fetch_add(1, Ordering::Relaxed);
         self.grouped
             .fetch_add(group.len() as u64, Ordering::Relaxed);
@@ -512,7 +502,14 @@ impl StepWriters {
                     let _ = w.answer.send(Ok(rows[i].take()));
                 }
             }
+            Err(e) if self.strict.load(Ordering::Relaxed) => {
+                let failed = format!("the group's statement failed: {e}");
+                for w in group {
+                    let _ = w.answer.send(Err(sqlx::Error::Protocol(failed.clone())));
+                }
+            }
             Err(_) => {
+                self.resent.fetch_add(1, Ordering::Relaxed);
                 for w in group {
                     let answer = alone(writers, &w.args).await;
                     let _ = w.answer.send(answer);
@@ -540,15 +537,21 @@ async fn alone(writers: &Pool, args: &StepArgs) -> Answer {
     Ok(rows.into_iter().next())
 }
 
-/// Sends `group` as one statement in autocommit: each step's row, by its place in the group.
+/// Sends `group` as one statement in autocommit: one call of `forge_write_steps` per tenant (and
+/// per repeated run), each step's row by its place in the group.
 async fn together(writers: &Pool, group: &[Waiting]) -> Result<Vec<Option<PgRow>>, sqlx::Error> {
     use sqlx::Row;
+    let steps: Vec<&StepArgs> = group.iter().map(|w| &w.args).collect();
+    let calls: Vec<group::Call<'_>> = group::calls(&steps)
+        .iter()
+        .map(|places| group::Call::of(&steps, places))
+        .collect();
     let rows = crate::autocommit(writers, || {
-        let mut query = sqlx::query(group_sql(group.len()));
-        for w in group {
-            query = w.args.bind(query).bind(w.args.job).bind(w.args.job_token);
-        }
-        query
+        calls
+            .iter()
+            .fold(sqlx::query(group::statement(calls.len())), |query, call| {
+                call.bind(query)
+            })
     })
     .await?;
     let mut answers: Vec<Option<PgRow>> = (0..group.len()).map(|_| None).collect();
@@ -563,11 +566,9 @@ async fn together(writers: &Pool, group: &[Waiting]) -> Result<Vec<Option<PgRow>
     Ok(answers)
 }
 
-/// The statement writing `n` steps (2 ≤ `n` ≤ [`MAX_GROUP`]; empty otherwise): [`step_sql`] once
-/// per step, each with its own 31 parameters and its place in the group (`group_place`), joined
-/// by `UNION ALL`, whose calls PostgreSQL makes one after another in this order.
-pub(crate) fn group_sql(n: usize) -> &'static str {
-    statements().groups.get(n).map_or("", String::as_str)
+/// The statement writing a group in `calls` calls of `forge_write_steps` (see `group`).
+pub(crate) fn group_sql(calls: usize) -> &'static str {
+    group::statement(calls)
 }
 
 #[cfg(test)]

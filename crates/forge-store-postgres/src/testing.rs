@@ -46,8 +46,10 @@ pub fn hot_statements() -> [(&'static str, &'static str); 5] {
     ]
 }
 
-/// The statement that group-commits `n` steps (2 ≤ `n` ≤ [`crate::MAX_GROUP`]; empty
-/// otherwise): each step's statement with its own 31 parameters, joined by `UNION ALL`.
+/// The statement that group-commits a group in `n` calls of `forge_write_steps` (1 ≤ `n` ≤
+/// [`crate::MAX_GROUP`]; empty otherwise): one call per tenant, each with its own 35 parameters
+/// (the function's 33, then the jobs and tokens of the claims its steps complete), joined by
+/// `UNION ALL`.
 pub fn group_statement(n: usize) -> &'static str {
     crate::steps::group_sql(n)
 }

@@ -32,14 +32,14 @@ async fn one_writer(clock: Arc<ManualClock>) -> (PostgresStore, String) {
 }
 
 /// A leased run of `scope`'s tenant, on a new thread.
-async fn leased(store: &PostgresStore, scope: &Scope) -> (Run, RunLease) {
+pub(crate) async fn leased(store: &PostgresStore, scope: &Scope) -> (Run, RunLease) {
     let run = run_on_new_thread(store, scope).await;
     let (lease, run) = store.lease_run(scope, run.id, "worker", TTL).await.unwrap();
     (run, lease)
 }
 
 /// The common step of `run` with `events` events after its log.
-fn step_of(run: &Run, lease: &RunLease, events: u64, clock: &ManualClock) -> StepCommit {
+pub(crate) fn step_of(run: &Run, lease: &RunLease, events: u64, clock: &ManualClock) -> StepCommit {
     let mut commit = step(run, lease, run.checkpoint.step + 1, vec![], clock.now());
     commit.events = (1..=events)
         .map(|i| RunEvent {
@@ -104,9 +104,10 @@ async fn steps_that_wait_are_committed_together_each_answered_as_its_own() {
     let answers = all_at_once(&store, &admin, steps).await;
     let after = store.step_groups();
     assert_eq!(
-        (after.groups - before.groups, after.steps - before.steps),
-        (1, 5),
-        "the first step went alone and the five that waited for it went as one group"
+        (after.groups - before.groups, grouped(before, after)),
+        (1, (5, 0)),
+        "the first step went alone and the five that waited for it went as one group, written \
+         as a group"
     );
     for (i, ((scope, run, _), answer)) in runs.iter().zip(answers).enumerate() {
         let committed = answer.unwrap_or_else(|e| panic!("step {i}: {e}"));
@@ -148,7 +149,7 @@ async fn a_refused_step_is_refused_alone_and_a_failed_group_is_sent_again_step_b
         ],
     )
     .await;
-    assert_eq!(grouped(before, store.step_groups()), 2);
+    assert_eq!(grouped(before, store.step_groups()), (2, 0));
     let mut answers = answers.into_iter();
     let first_done = answers.next().unwrap().unwrap();
     let good_done = answers.next().unwrap().unwrap();
@@ -202,7 +203,11 @@ async fn a_refused_step_is_refused_alone_and_a_failed_group_is_sent_again_step_b
         ],
     )
     .await;
-    assert_eq!(grouped(before, store.step_groups()), 2);
+    assert_eq!(
+        grouped(before, store.step_groups()),
+        (2, 1),
+        "the group failed and was resent"
+    );
     let mut answers = answers.into_iter();
     answers.next().unwrap().unwrap();
     let good_done = answers.next().unwrap().unwrap();
@@ -317,15 +322,16 @@ async fn a_group_locks_its_runs_in_the_order_of_their_ids() {
     };
     let (answers, taken) = tokio::join!(writing, holder);
     taken.expect("the group held the higher run while it waited for the lower one");
-    assert_eq!(grouped(before, store.step_groups()), 2);
+    assert_eq!(grouped(before, store.step_groups()), (2, 0));
     for (i, answer) in answers.into_iter().enumerate() {
         answer.unwrap_or_else(|e| panic!("step {i}: {e}"));
     }
 }
 
-/// How many steps went in groups between `before` and `after`.
-fn grouped(before: StepGroups, after: StepGroups) -> u64 {
-    after.steps - before.steps
+/// How many steps went in groups between `before` and `after`, and how many groups failed and
+/// were sent again step by step.
+fn grouped(before: StepGroups, after: StepGroups) -> (u64, u64) {
+    (after.steps - before.steps, after.resent - before.resent)
 }
 
 /// A reserved model call of `run`.

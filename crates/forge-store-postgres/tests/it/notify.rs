@@ -154,10 +154,14 @@ async fn committed_steps_and_queued_runs_notify_listeners_in_supabase_mode() {
 }
 
 /// Steps committed at once on many runs (their commits contending for the notification queue)
-/// each wake the listener.
-async fn concurrent_steps_each_wake(flavor: Flavor) {
+/// each wake the listener; with `writers`, through that many step writers, whose groups may not
+/// fall back to writing their steps one by one.
+async fn concurrent_steps_each_wake(flavor: Flavor, writers: Option<usize>) {
     let clock = Arc::new(ManualClock::at_2026());
-    let (store, _, _) = crate::fresh(flavor, clock.clone()).await;
+    let (mut store, _, _) = crate::fresh(flavor, clock.clone()).await;
+    if let Some(writers) = writers {
+        store = store.with_step_writers(writers).with_groups_never_resent();
+    }
     let (listener, mut wakes) = listen(&store).await;
 
     let s = scope("tenant-a");
@@ -173,6 +177,9 @@ async fn concurrent_steps_each_wake(flavor: Flavor) {
     for done in futures_util::future::join_all(commits).await {
         done.unwrap().expect("the step commits");
     }
+    if writers.is_some() {
+        assert!(store.step_groups().groups > 0, "no step was grouped");
+    }
     let mut expected: std::collections::BTreeSet<(RunId, ThreadId)> = runs
         .iter()
         .map(|(run, _)| (run.id, run.thread_id))
@@ -186,12 +193,17 @@ async fn concurrent_steps_each_wake(flavor: Flavor) {
 
 #[tokio::test]
 async fn steps_committed_at_once_each_wake_listeners() {
-    concurrent_steps_each_wake(Flavor::Plain).await;
+    concurrent_steps_each_wake(Flavor::Plain, None).await;
+}
+
+#[tokio::test]
+async fn steps_committed_in_groups_each_wake_listeners() {
+    concurrent_steps_each_wake(Flavor::Plain, Some(2)).await;
 }
 
 #[tokio::test]
 async fn steps_committed_at_once_each_wake_listeners_in_supabase_mode() {
-    concurrent_steps_each_wake(Flavor::Supabase).await;
+    concurrent_steps_each_wake(Flavor::Supabase, None).await;
 }
 
 /// Steps notify only while a listener is registered: a bare `LISTEN` (no registration) hears

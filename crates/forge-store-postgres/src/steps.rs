@@ -10,14 +10,15 @@
 //! by `UNION ALL` (see `group`). One round trip and one commit for the lot, and a few statements
 //! for the group where each step was several. Each step is gated and fenced exactly as alone (in
 //! the update of its run; a refusal is a row returned for its place, not an error), so a group
-//! changes how many commits and statements there are, never what any step may write. A step is answered only once the group's
-//! commit is acknowledged. An error that aborts the group (a call that raises, a lock timeout)
-//! has written nothing; each of its steps is then sent again alone, and hears its own answer.
+//! changes how many commits and statements there are, never what any step may write. A step is
+//! answered only once the group's commit is acknowledged. An error that aborts the group (a
+//! call that raises, a lock timeout) has written nothing; each of its steps is then sent again
+//! alone, and hears its own answer.
 //! With a writer free, a step goes at once, alone, in the caller's task: a sequential run pays
 //! nothing for the queue.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use forge_core::Error;
 use forge_core::event::RunEvent;
@@ -84,38 +85,20 @@ impl MessageColumns {
     }
 }
 
-/// The text of a step's statement sent alone, the one definition of both its forms: `completes`
-/// completes the step's claim (`$30` its job, `$31` its token) once the step was written, and
-/// without it `job_completed` is false.
-fn step_text(completes: bool) -> String {
-    let completed = if completes {
-        "CASE WHEN s.o_version IS NOT NULL AND $30::uuid IS NOT NULL \
-         THEN forge_sys_complete($30, $31, $7) ELSE false END"
-    } else {
-        "false"
+/// The step's statement sent alone, with `$completed` as the column saying whether it completed
+/// its claim: the one definition of both its forms.
+macro_rules! step_sql {
+    ($completed:literal) => {
+        concat!(
+            "SELECT s.o_version AS written_version, s.o_last_seq AS written_last_seq, \
+            s.o_cancel AS written_cancel, (s.o_run).*, s.o_closed AS closed, ",
+            $completed,
+            " AS job_completed \
+            FROM forge_write_step($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, \
+            $12 AND EXISTS (SELECT 1 FROM forge_listeners l WHERE l.expires_at > $7), $13, $14, \
+            $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29) AS s"
+        )
     };
-    format!(
-        "SELECT s.o_version AS written_version, s.o_last_seq AS written_last_seq, \
-         s.o_cancel AS written_cancel, (s.o_run).*, s.o_closed AS closed, \
-         {completed} AS job_completed \
-         FROM forge_write_step($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, \
-         $12 AND EXISTS (SELECT 1 FROM forge_listeners l WHERE l.expires_at > $7), $13, $14, \
-         $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29) AS s"
-    )
-}
-
-/// The step statements' texts, made once.
-struct Statements {
-    step: String,
-    alone: String,
-}
-
-fn statements() -> &'static Statements {
-    static STATEMENTS: OnceLock<Statements> = OnceLock::new();
-    STATEMENTS.get_or_init(|| Statements {
-        step: step_text(true),
-        alone: step_text(false),
-    })
 }
 
 /// A whole step through `forge_write_step` (migration 22; these parameters select migration 30's
@@ -135,17 +118,16 @@ fn statements() -> &'static Statements {
 /// the job in the same statement through `forge_sys_complete` once the step was written (a
 /// `CASE`, so that a refused step completes nothing), and says whether it did. It notifies only
 /// while a process listens (an unexpired row of `forge_listeners`, migration 24; see `notify`).
-pub(crate) fn step_sql() -> &'static str {
-    &statements().step
-}
+pub(crate) const STEP_SQL: &str = step_sql!(
+    "CASE WHEN s.o_version IS NOT NULL AND $30::uuid IS NOT NULL \
+    THEN forge_sys_complete($30, $31, $7) ELSE false END"
+);
 
-/// [`step_sql`] for a step that completes no claim in its statement: most steps, and every step in
+/// [`STEP_SQL`] for a step that completes no claim in its statement: most steps, and every step in
 /// Supabase mode, whose `forge_tenant` may not execute `forge_sys_complete` (a kept generic plan
 /// that names the function is refused when the executor starts, whether or not it calls it).
 /// Takes `$1`…`$29`.
-pub(crate) fn step_alone_sql() -> &'static str {
-    &statements().alone
-}
+pub(crate) const STEP_ALONE_SQL: &str = step_sql!("false");
 
 /// A step's arguments to `forge_write_step`, encoded once and owned (a call that met a closed
 /// connection is sent again from them, and a queued step is sent by another task).
@@ -172,7 +154,7 @@ pub(crate) struct StepArgs {
     /// Whether `check_commit_alone` passed.
     alone: bool,
     /// The claim the step completes in its statement (its job and token), if any: sent with
-    /// [`step_sql`], and a step without one with [`step_alone_sql`].
+    /// [`STEP_SQL`], and a step without one with [`STEP_ALONE_SQL`].
     job: Option<uuid::Uuid>,
     job_token: Option<i64>,
 }
@@ -211,12 +193,12 @@ impl StepArgs {
         })
     }
 
-    /// The step alone: [`step_sql`] when it completes its claim, else [`step_alone_sql`].
+    /// The step alone: [`STEP_SQL`] when it completes its claim, else [`STEP_ALONE_SQL`].
     pub(crate) fn query(&self) -> Query<'_> {
         let statement = if self.job.is_some() {
-            step_sql()
+            STEP_SQL
         } else {
-            step_alone_sql()
+            STEP_ALONE_SQL
         };
         let query = self.bind(sqlx::query(statement));
         if self.job.is_some() {

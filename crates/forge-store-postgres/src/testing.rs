@@ -36,15 +36,13 @@ pub enum Flavor {
 /// The statements of a run's hot path, as the store sends them (named `step`, `step_alone` (as
 /// Supabase mode sends a step), `claim_leased`, `lease_with_history` and
 /// `thread_with_page`), for tests of how PostgreSQL plans them.
-pub fn hot_statements() -> [(&'static str, &'static str); 5] {
-    [
-        ("step", crate::steps::step_sql()),
-        ("step_alone", crate::steps::step_alone_sql()),
-        ("claim_leased", crate::queue::CLAIM_LEASED_SQL),
-        ("lease_with_history", crate::runs::LEASE_WITH_HISTORY_SQL),
-        ("thread_with_page", crate::threads::THREAD_WITH_PAGE_SQL),
-    ]
-}
+pub const HOT_STATEMENTS: [(&str, &str); 5] = [
+    ("step", crate::steps::STEP_SQL),
+    ("step_alone", crate::steps::STEP_ALONE_SQL),
+    ("claim_leased", crate::queue::CLAIM_LEASED_SQL),
+    ("lease_with_history", crate::runs::LEASE_WITH_HISTORY_SQL),
+    ("thread_with_page", crate::threads::THREAD_WITH_PAGE_SQL),
+];
 
 /// The statement that group-commits a group in `n` calls of `forge_write_steps` (1 ≤ `n` ≤
 /// [`crate::MAX_GROUP`]; empty otherwise): one call per tenant, each with its own 35 parameters

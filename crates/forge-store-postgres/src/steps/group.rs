@@ -12,16 +12,16 @@ use crate::rows::Encoded;
 /// tokens of the claims its steps complete.
 const PER_CALL: usize = 35;
 
-/// The calls that write `group` (sorted by tenant, then run): a run's second step in a group
-/// goes to the next call, as does a step of another tenant. Each call holds the places of its
-/// steps, in order.
+/// The calls that write `group` (sorted by tenant, then run, so that a tenant's steps and a
+/// run's steps stand together): a step of another tenant, and a run's second step in a group, go
+/// to the next call. Each call holds the places of its steps, in order.
 pub(super) fn calls(group: &[&StepArgs]) -> Vec<Vec<usize>> {
     let mut calls: Vec<Vec<usize>> = Vec::new();
     for (place, step) in group.iter().enumerate() {
-        let joins = calls.last().is_some_and(|call| {
-            call.iter()
-                .all(|&p| group[p].tenant == step.tenant && group[p].run != step.run)
-        });
+        let joins = calls
+            .last()
+            .and_then(|call| call.last())
+            .is_some_and(|&last| group[last].tenant == step.tenant && group[last].run != step.run);
         match calls.last_mut() {
             Some(call) if joins => call.push(place),
             _ => calls.push(vec![place]),

@@ -226,6 +226,47 @@ async fn a_refused_step_is_refused_alone_and_a_failed_group_is_sent_again_step_b
 }
 
 #[tokio::test]
+async fn two_steps_of_one_run_in_a_group_are_written_in_order() {
+    let clock = Arc::new(ManualClock::at_2026());
+    let (store, admin) = one_writer(clock.clone()).await;
+    let a = scope("tenant-a");
+    let (first, first_lease) = leased(&store, &a).await;
+    let (run, lease) = leased(&store, &a).await;
+    // The run's next step, written as if its first had committed (one `UPDATE` cannot apply
+    // both to its row, so the group writes them in successive calls).
+    let after = Run {
+        version: run.version + 1,
+        last_seq: run.last_seq + 1,
+        ..run.clone()
+    };
+    let before = store.step_groups();
+    let answers = all_at_once(
+        &store,
+        &admin,
+        vec![
+            (a.clone(), step_of(&first, &first_lease, 1, &clock)),
+            (a.clone(), step_of(&run, &lease, 1, &clock)),
+            (a.clone(), step_of(&after, &lease, 2, &clock)),
+        ],
+    )
+    .await;
+    assert_eq!(grouped(before, store.step_groups()), (2, 0));
+    let last_seqs: Vec<u64> = answers
+        .into_iter()
+        .map(|answer| answer.unwrap().last_seq)
+        .collect();
+    assert_eq!(
+        last_seqs[1..],
+        [run.last_seq + 1, run.last_seq + 3],
+        "both steps written, in order"
+    );
+    assert_eq!(
+        log_length(&store, &a, &run).await,
+        run.last_seq as usize + 3
+    );
+}
+
+#[tokio::test]
 async fn a_writer_whose_caller_goes_away_hands_the_waiting_steps_on() {
     let clock = Arc::new(ManualClock::at_2026());
     let (store, admin) = one_writer(clock.clone()).await;
@@ -335,7 +376,7 @@ fn grouped(before: StepGroups, after: StepGroups) -> (u64, u64) {
 }
 
 /// A reserved model call of `run`.
-fn call(run: &Run, scope: &Scope, clock: &ManualClock) -> ModelCall {
+pub(crate) fn call(run: &Run, scope: &Scope, clock: &ManualClock) -> ModelCall {
     let at = clock.now();
     ModelCall {
         id: ModelCallId(uuid::Uuid::now_v7()),

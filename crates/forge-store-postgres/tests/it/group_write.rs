@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use forge_core::id::{MessageId, ModelCallId};
 use forge_core::message::{Message, Role};
-use forge_core::metering::{CallStatus, ModelCall, QuotaPeriod};
+use forge_core::metering::{CallStatus, ModelCall};
 use forge_core::part::Part;
 use forge_core::ports::queue::{ClaimFilter, JobQueue, LeaseRequest};
 use forge_core::ports::store::{Committed, NewRun, NewThread, RunStore, StepCommit, ThreadStore};
@@ -75,25 +75,13 @@ async fn reserved_call(
     run: &Run,
     clock: &ManualClock,
 ) -> ModelCall {
-    let at = clock.now();
+    // Its id derived from the run's, so that both databases hold the same rows.
     let call = ModelCall {
         id: ModelCallId(uuid::Uuid::from_u128(
             run.id.0.as_u128() ^ 0xca11_0000_0000_0000_0000_0000_0000_0000,
         )),
-        tenant_id: scope.tenant_id().clone(),
-        run_id: run.id,
-        step: 1,
-        attempt: 1,
-        model: "openai:gpt-4o-mini".into(),
-        at,
-        period_start: QuotaPeriod::Day.start(at),
-        estimate: Usage::default(),
         estimated_cost_micros: 10,
-        actual: None,
-        cost_micros: None,
-        request_id: None,
-        provider_model: None,
-        status: CallStatus::Reserved,
+        ..crate::group_commit::call(run, scope, clock)
     };
     store.reserve(scope, call.clone(), None).await.unwrap();
     ModelCall {

@@ -14,6 +14,16 @@ use sqlx::{Connection, PgConnection};
 const MIGRATION: &str = include_str!("../../migrations/0030_json_event_log.up.sql");
 const GROUP_MIGRATION: &str = include_str!("../../migrations/0031_set_based_group_write.up.sql");
 
+/// A function header's `SET` clauses, as statements.
+fn settings_of(header: &str) -> Vec<String> {
+    header
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with("SET "))
+        .map(str::to_owned)
+        .collect()
+}
+
 /// `forge_write_steps`' parameter types, its `SET` clauses as statements, and the statement of
 /// its writes, its named parameters numbered as a query to prepare takes them.
 fn group_function() -> (String, Vec<String>, String) {
@@ -29,12 +39,7 @@ fn group_function() -> (String, Vec<String>, String) {
         .map(|p| p.split_whitespace().collect::<Vec<_>>())
         .map(|p| (p[0], p[1]))
         .unzip();
-    let settings = header
-        .lines()
-        .map(str::trim)
-        .filter(|l| l.starts_with("SET "))
-        .map(str::to_owned)
-        .collect();
+    let settings = settings_of(header);
     let body = &GROUP_MIGRATION[start..];
     let from = body.find("WITH s AS (").expect("the group's statement");
     let to = from + body[from..].find("\n    INTO w_places").expect("its end");
@@ -78,12 +83,7 @@ fn step_function() -> (String, Vec<String>, String) {
         .split_whitespace()
         .collect::<Vec<_>>()
         .join(" ");
-    let settings = header
-        .lines()
-        .map(str::trim)
-        .filter(|l| l.starts_with("SET "))
-        .map(str::to_owned)
-        .collect();
+    let settings = settings_of(header);
     let body = &MIGRATION[start..];
     let from = body
         .find("WITH updated AS (")
@@ -290,7 +290,7 @@ fn hot_calls() -> Vec<(&'static str, String, Vec<String>)> {
             empties = three("'{}'"),
         )
     };
-    let mut hot: std::collections::HashMap<_, _> = forge_store_postgres::testing::hot_statements()
+    let mut hot: std::collections::HashMap<_, _> = forge_store_postgres::testing::HOT_STATEMENTS
         .into_iter()
         .collect();
     // Group commit's statement for three steps (each size is a statement of its own).

@@ -376,6 +376,7 @@ impl StepWriters {
     }
 
     /// Makes a failed group answer its steps with its error instead of sending them again.
+    #[cfg(feature = "testing")]
     pub(crate) fn never_resend(&self) {
         self.strict.store(true, Ordering::Relaxed);
     }
@@ -549,6 +550,7 @@ async fn together(writers: &Pool, group: &[Waiting]) -> Result<Vec<Option<PgRow>
 }
 
 /// The statement writing a group in `calls` calls of `forge_write_steps` (see `group`).
+#[cfg(feature = "testing")]
 pub(crate) fn group_sql(calls: usize) -> &'static str {
     group::statement(calls)
 }

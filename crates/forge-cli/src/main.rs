@@ -125,7 +125,7 @@ struct WorkerArgs {
     /// Life of a job claim and run lease between heartbeats, in milliseconds.
     #[arg(long, default_value_t = 30_000)]
     lease_ttl_ms: u64,
-    /// Pause between polls of an empty queue, in milliseconds.
+    /// Pause between polls of an empty queue (by one idle claim loop at a time), in milliseconds.
     #[arg(long, default_value_t = 200)]
     poll_ms: u64,
     /// Delay before the first retry of a failed job, in milliseconds (doubles each attempt).

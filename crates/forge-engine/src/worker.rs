@@ -5,6 +5,10 @@
 //! lapses, another worker claims the job, and the engine resumes the run from its last committed
 //! step. On shutdown (`drain`), each execution stops after the step in progress is committed, and
 //! its job goes back to the queue without spending an attempt.
+//!
+//! An idle worker polls the queue once per poll interval, through one of its claim loops at a
+//! time; work its own process queues wakes a loop at once, and a loop that finds work after
+//! idling wakes the next, so a batch another process queued is claimed by every idle loop.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,7 +36,9 @@ pub struct WorkerConfig {
     pub id: String,
     /// Life of a job claim between heartbeats.
     pub claim_ttl: Duration,
-    /// Pause between polls of an empty queue.
+    /// Pause between polls of an empty queue, for the worker as a whole: one idle claim loop at a
+    /// time waits it out and polls, while the others wait for work this process queues or the
+    /// poller finds.
     pub poll_interval: Duration,
     /// Jobs executed at once.
     pub concurrency: usize,
@@ -113,6 +119,8 @@ pub struct Worker {
     filter: ClaimFilter,
     /// Where the workers of a deployment elect the one that sweeps, when they share one.
     sweep_leases: Option<Arc<dyn LeaseStore>>,
+    /// Held by the one idle claim loop whose turn it is to poll the queue.
+    polling: tokio::sync::Mutex<()>,
 }
 
 /// The lease the sweeping worker holds.
@@ -145,6 +153,7 @@ impl Worker {
             config,
             observer: Arc::new(NoopObserver),
             sweep_leases: None,
+            polling: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -236,8 +245,23 @@ impl Worker {
     async fn claim_loop(&self, shutdown: CancellationToken) -> WorkerReport {
         let mut report = WorkerReport::default();
         let mut failing = false;
+        // Whether the loop idled before this claim, on an empty queue.
+        let mut idled = false;
         while !shutdown.is_cancelled() {
-            let result = self.run_one(&shutdown).await;
+            let result = match self.claim().await {
+                Ok(Some(claimed)) => {
+                    if idled {
+                        // Work arrived while the worker idled, perhaps more than this job (another
+                        // process may have queued a batch): the next idle loop claims at once
+                        // instead of at its turn to poll, and wakes the next if it finds a job.
+                        self.engine.work.notify_one();
+                    }
+                    self.run_claimed(claimed, &shutdown).await.map(Some)
+                }
+                Ok(None) => Ok(None),
+                Err(e) => Err(e),
+            };
+            idled = false;
             // Store errors are reported when they start and when they stop, not every poll.
             let t = &self.engine.telemetry;
             if let Err(e) = &result {
@@ -271,13 +295,8 @@ impl Worker {
                 }
                 Ok(Some(JobOutcome::Failed(_))) => report.failed += 1,
                 Ok(None) => {
-                    // Idle until the next poll, or until this process queues work: other
-                    // processes' work is found by polling.
-                    tokio::select! {
-                        _ = shutdown.cancelled() => {}
-                        _ = tokio::time::sleep(self.config.poll_interval) => {}
-                        _ = self.engine.work.notified() => {}
-                    }
+                    self.idle(&shutdown).await;
+                    idled = true;
                 }
                 Err(_) => {
                     // The store is unreachable: wait, then poll again.
@@ -289,6 +308,22 @@ impl Worker {
             }
         }
         report
+    }
+
+    /// Waits after a claim found the queue empty: until this process queues work, or another
+    /// loop of the worker claimed a job after idling, or, for one idle loop at a time, until the
+    /// poll interval has passed. An idle worker so polls for other processes' work once per
+    /// interval, however many loops it runs (each polling made `concurrency` claims an interval,
+    /// nearly all finding nothing).
+    async fn idle(&self, shutdown: &CancellationToken) {
+        tokio::select! {
+            _ = shutdown.cancelled() => {}
+            _ = self.engine.work.notified() => {}
+            _ = async {
+                let _turn = self.polling.lock().await;
+                tokio::time::sleep(self.config.poll_interval).await;
+            } => {}
+        }
     }
 
     /// Expires approvals and questions past their deadline every `sweep_interval`, however busy
@@ -347,6 +382,15 @@ impl Worker {
         &self,
         drain: &CancellationToken,
     ) -> Result<Option<JobOutcome>, EngineError> {
+        match self.claim().await? {
+            Some(claimed) => self.run_claimed(claimed, drain).await.map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Claims a job the worker's filter admits, with its run's lease where the queue can take it
+    /// in the same write; `None` when no job is ready.
+    async fn claim(&self) -> Result<Option<Claimed>, EngineError> {
         let sys = system();
         // The run's lease is taken with the claim where the queue can (one write fewer).
         let lease = LeaseRequest {
@@ -354,7 +398,7 @@ impl Worker {
             ttl: self.engine.lease_ttl,
             history: Some(crate::compaction::HISTORY_PAGE),
         };
-        let Some(Claimed { job, lease: leased }) = self
+        Ok(self
             .queue
             .claim_leased(
                 &sys,
@@ -363,10 +407,16 @@ impl Worker {
                 &self.filter,
                 &lease,
             )
-            .await?
-        else {
-            return Ok(None);
-        };
+            .await?)
+    }
+
+    /// Executes the run of a claimed job and settles the claim by how the execution ended.
+    async fn run_claimed(
+        &self,
+        claimed: Claimed,
+        drain: &CancellationToken,
+    ) -> Result<JobOutcome, EngineError> {
+        let Claimed { job, lease: leased } = claimed;
         let t = &self.engine.telemetry;
         // Recorded before the run is executed, so a backlog shows even when runs fail; a
         // negative wait (clock skew between hosts) is dropped, not clamped to zero.
@@ -401,13 +451,12 @@ impl Worker {
                         ("run_id", job.run_id.to_string().into()),
                     ],
                 );
-                Ok(Some(JobOutcome::TakenOver))
+                Ok(JobOutcome::TakenOver)
             }
-            settled => settled.map(Some),
+            settled => settled,
         };
         match &settled {
-            Ok(Some(outcome)) => span.set("outcome", outcome.name().into()),
-            Ok(None) => {}
+            Ok(outcome) => span.set("outcome", outcome.name().into()),
             Err(e) => span.fail(e.code()),
         }
         span.end();

@@ -76,19 +76,38 @@ async fn a_worker_executes_a_submitted_run_and_completes_its_job() {
     );
 }
 
-/// The job queue of the harness's store, counting the `complete` calls made on it; when
-/// `history` is set, the leases its claims take carry that history, as if read with them.
-struct CountingCompletes {
+/// The job queue of the harness's store, counting the `complete` calls made on it and noting
+/// when each claim was made and whether it found a job; when `history` is set, the leases its
+/// claims take carry that history, as if read with them.
+struct CountingQueue {
     store: Arc<forge_store_memory::MemoryStore>,
     completes: std::sync::atomic::AtomicUsize,
+    claims: Mutex<Vec<(Instant, bool)>>,
     history: Option<(
         forge_core::thread::Thread,
         Vec<forge_core::message::Message>,
     )>,
 }
 
+impl CountingQueue {
+    fn new(store: Arc<forge_store_memory::MemoryStore>) -> Self {
+        Self {
+            store,
+            completes: Default::default(),
+            claims: Default::default(),
+            history: None,
+        }
+    }
+
+    /// When the claims that found a job were made.
+    fn found(&self) -> Vec<Instant> {
+        let claims = self.claims.lock().unwrap();
+        claims.iter().filter(|c| c.1).map(|c| c.0).collect()
+    }
+}
+
 #[async_trait::async_trait]
-impl JobQueue for CountingCompletes {
+impl JobQueue for CountingQueue {
     async fn enqueue(
         &self,
         scope: &Scope,
@@ -117,6 +136,10 @@ impl JobQueue for CountingCompletes {
             .store
             .claim_leased(system, worker, ttl, filter, lease)
             .await?;
+        self.claims
+            .lock()
+            .unwrap()
+            .push((Instant::now(), claimed.is_some()));
         if let Some(leased) = claimed.as_mut().and_then(|c| c.lease.as_mut())
             && self.history.is_some()
         {
@@ -216,11 +239,7 @@ async fn the_claim_leases_the_run_and_its_last_step_completes_the_job() {
     let h = harness(TWO_TOOL_STEPS, vec![calculator()], RunLimits::default());
     let engine = Arc::new(h.engine);
     let (_, run) = go(&h.store, &h.scope, &h.agent, &engine).await;
-    let queue = Arc::new(CountingCompletes {
-        store: h.store.clone(),
-        completes: Default::default(),
-        history: None,
-    });
+    let queue = Arc::new(CountingQueue::new(h.store.clone()));
     let worker = Worker::new(engine.clone(), queue.clone(), config());
     let outcome = worker.run_one(&CancellationToken::new()).await.unwrap();
     assert_eq!(outcome, Some(JobOutcome::Finished(RunStatus::Completed)));
@@ -240,6 +259,121 @@ async fn the_claim_leases_the_run_and_its_last_step_completes_the_job() {
         queue.completes.load(std::sync::atomic::Ordering::SeqCst),
         0,
         "the run's last commit completed the job"
+    );
+}
+
+/// A worker of `concurrency` loops polling every `interval`, running until the token is cancelled.
+fn started(
+    engine: Engine,
+    queue: Arc<CountingQueue>,
+    concurrency: usize,
+    interval: Duration,
+) -> (
+    CancellationToken,
+    tokio::task::JoinHandle<forge_engine::WorkerReport>,
+) {
+    let config = WorkerConfig {
+        concurrency,
+        poll_interval: interval,
+        ..config()
+    };
+    let worker = Worker::new(Arc::new(engine), queue, config);
+    let stop = CancellationToken::new();
+    let running = tokio::spawn({
+        let stop = stop.clone();
+        async move { worker.run(stop).await }
+    });
+    (stop, running)
+}
+
+const ONE_RENDEZVOUS: &str = r#"
+[[conversation]]
+[[conversation.turn]]
+tool_calls = [{ id = "r1", name = "rendezvous", input = { label = "run" } }]
+[[conversation.turn]]
+text = ["met"]
+"#;
+
+/// An idle worker polls the queue once per poll interval, not once per claim loop (issue 28:
+/// its loops' empty claims were most of PostgreSQL's claims): eight loops idle for 30 intervals
+/// claim about 8 + 30 times, where each polling on its own made 8 + 240.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_worker_polls_once_an_interval_however_many_loops_it_runs() {
+    let h = harness(TWO_TOOL_STEPS, vec![calculator()], RunLimits::default());
+    let queue = Arc::new(CountingQueue::new(h.store.clone()));
+    let interval = Duration::from_millis(10);
+    let (stop, idle) = started(h.engine, queue.clone(), 8, interval);
+    let since = Instant::now();
+    tokio::time::sleep(interval * 30).await;
+    stop.cancel();
+    idle.await.unwrap();
+    // Sleeps only overrun, so a loaded machine makes fewer polls, never more.
+    let intervals = (since.elapsed().as_millis() / interval.as_millis()) as usize;
+    let claims = queue.claims.lock().unwrap().len();
+    assert!(
+        claims > 8 && claims <= 8 + intervals + 2,
+        "{claims} claims in {intervals} intervals: one poll an interval after the loops' first"
+    );
+}
+
+/// Jobs another process queued (so no wake-up from this one) are found by one poll, and the
+/// loop that found one wakes the next idle loop, which claims at once: four runs that can only
+/// end together are claimed within much less than a poll interval, not one an interval.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_queued_elsewhere_is_claimed_by_every_idle_loop_after_one_poll() {
+    let h = harness(
+        ONE_RENDEZVOUS,
+        vec![crate::tools_tests::rendezvous(4)],
+        RunLimits::default(),
+    );
+    let queue = Arc::new(CountingQueue::new(h.store.clone()));
+    let interval = Duration::from_millis(1500);
+    let (stop, running) = started(h.engine, queue.clone(), 4, interval);
+    while queue.claims.lock().unwrap().len() < 4 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // Queued straight into the store, as another process's server would.
+    let mut runs = Vec::new();
+    for _ in 0..4 {
+        let thread = h
+            .store
+            .create_thread(&h.scope, NewThread::default())
+            .await
+            .unwrap();
+        let new = NewRun::new(thread.id, h.agent.clone(), vec![Part::text("go")]);
+        runs.push(h.store.create_run(&h.scope, new).await.unwrap().id);
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    for id in &runs {
+        while !h
+            .store
+            .get_run(&h.scope, *id)
+            .await
+            .unwrap()
+            .status
+            .is_terminal()
+        {
+            assert!(Instant::now() < deadline, "run {id} never ended");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    stop.cancel();
+    let report = running.await.unwrap();
+    assert_eq!(report.finished, 4);
+    for id in runs {
+        let run = h.store.get_run(&h.scope, id).await.unwrap();
+        assert_eq!(run.status, RunStatus::Completed, "the four met");
+    }
+    let found = queue.found();
+    let spread = found
+        .iter()
+        .max()
+        .unwrap()
+        .duration_since(*found.iter().min().unwrap());
+    assert!(
+        found.len() == 4 && spread < interval / 3,
+        "{} jobs claimed over {spread:?}: the loop that found the first should wake the next",
+        found.len()
     );
 }
 
@@ -263,10 +397,9 @@ async fn a_run_begins_with_the_history_read_with_its_lease() {
             parts: vec![Part::text("read with the lease")],
             created_at: thread.created_at,
         };
-        let queue = Arc::new(CountingCompletes {
-            store: h.store.clone(),
-            completes: Default::default(),
+        let queue = Arc::new(CountingQueue {
             history: Some((read, vec![earlier])),
+            ..CountingQueue::new(h.store.clone())
         });
         let worker = Worker::new(engine.clone(), queue, config());
         let outcome = worker.run_one(&CancellationToken::new()).await.unwrap();

@@ -315,6 +315,8 @@ pub enum Instrument {
     ClaimLatency,
     /// Run duration, by outcome (completed, failed, cancelled, parked, retried).
     RunDuration,
+    /// Time the store took to commit a step, by outcome (ok, error) and error code.
+    StepCommitDuration,
     /// Jobs ready and waiting to be claimed.
     QueueDepth,
     /// Jobs dead-lettered.
@@ -325,7 +327,7 @@ pub enum Instrument {
 
 impl Instrument {
     /// Every instrument.
-    pub const ALL: [Instrument; 12] = [
+    pub const ALL: [Instrument; 13] = [
         Instrument::ModelTokens,
         Instrument::ModelCost,
         Instrument::RunSteps,
@@ -335,6 +337,7 @@ impl Instrument {
         Instrument::TimeToFirstToken,
         Instrument::ClaimLatency,
         Instrument::RunDuration,
+        Instrument::StepCommitDuration,
         Instrument::QueueDepth,
         Instrument::DeadLetters,
         Instrument::StoreErrors,
@@ -352,6 +355,7 @@ impl Instrument {
             Instrument::TimeToFirstToken => "forge.model.time_to_first_token_ms",
             Instrument::ClaimLatency => "forge.queue.claim_latency_ms",
             Instrument::RunDuration => "forge.run.duration_ms",
+            Instrument::StepCommitDuration => "forge.run.step_commit_duration_ms",
             Instrument::QueueDepth => "forge.queue.depth_jobs",
             Instrument::DeadLetters => "forge.queue.dead_letters_total",
             Instrument::StoreErrors => "forge.worker.store_errors_total",
@@ -368,7 +372,8 @@ impl Instrument {
             Instrument::ModelCallDuration
             | Instrument::TimeToFirstToken
             | Instrument::ClaimLatency
-            | Instrument::RunDuration => "ms",
+            | Instrument::RunDuration
+            | Instrument::StepCommitDuration => "ms",
             Instrument::QueueDepth | Instrument::DeadLetters => "{job}",
             Instrument::StoreErrors => "{error}",
         }
@@ -380,7 +385,8 @@ impl Instrument {
             Instrument::ModelCallDuration
             | Instrument::TimeToFirstToken
             | Instrument::ClaimLatency
-            | Instrument::RunDuration => InstrumentKind::Histogram,
+            | Instrument::RunDuration
+            | Instrument::StepCommitDuration => InstrumentKind::Histogram,
             Instrument::QueueDepth => InstrumentKind::Gauge,
             _ => InstrumentKind::Counter,
         }
@@ -402,6 +408,9 @@ impl Instrument {
                 "Time a run's job waited in the queue before a worker claimed it."
             }
             Instrument::RunDuration => "Time a worker spent on a run's execution, by outcome.",
+            Instrument::StepCommitDuration => {
+                "Time the store took to commit a step (its events, messages and run row)."
+            }
             Instrument::QueueDepth => "Jobs ready to be claimed now.",
             Instrument::DeadLetters => "Jobs that gave up and were dead-lettered.",
             Instrument::StoreErrors => "Store errors a worker's claim loop or sweep met.",
@@ -420,6 +429,7 @@ impl Instrument {
             Instrument::TimeToFirstToken => "How long do users wait before anything streams?",
             Instrument::ClaimLatency => "Is the queue backing up (are there enough workers)?",
             Instrument::RunDuration => "Are runs getting slower, including the ones that fail?",
+            Instrument::StepCommitDuration => "Is the database what makes runs slow?",
             Instrument::QueueDepth => "How much work is waiting?",
             Instrument::DeadLetters => "Are runs being given up on?",
             Instrument::StoreErrors => "Is the database failing under the workers?",

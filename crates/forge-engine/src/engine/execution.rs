@@ -664,6 +664,7 @@ impl Engine {
         cur: &mut Cursor<'_>,
         failure: Option<RunFailure>,
     ) -> Result<(RunOutcome, bool), EngineError> {
+        use forge_core::telemetry::Instrument;
         let messages = std::mem::take(&mut cur.messages);
         let commit = StepCommit {
             run_id: cur.run.id,
@@ -682,7 +683,23 @@ impl Engine {
             job: cur.job.clone().filter(|_| !cur.job_completed),
         };
         let state = commit.state.clone();
-        let committed = self.runs.commit_step(scope, commit).await?;
+        // Timed whatever the outcome: a commit that fails slowly is the one to see.
+        let started = std::time::Instant::now();
+        let committed = self.runs.commit_step(scope, commit).await;
+        let ms = started.elapsed().as_secs_f64() * 1000.0;
+        let meter = &self.telemetry.meter;
+        match &committed {
+            Ok(_) => meter.record(Instrument::StepCommitDuration, ms, &[("outcome", "ok")]),
+            Err(e) => meter.record(
+                Instrument::StepCommitDuration,
+                ms,
+                &[
+                    ("outcome", "error"),
+                    ("code", forge_core::telemetry::error_code(e)),
+                ],
+            ),
+        }
+        let committed = committed?;
         if let Some(update) = state {
             cur.state = forge_core::thread::SessionState {
                 version: update.expected_version + 1,

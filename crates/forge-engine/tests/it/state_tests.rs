@@ -13,7 +13,38 @@ use forge_engine::EngineError;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use crate::harness::{agent, harness_with};
+use crate::harness::{agent, harness_built, harness_with};
+
+/// Keeps the outcome and error code of every step commit the engine timed.
+#[derive(Default)]
+struct CommitTimes(std::sync::Mutex<Vec<(String, String)>>);
+
+impl forge_core::telemetry::Meter for CommitTimes {
+    fn record(
+        &self,
+        instrument: forge_core::telemetry::Instrument,
+        value: f64,
+        attrs: &[(&'static str, &str)],
+    ) {
+        if instrument != forge_core::telemetry::Instrument::StepCommitDuration {
+            return;
+        }
+        assert!(value >= 0.0, "{value}");
+        let of = |key| {
+            attrs
+                .iter()
+                .find(|(k, _)| *k == key)
+                .map_or(String::new(), |(_, v)| (*v).to_owned())
+        };
+        self.0.lock().unwrap().push((of("outcome"), of("code")));
+    }
+}
+
+impl CommitTimes {
+    fn take(&self) -> Vec<(String, String)> {
+        std::mem::take(&mut *self.0.lock().unwrap())
+    }
+}
 
 const SETS_THEN_STALE: &str = r#"
 [[conversation]]
@@ -97,12 +128,20 @@ fn now<F: Future>(f: F) -> F::Output {
     }
 }
 
+/// The refused commit is timed too (`forge.run.step_commit_duration_ms`, by outcome and code),
+/// and so is every commit of the execution that follows.
 #[tokio::test]
 async fn a_host_write_during_a_step_refuses_the_step_and_is_never_lost() {
-    let h = harness_with(
+    let commits = std::sync::Arc::new(CommitTimes::default());
+    let telemetry = forge_core::telemetry::Telemetry {
+        meter: commits.clone(),
+        ..Default::default()
+    };
+    let h = harness_built(
         RUN_AND_HOST,
         vec![],
         agent(&["update_session_state"], RunLimits::default()),
+        |b| b.telemetry(telemetry),
     );
     let thread = h
         .store
@@ -139,6 +178,11 @@ async fn a_host_write_during_a_step_refuses_the_step_and_is_never_lost() {
         refused.last_seq, 0,
         "nothing of the refused step was committed"
     );
+    assert_eq!(
+        commits.take(),
+        vec![("error".to_owned(), "conflict".to_owned())],
+        "the refused commit was timed, with its code"
+    );
 
     // Executed again (as the worker does, spending no attempt), the step sees the host's state.
     let outcome = h
@@ -152,6 +196,12 @@ async fn a_host_write_during_a_step_refuses_the_step_and_is_never_lost() {
         .await
         .unwrap();
     assert_eq!(outcome.status, RunStatus::Completed);
+    let ok = ("ok".to_owned(), String::new());
+    assert_eq!(
+        commits.take(),
+        vec![ok.clone(), ok.clone(), ok],
+        "each of the three steps' commits was timed"
+    );
     let events = h
         .store
         .read_events(&h.scope, run.id, 0, 1000)

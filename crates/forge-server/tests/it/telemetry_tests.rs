@@ -132,6 +132,7 @@ async fn each_request_is_one_trace_through_enqueue_claim_and_execution() {
         Instrument::TimeToFirstToken,
         Instrument::ClaimLatency,
         Instrument::RunDuration,
+        Instrument::StepCommitDuration,
     ] {
         let m = metrics
             .iter()

@@ -258,6 +258,9 @@ pub(crate) async fn workload(args: WorkloadArgs) -> anyhow::Result<()> {
             f("peak_rss_mib"),
             f("ttft_ms")
         );
+        if let Some(commit) = line["step_commit_p50_ms"].as_f64() {
+            println!("  step commit p50 {commit:.2} ms (sequential runs, from the engine's side)");
+        }
         if !line["postgres_per_run"].is_null() {
             println!("{}", crate::pgstats::describe(&line["postgres_per_run"]));
         }
@@ -409,6 +412,30 @@ impl RunObserver for Watch {
     }
 }
 
+/// The step commit times the engine records (`StepCommitDuration`), in ms, until taken.
+#[derive(Default)]
+struct CommitTimes(std::sync::Mutex<Vec<f64>>);
+
+impl forge_core::telemetry::Meter for CommitTimes {
+    fn record(
+        &self,
+        instrument: forge_core::telemetry::Instrument,
+        value: f64,
+        _: &[(&'static str, &str)],
+    ) {
+        if instrument == forge_core::telemetry::Instrument::StepCommitDuration {
+            self.0.lock().unwrap_or_else(|p| p.into_inner()).push(value);
+        }
+    }
+}
+
+impl CommitTimes {
+    /// The times recorded since the last take.
+    fn take(&self) -> Vec<f64> {
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+}
+
 async fn forge(args: &OneArgs) -> anyhow::Result<Value> {
     let (store, guard) = crate::open(&args.mode).await?;
     let provider = HttpProvider::new(HttpSettings {
@@ -432,8 +459,14 @@ async fn forge(args: &OneArgs) -> anyhow::Result<Value> {
         None
     };
     let mut builder = Engine::builder();
+    let commits = Arc::new(CommitTimes::default());
     if let Some(otel) = &otel {
         builder = builder.telemetry(otel.telemetry());
+    } else {
+        builder = builder.telemetry(forge_core::telemetry::Telemetry {
+            meter: commits.clone(),
+            ..Default::default()
+        });
     }
     let engine = Arc::new(
         builder
@@ -473,9 +506,15 @@ async fn forge(args: &OneArgs) -> anyhow::Result<Value> {
         anyhow::ensure!(outcome.status.is_terminal(), "run {run} did not finish");
         if i >= args.warmup {
             latencies.push(started.elapsed());
+        } else {
+            commits.take();
         }
     }
     latencies.sort();
+    // How long each step's commit took, from the engine's side, in the sequential runs.
+    let mut commit_ms = commits.take();
+    commit_ms.sort_by(f64::total_cmp);
+    let step_commit_p50_ms = commit_ms.get(commit_ms.len() / 2).copied();
 
     // Time to first token.
     let mut ttft = Vec::new();
@@ -612,6 +651,7 @@ async fn forge(args: &OneArgs) -> anyhow::Result<Value> {
     Ok(json!({
         "bench": "workload", "mode": args.mode, "runs": args.runs,
         "p50_ms": percentile(&latencies, 0.5), "p95_ms": percentile(&latencies, 0.95),
+        "step_commit_p50_ms": step_commit_p50_ms,
         "in_flight": args.in_flight, "throughput_runs": target,
         "runs_per_s": target as f64 / elapsed, "cpu_ms_per_run": cpu,
         "postgres_cpu_ms_per_run": (args.mode == "postgres").then_some(pg),

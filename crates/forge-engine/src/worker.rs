@@ -248,19 +248,7 @@ impl Worker {
         // Whether the loop idled before this claim, on an empty queue.
         let mut idled = false;
         while !shutdown.is_cancelled() {
-            let result = match self.claim().await {
-                Ok(Some(claimed)) => {
-                    if idled {
-                        // Work arrived while the worker idled, perhaps more than this job (another
-                        // process may have queued a batch): the next idle loop claims at once
-                        // instead of at its turn to poll, and wakes the next if it finds a job.
-                        self.engine.work.notify_one();
-                    }
-                    self.run_claimed(claimed, &shutdown).await.map(Some)
-                }
-                Ok(None) => Ok(None),
-                Err(e) => Err(e),
-            };
+            let result = self.run_next(&shutdown, idled).await;
             idled = false;
             // Store errors are reported when they start and when they stop, not every poll.
             let t = &self.engine.telemetry;
@@ -382,10 +370,25 @@ impl Worker {
         &self,
         drain: &CancellationToken,
     ) -> Result<Option<JobOutcome>, EngineError> {
-        match self.claim().await? {
-            Some(claimed) => self.run_claimed(claimed, drain).await.map(Some),
-            None => Ok(None),
+        self.run_next(drain, false).await
+    }
+
+    /// Like [`Worker::run_one`]; a job claimed after idling (`idled`) first wakes the next idle
+    /// loop: work arrived while the worker idled, perhaps more than this job (another process may
+    /// have queued a batch), so that loop claims at once instead of at its turn to poll, and
+    /// wakes the next if it finds a job.
+    async fn run_next(
+        &self,
+        drain: &CancellationToken,
+        idled: bool,
+    ) -> Result<Option<JobOutcome>, EngineError> {
+        let Some(claimed) = self.claim().await? else {
+            return Ok(None);
+        };
+        if idled {
+            self.engine.work.notify_one();
         }
+        self.run_claimed(claimed, drain).await.map(Some)
     }
 
     /// Claims a job the worker's filter admits, with its run's lease where the queue can take it

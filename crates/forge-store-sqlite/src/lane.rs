@@ -11,6 +11,9 @@
 //! one run never waits for another's in the same group to be answered: the engine sends a run's
 //! next operation only after the last was answered, so each run's order is kept.
 //!
+//! The lane does not checkpoint the log as it commits: it tells the store's checkpointer (see
+//! `checkpoint`), which does that on a thread of its own.
+//!
 //! The lane takes the store's write gate for each group, so the store's other writers (sqlx,
 //! queued as tasks on the same gate) take turns with it; other processes on the file meet
 //! SQLite's lock and its busy timeout.
@@ -24,6 +27,8 @@ use std::time::Duration;
 
 use forge_core::Error;
 use rusqlite::Connection;
+
+use crate::checkpoint::{BACKSTOP_PAGES, CheckpointStats, Checkpointer};
 
 /// The most operations one group commits together.
 pub(crate) const MAX_GROUP: usize = 64;
@@ -88,6 +93,8 @@ enum Message {
 pub(crate) struct Lane {
     jobs: std::sync::Mutex<Option<Sender<Message>>>,
     counts: Arc<Counts>,
+    /// Told of each group committed; stops when the lane's thread and this are gone.
+    checkpointer: Arc<Checkpointer>,
 }
 
 /// What the lane's thread has done.
@@ -102,16 +109,19 @@ impl Lane {
     /// its thread.
     pub(crate) fn open(path: &Path, gate: Arc<tokio::sync::Mutex<()>>) -> Result<Self, Error> {
         let conn = Self::connect(path).map_err(db)?;
+        let checkpointer = Arc::new(Checkpointer::start(path)?);
         let (jobs, inbox) = std::sync::mpsc::channel();
         let counts = Arc::new(Counts::default());
         let kept = Arc::clone(&counts);
+        let told = Arc::clone(&checkpointer);
         std::thread::Builder::new()
             .name("forge-sqlite-lane".into())
-            .spawn(move || serve(&conn, &inbox, &gate, &kept))
+            .spawn(move || serve(&conn, &inbox, &gate, &kept, &told))
             .map_err(|e| Error::backend(false, e))?;
         Ok(Self {
             jobs: std::sync::Mutex::new(Some(jobs)),
             counts,
+            checkpointer,
         })
     }
 
@@ -121,10 +131,11 @@ impl Lane {
         conn.busy_timeout(BUSY_TIMEOUT)?;
         // Each operation's savepoint keeps a statement journal; in memory (`temp_store`), not in
         // a temporary file opened, written and removed per group (a tenth of the lane's CPU).
-        conn.execute_batch(
+        // The log is checkpointed by the checkpointer, this connection's own only a backstop.
+        conn.execute_batch(&format!(
             "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON; \
-             PRAGMA temp_store = MEMORY;",
-        )?;
+             PRAGMA temp_store = MEMORY; PRAGMA wal_autocheckpoint = {BACKSTOP_PAGES};"
+        ))?;
         conn.set_prepared_statement_cache_capacity(64);
         Ok(conn)
     }
@@ -135,6 +146,11 @@ impl Lane {
             operations: self.counts.operations.load(Relaxed),
             groups: self.counts.groups.load(Relaxed),
         }
+    }
+
+    /// What the store's checkpointer has done so far.
+    pub(crate) fn checkpoints(&self) -> CheckpointStats {
+        self.checkpointer.stats()
     }
 
     /// Runs `work` on the lane, inside the transaction of its group, and answers once that
@@ -191,6 +207,7 @@ fn serve(
     inbox: &Receiver<Message>,
     gate: &tokio::sync::Mutex<()>,
     counts: &Counts,
+    checkpointer: &Checkpointer,
 ) {
     let mut open = true;
     while open {
@@ -216,17 +233,20 @@ fn serve(
         counts
             .operations
             .fetch_add(u64::try_from(group.len()).unwrap_or(u64::MAX), Relaxed);
-        commit_group(conn, group);
+        if commit_group(conn, group) {
+            checkpointer.committed();
+        }
     }
 }
 
-/// Runs `group` in one transaction, each operation in a savepoint, and answers each.
-fn commit_group(conn: &Connection, group: Vec<Box<dyn Work>>) {
+/// Runs `group` in one transaction, each operation in a savepoint, and answers each; whether
+/// the transaction committed.
+fn commit_group(conn: &Connection, group: Vec<Box<dyn Work>>) -> bool {
     if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
         for work in group {
             work.answer(Some(&e));
         }
-        return;
+        return false;
     }
     let mut ran = Vec::with_capacity(group.len());
     for mut work in group {
@@ -245,7 +265,7 @@ fn commit_group(conn: &Connection, group: Vec<Box<dyn Work>>) {
             for done in ran {
                 Work::answer(done, Some(&e));
             }
-            return;
+            return false;
         }
         ran.push(work);
     }
@@ -254,12 +274,14 @@ fn commit_group(conn: &Connection, group: Vec<Box<dyn Work>>) {
             for work in ran {
                 work.answer(None);
             }
+            true
         }
         Err(e) => {
             let _ = conn.execute_batch("ROLLBACK");
             for work in ran {
                 work.answer(Some(&e));
             }
+            false
         }
     }
 }

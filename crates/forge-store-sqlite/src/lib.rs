@@ -5,7 +5,8 @@
 //! transaction, so writers queue on SQLite's lock instead of failing, and `commit_step` is atomic.
 //! The hot operations (step commits, claims, leases, completions) run on the store's writer lane,
 //! one connection on a thread of its own that commits them in groups (`lane`); the rest on a
-//! small pool of sqlx connections. An in-memory URL (`sqlite::memory:`) is a private temporary
+//! small pool of sqlx connections. The log is checkpointed into the file by a thread of its own
+//! (`checkpoint`), not by the commits. An in-memory URL (`sqlite::memory:`) is a private temporary
 //! file, removed when the store is dropped, so that both see one database.
 //! The schema is provisioned on open from the embedded migrations. SQLite has no row-level
 //! security: tenant isolation is the `tenant_id` filter every query carries.
@@ -36,6 +37,7 @@
 
 #![deny(missing_docs)]
 
+mod checkpoint;
 mod commit;
 mod erasure;
 mod evals;
@@ -65,6 +67,7 @@ pub(crate) type Pool = forge_sql_pool::Pool<SqliteConnection>;
 /// A transaction on one of the store's connections.
 pub(crate) type Tx = forge_sql_pool::Tx<SqliteConnection>;
 
+pub use checkpoint::CheckpointStats;
 pub use migrate::{MIGRATIONS, Migration};
 
 /// Why the store could not be opened.
@@ -159,7 +162,9 @@ impl SqliteStore {
         .journal_mode(SqliteJournalMode::Wal)
         .synchronous(SqliteSynchronous::Normal)
         .busy_timeout(Duration::from_secs(10))
-        .foreign_keys(true);
+        .foreign_keys(true)
+        // The checkpointer checkpoints the log (see `checkpoint`); a commit only as a backstop.
+        .pragma("wal_autocheckpoint", checkpoint::BACKSTOP_PAGES.to_string());
         let path = options.get_filename().to_owned();
         // The first connection is opened here, so that a bad path fails `open` with its reason.
         let first = options
@@ -193,6 +198,11 @@ impl SqliteStore {
     /// What this store's writer lane has done since it opened (clones share it).
     pub fn lane_stats(&self) -> LaneStats {
         self.lane.stats()
+    }
+
+    /// What this store's WAL checkpointer has done since it opened (clones share it).
+    pub fn checkpoint_stats(&self) -> CheckpointStats {
+        self.lane.checkpoints()
     }
 
     /// Versions of the migrations applied to this database, ascending.
@@ -254,5 +264,35 @@ impl Drop for Scratch {
             path.push(suffix);
             let _ = std::fs::remove_file(path);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every connection of the store leaves the log to the checkpointer: SQLite's own checkpoint
+    /// at a commit only at the backstop, on the lane and on the pool alike.
+    #[tokio::test]
+    async fn commits_checkpoint_only_at_the_backstop() {
+        let store = SqliteStore::open("sqlite::memory:").await.expect("opens");
+        let backstop = i64::from(checkpoint::BACKSTOP_PAGES);
+        let lane: i64 = store
+            .lane
+            .run(|conn| {
+                conn.query_row("PRAGMA wal_autocheckpoint", [], |row| row.get(0))
+                    .map_err(lane::db)
+            })
+            .await
+            .expect("the lane answers");
+        assert_eq!(lane, backstop, "the lane's connection");
+        let mut conn = store.conn().await.expect("a pool connection");
+        let pool: i64 = sqlx::query_scalar("PRAGMA wal_autocheckpoint")
+            .fetch_one(&mut *conn)
+            .await
+            .expect("the pool answers");
+        assert_eq!(pool, backstop, "a pool connection");
+        drop(conn);
+        store.close().await;
     }
 }

@@ -317,6 +317,45 @@ async fn concurrent_steps_are_committed_in_groups() {
     );
 }
 
+/// The lane's commits are checkpointed into the database file by the checkpointer's thread, soon
+/// after they were made, and an idle store is not checkpointed again.
+#[tokio::test]
+async fn committed_steps_are_checkpointed_by_the_checkpointer() {
+    use forge_core::time::Clock;
+    let (clock, store, scope, path, runs) = leased_runs("checkpoints", 8).await;
+    let at = clock.now();
+    let steps = runs
+        .iter()
+        .map(|(run, lease)| forge_testkit::fixtures::step(run, lease, 1, vec![], at))
+        .collect();
+    for committed in commit_together(&store, &scope, &path, steps).await {
+        committed.unwrap();
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let settled = loop {
+        let stats = store.checkpoint_stats();
+        if stats.checkpoints > 0 {
+            // A moment more, for a checkpoint still to come after the last commit.
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            let again = store.checkpoint_stats();
+            if again == stats {
+                break stats;
+            }
+            continue;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "nothing was checkpointed: {stats:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    assert!(settled.frames_copied > 0, "{settled:?}");
+    assert_eq!(settled.failures, 0, "{settled:?}");
+    // Idle: no commit, no checkpoint.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert_eq!(store.checkpoint_stats(), settled);
+}
+
 /// An operation that fails in a group is rolled back alone: the steps beside it are committed,
 /// and it left nothing behind.
 #[tokio::test]

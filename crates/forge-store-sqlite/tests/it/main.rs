@@ -289,18 +289,25 @@ async fn commit_together(
     outcomes
 }
 
+/// Each run's first step (one event), at the clock's time.
+fn first_steps(
+    clock: &ManualClock,
+    runs: &[(forge_core::run::Run, forge_core::run::RunLease)],
+) -> Vec<forge_core::ports::store::StepCommit> {
+    use forge_core::time::Clock;
+    let at = clock.now();
+    runs.iter()
+        .map(|(run, lease)| forge_testkit::fixtures::step(run, lease, 1, vec![], at))
+        .collect()
+}
+
 /// Steps of many runs sent together are committed together: the lane runs what waits for it in
 /// one transaction (a savepoint each), and answers each step once that transaction committed.
 #[tokio::test]
 async fn concurrent_steps_are_committed_in_groups() {
-    use forge_core::time::Clock;
     let (clock, store, scope, path, runs) = leased_runs("groups", 24).await;
     let before = store.lane_stats();
-    let at = clock.now();
-    let steps = runs
-        .iter()
-        .map(|(run, lease)| forge_testkit::fixtures::step(run, lease, 1, vec![], at))
-        .collect();
+    let steps = first_steps(&clock, &runs);
     for committed in commit_together(&store, &scope, &path, steps).await {
         assert_eq!(committed.unwrap().last_seq, 1);
     }
@@ -321,13 +328,8 @@ async fn concurrent_steps_are_committed_in_groups() {
 /// after they were made, and an idle store is not checkpointed again.
 #[tokio::test]
 async fn committed_steps_are_checkpointed_by_the_checkpointer() {
-    use forge_core::time::Clock;
     let (clock, store, scope, path, runs) = leased_runs("checkpoints", 8).await;
-    let at = clock.now();
-    let steps = runs
-        .iter()
-        .map(|(run, lease)| forge_testkit::fixtures::step(run, lease, 1, vec![], at))
-        .collect();
+    let steps = first_steps(&clock, &runs);
     for committed in commit_together(&store, &scope, &path, steps).await {
         committed.unwrap();
     }
@@ -360,14 +362,9 @@ async fn committed_steps_are_checkpointed_by_the_checkpointer() {
 /// and it left nothing behind.
 #[tokio::test]
 async fn a_refused_step_leaves_the_rest_of_its_group_committed() {
-    use forge_core::time::Clock;
     let (clock, store, scope, path, runs) = leased_runs("group-refusal", 3).await;
     let before = store.lane_stats();
-    let at = clock.now();
-    let mut steps: Vec<_> = runs
-        .iter()
-        .map(|(run, lease)| forge_testkit::fixtures::step(run, lease, 1, vec![], at))
-        .collect();
+    let mut steps = first_steps(&clock, &runs);
     steps[1].expected_version += 1;
     let outcomes = commit_together(&store, &scope, &path, steps).await;
     let refused = outcomes[1].as_ref().unwrap_err();

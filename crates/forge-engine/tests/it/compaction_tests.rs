@@ -442,29 +442,10 @@ async fn a_compaction_asked_for_waits_its_turn_folds_once_and_adds_no_message() 
     );
 }
 
-/// Keeps every metric recording: instrument, model label, value.
-#[derive(Default)]
-struct Meters(Mutex<Vec<(forge_core::telemetry::Instrument, String, f64)>>);
-
-impl forge_core::telemetry::Meter for Meters {
-    fn record(
-        &self,
-        instrument: forge_core::telemetry::Instrument,
-        value: f64,
-        attrs: &[(&'static str, &str)],
-    ) {
-        let model = attrs
-            .iter()
-            .find(|(k, _)| *k == "model")
-            .map_or(String::new(), |(_, v)| (*v).to_owned());
-        self.0.lock().unwrap().push((instrument, model, value));
-    }
-}
-
 #[tokio::test]
 async fn a_summarising_call_is_in_the_token_and_duration_metrics_like_any_call() {
     use forge_core::telemetry::{Instrument, Telemetry};
-    let meters = Arc::new(Meters::default());
+    let meters = Arc::new(crate::harness::Metrics::default());
     let mut def = agent(&["calculate"], RunLimits::default());
     def.compaction = Some(CompactionConfig {
         model: Some("summariser:small".into()),
@@ -498,14 +479,18 @@ async fn a_summarising_call_is_in_the_token_and_duration_metrics_like_any_call()
         .execute(&h.scope, run.id, &never, &NoopObserver)
         .await
         .unwrap();
-    let recorded = meters.0.lock().unwrap().clone();
     let of = |instrument: Instrument| {
-        recorded
+        meters
+            .of(instrument)
             .iter()
-            .filter(|(i, m, _)| *i == instrument && m == "summariser:small")
+            .filter(|r| r.attr("model") == "summariser:small")
             .count()
     };
-    assert!(of(Instrument::ModelTokens) > 0, "{recorded:?}");
+    assert!(
+        of(Instrument::ModelTokens) > 0,
+        "{:?}",
+        meters.of(Instrument::ModelTokens)
+    );
     assert_eq!(of(Instrument::ModelCost), 1);
     assert_eq!(of(Instrument::ModelCallDuration), 1);
 }

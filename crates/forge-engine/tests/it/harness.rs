@@ -240,3 +240,62 @@ pub fn line(e: &RunEvent) -> String {
     };
     format!("{} {} {body}", e.seq, e.kind.type_name())
 }
+
+/// One metric recording: its instrument, value and attributes.
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    pub instrument: forge_core::telemetry::Instrument,
+    pub value: f64,
+    pub attrs: Vec<(&'static str, String)>,
+}
+
+impl Recorded {
+    /// The attribute `key`'s value, or "" when it has none.
+    pub fn attr(&self, key: &str) -> &str {
+        self.attrs
+            .iter()
+            .find(|(k, _)| *k == key)
+            .map_or("", |(_, v)| v.as_str())
+    }
+}
+
+/// A meter that keeps every recording, for tests to read.
+#[derive(Default)]
+pub struct Metrics(Mutex<Vec<Recorded>>);
+
+impl forge_core::telemetry::Meter for Metrics {
+    fn record(
+        &self,
+        instrument: forge_core::telemetry::Instrument,
+        value: f64,
+        attrs: &[(&'static str, &str)],
+    ) {
+        let attrs = attrs.iter().map(|(k, v)| (*k, (*v).to_owned())).collect();
+        self.0.lock().unwrap().push(Recorded {
+            instrument,
+            value,
+            attrs,
+        });
+    }
+}
+
+impl Metrics {
+    /// The recordings of `instrument` so far.
+    pub fn of(&self, instrument: forge_core::telemetry::Instrument) -> Vec<Recorded> {
+        let all = self.0.lock().unwrap();
+        all.iter()
+            .filter(|r| r.instrument == instrument)
+            .cloned()
+            .collect()
+    }
+
+    /// Takes every recording of `instrument` so far, leaving the others.
+    pub fn take(&self, instrument: forge_core::telemetry::Instrument) -> Vec<Recorded> {
+        let mut all = self.0.lock().unwrap();
+        let (taken, kept) = std::mem::take(&mut *all)
+            .into_iter()
+            .partition(|r| r.instrument == instrument);
+        *all = kept;
+        taken
+    }
+}

@@ -15,35 +15,16 @@ use tokio_util::sync::CancellationToken;
 
 use crate::harness::{agent, harness_built, harness_with};
 
-/// Keeps the outcome and error code of every step commit the engine timed.
-#[derive(Default)]
-struct CommitTimes(std::sync::Mutex<Vec<(String, String)>>);
-
-impl forge_core::telemetry::Meter for CommitTimes {
-    fn record(
-        &self,
-        instrument: forge_core::telemetry::Instrument,
-        value: f64,
-        attrs: &[(&'static str, &str)],
-    ) {
-        if instrument != forge_core::telemetry::Instrument::StepCommitDuration {
-            return;
-        }
-        assert!(value >= 0.0, "{value}");
-        let of = |key| {
-            attrs
-                .iter()
-                .find(|(k, _)| *k == key)
-                .map_or(String::new(), |(_, v)| (*v).to_owned())
-        };
-        self.0.lock().unwrap().push((of("outcome"), of("code")));
-    }
-}
-
-impl CommitTimes {
-    fn take(&self) -> Vec<(String, String)> {
-        std::mem::take(&mut *self.0.lock().unwrap())
-    }
+/// The outcome and error code of each step commit the engine timed since the last call.
+fn commits_timed(metrics: &crate::harness::Metrics) -> Vec<(String, String)> {
+    metrics
+        .take(forge_core::telemetry::Instrument::StepCommitDuration)
+        .iter()
+        .map(|r| {
+            assert!(r.value >= 0.0, "{r:?}");
+            (r.attr("outcome").to_owned(), r.attr("code").to_owned())
+        })
+        .collect()
 }
 
 const SETS_THEN_STALE: &str = r#"
@@ -132,7 +113,7 @@ fn now<F: Future>(f: F) -> F::Output {
 /// and so is every commit of the execution that follows.
 #[tokio::test]
 async fn a_host_write_during_a_step_refuses_the_step_and_is_never_lost() {
-    let commits = std::sync::Arc::new(CommitTimes::default());
+    let commits = std::sync::Arc::new(crate::harness::Metrics::default());
     let telemetry = forge_core::telemetry::Telemetry {
         meter: commits.clone(),
         ..Default::default()
@@ -179,7 +160,7 @@ async fn a_host_write_during_a_step_refuses_the_step_and_is_never_lost() {
         "nothing of the refused step was committed"
     );
     assert_eq!(
-        commits.take(),
+        commits_timed(&commits),
         vec![("error".to_owned(), "conflict".to_owned())],
         "the refused commit was timed, with its code"
     );
@@ -198,7 +179,7 @@ async fn a_host_write_during_a_step_refuses_the_step_and_is_never_lost() {
     assert_eq!(outcome.status, RunStatus::Completed);
     let ok = ("ok".to_owned(), String::new());
     assert_eq!(
-        commits.take(),
+        commits_timed(&commits),
         vec![ok.clone(), ok.clone(), ok],
         "each of the three steps' commits was timed"
     );

@@ -895,27 +895,11 @@ async fn ordering_postgres() {
     fifty_starts_on_one_thread_never_overlap(Arc::new(store), clock).await;
 }
 
-/// Counts the sweeps a worker makes (each records the queue's depth once).
-#[derive(Default)]
-struct Sweeps(std::sync::atomic::AtomicUsize);
-
-impl forge_core::telemetry::Meter for Sweeps {
-    fn record(
-        &self,
-        instrument: forge_core::telemetry::Instrument,
-        _value: f64,
-        _attrs: &[(&'static str, &str)],
-    ) {
-        if instrument == forge_core::telemetry::Instrument::QueueDepth {
-            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        }
-    }
-}
-
-impl Sweeps {
-    fn count(&self) -> usize {
-        self.0.load(std::sync::atomic::Ordering::SeqCst)
-    }
+/// How many sweeps a worker has made: each records the queue's depth once.
+fn sweeps(metrics: &crate::harness::Metrics) -> usize {
+    metrics
+        .of(forge_core::telemetry::Instrument::QueueDepth)
+        .len()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -926,13 +910,13 @@ async fn one_worker_of_a_fleet_sweeps_and_another_takes_over_when_it_stops() {
         clock.clone(),
         Arc::new(SequentialIds::new()),
     ));
-    let make = |id: &str, sweeps: Arc<Sweeps>| {
+    let make = |id: &str, metrics: Arc<crate::harness::Metrics>| {
         let engine = Engine::builder()
             .store(store.clone())
             .clock(clock.clone())
             .telemetry(Telemetry {
                 tracer: Arc::new(Noop),
-                meter: sweeps,
+                meter: metrics,
                 logger: Arc::new(Noop),
             })
             .build()
@@ -945,7 +929,10 @@ async fn one_worker_of_a_fleet_sweeps_and_another_takes_over_when_it_stops() {
         };
         Worker::new(Arc::new(engine), store.clone(), config).with_sweep_leases(store.clone())
     };
-    let (a_sweeps, b_sweeps) = (Arc::new(Sweeps::default()), Arc::new(Sweeps::default()));
+    let (a_sweeps, b_sweeps) = (
+        Arc::new(crate::harness::Metrics::default()),
+        Arc::new(crate::harness::Metrics::default()),
+    );
     let (a, b) = (make("a", a_sweeps.clone()), make("b", b_sweeps.clone()));
     let (stop_a, stop_b) = (CancellationToken::new(), CancellationToken::new());
     let ta = tokio::spawn({
@@ -959,18 +946,18 @@ async fn one_worker_of_a_fleet_sweeps_and_another_takes_over_when_it_stops() {
     });
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(
-        a_sweeps.count() >= 5,
+        sweeps(&a_sweeps) >= 5,
         "the leader sweeps: {}",
-        a_sweeps.count()
+        sweeps(&a_sweeps)
     );
-    assert_eq!(b_sweeps.count(), 0, "the other worker does not");
+    assert_eq!(sweeps(&b_sweeps), 0, "the other worker does not");
     stop_a.cancel();
     ta.await.unwrap();
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(
-        b_sweeps.count() >= 5,
+        sweeps(&b_sweeps) >= 5,
         "the leader's release hands the sweeps over: {}",
-        b_sweeps.count()
+        sweeps(&b_sweeps)
     );
     stop_b.cancel();
     tb.await.unwrap();

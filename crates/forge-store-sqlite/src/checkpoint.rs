@@ -10,8 +10,13 @@
 //! thread then waits [`INTERVAL`] (so that a burst of commits is checkpointed once) and runs a
 //! `PASSIVE` checkpoint, which never blocks a writer or a reader.
 //!
-//! The store's connections keep SQLite's own checkpoint as a backstop, at [`BACKSTOP_PAGES`]:
-//! should this thread fall behind (or a checkpoint fail), the log still stops growing there.
+//! The store's connections keep SQLite's own checkpoint as a backstop, at [`BACKSTOP_PAGES`].
+//! The log restarts from its beginning only when a write finds all of it copied, which under
+//! sustained writes (the lane appending while this thread copies) is when the backstop
+//! checkpoints: so the `-wal` file grows to about that size (40 MB) under load, and should this
+//! thread fall behind (or a checkpoint fail), the log still stops growing there. Once writes
+//! pause, this thread copies the rest, and the next write restarts the log and truncates its file
+//! to [`LOG_LIMIT_BYTES`] (`journal_size_limit`).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -29,6 +34,10 @@ pub(crate) const INTERVAL: Duration = Duration::from_millis(50);
 /// (`wal_autocheckpoint`): ten times SQLite's default, reached only if the checkpointer falls
 /// behind.
 pub(crate) const BACKSTOP_PAGES: u32 = 10_000;
+
+/// The size the `-wal` file is truncated to when the log restarts (`journal_size_limit`): about
+/// SQLite's default checkpoint threshold, so that a burst's log does not keep its disk space.
+pub(crate) const LOG_LIMIT_BYTES: u64 = 4 * 1024 * 1024;
 
 /// What a store's checkpointer has done since the store opened.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

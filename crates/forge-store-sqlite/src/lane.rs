@@ -28,7 +28,7 @@ use std::time::Duration;
 use forge_core::Error;
 use rusqlite::Connection;
 
-use crate::checkpoint::{BACKSTOP_PAGES, CheckpointStats, Checkpointer};
+use crate::checkpoint::{BACKSTOP_PAGES, CheckpointStats, Checkpointer, LOG_LIMIT_BYTES};
 
 /// The most operations one group commits together.
 pub(crate) const MAX_GROUP: usize = 64;
@@ -134,7 +134,8 @@ impl Lane {
         // The log is checkpointed by the checkpointer, this connection's own only a backstop.
         conn.execute_batch(&format!(
             "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON; \
-             PRAGMA temp_store = MEMORY; PRAGMA wal_autocheckpoint = {BACKSTOP_PAGES};"
+             PRAGMA temp_store = MEMORY; PRAGMA wal_autocheckpoint = {BACKSTOP_PAGES}; \
+             PRAGMA journal_size_limit = {LOG_LIMIT_BYTES};"
         ))?;
         conn.set_prepared_statement_cache_capacity(64);
         Ok(conn)

@@ -164,7 +164,11 @@ impl SqliteStore {
         .busy_timeout(Duration::from_secs(10))
         .foreign_keys(true)
         // The checkpointer checkpoints the log (see `checkpoint`); a commit only as a backstop.
-        .pragma("wal_autocheckpoint", checkpoint::BACKSTOP_PAGES.to_string());
+        .pragma("wal_autocheckpoint", checkpoint::BACKSTOP_PAGES.to_string())
+        .pragma(
+            "journal_size_limit",
+            checkpoint::LOG_LIMIT_BYTES.to_string(),
+        );
         let path = options.get_filename().to_owned();
         // The first connection is opened here, so that a bad path fails `open` with its reason.
         let first = options
@@ -271,27 +275,38 @@ impl Drop for Scratch {
 mod tests {
     use super::*;
 
-    /// Every connection of the store leaves the log to the checkpointer: SQLite's own checkpoint
-    /// at a commit only at the backstop, on the lane and on the pool alike.
+    /// Every connection of the store leaves the log to the checkpointer (SQLite's own checkpoint
+    /// at a commit only at the backstop) and truncates its file when it restarts, on the lane and
+    /// on the pool alike.
     #[tokio::test]
     async fn commits_checkpoint_only_at_the_backstop() {
         let store = SqliteStore::open("sqlite::memory:").await.expect("opens");
-        let backstop = i64::from(checkpoint::BACKSTOP_PAGES);
-        let lane: i64 = store
-            .lane
-            .run(|conn| {
-                conn.query_row("PRAGMA wal_autocheckpoint", [], |row| row.get(0))
-                    .map_err(lane::db)
-            })
-            .await
-            .expect("the lane answers");
-        assert_eq!(lane, backstop, "the lane's connection");
+        let expected = [
+            ("wal_autocheckpoint", i64::from(checkpoint::BACKSTOP_PAGES)),
+            (
+                "journal_size_limit",
+                i64::try_from(checkpoint::LOG_LIMIT_BYTES).expect("fits"),
+            ),
+        ];
         let mut conn = store.conn().await.expect("a pool connection");
-        let pool: i64 = sqlx::query_scalar("PRAGMA wal_autocheckpoint")
-            .fetch_one(&mut *conn)
-            .await
-            .expect("the pool answers");
-        assert_eq!(pool, backstop, "a pool connection");
+        for (pragma, value) in expected {
+            let sql = format!("PRAGMA {pragma}");
+            let on_lane = sql.clone();
+            let lane: i64 = store
+                .lane
+                .run(move |c| {
+                    c.query_row(&on_lane, [], |row| row.get(0))
+                        .map_err(lane::db)
+                })
+                .await
+                .expect("the lane answers");
+            assert_eq!(lane, value, "{pragma} on the lane's connection");
+            let pool: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
+                .fetch_one(&mut *conn)
+                .await
+                .expect("the pool answers");
+            assert_eq!(pool, value, "{pragma} on a pool connection");
+        }
         drop(conn);
         store.close().await;
     }

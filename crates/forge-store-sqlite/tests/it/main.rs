@@ -358,6 +358,56 @@ async fn committed_steps_are_checkpointed_by_the_checkpointer() {
     assert_eq!(store.checkpoint_stats(), settled);
 }
 
+/// A burst that grows the log past 4 MiB does not keep its disk space: once writes pause and the
+/// log is checkpointed, the next write restarts it and truncates the `-wal` file.
+#[tokio::test]
+async fn the_log_file_is_truncated_after_a_burst() {
+    let path = fresh_path("wal-limit");
+    let wal = PathBuf::from(format!("{}-wal", path.display()));
+    let store = SqliteStore::open(&url(&path)).await.unwrap();
+    let scope = forge_testkit::fixtures::scope("acme");
+    let thread = |n: usize| {
+        let mut state = serde_json::Map::new();
+        state.insert(
+            "blob".into(),
+            format!("{n}{}", "x".repeat(64 * 1024)).into(),
+        );
+        NewThread { title: None, state }
+    };
+    // A reader's snapshot keeps the log from being copied and restarted during the burst.
+    let reader = rusqlite::Connection::open(&path).unwrap();
+    reader.execute_batch("BEGIN").unwrap();
+    let _: i64 = reader
+        .query_row("SELECT count(*) FROM forge_threads", [], |r| r.get(0))
+        .unwrap();
+    for n in 0..100 {
+        store.create_thread(&scope, thread(n)).await.unwrap();
+    }
+    let grown = std::fs::metadata(&wal).unwrap().len();
+    assert!(
+        grown > 5 * 1024 * 1024,
+        "the burst grew the log to {grown} bytes"
+    );
+    reader.execute_batch("COMMIT").unwrap();
+    drop(reader);
+    // A write, and the checkpoint after it (within an interval) copies the whole log; the next
+    // write restarts the log and truncates its file.
+    let mut after = grown;
+    for n in 100..120 {
+        store.create_thread(&scope, thread(n)).await.unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        store.create_thread(&scope, thread(n + 1000)).await.unwrap();
+        after = std::fs::metadata(&wal).unwrap().len();
+        if after <= 4 * 1024 * 1024 {
+            break;
+        }
+    }
+    assert!(
+        after <= 4 * 1024 * 1024,
+        "the log's file kept {after} bytes after it restarted (it had grown to {grown})"
+    );
+}
+
 /// An operation that fails in a group is rolled back alone: the steps beside it are committed,
 /// and it left nothing behind.
 #[tokio::test]

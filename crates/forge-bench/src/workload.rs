@@ -18,7 +18,8 @@
 //!   transactions, rows, WAL records, bytes and flushes, and each of Forge's functions' calls and
 //!   time.
 //!
-//! Prints a table, and one JSON line per mode on stderr.
+//! Prints a table, and one JSON line per mode on stderr. A mode named more than once is measured
+//! that many times, and gets a row (and a JSON line) of the median of each figure.
 
 use std::process::Stdio;
 use std::sync::Arc;
@@ -130,6 +131,51 @@ fn median(mut values: Vec<f64>) -> f64 {
         _ if n % 2 == 1 => values[n / 2],
         _ => (values[n / 2 - 1] + values[n / 2]) / 2.0,
     }
+}
+
+/// The figures a mode's row shows, and its JSON line's `step_commit_p50_ms`.
+const ROW_FIGURES: [&str; 8] = [
+    "p50_ms",
+    "p95_ms",
+    "runs_per_s",
+    "cpu_ms_per_run",
+    "postgres_cpu_ms_per_run",
+    "peak_rss_mib",
+    "ttft_ms",
+    "step_commit_p50_ms",
+];
+
+/// For each mode measured more than once, in the order modes were first measured: the median of
+/// each of its row's figures (those its results have), and how many measurements they are of.
+/// One measurement on a shared machine can be a third off the next; the median of a few is the
+/// figure to compare.
+fn medians(results: &[Value]) -> Vec<Value> {
+    let mut modes: Vec<&str> = Vec::new();
+    for r in results {
+        if let Some(mode) = r["mode"].as_str()
+            && !modes.contains(&mode)
+        {
+            modes.push(mode);
+        }
+    }
+    modes
+        .into_iter()
+        .filter_map(|mode| {
+            let of: Vec<&Value> = results.iter().filter(|r| r["mode"] == mode).collect();
+            if of.len() < 2 {
+                return None;
+            }
+            let mut line =
+                json!({ "bench": "workload-median", "mode": mode, "median_of": of.len() });
+            for figure in ROW_FIGURES {
+                let values: Vec<f64> = of.iter().filter_map(|r| r[figure].as_f64()).collect();
+                if !values.is_empty() {
+                    line[figure] = json!(median(values));
+                }
+            }
+            Some(line)
+        })
+        .collect()
 }
 
 /// Checks `measured` ratios against a baseline file: every mode both name may grow by at most
@@ -245,19 +291,7 @@ pub(crate) async fn workload(args: WorkloadArgs) -> anyhow::Result<()> {
         }
         let line: Value = serde_json::from_slice(&out.stdout)
             .with_context(|| format!("mode {mode} printed no result"))?;
-        let f = |k: &str| line[k].as_f64().unwrap_or(f64::NAN);
-        let pg = line["postgres_cpu_ms_per_run"]
-            .as_f64()
-            .map_or_else(|| "-".to_owned(), |v| format!("{v:.2}"));
-        println!(
-            "{mode:<9} {:>9.2} {:>9.2} {:>9.1} {:>11.2} {pg:>10} {:>9.1} {:>9.2}",
-            f("p50_ms"),
-            f("p95_ms"),
-            f("runs_per_s"),
-            f("cpu_ms_per_run"),
-            f("peak_rss_mib"),
-            f("ttft_ms")
-        );
+        println!("{}", row(mode, &line));
         if let Some(commit) = line["step_commit_p50_ms"].as_f64() {
             println!("  step commit p50 {commit:.2} ms (sequential runs, from the engine's side)");
         }
@@ -266,6 +300,15 @@ pub(crate) async fn workload(args: WorkloadArgs) -> anyhow::Result<()> {
         }
         eprintln!("{line}");
         results.push(line);
+    }
+    let medians = medians(&results);
+    if !medians.is_empty() {
+        println!("medians of the modes measured more than once:");
+        for line in &medians {
+            let mode = line["mode"].as_str().unwrap_or("?");
+            println!("{}  (of {})", row(mode, line), line["median_of"]);
+            eprintln!("{line}");
+        }
     }
     if let (Some(bare), Some(memory)) = (
         results.iter().find(|r| r["mode"] == "bare"),
@@ -291,6 +334,23 @@ pub(crate) async fn workload(args: WorkloadArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// One row of the table: `label`, then `line`'s figures.
+fn row(label: &str, line: &Value) -> String {
+    let f = |k: &str| line[k].as_f64().unwrap_or(f64::NAN);
+    let pg = line["postgres_cpu_ms_per_run"]
+        .as_f64()
+        .map_or_else(|| "-".to_owned(), |v| format!("{v:.2}"));
+    format!(
+        "{label:<9} {:>9.2} {:>9.2} {:>9.1} {:>11.2} {pg:>10} {:>9.1} {:>9.2}",
+        f("p50_ms"),
+        f("p95_ms"),
+        f("runs_per_s"),
+        f("cpu_ms_per_run"),
+        f("peak_rss_mib"),
+        f("ttft_ms")
+    )
 }
 
 /// One mode's settings (the child process's arguments).
@@ -831,6 +891,29 @@ mod tests {
             "the bare loop's median is 1.0"
         );
         assert_eq!(ratios["memory"], json!(3.0), "two samples: their mean");
+    }
+
+    #[test]
+    fn a_mode_measured_more_than_once_gets_the_median_of_each_figure() {
+        let run = |mode: &str, runs_per_s: f64, cpu: f64, pg: Option<f64>| {
+            json!({ "mode": mode, "runs_per_s": runs_per_s, "cpu_ms_per_run": cpu,
+                "postgres_cpu_ms_per_run": pg, "p50_ms": cpu * 2.0 })
+        };
+        let lines = medians(&[
+            run("postgres", 356.0, 1.1, Some(3.1)),
+            run("sqlite", 1300.0, 1.0, None),
+            run("postgres", 474.0, 0.8, Some(2.2)),
+            run("postgres", 376.0, 1.0, Some(3.0)),
+        ]);
+        assert_eq!(lines.len(), 1, "sqlite was measured once: {lines:?}");
+        let pg = &lines[0];
+        assert_eq!(pg["mode"], "postgres");
+        assert_eq!(pg["median_of"], 3);
+        assert_eq!(pg["runs_per_s"], json!(376.0));
+        assert_eq!(pg["cpu_ms_per_run"], json!(1.0));
+        assert_eq!(pg["postgres_cpu_ms_per_run"], json!(3.0));
+        assert_eq!(pg["p50_ms"], json!(2.0));
+        assert!(pg["ttft_ms"].is_null(), "no run had it: {pg}");
     }
 
     #[test]

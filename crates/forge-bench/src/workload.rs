@@ -572,9 +572,8 @@ async fn forge(args: &OneArgs) -> anyhow::Result<Value> {
     }
     latencies.sort();
     // How long each step's commit took, from the engine's side, in the sequential runs.
-    let mut commit_ms = commits.take();
-    commit_ms.sort_by(f64::total_cmp);
-    let step_commit_p50_ms = commit_ms.get(commit_ms.len() / 2).copied();
+    let commit_ms = commits.take();
+    let step_commit_p50_ms = (!commit_ms.is_empty()).then(|| median(commit_ms));
 
     // Time to first token.
     let mut ttft = Vec::new();

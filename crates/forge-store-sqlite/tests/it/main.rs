@@ -353,6 +353,10 @@ async fn committed_steps_are_checkpointed_by_the_checkpointer() {
     };
     assert!(settled.frames_copied > 0, "{settled:?}");
     assert_eq!(settled.failures, 0, "{settled:?}");
+    assert_eq!(
+        settled.behind, 0,
+        "the last checkpoint copied the whole log: {settled:?}"
+    );
     // Idle: no commit, no checkpoint.
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     assert_eq!(store.checkpoint_stats(), settled);
@@ -387,6 +391,17 @@ async fn the_log_file_is_truncated_after_a_burst() {
     assert!(
         grown > 5 * 1024 * 1024,
         "the burst grew the log to {grown} bytes"
+    );
+    // The checkpoint after the burst could not copy what the reader's snapshot still needs.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while store.checkpoint_stats().checkpoints == 0 {
+        assert!(std::time::Instant::now() < deadline, "no checkpoint came");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let pinned = store.checkpoint_stats();
+    assert!(
+        pinned.behind > 0,
+        "the burst's frames stayed in the log: {pinned:?}"
     );
     reader.execute_batch("COMMIT").unwrap();
     drop(reader);

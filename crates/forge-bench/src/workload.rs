@@ -33,7 +33,9 @@ use forge_core::part::Part;
 use forge_core::ports::queue::{ClaimFilter, JobQueue};
 use forge_core::ports::store::{NewRun, NewThread};
 use forge_core::scope::{Scope, SystemScope};
-use forge_engine::{Engine, NoopObserver, RunObserver, Worker, WorkerConfig, native_tool};
+use forge_engine::{
+    Engine, NoopObserver, RunControl, RunObserver, Worker, WorkerConfig, native_tool,
+};
 use forge_providers::http::{HttpProvider, HttpSettings, Timeouts};
 use forge_providers::{BodyOptions, Dialect};
 use futures_util::StreamExt;
@@ -542,27 +544,28 @@ async fn forge(args: &OneArgs) -> anyhow::Result<Value> {
             .build()?,
     );
     let scope = Scope::parse("bench", "bench", &[])?;
-    let start_run = async |def: &AgentDefinition| -> anyhow::Result<forge_core::id::RunId> {
-        let thread = store.create_thread(&scope, NewThread::default()).await?;
-        Ok(engine
-            .start_run(
-                &scope,
+    // A run on a new thread, started and executed here (as an embedding application would):
+    // leased as it is created, so its first model call follows one commit.
+    let run_inline =
+        async |def: &AgentDefinition,
+               observer: &dyn RunObserver|
+               -> anyhow::Result<(forge_core::id::RunId, forge_engine::RunOutcome)> {
+            let thread = store.create_thread(&scope, NewThread::default()).await?;
+            let new = NewRun::new(
                 thread.id,
-                &def.agent,
+                def.agent.clone(),
                 vec![Part::text("Look three keys up.")],
-            )
-            .await?
-            .id)
-    };
+            );
+            Ok(engine
+                .submit_and_execute(&scope, new, &RunControl::default(), observer)
+                .await?)
+        };
 
-    // Latency: sequential runs, executed directly (as an embedding application would).
+    // Latency: sequential runs.
     let mut latencies = Vec::with_capacity(args.runs);
     for i in 0..args.warmup + args.runs {
         let started = Instant::now();
-        let run = start_run(&workload).await?;
-        let outcome = engine
-            .execute(&scope, run, &CancellationToken::new(), &NoopObserver)
-            .await?;
+        let (run, outcome) = run_inline(&workload, &NoopObserver).await?;
         anyhow::ensure!(outcome.status.is_terminal(), "run {run} did not finish");
         if i >= args.warmup {
             latencies.push(started.elapsed());
@@ -583,10 +586,7 @@ async fn forge(args: &OneArgs) -> anyhow::Result<Value> {
             first_text: Default::default(),
         };
         let started = Instant::now();
-        let run = start_run(&streamed).await?;
-        engine
-            .execute(&scope, run, &CancellationToken::new(), &watch)
-            .await?;
+        run_inline(&streamed, &watch).await?;
         let first = watch
             .first_text
             .lock()

@@ -79,6 +79,73 @@ fn bind_new_run<'q>(
         .bind(&run.agent.version)
 }
 
+/// [`START_RUN_SQL`] and, in the same statement when the run started, its lease through
+/// `forge_lease` for `$14` until `$15` (judged at the start's `$8`) and what it begins with
+/// through `forge_thread_start` (at most `$16` messages), as [`LEASE_WITH_HISTORY_SQL`] reads
+/// them: `started`, then the run as it was before the lease, whether the lease was taken and the
+/// thread's and the page's columns. `forge_lease` runs after `forge_start_run` (it takes the
+/// run's id from it) and sees its insert: each statement of a volatile function reads a snapshot
+/// taken when it begins. A run that did not start is neither leased nor read.
+const START_LEASED_SQL: &str = "SELECT s.started, (l.o_run).*, l.o_taken AS taken, h.* \
+    FROM forge_start_run($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) AS s(started) \
+    LEFT JOIN LATERAL forge_lease(CASE WHEN s.started THEN $1::uuid END, $2, $14, $15, $8) AS l \
+    ON true \
+    LEFT JOIN LATERAL forge_thread_start((l.o_run).thread_id, $2, \
+    CASE WHEN l.o_taken THEN $16::bigint END) AS h ON true";
+
+/// A new run as `create_run` writes it: the run, its job, and the columns encoded once (a call
+/// sent again is bound from them).
+struct Start {
+    run: Run,
+    job: forge_core::id::JobId,
+    max_attempts: i32,
+    now: forge_core::time::Timestamp,
+    checkpoint: rows::Encoded,
+    input: rows::Encoded,
+    roles: rows::Encoded,
+}
+
+impl Start {
+    /// `new` checked and made a queued run of `scope` now.
+    fn of(store: &PostgresStore, scope: &Scope, new: &NewRun) -> Result<Self, Error> {
+        if new.input.is_empty() {
+            return Err(Error::invalid(
+                "a run needs an input message with at least one part",
+            ));
+        }
+        if new.max_attempts == 0 {
+            return Err(Error::invalid("max_attempts must be at least 1"));
+        }
+        let now = store.clock.now();
+        let run = Run::queued(RunId::generate(store.ids.as_ref()), scope, new, now);
+        Ok(Self {
+            job: forge_core::id::JobId::generate(store.ids.as_ref()),
+            max_attempts: i32::try_from(new.max_attempts).unwrap_or(i32::MAX),
+            now,
+            checkpoint: to_json(&run.checkpoint)?,
+            input: to_json(&run.input)?,
+            roles: to_json(&run.role_ids)?,
+            run,
+        })
+    }
+
+    /// `query` (`START_RUN_SQL` or `START_LEASED_SQL`) with `$1`…`$13` bound.
+    fn bind<'q>(
+        &'q self,
+        query: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
+        new: &'q NewRun,
+    ) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
+        bind_new_run(query, &self.run)
+            .bind(&self.checkpoint)
+            .bind(self.now.0)
+            .bind(&self.input)
+            .bind(&self.roles)
+            .bind(self.job.0)
+            .bind(self.max_attempts)
+            .bind(&new.traceparent)
+    }
+}
+
 /// A lease through `forge_lease` (migration 21): taken under a lock on the run row, the next fence
 /// to `$3` until `$4` when no one else holds an unexpired lease at `$5`; returns the row as it was,
 /// for `next_lease` to judge, and whether it was taken (exactly when `next_lease` allows it). After
@@ -130,81 +197,23 @@ async fn set_lease(tx: &mut Tx, lease: &RunLease, fence: Option<u64>) -> Result<
 }
 
 impl PostgresStore {
-    /// One call of `LEASE_WITH_HISTORY_SQL` for `holder` until `ttl` from now, reading at most
-    /// `limit` messages of history when given: the row, for `judge_lease`, and the time it was
-    /// judged at.
-    async fn lease_row(
+    /// Admits `start` under a lock on its thread's row (a busy thread, or none of the tenant's):
+    /// as the thread's active run or queued behind it, by `new.strategy`.
+    async fn admit_under_lock(
         &self,
         scope: &Scope,
-        id: RunId,
-        holder: &str,
-        ttl: Duration,
-        limit: Option<usize>,
-    ) -> Result<(sqlx::postgres::PgRow, forge_core::time::Timestamp), Error> {
-        let now = self.clock.now();
-        let expires_at = now.plus(ttl);
-        let row = self
-            .tenant_call(scope, || {
-                sqlx::query(LEASE_WITH_HISTORY_SQL)
-                    .bind(id.0)
-                    .bind(scope.tenant_id().as_str())
-                    .bind(holder)
-                    .bind(expires_at.0)
-                    .bind(now.0)
-                    .bind(limit.map(|l| i64::try_from(l).unwrap_or(i64::MAX)))
-            })
-            .await
-            .map_err(db_error)?
-            .into_iter()
-            .next()
-            .ok_or_else(|| Error::not_found("run", id))?;
-        Ok((row, now))
-    }
-}
-
-#[async_trait]
-impl RunStore for PostgresStore {
-    async fn create_run(&self, scope: &Scope, new: NewRun) -> Result<Run, Error> {
-        if new.input.is_empty() {
-            return Err(Error::invalid(
-                "a run needs an input message with at least one part",
-            ));
-        }
-        if new.max_attempts == 0 {
-            return Err(Error::invalid("max_attempts must be at least 1"));
-        }
-        let now = self.clock.now();
-        let mut run = Run::queued(RunId::generate(self.ids.as_ref()), scope, &new, now);
-        let job = forge_core::id::JobId::generate(self.ids.as_ref());
-        let max_attempts = i32::try_from(new.max_attempts).unwrap_or(i32::MAX);
-        // An idle thread (the usual case) admits the run as its active one, in one round trip.
-        let (checkpoint, input, roles) = (
-            to_json(&run.checkpoint)?,
-            to_json(&run.input)?,
-            to_json(&run.role_ids)?,
-        );
-        let started = self
-            .tenant_call(scope, || {
-                bind_new_run(sqlx::query(START_RUN_SQL), &run)
-                    .bind(&checkpoint)
-                    .bind(now.0)
-                    .bind(&input)
-                    .bind(&roles)
-                    .bind(job.0)
-                    .bind(max_attempts)
-                    .bind(&new.traceparent)
-            })
-            .await
-            .map_err(db_error)?;
-        if started
-            .first()
-            .map(|row| rows::get::<bool>(row, "started"))
-            .transpose()?
-            .unwrap_or(false)
-        {
-            return Ok(run);
-        }
-        // A busy thread (or none of the tenant's): admitted under a lock on the thread's row.
+        start: Start,
+        new: &NewRun,
+    ) -> Result<Run, Error> {
+        let Start {
+            mut run,
+            job,
+            max_attempts,
+            now,
+            checkpoint,
+            input,
+            roles,
+        } = start;
         let mut tx = self.tenant_tx(scope).await?;
         // Locking the thread row serializes admissions to one thread.
         let active: Option<Option<uuid::Uuid>> = sqlx::query_scalar(
@@ -247,6 +256,99 @@ impl RunStore for PostgresStore {
             .map_err(db_error)?;
         tx.commit().await.map_err(db_error)?;
         Ok(run)
+    }
+
+    /// One call of `LEASE_WITH_HISTORY_SQL` for `holder` until `ttl` from now, reading at most
+    /// `limit` messages of history when given: the row, for `judge_lease`, and the time it was
+    /// judged at.
+    async fn lease_row(
+        &self,
+        scope: &Scope,
+        id: RunId,
+        holder: &str,
+        ttl: Duration,
+        limit: Option<usize>,
+    ) -> Result<(sqlx::postgres::PgRow, forge_core::time::Timestamp), Error> {
+        let now = self.clock.now();
+        let expires_at = now.plus(ttl);
+        let row = self
+            .tenant_call(scope, || {
+                sqlx::query(LEASE_WITH_HISTORY_SQL)
+                    .bind(id.0)
+                    .bind(scope.tenant_id().as_str())
+                    .bind(holder)
+                    .bind(expires_at.0)
+                    .bind(now.0)
+                    .bind(limit.map(|l| i64::try_from(l).unwrap_or(i64::MAX)))
+            })
+            .await
+            .map_err(db_error)?
+            .into_iter()
+            .next()
+            .ok_or_else(|| Error::not_found("run", id))?;
+        Ok((row, now))
+    }
+}
+
+#[async_trait]
+impl RunStore for PostgresStore {
+    async fn create_run(&self, scope: &Scope, new: NewRun) -> Result<Run, Error> {
+        let start = Start::of(self, scope, &new)?;
+        // An idle thread (the usual case) admits the run as its active one, in one round trip.
+        let started = self
+            .tenant_call(scope, || start.bind(sqlx::query(START_RUN_SQL), &new))
+            .await
+            .map_err(db_error)?;
+        if started
+            .first()
+            .map(|row| rows::get::<bool>(row, "started"))
+            .transpose()?
+            .unwrap_or(false)
+        {
+            return Ok(start.run);
+        }
+        self.admit_under_lock(scope, start, &new).await
+    }
+
+    async fn create_run_leased(
+        &self,
+        scope: &Scope,
+        new: NewRun,
+        holder: &str,
+        ttl: Duration,
+        limit: usize,
+    ) -> Result<LeasedRun, Error> {
+        let start = Start::of(self, scope, &new)?;
+        let expires_at = start.now.plus(ttl);
+        // An idle thread admits the run, and the run is leased and its history read, in one
+        // statement: one commit where `create_run` and `lease_run_with_history` make two.
+        let row = self
+            .tenant_call(scope, || {
+                start
+                    .bind(sqlx::query(START_LEASED_SQL), &new)
+                    .bind(holder)
+                    .bind(expires_at.0)
+                    .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            })
+            .await
+            .map_err(db_error)?
+            .into_iter()
+            .next()
+            .ok_or_else(|| Error::not_found("run", start.run.id))?;
+        if !rows::get::<bool>(&row, "started")? {
+            // A busy thread: admitted as `create_run` admits it, then leased as usual.
+            let run = self.admit_under_lock(scope, start, &new).await?;
+            return self
+                .lease_run_with_history(scope, run.id, holder, ttl, limit)
+                .await;
+        }
+        let (lease, run) = judge_lease(&row, holder, ttl, start.now)?;
+        let history = self.thread_start(scope, &row, limit).await.ok().flatten();
+        Ok(LeasedRun {
+            lease,
+            run,
+            history,
+        })
     }
 
     async fn request_cancel(&self, scope: &Scope, id: RunId) -> Result<bool, Error> {

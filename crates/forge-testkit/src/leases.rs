@@ -1,5 +1,5 @@
 //! Conformance scenarios of run leases: exclusive until expiry, taken with the run in one call,
-//! and given up by the commit that ends the run.
+//! taken as the run is created, and given up by the commit that ends the run.
 
 use std::time::Duration;
 
@@ -7,8 +7,10 @@ use forge_core::Error;
 use forge_core::ErrorKind;
 use forge_core::ports::store::{RunStore, StepCommit};
 use forge_core::run::{RunStatus, WaitReason};
+use forge_core::time::Clock;
 
 use crate::StoreFactory;
+use crate::fixtures::agent_ref;
 use crate::store::{TTL, expect_kind, fixture};
 
 /// Only one holder at a time; an expired lease can be taken over; release frees it.
@@ -145,4 +147,106 @@ pub async fn a_commit_that_ends_the_run_releases_its_lease<F: StoreFactory>() {
         .release_lease(&f.scope, &lease)
         .await
         .expect("releasing the lease an ending commit gave up is a no-op");
+}
+
+/// `create_run_leased` creates the run exactly as `create_run` does (its job included) and holds
+/// its lease from the start: the stored run is the one returned, a step commits under the lease,
+/// another holder is refused, and the job is claimable. On a busy thread the run is queued as
+/// `create_run` queues it, and leased all the same.
+pub async fn a_run_created_leased_is_created_and_held_at_once<F: StoreFactory>() {
+    use forge_core::part::Part;
+    use forge_core::ports::queue::{ClaimFilter, JobQueue};
+    use forge_core::ports::store::{NewRun, NewThread, ThreadStore};
+    use forge_core::scope::SystemScope;
+
+    let f = fixture::<F>().await;
+    let thread = f
+        .store
+        .create_thread(&f.scope, NewThread::default())
+        .await
+        .expect("thread");
+    let new = || NewRun::new(thread.id, agent_ref(), vec![Part::text("hi")]);
+    let first = f
+        .store
+        .create_run_leased(&f.scope, new(), "w1", TTL, 10)
+        .await
+        .expect("create_run_leased");
+    let (lease, run) = (&first.lease, &first.run);
+    assert_eq!(
+        (lease.run_id, lease.holder.as_str(), lease.expires_at),
+        (run.id, "w1", f.clock.now().plus(TTL))
+    );
+    assert_eq!(
+        (run.status, run.last_seq, run.fence, run.lease.as_ref()),
+        (RunStatus::Queued, 0, lease.token, Some(lease)),
+        "a run its idle thread admits at once, under the new lease"
+    );
+    assert_eq!(
+        run,
+        &f.store.get_run(&f.scope, run.id).await.expect("get_run"),
+        "the returned run is the stored one"
+    );
+    assert_eq!(
+        f.store
+            .get_thread(&f.scope, thread.id)
+            .await
+            .expect("thread")
+            .active_run,
+        Some(run.id),
+        "the run is its thread's active one"
+    );
+    if let Some((read, page)) = &first.history {
+        assert_eq!(read.id, thread.id, "the history of the run's thread");
+        assert!(
+            page.is_empty(),
+            "the input joins the history in the first step: {page:?}"
+        );
+    }
+    expect_kind(
+        f.store.lease_run(&f.scope, run.id, "w2", TTL).await,
+        ErrorKind::Conflict,
+        "another holder while the lease lives",
+    );
+    let step = f.commit(run, lease, f.events(run.id, 1, 1), RunStatus::Running);
+    f.store
+        .commit_step(&f.scope, step)
+        .await
+        .expect("a step commits under the lease taken at creation");
+
+    // A busy thread: queued behind the first run, as create_run queues it, and leased.
+    let second = f
+        .store
+        .create_run_leased(&f.scope, new(), "w1", TTL, 10)
+        .await
+        .expect("create_run_leased on a busy thread");
+    assert_eq!(
+        (
+            second.run.status,
+            second.run.last_seq,
+            second.lease.holder.as_str()
+        ),
+        (RunStatus::Queued, 1, "w1"),
+        "queued behind the active run (its `run.queued` event), under its lease"
+    );
+    assert_eq!(
+        second.run,
+        f.store
+            .get_run(&f.scope, second.run.id)
+            .await
+            .expect("get_run")
+    );
+
+    // The first run's job is in the queue as create_run leaves it; the second's waits its turn.
+    let system = SystemScope::new("conformance");
+    let any = ClaimFilter::any();
+    let claim = || f.store.claim(&system, "w9", TTL, &any);
+    let claimed = claim()
+        .await
+        .expect("claim")
+        .expect("the first run's job is ready");
+    assert_eq!(claimed.run_id, run.id);
+    assert!(
+        claim().await.expect("claim").is_none(),
+        "the queued run's job waits for the active run to end"
+    );
 }

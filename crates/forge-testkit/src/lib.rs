@@ -147,6 +147,7 @@ pub const SUITES: &[Suite] = &[
             "lease_is_exclusive_until_expiry",
             "lease_run_reads_the_run_under_its_lease",
             "a_commit_that_ends_the_run_releases_its_lease",
+            "a_run_created_leased_is_created_and_held_at_once",
         ],
     },
     Suite {
@@ -434,7 +435,8 @@ macro_rules! lease_conformance {
     ($factory:ty) => {
         $crate::__conformance_suite!(lease_conformance, "leases", leases, $factory;
             lease_is_exclusive_until_expiry, lease_run_reads_the_run_under_its_lease,
-            a_commit_that_ends_the_run_releases_its_lease);
+            a_commit_that_ends_the_run_releases_its_lease,
+            a_run_created_leased_is_created_and_held_at_once);
     };
 }
 

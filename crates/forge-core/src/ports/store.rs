@@ -431,6 +431,26 @@ pub trait RunStore: Send + Sync {
         })
     }
 
+    /// [`RunStore::create_run`], then the new run's lease for `holder` with what it begins with,
+    /// as [`RunStore::lease_run_with_history`] takes and reads them: for an application that
+    /// executes the run it starts itself (`Engine::submit_and_execute`). Adapters that can do
+    /// both in one transaction override this (PostgreSQL, for a run its idle thread admits at
+    /// once: one commit fewer on the way to the first model call). Either way the run is created
+    /// exactly as `create_run` creates it, its job included, and the lease is exactly the one
+    /// `lease_run_with_history` would take right after.
+    async fn create_run_leased(
+        &self,
+        scope: &Scope,
+        new: NewRun,
+        holder: &str,
+        ttl: Duration,
+        limit: usize,
+    ) -> Result<LeasedRun, Error> {
+        let run = self.create_run(scope, new).await?;
+        self.lease_run_with_history(scope, run.id, holder, ttl, limit)
+            .await
+    }
+
     /// Extends a lease that is still current; `Fenced` if it is not.
     async fn renew_lease(
         &self,

@@ -310,7 +310,42 @@ impl Engine {
     /// What a caller sends is input, never a grant: files and any tool results in it are marked
     /// untrusted whatever the caller claimed. Secrets in its text are scrubbed before it is
     /// stored or shown to a model.
-    pub async fn submit(&self, scope: &Scope, mut new: NewRun) -> Result<Run, EngineError> {
+    pub async fn submit(&self, scope: &Scope, new: NewRun) -> Result<Run, EngineError> {
+        let (run, _) = self.admit(scope, new, false).await?;
+        Ok(run)
+    }
+
+    /// Creates a run as [`Engine::submit`] does and executes it here, as
+    /// [`Engine::execute_with`] would right after: for an application that runs its agents
+    /// inline rather than through workers. The run is leased as it is created, where the store
+    /// can in the same transaction (PostgreSQL: one commit fewer before the first model call),
+    /// so no worker can take it between the two. Its job stays in the queue as `submit` leaves
+    /// it: a worker that claims it later finds the run ended and completes it, or resumes the run
+    /// if this process died executing it. Returns the run's id with its outcome.
+    pub async fn submit_and_execute(
+        &self,
+        scope: &Scope,
+        new: NewRun,
+        control: &RunControl,
+        observer: &dyn RunObserver,
+    ) -> Result<(RunId, RunOutcome), EngineError> {
+        let (run, leased) = self.admit(scope, new, true).await?;
+        let control = RunControl {
+            leased,
+            ..control.clone()
+        };
+        let outcome = self.execute_with(scope, run.id, &control, observer).await?;
+        Ok((run.id, outcome))
+    }
+
+    /// Checks and creates `new` (see [`Engine::submit`]); with `lease`, through
+    /// [`RunStore::create_run_leased`] for this engine, giving the run under its lease.
+    async fn admit(
+        &self,
+        scope: &Scope,
+        mut new: NewRun,
+        lease: bool,
+    ) -> Result<(Run, Option<LeasedRun>), EngineError> {
         self.agent(&new.agent)?;
         forge_core::input::check("the run's input", &new.input)?;
         for part in &mut new.input {
@@ -351,11 +386,30 @@ impl Engine {
         if let Some(ctx) = span.context() {
             new.traceparent = Some(ctx.traceparent());
         }
-        let created = self.runs.create_run(scope, new).await;
+        let created = if lease {
+            self.runs
+                .create_run_leased(
+                    scope,
+                    new,
+                    &self.worker_id,
+                    self.lease_ttl,
+                    crate::compaction::HISTORY_PAGE,
+                )
+                .await
+                .map(|leased| (leased.run.clone(), Some(leased)))
+        } else {
+            self.runs
+                .create_run(scope, new)
+                .await
+                .map(|run| (run, None))
+        };
         match &created {
-            Ok(run) => {
+            Ok((run, leased)) => {
                 span.set("run_id", run.id.to_string().into());
-                self.work.notify_one();
+                // A run leased here is executed here: no worker is woken to find it held.
+                if leased.is_none() {
+                    self.work.notify_one();
+                }
             }
             Err(e) => span.fail(forge_core::telemetry::error_code(e)),
         }

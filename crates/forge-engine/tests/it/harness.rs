@@ -8,11 +8,11 @@ use forge_core::event::{RunEvent, RunEventKind};
 use forge_core::id::SequentialIds;
 use forge_core::part::{Part, PartUpdate};
 use forge_core::ports::model::{ModelError, ModelProvider, ModelRequest, ModelStream};
-use forge_core::ports::store::{NewThread, RunStore, ThreadStore};
+use forge_core::ports::store::{NewRun, NewThread, RunStore, ThreadStore};
 use forge_core::ports::tool::Tool;
 use forge_core::scope::Scope;
 use forge_core::time::ManualClock;
-use forge_engine::{Engine, EngineBuilder, RunOutcome};
+use forge_engine::{Engine, EngineBuilder, RunControl, RunOutcome};
 use forge_providers::{Script, ScriptedProvider};
 use forge_store_memory::MemoryStore;
 use tokio_util::sync::CancellationToken;
@@ -141,24 +141,60 @@ impl Harness {
         cancel: &CancellationToken,
         observe: &(dyn Fn(&RunEvent) + Send + Sync),
     ) -> Finished {
-        let run = self
-            .engine
-            .start_run(&self.scope, thread, &self.agent, vec![Part::text(input)])
+        self.finish(thread, input, cancel, observe, false).await
+    }
+
+    /// [`Harness::run`] through `Engine::submit_and_execute` (the run leased as it is created)
+    /// rather than `start_run` and `execute`.
+    pub async fn run_inline(&self, input: &str) -> Finished {
+        let thread = self
+            .store
+            .create_thread(&self.scope, NewThread::default())
             .await
             .unwrap();
+        self.finish(thread.id, input, &CancellationToken::new(), &|_| {}, true)
+            .await
+    }
+
+    async fn finish(
+        &self,
+        thread: forge_core::id::ThreadId,
+        input: &str,
+        cancel: &CancellationToken,
+        observe: &(dyn Fn(&RunEvent) + Send + Sync),
+        inline: bool,
+    ) -> Finished {
         let live = Mutex::new(Vec::new());
         let observer = |e: &RunEvent| {
             live.lock().unwrap().push(e.clone());
             observe(e);
         };
-        let outcome = self
-            .engine
-            .execute(&self.scope, run.id, cancel, &observer)
-            .await
-            .unwrap();
+        let (run, outcome) = if inline {
+            let new = NewRun::new(thread, self.agent.clone(), vec![Part::text(input)]);
+            let control = RunControl {
+                cancel: cancel.clone(),
+                ..RunControl::default()
+            };
+            self.engine
+                .submit_and_execute(&self.scope, new, &control, &observer)
+                .await
+                .unwrap()
+        } else {
+            let run = self
+                .engine
+                .start_run(&self.scope, thread, &self.agent, vec![Part::text(input)])
+                .await
+                .unwrap();
+            let outcome = self
+                .engine
+                .execute(&self.scope, run.id, cancel, &observer)
+                .await
+                .unwrap();
+            (run.id, outcome)
+        };
         let events = self
             .store
-            .read_events(&self.scope, run.id, 0, 10_000)
+            .read_events(&self.scope, run, 0, 10_000)
             .await
             .unwrap();
         // What the observer saw live is exactly what was committed.

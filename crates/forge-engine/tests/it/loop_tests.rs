@@ -90,6 +90,67 @@ async fn multi_step_tool_loop() {
     assert!(usage.input_tokens > 0 && usage.output_tokens > 0);
 }
 
+/// A run started and executed at once (`submit_and_execute`, leased as it is created) is the run
+/// `start_run` and `execute` make: the same committed log, seen live, the lease given up at the
+/// end. Its job stays queued as `submit` leaves it, and the worker that claims it finds the run
+/// ended and completes it without calling the model again.
+#[tokio::test]
+async fn a_run_submitted_and_executed_at_once_is_the_run_start_and_execute_make() {
+    use forge_core::ports::queue::{ClaimFilter, JobQueue};
+    use forge_core::scope::SystemScope;
+
+    let apart = harness(TWO_STEP, vec![calculator()], RunLimits::default())
+        .run("what is 12*7+1?")
+        .await;
+    let h = harness(TWO_STEP, vec![calculator()], RunLimits::default());
+    let f = h.run_inline("what is 12*7+1?").await;
+    assert_eq!(f.outcome.status, RunStatus::Completed);
+    assert_eq!(f.log, apart.log);
+    let id = f.events[0].run_id;
+    let run = h.store.get_run(&h.scope, id).await.unwrap();
+    assert_eq!((run.status, run.lease), (RunStatus::Completed, None));
+    assert_eq!(
+        run.fence, 1,
+        "leased once, as it was created, and executed under that lease"
+    );
+    let calls = h.model.requests.lock().unwrap().len();
+    assert_eq!(calls, 3);
+
+    let system = SystemScope::new("loop test");
+    let job = h
+        .store
+        .claim(
+            &system,
+            "w",
+            std::time::Duration::from_secs(30),
+            &ClaimFilter::any(),
+        )
+        .await
+        .unwrap()
+        .expect("the run's job is still queued");
+    assert_eq!(job.run_id, id);
+    let control = forge_engine::RunControl {
+        job: Some(job.clone()),
+        ..Default::default()
+    };
+    let outcome = h
+        .engine
+        .execute_job(
+            &h.scope.tenant_id().clone(),
+            id,
+            &control,
+            &forge_engine::NoopObserver,
+        )
+        .await
+        .unwrap();
+    assert_eq!(outcome.status, RunStatus::Completed);
+    assert_eq!(
+        h.model.requests.lock().unwrap().len(),
+        calls,
+        "no model call again"
+    );
+}
+
 #[tokio::test]
 async fn parallel_tool_calls_run_concurrently_and_report_in_call_order() {
     let script = r#"

@@ -183,3 +183,38 @@ async fn the_store_creates_threads_and_starts_runs_through_the_one_trip_function
         tokio::time::sleep(std::time::Duration::from_millis(500)).await;
     }
 }
+
+/// `create_run_leased` on an idle thread writes the run, its job and the thread's active run,
+/// and takes the lease, in one transaction (`START_LEASED_SQL`): the rows it wrote and the run
+/// row the lease updated carry the same transaction id (`xmin`). Through `create_run` and
+/// `lease_run_with_history` they would be two commits. The history is read in the same
+/// statement, after the lease.
+#[tokio::test]
+async fn a_run_created_leased_on_an_idle_thread_is_started_and_leased_in_one_transaction() {
+    let (store, _, admin) = crate::fresh(Flavor::Plain, Arc::new(ManualClock::at_2026())).await;
+    let a = scope("t-a");
+    let thread = store.create_thread(&a, NewThread::default()).await.unwrap();
+    let new = NewRun::new(thread.id, agent_ref(), vec![Part::text("go")]);
+    let leased = store
+        .create_run_leased(&a, new, "w", std::time::Duration::from_secs(30), 10)
+        .await
+        .unwrap();
+    let (read, page) = leased.history.expect("the history read with the lease");
+    assert_eq!((read.id, page.len()), (thread.id, 0));
+    let mut conn = PgConnection::connect(&admin).await.unwrap();
+    let (run, job, active, holder): (String, String, String, Option<String>) = sqlx::query_as(
+        "SELECT r.xmin::text, j.xmin::text, t.xmin::text, r.lease_holder \
+         FROM forge_runs r JOIN forge_jobs j ON j.run_id = r.id \
+         JOIN forge_threads t ON t.active_run = r.id WHERE r.id = $1",
+    )
+    .bind(leased.run.id.0)
+    .fetch_one(&mut conn)
+    .await
+    .unwrap();
+    assert_eq!(holder.as_deref(), Some("w"), "the lease is stored");
+    assert_eq!(
+        (&job, &active),
+        (&run, &run),
+        "the job, the thread's active run and the leased run row were written by one transaction"
+    );
+}

@@ -258,6 +258,28 @@ impl PostgresStore {
         Ok(run)
     }
 
+    /// The lease a statement took with the history (`LEASE_WITH_HISTORY_SQL`,
+    /// `START_LEASED_SQL`), judged on its `row` as `judge_lease` judges it at `now`, and the
+    /// history read with it. A page after a summary is read apart; if that read fails, the engine
+    /// reads the history itself (and hears why), under the lease this call took.
+    async fn leased_with_history(
+        &self,
+        scope: &Scope,
+        row: &sqlx::postgres::PgRow,
+        holder: &str,
+        ttl: Duration,
+        now: forge_core::time::Timestamp,
+        limit: usize,
+    ) -> Result<LeasedRun, Error> {
+        let (lease, run) = judge_lease(row, holder, ttl, now)?;
+        let history = self.thread_start(scope, row, limit).await.ok().flatten();
+        Ok(LeasedRun {
+            lease,
+            run,
+            history,
+        })
+    }
+
     /// One call of `LEASE_WITH_HISTORY_SQL` for `holder` until `ttl` from now, reading at most
     /// `limit` messages of history when given: the row, for `judge_lease`, and the time it was
     /// judged at.
@@ -342,13 +364,8 @@ impl RunStore for PostgresStore {
                 .lease_run_with_history(scope, run.id, holder, ttl, limit)
                 .await;
         }
-        let (lease, run) = judge_lease(&row, holder, ttl, start.now)?;
-        let history = self.thread_start(scope, &row, limit).await.ok().flatten();
-        Ok(LeasedRun {
-            lease,
-            run,
-            history,
-        })
+        self.leased_with_history(scope, &row, holder, ttl, start.now, limit)
+            .await
     }
 
     async fn request_cancel(&self, scope: &Scope, id: RunId) -> Result<bool, Error> {
@@ -459,15 +476,8 @@ impl RunStore for PostgresStore {
         limit: usize,
     ) -> Result<LeasedRun, Error> {
         let (row, now) = self.lease_row(scope, id, holder, ttl, Some(limit)).await?;
-        let (lease, run) = judge_lease(&row, holder, ttl, now)?;
-        // A page after a summary is read apart; if that read fails, the engine reads the history
-        // itself (and hears why), under the lease this call took.
-        let history = self.thread_start(scope, &row, limit).await.ok().flatten();
-        Ok(LeasedRun {
-            lease,
-            run,
-            history,
-        })
+        self.leased_with_history(scope, &row, holder, ttl, now, limit)
+            .await
     }
 
     async fn renew_lease(

@@ -229,7 +229,7 @@ pub(crate) const CAPABILITIES: &[Capability] = &[
     Capability {
         name: "one worker of a fleet sweeps, elected by lease",
         provider: (
-            "forge-engine/src/worker.rs",
+            "forge-engine/src/worker/mod.rs",
             Some("Worker"),
             "with_sweep_leases",
         ),
@@ -396,7 +396,7 @@ pub(crate) const CAPABILITIES: &[Capability] = &[
     },
     Capability {
         name: "embedding: a host runs a durable worker",
-        provider: ("forge-engine/src/worker.rs", Some("Worker"), "run"),
+        provider: ("forge-engine/src/worker/mod.rs", Some("Worker"), "run"),
         scope: Scope::Host,
         wired_in: ("shareflow/src/run.rs", Some("Running"), "start"),
     },

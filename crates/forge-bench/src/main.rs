@@ -246,9 +246,20 @@ pub(crate) async fn open_both(
 /// `FORGE_BENCH_STEP_WRITERS`: how many step statements the PostgreSQL store may have in flight
 /// (its default when unset), for measuring group commit at other settings.
 fn step_writers() -> anyhow::Result<Option<usize>> {
-    match std::env::var("FORGE_BENCH_STEP_WRITERS") {
+    count_from_env("FORGE_BENCH_STEP_WRITERS")
+}
+
+/// `FORGE_BENCH_CLAIM_BATCH`: the most claims a worker makes in one write (`1`: each claim
+/// loop claims alone), for measuring claims made together; the worker's default when unset.
+fn claim_batch() -> anyhow::Result<Option<usize>> {
+    count_from_env("FORGE_BENCH_CLAIM_BATCH")
+}
+
+/// The number the environment variable `name` holds, if set.
+fn count_from_env(name: &str) -> anyhow::Result<Option<usize>> {
+    match std::env::var(name) {
         Ok(n) => Ok(Some(n.parse().map_err(|_| {
-            anyhow::anyhow!("FORGE_BENCH_STEP_WRITERS must be a number, not {n:?}")
+            anyhow::anyhow!("{name} must be a number, not {n:?}")
         })?)),
         Err(_) => Ok(None),
     }

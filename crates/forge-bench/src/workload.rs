@@ -640,6 +640,7 @@ async fn forge(args: &OneArgs) -> anyhow::Result<Value> {
         WorkerConfig {
             concurrency: args.in_flight,
             poll_interval: Duration::from_millis(1),
+            claim_batch: crate::claim_batch()?.unwrap_or(usize::MAX),
             ..WorkerConfig::default()
         },
     )

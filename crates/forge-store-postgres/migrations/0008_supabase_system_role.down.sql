@@ -18,5 +18,7 @@ DROP FUNCTION forge_sys_version(), forge_sys_claim(timestamptz, timestamptz, uui
     forge_sys_due_interactions(timestamptz),
     forge_sys_holds(uuid, bigint, timestamptz),
     forge_sys_release_orphans(timestamptz);
+-- Added by version 6 of the functions (migration 32), which that migration's down leaves.
+DROP FUNCTION IF EXISTS forge_sys_claim_many(timestamptz, timestamptz, uuid, text[], text[], integer);
 RESET ROLE;
 REVOKE CREATE ON SCHEMA public FROM forge_system;

@@ -527,8 +527,26 @@ const SET_BASED_GROUP_WRITE: Migration = Migration {
     down: include_str!("../migrations/0031_set_based_group_write.down.sql"),
 };
 
+/// The system functions' version 6 (a worker claims for several loops in one statement); RLS
+/// mode's administrator provisions them.
+const CLAIM_BATCH: Migration = Migration {
+    version: 32,
+    name: "claim_batch",
+    up: include_str!("../migrations/0032_claim_batch.up.sql"),
+    down: include_str!("../migrations/0032_claim_batch.down.sql"),
+};
+
+/// Supabase mode provisions the system functions itself: version 6 replaces version 5.
+const SUPABASE_CLAIM_BATCH: Migration = Migration {
+    version: 32,
+    name: "supabase_claim_batch",
+    up: reprovisioned!("../migrations/0032_claim_batch.up.sql"),
+    // The functions stay at version 6, which a build of version 5 refuses at start-up.
+    down: include_str!("../migrations/0032_claim_batch.down.sql"),
+};
+
 /// The migrations of a mode, in order.
-pub fn migrations(mode: Mode) -> [Migration; 31] {
+pub fn migrations(mode: Mode) -> [Migration; 32] {
     match mode {
         Mode::Rls => [
             TABLES,
@@ -562,6 +580,7 @@ pub fn migrations(mode: Mode) -> [Migration; 31] {
             UNUSED_INDEXES,
             JSON_EVENT_LOG,
             SET_BASED_GROUP_WRITE,
+            CLAIM_BATCH,
         ],
         Mode::Supabase => [
             TABLES,
@@ -595,6 +614,7 @@ pub fn migrations(mode: Mode) -> [Migration; 31] {
             UNUSED_INDEXES,
             SUPABASE_JSON_EVENT_LOG,
             SET_BASED_GROUP_WRITE,
+            SUPABASE_CLAIM_BATCH,
         ],
     }
 }

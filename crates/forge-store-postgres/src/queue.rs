@@ -9,6 +9,7 @@ use forge_core::id::{JobId, RunId};
 use forge_core::ports::audit::{AuditLog, AuditQuery, AuditRecord, SqlValue};
 use forge_core::ports::queue::{
     ClaimFilter, Claimed, ClaimedJob, JobInfo, JobQueue, JobState, LeaseRequest, NewJob,
+    claim_leased_each,
 };
 use forge_core::ports::store::{LeasedRun, RunStore};
 use forge_core::scope::{Scope, SystemScope, TenantId};
@@ -63,19 +64,35 @@ fn claimed_as(row: &PgRow, names: &[&str; 8]) -> Result<ClaimedJob, Error> {
     })
 }
 
+/// The claim statement's shape around the claiming call `$claim`: the claim's columns, then its
+/// run's lease and history, joined per claimed job.
+macro_rules! claim_leased_sql {
+    ($claim:literal) => {
+        concat!(
+            "SELECT c.id AS job_id, c.tenant_id AS job_tenant_id, \
+            c.run_id AS job_run_id, c.attempts AS job_attempts, c.token AS job_token, \
+            c.expires_at AS job_expires_at, c.available_at AS job_available_at, \
+            c.traceparent AS job_traceparent, (l.o_run).*, l.o_taken AS taken, h.* \
+            FROM ",
+            $claim,
+            " AS c \
+            LEFT JOIN LATERAL forge_lease(c.run_id, c.tenant_id, $6, $7, $1) AS l ON true \
+            LEFT JOIN LATERAL forge_thread_start((l.o_run).thread_id, c.tenant_id, \
+            CASE WHEN l.o_taken THEN $8::bigint END) AS h ON true"
+        )
+    };
+}
+
 /// A claim through `forge_sys_claim` and, in the same statement, its run's lease through
 /// `forge_lease` (`$6` the holder, until `$7`) and, when the lease was taken and `$8` is not null,
 /// what the run begins with through `forge_thread_start` (at most `$8` messages of its history,
 /// read after the lease): the claim's columns named `job_…`, then the run as it was and whether
 /// the lease was taken (no run columns when the run is gone), then the thread's and the page's.
-pub(crate) const CLAIM_LEASED_SQL: &str = "SELECT c.id AS job_id, c.tenant_id AS job_tenant_id, \
-    c.run_id AS job_run_id, c.attempts AS job_attempts, c.token AS job_token, \
-    c.expires_at AS job_expires_at, c.available_at AS job_available_at, \
-    c.traceparent AS job_traceparent, (l.o_run).*, l.o_taken AS taken, h.* \
-    FROM forge_sys_claim($1, $2, $3, $4, $5) AS c \
-    LEFT JOIN LATERAL forge_lease(c.run_id, c.tenant_id, $6, $7, $1) AS l ON true \
-    LEFT JOIN LATERAL forge_thread_start((l.o_run).thread_id, c.tenant_id, \
-    CASE WHEN l.o_taken THEN $8::bigint END) AS h ON true";
+pub(crate) const CLAIM_LEASED_SQL: &str = claim_leased_sql!("forge_sys_claim($1, $2, $3, $4, $5)");
+
+/// `CLAIM_LEASED_SQL` for up to `$9` claims, through `forge_sys_claim_many`: a row per claim.
+pub(crate) const CLAIM_LEASED_BATCH_SQL: &str =
+    claim_leased_sql!("forge_sys_claim_many($1, $2, $3, $4, $5, $9)");
 
 /// The agent filter's names and versions, as `forge_sys_claim` takes them.
 fn agent_columns(filter: &ClaimFilter) -> (Option<Vec<&str>>, Option<Vec<&str>>) {
@@ -91,6 +108,74 @@ fn agent_columns(filter: &ClaimFilter) -> (Option<Vec<&str>>, Option<Vec<&str>>)
 fn fenced(job: &ClaimedJob) -> Error {
     Error::Fenced {
         resource: format!("job {}", job.id),
+    }
+}
+
+impl PostgresStore {
+    /// The rows of a claim statement (`CLAIM_LEASED_SQL`, or `CLAIM_LEASED_BATCH_SQL` with its
+    /// `limit`): one per claim, with its run's lease and history where taken.
+    async fn claim_leased_rows(
+        &self,
+        sql: &'static str,
+        now: Timestamp,
+        ttl: Duration,
+        filter: &ClaimFilter,
+        lease: &LeaseRequest,
+        limit: Option<i32>,
+    ) -> Result<Vec<PgRow>, Error> {
+        let (names, versions) = agent_columns(filter);
+        let mut query = sqlx::query(sql)
+            .bind(now.0)
+            .bind(now.plus(ttl).0)
+            .bind(filter.run.map(|r| r.0))
+            .bind(names)
+            .bind(versions)
+            .bind(&lease.holder)
+            .bind(now.plus(lease.ttl).0)
+            .bind(
+                lease
+                    .history
+                    .map(|limit| i64::try_from(limit).unwrap_or(i64::MAX)),
+            );
+        if let Some(limit) = limit {
+            query = query.bind(limit);
+        }
+        let mut conn = self.conn().await?;
+        let rows = query.fetch_all(&mut *conn).await.map_err(db_error)?;
+        conn.release();
+        Ok(rows)
+    }
+
+    /// The claim a row of a claim statement made, with its run's lease (taken at `now`) and
+    /// history where the statement took them.
+    async fn claimed_leased(
+        &self,
+        row: &PgRow,
+        lease: &LeaseRequest,
+        now: Timestamp,
+    ) -> Result<Claimed, Error> {
+        let job = claimed_as(row, &LEASED_CLAIM_COLUMNS)?;
+        // No run row (it is gone), or a lease held by another: the caller takes it (and hears
+        // why it cannot).
+        let taken = rows::get::<Option<bool>>(row, "taken")?.unwrap_or(false);
+        if !taken {
+            return Ok(Claimed { job, lease: None });
+        }
+        let (new_lease, run) = crate::runs::judge_lease(row, &lease.holder, lease.ttl, now)?;
+        // Read under the run's tenant; a page after a summary that cannot be read apart is left
+        // to the engine, which reads the history itself and hears why.
+        let history = match (lease.history, lease.reader(&job.tenant_id)) {
+            (Some(limit), Ok(scope)) => self.thread_start(&scope, row, limit).await.ok().flatten(),
+            _ => None,
+        };
+        Ok(Claimed {
+            job,
+            lease: Some(LeasedRun {
+                lease: new_lease,
+                run,
+                history,
+            }),
+        })
     }
 }
 
@@ -185,51 +270,38 @@ impl JobQueue for PostgresStore {
             return Ok(Some(Claimed { job, lease: leased }));
         }
         let now = self.clock.now();
-        let (names, versions) = agent_columns(filter);
-        let mut conn = self.conn().await?;
-        let row = sqlx::query(CLAIM_LEASED_SQL)
-            .bind(now.0)
-            .bind(now.plus(ttl).0)
-            .bind(filter.run.map(|r| r.0))
-            .bind(names)
-            .bind(versions)
-            .bind(&lease.holder)
-            .bind(now.plus(lease.ttl).0)
-            .bind(
-                lease
-                    .history
-                    .map(|limit| i64::try_from(limit).unwrap_or(i64::MAX)),
-            )
-            .fetch_optional(&mut *conn)
-            .await
-            .map_err(db_error)?;
-        conn.release();
-        let Some(row) = row else {
-            return Ok(None);
-        };
-        let job = claimed_as(&row, &LEASED_CLAIM_COLUMNS)?;
-        // No run row (it is gone), or a lease held by another: the caller takes it (and hears
-        // why it cannot).
-        let taken = rows::get::<Option<bool>>(&row, "taken")?.unwrap_or(false);
-        if !taken {
-            return Ok(Some(Claimed { job, lease: None }));
+        let rows = self
+            .claim_leased_rows(CLAIM_LEASED_SQL, now, ttl, filter, lease, None)
+            .await?;
+        match rows.first() {
+            Some(row) => Ok(Some(self.claimed_leased(row, lease, now).await?)),
+            None => Ok(None),
         }
-        let (new_lease, run) = crate::runs::judge_lease(&row, &lease.holder, lease.ttl, now)?;
-        // Read under the run's tenant; a page after a summary that cannot be read apart is left
-        // to the engine, which reads the history itself and hears why.
-        let history = match (lease.history, lease.reader(&job.tenant_id)) {
-            (Some(limit), Ok(scope)) => self.thread_start(&scope, &row, limit).await.ok().flatten(),
-            _ => None,
-        };
-        let leased = LeasedRun {
-            lease: new_lease,
-            run,
-            history,
-        };
-        Ok(Some(Claimed {
-            job,
-            lease: Some(leased),
-        }))
+    }
+
+    async fn claim_leased_batch(
+        &self,
+        system: &SystemScope,
+        worker: &str,
+        ttl: Duration,
+        filter: &ClaimFilter,
+        lease: &LeaseRequest,
+        max: usize,
+    ) -> Result<Vec<Claimed>, Error> {
+        if self.mode == crate::Mode::Supabase || max <= 1 {
+            // Supabase mode leases each claim apart anyway (see `claim_leased`).
+            return claim_leased_each(self, system, worker, ttl, filter, lease, max).await;
+        }
+        let now = self.clock.now();
+        let limit = i32::try_from(max).unwrap_or(i32::MAX);
+        let rows = self
+            .claim_leased_rows(CLAIM_LEASED_BATCH_SQL, now, ttl, filter, lease, Some(limit))
+            .await?;
+        let mut claimed = Vec::with_capacity(rows.len());
+        for row in &rows {
+            claimed.push(self.claimed_leased(row, lease, now).await?);
+        }
+        Ok(claimed)
     }
 
     async fn heartbeat(

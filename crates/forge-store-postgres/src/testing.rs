@@ -34,12 +34,13 @@ pub enum Flavor {
 }
 
 /// The statements of a run's hot path, as the store sends them (named `step`, `step_alone` (as
-/// Supabase mode sends a step), `claim_leased`, `lease_with_history` and
+/// Supabase mode sends a step), `claim_leased`, `claim_leased_batch`, `lease_with_history` and
 /// `thread_with_page`), for tests of how PostgreSQL plans them.
-pub const HOT_STATEMENTS: [(&str, &str); 5] = [
+pub const HOT_STATEMENTS: [(&str, &str); 6] = [
     ("step", crate::steps::STEP_SQL),
     ("step_alone", crate::steps::STEP_ALONE_SQL),
     ("claim_leased", crate::queue::CLAIM_LEASED_SQL),
+    ("claim_leased_batch", crate::queue::CLAIM_LEASED_BATCH_SQL),
     ("lease_with_history", crate::runs::LEASE_WITH_HISTORY_SQL),
     ("thread_with_page", crate::threads::THREAD_WITH_PAGE_SQL),
 ];

@@ -164,6 +164,7 @@ pub const SUITES: &[Suite] = &[
             "claims_return_the_trace_they_were_enqueued_under",
             "a_step_that_ends_or_parks_its_run_completes_its_claim",
             "claims_take_the_runs_lease_when_it_is_free",
+            "claims_in_a_batch_are_the_claims_made_one_at_a_time",
         ],
     },
     Suite {
@@ -452,7 +453,8 @@ macro_rules! queue_conformance {
             claims_take_only_jobs_the_filter_admits,
             claims_return_the_trace_they_were_enqueued_under,
             a_step_that_ends_or_parks_its_run_completes_its_claim,
-            claims_take_the_runs_lease_when_it_is_free);
+            claims_take_the_runs_lease_when_it_is_free,
+            claims_in_a_batch_are_the_claims_made_one_at_a_time);
     };
 }
 

@@ -809,6 +809,104 @@ pub async fn claims_take_the_runs_lease_when_it_is_free<F: StoreFactory>() {
     );
 }
 
+/// A batch of claims is the claims `claim_leased` would make one after another (issue 28: a
+/// worker's loops that free up together claim in one write): each ready job once, each free
+/// lease taken for the holder with the run's history as asked, a held lease left alone; never
+/// more than asked for, and nothing when nothing is ready or nothing is asked.
+pub async fn claims_in_a_batch_are_the_claims_made_one_at_a_time<F: StoreFactory>() {
+    use forge_core::ports::queue::LeaseRequest;
+
+    let f = fixture::<F>().await;
+    let sys = SystemScope::new("conformance");
+    let request = LeaseRequest {
+        holder: "engine-1".into(),
+        ttl: TTL * 2,
+        history: Some(16),
+    };
+    let free = [f.run().await, f.run().await, f.run().await];
+    let held = f.run().await;
+    let (other, _) = f
+        .store
+        .lease_run(&f.scope, held.id, "someone-else", TTL)
+        .await
+        .expect("lease");
+    let batch = f
+        .store
+        .claim_leased_batch(&sys, "w1", TTL, &ClaimFilter::any(), &request, 8)
+        .await
+        .expect("batch");
+    let mut claimed: Vec<_> = batch.iter().map(|c| c.job.run_id).collect();
+    claimed.sort();
+    let mut ready: Vec<_> = free.iter().chain([&held]).map(|r| r.id).collect();
+    ready.sort();
+    assert_eq!(claimed, ready, "every ready job, once, and no more");
+    for claim in &batch {
+        assert_eq!(
+            f.store.job_state(&sys, claim.job.id).await.expect("state"),
+            JobState::Claimed
+        );
+        let stored = f
+            .store
+            .get_run(&f.scope, claim.job.run_id)
+            .await
+            .expect("run");
+        if claim.job.run_id == held.id {
+            assert!(claim.lease.is_none(), "a held lease is not taken");
+            assert_eq!(stored.lease, Some(other.clone()), "and is left as it is");
+            continue;
+        }
+        let leased = claim.lease.as_ref().expect("a free lease is taken");
+        assert_eq!(
+            (leased.lease.holder.as_str(), leased.lease.expires_at),
+            ("engine-1", f.clock.now().plus(TTL * 2))
+        );
+        assert_eq!(
+            stored.lease.as_ref(),
+            Some(&leased.lease),
+            "the lease is stored"
+        );
+        assert_eq!(
+            (leased.run.id, leased.run.fence),
+            (claim.job.run_id, leased.lease.token),
+            "each claim's run under its own lease"
+        );
+        let (thread, _) = leased.history.as_ref().expect("the history, as asked");
+        assert_eq!(thread.id, stored.thread_id, "the run's own thread");
+    }
+    assert!(
+        f.store
+            .claim_leased_batch(&sys, "w1", TTL, &ClaimFilter::any(), &request, 8)
+            .await
+            .expect("batch")
+            .is_empty(),
+        "nothing is ready"
+    );
+    let (a, b) = (f.run().await, f.run().await);
+    assert!(
+        f.store
+            .claim_leased_batch(&sys, "w1", TTL, &ClaimFilter::any(), &request, 0)
+            .await
+            .expect("batch")
+            .is_empty(),
+        "nothing asked, nothing claimed"
+    );
+    let one = f
+        .store
+        .claim_leased_batch(&sys, "w1", TTL, &ClaimFilter::any(), &request, 1)
+        .await
+        .expect("batch");
+    assert_eq!(
+        one.iter().map(|c| c.job.run_id).collect::<Vec<_>>(),
+        [a.id],
+        "one asked, the oldest claimed"
+    );
+    assert_eq!(
+        f.store.get_run(&f.scope, b.id).await.expect("run").lease,
+        None,
+        "a job not claimed keeps its run unleased"
+    );
+}
+
 /// A new run of the fixture's tenant, its job claimed by `worker` and the run leased to it for
 /// `lease_ttl`.
 async fn claimed<F: StoreFactory>(

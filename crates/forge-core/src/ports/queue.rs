@@ -204,6 +204,30 @@ pub struct Claimed {
     pub lease: Option<crate::ports::store::LeasedRun>,
 }
 
+/// Up to `max` claims made one at a time through `queue`'s [`JobQueue::claim_leased`]: what
+/// [`JobQueue::claim_leased_batch`] does by default, for an adapter that batches only sometimes.
+/// An error after a claim ends the batch with the claims made.
+pub async fn claim_leased_each<Q: JobQueue + ?Sized>(
+    queue: &Q,
+    system: &SystemScope,
+    worker: &str,
+    ttl: Duration,
+    filter: &ClaimFilter,
+    lease: &LeaseRequest,
+    max: usize,
+) -> Result<Vec<Claimed>, Error> {
+    let mut claimed = Vec::new();
+    while claimed.len() < max {
+        match queue.claim_leased(system, worker, ttl, filter, lease).await {
+            Ok(Some(claim)) => claimed.push(claim),
+            Ok(None) => break,
+            Err(e) if claimed.is_empty() => return Err(e),
+            Err(_) => break,
+        }
+    }
+    Ok(claimed)
+}
+
 /// Port: the durable run queue.
 #[async_trait]
 pub trait JobQueue: Send + Sync {
@@ -239,6 +263,23 @@ pub trait JobQueue: Send + Sync {
             .claim(system, worker, ttl, filter)
             .await?
             .map(|job| Claimed { job, lease: None }))
+    }
+
+    /// Up to `max` claims, each what [`JobQueue::claim_leased`] would make after the ones before
+    /// it (the same order, the same leases), in one write where the adapter can: how a worker
+    /// whose claim loops free up together claims for all of them at once. Fewer (none) when
+    /// fewer jobs are ready. The default claims one at a time; an error after a claim ends the
+    /// batch with what it holds, so no claim is lost, and the next claim meets the error again.
+    async fn claim_leased_batch(
+        &self,
+        system: &SystemScope,
+        worker: &str,
+        ttl: Duration,
+        filter: &ClaimFilter,
+        lease: &LeaseRequest,
+        max: usize,
+    ) -> Result<Vec<Claimed>, Error> {
+        claim_leased_each(self, system, worker, ttl, filter, lease, max).await
     }
 
     /// Extends a claim that is still current; `Fenced` if another claim replaced it.

@@ -77,16 +77,19 @@ async fn a_worker_executes_a_submitted_run_and_completes_its_job() {
 }
 
 /// The job queue of the harness's store, counting the `complete` calls made on it and noting
-/// when each claim was made and whether it found a job; when `history` is set, the leases its
-/// claims take carry that history, as if read with them.
+/// when each claim was made and whether it found a job, and how many claims each batch asked
+/// for; when `history` is set, the leases its claims take carry that history, as if read with
+/// them; when `gate` is set, each batch first takes one of its permits.
 struct CountingQueue {
     store: Arc<forge_store_memory::MemoryStore>,
     completes: std::sync::atomic::AtomicUsize,
     claims: Mutex<Vec<(Instant, bool)>>,
+    batches: Mutex<Vec<usize>>,
     history: Option<(
         forge_core::thread::Thread,
         Vec<forge_core::message::Message>,
     )>,
+    gate: Option<tokio::sync::Semaphore>,
 }
 
 impl CountingQueue {
@@ -95,8 +98,15 @@ impl CountingQueue {
             store,
             completes: Default::default(),
             claims: Default::default(),
+            batches: Default::default(),
             history: None,
+            gate: None,
         }
+    }
+
+    /// How many claims each batch asked for, in order.
+    fn batches(&self) -> Vec<usize> {
+        self.batches.lock().unwrap().clone()
     }
 
     /// When the claims that found a job were made.
@@ -151,6 +161,22 @@ impl JobQueue for CountingQueue {
             leased.history = self.history.clone();
         }
         Ok(claimed)
+    }
+    async fn claim_leased_batch(
+        &self,
+        system: &SystemScope,
+        worker: &str,
+        ttl: Duration,
+        filter: &ClaimFilter,
+        lease: &forge_core::ports::queue::LeaseRequest,
+        max: usize,
+    ) -> Result<Vec<forge_core::ports::queue::Claimed>, forge_core::Error> {
+        self.batches.lock().unwrap().push(max);
+        if let Some(gate) = &self.gate {
+            gate.acquire().await.unwrap().forget();
+        }
+        forge_core::ports::queue::claim_leased_each(self, system, worker, ttl, filter, lease, max)
+            .await
     }
     async fn heartbeat(
         &self,
@@ -286,6 +312,27 @@ fn started(
     (stop, running)
 }
 
+/// Waits until each of `runs` has ended, failing at `deadline`.
+async fn ended(
+    store: &forge_store_memory::MemoryStore,
+    scope: &Scope,
+    runs: &[RunId],
+    deadline: Instant,
+) {
+    for id in runs {
+        while !store
+            .get_run(scope, *id)
+            .await
+            .unwrap()
+            .status
+            .is_terminal()
+        {
+            assert!(Instant::now() < deadline, "run {id} never ended");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+}
+
 const ONE_RENDEZVOUS: &str = r#"
 [[conversation]]
 [[conversation.turn]]
@@ -296,7 +343,8 @@ text = ["met"]
 
 /// An idle worker polls the queue once per poll interval, not once per claim loop (issue 28:
 /// its loops' empty claims were most of PostgreSQL's claims): eight loops idle for 30 intervals
-/// claim about 8 + 30 times, where each polling on its own made 8 + 240.
+/// claim at most 8 + 30 times (their first claims are one batch), where each polling on its own
+/// made 8 + 240.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_worker_polls_once_an_interval_however_many_loops_it_runs() {
     let h = harness(TWO_TOOL_STEPS, vec![calculator()], RunLimits::default());
@@ -311,7 +359,7 @@ async fn an_idle_worker_polls_once_an_interval_however_many_loops_it_runs() {
     let intervals = (since.elapsed().as_millis() / interval.as_millis()) as usize;
     let claims = queue.claims.lock().unwrap().len();
     assert!(
-        claims > 8 && claims <= 8 + intervals + 2,
+        claims > 0 && claims <= 8 + intervals + 2,
         "{claims} claims in {intervals} intervals: one poll an interval after the loops' first"
     );
 }
@@ -329,9 +377,11 @@ async fn a_batch_queued_elsewhere_is_claimed_by_every_idle_loop_after_one_poll()
     let queue = Arc::new(CountingQueue::new(h.store.clone()));
     let interval = Duration::from_millis(1500);
     let (stop, running) = started(h.engine, queue.clone(), 4, interval);
-    while queue.claims.lock().unwrap().len() < 4 {
+    // The four loops' first claims (one batch, finding nothing); then they idle.
+    while queue.claims.lock().unwrap().is_empty() {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
+    tokio::time::sleep(Duration::from_millis(50)).await;
     // Queued straight into the store, as another process's server would.
     let mut runs = Vec::new();
     for _ in 0..4 {
@@ -343,20 +393,13 @@ async fn a_batch_queued_elsewhere_is_claimed_by_every_idle_loop_after_one_poll()
         let new = NewRun::new(thread.id, h.agent.clone(), vec![Part::text("go")]);
         runs.push(h.store.create_run(&h.scope, new).await.unwrap().id);
     }
-    let deadline = Instant::now() + Duration::from_secs(20);
-    for id in &runs {
-        while !h
-            .store
-            .get_run(&h.scope, *id)
-            .await
-            .unwrap()
-            .status
-            .is_terminal()
-        {
-            assert!(Instant::now() < deadline, "run {id} never ended");
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    }
+    ended(
+        &h.store,
+        &h.scope,
+        &runs,
+        Instant::now() + Duration::from_secs(20),
+    )
+    .await;
     stop.cancel();
     let report = running.await.unwrap();
     assert_eq!(report.finished, 4);
@@ -375,6 +418,104 @@ async fn a_batch_queued_elsewhere_is_claimed_by_every_idle_loop_after_one_poll()
         "{} jobs claimed over {spread:?}: the loop that found the first should wake the next",
         found.len()
     );
+}
+
+/// Loops that want a job at the same time claim together, in one batch of the queue (issue 28:
+/// one claim write per group of runs that ended together, not one per run): four runs queued
+/// before a worker of four loops starts are claimed by its first batch, and the four (which can
+/// only end together) all complete.
+#[tokio::test]
+async fn loops_that_want_a_job_together_claim_in_one_batch() {
+    let h = harness(
+        ONE_RENDEZVOUS,
+        vec![crate::tools_tests::rendezvous(4)],
+        RunLimits::default(),
+    );
+    let engine = Arc::new(h.engine);
+    let mut runs = Vec::new();
+    for _ in 0..4 {
+        runs.push(go(&h.store, &h.scope, &h.agent, &engine).await.1.id);
+    }
+    let queue = Arc::new(CountingQueue::new(h.store.clone()));
+    let config = WorkerConfig {
+        concurrency: 4,
+        ..config()
+    };
+    let worker = Arc::new(Worker::new(engine, queue.clone(), config));
+    let stop = CancellationToken::new();
+    let running = tokio::spawn({
+        let (worker, stop) = (worker.clone(), stop.clone());
+        async move { worker.run(stop).await }
+    });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while queue.found().len() < 4 {
+        assert!(
+            Instant::now() < deadline,
+            "the four jobs were never claimed"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let first = queue.batches()[0];
+    assert_eq!(first, 4, "the loops' first claims are one batch of four");
+    let found_by_first = queue
+        .claims
+        .lock()
+        .unwrap()
+        .iter()
+        .take(4)
+        .all(|(_, found)| *found);
+    assert!(found_by_first, "that batch claimed the four jobs");
+    ended(&h.store, &h.scope, &runs, deadline).await;
+    stop.cancel();
+    assert_eq!(running.await.unwrap().finished, 4);
+}
+
+/// A job claimed for a loop that stopped waiting (its `run_one` dropped while the batch was in
+/// flight) is not lost: the next loop that asks gets it, without a claim of its own.
+#[tokio::test]
+async fn a_claim_made_for_a_loop_that_stopped_waiting_goes_to_the_next_loop() {
+    let h = harness(TWO_TOOL_STEPS, vec![calculator()], RunLimits::default());
+    let engine = Arc::new(h.engine);
+    let (_, first) = go(&h.store, &h.scope, &h.agent, &engine).await;
+    let (_, second) = go(&h.store, &h.scope, &h.agent, &engine).await;
+    let queue = Arc::new(CountingQueue {
+        gate: Some(tokio::sync::Semaphore::new(0)),
+        ..CountingQueue::new(h.store.clone())
+    });
+    let worker = Arc::new(Worker::new(engine, queue.clone(), config()));
+    let one = |worker: Arc<Worker>| {
+        tokio::spawn(async move { worker.run_one(&CancellationToken::new()).await.unwrap() })
+    };
+    // The first loop's batch waits at the gate; the second loop waits for the next batch.
+    let waiting = one(worker.clone());
+    while queue.batches().is_empty() {
+        tokio::task::yield_now().await;
+    }
+    let gone = one(worker.clone());
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+    gone.abort();
+    assert!(gone.await.unwrap_err().is_cancelled());
+    // A permit more than the two batches need, so a third is not kept waiting at the gate.
+    queue.gate.as_ref().unwrap().add_permits(3);
+    assert_eq!(
+        waiting.await.unwrap(),
+        Some(JobOutcome::Finished(RunStatus::Completed))
+    );
+    while queue.batches().len() < 2 || queue.claims.lock().unwrap().len() < 2 {
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(queue.batches(), [1, 1], "a batch for each loop");
+    let next = worker.run_one(&CancellationToken::new()).await.unwrap();
+    assert_eq!(next, Some(JobOutcome::Finished(RunStatus::Completed)));
+    assert_eq!(queue.batches(), [1, 1], "the spare claim needed no batch");
+    for run in [first.id, second.id] {
+        assert_eq!(
+            h.store.get_run(&h.scope, run).await.unwrap().status,
+            RunStatus::Completed
+        );
+    }
 }
 
 /// A run begins with the history its lease was read with (issue 28: one round trip fewer per

@@ -456,7 +456,7 @@ async fn refuses_to_start_where_the_system_role_is_forgeable_or_missing() {
         .await
         .unwrap_err();
     assert!(
-        matches!(&err, OpenError::SystemRole { problem } if problem.contains("10 of 11")),
+        matches!(&err, OpenError::SystemRole { problem } if problem.contains("11 of 12")),
         "{err}"
     );
     assert!(err.to_string().contains("forge migrate"), "{err}");

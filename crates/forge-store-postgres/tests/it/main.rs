@@ -3,6 +3,7 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod claim_batch;
 mod claim_plan;
 mod event_log;
 mod group_commit;

@@ -322,6 +322,12 @@ fn hot_calls() -> Vec<(&'static str, String, Vec<String>)> {
             vec![format!("{T}, {T}, NULL, NULL, NULL, 'worker', {T}, 256"); 8],
         ),
         (
+            "claim_leased_batch",
+            "timestamptz, timestamptz, uuid, text[], text[], text, timestamptz, bigint, integer"
+                .to_owned(),
+            vec![format!("{T}, {T}, NULL, NULL, NULL, 'worker', {T}, 256, 8"); 8],
+        ),
+        (
             "lease_with_history",
             "uuid, text, text, timestamptz, timestamptz, bigint".to_owned(),
             // As `lease_run` sends it (no history) and as `lease_run_with_history` does.

@@ -8,7 +8,10 @@
 //!
 //! An idle worker polls the queue once per poll interval, through one of its claim loops at a
 //! time; work its own process queues wakes a loop at once, and a loop that finds work after
-//! idling wakes the next, so a batch another process queued is claimed by every idle loop.
+//! idling wakes the next, so a batch another process queued is claimed by every idle loop. Loops
+//! that want a job at the same time claim together, in one write (`claims`).
+
+mod claims;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -42,6 +45,9 @@ pub struct WorkerConfig {
     pub poll_interval: Duration,
     /// Jobs executed at once.
     pub concurrency: usize,
+    /// Most claims one write of the queue makes for the loops that want a job at the same time
+    /// (`1`: each loop claims alone, when it wants a job, beside the others' claims).
+    pub claim_batch: usize,
     /// Delay before the first retry of a failed job; doubles with every attempt.
     pub backoff_base: Duration,
     /// Longest delay between retries.
@@ -60,6 +66,7 @@ impl Default for WorkerConfig {
             claim_ttl: Duration::from_secs(30),
             poll_interval: Duration::from_millis(200),
             concurrency: 4,
+            claim_batch: usize::MAX,
             backoff_base: Duration::from_secs(1),
             backoff_max: Duration::from_secs(300),
             only_run: None,
@@ -114,13 +121,12 @@ pub struct Worker {
     queue: Arc<dyn JobQueue>,
     config: WorkerConfig,
     observer: Arc<dyn RunObserver>,
-    /// The jobs it claims: runs of the agent versions its engine has (and its own run only, when
-    /// configured so).
-    filter: ClaimFilter,
     /// Where the workers of a deployment elect the one that sweeps, when they share one.
     sweep_leases: Option<Arc<dyn LeaseStore>>,
     /// Held by the one idle claim loop whose turn it is to poll the queue.
     polling: tokio::sync::Mutex<()>,
+    /// Where the loops claim, together when they want a job at the same time.
+    claims: claims::ClaimGroup,
 }
 
 /// The lease the sweeping worker holds.
@@ -144,10 +150,28 @@ fn system() -> SystemScope {
 impl Worker {
     /// A worker executing through `engine`, claiming from `queue`.
     pub fn new(engine: Arc<Engine>, queue: Arc<dyn JobQueue>, config: WorkerConfig) -> Self {
+        // The jobs it claims: runs of the agent versions its engine has (and its own run only,
+        // when configured so).
         let mut filter = ClaimFilter::agents(engine.agents().iter().map(|a| a.agent.clone()));
         filter.run = config.only_run;
+        // The run's lease is taken with the claim where the queue can (one write fewer).
+        let lease = LeaseRequest {
+            holder: engine.worker_id.clone(),
+            ttl: engine.lease_ttl,
+            history: Some(crate::compaction::HISTORY_PAGE),
+        };
+        let claims = claims::ClaimGroup::new(
+            queue.clone(),
+            claims::Claiming {
+                worker: config.id.clone(),
+                ttl: config.claim_ttl,
+                filter,
+                lease,
+                most: config.claim_batch.max(1),
+            },
+        );
         Self {
-            filter,
+            claims,
             engine,
             queue,
             config,
@@ -392,25 +416,10 @@ impl Worker {
     }
 
     /// Claims a job the worker's filter admits, with its run's lease where the queue can take it
-    /// in the same write; `None` when no job is ready.
+    /// in the same write (together with the other loops that want one now); `None` when no job
+    /// is ready.
     async fn claim(&self) -> Result<Option<Claimed>, EngineError> {
-        let sys = system();
-        // The run's lease is taken with the claim where the queue can (one write fewer).
-        let lease = LeaseRequest {
-            holder: self.engine.worker_id.clone(),
-            ttl: self.engine.lease_ttl,
-            history: Some(crate::compaction::HISTORY_PAGE),
-        };
-        Ok(self
-            .queue
-            .claim_leased(
-                &sys,
-                &self.config.id,
-                self.config.claim_ttl,
-                &self.filter,
-                &lease,
-            )
-            .await?)
+        Ok(self.claims.claim().await?)
     }
 
     /// Executes the run of a claimed job and settles the claim by how the execution ended.

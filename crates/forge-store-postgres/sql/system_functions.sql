@@ -11,7 +11,7 @@
 
 CREATE OR REPLACE FUNCTION forge_sys_version() RETURNS integer
     LANGUAGE sql IMMUTABLE
-    AS $$ SELECT 6 $$;
+    AS $$ SELECT 7 $$;
 
 -- Claims a job the filter admits (its run `p_run` when given, and its run's agent version among
 -- the pairs (`p_names`, `p_versions`) when given): first a claim whose lease lapsed, longest
@@ -126,16 +126,18 @@ BEGIN
 END
 $$;
 
+-- Completes job `p_id` if `p_token` is its current, unexpired claim; false when fenced. One
+-- statement since version 7: the update's own condition is the claim check `forge_sys_holds`
+-- makes (re-checked on the row version it locks), without a second function call and a
+-- `SELECT … FOR UPDATE` before it, in the step that ends every run.
 CREATE OR REPLACE FUNCTION forge_sys_complete(p_id uuid, p_token bigint, p_now timestamptz)
     RETURNS boolean
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = public, pg_temp
     AS $$
 BEGIN
-    IF NOT forge_sys_holds(p_id, p_token, p_now) THEN
-        RETURN false;
-    END IF;
-    UPDATE forge_jobs f SET state = 'completed', expires_at = NULL WHERE f.id = p_id;
-    RETURN true;
+    UPDATE forge_jobs f SET state = 'completed', expires_at = NULL
+     WHERE f.id = p_id AND f.state = 'claimed' AND f.token = p_token AND f.expires_at > p_now;
+    RETURN FOUND;
 END
 $$;
 

@@ -125,7 +125,7 @@ const SYSTEM_HINT: &str = "an administrator provisions the role forge_system and
     forge migrate --store <app URL> --admin-url <superuser URL of the same database>";
 
 /// Version of `sql/system_functions.sql` this build calls (`forge_sys_version()`).
-pub const SYSTEM_FUNCTIONS_VERSION: i32 = 6;
+pub const SYSTEM_FUNCTIONS_VERSION: i32 = 7;
 
 /// The PostgreSQL store.
 #[derive(Clone)]

@@ -545,8 +545,26 @@ const SUPABASE_CLAIM_BATCH: Migration = Migration {
     down: include_str!("../migrations/0032_claim_batch.down.sql"),
 };
 
+/// The system functions' version 7 (a job completed in one statement); RLS mode's administrator
+/// provisions them.
+const ONE_STATEMENT_COMPLETE: Migration = Migration {
+    version: 33,
+    name: "one_statement_complete",
+    up: include_str!("../migrations/0033_one_statement_complete.up.sql"),
+    down: include_str!("../migrations/0033_one_statement_complete.down.sql"),
+};
+
+/// Supabase mode provisions the system functions itself: version 7 replaces version 6.
+const SUPABASE_ONE_STATEMENT_COMPLETE: Migration = Migration {
+    version: 33,
+    name: "supabase_one_statement_complete",
+    up: reprovisioned!("../migrations/0033_one_statement_complete.up.sql"),
+    // The functions stay at version 7, which a build of version 6 refuses at start-up.
+    down: include_str!("../migrations/0033_one_statement_complete.down.sql"),
+};
+
 /// The migrations of a mode, in order.
-pub fn migrations(mode: Mode) -> [Migration; 32] {
+pub fn migrations(mode: Mode) -> [Migration; 33] {
     match mode {
         Mode::Rls => [
             TABLES,
@@ -581,6 +599,7 @@ pub fn migrations(mode: Mode) -> [Migration; 32] {
             JSON_EVENT_LOG,
             SET_BASED_GROUP_WRITE,
             CLAIM_BATCH,
+            ONE_STATEMENT_COMPLETE,
         ],
         Mode::Supabase => [
             TABLES,
@@ -615,6 +634,7 @@ pub fn migrations(mode: Mode) -> [Migration; 32] {
             SUPABASE_JSON_EVENT_LOG,
             SET_BASED_GROUP_WRITE,
             SUPABASE_CLAIM_BATCH,
+            SUPABASE_ONE_STATEMENT_COMPLETE,
         ],
     }
 }

@@ -126,8 +126,16 @@ describe("ShareFlow", () => {
     expect(posts[0].via).toBe("agent");
     expect(posts[0].text).toContain("14 March");
     expect(posts[0].attempts).toBe(1);
-    const docs = await api<{ id: string; status: string }[]>("GET", "/app/documents", editor);
-    expect(docs.body.map((d) => [d.id, d.status])).toEqual([["spring-launch", "published"]]);
+    // The service holds the post before the tool records the document as published: polled.
+    await expect
+      .poll(
+        async () => {
+          const docs = await api<{ id: string; status: string }[]>("GET", "/app/documents", editor);
+          return docs.body.map((d) => [d.id, d.status]);
+        },
+        { timeout: 30_000 },
+      )
+      .toEqual([["spring-launch", "published"]]);
     await page.context().close();
   });
 });

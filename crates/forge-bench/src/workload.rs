@@ -29,6 +29,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use forge_core::agent::{AgentDefinition, AgentRef, RunLimits};
 use forge_core::event::{RunEvent, RunEventKind};
+use forge_core::id::UuidV7Generator;
 use forge_core::part::Part;
 use forge_core::ports::queue::{ClaimFilter, JobQueue};
 use forge_core::ports::store::{NewRun, NewThread};
@@ -545,14 +546,14 @@ async fn forge(args: &OneArgs) -> anyhow::Result<Value> {
     );
     let scope = Scope::parse("bench", "bench", &[])?;
     // A run on a new thread, started and executed here (as an embedding application would):
-    // leased as it is created, so its first model call follows one commit.
+    // created with its thread and leased, so its first model call follows one commit.
     let run_inline =
         async |def: &AgentDefinition,
                observer: &dyn RunObserver|
                -> anyhow::Result<(forge_core::id::RunId, forge_engine::RunOutcome)> {
-            let thread = store.create_thread(&scope, NewThread::default()).await?;
-            let new = NewRun::new(
-                thread.id,
+            let new = NewRun::on_new_thread(
+                &UuidV7Generator,
+                NewThread::default(),
                 def.agent.clone(),
                 vec![Part::text("Look three keys up.")],
             );
@@ -621,13 +622,13 @@ async fn forge(args: &OneArgs) -> anyhow::Result<Value> {
 
     // Throughput: the queue and workers, `in_flight` runs at once.
     for _ in 0..args.throughput_runs {
-        let thread = store.create_thread(&scope, NewThread::default()).await?;
-        store
-            .create_run(
-                &scope,
-                NewRun::new(thread.id, workload.agent.clone(), vec![Part::text("go")]),
-            )
-            .await?;
+        let new = NewRun::on_new_thread(
+            &UuidV7Generator,
+            NewThread::default(),
+            workload.agent.clone(),
+            vec![Part::text("go")],
+        );
+        store.create_run(&scope, new).await?;
     }
     let watch = Arc::new(Watch {
         ended: AtomicUsize::new(0),

@@ -125,6 +125,19 @@ impl State {
         self.open_jobs.insert(id);
     }
 
+    /// Adds a new thread with an empty history; one of the same id, of any tenant, is refused.
+    fn add_thread(&mut self, thread: Thread) -> Result<(), Error> {
+        if self.threads.contains_key(&thread.id) {
+            return Err(Error::invalid(format!(
+                "thread {} exists already",
+                thread.id
+            )));
+        }
+        self.messages.insert(thread.id, Vec::new());
+        self.threads.insert(thread.id, thread);
+        Ok(())
+    }
+
     fn thread(&self, scope: &Scope, id: ThreadId) -> Result<&Thread, Error> {
         self.threads
             .get(&id)

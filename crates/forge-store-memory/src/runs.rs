@@ -23,23 +23,12 @@ use crate::queue::JobRow;
 #[async_trait]
 impl ThreadStore for MemoryStore {
     async fn create_thread(&self, scope: &Scope, new: NewThread) -> Result<Thread, Error> {
-        let thread = Thread {
-            id: ThreadId::generate(self.ids.as_ref()),
-            tenant_id: scope.tenant_id().clone(),
-            created_by: scope.principal_id().clone(),
-            title: new.title,
-            state: SessionState {
-                version: 0,
-                values: new.state,
-            },
-            active_run: None,
-            summary: None,
-            created_at: self.clock.now(),
-            archived_at: None,
-        };
-        let mut st = self.lock();
-        st.threads.insert(thread.id, thread.clone());
-        st.messages.insert(thread.id, Vec::new());
+        let thread = new.thread(
+            ThreadId::generate(self.ids.as_ref()),
+            scope,
+            self.clock.now(),
+        );
+        self.lock().add_thread(thread.clone())?;
         Ok(thread)
     }
 
@@ -136,10 +125,19 @@ impl RunStore for MemoryStore {
         }
         let now = self.clock.now();
         let mut st = self.lock();
-        let thread = st.thread(scope, new.thread_id)?;
+        // A thread created for the run is admitted to as it will be, and added (or refused, as
+        // one that exists) before anything else is written.
+        let created = new.thread_to_create(scope, now);
+        let thread = match &created {
+            Some(t) => t,
+            None => st.thread(scope, new.thread_id)?,
+        };
         let admission = admit(thread.id, thread.active_run, new.strategy)?;
         let mut run = Run::queued(RunId::generate(self.ids.as_ref()), scope, &new, now);
         let events: Vec<RunEvent> = admission.begin(&mut run, now).into_iter().collect();
+        if let Some(t) = created {
+            st.add_thread(t)?;
+        }
         let job_state = match admission {
             Admission::Active => {
                 if let Some(t) = st.threads.get_mut(&new.thread_id) {

@@ -58,11 +58,32 @@ const CREATE_RUN_SQL: &str = "WITH inserted AS ( \
 INSERT INTO forge_jobs (id, tenant_id, run_id, state, available_at, attempts, max_attempts, token, traceparent) \
 VALUES ($17, $2, $1, $18, $9, 0, $19, 0, $20)";
 
+/// `forge_start_run` with `$thread` as its thread: the one definition of [`START_RUN_SQL`] and
+/// [`START_ON_NEW_THREAD_SQL`].
+macro_rules! start_run_sql {
+    ($thread:literal) => {
+        concat!(
+            "SELECT forge_start_run($1, $2, $3, ",
+            $thread,
+            ", $5, $6, $7, $8, $9, $10, $11, $12, $13) AS started"
+        )
+    };
+}
+
 /// A run's start on an idle thread through `forge_start_run` (migration 26), in one round trip:
 /// `started` when the run (`$1`…`$10`) and its ready job (`$11`…`$13`) were written as the
 /// thread's active run; otherwise nothing was, and `create_run` admits it under a lock.
-const START_RUN_SQL: &str = "SELECT forge_start_run($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, \
-    $11, $12, $13) AS started";
+const START_RUN_SQL: &str = start_run_sql!("$4");
+
+/// [`START_RUN_SQL`] for a run on a thread created for it (`NewRun::new_thread`): the thread
+/// `$4` (titled `$14`, with the session state `$15`) is inserted through `forge_insert_thread`
+/// (migration 26) first, in the same statement. It is inserted as `forge_start_run`'s thread
+/// argument is computed, so before that function runs, whose statements see it (each reads a
+/// snapshot taken when it begins); a thread of that id that exists already fails the statement
+/// and nothing is written. Sent again after a connection the server closed, the insert finds its
+/// own thread and passes, and the start finds its own run.
+const START_ON_NEW_THREAD_SQL: &str =
+    start_run_sql!("(SELECT $4::uuid FROM forge_insert_thread($4, $2, $3, $14, $15, $8))");
 
 /// `query` with a new run's first six parameters bound, as `START_RUN_SQL` and `CREATE_RUN_SQL`
 /// take them: its id, tenant, principal, thread, agent and agent version.
@@ -79,6 +100,23 @@ fn bind_new_run<'q>(
         .bind(&run.agent.version)
 }
 
+/// `forge_start_run` with `$thread` as its thread, then the lease and the history: the one
+/// definition of [`START_LEASED_SQL`] and [`START_LEASED_ON_NEW_THREAD_SQL`].
+macro_rules! start_leased_sql {
+    ($thread:literal) => {
+        concat!(
+            "SELECT s.started, (l.o_run).*, l.o_taken AS taken, h.* \
+            FROM forge_start_run($1, $2, $3, ",
+            $thread,
+            ", $5, $6, $7, $8, $9, $10, $11, $12, $13) AS s(started) \
+            LEFT JOIN LATERAL forge_lease(CASE WHEN s.started THEN $1::uuid END, $2, $14, $15, $8) \
+            AS l ON true \
+            LEFT JOIN LATERAL forge_thread_start((l.o_run).thread_id, $2, \
+            CASE WHEN l.o_taken THEN $16::bigint END) AS h ON true"
+        )
+    };
+}
+
 /// [`START_RUN_SQL`] and, in the same statement when the run started, its lease through
 /// `forge_lease` for `$14` until `$15` (judged at the start's `$8`) and what it begins with
 /// through `forge_thread_start` (at most `$16` messages), as [`LEASE_WITH_HISTORY_SQL`] reads
@@ -86,12 +124,12 @@ fn bind_new_run<'q>(
 /// thread's and the page's columns. `forge_lease` runs after `forge_start_run` (it takes the
 /// run's id from it) and sees its insert: each statement of a volatile function reads a snapshot
 /// taken when it begins. A run that did not start is neither leased nor read.
-const START_LEASED_SQL: &str = "SELECT s.started, (l.o_run).*, l.o_taken AS taken, h.* \
-    FROM forge_start_run($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) AS s(started) \
-    LEFT JOIN LATERAL forge_lease(CASE WHEN s.started THEN $1::uuid END, $2, $14, $15, $8) AS l \
-    ON true \
-    LEFT JOIN LATERAL forge_thread_start((l.o_run).thread_id, $2, \
-    CASE WHEN l.o_taken THEN $16::bigint END) AS h ON true";
+const START_LEASED_SQL: &str = start_leased_sql!("$4");
+
+/// [`START_LEASED_SQL`] for a run on a thread created for it, inserted first as in
+/// [`START_ON_NEW_THREAD_SQL`] (titled `$17`, with the session state `$18`).
+const START_LEASED_ON_NEW_THREAD_SQL: &str =
+    start_leased_sql!("(SELECT $4::uuid FROM forge_insert_thread($4, $2, $3, $17, $18, $8))");
 
 /// A new run as `create_run` writes it: the run, its job, and the columns encoded once (a call
 /// sent again is bound from them).
@@ -103,6 +141,8 @@ struct Start {
     checkpoint: rows::Encoded,
     input: rows::Encoded,
     roles: rows::Encoded,
+    /// The thread to create for the run, if it asked for one: its title and session state.
+    thread: Option<(Option<String>, rows::Encoded)>,
 }
 
 impl Start {
@@ -125,8 +165,25 @@ impl Start {
             checkpoint: to_json(&run.checkpoint)?,
             input: to_json(&run.input)?,
             roles: to_json(&run.role_ids)?,
+            thread: new
+                .new_thread
+                .as_ref()
+                .map(|t| Ok::<_, Error>((t.title.clone(), to_json(&t.state)?)))
+                .transpose()?,
             run,
         })
+    }
+
+    /// `query` with the thread's title and state bound after the statement's other parameters,
+    /// when the run creates its thread.
+    fn bind_thread<'q>(
+        &'q self,
+        query: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
+    ) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
+        match &self.thread {
+            Some((title, state)) => query.bind(title).bind(state),
+            None => query,
+        }
     }
 
     /// `query` (`START_RUN_SQL` or `START_LEASED_SQL`) with `$1`…`$13` bound.
@@ -197,7 +254,8 @@ async fn set_lease(tx: &mut Tx, lease: &RunLease, fence: Option<u64>) -> Result<
 }
 
 impl PostgresStore {
-    /// Admits `start` under a lock on its thread's row (a busy thread, or none of the tenant's):
+    /// Admits `start` under a lock on its thread's row (a busy thread, or none of the tenant's;
+    /// a run that asked for a thread of its own is refused here, as the thread was there before):
     /// as the thread's active run or queued behind it, by `new.strategy`.
     async fn admit_under_lock(
         &self,
@@ -213,7 +271,17 @@ impl PostgresStore {
             checkpoint,
             input,
             roles,
+            thread,
         } = start;
+        // A thread created for the run is idle, and its run starts at once: one that did not
+        // start met a thread of that id that was there before (the insert took it for its own,
+        // as it takes a thread it created when sent again).
+        if thread.is_some() {
+            return Err(Error::invalid(format!(
+                "thread {} exists already",
+                run.thread_id
+            )));
+        }
         let mut tx = self.tenant_tx(scope).await?;
         // Locking the thread row serializes admissions to one thread.
         let active: Option<Option<uuid::Uuid>> = sqlx::query_scalar(
@@ -317,8 +385,14 @@ impl RunStore for PostgresStore {
     async fn create_run(&self, scope: &Scope, new: NewRun) -> Result<Run, Error> {
         let start = Start::of(self, scope, &new)?;
         // An idle thread (the usual case) admits the run as its active one, in one round trip.
+        let statement = match start.thread {
+            Some(_) => START_ON_NEW_THREAD_SQL,
+            None => START_RUN_SQL,
+        };
         let started = self
-            .tenant_call(scope, || start.bind(sqlx::query(START_RUN_SQL), &new))
+            .tenant_call(scope, || {
+                start.bind_thread(start.bind(sqlx::query(statement), &new))
+            })
             .await
             .map_err(db_error)?;
         if started
@@ -344,13 +418,19 @@ impl RunStore for PostgresStore {
         let expires_at = start.now.plus(ttl);
         // An idle thread admits the run, and the run is leased and its history read, in one
         // statement: one commit where `create_run` and `lease_run_with_history` make two.
+        let statement = match start.thread {
+            Some(_) => START_LEASED_ON_NEW_THREAD_SQL,
+            None => START_LEASED_SQL,
+        };
         let row = self
             .tenant_call(scope, || {
-                start
-                    .bind(sqlx::query(START_LEASED_SQL), &new)
-                    .bind(holder)
-                    .bind(expires_at.0)
-                    .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+                start.bind_thread(
+                    start
+                        .bind(sqlx::query(statement), &new)
+                        .bind(holder)
+                        .bind(expires_at.0)
+                        .bind(i64::try_from(limit).unwrap_or(i64::MAX)),
+                )
             })
             .await
             .map_err(db_error)?

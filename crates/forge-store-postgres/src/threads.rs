@@ -132,20 +132,11 @@ impl PostgresStore {
 #[async_trait]
 impl ThreadStore for PostgresStore {
     async fn create_thread(&self, scope: &Scope, new: NewThread) -> Result<Thread, Error> {
-        let thread = Thread {
-            id: ThreadId::generate(self.ids.as_ref()),
-            tenant_id: scope.tenant_id().clone(),
-            created_by: scope.principal_id().clone(),
-            title: new.title,
-            state: SessionState {
-                version: 0,
-                values: new.state,
-            },
-            active_run: None,
-            summary: None,
-            created_at: self.clock.now(),
-            archived_at: None,
-        };
+        let thread = new.thread(
+            ThreadId::generate(self.ids.as_ref()),
+            scope,
+            self.clock.now(),
+        );
         let state = to_json(&thread.state.values)?;
         self.tenant_call(scope, || {
             sqlx::query(INSERT_THREAD_SQL)

@@ -332,38 +332,13 @@ async fn set_lease(
 #[async_trait]
 impl ThreadStore for SqliteStore {
     async fn create_thread(&self, scope: &Scope, new: NewThread) -> Result<Thread, Error> {
-        let thread = Thread {
-            id: ThreadId::generate(self.ids.as_ref()),
-            tenant_id: scope.tenant_id().clone(),
-            created_by: scope.principal_id().clone(),
-            title: new.title,
-            state: SessionState {
-                version: 0,
-                values: new.state,
-            },
-            active_run: None,
-            summary: None,
-            created_at: self.clock.now(),
-            archived_at: None,
-        };
-        let values = (
-            thread.id.to_string(),
-            thread.tenant_id.as_str().to_owned(),
-            thread.created_by.as_str().to_owned(),
-            thread.title.clone(),
-            to_json(&thread.state.values)?,
-            thread.created_at.unix_millis(),
+        let thread = new.thread(
+            ThreadId::generate(self.ids.as_ref()),
+            scope,
+            self.clock.now(),
         );
-        self.lane
-            .run(move |conn| {
-                crate::commit::execute(
-                    conn,
-                    "INSERT INTO forge_threads (id, tenant_id, created_by, title, state, state_version, created_at) \
-                     VALUES (?1, ?2, ?3, ?4, ?5, 0, ?6)",
-                    rusqlite::params![values.0, values.1, values.2, values.3, values.4, values.5],
-                )
-            })
-            .await?;
+        let values = ThreadValues::of(&thread)?;
+        self.lane.run(move |conn| values.insert(conn)).await?;
         Ok(thread)
     }
 
@@ -519,19 +494,63 @@ impl ThreadStore for SqliteStore {
     }
 }
 
+/// A new thread's columns, encoded before they go to the lane.
+struct ThreadValues {
+    id: String,
+    tenant: String,
+    created_by: String,
+    title: Option<String>,
+    state: String,
+    created_at: i64,
+}
+
+impl ThreadValues {
+    fn of(thread: &Thread) -> Result<Self, Error> {
+        Ok(Self {
+            id: thread.id.to_string(),
+            tenant: thread.tenant_id.as_str().to_owned(),
+            created_by: thread.created_by.as_str().to_owned(),
+            title: thread.title.clone(),
+            state: to_json(&thread.state.values)?,
+            created_at: thread.created_at.unix_millis(),
+        })
+    }
+
+    /// Inserts the thread on the lane's connection; one of the same id (of any tenant) fails it.
+    fn insert(&self, conn: &rusqlite::Connection) -> Result<usize, Error> {
+        crate::commit::execute(
+            conn,
+            "INSERT INTO forge_threads (id, tenant_id, created_by, title, state, state_version, created_at) \
+             VALUES (?1, ?2, ?3, ?4, ?5, 0, ?6)",
+            rusqlite::params![
+                self.id,
+                self.tenant,
+                self.created_by,
+                self.title,
+                self.state,
+                self.created_at
+            ],
+        )
+    }
+}
+
 /// Creates `run` with its job (`job`) on the lane's connection: the active run of its thread, or
 /// queued behind it (then with its `run.queued` event, and the runs ahead of it asked to cancel
-/// when it interrupts them).
+/// when it interrupts them); the thread `created` first, when the run asked for one.
 fn insert_run(
     conn: &rusqlite::Connection,
     mut run: Run,
     new: &NewRun,
+    created: Option<&ThreadValues>,
     job: forge_core::id::JobId,
     now: forge_core::time::Timestamp,
 ) -> Result<Run, Error> {
     use crate::commit::execute;
     use crate::lane::db;
     use rusqlite::{OptionalExtension, params};
+    if let Some(thread) = created {
+        thread.insert(conn)?;
+    }
     let (thread, tenant) = (run.thread_id.to_string(), run.tenant_id.as_str().to_owned());
     let active: Option<Option<String>> = conn
         .prepare_cached("SELECT active_run FROM forge_threads WHERE id = ?1 AND tenant_id = ?2")
@@ -683,8 +702,12 @@ impl RunStore for SqliteStore {
         let now = self.clock.now();
         let run = Run::queued(RunId::generate(self.ids.as_ref()), scope, &new, now);
         let job = forge_core::id::JobId::generate(self.ids.as_ref());
+        let created = new
+            .thread_to_create(scope, now)
+            .map(|t| ThreadValues::of(&t))
+            .transpose()?;
         self.lane
-            .run(move |conn| insert_run(conn, run, &new, job, now))
+            .run(move |conn| insert_run(conn, run, &new, created.as_ref(), job, now))
             .await
     }
 

@@ -1,5 +1,6 @@
 //! Conformance scenarios of run leases: exclusive until expiry, taken with the run in one call,
-//! taken as the run is created, and given up by the commit that ends the run.
+//! taken as the run is created (on a thread created with it, too), and given up by the commit
+//! that ends the run.
 
 use std::time::Duration;
 
@@ -248,5 +249,140 @@ pub async fn a_run_created_leased_is_created_and_held_at_once<F: StoreFactory>()
     assert!(
         claim().await.expect("claim").is_none(),
         "the queued run's job waits for the active run to end"
+    );
+}
+
+/// A run on a new thread (`NewRun::on_new_thread`) creates the thread with it: the thread holds
+/// what was asked for, and the run is its active run with a ready job, leased when created
+/// leased. An id that exists already (the tenant's own thread, or another tenant's) fails the
+/// call and writes nothing: no run is added and the existing thread is unchanged.
+pub async fn a_run_on_a_new_thread_is_created_with_its_thread<F: StoreFactory>() {
+    use forge_core::id::UuidV7Generator;
+    use forge_core::part::Part;
+    use forge_core::ports::queue::{ClaimFilter, JobQueue};
+    use forge_core::ports::store::{NewRun, NewThread, ThreadStore};
+    use forge_core::scope::SystemScope;
+
+    let f = fixture::<F>().await;
+    let asked = NewThread {
+        title: Some("a new conversation".into()),
+        state: serde_json::json!({ "plan": "pro" })
+            .as_object()
+            .cloned()
+            .unwrap_or_default(),
+    };
+    let new = |thread: NewThread| {
+        NewRun::on_new_thread(
+            &UuidV7Generator,
+            thread,
+            agent_ref(),
+            vec![Part::text("hi")],
+        )
+    };
+    let leased = f
+        .store
+        .create_run_leased(&f.scope, new(asked.clone()), "w1", TTL, 10)
+        .await
+        .expect("a run created leased on a new thread");
+    let run = &leased.run;
+    let thread = f
+        .store
+        .get_thread(&f.scope, run.thread_id)
+        .await
+        .expect("the run's thread was created with it");
+    assert_eq!(
+        (
+            thread.title.as_deref(),
+            &thread.state.values,
+            thread.state.version,
+            &thread.created_by,
+            thread.created_at,
+            thread.active_run,
+        ),
+        (
+            asked.title.as_deref(),
+            &asked.state,
+            0,
+            f.scope.principal_id(),
+            f.clock.now(),
+            Some(run.id),
+        ),
+        "the thread asked for, with the run as its active run"
+    );
+    assert_eq!(
+        (run.status, run.last_seq, run.lease.as_ref()),
+        (RunStatus::Queued, 0, Some(&leased.lease)),
+        "started at once on its idle thread, under the new lease"
+    );
+    if let Some((read, page)) = &leased.history {
+        assert_eq!(
+            read, &thread,
+            "the history read with the lease is the new thread's"
+        );
+        assert!(page.is_empty(), "{page:?}");
+    }
+
+    // Not leased: the same, with the run's job ready for a worker.
+    let other = f
+        .store
+        .create_run(&f.scope, new(NewThread::default()))
+        .await
+        .expect("a run on a new thread");
+    assert_eq!(
+        f.store
+            .get_thread(&f.scope, other.thread_id)
+            .await
+            .expect("its thread")
+            .active_run,
+        Some(other.id)
+    );
+    let system = SystemScope::new("conformance");
+    let mut claimed = Vec::new();
+    while let Some(job) = f
+        .store
+        .claim(&system, "w9", TTL, &ClaimFilter::any())
+        .await
+        .expect("claim")
+    {
+        claimed.push(job.run_id);
+    }
+    claimed.sort();
+    let mut runs = vec![run.id, other.id];
+    runs.sort();
+    assert_eq!(claimed, runs, "each run's job was ready");
+
+    // The id of a thread that exists: refused, of the same tenant or another, and nothing
+    // written.
+    let other_tenant = crate::fixtures::scope("tenant-b");
+    for scope in [&f.scope, &other_tenant] {
+        let mut again = new(NewThread::default());
+        again.thread_id = thread.id;
+        assert!(
+            f.store.create_run(scope, again).await.is_err(),
+            "{}: a new thread with an id that exists",
+            scope.tenant_id().as_str()
+        );
+    }
+    assert_eq!(
+        f.store
+            .get_thread(&f.scope, thread.id)
+            .await
+            .expect("the thread"),
+        thread,
+        "the existing thread is unchanged"
+    );
+    let on_it: Vec<_> = f
+        .store
+        .list_runs(&f.scope, thread.id)
+        .await
+        .expect("its runs")
+        .into_iter()
+        .map(|r| r.id)
+        .collect();
+    assert_eq!(on_it, vec![run.id], "no run was added to it");
+    expect_kind(
+        f.store.get_thread(&other_tenant, thread.id).await,
+        ErrorKind::NotFound,
+        "the other tenant has no thread of that id",
     );
 }

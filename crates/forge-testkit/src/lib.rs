@@ -148,6 +148,7 @@ pub const SUITES: &[Suite] = &[
             "lease_run_reads_the_run_under_its_lease",
             "a_commit_that_ends_the_run_releases_its_lease",
             "a_run_created_leased_is_created_and_held_at_once",
+            "a_run_on_a_new_thread_is_created_with_its_thread",
         ],
     },
     Suite {
@@ -437,7 +438,8 @@ macro_rules! lease_conformance {
         $crate::__conformance_suite!(lease_conformance, "leases", leases, $factory;
             lease_is_exclusive_until_expiry, lease_run_reads_the_run_under_its_lease,
             a_commit_that_ends_the_run_releases_its_lease,
-            a_run_created_leased_is_created_and_held_at_once);
+            a_run_created_leased_is_created_and_held_at_once,
+            a_run_on_a_new_thread_is_created_with_its_thread);
     };
 }
 

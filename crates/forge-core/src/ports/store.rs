@@ -23,6 +23,27 @@ pub struct NewThread {
     pub state: serde_json::Map<String, serde_json::Value>,
 }
 
+impl NewThread {
+    /// The thread this describes, created as `id` by `scope`'s principal at `now`: no run yet,
+    /// session state at version 0.
+    pub fn thread(self, id: ThreadId, scope: &Scope, now: crate::time::Timestamp) -> Thread {
+        Thread {
+            id,
+            tenant_id: scope.tenant_id().clone(),
+            created_by: scope.principal_id().clone(),
+            title: self.title,
+            state: SessionState {
+                version: 0,
+                values: self.state,
+            },
+            active_run: None,
+            summary: None,
+            created_at: now,
+            archived_at: None,
+        }
+    }
+}
+
 /// Port: threads, their history and their session state.
 #[async_trait]
 pub trait ThreadStore: Send + Sync {
@@ -211,6 +232,9 @@ pub struct NewRun {
     pub traceparent: Option<String>,
     /// What the run is for (kept in its checkpoint).
     pub purpose: crate::run::RunPurpose,
+    /// The thread to create for the run, as `thread_id`, in the same transaction as the run
+    /// ([`NewRun::on_new_thread`]); `None` runs on a thread that exists.
+    pub new_thread: Option<NewThread>,
 }
 
 impl NewRun {
@@ -224,7 +248,31 @@ impl NewRun {
             max_attempts: 5,
             traceparent: None,
             purpose: crate::run::RunPurpose::Turn,
+            new_thread: None,
         }
+    }
+
+    /// A run of `agent` with `input` on a thread created for it, `thread`, with a new id: the
+    /// thread and the run are created together or not at all (one commit where the store has
+    /// two for `create_thread` and `create_run`), and the run is the thread's active run.
+    /// Creating it fails if a thread of that id exists already, of any tenant.
+    pub fn on_new_thread(
+        ids: &dyn crate::id::IdGenerator,
+        thread: NewThread,
+        agent: AgentRef,
+        input: Vec<Part>,
+    ) -> Self {
+        Self {
+            new_thread: Some(thread),
+            ..Self::new(ThreadId::generate(ids), agent, input)
+        }
+    }
+
+    /// The thread [`NewRun::new_thread`] asks for, as the store creates it for `scope` at `now`.
+    pub fn thread_to_create(&self, scope: &Scope, now: crate::time::Timestamp) -> Option<Thread> {
+        self.new_thread
+            .as_ref()
+            .map(|new| new.clone().thread(self.thread_id, scope, now))
     }
 
     /// The same run with another start strategy.
@@ -368,7 +416,10 @@ pub trait RunStore: Send + Sync {
     /// Otherwise, by `new.strategy`: `Enqueue` records `run.queued` (sequence 1) and holds the job
     /// back until the runs ahead end; `Reject` fails with `ThreadBusy`; `Interrupt` also asks the
     /// active and queued runs to cancel. When a run commits a terminal status, its thread's next
-    /// queued run becomes active and its job ready, in the same transaction.
+    /// queued run becomes active and its job ready, in the same transaction. With
+    /// [`NewRun::new_thread`] the thread is created first, in the same transaction (so the run
+    /// is its active run); a thread of that id that exists already fails the call, and nothing
+    /// is written.
     async fn create_run(&self, scope: &Scope, new: NewRun) -> Result<Run, Error>;
 
     /// Asks a run to cancel; the executing worker stops after its current step (a queued run is

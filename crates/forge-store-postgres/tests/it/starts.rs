@@ -218,3 +218,67 @@ async fn a_run_created_leased_on_an_idle_thread_is_started_and_leased_in_one_tra
         "the job, the thread's active run and the leased run row were written by one transaction"
     );
 }
+
+/// A run on a new thread (`NewRun::on_new_thread`) is written with its thread by one statement
+/// (`START_ON_NEW_THREAD_SQL`, `START_LEASED_ON_NEW_THREAD_SQL`): when the run's job cannot be
+/// written (a trigger the administrator added refuses it), the thread is not written either, so
+/// a failed start leaves no empty thread behind. Without the trigger the same call creates both,
+/// the run active on its thread.
+#[tokio::test]
+async fn a_run_on_a_new_thread_is_written_with_its_thread_or_not_at_all() {
+    let (store, _, admin) = crate::fresh(Flavor::Plain, Arc::new(ManualClock::at_2026())).await;
+    let a = scope("t-a");
+    let ids = forge_core::id::UuidV7Generator;
+    let new = || {
+        NewRun::on_new_thread(
+            &ids,
+            NewThread::default(),
+            agent_ref(),
+            vec![Part::text("go")],
+        )
+    };
+    let mut conn = PgConnection::connect(&admin).await.unwrap();
+    sqlx::raw_sql(
+        "CREATE FUNCTION refuse_job() RETURNS trigger LANGUAGE plpgsql AS \
+         $$ BEGIN RAISE EXCEPTION 'no job today'; END $$; \
+         CREATE TRIGGER refuse_job BEFORE INSERT ON forge_jobs \
+         FOR EACH ROW EXECUTE FUNCTION refuse_job();",
+    )
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    let threads = |id: ThreadId| {
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM forge_threads WHERE id = $1").bind(id.0)
+    };
+    let ttl = std::time::Duration::from_secs(30);
+    for leased in [false, true] {
+        let new = new();
+        let thread = new.thread_id;
+        let refused = if leased {
+            store.create_run_leased(&a, new, "w", ttl, 10).await.err()
+        } else {
+            store.create_run(&a, new).await.err()
+        };
+        assert!(refused.is_some(), "the job was refused (leased: {leased})");
+        assert_eq!(
+            threads(thread).fetch_one(&mut conn).await.unwrap(),
+            0,
+            "no thread is left without its run (leased: {leased})"
+        );
+    }
+    sqlx::raw_sql("DROP TRIGGER refuse_job ON forge_jobs")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let leased = store
+        .create_run_leased(&a, new(), "w", ttl, 10)
+        .await
+        .unwrap();
+    let thread = store.get_thread(&a, leased.run.thread_id).await.unwrap();
+    assert_eq!(thread.active_run, Some(leased.run.id));
+    assert_eq!(
+        leased.history.map(|(t, page)| (t, page.len())),
+        Some((thread, 0)),
+        "the new thread read with the lease, in the same statement"
+    );
+}

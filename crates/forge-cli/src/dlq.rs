@@ -113,16 +113,22 @@ pub(crate) async fn submit(args: SubmitArgs) -> anyhow::Result<ExitCode> {
     let store = store::open(&args.store).await?.store;
     let scope = Scope::parse(&args.tenant, &args.principal, &[])
         .context("failed to build the run's scope")?;
-    let thread = match args.thread {
-        Some(t) => t,
-        None => store.create_thread(&scope, NewThread::default()).await?.id,
-    };
-    let mut new = NewRun::new(
-        thread,
+    let (agent, input) = (
         loaded.definition.agent.clone(),
         vec![Part::text(args.message)],
-    )
+    );
+    // Without a thread, the run is created with one of its own, in the same transaction.
+    let mut new = match args.thread {
+        Some(t) => NewRun::new(t, agent, input),
+        None => NewRun::on_new_thread(
+            &forge_core::id::UuidV7Generator,
+            NewThread::default(),
+            agent,
+            input,
+        ),
+    }
     .strategy(strategy);
+    let thread = new.thread_id;
     new.max_attempts = args.max_attempts;
     let run = store.create_run(&scope, new).await?;
     let admission = if run.last_seq == 0 {

@@ -35,7 +35,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use forge_core::part::Part;
-use forge_core::ports::store::NewThread;
+use forge_core::ports::store::{NewRun, NewThread};
 use forge_core::run::RunStatus;
 use tokio_util::sync::CancellationToken;
 
@@ -362,13 +362,16 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         );
     }
 
-    let thread = store.create_thread(&scope, NewThread::default()).await?;
+    // The run and its thread are created together (no empty thread is left if it is refused).
     let run = engine
-        .start_run(
+        .submit(
             &scope,
-            thread.id,
-            &loaded.definition.agent,
-            vec![Part::text(args.message)],
+            NewRun::on_new_thread(
+                &forge_core::id::UuidV7Generator,
+                NewThread::default(),
+                loaded.definition.agent.clone(),
+                vec![Part::text(args.message)],
+            ),
         )
         .await?;
 

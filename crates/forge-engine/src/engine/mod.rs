@@ -56,6 +56,15 @@ fn check_title(title: &str) -> Result<(), forge_core::Error> {
     Ok(())
 }
 
+/// A thread to create (by [`Engine::create_thread`], or with a run: `NewRun::new_thread`): its
+/// title and session state meet the input rules of every store.
+fn check_new_thread(new: &forge_core::ports::store::NewThread) -> Result<(), forge_core::Error> {
+    if let Some(title) = &new.title {
+        check_title(title)?;
+    }
+    forge_core::input::check("the session state", &new.state)
+}
+
 /// How a call to [`Engine::execute`] left the run.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunOutcome {
@@ -245,10 +254,7 @@ impl Engine {
         scope: &Scope,
         new: forge_core::ports::store::NewThread,
     ) -> Result<forge_core::thread::Thread, EngineError> {
-        if let Some(title) = &new.title {
-            check_title(title)?;
-        }
-        forge_core::input::check("the session state", &new.state)?;
+        check_new_thread(&new)?;
         Ok(self.threads.create_thread(scope, new).await?)
     }
 
@@ -347,6 +353,9 @@ impl Engine {
         lease: bool,
     ) -> Result<(Run, Option<LeasedRun>), EngineError> {
         self.agent(&new.agent)?;
+        if let Some(thread) = &new.new_thread {
+            check_new_thread(thread)?;
+        }
         forge_core::input::check("the run's input", &new.input)?;
         for part in &mut new.input {
             match part {

@@ -443,6 +443,81 @@ error = { code = "overloaded" }
     );
 }
 
+/// A run that brings its thread (`NewRun::on_new_thread`) runs on the thread it asked for: its
+/// session state is in the model's context and its title is stored. The thread meets the rules
+/// `Engine::create_thread` applies: a title with a NUL is refused before anything is written.
+#[tokio::test]
+async fn a_run_on_a_new_thread_runs_on_the_thread_it_asked_for() {
+    use forge_core::id::UuidV7Generator;
+    use forge_core::ports::store::NewRun;
+
+    let h = harness(TWO_STEP, vec![calculator()], RunLimits::default());
+    let mut state = serde_json::Map::new();
+    state.insert("plan".into(), "pro".into());
+    let asked = |title: &str| NewThread {
+        title: Some(title.into()),
+        state: state.clone(),
+    };
+    let new = |thread| {
+        NewRun::on_new_thread(
+            &UuidV7Generator,
+            thread,
+            h.agent.clone(),
+            vec![Part::text("what is 12*7+1?")],
+        )
+    };
+
+    let refused = new(asked("a\0title"));
+    let thread = refused.thread_id;
+    let error = h
+        .engine
+        .submit_and_execute(
+            &h.scope,
+            refused,
+            &forge_engine::RunControl::default(),
+            &|_: &RunEvent| {},
+        )
+        .await
+        .expect_err("a title with a NUL");
+    assert_eq!(error.kind(), ErrorKind::Invalid, "{error}");
+    assert_eq!(
+        h.store
+            .get_thread(&h.scope, thread)
+            .await
+            .unwrap_err()
+            .kind(),
+        ErrorKind::NotFound,
+        "nothing was written"
+    );
+
+    let (run, outcome) = h
+        .engine
+        .submit_and_execute(
+            &h.scope,
+            new(asked("sums")),
+            &forge_engine::RunControl::default(),
+            &|_: &RunEvent| {},
+        )
+        .await
+        .unwrap();
+    assert_eq!(outcome.status, RunStatus::Completed);
+    let run = h.store.get_run(&h.scope, run).await.unwrap();
+    let thread = h.store.get_thread(&h.scope, run.thread_id).await.unwrap();
+    assert_eq!(
+        (thread.title.as_deref(), thread.active_run),
+        (Some("sums"), None),
+        "the thread asked for, idle again once its run ended"
+    );
+    let requests = h.model.requests.lock().unwrap();
+    assert!(
+        requests[0]
+            .system
+            .ends_with("Session state (version 0, JSON):\n{\"plan\":\"pro\"}"),
+        "{}",
+        requests[0].system
+    );
+}
+
 #[tokio::test]
 async fn context_holds_instructions_session_state_history_and_tools() {
     let h = harness(TWO_STEP, vec![calculator()], RunLimits::default());

@@ -9,6 +9,7 @@
 //! that asks. One that no loop asks for lapses with its claim and is claimed again, as a crashed
 //! worker's job is.
 
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -46,8 +47,8 @@ struct Inner {
 
 #[derive(Default)]
 struct State {
-    /// Loops waiting for the next batch.
-    waiting: Vec<oneshot::Sender<Answer>>,
+    /// Loops waiting for the next batch, the longest waiting first.
+    waiting: VecDeque<oneshot::Sender<Answer>>,
     /// Whether the claiming task is running (it ends when no loop waits).
     claiming: bool,
     /// Claims made for loops that stopped waiting, for the next loops that ask.
@@ -84,7 +85,7 @@ impl ClaimGroup {
                 return Ok(Some(spare));
             }
             let (tx, rx) = oneshot::channel();
-            state.waiting.push(tx);
+            state.waiting.push_back(tx);
             if !state.claiming {
                 state.claiming = true;
                 tokio::spawn(self.inner.clone().claim_batches());
@@ -119,9 +120,12 @@ impl Inner {
             let waiting = {
                 let mut state = self.lock();
                 // Spare claims first: they need no write.
-                while !state.spare.is_empty() && !state.waiting.is_empty() {
-                    let (tx, claim) = (state.waiting.remove(0), state.spare.pop());
-                    if let Err(Ok(Some(unasked))) = tx.send(Ok(claim)) {
+                while let Some(claim) = state.spare.pop() {
+                    let Some(tx) = state.waiting.pop_front() else {
+                        state.spare.push(claim);
+                        break;
+                    };
+                    if let Err(Ok(Some(unasked))) = tx.send(Ok(Some(claim))) {
                         state.spare.push(unasked);
                     }
                 }

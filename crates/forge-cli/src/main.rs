@@ -287,7 +287,11 @@ async fn worker(args: WorkerArgs) -> anyhow::Result<ExitCode> {
     );
     args.access
         .spawn_retention(opened.sources.clone(), shutdown.clone())?;
-    let report = worker.run(shutdown).await;
+    // On the runtime's threads, as `forge serve` runs it: here on the main thread, each of the
+    // claim loops' round trips would be a hand-off from the thread that read its socket.
+    let report = tokio::spawn(async move { worker.run(shutdown).await })
+        .await
+        .context("the worker's task failed")?;
     live_stop.cancel();
     if let Some((_, task)) = live {
         let _ = task.await;

@@ -9,7 +9,8 @@
 //! An idle worker polls the queue once per poll interval, through one of its claim loops at a
 //! time; work its own process queues wakes a loop at once, and a loop that finds work after
 //! idling wakes the next, so a batch another process queued is claimed by every idle loop. Loops
-//! that want a job at the same time claim together, in one write (`claims`).
+//! that want a job at the same time claim together, in one write (`claims`). Each claimed run
+//! executes in a task of its own, on any of the runtime's threads.
 
 mod claims;
 
@@ -557,6 +558,12 @@ impl Worker {
         )
     }
 
+    /// Executes the job's run in a task of its own, so that the runs a worker executes at once
+    /// are polled by all of the runtime's threads, each woken where its socket is read. In the
+    /// claim loops' future they shared one task: one thread at a time for all of them, and, when
+    /// that future is driven by `block_on`, a hand-off from the thread that read a socket to the
+    /// one blocked in it at every round trip. The task is aborted if this future is dropped (as
+    /// the execution was, in place), and a panic in it goes on here.
     async fn execute(
         &self,
         job: &ClaimedJob,
@@ -571,9 +578,19 @@ impl Worker {
             job: Some(job.clone()),
             leased,
         };
-        self.engine
-            .execute_job(&job.tenant_id, job.run_id, &control, self.observer.as_ref())
-            .await
+        let (engine, observer) = (self.engine.clone(), self.observer.clone());
+        let (tenant, run) = (job.tenant_id.clone(), job.run_id);
+        let mut task = AbortOnDrop(tokio::spawn(async move {
+            engine
+                .execute_job(&tenant, run, &control, observer.as_ref())
+                .await
+        }));
+        match (&mut task.0).await {
+            Ok(outcome) => outcome,
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            // Aborted by the runtime as it shut down.
+            Err(_) => Err(EngineError::Store(Error::Cancelled)),
+        }
     }
 
     /// Heartbeats the claim every third of its time to live; returns only when that fails. A
@@ -607,5 +624,14 @@ impl Worker {
         let capped = exp.min(self.config.backoff_max);
         let jitter_permille = (job.token.wrapping_mul(7919) ^ u64::from(job.attempt)) % 250;
         capped + capped.mul_f64(jitter_permille as f64 / 1000.0)
+    }
+}
+
+/// A task aborted when this is dropped.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }

@@ -70,6 +70,34 @@ pub fn rendezvous(n: usize) -> Arc<dyn Tool> {
     ))
 }
 
+/// Like [`rendezvous`], but each call blocks its thread while it waits (as a tool's CPU-bound
+/// work would): calls meet only if they execute on different threads at once.
+pub fn thread_rendezvous(n: usize) -> Arc<dyn Tool> {
+    let arrived = Arc::new((Mutex::new(0usize), std::sync::Condvar::new()));
+    Arc::new(native_tool(
+        "rendezvous",
+        "waits for its siblings, blocking its thread",
+        move |_ctx, w: Wait| {
+            let arrived = arrived.clone();
+            async move {
+                let (count, all) = &*arrived;
+                let mut count = count.lock().unwrap_or_else(|p| p.into_inner());
+                *count += 1;
+                all.notify_all();
+                let (count, waited) = all
+                    .wait_timeout_while(count, Duration::from_secs(5), |c| *c < n)
+                    .unwrap_or_else(|p| p.into_inner());
+                if waited.timed_out() && *count < n {
+                    return Err(ToolError::Failed(
+                        "siblings never arrived: calls shared one thread".into(),
+                    ));
+                }
+                Ok(format!("met {}", w.label))
+            }
+        },
+    ))
+}
+
 #[tokio::test]
 async fn typed_native_tool_schema_comes_from_its_input_type() {
     let tool = calculator();

@@ -312,6 +312,26 @@ fn started(
     (stop, running)
 }
 
+/// `n` runs of `agent`, each on a new thread, queued straight into `store` (as another
+/// process's server would).
+async fn queued(
+    store: &forge_store_memory::MemoryStore,
+    scope: &Scope,
+    agent: &forge_core::agent::AgentRef,
+    n: usize,
+) -> Vec<RunId> {
+    let mut runs = Vec::new();
+    for _ in 0..n {
+        let thread = store
+            .create_thread(scope, NewThread::default())
+            .await
+            .unwrap();
+        let new = NewRun::new(thread.id, agent.clone(), vec![Part::text("go")]);
+        runs.push(store.create_run(scope, new).await.unwrap().id);
+    }
+    runs
+}
+
 /// Waits until each of `runs` has ended, failing at `deadline`.
 async fn ended(
     store: &forge_store_memory::MemoryStore,
@@ -383,16 +403,7 @@ async fn a_batch_queued_elsewhere_is_claimed_by_every_idle_loop_after_one_poll()
     }
     tokio::time::sleep(Duration::from_millis(50)).await;
     // Queued straight into the store, as another process's server would.
-    let mut runs = Vec::new();
-    for _ in 0..4 {
-        let thread = h
-            .store
-            .create_thread(&h.scope, NewThread::default())
-            .await
-            .unwrap();
-        let new = NewRun::new(thread.id, h.agent.clone(), vec![Part::text("go")]);
-        runs.push(h.store.create_run(&h.scope, new).await.unwrap().id);
-    }
+    let runs = queued(&h.store, &h.scope, &h.agent, 4).await;
     ended(
         &h.store,
         &h.scope,
@@ -418,6 +429,42 @@ async fn a_batch_queued_elsewhere_is_claimed_by_every_idle_loop_after_one_poll()
         "{} jobs claimed over {spread:?}: the loop that found the first should wake the next",
         found.len()
     );
+}
+
+/// A worker's runs execute each in a task of its own, on all of the runtime's threads: two
+/// runs whose tools block their thread until both are in (as CPU-bound work would) both
+/// complete. Executed inside the claim loops' one task, they shared a thread, and the first
+/// waited alone until its tool gave up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_workers_runs_execute_on_every_thread_of_the_runtime() {
+    let h = harness(
+        ONE_RENDEZVOUS,
+        vec![crate::tools_tests::thread_rendezvous(2)],
+        RunLimits::default(),
+    );
+    let runs = queued(&h.store, &h.scope, &h.agent, 2).await;
+    let queue = Arc::new(CountingQueue::new(h.store.clone()));
+    let (stop, running) = started(h.engine, queue, 2, Duration::from_millis(5));
+    ended(
+        &h.store,
+        &h.scope,
+        &runs,
+        Instant::now() + Duration::from_secs(20),
+    )
+    .await;
+    stop.cancel();
+    assert_eq!(running.await.unwrap().finished, 2);
+    for id in runs {
+        let run = h.store.get_run(&h.scope, id).await.unwrap();
+        assert_eq!(run.status, RunStatus::Completed);
+        // The tool's result, not its failure, went back to the model.
+        let events = h.store.read_events(&h.scope, id, 0, 1000).await.unwrap();
+        let log = serde_json::to_string(&events).unwrap();
+        assert!(
+            log.contains("met run") && !log.contains("never arrived"),
+            "run {id}'s tool waited alone: {log}"
+        );
+    }
 }
 
 /// Loops that want a job at the same time claim together, in one batch of the queue (issue 28:

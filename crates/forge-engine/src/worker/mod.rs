@@ -580,12 +580,12 @@ impl Worker {
         };
         let (engine, observer) = (self.engine.clone(), self.observer.clone());
         let (tenant, run) = (job.tenant_id.clone(), job.run_id);
-        let mut task = AbortOnDrop(tokio::spawn(async move {
+        let task = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(async move {
             engine
                 .execute_job(&tenant, run, &control, observer.as_ref())
                 .await
         }));
-        match (&mut task.0).await {
+        match task.await {
             Ok(outcome) => outcome,
             Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
             // Aborted by the runtime as it shut down.
@@ -624,14 +624,5 @@ impl Worker {
         let capped = exp.min(self.config.backoff_max);
         let jitter_permille = (job.token.wrapping_mul(7919) ^ u64::from(job.attempt)) % 250;
         capped + capped.mul_f64(jitter_permille as f64 / 1000.0)
-    }
-}
-
-/// A task aborted when this is dropped.
-struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
-
-impl<T> Drop for AbortOnDrop<T> {
-    fn drop(&mut self) {
-        self.0.abort();
     }
 }

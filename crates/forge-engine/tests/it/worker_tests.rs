@@ -353,6 +353,22 @@ async fn ended(
     }
 }
 
+/// Each of `runs` (of [`ONE_RENDEZVOUS`]) completed, and its rendezvous tool's result, not its
+/// failure, went back to the model: a run completes either way, since the scripted model answers
+/// the tool's error too.
+async fn met(store: &forge_store_memory::MemoryStore, scope: &Scope, runs: &[RunId]) {
+    for id in runs {
+        let run = store.get_run(scope, *id).await.unwrap();
+        assert_eq!(run.status, RunStatus::Completed);
+        let events = store.read_events(scope, *id, 0, 1000).await.unwrap();
+        let log = serde_json::to_string(&events).unwrap();
+        assert!(
+            log.contains("met run") && !log.contains("never arrived"),
+            "run {id}'s tool waited alone: {log}"
+        );
+    }
+}
+
 const ONE_RENDEZVOUS: &str = r#"
 [[conversation]]
 [[conversation.turn]]
@@ -414,10 +430,7 @@ async fn a_batch_queued_elsewhere_is_claimed_by_every_idle_loop_after_one_poll()
     stop.cancel();
     let report = running.await.unwrap();
     assert_eq!(report.finished, 4);
-    for id in runs {
-        let run = h.store.get_run(&h.scope, id).await.unwrap();
-        assert_eq!(run.status, RunStatus::Completed, "the four met");
-    }
+    met(&h.store, &h.scope, &runs).await;
     let found = queue.found();
     let spread = found
         .iter()
@@ -454,17 +467,7 @@ async fn a_workers_runs_execute_on_every_thread_of_the_runtime() {
     .await;
     stop.cancel();
     assert_eq!(running.await.unwrap().finished, 2);
-    for id in runs {
-        let run = h.store.get_run(&h.scope, id).await.unwrap();
-        assert_eq!(run.status, RunStatus::Completed);
-        // The tool's result, not its failure, went back to the model.
-        let events = h.store.read_events(&h.scope, id, 0, 1000).await.unwrap();
-        let log = serde_json::to_string(&events).unwrap();
-        assert!(
-            log.contains("met run") && !log.contains("never arrived"),
-            "run {id}'s tool waited alone: {log}"
-        );
-    }
+    met(&h.store, &h.scope, &runs).await;
 }
 
 /// Loops that want a job at the same time claim together, in one batch of the queue (issue 28:

@@ -136,8 +136,9 @@ fn median(mut values: Vec<f64>) -> f64 {
     }
 }
 
-/// The figures a mode's row shows, and its JSON line's `step_commit_p50_ms`.
-const ROW_FIGURES: [&str; 8] = [
+/// The figures a mode's row shows, and the lines under it: its JSON line's `step_commit_p50_ms`
+/// and what creating a run cost.
+const ROW_FIGURES: [&str; 10] = [
     "p50_ms",
     "p95_ms",
     "runs_per_s",
@@ -146,6 +147,8 @@ const ROW_FIGURES: [&str; 8] = [
     "peak_rss_mib",
     "ttft_ms",
     "step_commit_p50_ms",
+    "create_cpu_ms_per_run",
+    "create_postgres_cpu_ms_per_run",
 ];
 
 /// For each mode measured more than once, in the order modes were first measured: the median of
@@ -298,6 +301,9 @@ pub(crate) async fn workload(args: WorkloadArgs) -> anyhow::Result<()> {
         if let Some(commit) = line["step_commit_p50_ms"].as_f64() {
             println!("  step commit p50 {commit:.2} ms (sequential runs, from the engine's side)");
         }
+        if let Some(create) = creation(&line) {
+            println!("{create}");
+        }
         if !line["postgres_per_run"].is_null() {
             println!("{}", crate::pgstats::describe(&line["postgres_per_run"]));
         }
@@ -310,6 +316,9 @@ pub(crate) async fn workload(args: WorkloadArgs) -> anyhow::Result<()> {
         for line in &medians {
             let mode = line["mode"].as_str().unwrap_or("?");
             println!("{}  (of {})", row(mode, line), line["median_of"]);
+            if let Some(create) = creation(line) {
+                println!("{create}");
+            }
             eprintln!("{line}");
         }
     }
@@ -340,6 +349,18 @@ pub(crate) async fn workload(args: WorkloadArgs) -> anyhow::Result<()> {
 }
 
 /// One row of the table: `label`, then `line`'s figures.
+/// What creating a throughput run cost, measured apart from the throughput phase (the runs are
+/// created before its clock starts), as a line under the mode's row: `None` for the bare loop.
+fn creation(line: &Value) -> Option<String> {
+    let cpu = line["create_cpu_ms_per_run"].as_f64()?;
+    Some(match line["create_postgres_cpu_ms_per_run"].as_f64() {
+        Some(pg) => format!(
+            "  creating a run (before the throughput clock): {cpu:.2} ms CPU, {pg:.2} ms PostgreSQL's"
+        ),
+        None => format!("  creating a run (before the throughput clock): {cpu:.2} ms CPU"),
+    })
+}
+
 fn row(label: &str, line: &Value) -> String {
     let f = |k: &str| line[k].as_f64().unwrap_or(f64::NAN);
     let pg = line["postgres_cpu_ms_per_run"]
@@ -620,7 +641,11 @@ async fn forge(args: &OneArgs) -> anyhow::Result<Value> {
         args.warmup + args.runs + ttft.len()
     );
 
-    // Throughput: the queue and workers, `in_flight` runs at once.
+    // Throughput: the queue and workers, `in_flight` runs at once. The runs are created first,
+    // one at a time, outside the measurement; what creating them cost is measured on its own
+    // (`create_cpu_ms_per_run`), so that a run's whole cost, creation included, can be compared
+    // with a peer's that creates its thread inside its run.
+    let (create_cpu0, create_pg0) = (cpu_ms("self").unwrap_or(0.0), postgres_cpu_ms());
     for _ in 0..args.throughput_runs {
         let new = NewRun::on_new_thread(
             &UuidV7Generator,
@@ -630,6 +655,9 @@ async fn forge(args: &OneArgs) -> anyhow::Result<Value> {
         );
         store.create_run(&scope, new).await?;
     }
+    let created = args.throughput_runs.max(1) as f64;
+    let create_cpu = (cpu_ms("self").unwrap_or(0.0) - create_cpu0) / created;
+    let create_pg = (postgres_cpu_ms() - create_pg0) / created;
     let watch = Arc::new(Watch {
         ended: AtomicUsize::new(0),
         first_text: Default::default(),
@@ -716,6 +744,8 @@ async fn forge(args: &OneArgs) -> anyhow::Result<Value> {
         "in_flight": args.in_flight, "throughput_runs": target,
         "runs_per_s": target as f64 / elapsed, "cpu_ms_per_run": cpu,
         "postgres_cpu_ms_per_run": (args.mode == "postgres").then_some(pg),
+        "create_cpu_ms_per_run": (args.mode != "bare").then_some(create_cpu),
+        "create_postgres_cpu_ms_per_run": (args.mode == "postgres").then_some(create_pg),
         "peak_rss_mib": peak_rss_mib(), "ttft_ms": percentile(&ttft, 0.5),
         "live_tail": args.live_tail, "otel": args.otel,
         "sqlite_ops_per_group": ops_per_group,
@@ -915,6 +945,31 @@ mod tests {
         assert_eq!(pg["postgres_cpu_ms_per_run"], json!(3.0));
         assert_eq!(pg["p50_ms"], json!(2.0));
         assert!(pg["ttft_ms"].is_null(), "no run had it: {pg}");
+    }
+
+    #[test]
+    fn what_creating_a_run_cost_is_shown_under_its_mode_and_in_its_median() {
+        let run = |cpu: f64, pg: Option<f64>| {
+            json!({ "mode": "postgres", "cpu_ms_per_run": 1.0,
+                "create_cpu_ms_per_run": cpu, "create_postgres_cpu_ms_per_run": pg })
+        };
+        let lines = medians(&[
+            run(0.1, Some(0.4)),
+            run(0.3, Some(0.2)),
+            run(0.2, Some(0.3)),
+        ]);
+        assert_eq!(lines[0]["create_cpu_ms_per_run"], json!(0.2));
+        assert_eq!(lines[0]["create_postgres_cpu_ms_per_run"], json!(0.3));
+        let shown = creation(&lines[0]).unwrap();
+        assert!(
+            shown.contains("0.20 ms CPU, 0.30 ms PostgreSQL's"),
+            "{shown}"
+        );
+        let sqlite = json!({ "mode": "sqlite", "create_cpu_ms_per_run": 0.05,
+            "create_postgres_cpu_ms_per_run": null });
+        let shown = creation(&sqlite).unwrap();
+        assert!(shown.ends_with("0.05 ms CPU"), "{shown}");
+        assert!(creation(&json!({ "mode": "bare" })).is_none());
     }
 
     #[test]

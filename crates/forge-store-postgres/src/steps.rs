@@ -295,7 +295,7 @@ pub const MAX_GROUP: usize = 16;
 
 /// How many step statements may be in flight at once unless the store is told otherwise
 /// ([`crate::PostgresStore::with_step_writers`]). Four: in `forge-bench workload` (50 runs in
-/// flight, PostgreSQL on one core) four writers ran 913–925 runs/s at 1.1–1.2 ms of PostgreSQL's
+/// flight, PostgreSQL on one core) four writers ran 784–925 runs/s at 1.1–1.3 ms of PostgreSQL's
 /// CPU per run, eight 603–612 runs/s at 1.9 ms (fewer steps to a group, more commits), and two
 /// about as four; four leave a larger server more of its cores to write with.
 pub const DEFAULT_STEP_WRITERS: usize = 4;

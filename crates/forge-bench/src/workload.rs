@@ -348,19 +348,20 @@ pub(crate) async fn workload(args: WorkloadArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// One row of the table: `label`, then `line`'s figures.
 /// What creating a throughput run cost, measured apart from the throughput phase (the runs are
-/// created before its clock starts), as a line under the mode's row: `None` for the bare loop.
+/// created before its clock starts), as a line under the mode's row: `None` for the bare loop,
+/// which creates none.
 fn creation(line: &Value) -> Option<String> {
     let cpu = line["create_cpu_ms_per_run"].as_f64()?;
-    Some(match line["create_postgres_cpu_ms_per_run"].as_f64() {
-        Some(pg) => format!(
-            "  creating a run (before the throughput clock): {cpu:.2} ms CPU, {pg:.2} ms PostgreSQL's"
-        ),
-        None => format!("  creating a run (before the throughput clock): {cpu:.2} ms CPU"),
-    })
+    let pg = line["create_postgres_cpu_ms_per_run"]
+        .as_f64()
+        .map_or_else(String::new, |pg| format!(", {pg:.2} ms PostgreSQL's"));
+    Some(format!(
+        "  creating a run (before the throughput clock): {cpu:.2} ms CPU{pg}"
+    ))
 }
 
+/// One row of the table: `label`, then `line`'s figures.
 fn row(label: &str, line: &Value) -> String {
     let f = |k: &str| line[k].as_f64().unwrap_or(f64::NAN);
     let pg = line["postgres_cpu_ms_per_run"]
@@ -744,7 +745,7 @@ async fn forge(args: &OneArgs) -> anyhow::Result<Value> {
         "in_flight": args.in_flight, "throughput_runs": target,
         "runs_per_s": target as f64 / elapsed, "cpu_ms_per_run": cpu,
         "postgres_cpu_ms_per_run": (args.mode == "postgres").then_some(pg),
-        "create_cpu_ms_per_run": (args.mode != "bare").then_some(create_cpu),
+        "create_cpu_ms_per_run": create_cpu,
         "create_postgres_cpu_ms_per_run": (args.mode == "postgres").then_some(create_pg),
         "peak_rss_mib": peak_rss_mib(), "ttft_ms": percentile(&ttft, 0.5),
         "live_tail": args.live_tail, "otel": args.otel,

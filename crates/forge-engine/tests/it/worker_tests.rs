@@ -369,6 +369,21 @@ async fn met(store: &forge_store_memory::MemoryStore, scope: &Scope, runs: &[Run
     }
 }
 
+/// Waits (up to 20 s) until each of `runs` (of [`ONE_RENDEZVOUS`]) has ended, stops the worker,
+/// and checks that it finished all of them and that each met its siblings ([`met`]).
+async fn stop_once_met(
+    store: &forge_store_memory::MemoryStore,
+    scope: &Scope,
+    runs: &[RunId],
+    stop: CancellationToken,
+    running: tokio::task::JoinHandle<forge_engine::WorkerReport>,
+) {
+    ended(store, scope, runs, Instant::now() + Duration::from_secs(20)).await;
+    stop.cancel();
+    assert_eq!(running.await.unwrap().finished, runs.len() as u64);
+    met(store, scope, runs).await;
+}
+
 const ONE_RENDEZVOUS: &str = r#"
 [[conversation]]
 [[conversation.turn]]
@@ -420,17 +435,7 @@ async fn a_batch_queued_elsewhere_is_claimed_by_every_idle_loop_after_one_poll()
     tokio::time::sleep(Duration::from_millis(50)).await;
     // Queued straight into the store, as another process's server would.
     let runs = queued(&h.store, &h.scope, &h.agent, 4).await;
-    ended(
-        &h.store,
-        &h.scope,
-        &runs,
-        Instant::now() + Duration::from_secs(20),
-    )
-    .await;
-    stop.cancel();
-    let report = running.await.unwrap();
-    assert_eq!(report.finished, 4);
-    met(&h.store, &h.scope, &runs).await;
+    stop_once_met(&h.store, &h.scope, &runs, stop, running).await;
     let found = queue.found();
     let spread = found
         .iter()
@@ -458,22 +463,13 @@ async fn a_workers_runs_execute_on_every_thread_of_the_runtime() {
     let runs = queued(&h.store, &h.scope, &h.agent, 2).await;
     let queue = Arc::new(CountingQueue::new(h.store.clone()));
     let (stop, running) = started(h.engine, queue, 2, Duration::from_millis(5));
-    ended(
-        &h.store,
-        &h.scope,
-        &runs,
-        Instant::now() + Duration::from_secs(20),
-    )
-    .await;
-    stop.cancel();
-    assert_eq!(running.await.unwrap().finished, 2);
-    met(&h.store, &h.scope, &runs).await;
+    stop_once_met(&h.store, &h.scope, &runs, stop, running).await;
 }
 
 /// Loops that want a job at the same time claim together, in one batch of the queue (issue 28:
 /// one claim write per group of runs that ended together, not one per run): four runs queued
-/// before a worker of four loops starts are claimed by its first batch, and the four (which can
-/// only end together) all complete.
+/// before a worker of four loops starts are claimed by its first batch, and the four all
+/// complete, having met (their tools return only once all four are in).
 #[tokio::test]
 async fn loops_that_want_a_job_together_claim_in_one_batch() {
     let h = harness(
@@ -515,9 +511,7 @@ async fn loops_that_want_a_job_together_claim_in_one_batch() {
         .take(4)
         .all(|(_, found)| *found);
     assert!(found_by_first, "that batch claimed the four jobs");
-    ended(&h.store, &h.scope, &runs, deadline).await;
-    stop.cancel();
-    assert_eq!(running.await.unwrap().finished, 4);
+    stop_once_met(&h.store, &h.scope, &runs, stop, running).await;
 }
 
 /// A job claimed for a loop that stopped waiting (its `run_one` dropped while the batch was in

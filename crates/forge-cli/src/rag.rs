@@ -26,6 +26,10 @@ pub(crate) enum RagCommand {
         /// The access label policies read (`resource.label`).
         #[arg(long, default_value = "internal")]
         label: String,
+        /// The source's id, for a single file (by default a file's id is its name, and a file
+        /// under a directory's is its path relative to that directory).
+        #[arg(long)]
+        id: Option<String>,
         /// Files or directories.
         #[arg(required = true)]
         paths: Vec<PathBuf>,
@@ -115,6 +119,24 @@ fn documents(path: &Path) -> anyhow::Result<Vec<(String, PathBuf)>> {
     Ok(out)
 }
 
+/// Refuses a batch in which two files would get the same id: the second would silently replace
+/// the first. Nothing is ingested then.
+fn distinct_ids(docs: &[(String, PathBuf)]) -> anyhow::Result<()> {
+    let mut seen: std::collections::HashMap<&str, &Path> = std::collections::HashMap::new();
+    for (id, path) in docs {
+        if let Some(first) = seen.insert(id.as_str(), path) {
+            bail!(
+                "{} and {} would both be the source `{id}`, and the second would replace the \
+                 first; nothing was ingested. Ingest their common directory (ids are then paths \
+                 relative to it), or each file on its own with --id",
+                first.display(),
+                path.display()
+            );
+        }
+    }
+    Ok(())
+}
+
 /// A title: the first Markdown heading or HTML `<title>`, else the id.
 fn title_of(id: &str, format: Format, raw: &str) -> String {
     let found = match format {
@@ -139,11 +161,10 @@ pub(crate) async fn run(command: RagCommand) -> anyhow::Result<ExitCode> {
         RagCommand::Ingest {
             common,
             label,
+            id,
             paths,
         } => {
             let scope = common.scope.scope()?;
-            let sources = crate::store::open(&common.store).await?.sources;
-            let retriever = common.embedder.retriever(sources, Arc::new(AllowAll))?;
             let mut docs = Vec::new();
             for p in &paths {
                 docs.extend(documents(p)?);
@@ -151,6 +172,15 @@ pub(crate) async fn run(command: RagCommand) -> anyhow::Result<ExitCode> {
             if docs.is_empty() {
                 bail!("no .txt, .md or .html files in the given paths");
             }
+            if let Some(id) = id {
+                match docs.as_mut_slice() {
+                    [(only, _)] => *only = id,
+                    _ => bail!("--id names one source: give it a single file"),
+                }
+            }
+            distinct_ids(&docs)?;
+            let sources = crate::store::open(&common.store).await?.sources;
+            let retriever = common.embedder.retriever(sources, Arc::new(AllowAll))?;
             let bar = if common.json {
                 indicatif::ProgressBar::hidden()
             } else {

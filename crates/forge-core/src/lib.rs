@@ -22,6 +22,7 @@ pub mod run;
 pub mod scope;
 pub mod stream;
 pub mod telemetry;
+pub mod text;
 pub mod thread;
 pub mod time;
 pub mod usage;

@@ -543,12 +543,10 @@ pub fn sanitize(fields: Vec<Attr>) -> (Vec<Attr>, Vec<&'static str>) {
 
 /// `s`, cut at [`MAX_LOG_STRING`] characters with [`TRUNCATED`] at the end when longer.
 pub fn capped(s: String) -> String {
-    if s.chars().count() <= MAX_LOG_STRING {
+    if crate::text::prefix_chars(&s, MAX_LOG_STRING).len() == s.len() {
         return s;
     }
-    let mut out: String = s.chars().take(MAX_LOG_STRING).collect();
-    out.push_str(TRUNCATED);
-    out
+    crate::text::capped(&s, MAX_LOG_STRING, TRUNCATED)
 }
 
 /// What a sink writes for `event` and `fields`: the line after [`sanitize`], then the
@@ -732,6 +730,27 @@ impl Default for Telemetry {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    proptest::proptest! {
+        /// Any Unicode in a log field: kept whole within [`MAX_LOG_STRING`] characters, else
+        /// its first [`MAX_LOG_STRING`] characters and [`TRUNCATED`].
+        #[test]
+        fn any_unicode_log_string_is_capped_by_characters(
+            s in proptest::prop_oneof![
+                crate::text::strategy::unicode(400),
+                crate::text::strategy::unicode_runs(400),
+            ],
+        ) {
+            let out = capped(s.clone());
+            if s.chars().count() <= MAX_LOG_STRING {
+                proptest::prop_assert_eq!(out, s);
+            } else {
+                let kept = out.strip_suffix(TRUNCATED).unwrap_or_default();
+                proptest::prop_assert_eq!(kept.chars().count(), MAX_LOG_STRING);
+                proptest::prop_assert!(s.starts_with(kept));
+            }
+        }
+    }
 
     #[test]
     fn traceparents_are_strict() {

@@ -184,10 +184,7 @@ fn render_part(p: &Part) -> String {
 }
 
 fn cap(text: &str) -> String {
-    match text.char_indices().nth(PART_CHARS) {
-        Some((end, _)) => format!("{}…", &text[..end]),
-        None => text.to_owned(),
-    }
+    forge_core::text::capped(text, PART_CHARS, "…")
 }
 
 /// The transcript a summarising call is asked to summarise: the previous summary, then each
@@ -496,6 +493,34 @@ mod tests {
         assert_eq!(plan(&h, 6), 1);
         assert_eq!(plan(&h, 8), 0);
         assert_eq!(plan(&h, 100), 0);
+    }
+
+    proptest::proptest! {
+        /// Any Unicode in any part: the transcript holds each part's text capped at
+        /// [`PART_CHARS`] characters (a prefix of it, never cut inside a character).
+        #[test]
+        fn any_unicode_is_capped_in_the_transcript(
+            texts in proptest::collection::vec(
+                proptest::prop_oneof![
+                    forge_core::text::strategy::unicode(2_500),
+                    forge_core::text::strategy::unicode_runs(2_500),
+                ],
+                1..4,
+            ),
+        ) {
+            let h: Vec<Message> = texts
+                .iter()
+                .enumerate()
+                .map(|(i, t)| msg(i as u128 + 1, Role::User, vec![Part::text(t.clone())]))
+                .collect();
+            let out = transcript(Some("before"), &h);
+            for t in &texts {
+                let kept = cap(t);
+                proptest::prop_assert!(kept.chars().count() <= PART_CHARS + 1);
+                proptest::prop_assert!(t.starts_with(kept.strip_suffix('…').unwrap_or(&kept)));
+                proptest::prop_assert!(out.contains(&kept));
+            }
+        }
     }
 
     #[test]

@@ -165,17 +165,22 @@ const PPTX: &str = "application/vnd.openxmlformats-officedocument.presentationml
 const OCTET: &str = "application/octet-stream";
 
 /// `raw` as a plain file name, or why it is not one: no directory part (`/`, `\`), not `.` or
-/// `..`, no control characters, 1 to [`MAX_NAME_BYTES`] bytes.
+/// `..`, no control characters, no invisible or reordering ones (a bidirectional override makes
+/// `report\u{202E}fdp.txt` show as `reporttxt.pdf`), 1 to [`MAX_NAME_BYTES`] bytes. The refusal
+/// quotes at most 64 of the name's visible characters.
 pub fn file_name(raw: &str) -> Result<String, Refusal> {
+    let hidden = |c: char| c.is_control() || forge_core::text::invisible(c);
     let bad = raw.is_empty()
         || raw.len() > MAX_NAME_BYTES
         || raw == "."
         || raw == ".."
         || raw.contains(['/', '\\'])
-        || raw.chars().any(char::is_control)
+        || raw.chars().any(hidden)
         || raw.trim() != raw;
     if bad {
-        Err(Refusal::BadName(raw.chars().take(64).collect()))
+        Err(Refusal::BadName(
+            raw.chars().filter(|c| !hidden(*c)).take(64).collect(),
+        ))
     } else {
         Ok(raw.to_owned())
     }
@@ -471,6 +476,31 @@ pub fn decide(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use forge_core::text::strategy::{unicode, unicode_runs};
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Any Unicode: a name is accepted whole or refused, never cut; an accepted one has no
+        /// control, invisible or reordering character; a refusal quotes none of those, and at
+        /// most 64 characters.
+        #[test]
+        fn any_unicode_name_is_accepted_whole_or_refused(
+            raw in prop_oneof![unicode(300), unicode_runs(300)],
+        ) {
+            match file_name(&raw) {
+                Ok(name) => {
+                    prop_assert_eq!(&name, &raw);
+                    prop_assert!(name.len() <= MAX_NAME_BYTES);
+                    prop_assert!(!name.chars().any(|c| c.is_control() || forge_core::text::invisible(c)));
+                }
+                Err(Refusal::BadName(quoted)) => {
+                    prop_assert!(quoted.chars().count() <= 64);
+                    prop_assert!(!quoted.chars().any(|c| c.is_control() || forge_core::text::invisible(c)));
+                }
+                Err(other) => prop_assert!(false, "{other:?}"),
+            }
+        }
+    }
 
     const PNG: &[u8] = &[0x89, b'P', b'N', b'G', 0x0d, 0x0a, 0x1a, 0x0a, 0, 0, 0, 13];
     const PDF: &[u8] = b"%PDF-1.7\n%\xe2\xe3\xcf\xd3\n1 0 obj";
@@ -486,6 +516,9 @@ mod tests {
             "a/b.txt",
             "..\\win.ini",
             "bell\u{7}.txt",
+            "report\u{202E}fdp.txt",
+            "inv\u{200B}oice.pdf",
+            "\u{2067}exe.txt",
             " padded.txt",
             &"x".repeat(256),
         ] {

@@ -12,27 +12,6 @@ pub const MAX_DESCRIPTION: usize = 1_024;
 /// Longest title kept, in characters.
 pub const MAX_TITLE: usize = 128;
 
-/// Whether `c` is invisible or reorders text: format characters a reader cannot see.
-fn hidden(c: char) -> bool {
-    matches!(c,
-        '\u{00AD}'                  // soft hyphen
-        | '\u{034F}'                // combining grapheme joiner
-        | '\u{061C}'                // Arabic letter mark
-        | '\u{115F}' | '\u{1160}' | '\u{3164}' | '\u{FFA0}' // Hangul fillers
-        | '\u{17B4}' | '\u{17B5}'
-        | '\u{180B}'..='\u{180F}'   // Mongolian selectors and vowel separator
-        | '\u{200B}'..='\u{200F}'   // zero-width space, joiners, LRM/RLM
-        | '\u{202A}'..='\u{202E}'   // bidi embeddings and overrides
-        | '\u{2060}'..='\u{206F}'   // word joiner, invisible operators, bidi isolates
-        | '\u{FE00}'..='\u{FE0F}'   // variation selectors
-        | '\u{FEFF}'                // zero-width no-break space
-        | '\u{FFF9}'..='\u{FFFB}'   // interlinear annotations
-        | '\u{1D173}'..='\u{1D17A}' // musical format characters
-        | '\u{E0000}'..='\u{E007F}' // tag characters
-        | '\u{E0100}'..='\u{E01EF}' // variation selectors supplement
-    )
-}
-
 /// `text` with control characters (except newline and tab, which become spaces when `one_line`)
 /// and hidden characters removed, runs of whitespace collapsed, trimmed, and cut to `max`
 /// characters (an ellipsis marks a cut).
@@ -44,7 +23,7 @@ pub fn clean(text: &str, max: usize, one_line: bool) -> String {
         let c = match c {
             '\n' if !one_line => '\n',
             '\t' | '\n' | '\r' => ' ',
-            c if c.is_control() || hidden(c) => continue,
+            c if c.is_control() || forge_core::text::invisible(c) => continue,
             c => c,
         };
         let space = c == ' ';
@@ -79,6 +58,28 @@ pub fn title(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use forge_core::text::strategy::{unicode, unicode_runs};
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Any Unicode: the cleaned text is within its cap (plus the ellipsis), one line when
+        /// asked, and carries no control or invisible character.
+        #[test]
+        fn any_unicode_is_cleaned_within_its_cap(
+            text in prop_oneof![unicode(2_000), unicode_runs(2_000)],
+            max in 0usize..1_500,
+            one_line in any::<bool>(),
+        ) {
+            let out = clean(&text, max, one_line);
+            prop_assert!(out.chars().count() <= max + 1);
+            prop_assert!(!out.chars().any(|c| forge_core::text::invisible(c) || (c.is_control() && c != '\n')));
+            if one_line {
+                prop_assert!(!out.contains('\n'));
+            }
+            prop_assert!(description(&text).chars().count() <= MAX_DESCRIPTION + 1);
+            prop_assert!(title(&text).chars().count() <= MAX_TITLE + 1);
+        }
+    }
 
     #[test]
     fn hidden_and_control_characters_go() {

@@ -161,32 +161,23 @@ fn cut(text: &str, start: usize) -> usize {
     if text.len() - start <= MAX_CHUNK {
         return text.len();
     }
-    let window_end = floor_boundary(text, start + MAX_CHUNK);
+    // Never before the next character: a window shorter than one character would not advance.
+    let window_end = text
+        .floor_char_boundary(start + MAX_CHUNK)
+        .max(text.ceil_char_boundary(start + 1));
     let window = &text[start..window_end];
+    // The target is a byte count; in text that is not ASCII it can fall inside a character.
+    let target = window.floor_char_boundary(TARGET_CHUNK);
     let min = TARGET_CHUNK / 2;
     for sep in ["\n\n", "\n", ". ", "? ", "! ", " "] {
         // The last separator at or before the target, else the first after it.
-        let before = window[..floor_boundary(window, TARGET_CHUNK.min(window.len()))]
-            .rfind(sep)
-            .filter(|i| *i >= min);
-        let found = before.or_else(|| {
-            window[TARGET_CHUNK.min(window.len())..]
-                .find(sep)
-                .map(|i| i + TARGET_CHUNK)
-        });
+        let before = window[..target].rfind(sep).filter(|i| *i >= min);
+        let found = before.or_else(|| window[target..].find(sep).map(|i| i + target));
         if let Some(i) = found {
             return start + i + sep.len();
         }
     }
     window_end
-}
-
-fn floor_boundary(text: &str, mut i: usize) -> usize {
-    i = i.min(text.len());
-    while !text.is_char_boundary(i) {
-        i -= 1;
-    }
-    i
 }
 
 /// The nearest Markdown heading at or before byte `at`.
@@ -256,6 +247,31 @@ pub fn ingest(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use forge_core::text::strategy::{unicode, unicode_runs};
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Any Unicode at all, in every format: chunks are the text's own bytes at their offsets,
+        /// in order, within the size bound, and what lies between them is whitespace.
+        #[test]
+        fn any_unicode_is_chunked_at_character_boundaries(
+            raw in prop_oneof![unicode(2_500), unicode_runs(2_500)],
+            format in prop_oneof![Just(Format::Text), Just(Format::Markdown), Just(Format::Html)],
+        ) {
+            let source = ingest(SourceId::new("u").unwrap(), "t", "public", format, serde_json::Value::Null, &raw);
+            let text = &source.text;
+            let mut at = 0;
+            for c in &source.chunks {
+                let (s, e) = (c.start as usize, c.end as usize);
+                prop_assert!(at <= s && s < e && e <= text.len());
+                prop_assert_eq!(&text[s..e], c.text.as_str());
+                prop_assert!(c.text.len() <= MAX_CHUNK);
+                prop_assert!(text[at..s].trim().is_empty());
+                at = e;
+            }
+            prop_assert!(text[at..].trim().is_empty());
+        }
+    }
 
     #[test]
     fn chunks_cover_the_text_with_exact_offsets() {
@@ -275,6 +291,15 @@ mod tests {
             covered * 10 >= non_space * 9,
             "chunks lose little besides whitespace"
         );
+    }
+
+    #[test]
+    fn a_long_run_of_two_byte_characters_after_one_byte_is_chunked() {
+        // The held-out failure: the target offset (800) fell inside an `é`.
+        let text = format!("a{}", "é".repeat(1_200));
+        let chunks = chunk(&SourceId::new("d").unwrap(), "v", Format::Text, &text);
+        let joined: String = chunks.iter().map(|c| c.text.as_str()).collect();
+        assert_eq!(joined, text);
     }
 
     #[test]

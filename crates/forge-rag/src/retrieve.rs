@@ -306,19 +306,25 @@ impl Retriever {
         let Some(text) = self.store.source_text(scope, &source.id, version).await? else {
             return Ok(Located::NoSource);
         };
-        let (start, end) = (span.start as usize, span.end as usize);
-        if start >= end
-            || end > text.len()
-            || !text.is_char_boundary(start)
-            || !text.is_char_boundary(end)
-        {
-            return Ok(Located::BadSpan);
-        }
-        Ok(Located::Text {
-            title: source.title,
-            text: text[start..end].to_owned(),
+        Ok(match span_text(&text, span) {
+            Some(quoted) => Located::Text {
+                title: source.title,
+                text: quoted.to_owned(),
+            },
+            None => Located::BadSpan,
         })
     }
+}
+
+/// The text at `span` (byte offsets) of `text`: `None` for an empty span, one past the end, or
+/// one whose ends fall inside a character (a client's span is never trusted to be whole).
+fn span_text(text: &str, span: Span) -> Option<&str> {
+    let start = usize::try_from(span.start).ok()?;
+    let end = usize::try_from(span.end).ok()?;
+    if start >= end {
+        return None;
+    }
+    text.get(start..end)
 }
 
 enum Located {
@@ -360,5 +366,31 @@ impl CitationCheck for Retriever {
                 Located::Text { .. } => Ok(()),
             },
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use forge_core::text::strategy::unicode;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Any span of any Unicode text: its text when the span is whole and inside the text,
+        /// else `None`, never a panic.
+        #[test]
+        fn any_span_of_any_unicode_is_quoted_or_refused(
+            text in unicode(300),
+            start in 0u64..1_400,
+            end in 0u64..1_400,
+        ) {
+            let quoted = span_text(&text, Span { start, end });
+            let (s, e) = (start as usize, end as usize);
+            let whole = s < e && e <= text.len() && text.is_char_boundary(s) && text.is_char_boundary(e);
+            prop_assert_eq!(quoted.is_some(), whole);
+            if let Some(q) = quoted {
+                prop_assert_eq!(q, &text[s..e]);
+            }
+        }
     }
 }

@@ -24,6 +24,13 @@ fn forge_in(dir: &Path, args: &[&str]) -> Output {
         .unwrap()
 }
 
+/// The ids `forge rag list` gives for the store in `dir`, in its order.
+fn source_ids(dir: &Path) -> Vec<String> {
+    let list = json(&forge_in(dir, &["rag", "list", "--json"]));
+    let ids = list.as_array().unwrap().iter();
+    ids.map(|s| s["id"].as_str().unwrap().to_owned()).collect()
+}
+
 fn json(out: &Output) -> serde_json::Value {
     assert!(out.status.success(), "{}", text(&out.stderr));
     serde_json::from_slice(&out.stdout).unwrap()
@@ -228,4 +235,66 @@ fn the_local_model_finds_paraphrases_and_backfills() {
     let refused = forge_in(&dir, &["rag", "search", "--embedder", "bogus", query]);
     assert!(!refused.status.success());
     assert!(text(&refused.stderr).contains("expected none, local"));
+}
+
+/// The held-out failure: text that is not ASCII, with no space for longer than a chunk, made the
+/// chunker cut inside a character (a panic, exit 101, with the document's text on stderr).
+#[test]
+fn text_that_is_not_ascii_is_ingested_whole() {
+    let dir = workdir("unicode");
+    let body = format!("a{}", "é".repeat(1_200));
+    std::fs::write(dir.join("docs/accents.txt"), &body).unwrap();
+    std::fs::write(
+        dir.join("docs/mixed.md"),
+        "# Ünïcødé\n\n".to_owned() + &"日本語のテキスト😀 ".repeat(300),
+    )
+    .unwrap();
+    let out = forge_in(&dir, &["rag", "ingest", "docs"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        !text(&out.stderr).contains("éé"),
+        "no document text on stderr"
+    );
+    let show = json(&forge_in(&dir, &["rag", "show", "accents.txt", "--json"]));
+    let joined: String = show["chunks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(joined, body);
+}
+
+/// Two files with one name in one batch would be one source, the second replacing the first:
+/// the batch is refused whole, naming both; `--id` gives each file its own.
+#[test]
+fn a_batch_never_replaces_its_own_member() {
+    let dir = workdir("same-name");
+    for (sub, words) in [("a", "alpha apples"), ("b", "beta bananas")] {
+        std::fs::create_dir_all(dir.join(sub)).unwrap();
+        std::fs::write(dir.join(sub).join("x.txt"), words).unwrap();
+    }
+    let out = forge_in(&dir, &["rag", "ingest", "a/x.txt", "b/x.txt"]);
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(err.contains("a/x.txt") && err.contains("b/x.txt"), "{err}");
+    assert!(err.contains("nothing was ingested"), "{err}");
+    assert!(source_ids(&dir).is_empty());
+
+    let both = forge_in(&dir, &["rag", "ingest", "a/x.txt", "b/x.txt", "--id", "x"]);
+    assert!(!both.status.success(), "--id names one file");
+    for sub in ["a", "b"] {
+        let id = format!("{sub}-x.txt");
+        let path = format!("{sub}/x.txt");
+        let out = forge_in(&dir, &["rag", "ingest", &path, "--id", &id]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+    }
+    assert_eq!(source_ids(&dir), ["a-x.txt", "b-x.txt"]);
+    // A directory gives each its path relative to it.
+    let out = forge_in(&dir, &["rag", "ingest", "."]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(
+        source_ids(&dir),
+        ["a-x.txt", "a/x.txt", "b-x.txt", "b/x.txt"]
+    );
 }

@@ -45,6 +45,13 @@ pub enum EngineError {
     /// The engine was built without a required part.
     #[error("engine is missing its {0}")]
     Incomplete(&'static str),
+    /// The run's execution panicked: a bug in Forge or in a tool it ran. The panic's message is
+    /// withheld, since it may quote the text being processed; the process's panic hook records
+    /// where it happened.
+    #[error(
+        "the run's execution panicked (a bug; its message is withheld as it may quote content)"
+    )]
+    Panicked,
 }
 
 impl EngineError {
@@ -57,6 +64,7 @@ impl EngineError {
             | EngineError::InvalidTool { .. }
             | EngineError::InvalidSkill { .. }
             | EngineError::Incomplete(_) => "invalid_configuration",
+            EngineError::Panicked => "internal",
         }
     }
 
@@ -69,6 +77,7 @@ impl EngineError {
             | EngineError::InvalidTool { .. }
             | EngineError::InvalidSkill { .. }
             | EngineError::Incomplete(_) => ErrorKind::Invalid,
+            EngineError::Panicked => ErrorKind::Fatal,
         }
     }
 }

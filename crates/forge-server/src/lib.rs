@@ -226,7 +226,8 @@ impl Server {
         self.shutdown.clone()
     }
 
-    /// The routes.
+    /// The routes. [`Server::serve`] adds the answer to a panicking handler (`500 INTERNAL`); a
+    /// host serving this router itself adds its own.
     pub fn router(&self) -> Router {
         let web = self.shared.web.clone();
         let browser = Router::new()
@@ -262,14 +263,19 @@ impl Server {
 
     /// [`Server::serve`] with a host application's own routes beside Forge's (merged into
     /// [`Server::router`]; a path both define is a programming error and panics at start). The
-    /// host's routes get the same header timeout and drain.
+    /// host's routes get the same header timeout and drain. A handler that panics (Forge's or the
+    /// host's) is answered `500` with the code `INTERNAL`, never a dropped connection, and the
+    /// panic's message stays out of the response: it may quote what the request carried.
     pub async fn serve_with(
         self,
         routes: Router,
         listener: tokio::net::TcpListener,
         stop: CancellationToken,
     ) -> std::io::Result<()> {
-        let router = self.router().merge(routes);
+        let router = self
+            .router()
+            .merge(routes)
+            .layer(tower_http::catch_panic::CatchPanicLayer::custom(panicked));
         let mut connections = tokio::task::JoinSet::new();
         loop {
             let tcp = tokio::select! {
@@ -620,4 +626,13 @@ async fn readyz(State(shared): State<Arc<Shared>>) -> Response {
         Json(serde_json::json!({"ready": ready, "checks": checks})),
     )
         .into_response()
+}
+
+/// The answer to a request whose handler panicked: the panic's payload is dropped unread.
+fn panicked(_payload: Box<dyn std::any::Any + Send + 'static>) -> axum::response::Response {
+    http::error_response(
+        axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+        "INTERNAL",
+        "the server failed while handling this request (a bug; the details are withheld)",
+    )
 }

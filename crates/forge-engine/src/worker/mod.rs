@@ -563,7 +563,9 @@ impl Worker {
     /// claim loops' future they shared one task: one thread at a time for all of them, and, when
     /// that future is driven by `block_on`, a hand-off from the thread that read a socket to the
     /// one blocked in it at every round trip. The task is aborted if this future is dropped (as
-    /// the execution was, in place), and a panic in it goes on here.
+    /// the execution was, in place). A panic in it ends as [`EngineError::Panicked`], which fails
+    /// the job like any error (retried, then dead-lettered), and never carries the panic's
+    /// message: it may quote a document, a prompt or a tool's output.
     async fn execute(
         &self,
         job: &ClaimedJob,
@@ -587,7 +589,7 @@ impl Worker {
         }));
         match task.await {
             Ok(outcome) => outcome,
-            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Err(e) if e.is_panic() => Err(EngineError::Panicked),
             // Aborted by the runtime as it shut down.
             Err(_) => Err(EngineError::Store(Error::Cancelled)),
         }

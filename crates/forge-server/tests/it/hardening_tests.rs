@@ -556,3 +556,38 @@ async fn a_hosts_routes_are_served_beside_forges_with_the_same_connection_limits
     );
     assert!(!String::from_utf8_lossy(&buf).contains("pong"));
 }
+
+/// A handler that panics is answered `500 INTERNAL`, the connection stays usable, and nothing of
+/// the panic's message (which here quotes the request, as a slicing bug on a document would)
+/// reaches the response.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_handler_is_answered_with_an_error_that_quotes_nothing() {
+    let routes = axum::Router::new().route(
+        "/app/cut",
+        axum::routing::post(|body: String| async move {
+            if !body.is_empty() {
+                panic!("cannot cut inside {body}");
+            }
+            "nothing to cut"
+        }),
+    );
+    let srv = start(Opts {
+        host_routes: Some(routes),
+        ..Opts::default()
+    })
+    .await;
+    let answer = srv
+        .http
+        .post(srv.url("/app/cut"))
+        .body("DOCUMENT-TEXT-e9c1")
+        .send()
+        .await
+        .expect("an answer, not a dropped connection");
+    assert_eq!(answer.status(), 500);
+    let body: serde_json::Value = answer.json().await.unwrap();
+    assert_eq!(body["errors"][0]["extensions"]["code"], "INTERNAL");
+    assert!(!body.to_string().contains("DOCUMENT-TEXT"), "{body}");
+    // The server goes on answering.
+    let health = srv.http.get(srv.url("/healthz")).send().await.unwrap();
+    assert_eq!(health.status(), 200);
+}

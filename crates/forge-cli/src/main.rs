@@ -21,6 +21,7 @@ mod leases;
 mod live;
 mod mcp;
 mod metering;
+mod panics;
 mod print;
 mod rag;
 mod runs;
@@ -170,6 +171,7 @@ struct RunArgs {
 }
 
 fn main() -> ExitCode {
+    panics::install();
     let cli = Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -397,12 +399,12 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let worker = forge_engine::Worker::new(engine.clone(), store.clone(), config).with_observer(
         std::sync::Arc::new(forge_engine::LiveObserver::new(vec![tail.clone()])),
     );
-    let (cancel_store, cancel_scope, run_id) = (store.clone(), scope.clone(), run.id);
+    let (cancel_engine, cancel_scope, run_id) = (engine.clone(), scope.clone(), run.id);
     tokio::spawn(async move {
         if tokio::signal::ctrl_c().await.is_ok() {
-            // Durable: the run stops after its current step, whichever process executes it; a run
-            // waiting for a person is woken to be cancelled.
-            let _ = cancel_store.request_cancel(&cancel_scope, run_id).await;
+            // Durable: the step in flight stops (here at once, in another process within its
+            // cancel poll); a run waiting for a person is woken to be cancelled.
+            let _ = cancel_engine.request_cancel(&cancel_scope, run_id).await;
         }
     });
     let drain = CancellationToken::new();

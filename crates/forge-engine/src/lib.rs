@@ -80,6 +80,7 @@
 
 #![deny(missing_docs)]
 
+mod cancels;
 mod cite;
 pub mod compaction;
 mod config_audit;
@@ -99,6 +100,7 @@ pub mod structured;
 pub mod tools;
 pub mod worker;
 
+pub use cancels::DEFAULT_CANCEL_POLL;
 pub use cite::CITE;
 pub use config_audit::{CONFIG_ACTION, DEPLOYMENT_TENANT};
 pub use discovery::{SearchSignal, ToolEntry, ToolSearchHit};

@@ -184,6 +184,18 @@ impl RunStore for MemoryStore {
         Ok(run)
     }
 
+    async fn cancels_requested(&self, scope: &Scope, ids: &[RunId]) -> Result<Vec<RunId>, Error> {
+        let st = self.lock();
+        Ok(ids
+            .iter()
+            .filter(|id| {
+                st.run(scope, **id)
+                    .is_ok_and(|r| r.cancel_requested && !r.status.is_terminal())
+            })
+            .copied()
+            .collect())
+    }
+
     async fn request_cancel(&self, scope: &Scope, id: RunId) -> Result<bool, Error> {
         let job = forge_core::id::JobId::generate(self.ids.as_ref());
         let now = self.clock.now();

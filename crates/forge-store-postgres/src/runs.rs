@@ -448,6 +448,22 @@ impl RunStore for PostgresStore {
             .await
     }
 
+    async fn cancels_requested(&self, scope: &Scope, ids: &[RunId]) -> Result<Vec<RunId>, Error> {
+        let ids: Vec<uuid::Uuid> = ids.iter().map(|id| id.0).collect();
+        let mut tx = self.tenant_tx(scope).await?;
+        let asked: Vec<uuid::Uuid> = sqlx::query_scalar(
+            "SELECT id FROM forge_runs WHERE tenant_id = $1 AND id = ANY($2) \
+             AND cancel_requested AND status NOT IN ('completed', 'failed', 'cancelled')",
+        )
+        .bind(scope.tenant_id().as_str())
+        .bind(&ids)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        tx.commit().await.map_err(db_error)?;
+        Ok(asked.into_iter().map(RunId).collect())
+    }
+
     async fn request_cancel(&self, scope: &Scope, id: RunId) -> Result<bool, Error> {
         let mut tx = self.tenant_tx(scope).await?;
         let run = fetch_run(&mut tx, scope, id, true).await?;

@@ -711,6 +711,28 @@ impl RunStore for SqliteStore {
             .await
     }
 
+    async fn cancels_requested(&self, scope: &Scope, ids: &[RunId]) -> Result<Vec<RunId>, Error> {
+        let ids = serde_json::to_string(&ids.iter().map(|id| id.to_string()).collect::<Vec<_>>())
+            .map_err(|e| Error::invalid(e.to_string()))?;
+        let asked: Vec<String> = sqlx::query_scalar(
+            "SELECT id FROM forge_runs WHERE tenant_id = $1 AND cancel_requested = 1 \
+             AND status NOT IN ('completed', 'failed', 'cancelled') \
+             AND id IN (SELECT value FROM json_each($2))",
+        )
+        .bind(scope.tenant_id().as_str())
+        .bind(ids)
+        .fetch_all(&mut *self.conn().await?)
+        .await
+        .map_err(db_error)?;
+        asked
+            .iter()
+            .map(|id| {
+                id.parse()
+                    .map_err(|_| Error::invalid("a stored run id is not a UUID"))
+            })
+            .collect()
+    }
+
     async fn request_cancel(&self, scope: &Scope, id: RunId) -> Result<bool, Error> {
         let (_gate, mut tx) = self.write_tx().await?;
         let run = self.fetch_run(&mut *tx, scope, id).await?;

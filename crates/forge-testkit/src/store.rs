@@ -1029,6 +1029,18 @@ pub async fn interrupt_requests_cancellation<F: StoreFactory>() {
 pub async fn request_cancel_flags_live_runs_only<F: StoreFactory>() {
     let f = fixture::<F>().await;
     let run = f.run().await;
+    let other = f.run().await;
+    let both = [run.id, other.id];
+    let asked = |scope: Scope| {
+        let store = f.store.clone();
+        async move {
+            store
+                .cancels_requested(&scope, &both)
+                .await
+                .expect("cancels requested")
+        }
+    };
+    assert_eq!(asked(f.scope.clone()).await, [], "nobody asked yet");
     assert!(
         f.store
             .request_cancel(&f.scope, run.id)
@@ -1044,6 +1056,12 @@ pub async fn request_cancel_flags_live_runs_only<F: StoreFactory>() {
     );
     let flagged = f.store.get_run(&f.scope, run.id).await.expect("get");
     assert!(flagged.cancel_requested);
+    assert_eq!(asked(f.scope.clone()).await, [run.id], "the asked run only");
+    assert_eq!(
+        asked(scope("tenant-b")).await,
+        [],
+        "another tenant's runs are not found"
+    );
     let lease = f
         .store
         .acquire_lease(&f.scope, run.id, "w", TTL)
@@ -1062,6 +1080,11 @@ pub async fn request_cancel_flags_live_runs_only<F: StoreFactory>() {
             .await
             .expect("cancel"),
         "an ended run is not live"
+    );
+    assert_eq!(
+        asked(f.scope.clone()).await,
+        [],
+        "an ended run has nothing left to cancel"
     );
     expect_kind(
         f.store.request_cancel(&scope("tenant-b"), run.id).await,

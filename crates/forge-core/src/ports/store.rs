@@ -427,6 +427,11 @@ pub trait RunStore: Send + Sync {
     /// ended or was already asked.
     async fn request_cancel(&self, scope: &Scope, id: RunId) -> Result<bool, Error>;
 
+    /// Which of `ids` (the scope's tenant's runs; others are not found, and left out) have been
+    /// asked to cancel and have not ended. An executing run polls this so that a request made
+    /// through another process stops its step in flight.
+    async fn cancels_requested(&self, scope: &Scope, ids: &[RunId]) -> Result<Vec<RunId>, Error>;
+
     /// Reads a run; another tenant's run is `NotFound`.
     async fn get_run(&self, scope: &Scope, id: RunId) -> Result<Run, Error>;
 

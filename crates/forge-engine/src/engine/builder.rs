@@ -28,6 +28,7 @@ pub struct EngineBuilder {
     ids: Option<Arc<dyn IdGenerator>>,
     worker_id: Option<String>,
     lease_ttl: Option<Duration>,
+    cancel_poll: Option<Duration>,
 }
 
 impl EngineBuilder {
@@ -178,6 +179,15 @@ impl EngineBuilder {
         self
     }
 
+    /// How often an executing run asks the store whether a cancel was requested through another
+    /// process (default [`DEFAULT_CANCEL_POLL`](crate::DEFAULT_CANCEL_POLL)): the longest a
+    /// step in flight goes on after such a request, plus one read. A request through this
+    /// engine stops the step at once.
+    pub fn cancel_poll(mut self, every: Duration) -> Self {
+        self.cancel_poll = Some(every);
+        self
+    }
+
     /// Checks every agent against the registered models and tools and builds the engine.
     pub fn build(mut self) -> Result<Engine, EngineError> {
         if !self.tools.contains(crate::hitl::ASK_USER) {
@@ -277,6 +287,10 @@ impl EngineBuilder {
                 .unwrap_or_else(|| format!("worker-{}", ids.next_uuid())),
             ids,
             lease_ttl: self.lease_ttl.unwrap_or(Duration::from_secs(60)),
+            cancel_poll: self
+                .cancel_poll
+                .unwrap_or(crate::cancels::DEFAULT_CANCEL_POLL),
+            cancels: Default::default(),
             work: Arc::default(),
         })
     }

@@ -211,11 +211,19 @@ impl Engine {
                 });
             }
             let run_scope = derive(&run)?;
+            // A cancel request stops the step in flight (see `crate::cancels`).
+            let watch = self.cancels.watch(run.id, run.thread_id, &control.cancel);
+            let control = &RunControl {
+                cancel: watch.token().clone(),
+                ..control.clone()
+            };
+            let run_id = run.id;
             // Losing the lease stops the run where it is.
             tokio::select! {
                 biased;
                 r = self.execute_leased(&run_scope, run, lease.clone(), history, control, observer) => r,
                 e = self.keep_lease(scope, lease.clone()) => self.lost_lease(scope, &lease, e).await,
+                never = crate::cancels::Cancels::poll(self.runs.as_ref(), scope, run_id, watch.token(), self.cancel_poll) => match never {},
             }
         }
         .await;

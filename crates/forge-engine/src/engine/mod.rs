@@ -162,6 +162,10 @@ pub struct Engine {
     pub(crate) ids: Arc<dyn IdGenerator>,
     pub(crate) worker_id: String,
     pub(crate) lease_ttl: Duration,
+    /// How often an executing run polls for a cancel requested through another process.
+    pub(crate) cancel_poll: Duration,
+    /// The runs executing here, each stoppable at once by a cancel requested here.
+    pub(crate) cancels: crate::cancels::Cancels,
     /// Signalled when this engine queued work (a run submitted, a run resumed by a decision):
     /// this process's idle workers claim it at once instead of at their next poll.
     pub(crate) work: Arc<tokio::sync::Notify>,
@@ -233,6 +237,17 @@ impl Engine {
     /// The run store (and event log).
     pub fn runs(&self) -> &Arc<dyn RunStore> {
         &self.runs
+    }
+
+    /// Asks a run to cancel ([`RunStore::request_cancel`]): a step in flight in this process
+    /// stops at once (its model stream and tool calls are abandoned, the usage reported so far
+    /// is settled) and the run ends `cancelled`; one executing in another process stops within
+    /// that engine's cancel poll. Returns whether this call asked: `false` when the run had
+    /// ended or was already asked.
+    pub async fn request_cancel(&self, scope: &Scope, run: RunId) -> Result<bool, EngineError> {
+        let asked = self.runs.request_cancel(scope, run).await?;
+        self.cancels.fire(run);
+        Ok(asked)
     }
 
     /// Creates a queued run of a registered agent on a thread, with the user's input, enqueued
@@ -353,6 +368,7 @@ impl Engine {
         lease: bool,
     ) -> Result<(Run, Option<LeasedRun>), EngineError> {
         self.agent(&new.agent)?;
+        let interrupts = new.strategy == forge_core::ports::store::StartStrategy::Interrupt;
         if let Some(thread) = &new.new_thread {
             check_new_thread(thread)?;
         }
@@ -415,6 +431,10 @@ impl Engine {
         match &created {
             Ok((run, leased)) => {
                 span.set("run_id", run.id.to_string().into());
+                // The store asked the thread's runs to cancel; those executing here stop now.
+                if interrupts {
+                    self.cancels.fire_thread(run.thread_id, run.id);
+                }
                 // A run leased here is executed here: no worker is woken to find it held.
                 if leased.is_none() {
                     self.work.notify_one();

@@ -255,6 +255,13 @@ mod tests {
         async fn request_cancel(&self, scope: &Scope, id: RunId) -> Result<bool, Error> {
             self.inner.request_cancel(scope, id).await
         }
+        async fn cancels_requested(
+            &self,
+            scope: &Scope,
+            ids: &[RunId],
+        ) -> Result<Vec<RunId>, Error> {
+            self.inner.cancels_requested(scope, ids).await
+        }
         async fn get_run(&self, scope: &Scope, id: RunId) -> Result<Run, Error> {
             self.inner.get_run(scope, id).await
         }

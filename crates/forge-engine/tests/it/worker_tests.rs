@@ -1147,3 +1147,207 @@ async fn one_worker_of_a_fleet_sweeps_and_another_takes_over_when_it_stops() {
     stop_b.cancel();
     tb.await.unwrap();
 }
+
+/// A tool that panics with the text it was given in the panic's message, as a slicing bug on a
+/// document would.
+fn panicking_tool() -> Arc<dyn forge_core::ports::tool::Tool> {
+    Arc::new(forge_engine::native_tool(
+        "calculate",
+        "panics, quoting its input",
+        |_ctx, w: crate::tools_tests::Wait| async move {
+            if !w.label.is_empty() {
+                panic!("cannot cut {}", w.label);
+            }
+            Ok::<_, forge_core::ports::tool::ToolError>(String::new())
+        },
+    ))
+}
+
+#[tokio::test]
+async fn a_panic_in_a_run_fails_its_job_without_its_message() {
+    let script = r#"
+[[conversation]]
+[[conversation.turn]]
+tool_calls = [{ id = "c1", name = "calculate", input = { label = "DOCUMENT-TEXT-7f3a" } }]
+[[conversation.turn]]
+text = ["done"]
+"#;
+    let h = harness(script, vec![panicking_tool()], RunLimits::default());
+    let engine = Arc::new(h.engine);
+    let (_, run) = go(&h.store, &h.scope, &h.agent, &engine).await;
+    let config = WorkerConfig {
+        backoff_base: Duration::ZERO,
+        backoff_max: Duration::ZERO,
+        ..config()
+    };
+    let worker = Worker::new(engine.clone(), h.store.clone(), config);
+    // Before the fix the panic went on through `run_one` and took the worker's loop with it.
+    // Each attempt fails the job, until it is dead-lettered.
+    loop {
+        match worker.run_one(&CancellationToken::new()).await.unwrap() {
+            Some(JobOutcome::Failed(JobState::Dead)) => break,
+            Some(JobOutcome::Failed(_)) => continue,
+            other => panic!("a panic fails the job: {other:?}"),
+        }
+    }
+    let dead = h
+        .store
+        .dead_jobs(&SystemScope::new("test"), 10)
+        .await
+        .unwrap();
+    assert_eq!(dead[0].run_id, run.id);
+    let reason = dead[0].last_error.clone().unwrap_or_default();
+    assert!(reason.contains("panicked"), "{reason}");
+    assert!(!reason.contains("DOCUMENT-TEXT"), "{reason}");
+}
+
+/// One step streaming fifty chunks, 100 ms apart (five seconds), then done.
+const LONG_ANSWER: &str = r#"
+[[conversation]]
+[[conversation.turn]]
+chunk_delay_ms = 100
+text = ["w ", "w ", "w ", "w ", "w ", "w ", "w ", "w ", "w ", "w ",
+        "w ", "w ", "w ", "w ", "w ", "w ", "w ", "w ", "w ", "w ",
+        "w ", "w ", "w ", "w ", "w ", "w ", "w ", "w ", "w ", "w ",
+        "w ", "w ", "w ", "w ", "w ", "w ", "w ", "w ", "w ", "w ",
+        "w ", "w ", "w ", "w ", "w ", "w ", "w ", "w ", "w ", "last"]
+[[conversation]]
+[[conversation.turn]]
+text = ["second"]
+"#;
+
+/// How a test asks the streaming run to cancel once its first chunk is out.
+#[derive(Clone, Copy, Debug)]
+enum Ask {
+    /// Through the engine of the process that executes it.
+    Engine,
+    /// Through the store alone, as another process (a server without a worker) does.
+    Store,
+    /// By starting a run with the `Interrupt` strategy on its thread, through the engine.
+    Interrupt,
+}
+
+/// Counts the streamed parts and, at the first, asks the run to cancel as `ask` says.
+struct CancelOnFirstChunk {
+    engine: std::sync::OnceLock<Arc<Engine>>,
+    store: Arc<forge_store_memory::MemoryStore>,
+    scope: Scope,
+    agent: forge_core::agent::AgentRef,
+    ask: Ask,
+    run: RunId,
+    thread: forge_core::id::ThreadId,
+    streamed: std::sync::atomic::AtomicUsize,
+}
+
+impl RunObserver for CancelOnFirstChunk {
+    fn on_event(&self, e: &RunEvent) {
+        if e.run_id != self.run
+            || !matches!(
+                e.kind,
+                RunEventKind::PartAdded { .. } | RunEventKind::PartUpdated { .. }
+            )
+        {
+            return;
+        }
+        if self
+            .streamed
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+            > 0
+        {
+            return;
+        }
+        let (engine, store, scope, run, ask) = (
+            self.engine.get().unwrap().clone(),
+            self.store.clone(),
+            self.scope.clone(),
+            self.run,
+            self.ask,
+        );
+        let (agent, thread) = (self.agent.clone(), self.thread);
+        tokio::spawn(async move {
+            match ask {
+                Ask::Engine => assert!(engine.request_cancel(&scope, run).await.unwrap()),
+                Ask::Store => assert!(store.request_cancel(&scope, run).await.unwrap()),
+                Ask::Interrupt => {
+                    let mut new = NewRun::new(thread, agent, vec![Part::text("instead")]);
+                    new.strategy = forge_core::ports::store::StartStrategy::Interrupt;
+                    engine.submit(&scope, new).await.unwrap();
+                }
+            }
+        });
+    }
+}
+
+/// Cancelling a run whose one step streams a long answer stops the stream: the run ends
+/// `cancelled`, with far fewer chunks than the answer had, and the usage of the cut call is
+/// settled (a `usage.updated` before the end).
+async fn a_streaming_step_stops_when(ask: Ask) {
+    let h =
+        crate::harness::harness_built(LONG_ANSWER, vec![], agent(&[], RunLimits::default()), |b| {
+            b.cancel_poll(Duration::from_millis(20))
+        });
+    let engine = Arc::new(h.engine);
+    let (thread, run) = go(&h.store, &h.scope, &h.agent, &engine).await;
+    let observer = Arc::new(CancelOnFirstChunk {
+        engine: std::sync::OnceLock::new(),
+        store: h.store.clone(),
+        scope: h.scope.clone(),
+        agent: h.agent.clone(),
+        ask,
+        run: run.id,
+        thread: thread.id,
+        streamed: Default::default(),
+    });
+    observer.engine.set(engine.clone()).unwrap();
+    let worker =
+        Worker::new(engine.clone(), h.store.clone(), config()).with_observer(observer.clone());
+    assert_eq!(
+        worker.run_one(&CancellationToken::new()).await.unwrap(),
+        Some(JobOutcome::Finished(RunStatus::Cancelled)),
+        "{ask:?}"
+    );
+    let streamed = observer.streamed.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(
+        streamed < 25,
+        "{ask:?}: {streamed} of 50 chunks streamed after the cancel"
+    );
+    let events = h.store.read_events(&h.scope, run.id, 0, 500).await.unwrap();
+    assert!(
+        matches!(
+            events.last().unwrap().kind,
+            RunEventKind::RunCancelled { .. }
+        ),
+        "{ask:?}"
+    );
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e.kind, RunEventKind::UsageUpdated { step: 1, .. })),
+        "{ask:?}: the cut call's usage is settled"
+    );
+    if let Ask::Interrupt = ask {
+        // The interrupting run goes next, and runs.
+        assert_eq!(
+            worker.run_one(&CancellationToken::new()).await.unwrap(),
+            Some(JobOutcome::Finished(RunStatus::Completed))
+        );
+        let runs = h.store.list_runs(&h.scope, thread.id).await.unwrap();
+        assert_eq!(runs.len(), 2);
+        assert_eq!(runs[1].status, RunStatus::Completed);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_through_the_engine_stops_a_streaming_step() {
+    a_streaming_step_stops_when(Ask::Engine).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_from_another_process_stops_a_streaming_step() {
+    a_streaming_step_stops_when(Ask::Store).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interrupting_run_stops_a_streaming_step_and_goes_next() {
+    a_streaming_step_stops_when(Ask::Interrupt).await;
+}

@@ -134,18 +134,19 @@ impl Mutation {
         Ok(RunObject(run))
     }
 
-    /// Asks a run to cancel; `true` when this call asked first. It stops after the step in
-    /// progress (a waiting run at once).
+    /// Asks a run to cancel; `true` when this call asked first. The step in progress stops (its
+    /// model stream and tool calls are abandoned; within the worker's cancel poll when another
+    /// process executes it) and the run ends `cancelled`; a waiting run is cancelled at once.
     async fn cancel_run(&self, ctx: &Context<'_>, run_id: ID) -> async_graphql::Result<bool> {
         let (scope, app) = (scope(ctx)?, state(ctx)?);
         let run = get_run(ctx, &run_id).await?;
         thread_access(ctx, run.thread_id, PolicyAction::Execute, "run")?;
+        // Through the engine: a step in flight in this process stops at once.
         let asked = app
             .engine
-            .runs()
             .request_cancel(scope, run.id)
             .await
-            .map_err(store_error)?;
+            .map_err(client_error)?;
         app.bus.publish(Wake::Run {
             run_id: run.id,
             thread_id: run.thread_id,

@@ -281,3 +281,61 @@ async fn a_server_restarted_mid_stream_resumes_the_client_without_duplicated_tex
     assert!(log.last().unwrap().kind.is_terminal());
     assert_converged(&transcript, run.parse().unwrap(), &log, CHUNKS);
 }
+
+/// A cancel asked of a server without a worker stops the answer a worker process is streaming:
+/// the run ends `cancelled` with far fewer chunks than the model would have sent (before, all of
+/// them streamed and the run completed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_through_a_server_stops_the_stream_of_another_processs_worker() {
+    let d = Deployment::new().await;
+    std::fs::write(
+        d.dir.join("streamer.toml"),
+        AGENT.replace("chunks-20-cdelayus-150000", "chunks-50-cdelayus-100000"),
+    )
+    .unwrap();
+    let (_server, addr) = d.server();
+    let mut worker = d.worker();
+    let t = token("acme");
+    let (run, mut client) = run_and_follow(&addr, &t).await;
+    let mut transcript = Transcript::new();
+    let (mut chunks, mut asked) = (0, None);
+    loop {
+        let item = client.next().await.expect("the run stream stays open");
+        transcript.apply(&item).unwrap();
+        if chunk_text(&item).is_some() {
+            chunks += 1;
+            if asked.is_none() {
+                let d = gql(
+                    &addr,
+                    &t,
+                    "mutation($id: ID!) { cancelRun(runId: $id) }",
+                    json!({"id": run}),
+                )
+                .await;
+                assert_eq!(d["cancelRun"], true);
+                asked = Some(std::time::Instant::now());
+            }
+        }
+        let committed = transcript.committed(run.parse().unwrap());
+        if committed.last().is_some_and(|e| e.kind.is_terminal()) {
+            break;
+        }
+    }
+    if let Some(at) = asked {
+        eprintln!(
+            "cancel → run.cancelled across processes: {:?}",
+            at.elapsed()
+        );
+    }
+    kill9(&mut worker);
+    let log = committed_log(&addr, &t, &run).await;
+    assert_eq!(
+        log.last().unwrap().kind.type_name(),
+        "run.cancelled",
+        "{log:?}"
+    );
+    assert!(
+        chunks < 25,
+        "{chunks} of 50 chunks streamed after the cancel"
+    );
+}

@@ -3,6 +3,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::process::Stdio;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -76,6 +77,11 @@ pub struct ServerHandle {
     env: Env,
     reporter: Arc<dyn Reporter>,
     state: Mutex<State>,
+    /// Catalog refreshes the server asked for (`notifications/tools/list_changed`), counted.
+    asked: AtomicU64,
+    /// The count of asked refreshes the last completed listing covers: calls wait until it
+    /// catches up with `asked` (see [`ServerHandle::settled`]).
+    listed: tokio::sync::watch::Sender<u64>,
 }
 
 impl std::fmt::Debug for ServerHandle {
@@ -94,6 +100,8 @@ struct Client {
 impl rmcp::ClientHandler for Client {
     async fn on_tool_list_changed(&self, context: NotificationContext<RoleClient>) {
         if let Some(server) = self.server.upgrade() {
+            // Counted before anything else: from now on, calls wait for the listing.
+            server.asked.fetch_add(1, Ordering::SeqCst);
             let peer = context.peer.clone();
             tokio::spawn(async move { server.reconcile(&peer).await });
         }
@@ -129,6 +137,8 @@ impl ServerHandle {
             env,
             reporter,
             state: Mutex::new(State::default()),
+            asked: AtomicU64::new(0),
+            listed: tokio::sync::watch::Sender::new(0),
         })
     }
 
@@ -257,6 +267,8 @@ impl ServerHandle {
 
     /// Lists the live catalog and records which pinned tools it still matches; reports drift.
     async fn reconcile(&self, peer: &Peer<RoleClient>) {
+        // The refreshes asked for so far are covered by a listing that starts after them.
+        let covers = self.asked.load(Ordering::SeqCst);
         let listed = tokio::time::timeout(self.config.call_timeout(), peer.list_all_tools()).await;
         let live: Vec<ToolDefinition> = match listed {
             Ok(Ok(tools)) => tools.iter().map(ToolDefinition::from_rmcp).collect(),
@@ -278,9 +290,22 @@ impl ServerHandle {
             state.diff = Some(diff.clone());
             report
         };
+        self.listed.send_modify(|done| *done = (*done).max(covers));
         if report {
             self.reporter.drift(&diff);
         }
+    }
+
+    /// Waits, at most `limit`, until the catalog has been listed since the server last said it
+    /// changed; `false` when it has not been by then (the listing failed or is slow). A call is
+    /// sent only after this: the definition it runs under is then the one the listing checked
+    /// against the pin, not one the server changed after announcing it.
+    pub async fn settled(&self, limit: Duration) -> bool {
+        let asked = self.asked.load(Ordering::SeqCst);
+        let mut listed = self.listed.subscribe();
+        tokio::time::timeout(limit, listed.wait_for(|done| *done >= asked))
+            .await
+            .is_ok_and(|r| r.is_ok())
     }
 
     /// Starts the supervisor: connect, list, wait for the connection to end, restart with

@@ -79,6 +79,18 @@ impl Tool for McpTool {
         input: serde_json::Value,
     ) -> Result<serde_json::Value, ToolError> {
         let server = self.server.name();
+        // A change the server announced is listed and checked before any call goes out; while
+        // the listing is pending, calls wait for it, and fail closed if it does not come.
+        if !self
+            .server
+            .settled(self.server.config().call_timeout())
+            .await
+        {
+            return Err(ToolError::Unavailable(format!(
+                "MCP server {server} announced a change to its tools and has not listed them \
+                 since; the call was not sent"
+            )));
+        }
         // Checked again here: the server may have changed the tool since it was offered or
         // approved; a changed tool does not run.
         if !self.server.verified(&self.remote) {

@@ -711,3 +711,83 @@ async fn a_slow_call_times_out_and_is_cancelled_and_a_dead_server_is_restarted()
     assert_eq!(pids.len(), 2);
     assert_ne!(pids[0], pids[1], "a new process answered after the restart");
 }
+
+/// The drift server, its listings held back `delay_ms` after a change, with `extra` lines for
+/// the server's table.
+fn drift(file: &Path, delay_ms: u64, extra: &str) -> String {
+    format!(
+        "[[servers]]\nname = \"drift\"\ntransport = \"stdio\"\ncommand = {:?}\nargs = [{:?}]\n\
+         env = {{ FORGE_LEDGER = {:?}, FORGE_LIST_DELAY_MS = \"{delay_ms}\" }}\n{extra}\n\
+         [servers.tools.echo]\nclassification = \"read\"\n\
+         [servers.tools.flip]\nclassification = \"read\"\n\
+         [servers.tools.touch]\nclassification = \"read\"\n",
+        mcp_servers::python(),
+        mcp_servers::drift_server(),
+        file.display().to_string(),
+    )
+}
+
+/// The held-out failure: a server announces that its tools changed and changes `echo`; a call
+/// to `echo` made before the client's listing came back went out against the new definition.
+/// Now the call waits for the listing, which finds `echo` changed, and is refused unsent — every
+/// time (five rounds), with the listing held back 400 ms. A change of nothing only delays the call.
+#[tokio::test]
+async fn a_call_after_an_announced_change_waits_for_the_listing_and_runs_only_as_pinned() {
+    for round in 0..5 {
+        let ledger = temp_file("drift.jsonl");
+        let c = config(&drift(&ledger, 400, ""));
+        let lock = pin_all(&c).await;
+        let (rt, reports) = start(&c, &lock).await;
+        let echo = tool(&rt, "drift__echo");
+        // Pinned and unchanged: it runs.
+        echo.call(&ctx("c0"), json!({"text": "hi"})).await.unwrap();
+        // A change of nothing: the call waits for the listing, then runs.
+        tool(&rt, "drift__touch")
+            .call(&ctx("c1"), json!({}))
+            .await
+            .unwrap();
+        echo.call(&ctx("c2"), json!({"text": "hi"})).await.unwrap();
+        // A change: the call is refused and never reaches the server.
+        tool(&rt, "drift__flip")
+            .call(&ctx("c3"), json!({}))
+            .await
+            .unwrap();
+        let e = echo
+            .call(&ctx("c4"), json!({"text": "hi"}))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&e, ToolError::Unavailable(m) if m.contains("changed since it was pinned")),
+            "round {round}: {e}"
+        );
+        let calls = ledger_lines(&ledger);
+        assert_eq!(calls.len(), 2, "round {round}: {calls:?}");
+        assert!(
+            calls.iter().all(|c| c["changed"] == false),
+            "round {round}: a call ran against the changed definition: {calls:?}"
+        );
+        assert_eq!(reports.drift.lock().unwrap().len(), 1, "round {round}");
+    }
+}
+
+/// A listing that does not come within the call timeout fails the call closed: it is not sent.
+#[tokio::test]
+async fn a_call_fails_closed_while_an_announced_change_is_not_listed() {
+    let ledger = temp_file("drift.jsonl");
+    let c = config(&drift(&ledger, 3_000, "call_timeout_secs = 1"));
+    let lock = pin_all(&c).await;
+    let (rt, _) = start(&c, &lock).await;
+    tool(&rt, "drift__touch")
+        .call(&ctx("c1"), json!({}))
+        .await
+        .unwrap();
+    let e = tool(&rt, "drift__echo")
+        .call(&ctx("c2"), json!({"text": "hi"}))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&e, ToolError::Unavailable(m) if m.contains("has not listed them since")),
+        "{e}"
+    );
+    assert!(ledger_lines(&ledger).is_empty(), "the call was not sent");
+}

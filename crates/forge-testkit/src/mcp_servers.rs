@@ -1,7 +1,7 @@
 //! The real MCP servers tests run against, installed on first use by `mcp-servers/install.sh`
 //! (also run by `.ci/run`): `@modelcontextprotocol/server-everything` from npm at two published
-//! versions (`everything-2025-9`, `everything-2026-8`), `mcp-server-time` from PyPI, and
-//! `ledger_server.py` on the official Python SDK.
+//! versions (`everything-2025-9`, `everything-2026-8`), `mcp-server-time` from PyPI,
+//! `ledger_server.py` on the official Python SDK, and `drift_server.py` on the JSON-RPC wire.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -58,7 +58,13 @@ pub fn time_server() -> String {
         .to_string()
 }
 
-/// The ledger server's script.
+/// `drift_server.py`, which changes a tool while a client uses it; run with [`python`] (it needs
+/// nothing beyond the standard library).
+pub fn drift_server() -> String {
+    dir().join("drift_server.py").display().to_string()
+}
+
+/// `ledger_server.py`, run with [`python`].
 pub fn ledger_server() -> String {
     dir().join("ledger_server.py").display().to_string()
 }

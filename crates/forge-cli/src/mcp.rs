@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use forge_core::ports::audit::{AuditLog, AuditRecord};
 use forge_core::scope::{PrincipalId, Scope, TenantId};
+use forge_core::telemetry::LogEvent;
 use forge_core::time::{Clock, SystemClock};
 use forge_engine::DEPLOYMENT_TENANT;
 use forge_mcp::server::Reporter;
@@ -58,9 +59,20 @@ impl Reporter for StderrReporter {
         eprintln!("forge: MCP server {server}: {message}; restarting with backoff");
     }
 
+    /// A server's stderr line is its own text (it can echo a credential or a user's input):
+    /// logged in the closed vocabulary, its server and length only.
     fn output(&self, server: &str, line: &str) {
-        eprintln!("mcp[{server}]: {line}");
+        let (event, fields) = output_record(server, line);
+        crate::telemetry::stderr_logger().log(event, fields);
     }
+}
+
+/// The log line for a line an MCP server wrote to its stderr: never the text.
+fn output_record(server: &str, line: &str) -> (LogEvent, Vec<forge_core::telemetry::Attr>) {
+    (
+        LogEvent::McpServerOutput,
+        vec![("server", server.into()), ("bytes", line.len().into())],
+    )
 }
 
 /// Reports to stderr and records drift in the deployment's audit trail.
@@ -295,5 +307,23 @@ pub(crate) async fn run(command: McpCommand) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_servers_stderr_is_logged_by_length_only() {
+        let line = "token=ghp_abcdefghijklmnopqrstuvwxyz0123456789 for alice@example.com";
+        let (event, fields) = output_record("crm", line);
+        assert_eq!(event.as_str(), "mcp.server_output");
+        let printed = format!("{fields:?}");
+        assert!(
+            !printed.contains("ghp_") && !printed.contains("alice"),
+            "{printed}"
+        );
+        assert!(printed.contains(&line.len().to_string()), "{printed}");
     }
 }

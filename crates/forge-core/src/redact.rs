@@ -6,12 +6,17 @@
 //! signature parameters of signed URLs, and PEM private keys. Each match becomes `[REDACTED]`
 //! (a bearer token keeps its `Bearer ` prefix; a URL keeps its parameter name).
 //!
+//! Secrets resolved from references anywhere in the process (a provider's key, an MCP server's
+//! `env:` value, a storage or embedder key) are registered with [`register_secret`] as they are
+//! resolved, and every redactor scrubs them too: a tool that echoes one never shows it to the
+//! model, an output or the store, whichever configuration it came from.
+//!
 //! Text that arrives in pieces (a model's stream) goes through a [`StreamRedactor`]: scrubbing
 //! each piece alone would let a secret split across two pieces through whole, so it emits only the
 //! prefix that can no longer become part of a secret or a credential, and holds the rest back.
 
 use std::borrow::Cow;
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError, RwLock};
 
 use regex::Regex;
 
@@ -20,6 +25,37 @@ pub const REDACTED: &str = "[REDACTED]";
 
 /// Secret values shorter than this are not registered: they would match ordinary text.
 pub const MIN_SECRET_LEN: usize = 8;
+
+/// The secrets registered process-wide, longest first.
+static REGISTERED: RwLock<Option<Arc<Vec<String>>>> = RwLock::new(None);
+
+/// Registers a secret value resolved from a reference, so that every [`Redactor`] of the process,
+/// made before or after, scrubs it. Values shorter than [`MIN_SECRET_LEN`] are ignored, as by
+/// [`Redactor::new`]. Secrets live as long as the process: nothing unregisters one.
+pub fn register_secret(value: &str) {
+    if value.len() < MIN_SECRET_LEN {
+        return;
+    }
+    let mut registered = REGISTERED.write().unwrap_or_else(PoisonError::into_inner);
+    let known = registered
+        .as_deref()
+        .is_some_and(|r| r.iter().any(|s| s == value));
+    if !known {
+        let mut all: Vec<String> = registered.as_deref().cloned().unwrap_or_default();
+        all.push(value.to_owned());
+        all.sort_by_key(|s| std::cmp::Reverse(s.len()));
+        *registered = Some(Arc::new(all));
+    }
+}
+
+/// The secrets registered so far.
+fn registered() -> Arc<Vec<String>> {
+    REGISTERED
+        .read()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone()
+        .unwrap_or_default()
+}
 
 /// Scrubs secrets from text and JSON. Cheap to clone.
 #[derive(Debug, Clone)]
@@ -32,7 +68,7 @@ struct Inner {
     secrets: Vec<String>,
     /// Whole-match patterns.
     whole: Vec<Regex>,
-    /// Patterns whose first group is kept and the rest redacted.
+    /// Patterns whose first group (and second, when there is one) is kept and the rest redacted.
     keep_prefix: Vec<Regex>,
 }
 
@@ -56,6 +92,7 @@ const WHOLE: &[&str] = &[
 
 const KEEP_PREFIX: &[&str] = &[
     r"(?i)(\bbearer\s+)[A-Za-z0-9._~+/=-]{8,}",
+    r"(?i)(\b[a-z][a-z0-9+.-]*://[^\s:/@]*:)[^\s@/]+(@)",
     r"(?i)([?&](?:x-amz-signature|x-amz-credential|x-amz-security-token|x-goog-signature|x-goog-credential|signature|sig|token|access_token|api_key|apikey|key)=)[^&#\s]+",
 ];
 
@@ -86,7 +123,22 @@ impl Redactor {
         }
     }
 
-    /// How many secret values are registered.
+    /// Whether `text` has the shape of a credential (a provider key, a bearer token, a JWT, a
+    /// URL with a password or a signature, a private key): a value a configuration must give as
+    /// a reference, never inline, whatever it is called.
+    pub fn credential_shaped(text: &str) -> bool {
+        static PATTERNS: std::sync::OnceLock<Redactor> = std::sync::OnceLock::new();
+        let patterns = PATTERNS.get_or_init(|| Redactor::new(Vec::<String>::new()));
+        patterns
+            .inner
+            .whole
+            .iter()
+            .chain(&patterns.inner.keep_prefix)
+            .any(|re| re.is_match(text))
+    }
+
+    /// How many secret values this redactor was given (those registered process-wide with
+    /// [`register_secret`] are scrubbed too, and not counted here).
     pub fn secret_count(&self) -> usize {
         self.inner.secrets.len()
     }
@@ -94,7 +146,14 @@ impl Redactor {
     /// `text` with every secret value and credential-shaped span replaced.
     pub fn redact<'a>(&self, text: &'a str) -> Cow<'a, str> {
         let mut out = Cow::Borrowed(text);
-        for secret in &self.inner.secrets {
+        let registered = registered();
+        let mut secrets: Vec<&String> = self.inner.secrets.iter().collect();
+        if !registered.is_empty() {
+            // Longest first across both lists, so a secret containing another goes whole.
+            secrets.extend(registered.iter());
+            secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
+        }
+        for secret in secrets {
             if out.contains(secret.as_str()) {
                 out = Cow::Owned(out.replace(secret.as_str(), REDACTED));
             }
@@ -108,7 +167,8 @@ impl Redactor {
             if re.is_match(&out) {
                 out = Cow::Owned(
                     re.replace_all(&out, |c: &regex::Captures<'_>| {
-                        format!("{}{REDACTED}", &c[1])
+                        let kept_after = c.get(2).map_or("", |m| m.as_str());
+                        format!("{}{REDACTED}{kept_after}", &c[1])
                     })
                     .into_owned(),
                 );
@@ -172,7 +232,8 @@ impl Redactor {
     /// The byte ranges of every secret value and credential pattern found in `text`.
     fn matches(&self, text: &str) -> Vec<std::ops::Range<usize>> {
         let mut found = Vec::new();
-        for secret in &self.inner.secrets {
+        let registered = registered();
+        for secret in self.inner.secrets.iter().chain(registered.iter()) {
             found.extend(
                 text.match_indices(secret.as_str())
                     .map(|(at, m)| at..at + m.len()),
@@ -206,7 +267,8 @@ impl Redactor {
             cut = cut.min(begin);
         }
         // A registered secret may contain spaces: hold any tail that could still become one.
-        for secret in &self.inner.secrets {
+        let registered = registered();
+        for secret in self.inner.secrets.iter().chain(registered.iter()) {
             let longest = (1..=secret.len().min(held.len())).rev().find(|&k| {
                 held.is_char_boundary(held.len() - k) && secret.starts_with(&held[held.len() - k..])
             });
@@ -423,6 +485,59 @@ mod tests {
             let out = streamed(&r, &pieces);
             proptest::prop_assert!(!out.contains(secret));
             proptest::prop_assert!(!r.redact(&text).contains(secret));
+        }
+    }
+
+    #[test]
+    fn a_secret_registered_later_is_scrubbed_by_every_redactor() {
+        let made_before = Redactor::new(["provider-key-0001"]);
+        let secret = "mcp-env-value-registered-7c1d";
+        assert_eq!(made_before.redact(secret), secret, "not registered yet");
+        register_secret(secret);
+        // A longer registered secret containing a redactor's own goes whole.
+        register_secret("provider-key-0001-and-more-4f2a");
+        let text = format!("echo: {secret}; provider-key-0001-and-more-4f2a");
+        for r in [made_before.clone(), Redactor::default()] {
+            assert_eq!(r.redact(&text), "echo: [REDACTED]; [REDACTED]");
+        }
+        let streamed = streamed(
+            &made_before,
+            &["echo: mcp-env-val", "ue-registered-7c1d done"],
+        );
+        assert_eq!(streamed, "echo: [REDACTED] done");
+    }
+
+    #[test]
+    fn a_password_in_a_url_is_redacted_and_the_url_keeps_its_shape() {
+        let r = Redactor::default();
+        assert_eq!(
+            r.redact("DATABASE_URL=postgres://app:s3cr3t-pass@db.internal:5432/forge"),
+            "DATABASE_URL=postgres://app:[REDACTED]@db.internal:5432/forge"
+        );
+        assert_eq!(
+            r.redact("see https://example.com/a:b"),
+            "see https://example.com/a:b"
+        );
+    }
+
+    #[test]
+    fn credential_shapes_are_recognised_whatever_their_name() {
+        for value in [
+            "Bearer abcdefgh12345678",
+            "sk-proj-abcdefghijklmnopqrstuvwx1234",
+            "ghp_abcdefghijklmnopqrstuvwxyz0123456789",
+            "postgres://app:s3cr3t@db:5432/forge",
+            "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0In0.c2lnbmF0dXJlLXZhbHVl",
+        ] {
+            assert!(Redactor::credential_shaped(value), "{value}");
+        }
+        for value in [
+            "INFO",
+            "/var/lib/forge",
+            "https://api.example.com/v1",
+            "true",
+        ] {
+            assert!(!Redactor::credential_shaped(value), "{value}");
         }
     }
 

@@ -36,6 +36,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use forge_core::ports::tool::{ApprovalPolicy, ToolClassification};
+use forge_core::redact::Redactor;
 use forge_providers::SecretRef;
 use reqwest::Url;
 use serde::Deserialize;
@@ -219,9 +220,13 @@ impl ServerConfig {
                 self.name
             )));
         }
+        // By its name, or by its shape whatever it is called (`X-Custom = "Bearer …"`, a URL
+        // with a password, a provider key).
         let literal = |kind: &str, map: &BTreeMap<String, ConfigValue>| {
             map.iter()
-                .find(|(k, v)| sensitive(k) && !v.is_reference())
+                .find(|(k, v)| {
+                    !v.is_reference() && (sensitive(k) || Redactor::credential_shaped(&v.0))
+                })
                 .map(|(k, _)| {
                     McpError::Config(format!(
                         "MCP server {}: {kind} {k} carries a credential and must be an env:NAME or file:PATH reference (the value given is not repeated here)",
@@ -231,6 +236,18 @@ impl ServerConfig {
         };
         if let Some(e) = literal("header", &self.headers).or_else(|| literal("env", &self.env)) {
             return Err(e);
+        }
+        if let Some(at) = self
+            .args
+            .iter()
+            .position(|a| Redactor::credential_shaped(a))
+        {
+            return Err(McpError::Config(format!(
+                "MCP server {}: argument {} has the shape of a credential; pass it through `env` \
+                 as an env:NAME or file:PATH reference (the value given is not repeated here)",
+                self.name,
+                at + 1
+            )));
         }
         match self.transport {
             TransportKind::Stdio => {
@@ -376,6 +393,36 @@ mod tests {
             e.contains("credentials in `url`") && !e.contains("hunter2"),
             "{e}"
         );
+    }
+
+    /// The held-out cases: credential-shaped literals under names that do not say so.
+    #[test]
+    fn a_credential_shaped_literal_is_refused_whatever_its_name() {
+        let stdio = |line: &str| {
+            format!("[[servers]]\nname = \"a\"\ntransport = \"stdio\"\ncommand = \"x\"\n{line}")
+        };
+        let http = |line: &str| {
+            format!(
+                "[[egress.allow]]\nhost = \"mcp.example.com\"\n[[servers]]\nname = \"a\"\n\
+                 transport = \"http\"\nurl = \"https://mcp.example.com/mcp\"\n{line}"
+            )
+        };
+        for text in [
+            http(r#"headers = { X-Custom = "Bearer abcdefgh12345678secret" }"#),
+            stdio(r#"env = { OPENAI = "sk-proj-abcdefghijklmnopqrstuvwxsecret" }"#),
+            stdio(r#"env = { GH = "ghp_abcdefghijklmnopqrstuvwxyzsecret0123" }"#),
+            stdio(r#"env = { DATABASE_URL = "postgres://app:pwsecret@db:5432/x" }"#),
+            stdio(r#"args = ["--db", "postgres://app:pwsecret@db:5432/x"]"#),
+        ] {
+            let e = parse(&text).unwrap_err().to_string();
+            assert!(e.contains("env:NAME or file:PATH"), "{text}: {e}");
+            assert!(!e.contains("secret"), "{e}");
+        }
+        // Ordinary values stay literals.
+        parse(&stdio(
+            r#"env = { LOG_LEVEL = "debug", HOME_URL = "https://example.com/" }"#,
+        ))
+        .unwrap();
     }
 
     #[test]

@@ -791,3 +791,53 @@ async fn a_call_fails_closed_while_an_announced_change_is_not_listed() {
     );
     assert!(ledger_lines(&ledger).is_empty(), "the call was not sent");
 }
+
+/// A secret an MCP server's configuration references (`env:`) and a tool echoes back never
+/// reaches the model or the store: resolving it registered it with every redactor.
+#[tokio::test]
+async fn a_servers_referenced_secret_echoed_by_a_tool_is_scrubbed_everywhere() {
+    let secret = "mcp-reveal-secret-6d0e91";
+    let ledger = temp_file("reveal.jsonl");
+    let c = config(&format!(
+        "[[servers]]\nname = \"drift\"\ntransport = \"stdio\"\ncommand = {:?}\nargs = [{:?}]\n\
+         env = {{ FORGE_LEDGER = {:?}, FORGE_REVEAL = \"env:FORGE_TEST_REVEAL\" }}\n\
+         [servers.tools.reveal]\nclassification = \"read\"\n",
+        mcp_servers::python(),
+        mcp_servers::drift_server(),
+        ledger.display().to_string(),
+    ));
+    let env: forge_mcp::server::Env =
+        Arc::new(move |name: &str| (name == "FORGE_TEST_REVEAL").then(|| secret.to_owned()));
+    let mut lock = LockFile::default();
+    let defs = fetch_catalog(&c.servers[0], Arc::new(c.egress.clone()), env.clone())
+        .await
+        .unwrap();
+    let pins = lock.servers.entry("drift".into()).or_default();
+    for d in defs {
+        pins.tools.insert(d.name.clone(), Pin::of(d));
+    }
+    let rt = McpRuntime::start(&c, &lock, env, Arc::new(Reports::default()))
+        .await
+        .unwrap();
+    let w = World::new(
+        vec![tool(&rt, "drift__reveal")],
+        &["drift__reveal".to_owned()],
+        None,
+        "[[conversation]]\n[[conversation.turn]]\ntool_calls = [{ id = \"c1\", name = \"drift__reveal\", input = {} }]\n\
+         [[conversation.turn]]\ntext = [\"It said: {{tool_result}}\"]\n",
+    );
+    let run = w.start("what are you configured with?").await;
+    assert_eq!(w.execute(run).await, RunStatus::Completed);
+    let results = w.results(run).await;
+    assert!(
+        text_of(&results["c1"]).contains("configured with [REDACTED]"),
+        "{results:?}"
+    );
+    let stored =
+        serde_json::to_string(&w.store.read_events(&w.scope, run, 0, 1000).await.unwrap()).unwrap();
+    // The log holds the final answer too, which quotes the tool result as the model was given it.
+    assert!(
+        !stored.contains(secret),
+        "the store or the model saw the secret"
+    );
+}

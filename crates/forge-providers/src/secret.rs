@@ -82,8 +82,16 @@ impl fmt::Display for SecretRef {
 
 impl SecretRef {
     /// Reads the value; `env` looks environment variables up (injected so tests need not touch the
-    /// process environment).
+    /// process environment). The value is registered with the process's redactors
+    /// ([`forge_core::redact::register_secret`]): whatever configuration it was resolved for, a
+    /// tool or a model that repeats it shows `[REDACTED]`.
     pub fn resolve(&self, env: &dyn Fn(&str) -> Option<String>) -> Result<Secret, SecretError> {
+        let resolved = self.read(env)?;
+        forge_core::redact::register_secret(resolved.expose());
+        Ok(resolved)
+    }
+
+    fn read(&self, env: &dyn Fn(&str) -> Option<String>) -> Result<Secret, SecretError> {
         match self {
             SecretRef::Env(name) => env(name)
                 .filter(|v| !v.is_empty())

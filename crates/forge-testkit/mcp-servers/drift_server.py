@@ -3,7 +3,8 @@ wire directly (no SDK) so that it controls exactly when it says what.
 
 Tools: `echo` (appends its call to the file named by FORGE_LEDGER, then answers), `flip` (changes
 `echo`'s input schema, sends `notifications/tools/list_changed`, then answers), `touch` (sends the
-notification without changing anything). After a notification, `tools/list` answers only after
+notification without changing anything), `reveal` (answers with its FORGE_REVEAL variable, as a
+careless tool echoes its credentials). After a notification, `tools/list` answers only after
 FORGE_LIST_DELAY_MS milliseconds (default 400): the window in which a client that does not wait
 for its refresh sends a call against the definition it pinned, not the one the server now has."""
 
@@ -37,6 +38,7 @@ def tools():
         echo_tool(),
         {"name": "flip", "description": "Changes echo.", "inputSchema": plain},
         {"name": "touch", "description": "Announces a change of nothing.", "inputSchema": plain},
+        {"name": "reveal", "description": "Echoes its configuration.", "inputSchema": plain},
     ]
 
 
@@ -55,6 +57,8 @@ def call(params):
         with open(LEDGER, "a", encoding="utf-8") as f:
             f.write(json.dumps({"tool": "echo", "changed": state["changed"]}) + "\n")
         return text_result(params.get("arguments", {}).get("text", ""))
+    if name == "reveal":
+        return text_result("configured with " + os.environ.get("FORGE_REVEAL", ""))
     if name in ("flip", "touch"):
         if name == "flip":
             state["changed"] = True

@@ -14,6 +14,11 @@
 //! 4. Packages the crates and builds the examples against them at the new version, and writes
 //!    the bill of materials, the license inventory and the `.crate` files to
 //!    `target/release-artifacts/<version>/`.
+//! 5. Gates the release on each dataset ([`GATES`]) against its committed trend, labelled
+//!    `release <version>`, and leaves the outcome appended to that trend for the release commit
+//!    — also with `--no-ci`, which skips `.ci/run` only. A failing gate stops the release; the
+//!    only way past it is a person's override (`FORGE_GATE_OVERRIDE_ACTOR` and `…_REASON`),
+//!    which the trend records as `overridden`.
 //!
 //! It commits and tags nothing: it prints the commands, after the diff has been read.
 
@@ -140,6 +145,72 @@ pub(crate) fn apply(root: &Path, from: &str, to: &str, date: &str) -> Result<(),
     Ok(())
 }
 
+/// A dataset the release is gated on, with what its `forge gate` needs besides it.
+pub(crate) struct Gate {
+    /// The dataset file.
+    pub(crate) dataset: &'static str,
+    /// Its committed trend, which the release's outcome is appended to.
+    pub(crate) trend: &'static str,
+    /// More arguments (skills, thresholds, MCP servers).
+    pub(crate) args: &'static [&'static str],
+}
+
+/// The datasets a release is gated on: `.ci/run` gates the same ones, against copies of their
+/// trends.
+pub(crate) const GATES: &[Gate] = &[
+    Gate {
+        dataset: "evals/core.toml",
+        trend: "evals/trend.json",
+        args: &[],
+    },
+    Gate {
+        dataset: "examples/shareflow/evals/shareflow.toml",
+        trend: "examples/shareflow/evals/trend.json",
+        args: &[
+            "--skills",
+            "examples/shareflow/skills",
+            "--thresholds",
+            "examples/shareflow/evals/thresholds.json",
+        ],
+    },
+    Gate {
+        dataset: "examples/crm/evals/crm.toml",
+        trend: "examples/crm/evals/trend.json",
+        args: &[
+            "--mcp",
+            "examples/crm/mcp/crm.toml",
+            "--skills",
+            "examples/crm/skills",
+            "--thresholds",
+            "examples/crm/evals/thresholds.json",
+        ],
+    },
+];
+
+impl Gate {
+    /// `forge gate` for this dataset at release `version`, appending to the committed trend
+    /// (the CRM's MCP server is the `crm` binary the examples' build left in the target
+    /// directory).
+    fn command(&self, root: &Path, version: &str) -> Command {
+        let mut cmd = Command::new(cargo());
+        let bin = target_dir(root).join("debug");
+        let path = std::env::var_os("PATH").unwrap_or_default();
+        let mut paths = vec![bin];
+        paths.extend(std::env::split_paths(&path));
+        cmd.current_dir(root)
+            .env(
+                "PATH",
+                std::env::join_paths(paths).unwrap_or_else(|_| path.clone()),
+            )
+            .args(["run", "--locked", "-q", "-p", "forge-cli", "--", "gate"])
+            .args(["--dataset", self.dataset, "--store", "memory"])
+            .args(["--trend", self.trend])
+            .args(["--label", &format!("release {version}")])
+            .args(self.args);
+        cmd
+    }
+}
+
 /// The whole release (see the module documentation).
 pub(crate) fn run(root: &Path, args: &[String]) -> Result<(), Vec<String>> {
     inner(root, args).map_err(|e| vec![e])
@@ -201,6 +272,12 @@ fn inner(root: &Path, args: &[String]) -> Result<(), String> {
         "cargo update --workspace",
     )?;
     crate::package::build_examples(root).map_err(|p| p.join("; "))?;
+    for gate in GATES {
+        status(
+            &mut gate.command(root, &to.to_string()),
+            &format!("the release gate of {}", gate.dataset),
+        )?;
+    }
 
     let target = target_dir(root);
     let out = target.join("release-artifacts").join(to.to_string());
@@ -231,6 +308,38 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
+
+    /// The held-out dodge: `--no-ci` skipped the gate. The gate is a step of its own, run
+    /// whatever the flags, appending to the committed trends (never a copy) under the release's
+    /// label; and every dataset `.ci/run` gates is gated here.
+    #[test]
+    fn every_release_gates_each_dataset_into_its_committed_trend() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let ci = std::fs::read_to_string(root.join(".ci/run")).unwrap();
+        let source = std::fs::read_to_string(root.join("xtask/src/release.rs")).unwrap();
+        let body = &source[source.find("fn inner(").unwrap()..source.find("#[cfg(test)]").unwrap()];
+        let gating = body.find("for gate in GATES").expect("the release gates");
+        assert!(
+            !body[gating..].contains("no_ci"),
+            "the gate does not depend on --no-ci"
+        );
+        for gate in GATES {
+            assert!(ci.contains(gate.dataset), "{} is gated in CI", gate.dataset);
+            assert!(root.join(gate.trend).is_file(), "{}", gate.trend);
+            let cmd = gate.command(&root, "1.2.3");
+            let args: Vec<String> = cmd
+                .get_args()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect();
+            let after = |flag: &str| {
+                let at = args.iter().position(|a| a == flag).unwrap();
+                args[at + 1].clone()
+            };
+            assert_eq!(after("--trend"), gate.trend);
+            assert_eq!(after("--label"), "release 1.2.3");
+            assert!(!args.iter().any(|a| a == "--no-record"));
+        }
+    }
 
     #[test]
     fn the_version_follows_the_kinds_of_change() {

@@ -250,6 +250,23 @@ pub enum GateFailure {
     },
     /// The scoring run is not completed: its totals are partial.
     Incomplete,
+    /// A dimension with a threshold has cases, and none of them could be scored (no judge, or
+    /// `--judge none`): the release would ship with it unmeasured.
+    Unmeasured {
+        /// The dimension.
+        dimension: Dimension,
+        /// Its cases.
+        cases: u32,
+    },
+    /// Cases of the baseline are gone while the dataset's version stayed the same: deleting a
+    /// failing case is not a way past the gate. Changing the version says the dataset changed
+    /// on purpose (and the report says so).
+    CasesRemoved {
+        /// The cases, by id.
+        cases: Vec<String>,
+        /// The dataset's version, in the baseline and now.
+        version: u32,
+    },
 }
 
 impl std::fmt::Display for GateFailure {
@@ -282,6 +299,18 @@ impl std::fmt::Display for GateFailure {
                 "the trend has releases but none of {dataset}: the regression check would be lost (gate its first release deliberately, with --first-release)"
             ),
             GateFailure::Incomplete => write!(f, "the scoring run is not completed"),
+            GateFailure::Unmeasured { dimension, cases } => write!(
+                f,
+                "{dimension} has a threshold and none of its {cases} case(s) could be scored: it \
+                 is unmeasured (give a judge; --judge none leaves it so)"
+            ),
+            GateFailure::CasesRemoved { cases, version } => write!(
+                f,
+                "{} case(s) of the baseline are gone and the dataset is still version {version}: \
+                 {} (raise the dataset's version if the change is deliberate)",
+                cases.len(),
+                cases.join(", ")
+            ),
         }
     }
 }
@@ -443,10 +472,12 @@ pub fn evaluate_gate(input: GateInput<'_>) -> GateReport {
             continue;
         };
         if s.scored == 0 {
-            warnings.push(format!(
-                "{d}: none of its {} case(s) could be scored; it is not measured",
-                s.cases
-            ));
+            if s.cases > 0 {
+                failures.push(GateFailure::Unmeasured {
+                    dimension: *d,
+                    cases: s.cases,
+                });
+            }
             continue;
         }
         let min = t.min_ppm();
@@ -517,10 +548,18 @@ pub fn evaluate_gate(input: GateInput<'_>) -> GateReport {
                 .map(String::as_str)
                 .filter(|id| !now.contains(id))
                 .collect();
-            if !removed.is_empty() {
+            if !removed.is_empty() && b.dataset_version == scores.run.dataset_version {
+                failures.push(GateFailure::CasesRemoved {
+                    cases: removed.iter().map(|c| (*c).to_owned()).collect(),
+                    version: b.dataset_version,
+                });
+            } else if !removed.is_empty() {
                 warnings.push(format!(
-                    "{} case(s) of the baseline are gone (not an improvement): {}",
+                    "{} case(s) of the baseline are gone (not an improvement), allowed because \
+                     the dataset's version changed from {} to {}: {}",
                     removed.len(),
+                    b.dataset_version,
+                    scores.run.dataset_version,
                     removed.join(", ")
                 ));
             }

@@ -113,7 +113,10 @@ pub(crate) struct WorkerKilled;
 
 /// Kills the executing worker at an exact point: when its execution emits the `after`th event,
 /// the execution unwinds there and then (no hook runs, nothing more of the step is produced or
-/// committed), leaving its job claim and run lease to lapse as a dead process's would.
+/// committed), leaving its run lease to lapse as a dead process's would. The worker takes the
+/// unwinding for a panic of the run's execution and fails the job (retried with backoff), where
+/// a dead process would leave its claim to lapse: either way another worker resumes the run from
+/// its last commit, which is what the cases grade.
 pub(crate) struct KillSwitch {
     after: u32,
     seen: AtomicU32,
@@ -125,6 +128,11 @@ impl KillSwitch {
             after,
             seen: AtomicU32::new(0),
         }
+    }
+
+    /// Whether the execution reached the kill point.
+    pub(crate) fn fired(&self) -> bool {
+        self.seen.load(Ordering::SeqCst) >= self.after
     }
 }
 

@@ -304,7 +304,7 @@ impl EngineRunner {
             match kill {
                 Some(after) => {
                     let switch = Arc::new(KillSwitch::new(after));
-                    let worker = worker.with_observer(switch as Arc<dyn RunObserver>);
+                    let worker = worker.with_observer(switch.clone() as Arc<dyn RunObserver>);
                     let task_drain = drain.clone();
                     let task = tokio::spawn(async move { worker.run_one(&task_drain).await });
                     match task.await {
@@ -315,6 +315,8 @@ impl EngineRunner {
                             }
                         }
                         Err(e) => anyhow::bail!("the worker was lost: {e}"),
+                        // The worker fails the job of an execution that unwound.
+                        Ok(Ok(Some(forge_engine::JobOutcome::Failed(_)))) if switch.fired() => {}
                         Ok(finished) => {
                             finished?;
                             anyhow::bail!(

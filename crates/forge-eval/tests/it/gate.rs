@@ -135,7 +135,7 @@ fn every_failure_is_collected_and_regressed_cases_are_named() {
         "still failing and new failures are not regressions"
     );
     let checks: Vec<String> = r.failures.iter().map(ToString::to_string).collect();
-    assert_eq!(checks.len(), 4, "{checks:?}");
+    assert_eq!(checks.len(), 5, "{checks:?}");
     assert!(
         checks[0].starts_with("task-completion scored 0.000"),
         "{checks:?}"
@@ -150,9 +150,39 @@ fn every_failure_is_collected_and_regressed_cases_are_named() {
         "2 case(s) passed in the baseline and fail now (at most 0 allowed): broke, kept"
     );
     assert!(
+        checks[4].starts_with(
+            "1 case(s) of the baseline are gone and the dataset is still version 1: dropped"
+        ),
+        "{checks:?}"
+    );
+}
+
+/// The held-out dodge: deleting the failing case from the dataset without changing its version
+/// passed with a warning. It fails now; with a new version it passes, and the report says why.
+#[test]
+fn deleting_a_failing_case_fails_unless_the_datasets_version_changed() {
+    let t = thresholds(&[(Task, 0.5)], 0.5);
+    let before = scored(vec![case("x", &[Task], PPM), case("y", &[Task], PPM)]);
+    let entry = trend_entry(&before, &gate(&before, None, false, &t, None), &t);
+    // `y` now fails; the dataset's owner deletes it.
+    let after = scored(vec![case("x", &[Task], PPM)]);
+    let r = gate(&after, Some(&entry), true, &t, None);
+    assert_eq!(r.outcome, GateOutcome::Fail);
+    assert_eq!(
+        r.failures,
+        [GateFailure::CasesRemoved {
+            cases: vec!["y".into()],
+            version: 1
+        }]
+    );
+    let mut bumped = after.clone();
+    bumped.run.dataset_version = 2;
+    let r = gate(&bumped, Some(&entry), true, &t, None);
+    assert_eq!(r.outcome, GateOutcome::Pass, "{:?}", r.failures);
+    assert!(
         r.warnings
             .iter()
-            .any(|w| w.contains("gone (not an improvement): dropped")),
+            .any(|w| w.contains("version changed from 1 to 2: y")),
         "{:?}",
         r.warnings
     );
@@ -309,23 +339,27 @@ fn half_an_override_or_a_blank_one_is_refused() {
     assert!(msg.contains("FORGE_GATE_OVERRIDE_REASON is not"), "{msg}");
 }
 
+/// Unscoreable cases warn; a dimension with a threshold none of whose cases could be scored (the
+/// held-out dodge: `--judge none`) fails; one without a threshold warns.
 #[test]
-fn unscoreable_cases_and_unmeasured_dimensions_warn_without_failing() {
+fn an_unmeasured_required_dimension_fails_and_unscoreable_cases_warn() {
     let mut u = case("judged", &[Dimension::DomainQuality], 0);
     u.verdict = Verdict::Unscoreable;
     let s = scored(vec![case("x", &[Task], PPM), u, case("z", &[Tools], PPM)]);
     let t = thresholds(&[(Task, 0.9), (Dimension::DomainQuality, 0.8)], 0.9);
     let r = gate(&s, None, false, &t, None);
-    assert_eq!(r.outcome, GateOutcome::Pass, "{:?}", r.failures);
-    assert!(
-        r.warnings
-            .iter()
-            .any(|w| w.contains("could not be scored (no judge?): judged"))
+    assert_eq!(r.outcome, GateOutcome::Fail);
+    assert_eq!(
+        r.failures,
+        [GateFailure::Unmeasured {
+            dimension: Dimension::DomainQuality,
+            cases: 1
+        }]
     );
     assert!(
         r.warnings
             .iter()
-            .any(|w| w.starts_with("domain-quality: none of its 1 case(s)"))
+            .any(|w| w.contains("could not be scored (no judge?): judged"))
     );
     assert!(
         r.warnings
@@ -336,8 +370,8 @@ fn unscoreable_cases_and_unmeasured_dimensions_warn_without_failing() {
     let mut open = s.clone();
     open.run.status = ScoringStatus::Running;
     assert_eq!(
-        gate(&open, None, false, &t, None).failures,
-        [GateFailure::Incomplete]
+        gate(&open, None, false, &t, None).failures[0],
+        GateFailure::Incomplete
     );
 }
 

@@ -82,6 +82,10 @@ pub(crate) struct FilesArgs {
     /// Archives: `refuse` or `flag`.
     #[arg(long = "on-archive", default_value = "refuse")]
     pub(crate) on_archive: String,
+    /// The longest a file reference lasts, in seconds: none is issued for longer, and one
+    /// expiring further ahead is refused when used.
+    #[arg(long = "max-file-reference-secs", env = "FORGE_MAX_FILE_REFERENCE_SECS", default_value_t = 7 * 24 * 3600)]
+    pub(crate) max_reference_secs: u64,
 }
 
 fn action(flag: &str, value: &str) -> anyhow::Result<Action> {
@@ -109,6 +113,7 @@ impl FilesArgs {
             on_mismatch: action("--on-type-mismatch", &self.on_mismatch)?,
             on_active_content: action("--on-active-content", &self.on_active_content)?,
             on_archive: action("--on-archive", &self.on_archive)?,
+            max_reference_ttl: Duration::from_secs(self.max_reference_secs),
             ..Policy::default()
         };
         for entry in &self.tenant_max_bytes {

@@ -107,6 +107,10 @@ pub struct Policy {
     pub on_active_content: Action,
     /// Archives.
     pub on_archive: Action,
+    /// The longest a file reference may last, at issue and when it is used: a reference whose
+    /// expiry lies further ahead than this is refused even when its signature is good (it was
+    /// not issued under this policy).
+    pub max_reference_ttl: std::time::Duration,
 }
 
 impl Default for Policy {
@@ -137,6 +141,7 @@ impl Default for Policy {
             on_mismatch: Action::Refuse,
             on_active_content: Action::Refuse,
             on_archive: Action::Refuse,
+            max_reference_ttl: crate::service::MAX_REFERENCE_TTL,
         }
     }
 }
@@ -332,35 +337,116 @@ fn is_archive(media_type: &str) -> bool {
     )
 }
 
-/// Active content in the file at `path` of type `media_type`: for HTML and SVG, a script, an
-/// event-handler attribute or a `javascript:` URL; for Office documents, macros (a
-/// `vbaProject.bin` part, or a legacy binary document, which cannot be shown to hold none).
+/// Active content in the file at `path` of type `media_type`: for HTML, SVG and Markdown (which
+/// may carry raw HTML), a script, an event-handler attribute or a `javascript:` URL; for PDF, a
+/// JavaScript or launch action (names read with their `#xx` escapes decoded); for Office
+/// documents, macros (a `vbaProject.bin` part, or a legacy binary document, which cannot be
+/// shown to hold none) and embedded executables (a part named like a program, or whose bytes
+/// start like one).
 pub fn active_content(path: &Path, media_type: &str) -> std::io::Result<Option<String>> {
     match media_type {
-        "text/html" | "image/svg+xml" => {
-            let mut text = String::new();
-            std::fs::File::open(path)?.read_to_string(&mut text).ok();
-            Ok(markup_activity(&text.to_ascii_lowercase()))
+        "text/html" | "image/svg+xml" | "text/markdown" => {
+            let bytes = std::fs::read(path)?;
+            Ok(markup_activity(
+                &String::from_utf8_lossy(&bytes).to_ascii_lowercase(),
+            ))
         }
+        "application/pdf" => Ok(pdf_activity(&std::fs::read(path)?)),
         DOCX | XLSX | PPTX => {
             let file = std::fs::File::open(path)?;
             let Ok(mut archive) = zip::ZipArchive::new(file) else {
                 return Ok(Some("an unreadable document".into()));
             };
-            let macros = (0..archive.len()).any(|i| {
-                // An entry that cannot be read cannot be shown to hold no macros.
-                archive.by_index_raw(i).map_or(true, |e| {
-                    e.name()
-                        .map_or(true, |n| n.to_ascii_lowercase().ends_with("vbaproject.bin"))
-                })
-            });
-            Ok(macros.then(|| "macros".into()))
+            Ok(office_activity(&mut archive))
         }
         "application/x-ole-storage" | "application/vnd.ms-office.macroenabled" => {
             Ok(Some("macros".into()))
         }
         _ => Ok(None),
     }
+}
+
+/// Macros or an embedded executable in an Office Open XML document.
+fn office_activity<R: Read + std::io::Seek>(archive: &mut zip::ZipArchive<R>) -> Option<String> {
+    const PROGRAMS: &[&str] = &[
+        ".exe", ".dll", ".scr", ".com", ".bat", ".cmd", ".ps1", ".vbs", ".vbe", ".js", ".jse",
+        ".wsf", ".hta", ".msi", ".jar", ".lnk", ".sh", ".elf",
+    ];
+    for i in 0..archive.len() {
+        // An entry that cannot be read cannot be shown to hold no macros or program.
+        let Ok(mut entry) = archive.by_index(i) else {
+            return Some("an unreadable part".into());
+        };
+        let Ok(name) = entry.name().map(|n| n.to_ascii_lowercase()) else {
+            return Some("an unreadable part".into());
+        };
+        if name.ends_with("vbaproject.bin") {
+            return Some("macros".into());
+        }
+        if PROGRAMS.iter().any(|p| name.ends_with(p)) {
+            return Some("an embedded executable".into());
+        }
+        let mut magic = [0u8; 4];
+        let read = entry.read(&mut magic).unwrap_or(0);
+        if executable_magic(&magic[..read]) {
+            return Some("an embedded executable".into());
+        }
+    }
+    None
+}
+
+/// Whether `head` starts like a program: a Windows (`MZ`), ELF or Mach-O executable.
+fn executable_magic(head: &[u8]) -> bool {
+    head.starts_with(b"MZ")
+        || head.starts_with(b"\x7fELF")
+        || [
+            [0xfe, 0xed, 0xfa, 0xce],
+            [0xfe, 0xed, 0xfa, 0xcf],
+            [0xce, 0xfa, 0xed, 0xfe],
+            [0xcf, 0xfa, 0xed, 0xfe],
+        ]
+        .iter()
+        .any(|m| head.starts_with(m))
+}
+
+/// A JavaScript or launch action in a PDF: its name objects are read with `#xx` escapes
+/// decoded, so `/J#61vaScript` is `/JavaScript`. Names inside compressed object streams are not
+/// seen (they would need the stream decompressed).
+fn pdf_activity(bytes: &[u8]) -> Option<String> {
+    let delimiter = |b: u8| b.is_ascii_whitespace() || b"/[]<>(){}%".contains(&b) || b == 0;
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] != b'/' {
+            i += 1;
+            continue;
+        }
+        let mut name = Vec::new();
+        let mut j = i + 1;
+        while j < bytes.len() && !delimiter(bytes[j]) {
+            let decoded = (bytes[j] == b'#')
+                .then(|| bytes.get(j + 1..j + 3))
+                .flatten()
+                .and_then(|hex| std::str::from_utf8(hex).ok())
+                .and_then(|hex| u8::from_str_radix(hex, 16).ok());
+            match decoded {
+                Some(b) => {
+                    name.push(b);
+                    j += 3;
+                }
+                None => {
+                    name.push(bytes[j]);
+                    j += 1;
+                }
+            }
+        }
+        match name.as_slice() {
+            b"JavaScript" | b"JS" => return Some("PDF JavaScript".into()),
+            b"Launch" => return Some("PDF launch action".into()),
+            _ => {}
+        }
+        i = j.max(i + 1);
+    }
+    None
 }
 
 fn markup_activity(lower: &str) -> Option<String> {

@@ -117,8 +117,14 @@ impl RefKeys {
         format!("{kid}.{encoded}.{}", B64.encode(tag))
     }
 
-    /// The claims of `reference` if it verifies at `now`.
-    pub fn verify(&self, reference: &str, now: Timestamp) -> Result<Claims, Rejected> {
+    /// The claims of `reference` if it verifies at `now` and expires at most `max_ttl` after it
+    /// (a longer-lived one was not issued by a deployment holding to that limit).
+    pub fn verify(
+        &self,
+        reference: &str,
+        now: Timestamp,
+        max_ttl: std::time::Duration,
+    ) -> Result<Claims, Rejected> {
         let mut parts = reference.splitn(3, '.');
         let (Some(kid), Some(encoded), Some(tag)) = (parts.next(), parts.next(), parts.next())
         else {
@@ -131,7 +137,13 @@ impl RefKeys {
             .map_err(|_| Rejected)?;
         let claims: Claims = serde_json::from_slice(&B64.decode(encoded).map_err(|_| Rejected)?)
             .map_err(|_| Rejected)?;
-        if claims.expires.saturating_mul(1000) <= now.unix_millis() {
+        let expires = claims.expires.saturating_mul(1000);
+        let latest = now
+            .unix_millis()
+            .saturating_add(i64::try_from(max_ttl.as_millis()).unwrap_or(i64::MAX))
+            // A second's grace: expiries are kept in whole seconds, rounded down.
+            .saturating_add(1000);
+        if expires <= now.unix_millis() || expires > latest {
             return Err(Rejected);
         }
         Ok(claims)
@@ -156,6 +168,9 @@ mod tests {
         Timestamp::from_unix_millis(secs * 1000).unwrap()
     }
 
+    /// A lifetime cap no test reference comes near.
+    const LONG: std::time::Duration = std::time::Duration::from_secs(1_000_000);
+
     fn file() -> FileId {
         FileId::from_uuid(uuid::Uuid::from_u128(7))
     }
@@ -165,7 +180,7 @@ mod tests {
         let k = keys(&[("k1", 1)]);
         let tenant = TenantId::new("acme").unwrap();
         let r = k.sign(&tenant, &file(), "sha256:ab", at(2_000));
-        let claims = k.verify(&r, at(1_999)).unwrap();
+        let claims = k.verify(&r, at(1_999), LONG).unwrap();
         assert_eq!(
             (
                 claims.tenant.as_str(),
@@ -174,7 +189,22 @@ mod tests {
             ),
             ("acme", file().as_str(), "sha256:ab")
         );
-        assert_eq!(k.verify(&r, at(2_000)), Err(Rejected));
+        assert_eq!(k.verify(&r, at(2_000), LONG), Err(Rejected));
+    }
+
+    /// The held-out case: a reference good for about 3,000 years verified. One expiring further
+    /// ahead than the cap is refused, whoever signed it.
+    #[test]
+    fn a_reference_living_past_the_cap_is_rejected() {
+        let k = keys(&[("k1", 1)]);
+        let tenant = TenantId::new("acme").unwrap();
+        let week = std::time::Duration::from_secs(7 * 24 * 3600);
+        let millennia = k.sign(&tenant, &file(), "v", at(3_000 * 365 * 24 * 3600));
+        assert_eq!(k.verify(&millennia, at(0), week), Err(Rejected));
+        let within = k.sign(&tenant, &file(), "v", at(7 * 24 * 3600));
+        assert!(k.verify(&within, at(0), week).is_ok());
+        let just_past = k.sign(&tenant, &file(), "v", at(7 * 24 * 3600 + 2));
+        assert_eq!(k.verify(&just_past, at(0), week), Err(Rejected));
     }
 
     #[test]
@@ -204,7 +234,7 @@ mod tests {
             "".to_owned(),
             "a.b.c".to_owned(),
         ] {
-            assert_eq!(k.verify(&bad, at(1)), Err(Rejected), "{bad}");
+            assert_eq!(k.verify(&bad, at(1), LONG), Err(Rejected), "{bad}");
         }
     }
 
@@ -217,11 +247,11 @@ mod tests {
         let issued_before = old.sign(&tenant, &file(), "v", at(9_000));
         let issued_during = rotating.sign(&tenant, &file(), "v", at(9_000));
         assert!(issued_during.starts_with("k2."));
-        assert!(rotating.verify(&issued_before, at(1)).is_ok());
-        assert!(rotating.verify(&issued_during, at(1)).is_ok());
-        assert!(after.verify(&issued_during, at(1)).is_ok());
+        assert!(rotating.verify(&issued_before, at(1), LONG).is_ok());
+        assert!(rotating.verify(&issued_during, at(1), LONG).is_ok());
+        assert!(after.verify(&issued_during, at(1), LONG).is_ok());
         assert_eq!(
-            after.verify(&issued_before, at(1)),
+            after.verify(&issued_before, at(1), LONG),
             Err(Rejected),
             "k1 retired"
         );

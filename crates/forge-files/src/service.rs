@@ -34,7 +34,7 @@ use crate::refs::{RefKeys, Rejected};
 
 /// How long a reference lasts unless asked otherwise.
 pub const DEFAULT_REFERENCE_TTL: Duration = Duration::from_secs(15 * 60);
-/// The longest a reference may last.
+/// The longest a reference may last by default ([`Policy::max_reference_ttl`]).
 pub const MAX_REFERENCE_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
 
 /// What went wrong with an upload's body before it was whole.
@@ -230,10 +230,18 @@ impl Files {
         E: Into<BodyError>,
     {
         let outcome = self.try_upload(scope, upload, body).await;
-        if let Err(UploadError::Refused(refusal)) = &outcome
-            && let Some(audit) = &self.parts.audit
-        {
-            // The reason's code only: the name, type and bytes may all be the attacker's.
+        if let Err(UploadError::Refused(refusal)) = &outcome {
+            self.audit_refusal(scope, refusal).await;
+        }
+        outcome
+    }
+
+    /// Records a refused upload (`file.refused`, with the refusal's code only: the name, type
+    /// and bytes may all be the attacker's). [`Files::upload`] records its own; a caller that
+    /// refuses before it hands the body over (a `Content-Length` past the limit) records its
+    /// refusal here, so every refusal leaves its audit record.
+    pub async fn audit_refusal(&self, scope: &Scope, refusal: &Refusal) {
+        if let Some(audit) = &self.parts.audit {
             let record = AuditRecord {
                 tenant_id: scope.tenant_id().clone(),
                 at: self.parts.clock.now(),
@@ -244,7 +252,6 @@ impl Files {
             };
             let _ = audit.record_audit(scope, record).await;
         }
-        outcome
     }
 
     async fn try_upload<S, E>(
@@ -369,10 +376,11 @@ impl Files {
             .map(|bytes| (record, bytes)))
     }
 
-    /// A reference to `file`, valid for `ttl` (default [`DEFAULT_REFERENCE_TTL`], at most
-    /// [`MAX_REFERENCE_TTL`]), and when it expires.
+    /// A reference to `file`, valid for `ttl` (default [`DEFAULT_REFERENCE_TTL`], at most the
+    /// policy's `max_reference_ttl`), and when it expires.
     pub fn reference(&self, file: &FileRecord, ttl: Option<Duration>) -> (String, Timestamp) {
-        let ttl = ttl.unwrap_or(DEFAULT_REFERENCE_TTL).min(MAX_REFERENCE_TTL);
+        let max = self.parts.policy.max_reference_ttl;
+        let ttl = ttl.unwrap_or(DEFAULT_REFERENCE_TTL).min(max);
         let expires = self.parts.clock.now().plus(ttl);
         (
             self.parts
@@ -390,7 +398,11 @@ impl Files {
         reference: &str,
         caller_tenant: Option<&TenantId>,
     ) -> Result<(FileRecord, BlobStream), Rejected> {
-        let claims = self.parts.keys.verify(reference, self.parts.clock.now())?;
+        let claims = self.parts.keys.verify(
+            reference,
+            self.parts.clock.now(),
+            self.parts.policy.max_reference_ttl,
+        )?;
         let tenant = TenantId::new(claims.tenant).map_err(|_| Rejected)?;
         if caller_tenant.is_some_and(|t| t != &tenant) {
             return Err(Rejected);

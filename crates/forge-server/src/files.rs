@@ -123,6 +123,7 @@ pub(crate) async fn upload(
         .and_then(|v| v.parse::<u64>().ok());
     if declared_length.is_some_and(|n| n > limit) {
         let r = Refusal::TooLarge { limit };
+        files.audit_refusal(&scope, &r).await;
         return http::error_response(refusal_status(&r), r.code(), &r.to_string());
     }
     // A form encoding is what clients send when nobody chose a type: it declares nothing.

@@ -32,6 +32,17 @@ fn refused(outcome: Result<forge_files::FileRecord, UploadError>) -> Refusal {
 
 /// An Office document: a zip whose parts are named as Word names them, with macros or not.
 fn docx(with_macros: bool) -> Vec<u8> {
+    docx_with(with_macros.then_some(("word/vbaProject.bin", b"\xd0\xcf\x11\xe0 macro".as_slice())))
+}
+
+/// An Office document carrying a program among its parts: named as one, or only starting like
+/// one (a Windows executable's `MZ`).
+fn docx_with_program(name: &str) -> Vec<u8> {
+    docx_with(Some((name, b"MZ\x90\x00\x03\x00\x00\x00".as_slice())))
+}
+
+/// An Office document with one more part, `extra`, when given.
+fn docx_with(extra: Option<(&str, &[u8])>) -> Vec<u8> {
     let mut out = std::io::Cursor::new(Vec::new());
     {
         let mut z = zip::ZipWriter::new(&mut out);
@@ -42,13 +53,22 @@ fn docx(with_macros: bool) -> Vec<u8> {
             z.write_all(b"<?xml version=\"1.0\"?><w:document/>")
                 .unwrap();
         }
-        if with_macros {
-            z.start_file("word/vbaProject.bin", stored).unwrap();
-            z.write_all(b"\xd0\xcf\x11\xe0 macro").unwrap();
+        if let Some((name, bytes)) = extra {
+            z.start_file(name, stored).unwrap();
+            z.write_all(bytes).unwrap();
         }
         z.finish().unwrap();
     }
     out.into_inner()
+}
+
+/// A PDF whose opening runs the action dictionary `action`.
+fn pdf_with_action(action: &str) -> Vec<u8> {
+    format!(
+        "%PDF-1.7\n1 0 obj << /Type /Catalog /OpenAction 2 0 R >> endobj\n\
+         2 0 obj << {action} >> endobj\ntrailer << /Root 1 0 R >>\n%%EOF\n"
+    )
+    .into_bytes()
 }
 
 fn plain_zip() -> Vec<u8> {
@@ -185,6 +205,43 @@ async fn every_refusal_is_clear_and_leaves_nothing() {
             None,
             docx(true),
             Refusal::ActiveContent("macros".into()),
+        ),
+        (
+            "readme.md",
+            Some("text/markdown"),
+            b"# Hi\n\n<script>steal()</script>\n".to_vec(),
+            Refusal::ActiveContent("script".into()),
+        ),
+        (
+            "notes.md",
+            None,
+            b"# Hi\n\n<img src=x onerror=steal()>\n".to_vec(),
+            Refusal::ActiveContent("event handler".into()),
+        ),
+        (
+            "open.pdf",
+            Some("application/pdf"),
+            pdf_with_action("/S /JavaScript /JS (app.alert(1))"),
+            Refusal::ActiveContent("PDF JavaScript".into()),
+        ),
+        (
+            "escaped.pdf",
+            None,
+            // Every name hex-escaped: `/JavaScript` and `/JS` spelled so no byte run says so.
+            pdf_with_action("/S /J#61v#61Script /J#53 (app.alert(1))"),
+            Refusal::ActiveContent("PDF JavaScript".into()),
+        ),
+        (
+            "carrier.docx",
+            None,
+            docx_with_program("word/embeddings/setup.exe"),
+            Refusal::ActiveContent("an embedded executable".into()),
+        ),
+        (
+            "disguised.docx",
+            None,
+            docx_with_program("word/media/image1.png"),
+            Refusal::ActiveContent("an embedded executable".into()),
         ),
         ("bundle.zip", None, plain_zip(), Refusal::Archive),
         (

@@ -163,6 +163,34 @@ async fn uploads_are_inspected_and_refusals_are_clear() {
         1,
         "only the accepted file: {d}"
     );
+    // Every refusal is audited by its code — the one refused from its Content-Length alone, before
+    // a byte of the body was read, too.
+    let admin = token("acme", "root", &["admin"]);
+    let audit = srv
+        .gql(
+            &admin,
+            "{ auditRecords(action: \"file.refused\") }",
+            json!({}),
+        )
+        .await;
+    let mut codes: Vec<&str> = audit["auditRecords"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["detail"]["code"].as_str().unwrap())
+        .collect();
+    codes.sort_unstable();
+    assert_eq!(
+        codes,
+        [
+            "active_content",
+            "bad_file_name",
+            "empty_file",
+            "file_too_large",
+            "type_mismatch"
+        ],
+        "{audit}"
+    );
 }
 
 /// A chunked body with no length is cut off one byte past the limit, however much more comes.

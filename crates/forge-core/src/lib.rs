@@ -9,6 +9,7 @@
 pub mod agent;
 pub mod error;
 pub mod event;
+pub mod forget;
 pub mod holder;
 pub mod id;
 pub mod input;

@@ -40,9 +40,11 @@ pub trait SourceStore: Send + Sync {
     /// The current version's chunks, in order.
     async fn source_chunks(&self, scope: &Scope, id: &SourceId) -> Result<Vec<Chunk>, Error>;
 
-    /// Deletes a source: its row, text, chunks, index entries and vectors, and appends a
-    /// [`SOURCE_DELETED`] audit record by `actor`, in one transaction. `false` when there was
-    /// none.
+    /// Deletes a source: its row, text, chunks, index entries and vectors, and every copy of
+    /// its text the tenant's runs made — search results and citation excerpts in committed
+    /// events and messages, replaced by [`forge_core::forget::SOURCE_REMOVED`] (sequence numbers
+    /// and the parts' shape kept) — and appends a [`SOURCE_DELETED`] audit record by `actor`
+    /// with the counts, in one transaction. `false` when there was none.
     async fn delete_source(&self, scope: &Scope, id: &SourceId, actor: &str)
     -> Result<bool, Error>;
 
@@ -230,7 +232,42 @@ pub mod rows {
         })
     }
 
-    /// The audit record of a deletion.
+    /// The JSON-quoted id, which every stored event or message quoting the source contains: a
+    /// cheap filter before each candidate is parsed and checked by structure.
+    pub fn quoted_id(id: &SourceId) -> String {
+        serde_json::Value::String(id.as_str().to_owned()).to_string()
+    }
+
+    /// `body` (a stored event) with the quotes of `id` removed, when it had any.
+    pub fn event_forgetting(body: &str, id: &SourceId) -> Result<Option<String>, Error> {
+        let mut event: forge_core::event::RunEvent =
+            serde_json::from_str(body).map_err(|e| Error::invalid(e.to_string()))?;
+        if !event.forget_source(id.as_str()) {
+            return Ok(None);
+        }
+        serde_json::to_string(&event)
+            .map(Some)
+            .map_err(|e| Error::invalid(e.to_string()))
+    }
+
+    /// `parts` (a stored message's) with the quotes of `id` removed, when they had any.
+    pub fn parts_forgetting(parts: &str, id: &SourceId) -> Result<Option<String>, Error> {
+        let mut parts: Vec<forge_core::part::Part> =
+            serde_json::from_str(parts).map_err(|e| Error::invalid(e.to_string()))?;
+        let mut changed = false;
+        for part in &mut parts {
+            changed |= part.forget_source(id.as_str());
+        }
+        if !changed {
+            return Ok(None);
+        }
+        serde_json::to_string(&parts)
+            .map(Some)
+            .map_err(|e| Error::invalid(e.to_string()))
+    }
+
+    /// The audit record of a deletion that also removed `quotes` copies of the source's text
+    /// (events and messages rewritten).
     pub fn deleted(
         scope: &Scope,
         id: &SourceId,
@@ -238,6 +275,7 @@ pub mod rows {
         at: Timestamp,
         version: &str,
         chunks: i64,
+        quotes: u64,
     ) -> AuditRecord {
         AuditRecord {
             tenant_id: scope.tenant_id().clone(),
@@ -245,7 +283,7 @@ pub mod rows {
             actor: actor.to_owned(),
             action: SOURCE_DELETED.into(),
             subject: format!("source {id}"),
-            detail: serde_json::json!({"version": version, "chunks": chunks}),
+            detail: serde_json::json!({"version": version, "chunks": chunks, "quotes_removed": quotes}),
         }
     }
 }

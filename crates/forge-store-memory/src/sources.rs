@@ -140,6 +140,31 @@ impl SourceStore for MemoryStore {
         let Some(row) = st.sources.remove(&key(scope, id)) else {
             return Ok(false);
         };
+        let tenant = scope.tenant_id();
+        let mut quotes = 0u64;
+        let st = &mut *st;
+        for (run, events) in st.events.iter_mut() {
+            if st.runs.get(run).is_some_and(|r| &r.tenant_id == tenant) {
+                quotes += events
+                    .iter_mut()
+                    .map(|e| e.forget_source(id.as_str()))
+                    .filter(|f| *f)
+                    .count() as u64;
+            }
+        }
+        for (thread, messages) in st.messages.iter_mut() {
+            if st
+                .threads
+                .get(thread)
+                .is_some_and(|t| &t.tenant_id == tenant)
+            {
+                quotes += messages
+                    .iter_mut()
+                    .map(|m| m.forget_source(id.as_str()))
+                    .filter(|f| *f)
+                    .count() as u64;
+            }
+        }
         st.audit.push(rows::deleted(
             scope,
             id,
@@ -147,6 +172,7 @@ impl SourceStore for MemoryStore {
             now,
             &row.source.version,
             i64::from(row.source.chunks),
+            quotes,
         ));
         Ok(true)
     }

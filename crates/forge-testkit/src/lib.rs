@@ -255,6 +255,7 @@ pub const SUITES: &[Suite] = &[
             "candidates_come_only_from_allowed_sources",
             "sources_are_confined_to_their_tenant",
             "deleting_a_source_removes_everything_and_is_audited",
+            "deleting_a_source_removes_the_copies_runs_made",
             "retrieval_is_authorized_before_ranking",
             "retention_expires_old_sources_only",
             "vectors_follow_their_source_version",
@@ -557,6 +558,7 @@ macro_rules! sources_conformance {
             sources_round_trip_and_versions, candidates_come_only_from_allowed_sources,
             sources_are_confined_to_their_tenant,
             deleting_a_source_removes_everything_and_is_audited,
+            deleting_a_source_removes_the_copies_runs_made,
             retrieval_is_authorized_before_ranking, retention_expires_old_sources_only,
             vectors_follow_their_source_version, nearest_ranks_allowed_chunks_by_similarity,
             fused_retrieval_is_authorized_before_ranking);

@@ -12,6 +12,7 @@ use forge_rag::{Format, PutOutcome, Retriever, SOURCE_DELETED, SourceId, SourceS
 
 use crate::StoreFactory;
 use crate::fixtures::scope;
+use forge_core::scope::Scope;
 
 fn id(s: &str) -> SourceId {
     SourceId::new(s).expect("a valid id")
@@ -235,6 +236,169 @@ pub async fn deleting_a_source_removes_everything_and_is_audited<F: StoreFactory
             && r.actor == "alice"
             && r.subject == "source to-delete"),
         "{audit:?}"
+    );
+}
+
+/// The copies a run made of a source — its search result's text in a committed event and a
+/// message, a citation's excerpt — go with the source, on every adapter: each quote becomes the
+/// marker, the log keeps its sequence numbers and the parts their shape, another source's quote
+/// and another tenant's copy stay, and the audit record counts what was rewritten.
+pub async fn deleting_a_source_removes_the_copies_runs_made<F: StoreFactory>() {
+    use forge_core::event::{RunEvent, RunEventKind};
+    use forge_core::forget::SOURCE_REMOVED;
+    use forge_core::message::{Message, Role};
+    use forge_core::part::{CitationPart, Part, Span, ToolResultPart, Trust};
+    use forge_core::ports::store::{RunStore, ThreadStore};
+    use forge_core::run::RunStatus;
+    use forge_core::time::Clock;
+
+    const SECRET: &str = "The senior band starts at ninety-one thousand";
+    let f = crate::store::fixture::<F>().await;
+    let other = scope("tenant-b");
+    let d = doc("pay.md", "public", SECRET);
+    let keep = doc("keep.md", "public", "Lunch is at noon.");
+    for source in [&d, &keep] {
+        f.store.put_source(&f.scope, source).await.expect("put");
+    }
+    f.store.put_source(&other, &d).await.expect("put");
+    let quoting = |run| {
+        let search = Part::ToolResult(ToolResultPart {
+            tool_call_id: "c1".into(),
+            tool_name: "search_documents".into(),
+            output: forge_rag::tool::hits_json(&[
+                forge_rag::SearchHit {
+                    chunk: d.chunks[0].clone(),
+                    score: 1.0,
+                },
+                forge_rag::SearchHit {
+                    chunk: keep.chunks[0].clone(),
+                    score: 0.5,
+                },
+            ]),
+            is_error: false,
+            trust: Trust::Untrusted,
+            tool_version: None,
+        });
+        let cite = Part::Citation(CitationPart {
+            source_id: "pay.md".into(),
+            source_version: d.version.clone(),
+            span: Span { start: 0, end: 20 },
+            excerpt: SECRET[..20].to_owned(),
+            line: Some(1),
+            page: None,
+            heading: None,
+        });
+        let message = Message {
+            id: forge_core::id::MessageId(uuid::Uuid::now_v7()),
+            run_id: run,
+            role: Role::Tool,
+            parts: vec![search.clone(), cite.clone()],
+            created_at: f.clock.now(),
+        };
+        let events: Vec<RunEvent> = [search, cite]
+            .into_iter()
+            .enumerate()
+            .map(|(i, part)| RunEvent {
+                run_id: run,
+                seq: i as u64 + 1,
+                at: f.clock.now(),
+                kind: RunEventKind::PartAdded {
+                    message_id: message.id,
+                    role: Role::Tool,
+                    index: i as u32,
+                    part,
+                },
+            })
+            .collect();
+        (message, events)
+    };
+    // A run of each tenant that searched and cited the source.
+    let mut runs = Vec::new();
+    for tenant in [&f.scope, &other] {
+        let thread = f
+            .store
+            .create_thread(tenant, forge_core::ports::store::NewThread::default())
+            .await
+            .expect("thread");
+        let run = f
+            .store
+            .create_run(
+                tenant,
+                forge_core::ports::store::NewRun::new(
+                    thread.id,
+                    crate::fixtures::agent_ref(),
+                    vec![Part::text("what is the pay?")],
+                ),
+            )
+            .await
+            .expect("run");
+        let lease = f
+            .store
+            .acquire_lease(tenant, run.id, "w", crate::store::TTL)
+            .await
+            .expect("lease");
+        let (message, events) = quoting(run.id);
+        let mut commit = crate::store::commit_of(&run, &lease, events, RunStatus::Completed);
+        commit.messages = vec![message];
+        f.store.commit_step(tenant, commit).await.expect("commit");
+        runs.push((tenant.clone(), thread.id, run.id));
+    }
+    assert!(
+        f.store
+            .delete_source(&f.scope, &d.id, "alice")
+            .await
+            .expect("delete")
+    );
+    let stored = |tenant: Scope, thread, run| {
+        let store = f.store.clone();
+        async move {
+            let events = store
+                .read_events(&tenant, run, 0, 100)
+                .await
+                .expect("events");
+            let messages = store
+                .list_messages(&tenant, thread)
+                .await
+                .expect("messages");
+            (events, messages)
+        }
+    };
+    let (tenant, thread, run) = runs[0].clone();
+    let (events, messages) = stored(tenant, thread, run).await;
+    let text = serde_json::to_string(&(&events, &messages)).expect("json");
+    assert!(!text.contains("ninety-one"), "a quote is left: {text}");
+    assert!(!text.contains("The senior band"), "a quote is left: {text}");
+    assert!(text.contains(SOURCE_REMOVED), "{text}");
+    assert!(
+        text.contains("Lunch is at noon."),
+        "another source's quote stays"
+    );
+    assert_eq!(
+        events.iter().map(|e| e.seq).collect::<Vec<_>>(),
+        [1, 2],
+        "the log keeps its shape"
+    );
+    assert!(
+        matches!(&events[1].kind, RunEventKind::PartAdded { part: Part::Citation(c), .. }
+            if c.source_id == "pay.md" && c.span == Span { start: 0, end: 20 }),
+        "{:?}",
+        events[1]
+    );
+    let (tenant, thread, run) = runs[1].clone();
+    let (events, messages) = stored(tenant, thread, run).await;
+    let untouched = serde_json::to_string(&(&events, &messages)).expect("json");
+    assert!(
+        untouched.contains("ninety-one"),
+        "another tenant's copy is its own"
+    );
+    let audit = f.store.list_audit(&f.scope, 10).await.expect("audit");
+    let record = audit
+        .iter()
+        .find(|r| r.action == SOURCE_DELETED)
+        .expect("audited");
+    assert_eq!(
+        record.detail["quotes_removed"], 3,
+        "two events and a message: {record:?}"
     );
 }
 

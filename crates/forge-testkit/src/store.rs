@@ -87,25 +87,35 @@ impl<F: StoreFactory> Fixture<F> {
         events: Vec<RunEvent>,
         status: RunStatus,
     ) -> StepCommit {
-        StepCommit {
-            run_id: run.id,
-            expected_version: run.version,
-            lease: lease.clone(),
-            events,
-            messages: vec![],
-            checkpoint: Checkpoint {
-                step: run.checkpoint.step + 1,
-                ..Checkpoint::default()
-            },
-            status,
-            failure: None,
-            interactions: vec![],
-            audit: vec![],
-            settlements: vec![],
-            state: None,
-            summary: None,
-            job: None,
-        }
+        commit_of(run, lease, events, status)
+    }
+}
+
+/// A step commit of `run` under `lease` with `events` and nothing else, ending at `status`.
+pub(crate) fn commit_of(
+    run: &Run,
+    lease: &RunLease,
+    events: Vec<RunEvent>,
+    status: RunStatus,
+) -> StepCommit {
+    StepCommit {
+        run_id: run.id,
+        expected_version: run.version,
+        lease: lease.clone(),
+        events,
+        messages: vec![],
+        checkpoint: Checkpoint {
+            step: run.checkpoint.step + 1,
+            ..Checkpoint::default()
+        },
+        status,
+        failure: None,
+        interactions: vec![],
+        audit: vec![],
+        settlements: vec![],
+        state: None,
+        summary: None,
+        job: None,
     }
 }
 

@@ -116,6 +116,19 @@ impl LogCache {
         }
     }
 
+    /// Drops what is held of every run of `tenant` (after a deletion rewrote quotes in their
+    /// logs), as [`LogCache::forget`] does.
+    pub fn forget_tenant(&self, tenant: &TenantId) {
+        let runs: Vec<RunId> = {
+            let held = self.runs.lock().unwrap_or_else(|p| p.into_inner());
+            held.keys()
+                .filter(|(t, _)| t == tenant)
+                .map(|(_, run)| *run)
+                .collect()
+        };
+        self.forget(tenant, &runs);
+    }
+
     /// Drops what is held of `runs` (of `tenant`), after they were erased. A tail a reader
     /// holds at this moment stays until it is dropped for the budget; its reader finds the run
     /// gone in the store.

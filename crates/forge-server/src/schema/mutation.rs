@@ -313,8 +313,9 @@ impl Mutation {
         resolve(ctx, &interaction_id, decision, key, None, "question").await
     }
 
-    /// Deletes a retrieval source of the caller's tenant — its text, chunks and index entries —
-    /// and audits it (`source.deleted`). For administrators: the caller must hold the role
+    /// Deletes a retrieval source of the caller's tenant — its text, chunks and index entries,
+    /// and the copies runs made of it (search results and citation excerpts in their events and
+    /// messages, replaced by a marker) — and audits it (`source.deleted`). For administrators: the caller must hold the role
     /// `admin`. Citations of it then resolve to `NOT_FOUND`.
     async fn delete_source(&self, ctx: &Context<'_>, id: String) -> async_graphql::Result<bool> {
         let (scope, state) = (scope(ctx)?, state(ctx)?);
@@ -327,6 +328,8 @@ impl Mutation {
             .delete_source(scope, &id, scope.principal_id().as_str())
             .await
             .map_err(store_error)?;
+        // The deletion rewrote the quotes runs made of it: cached logs must be read again.
+        state.cache.forget_tenant(scope.tenant_id());
         if deleted { Ok(true) } else { Err(not_found()) }
     }
 }

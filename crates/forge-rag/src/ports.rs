@@ -266,6 +266,36 @@ pub mod rows {
             .map_err(|e| Error::invalid(e.to_string()))
     }
 
+    /// Of stored events keyed by `K` (those whose body contains [`quoted_id`]), the ones that
+    /// quote `id`, with their bodies rewritten: what an adapter writes back.
+    pub fn events_to_rewrite<K>(
+        rows: Vec<(K, String)>,
+        id: &SourceId,
+    ) -> Result<Vec<(K, String)>, Error> {
+        rewrites(rows, |body| event_forgetting(body, id))
+    }
+
+    /// [`events_to_rewrite`] for stored messages' parts.
+    pub fn messages_to_rewrite<K>(
+        rows: Vec<(K, String)>,
+        id: &SourceId,
+    ) -> Result<Vec<(K, String)>, Error> {
+        rewrites(rows, |parts| parts_forgetting(parts, id))
+    }
+
+    fn rewrites<K>(
+        rows: Vec<(K, String)>,
+        rewrite: impl Fn(&str) -> Result<Option<String>, Error>,
+    ) -> Result<Vec<(K, String)>, Error> {
+        let mut out = Vec::new();
+        for (key, text) in rows {
+            if let Some(new) = rewrite(&text)? {
+                out.push((key, new));
+            }
+        }
+        Ok(out)
+    }
+
     /// The audit record of a deletion that also removed `quotes` copies of the source's text
     /// (events and messages rewritten).
     pub fn deleted(

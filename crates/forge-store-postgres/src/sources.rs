@@ -242,29 +242,30 @@ impl SourceStore for PostgresStore {
         // CASCADE). The copies of its text the tenant's runs made are found by the quoted id and
         // checked by structure.
         let quoted = rows::quoted_id(id);
-        let mut quotes = 0u64;
-        let events: Vec<(uuid::Uuid, i64, String)> = sqlx::query_as(
-            "SELECT run_id, seq, body::text FROM forge_run_events \
-             WHERE tenant_id = $1 AND strpos(body::text, $2) > 0",
-        )
-        .bind(tenant)
-        .bind(&quoted)
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(db_error)?;
-        for (run, seq, body) in events {
-            if let Some(body) = rows::event_forgetting(&body, id)? {
-                sqlx::query(
-                    "UPDATE forge_run_events SET body = $3::json WHERE run_id = $1 AND seq = $2",
-                )
-                .bind(run)
-                .bind(seq)
-                .bind(body)
-                .execute(&mut *tx)
-                .await
-                .map_err(db_error)?;
-                quotes += 1;
-            }
+        let events: Vec<((uuid::Uuid, i64), String)> =
+            sqlx::query_as::<_, (uuid::Uuid, i64, String)>(
+                "SELECT run_id, seq, body::text FROM forge_run_events \
+                 WHERE tenant_id = $1 AND strpos(body::text, $2) > 0",
+            )
+            .bind(tenant)
+            .bind(&quoted)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(db_error)?
+            .into_iter()
+            .map(|(run, seq, body)| ((run, seq), body))
+            .collect();
+        let events = rows::events_to_rewrite(events, id)?;
+        for ((run, seq), body) in &events {
+            sqlx::query(
+                "UPDATE forge_run_events SET body = $3::json WHERE run_id = $1 AND seq = $2",
+            )
+            .bind(run)
+            .bind(seq)
+            .bind(body)
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error)?;
         }
         let messages: Vec<(i64, String)> = sqlx::query_as(
             "SELECT seq, parts::text FROM forge_messages \
@@ -275,17 +276,16 @@ impl SourceStore for PostgresStore {
         .fetch_all(&mut *tx)
         .await
         .map_err(db_error)?;
-        for (seq, parts) in messages {
-            if let Some(parts) = rows::parts_forgetting(&parts, id)? {
-                sqlx::query("UPDATE forge_messages SET parts = $2::jsonb WHERE seq = $1")
-                    .bind(seq)
-                    .bind(parts)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(db_error)?;
-                quotes += 1;
-            }
+        let messages = rows::messages_to_rewrite(messages, id)?;
+        for (seq, parts) in &messages {
+            sqlx::query("UPDATE forge_messages SET parts = $2::jsonb WHERE seq = $1")
+                .bind(seq)
+                .bind(parts)
+                .execute(&mut *tx)
+                .await
+                .map_err(db_error)?;
         }
+        let quotes = (events.len() + messages.len()) as u64;
         let record = rows::deleted(
             scope,
             id,

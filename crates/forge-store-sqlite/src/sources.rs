@@ -232,26 +232,26 @@ impl SourceStore for SqliteStore {
         // The copies of its text the tenant's runs made, found by the quoted id and checked by
         // structure.
         let quoted = rows::quoted_id(id);
-        let mut quotes = 0u64;
-        let events: Vec<(String, i64, String)> = sqlx::query_as(
+        let events: Vec<((String, i64), String)> = sqlx::query_as::<_, (String, i64, String)>(
             "SELECT run_id, seq, body FROM forge_run_events WHERE tenant_id = $1 AND instr(body, $2) > 0",
         )
         .bind(tenant)
         .bind(&quoted)
         .fetch_all(&mut *tx)
         .await
-        .map_err(db_error)?;
-        for (run, seq, body) in events {
-            if let Some(body) = rows::event_forgetting(&body, id)? {
-                sqlx::query("UPDATE forge_run_events SET body = $3 WHERE run_id = $1 AND seq = $2")
-                    .bind(run)
-                    .bind(seq)
-                    .bind(body)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(db_error)?;
-                quotes += 1;
-            }
+        .map_err(db_error)?
+        .into_iter()
+        .map(|(run, seq, body)| ((run, seq), body))
+        .collect();
+        let events = rows::events_to_rewrite(events, id)?;
+        for ((run, seq), body) in &events {
+            sqlx::query("UPDATE forge_run_events SET body = $3 WHERE run_id = $1 AND seq = $2")
+                .bind(run)
+                .bind(seq)
+                .bind(body)
+                .execute(&mut *tx)
+                .await
+                .map_err(db_error)?;
         }
         let messages: Vec<(i64, String)> = sqlx::query_as(
             "SELECT seq, parts FROM forge_messages WHERE tenant_id = $1 AND instr(parts, $2) > 0",
@@ -261,17 +261,16 @@ impl SourceStore for SqliteStore {
         .fetch_all(&mut *tx)
         .await
         .map_err(db_error)?;
-        for (seq, parts) in messages {
-            if let Some(parts) = rows::parts_forgetting(&parts, id)? {
-                sqlx::query("UPDATE forge_messages SET parts = $2 WHERE seq = $1")
-                    .bind(seq)
-                    .bind(parts)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(db_error)?;
-                quotes += 1;
-            }
+        let messages = rows::messages_to_rewrite(messages, id)?;
+        for (seq, parts) in &messages {
+            sqlx::query("UPDATE forge_messages SET parts = $2 WHERE seq = $1")
+                .bind(seq)
+                .bind(parts)
+                .execute(&mut *tx)
+                .await
+                .map_err(db_error)?;
         }
+        let quotes = (events.len() + messages.len()) as u64;
         let record = rows::deleted(scope, id, actor, self.clock.now(), &version, chunks, quotes);
         crate::interactions::audit(&mut tx, &record).await?;
         tx.commit().await.map_err(db_error)?;

@@ -266,6 +266,15 @@ pub(crate) async fn score_dataset(
     if let Some(model) = judge_model {
         let provider = judge_provider(&model, &dataset, &args.providers)?;
         let prices = args.metering.prices()?.unwrap_or_default();
+        // A judge without a price is reported, and recorded in the trend, as costing nothing:
+        // refused, as an agent's unpriced model is under a cost bound. The scripted judge costs
+        // nothing in fact.
+        if !model.starts_with("scripted:") && !prices.models.contains_key(&model) {
+            anyhow::bail!(
+                "the judge model {model} has no price in the price table (--prices FILE): its \
+                 calls would be reported as costing nothing"
+            );
+        }
         harness = harness.judge(Arc::new(Judge::new(
             provider,
             model,

@@ -218,6 +218,24 @@ fn missing_input_fails_with_the_reason_and_records_nothing() {
         "{}",
         text(&out.stderr)
     );
+    // With its credential but no price, a real judge is refused before anything runs: its calls
+    // would be reported and recorded as costing nothing (issue 62, item 12).
+    let out = gate(
+        &history,
+        &[
+            "--judge",
+            "judge:gpt-4o-mini",
+            "--providers",
+            &path(&providers),
+        ],
+        &[("FORGE_GATE_TEST_UNSET_KEY", "sk-test-not-a-real-key")],
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stderr).contains("judge model judge:gpt-4o-mini has no price"),
+        "{}",
+        text(&out.stderr)
+    );
     // No trend: refused unless this is deliberately a first release.
     let out = gate(&dir.join("none.json"), &[], &[]);
     assert_eq!(out.status.code(), Some(2));

@@ -242,11 +242,15 @@ impl EngineBuilder {
                     .iter()
                     .chain(self.quotas.tenants.values())
                     .any(|q| q.max_cost_micros.is_some());
-            if cost_bounded && !self.prices.models.contains_key(&agent.model) {
+            // Every model the agent's runs call: its own, and the one that summarises its thread.
+            let summariser = agent.compaction.as_ref().and_then(|c| c.model.as_ref());
+            let unpriced = std::iter::once(&agent.model)
+                .chain(summariser)
+                .find(|m| !self.prices.models.contains_key(*m));
+            if let Some(model) = unpriced.filter(|_| cost_bounded) {
                 return Err(invalid(format!(
-                    "model {} has no price in the price table, and a cost ceiling or cost quota \
-                     applies: its calls would cost nothing against it",
-                    agent.model
+                    "model {model} has no price in the price table, and a cost ceiling or cost \
+                     quota applies: its calls would cost nothing against it"
                 )));
             }
             let key = (agent.agent.name.clone(), agent.agent.version.clone());

@@ -228,6 +228,50 @@ text = ["ok"]
     );
 }
 
+/// The two refusals no test exercised (issue 62, item 12): calls past the step's limit, and an
+/// input larger than the agent allows, are refused unrun with their codes while the calls
+/// within the limits run.
+#[tokio::test]
+async fn calls_past_the_step_limit_and_oversized_inputs_are_refused_unrun() {
+    let limits = RunLimits {
+        max_tool_calls_per_step: 2,
+        max_tool_input_bytes: 40,
+        ..RunLimits::default()
+    };
+    let h = harness(
+        r#"
+[[conversation]]
+[[conversation.turn]]
+tool_calls = [
+  { id = "c1", name = "calculate", input = { op = "add", a = 1, b = 2 } },
+  { id = "c2", name = "calculate", input = { op = "add", a = 123456789, b = 987654321, pad = "xxxxxxxxxxxxxxxx" } },
+  { id = "c3", name = "calculate", input = { op = "add", a = 3, b = 4 } },
+]
+[[conversation.turn]]
+text = ["ok"]
+"#,
+        vec![calculator()],
+        limits,
+    );
+    let f = h.run("go").await;
+    assert!(
+        f.log.contains(r#"tool_result c1 {"result":3}"#),
+        "{}",
+        f.log
+    );
+    assert!(
+        f.log
+            .contains(r#"tool_result c2 error {"code":"input_too_large""#),
+        "{}",
+        f.log
+    );
+    assert!(
+        f.log.contains(r#"tool_result c3 error {"code":"too_many_tool_calls","message":"at most 2 tool calls run per step"}"#),
+        "{}",
+        f.log
+    );
+}
+
 #[test]
 fn registry_refuses_bad_names_and_duplicates() {
     let mut r = forge_engine::ToolRegistry::new();

@@ -501,6 +501,22 @@ fn a_cost_bound_without_a_price_is_refused_at_start() {
         ..cost_quota
     };
     build(&plain, Prices::default(), Some(token_quota)).expect("a token quota needs no price");
+    // The model that summarises the thread is called under the same bounds (issue 62, item 12):
+    // without a price it is refused like the agent's own.
+    let mut summarised = capped.clone();
+    summarised.compaction = Some(forge_core::agent::CompactionConfig {
+        model: Some("scripted:summariser".into()),
+        ..forge_core::agent::CompactionConfig::new(10_000)
+    });
+    let err = build(&summarised, prices(&capped.model, PRICE), None).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("model scripted:summariser has no price"),
+        "{err}"
+    );
+    let mut both = prices(&capped.model, PRICE);
+    both.models.insert("scripted:summariser".into(), PRICE);
+    build(&summarised, both, None).expect("both priced: accepted");
 }
 
 /// A usage report reads its calls whole, so its range is bounded (issue 17, item 8): at most

@@ -277,6 +277,10 @@ async fn worker(args: WorkerArgs) -> anyhow::Result<ExitCode> {
         shutdown_signal().await;
         on_signal.cancel();
     });
+    let metrics_at = args.telemetry.metrics_at(false)?;
+    telemetry
+        .serve_metrics(&metrics_at, "forge worker", live_stop.clone())
+        .await?;
     engine_for_audit
         .audit_configuration(&format!("forge worker (pid {})", std::process::id()))
         .await

@@ -268,7 +268,12 @@ pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             .retriever(opened.sources.clone(), args.access.authorizer()?)?,
     );
     config.files = Some(files);
-    config.metrics = Some(telemetry.metrics());
+    let metrics_at = args.telemetry.metrics_at(true)?;
+    config.metrics =
+        (metrics_at == crate::telemetry::MetricsAt::ApiPort).then(|| telemetry.metrics());
+    telemetry
+        .serve_metrics(&metrics_at, "forge serve", stop.clone())
+        .await?;
     config.streams = StreamSettings {
         poll: std::time::Duration::from_millis(args.poll_ms.max(10)),
         ..StreamSettings::default()

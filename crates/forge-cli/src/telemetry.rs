@@ -20,6 +20,22 @@ pub(crate) struct TelemetryArgs {
     /// OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES and the per-signal forms.
     #[arg(long, env = "FORGE_OTEL")]
     otel: bool,
+    /// Where this process serves its own `GET /metrics` (Prometheus): an address such as
+    /// 127.0.0.1:9464, or `off`. `forge serve` answers it on its API port unless this moves it
+    /// (or turns it off); `forge worker` serves it only when given one.
+    #[arg(long, env = "FORGE_METRICS_LISTEN")]
+    metrics_listen: Option<String>,
+}
+
+/// Where a process's scrape is answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum MetricsAt {
+    /// Not here: the default (a worker's), or `off`.
+    Nowhere,
+    /// On the server's API port, as always: `forge serve`'s default.
+    ApiPort,
+    /// On a listener of its own.
+    Listener(std::net::SocketAddr),
 }
 
 /// The running pipeline.
@@ -40,7 +56,27 @@ impl TelemetryArgs {
         } else {
             Otel::prometheus_only(service, stderr_logger())
         };
-        Ok(Active { otel })
+        let active = Active { otel };
+        // Every process's scrape says what it runs from its start.
+        active.telemetry().meter.record(
+            forge_core::telemetry::Instrument::BuildInfo,
+            1.0,
+            &[("version", env!("CARGO_PKG_VERSION"))],
+        );
+        Ok(active)
+    }
+
+    /// Where this process answers `GET /metrics`: `api_port_by_default` for `forge serve`.
+    pub(crate) fn metrics_at(&self, api_port_by_default: bool) -> anyhow::Result<MetricsAt> {
+        Ok(match self.metrics_listen.as_deref() {
+            None if api_port_by_default => MetricsAt::ApiPort,
+            None | Some("off") => MetricsAt::Nowhere,
+            Some(addr) => MetricsAt::Listener(addr.parse().with_context(|| {
+                format!(
+                    "--metrics-listen {addr:?}: expected an address such as 127.0.0.1:9464, or off"
+                )
+            })?),
+        })
     }
 }
 
@@ -54,6 +90,33 @@ impl Active {
     pub(crate) fn metrics(&self) -> forge_server::MetricsText {
         let scrape = self.otel.scrape();
         Arc::new(move || scrape.render())
+    }
+
+    /// Serves `GET /metrics` on a listener of its own when `at` says so, until `stop` fires;
+    /// prints where.
+    pub(crate) async fn serve_metrics(
+        &self,
+        at: &MetricsAt,
+        service: &str,
+        stop: tokio_util::sync::CancellationToken,
+    ) -> anyhow::Result<()> {
+        let MetricsAt::Listener(addr) = at else {
+            return Ok(());
+        };
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("failed to listen on {addr} for metrics"))?;
+        eprintln!(
+            "{service}: metrics on http://{}/metrics",
+            listener.local_addr()?
+        );
+        let (text, service) = (self.metrics(), service.to_owned());
+        tokio::spawn(async move {
+            if let Err(e) = forge_server::serve_metrics(listener, text, stop).await {
+                eprintln!("{service}: the metrics listener failed: {e}");
+            }
+        });
+        Ok(())
     }
 
     /// Exports what is left; a collector that cannot be reached is reported, not fatal.

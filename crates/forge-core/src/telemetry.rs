@@ -323,11 +323,17 @@ pub enum Instrument {
     DeadLetters,
     /// Store errors a worker met (and survived).
     StoreErrors,
+    /// HTTP requests a server answered, by `route` (the matched path, never the raw one) and
+    /// `outcome` (the status class: `2xx`, `4xx`, …).
+    HttpRequests,
+    /// Always 1, with the process's `version`: every process's scrape says what it runs from its
+    /// start, before it has done anything else worth counting.
+    BuildInfo,
 }
 
 impl Instrument {
     /// Every instrument.
-    pub const ALL: [Instrument; 13] = [
+    pub const ALL: [Instrument; 15] = [
         Instrument::ModelTokens,
         Instrument::ModelCost,
         Instrument::RunSteps,
@@ -341,6 +347,8 @@ impl Instrument {
         Instrument::QueueDepth,
         Instrument::DeadLetters,
         Instrument::StoreErrors,
+        Instrument::HttpRequests,
+        Instrument::BuildInfo,
     ];
 
     /// Its name, ending in its unit.
@@ -359,6 +367,8 @@ impl Instrument {
             Instrument::QueueDepth => "forge.queue.depth_jobs",
             Instrument::DeadLetters => "forge.queue.dead_letters_total",
             Instrument::StoreErrors => "forge.worker.store_errors_total",
+            Instrument::HttpRequests => "forge.http.requests_total",
+            Instrument::BuildInfo => "forge.build.info",
         }
     }
 
@@ -376,6 +386,8 @@ impl Instrument {
             | Instrument::StepCommitDuration => "ms",
             Instrument::QueueDepth | Instrument::DeadLetters => "{job}",
             Instrument::StoreErrors => "{error}",
+            Instrument::HttpRequests => "{request}",
+            Instrument::BuildInfo => "1",
         }
     }
 
@@ -387,7 +399,7 @@ impl Instrument {
             | Instrument::ClaimLatency
             | Instrument::RunDuration
             | Instrument::StepCommitDuration => InstrumentKind::Histogram,
-            Instrument::QueueDepth => InstrumentKind::Gauge,
+            Instrument::QueueDepth | Instrument::BuildInfo => InstrumentKind::Gauge,
             _ => InstrumentKind::Counter,
         }
     }
@@ -414,6 +426,8 @@ impl Instrument {
             Instrument::QueueDepth => "Jobs ready to be claimed now.",
             Instrument::DeadLetters => "Jobs that gave up and were dead-lettered.",
             Instrument::StoreErrors => "Store errors a worker's claim loop or sweep met.",
+            Instrument::HttpRequests => "HTTP requests answered, by route and status class.",
+            Instrument::BuildInfo => "Always 1, labelled with the version the process runs.",
         }
     }
 
@@ -433,13 +447,24 @@ impl Instrument {
             Instrument::QueueDepth => "How much work is waiting?",
             Instrument::DeadLetters => "Are runs being given up on?",
             Instrument::StoreErrors => "Is the database failing under the workers?",
+            Instrument::HttpRequests => "Is the API answering, and with errors on which route?",
+            Instrument::BuildInfo => "Which version is each process running, and is it up?",
         }
     }
 }
 
 /// The attribute keys an instrument may carry; every other key is dropped by the adapter. No
 /// ids: one time series per run is a cardinality incident.
-pub const METRIC_ATTRIBUTES: &[&str] = &["model", "token_type", "agent", "tool", "outcome", "code"];
+pub const METRIC_ATTRIBUTES: &[&str] = &[
+    "model",
+    "token_type",
+    "agent",
+    "tool",
+    "outcome",
+    "code",
+    "route",
+    "version",
+];
 
 /// Port: metrics. Values are recorded as given; an adapter drops attributes not in
 /// [`METRIC_ATTRIBUTES`] and a negative duration (clock skew), rather than clamping it.

@@ -244,6 +244,10 @@ impl Server {
             .route("/files/{reference}", get(files::download))
             // The GraphQL handler reads its body itself, after authentication.
             .layer(DefaultBodyLimit::max(self.max_body_bytes))
+            .layer(axum::middleware::from_fn_with_state(
+                self.shared.clone(),
+                count_request,
+            ))
             .with_state(self.shared.clone())
             .merge(browser)
             .layer(axum::middleware::from_fn_with_state(web, web::cors))
@@ -363,16 +367,64 @@ fn authorization(headers: &HeaderMap) -> Option<&str> {
 
 async fn metrics(State(shared): State<Arc<Shared>>) -> Response {
     match &shared.metrics {
-        Some(text) => (
-            [(
-                header::CONTENT_TYPE,
-                "text/plain; version=0.0.4; charset=utf-8",
-            )],
-            text(),
-        )
-            .into_response(),
+        Some(text) => scrape(text),
         None => StatusCode::NOT_FOUND.into_response(),
     }
+}
+
+fn scrape(text: &MetricsText) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        text(),
+    )
+        .into_response()
+}
+
+/// Counts each API request by its matched route (never the raw path, which carries ids) and
+/// status class, as `forge.http.requests_total`.
+async fn count_request(
+    State(shared): State<Arc<Shared>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let route = request
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .map_or_else(|| "other".to_owned(), |p| p.as_str().to_owned());
+    let response = next.run(request).await;
+    let class = match response.status().as_u16() / 100 {
+        1 => "1xx",
+        2 => "2xx",
+        3 => "3xx",
+        4 => "4xx",
+        _ => "5xx",
+    };
+    shared.telemetry.meter.record(
+        forge_core::telemetry::Instrument::HttpRequests,
+        1.0,
+        &[("route", route.as_str()), ("outcome", class)],
+    );
+    response
+}
+
+/// `GET /metrics` alone, for a listener of its own: a `forge worker`'s, or a server's when its
+/// scrape is kept off the API port.
+pub fn metrics_router(text: MetricsText) -> Router {
+    Router::new().route("/metrics", get(move || async move { scrape(&text) }))
+}
+
+/// Serves [`metrics_router`] on `listener` until `stop` fires.
+pub async fn serve_metrics(
+    listener: tokio::net::TcpListener,
+    text: MetricsText,
+    stop: CancellationToken,
+) -> std::io::Result<()> {
+    axum::serve(listener, metrics_router(text))
+        .with_graceful_shutdown(async move { stop.cancelled().await })
+        .await
 }
 
 /// The trace a request joins: its `traceparent` header, when valid (else it starts one).

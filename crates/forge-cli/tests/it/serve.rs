@@ -424,3 +424,120 @@ async fn a_restarted_sqlite_server_takes_over_its_dead_predecessors_run_at_once(
         (1..=last_seq(&addr, &t, &run).await).collect::<Vec<_>>()
     );
 }
+
+/// Spawns `forge ARGS` in `dir` and reads its stderr until a line naming `http://ADDR/metrics`;
+/// returns the process and ADDR (the rest of stderr is drained).
+fn spawn_until_metrics(args: &[&str], dir: &std::path::Path) -> (Proc, String) {
+    forge_providers::http::install_crypto_provider();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_forge"))
+        .args(args)
+        .env("FORGE_JWT_SECRET", SECRET)
+        .current_dir(dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let mut lines = BufReader::new(stderr).lines();
+    let addr = loop {
+        let line = lines
+            .next()
+            .unwrap_or_else(|| panic!("forge {args:?} exited before serving its metrics"))
+            .unwrap();
+        if let Some(rest) = line.split("metrics on http://").nth(1) {
+            break rest.split('/').next().unwrap().to_owned();
+        }
+    };
+    std::thread::spawn(move || for _ in lines {});
+    (Proc(child), addr)
+}
+
+/// A split deployment is observable (issue 62, item 8): `forge serve --no-worker` and
+/// `forge worker` each answer a scrape of their own on the listener the operator chose, never
+/// empty; the server's moves off the API port (or goes, with `off`); API requests are counted
+/// by route, never by raw path.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_process_serves_its_own_metrics_where_the_operator_says() {
+    let dir = workdir("metrics");
+    for sub in ["plain", "off"] {
+        std::fs::create_dir_all(dir.join(sub)).unwrap();
+    }
+    let agent = repo().join("examples/agents/calculator.toml");
+    let agent = agent.to_str().unwrap();
+    let (_server, metrics) = spawn_until_metrics(
+        &[
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--agent",
+            agent,
+            "--no-worker",
+            "--metrics-listen",
+            "127.0.0.1:0",
+        ],
+        &dir,
+    );
+    let scrape = |addr: String| async move {
+        let res = reqwest::get(format!("http://{addr}/metrics"))
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 200);
+        res.text().await.unwrap()
+    };
+    let first = scrape(metrics.clone()).await;
+    assert!(
+        first.contains("forge_build_info"),
+        "a server without a worker scrapes non-empty: {first:?}"
+    );
+    // The API port: find it from a second server started the ordinary way, then check both.
+    let (_plain, api) = serve(&["--agent", agent, "--no-worker"], &dir.join("plain"));
+    let on_api = reqwest::get(format!("http://{api}/metrics")).await.unwrap();
+    assert_eq!(on_api.status(), 200, "the default stays on the API port");
+    let (_off, off_api) = serve(
+        &["--agent", agent, "--no-worker", "--metrics-listen", "off"],
+        &dir.join("off"),
+    );
+    let gone = reqwest::get(format!("http://{off_api}/metrics"))
+        .await
+        .unwrap();
+    assert_eq!(gone.status(), 404, "off means off");
+    reqwest::get(format!("http://{off_api}/healthz"))
+        .await
+        .unwrap();
+
+    let (_worker, worker_metrics) = spawn_until_metrics(
+        &[
+            "worker",
+            "--store",
+            "sqlite://forge.db",
+            "--agent",
+            agent,
+            "--metrics-listen",
+            "127.0.0.1:0",
+        ],
+        &dir,
+    );
+    let worker_scrape = scrape(worker_metrics).await;
+    assert!(
+        worker_scrape.contains("forge_build_info"),
+        "{worker_scrape}"
+    );
+
+    // Requests are counted by route.
+    let health = reqwest::get(format!("http://{api}/healthz")).await.unwrap();
+    assert_eq!(health.status(), 200);
+    let counted = reqwest::get(format!("http://{api}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        counted
+            .lines()
+            .any(|l| l.starts_with("forge_http_requests_total")
+                && l.contains(r#"route="/healthz""#)
+                && l.contains(r#"outcome="2xx""#)),
+        "{counted}"
+    );
+}

@@ -368,7 +368,7 @@ impl Instrument {
             Instrument::DeadLetters => "forge.queue.dead_letters_total",
             Instrument::StoreErrors => "forge.worker.store_errors_total",
             Instrument::HttpRequests => "forge.http.requests_total",
-            Instrument::BuildInfo => "forge.build.info",
+            Instrument::BuildInfo => "forge.build_info",
         }
     }
 
@@ -967,6 +967,7 @@ mod tests {
             let suffix = match i.unit() {
                 "ms" => "_ms",
                 "{job}" if i.kind() == InstrumentKind::Gauge => "_jobs",
+                "1" if i.kind() == InstrumentKind::Gauge => "_info",
                 _ => "_total",
             };
             assert!(i.name().ends_with(suffix), "{}", i.name());

@@ -316,3 +316,28 @@ pub(crate) async fn tools(command: ToolsCommand) -> anyhow::Result<ExitCode> {
     }
     Ok(ExitCode::SUCCESS)
 }
+
+/// What a server or worker process accepts and exposes besides its engine, for the audit
+/// record of its configuration (`EngineBuilder::settings`); no secret is in it (a key is
+/// recorded as configured, never its value).
+pub(crate) fn process_settings(
+    access: &AccessArgs,
+    files: &crate::files::FilesArgs,
+    web: Option<&forge_server::WebConfig>,
+) -> anyhow::Result<serde_json::Value> {
+    let egress = match &access.mcp {
+        Some(path) => forge_mcp::McpConfig::load(path)?.egress.summary(),
+        None => Vec::new(),
+    };
+    Ok(serde_json::json!({
+        "web": web.map(|w| serde_json::json!({
+            "dev_sign_in": w.dev_sign_in.is_some(),
+            "cors_origins": w.cors_origins,
+            "graphiql": w.graphiql,
+            "ui": w.ui,
+        })),
+        "mcp_egress": egress,
+        "files": files.settings()?,
+        "source_retention": access.source_retention,
+    }))
+}

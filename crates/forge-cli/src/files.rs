@@ -107,6 +107,24 @@ fn secret(flag: &str, reference: &str) -> anyhow::Result<String> {
 }
 
 impl FilesArgs {
+    /// The inspection switches and limits, and which scanner and store are configured (never a
+    /// key), for the configuration's audit record.
+    pub(crate) fn settings(&self) -> anyhow::Result<serde_json::Value> {
+        let policy = self.policy()?;
+        Ok(serde_json::json!({
+            "max_bytes": policy.max_bytes,
+            "tenant_max_bytes": self.tenant_max_bytes,
+            "allowed": policy.allowed,
+            "on_type_mismatch": self.on_mismatch,
+            "on_active_content": self.on_active_content,
+            "on_archive": self.on_archive,
+            "max_reference_secs": self.max_reference_secs,
+            "clamd": self.clamd.is_some(),
+            "s3": self.s3.is_some(),
+            "signing_keys": self.keys.len(),
+        }))
+    }
+
     fn policy(&self) -> anyhow::Result<Policy> {
         let mut policy = Policy {
             max_bytes: self.max_bytes,

@@ -242,6 +242,7 @@ async fn worker(args: WorkerArgs) -> anyhow::Result<ExitCode> {
         .files(opened.files.clone(), store.clone(), None)?
         .with_logger(telemetry.telemetry().logger);
     let mut builder = compose::builder(store.clone(), &settings)?
+        .settings(compose::process_settings(&args.access, &args.files, None)?)
         .worker_id(id.clone())
         .lease_ttl(ttl)
         .telemetry(telemetry.telemetry())

@@ -212,7 +212,13 @@ pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             )?),
         )?
         .with_logger(telemetry.telemetry().logger);
+    let web = args.browser.config(&args.auth)?;
     let mut builder = compose::builder_with(store.clone(), &settings, &providers)?
+        .settings(compose::process_settings(
+            &args.access,
+            &args.files,
+            Some(&web),
+        )?)
         .worker_id(id.clone())
         .telemetry(telemetry.telemetry())
         .files(Arc::new(files.clone()));
@@ -260,7 +266,7 @@ pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         });
     }
     let mut config = ServerConfig::new(auth);
-    config.web = args.browser.config(&args.auth)?;
+    config.web = web;
     config.readiness = readiness;
     config.retriever = Some(
         args.access

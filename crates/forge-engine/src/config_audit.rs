@@ -2,8 +2,9 @@
 //!
 //! [`Engine::configuration`] summarises what decides how runs behave — agent definitions (name,
 //! version and a hash of the whole definition), tools (name, version, classification), skills and
-//! whether their scripts run, self-approval, prices, quotas, and the policies' fingerprint — with
-//! no secret in it. [`Engine::audit_configuration`] appends it to the trail whenever it differs
+//! whether their scripts run, self-approval, prices, quotas, the policies' fingerprint, and the
+//! process's own settings (`EngineBuilder::settings`: development sign-in, CORS, MCP egress, file
+//! inspection, source retention) — with no secret in it. [`Engine::audit_configuration`] appends it to the trail whenever it differs
 //! from the last record: deployment-wide settings in the trail of [`DEPLOYMENT_TENANT`], each
 //! tenant's own quota in that tenant's trail. Every process that starts (server, worker) calls it,
 //! so a changed agent, policy file, price table or quota is on record with who started the process
@@ -80,6 +81,7 @@ impl Engine {
             "policies": self.authorizer.fingerprint(),
             "prices": self.prices,
             "default_quota": self.quotas.default,
+            "settings": self.settings,
         })
     }
 

@@ -204,6 +204,22 @@ pub struct EgressPolicy {
 }
 
 impl EgressPolicy {
+    /// Each rule in words (schemes, host, ports, and the non-public address ranges it admits),
+    /// for the configuration's audit record.
+    pub fn summary(&self) -> Vec<String> {
+        self.allow
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                format!(
+                    "{}, {} non-public address range(s)",
+                    r.describe(i),
+                    r.addresses.len()
+                )
+            })
+            .collect()
+    }
+
     /// Checks a URL's scheme, host and port; returns the index of the rule that allows it.
     pub fn check_url(&self, url: &Url) -> Result<usize, McpError> {
         self.allow

@@ -96,5 +96,33 @@ fn a_changed_configuration_is_on_the_audit_trail_once() {
     assert_eq!(records.len(), 2, "{records:?}");
     assert_eq!(records[0]["detail"]["agents"][0]["version"], "2");
     assert_eq!(records[0]["detail"]["self_approval_allowed"], true);
+
+    // The process's own switches are on record too (issue 62, item 12): file inspection and
+    // retention here; a change of one alone is a new record.
+    let settings = &records[0]["detail"]["settings"];
+    assert_eq!(
+        settings["files"]["on_active_content"], "refuse",
+        "{settings}"
+    );
+    assert_eq!(
+        settings["source_retention"],
+        serde_json::json!([]),
+        "{settings}"
+    );
+    start_worker(
+        &dir,
+        &[
+            "--allow-self-approval",
+            "--on-active-content",
+            "flag",
+            "--source-retention",
+            "acme=30",
+        ],
+    );
+    let records = config_records(&dir);
+    assert_eq!(records.len(), 3, "{records:?}");
+    let settings = &records[0]["detail"]["settings"];
+    assert_eq!(settings["files"]["on_active_content"], "flag", "{settings}");
+    assert_eq!(settings["source_retention"][0], "acme=30", "{settings}");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -29,6 +29,7 @@ pub struct EngineBuilder {
     worker_id: Option<String>,
     lease_ttl: Option<Duration>,
     cancel_poll: Option<Duration>,
+    settings: serde_json::Value,
 }
 
 impl EngineBuilder {
@@ -179,6 +180,14 @@ impl EngineBuilder {
         self
     }
 
+    /// The process's own settings that decide what it accepts and exposes (sign-in, CORS, egress,
+    /// file inspection, retention…), recorded with the engine's configuration in the audit
+    /// trail (`settings`): no secret may be in it.
+    pub fn settings(mut self, settings: serde_json::Value) -> Self {
+        self.settings = settings;
+        self
+    }
+
     /// How often an executing run asks the store whether a cancel was requested through another
     /// process (default [`DEFAULT_CANCEL_POLL`](crate::DEFAULT_CANCEL_POLL)): the longest a
     /// step in flight goes on after such a request, plus one read. A request through this
@@ -294,6 +303,7 @@ impl EngineBuilder {
             cancel_poll: self
                 .cancel_poll
                 .unwrap_or(crate::cancels::DEFAULT_CANCEL_POLL),
+            settings: self.settings,
             cancels: Default::default(),
             work: Arc::default(),
         })

@@ -164,6 +164,8 @@ pub struct Engine {
     pub(crate) lease_ttl: Duration,
     /// How often an executing run polls for a cancel requested through another process.
     pub(crate) cancel_poll: Duration,
+    /// The process's own settings, for the configuration's audit record.
+    pub(crate) settings: serde_json::Value,
     /// The runs executing here, each stoppable at once by a cancel requested here.
     pub(crate) cancels: crate::cancels::Cancels,
     /// Signalled when this engine queued work (a run submitted, a run resumed by a decision):

@@ -4,7 +4,7 @@
 //! here or through the standard library's character-boundary functions
 //! ([`str::floor_char_boundary`], [`str::char_indices`]): a byte offset taken from a length or a
 //! constant lands inside a multi-byte character as soon as the text is not ASCII, and slicing
-//! there panics. With the `proptest` feature, [`strategy`] gives the arbitrary Unicode text that
+//! there panics. With the `proptest` feature, `strategy` gives the arbitrary Unicode text that
 //! each such function is property-tested over.
 
 /// The first `max` characters of `text` (all of it when it is shorter).

@@ -10,9 +10,11 @@
 //! `api/schemas.txt`, read by [`crate::wire_api`]: their fields, arguments, kinds and values.
 //!
 //! `cargo xtask api` rewrites the snapshots. It refuses when a line would disappear (a removal
-//! or a changed signature: a breaking change under the README's version policy), or a required
-//! GraphQL argument or input field would appear, unless a `breaking` fragment in `changes/`
-//! records it.
+//! or a changed signature: a breaking change under the README's version policy), or an addition
+//! that breaks code all the same would appear — a required method of an existing trait, a
+//! variant of an existing enum that is not `#[non_exhaustive]`, a public field of an existing
+//! struct built by literal, a required GraphQL argument or input field — unless a `breaking`
+//! fragment in `changes/` records it.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -104,6 +106,11 @@ fn items(module: &str, list: &[syn::Item], out: &mut BTreeSet<String>) {
             syn::Item::Struct(s) if is_pub(&s.vis) => {
                 let name = format!("{module}::{}{}", s.ident, tokens(&s.generics));
                 out.insert(format!("struct {name}"));
+                // A struct whose every field is public can be built by literal: a new public
+                // field breaks that code.
+                if !non_exhaustive(&s.attrs) && s.fields.iter().all(|f| is_pub(&f.vis)) {
+                    out.insert(format!("struct {name} is built by literal"));
+                }
                 for (i, field) in s.fields.iter().enumerate() {
                     if is_pub(&field.vis) {
                         let label = field
@@ -120,6 +127,9 @@ fn items(module: &str, list: &[syn::Item], out: &mut BTreeSet<String>) {
             syn::Item::Enum(e) if is_pub(&e.vis) => {
                 let name = format!("{module}::{}{}", e.ident, tokens(&e.generics));
                 out.insert(format!("enum {name}"));
+                if non_exhaustive(&e.attrs) {
+                    out.insert(format!("enum {name} is non_exhaustive"));
+                }
                 for v in &e.variants {
                     out.insert(format!("enum {name} variant {}", tokens(&strip_attrs(v))));
                 }
@@ -192,6 +202,40 @@ fn items(module: &str, list: &[syn::Item], out: &mut BTreeSet<String>) {
     }
 }
 
+fn non_exhaustive(attrs: &[syn::Attribute]) -> bool {
+    attrs.iter().any(|a| a.path().is_ident("non_exhaustive"))
+}
+
+/// The added lines of a library's surface that break code using it although nothing went: a
+/// required method of an existing trait (its implementations no longer compile), a variant of an
+/// existing exhaustive enum (its `match`es), a public field of an existing struct built by
+/// literal (its literals).
+fn rust_breaking_additions<'a>(then: &BTreeSet<String>, new: &[&'a String]) -> Vec<&'a String> {
+    let existed = |header: &str, rest: &str, line: &str| {
+        line.strip_prefix(header)
+            .is_some_and(|after| after.starts_with(rest))
+    };
+    new.iter()
+        .copied()
+        .filter(|line| {
+            then.iter().any(|h| {
+                (h.starts_with("trait ")
+                    && !h.contains(" fn ")
+                    && existed(h, " ", line)
+                    && line.contains(" fn ")
+                    && !line.ends_with(" (provided)"))
+                    || (h.starts_with("enum ")
+                        && !h.contains(" variant ")
+                        && !h.ends_with(" is non_exhaustive")
+                        && existed(h, " variant ", line)
+                        && !then.contains(&format!("{h} is non_exhaustive")))
+                    || (h.ends_with(" is built by literal")
+                        && existed(h.trim_end_matches(" is built by literal"), " field ", line))
+            })
+        })
+        .collect()
+}
+
 /// A variant without its attributes (doc comments are not API).
 fn strip_attrs(v: &syn::Variant) -> syn::Variant {
     let mut v = v.clone();
@@ -249,6 +293,10 @@ fn compare(root: &Path) -> Result<Comparison, String> {
             for line in crate::wire_api::breaking_additions(&then, new) {
                 removed.push(format!("{shown}: + {line}"));
             }
+        } else {
+            for line in rust_breaking_additions(&then, &new) {
+                removed.push(format!("{shown}: + {line}"));
+            }
         }
         surfaces.push((path, now));
     }
@@ -302,6 +350,34 @@ mod tests {
         let mut out = BTreeSet::new();
         items("crate", &syn::parse_file(src).unwrap().items, &mut out);
         out
+    }
+
+    /// The held-out gap: additions that break clients passed as harmless.
+    #[test]
+    fn additions_that_break_clients_are_caught() {
+        let before = surface_of(
+            "pub trait T { fn a(&self); }\npub enum E { A }\n#[non_exhaustive] pub enum N { A }\n\
+             pub struct L { pub a: u8 }\npub struct P { pub a: u8, b: u8 }",
+        );
+        let after = surface_of(
+            "pub trait T { fn a(&self); fn b(&self); fn c(&self) {} }\npub enum E { A, B }\n\
+             #[non_exhaustive] pub enum N { A, B }\npub struct L { pub a: u8, pub z: u8 }\n\
+             pub struct P { pub a: u8, b: u8, pub z: u8 }\npub trait New { fn x(&self); }",
+        );
+        let new: Vec<&String> = after.difference(&before).collect();
+        let breaking: Vec<&str> = rust_breaking_additions(&before, &new)
+            .into_iter()
+            .map(String::as_str)
+            .collect();
+        assert_eq!(
+            breaking,
+            [
+                "enum crate::E variant B",
+                "struct crate::L field z: u8",
+                "trait crate::T fn b (& self)",
+            ],
+            "{new:?}"
+        );
     }
 
     #[test]

@@ -265,6 +265,40 @@ pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             }),
         });
     }
+    // Every configured dependency, each named: the files' storage and scanner, the MCP servers.
+    let storage = files.clone();
+    readiness.push(ReadinessCheck {
+        name: "file storage".into(),
+        probe: Box::new(move || {
+            let files = storage.clone();
+            Box::pin(async move { files.storage_health().await })
+        }),
+    });
+    if files.scanner_health().await.is_some() {
+        let scanning = files.clone();
+        readiness.push(ReadinessCheck {
+            name: "file scanner".into(),
+            probe: Box::new(move || {
+                let files = scanning.clone();
+                Box::pin(async move { files.scanner_health().await.unwrap_or(Ok(())) })
+            }),
+        });
+    }
+    for server in mcp.iter().flat_map(|rt| rt.servers().iter().cloned()) {
+        readiness.push(ReadinessCheck {
+            name: format!("mcp server {}", server.name()),
+            probe: Box::new(move || {
+                let connected = server.peer().is_some();
+                Box::pin(async move {
+                    if connected {
+                        Ok(())
+                    } else {
+                        Err("not connected (restarting with backoff)".to_owned())
+                    }
+                })
+            }),
+        });
+    }
     let mut config = ServerConfig::new(auth);
     config.web = web;
     config.readiness = readiness;

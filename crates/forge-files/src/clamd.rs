@@ -108,6 +108,29 @@ impl ClamdScanner {
     }
 }
 
+/// Sends `zPING` on `stream` and reads the answer, which must be `PONG`.
+async fn ping_over<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S) -> Result<(), ScanError> {
+    let unavailable = |e: std::io::Error| ScanError::Unavailable(e.to_string());
+    stream.write_all(b"zPING\0").await.map_err(unavailable)?;
+    stream.flush().await.ok();
+    let mut reply = Vec::new();
+    let mut byte = [0u8; 1];
+    while reply.len() <= 16 {
+        match stream.read(&mut byte).await.map_err(unavailable)? {
+            0 => break,
+            _ if byte[0] == 0 => break,
+            _ => reply.push(byte[0]),
+        }
+    }
+    if reply.trim_ascii() == b"PONG" {
+        Ok(())
+    } else {
+        Err(ScanError::Unavailable(
+            "clamd did not answer PING with PONG".into(),
+        ))
+    }
+}
+
 /// clamd's answer to `INSTREAM`.
 fn parse_reply(reply: &str) -> Result<Verdict, ScanError> {
     let reply = reply.trim();
@@ -150,6 +173,28 @@ impl Scanner for ClamdScanner {
             }
         };
         tokio::time::timeout(self.timeout, scan)
+            .await
+            .map_err(|_| ScanError::Unavailable(format!("no answer within {:?}", self.timeout)))?
+    }
+
+    async fn health(&self) -> Result<(), ScanError> {
+        let ping = async {
+            match &self.address {
+                ClamdAddress::Unix(socket) => {
+                    let s = tokio::net::UnixStream::connect(socket).await.map_err(|e| {
+                        ScanError::Unavailable(format!("{}: {e}", socket.display()))
+                    })?;
+                    ping_over(s).await
+                }
+                ClamdAddress::Tcp(addr) => {
+                    let s = tokio::net::TcpStream::connect(addr)
+                        .await
+                        .map_err(|e| ScanError::Unavailable(format!("{addr}: {e}")))?;
+                    ping_over(s).await
+                }
+            }
+        };
+        tokio::time::timeout(self.timeout, ping)
             .await
             .map_err(|_| ScanError::Unavailable(format!("no answer within {:?}", self.timeout)))?
     }

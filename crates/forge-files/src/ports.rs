@@ -52,6 +52,16 @@ pub trait BlobStore: Send + Sync {
 
     /// Removes `key`; `false` when there was nothing.
     async fn delete(&self, key: &str) -> Result<bool, Error>;
+
+    /// Whether the store answers, for readiness: by default, a read of a key no file has
+    /// (absent is an answer; an error is not).
+    async fn health(&self) -> Result<(), Error> {
+        let probe = crate::model::blob_key(
+            &forge_core::scope::TenantId::new("_readiness")?,
+            &crate::model::FileId::from_uuid(uuid::Uuid::nil()),
+        );
+        self.get(&probe).await.map(|_| ())
+    }
 }
 
 /// What a scanner found.
@@ -83,6 +93,12 @@ pub trait Scanner: Send + Sync {
 
     /// Scans the file at `path`.
     async fn scan(&self, path: &Path) -> Result<Verdict, ScanError>;
+
+    /// Whether the scanner answers, for readiness (a scanner that cannot be asked refuses every
+    /// upload). By default it is taken to.
+    async fn health(&self) -> Result<(), ScanError> {
+        Ok(())
+    }
 }
 
 /// Row mapping every SQL adapter shares: the record is stored whole as JSON beside the columns

@@ -376,6 +376,23 @@ impl Files {
             .map(|bytes| (record, bytes)))
     }
 
+    /// Whether the blob store answers, for readiness; the error as its classified code.
+    pub async fn storage_health(&self) -> Result<(), String> {
+        self.parts
+            .blobs
+            .health()
+            .await
+            .map_err(|e| forge_core::telemetry::error_code(&e).to_owned())
+    }
+
+    /// Whether the scanner answers, for readiness: `None` without a scanner.
+    pub async fn scanner_health(&self) -> Option<Result<(), String>> {
+        match &self.parts.scanner {
+            Some(scanner) => Some(scanner.health().await.map_err(|e| e.to_string())),
+            None => None,
+        }
+    }
+
     /// A reference to `file`, valid for `ttl` (default [`DEFAULT_REFERENCE_TTL`], at most the
     /// policy's `max_reference_ttl`), and when it expires.
     pub fn reference(&self, file: &FileRecord, ttl: Option<Duration>) -> (String, Timestamp) {

@@ -541,3 +541,33 @@ async fn every_process_serves_its_own_metrics_where_the_operator_says() {
         "{counted}"
     );
 }
+
+/// `/readyz` names every configured dependency (issue 62, item 8): the files' storage always,
+/// the scanner when one is configured — a clamd nobody answers for makes the server not ready,
+/// and the check says which.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readyz_names_the_file_storage_and_scanner() {
+    let dir = workdir("ready-files");
+    let agent = repo().join("examples/agents/calculator.toml");
+    let agent = agent.to_str().unwrap();
+    let readyz = async |extra: &[&str]| {
+        let mut args = vec!["--agent", agent, "--no-worker"];
+        args.extend_from_slice(extra);
+        let (_server, addr) = serve(&args, &dir);
+        let res = reqwest::get(format!("http://{addr}/readyz")).await.unwrap();
+        (res.status().as_u16(), res.json::<Value>().await.unwrap())
+    };
+    let (status, body) = readyz(&[]).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["checks"]["file storage"]["ok"], true, "{body}");
+    assert!(body["checks"].get("file scanner").is_none(), "{body}");
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    let clamd = format!("tcp:{closed}");
+    let (status, body) = readyz(&["--clamd", &clamd]).await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["checks"]["file scanner"]["ok"], false, "{body}");
+    assert_eq!(body["checks"]["file storage"]["ok"], true, "{body}");
+}

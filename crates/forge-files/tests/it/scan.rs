@@ -19,7 +19,10 @@ async fn clamd_finds_eicar_and_a_generated_signature_and_a_stopped_clamd_fails_c
         ClamdAddress::Unix(clamd.socket()),
         Duration::from_secs(10),
     ));
-    let w = world(Policy::default(), Some(scanner));
+    let w = world(Policy::default(), Some(scanner.clone()));
+    // Readiness asks clamd too: it answers PING.
+    assert_eq!(w.files.scanner_health().await, Some(Ok(())));
+    assert_eq!(w.files.storage_health().await, Ok(()));
 
     let clean = w
         .put("notes.txt", None, b"Nothing to see here.\n")
@@ -51,6 +54,10 @@ async fn clamd_finds_eicar_and_a_generated_signature_and_a_stopped_clamd_fails_c
     }
 
     clamd.stop();
+    assert!(
+        matches!(w.files.scanner_health().await, Some(Err(_))),
+        "a stopped clamd is not ready"
+    );
     let unscanned = w
         .put("later.txt", None, b"Harmless, but unscanned.\n")
         .await;

@@ -316,8 +316,9 @@ export interface Mutation {
    */
   compactThread: Run;
   /**
-   * Asks a run to cancel; `true` when this call asked first. It stops after the step in
-   * progress (a waiting run at once).
+   * Asks a run to cancel; `true` when this call asked first. The step in progress stops (its
+   * model stream and tool calls are abandoned; within the worker's cancel poll when another
+   * process executes it) and the run ends `cancelled`; a waiting run is cancelled at once.
    */
   cancelRun: boolean;
   /**
@@ -371,8 +372,9 @@ export interface Mutation {
    */
   answerQuestion: Interaction;
   /**
-   * Deletes a retrieval source of the caller's tenant — its text, chunks and index entries —
-   * and audits it (`source.deleted`). For administrators: the caller must hold the role
+   * Deletes a retrieval source of the caller's tenant — its text, chunks and index entries,
+   * and the copies runs made of it (search results and citation excerpts in their events and
+   * messages, replaced by a marker) — and audits it (`source.deleted`). For administrators: the caller must hold the role
    * `admin`. Citations of it then resolve to `NOT_FOUND`.
    */
   deleteSource: boolean;

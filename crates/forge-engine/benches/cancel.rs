@@ -4,7 +4,7 @@
 //! - `here`: the request goes through the engine executing the run (a server with its worker).
 //! - `elsewhere`: the request goes through a second engine on the same database file, which does
 //!   not execute the run (a `forge serve --no-worker` beside a `forge worker`); the executing
-//!   engine learns of it from its cancel poll (the default, 250 ms).
+//!   engine learns of it from its cancel poll (the default, 500 ms).
 //!
 //! Each trial streams an answer of 200 chunks 25 ms apart (5 s) and asks at the first chunk.
 //! `cargo bench -p forge-engine --bench cancel` prints p50, p99 and the largest over 100 trials of

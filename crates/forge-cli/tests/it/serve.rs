@@ -36,10 +36,22 @@ pub(crate) fn serve_with_env(
     dir: &std::path::Path,
     env: &[(&str, &str)],
 ) -> (Proc, String) {
+    let mut all = vec!["serve", "--listen", "127.0.0.1:0"];
+    all.extend_from_slice(args);
+    spawn_until(&all, dir, env, "listening on http://")
+}
+
+/// Spawns `forge ARGS` in `dir` and reads its stderr until a line with `marker` followed by
+/// `ADDR/…`; returns the process and ADDR. The rest of stderr is drained, so the process never
+/// blocks on a full pipe.
+fn spawn_until(
+    args: &[&str],
+    dir: &std::path::Path,
+    env: &[(&str, &str)],
+    marker: &str,
+) -> (Proc, String) {
     forge_providers::http::install_crypto_provider();
     let mut child = Command::new(env!("CARGO_BIN_EXE_forge"))
-        .arg("serve")
-        .args(["--listen", "127.0.0.1:0"])
         .args(args)
         .env("FORGE_JWT_SECRET", SECRET)
         .envs(env.iter().copied())
@@ -53,13 +65,12 @@ pub(crate) fn serve_with_env(
     let addr = loop {
         let line = lines
             .next()
-            .unwrap_or_else(|| panic!("forge serve exited before listening"))
+            .unwrap_or_else(|| panic!("forge {args:?} exited before printing {marker:?}"))
             .unwrap();
-        if let Some(rest) = line.split("listening on http://").nth(1) {
+        if let Some(rest) = line.split(marker).nth(1) {
             break rest.split('/').next().unwrap().to_owned();
         }
     };
-    // Keep draining stderr so the server never blocks on a full pipe.
     std::thread::spawn(move || for _ in lines {});
     (Proc(child), addr)
 }
@@ -425,31 +436,9 @@ async fn a_restarted_sqlite_server_takes_over_its_dead_predecessors_run_at_once(
     );
 }
 
-/// Spawns `forge ARGS` in `dir` and reads its stderr until a line naming `http://ADDR/metrics`;
-/// returns the process and ADDR (the rest of stderr is drained).
+/// Spawns `forge ARGS` in `dir` until it says where its metrics are; returns it and that address.
 fn spawn_until_metrics(args: &[&str], dir: &std::path::Path) -> (Proc, String) {
-    forge_providers::http::install_crypto_provider();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_forge"))
-        .args(args)
-        .env("FORGE_JWT_SECRET", SECRET)
-        .current_dir(dir)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let mut lines = BufReader::new(stderr).lines();
-    let addr = loop {
-        let line = lines
-            .next()
-            .unwrap_or_else(|| panic!("forge {args:?} exited before serving its metrics"))
-            .unwrap();
-        if let Some(rest) = line.split("metrics on http://").nth(1) {
-            break rest.split('/').next().unwrap().to_owned();
-        }
-    };
-    std::thread::spawn(move || for _ in lines {});
-    (Proc(child), addr)
+    spawn_until(args, dir, &[], "metrics on http://")
 }
 
 /// A split deployment is observable (issue 62, item 8): `forge serve --no-worker` and

@@ -99,29 +99,57 @@ const PROFILE: &str = if cfg!(debug_assertions) {
     "release"
 };
 
-/// Each mode's CPU per run (PostgreSQL's server CPU included) over the bare loop's. A mode
-/// measured more than once (named more than once in `--modes`) counts with the median of its
-/// measurements, so that one noisy sample of the bare loop, the divisor of every ratio, does not
-/// decide a regression check.
+/// Each mode's CPU per run (PostgreSQL's server CPU included) over the bare loop's. Each
+/// measurement is divided by the mean of the bare measurements that bracket it (the nearest one
+/// before it and the nearest one after it, or the one there is), so that a shared machine getting
+/// faster or slower during the check moves the divisor with the measurement; a mode measured more
+/// than once counts with the median of its ratios, so that one noisy sample does not decide a
+/// regression check.
 fn cpu_ratios(results: &[Value]) -> anyhow::Result<serde_json::Map<String, Value>> {
     let total = |r: &Value| {
         r["cpu_ms_per_run"].as_f64().unwrap_or(f64::NAN)
             + r["postgres_cpu_ms_per_run"].as_f64().unwrap_or(0.0)
     };
+    let bare: Vec<(usize, f64)> = results
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r["mode"] == "bare")
+        .map(|(i, r)| (i, total(r)))
+        .collect();
+    anyhow::ensure!(
+        !bare.is_empty(),
+        "ratios need the bare mode: add bare to --modes"
+    );
+    anyhow::ensure!(
+        bare.iter().all(|(_, cpu)| *cpu > 0.0),
+        "the bare loop measured no CPU"
+    );
+    let divisor = |at: usize| {
+        let before = bare
+            .iter()
+            .rev()
+            .find(|(i, _)| *i < at)
+            .map(|(_, cpu)| *cpu);
+        let after = bare.iter().find(|(i, _)| *i > at).map(|(_, cpu)| *cpu);
+        match (before, after) {
+            (Some(b), Some(a)) => (b + a) / 2.0,
+            (Some(one), None) | (None, Some(one)) => one,
+            (None, None) => f64::NAN,
+        }
+    };
     let mut by_mode: std::collections::BTreeMap<&str, Vec<f64>> = Default::default();
-    for r in results {
-        if let Some(mode) = r["mode"].as_str() {
-            by_mode.entry(mode).or_default().push(total(r));
+    for (at, r) in results.iter().enumerate() {
+        match r["mode"].as_str() {
+            Some("bare") | None => {}
+            Some(mode) => by_mode
+                .entry(mode)
+                .or_default()
+                .push(total(r) / divisor(at)),
         }
     }
-    let bare = by_mode
-        .remove("bare")
-        .map(median)
-        .context("ratios need the bare mode: add bare to --modes")?;
-    anyhow::ensure!(bare > 0.0, "the bare loop measured no CPU");
     Ok(by_mode
         .into_iter()
-        .map(|(mode, cpu)| (mode.to_owned(), json!(median(cpu) / bare)))
+        .map(|(mode, ratios)| (mode.to_owned(), json!(median(ratios))))
         .collect())
 }
 
@@ -907,22 +935,39 @@ mod tests {
     }
 
     #[test]
-    fn a_mode_measured_more_than_once_counts_with_its_median() {
+    fn each_measurement_is_divided_by_the_bare_loop_around_it_and_a_mode_counts_with_its_median() {
         let ratios = cpu_ratios(&[
             result("bare", 0.5, None),
             result("memory", 2.0, None),
             result("sqlite", 3.0, None),
             result("bare", 2.0, None),
             result("memory", 4.0, None),
+            result("sqlite", 6.0, None),
             result("bare", 1.0, None),
+            result("memory", 1.0, None),
+        ])
+        .unwrap();
+        // sqlite: 3.0 / mean(0.5, 2.0) = 2.4 and 6.0 / mean(2.0, 1.0) = 4.0; their mean.
+        assert_eq!(ratios["sqlite"], json!(3.2));
+        // memory: 2.0 / 1.25 = 1.6, 4.0 / 1.5 = 2.67 and, after the last bare, 1.0 / 1.0.
+        assert_eq!(ratios["memory"], json!(1.6), "three samples: their median");
+    }
+
+    #[test]
+    fn a_machine_slowing_down_during_the_check_moves_the_divisor_with_it() {
+        let ratios = cpu_ratios(&[
+            result("bare", 1.0, None),
+            result("postgres", 3.0, Some(1.0)),
+            result("bare", 1.0, None),
+            result("postgres", 6.0, Some(2.0)),
+            result("bare", 3.0, None),
         ])
         .unwrap();
         assert_eq!(
-            ratios["sqlite"],
-            json!(3.0),
-            "the bare loop's median is 1.0"
+            ratios["postgres"],
+            json!(4.0),
+            "4 / 1 and 8 / 2: {ratios:?}"
         );
-        assert_eq!(ratios["memory"], json!(3.0), "two samples: their mean");
     }
 
     #[test]

@@ -28,6 +28,14 @@ pub(crate) struct LeaseArgs {
 }
 
 impl LeaseArgs {
+    /// The readiness check of the Redis sweeps are elected in, when configured.
+    pub(crate) fn readiness(&self) -> anyhow::Result<Option<forge_server::ReadinessCheck>> {
+        self.leases_url
+            .as_deref()
+            .map(|url| crate::live::redis_readiness("redis leases", url))
+            .transpose()
+    }
+
     /// The lease store sweeps are elected in, if any.
     pub(crate) async fn sweep_leases(
         &self,

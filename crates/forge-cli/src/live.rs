@@ -37,6 +37,14 @@ impl LiveArgs {
         Ok(Some((Arc::new(publisher), task)))
     }
 
+    /// The readiness check of the Redis carrying the live tail, when configured.
+    pub(crate) fn readiness(&self) -> anyhow::Result<Option<forge_server::ReadinessCheck>> {
+        self.live_url
+            .as_deref()
+            .map(|url| redis_readiness("redis live tail", url))
+            .transpose()
+    }
+
     /// Feeds `tail` from the channel, when configured.
     pub(crate) async fn subscribe(
         &self,
@@ -57,4 +65,20 @@ impl LiveArgs {
         .context("failed to subscribe to the live tail on Redis (--live)")?;
         Ok(Some(task))
     }
+}
+
+/// A readiness check named `name` that pings the Redis at `url` (issue 62, item 8).
+pub(crate) fn redis_readiness(
+    name: &str,
+    url: &str,
+) -> anyhow::Result<forge_server::ReadinessCheck> {
+    let probe = forge_store_redis::probe::RedisProbe::new(url)
+        .with_context(|| format!("{name}: not a Redis URL"))?;
+    Ok(forge_server::ReadinessCheck {
+        name: name.to_owned(),
+        probe: Box::new(move || {
+            let probe = probe.clone();
+            Box::pin(async move { probe.ping().await })
+        }),
+    })
 }

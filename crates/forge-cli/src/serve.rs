@@ -299,6 +299,25 @@ pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             }),
         });
     }
+    readiness.extend(args.live.readiness()?);
+    if !args.no_worker {
+        readiness.extend(args.leases.readiness()?);
+    }
+    if let Some(embedder) = args.access.embedder.embedder()? {
+        readiness.push(ReadinessCheck {
+            name: format!("embedder {}", embedder.model()),
+            probe: Box::new(move || {
+                let embedder = embedder.clone();
+                Box::pin(async move {
+                    // The kind only: a server's refusal may quote what it was sent.
+                    embedder.health().await.map_err(|e| match e.kind() {
+                        forge_core::ErrorKind::Retryable => "unreachable or failing".to_owned(),
+                        kind => format!("refused ({kind:?})"),
+                    })
+                })
+            }),
+        });
+    }
     let mut config = ServerConfig::new(auth);
     config.web = web;
     config.readiness = readiness;

@@ -52,6 +52,8 @@ pub struct OpenAiEmbeddings {
     /// The name vectors are stored under.
     stored_as: String,
     url: String,
+    /// `{base}/models`, which a readiness check asks.
+    models_url: String,
     /// The server's model name.
     server_model: String,
     dimensions: Option<u32>,
@@ -108,6 +110,7 @@ impl OpenAiEmbeddings {
         Ok(Self {
             stored_as,
             url: format!("{}/embeddings", base_url.trim_end_matches('/')),
+            models_url: format!("{}/models", base_url.trim_end_matches('/')),
             server_model: model,
             dimensions,
             timeout,
@@ -182,9 +185,38 @@ impl Embedder for OpenAiEmbeddings {
         if texts.is_empty() {
             return Ok(vec![]);
         }
-        self.call(texts).await.map_err(|e| {
-            let retryable = e.is_retryable();
-            Error::backend(retryable, e)
-        })
+        self.call(texts).await.map_err(backend)
     }
+
+    /// `GET {base}/models` answered with success within the timeout: the server is up and takes
+    /// the key. Costs no tokens.
+    async fn health(&self) -> Result<(), Error> {
+        let request = self
+            .client
+            .get(&self.models_url)
+            .headers(self.headers.clone())
+            .send();
+        let response = tokio::time::timeout(self.timeout, request)
+            .await
+            .map_err(|_| backend(ModelError::Timeout))?
+            .map_err(|_| backend(ModelError::Transport))?;
+        let status = response.status().as_u16();
+        let bytes = read_limited(response, self.timeout)
+            .await
+            .map_err(backend)?;
+        if (200..300).contains(&status) {
+            Ok(())
+        } else {
+            Err(backend(classify(
+                status,
+                None,
+                &String::from_utf8_lossy(&bytes),
+            )))
+        }
+    }
+}
+
+fn backend(e: ModelError) -> Error {
+    let retryable = e.is_retryable();
+    Error::backend(retryable, e)
 }

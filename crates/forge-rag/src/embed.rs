@@ -26,6 +26,12 @@ pub trait Embedder: Send + Sync {
 
     /// One vector per text, in order.
     async fn embed(&self, texts: &[String], purpose: Purpose) -> Result<Vec<Vec<f32>>, Error>;
+
+    /// Whether the model can be reached now, for a readiness check. `Ok` unless the adapter
+    /// depends on something outside the process (a model loaded in memory is always ready).
+    async fn health(&self) -> Result<(), Error> {
+        Ok(())
+    }
 }
 
 /// The most texts one [`Embedder::embed`] call is given by [`embed_all`].

@@ -1,4 +1,5 @@
-//! Forge on Redis: named leases (`LeaseStore`), and the live tail across processes ([`live`]).
+//! Forge on Redis: named leases (`LeaseStore`), the live tail across processes ([`live`]), and a
+//! readiness probe ([`probe`]).
 //!
 //! Each key is one Redis string `holder|token|expires_ms`, changed only by Lua scripts, so every
 //! check-and-set is atomic on the server. Tokens come from a per-key counter that only grows.
@@ -9,6 +10,7 @@
 #![deny(missing_docs)]
 
 pub mod live;
+pub mod probe;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -560,3 +560,50 @@ async fn readyz_names_the_file_storage_and_scanner() {
     assert_eq!(body["checks"]["file scanner"]["ok"], false, "{body}");
     assert_eq!(body["checks"]["file storage"]["ok"], true, "{body}");
 }
+
+/// `/readyz` names the Redis a server depends on (the live tail; the sweep leases when it runs a
+/// worker) and the HTTP embedder (issue 62, item 8); an embedder nobody answers for makes the
+/// server not ready, and the check says which.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readyz_names_redis_and_the_embedder() {
+    crate::live::require_redis();
+    let redis = crate::live::redis_url();
+    let mock = forge_testkit::mock_model::MockModelServer::start()
+        .await
+        .unwrap();
+    let dir = workdir("ready-redis");
+    let agent = repo().join("examples/agents/calculator.toml");
+    let agent = agent.to_str().unwrap();
+    let embedder = "openai-compatible:text-embedding-3-small";
+    let readyz = async |embedder_url: &str| {
+        let args = [
+            "--agent",
+            agent,
+            "--live",
+            &redis,
+            "--leases",
+            &redis,
+            "--embedder",
+            embedder,
+            "--embedder-url",
+            embedder_url,
+        ];
+        let (_server, addr) = serve(&args, &dir);
+        let res = reqwest::get(format!("http://{addr}/readyz")).await.unwrap();
+        (res.status().as_u16(), res.json::<Value>().await.unwrap())
+    };
+    let (status, body) = readyz(&mock.base_url()).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["checks"]["redis live tail"]["ok"], true, "{body}");
+    assert_eq!(body["checks"]["redis leases"]["ok"], true, "{body}");
+    let named = format!("embedder {embedder}");
+    assert_eq!(body["checks"][&named]["ok"], true, "{body}");
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    let (status, body) = readyz(&format!("http://{closed}/v1")).await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["checks"][&named]["ok"], false, "{body}");
+    assert_eq!(body["checks"]["redis live tail"]["ok"], true, "{body}");
+}

@@ -85,3 +85,26 @@ async fn an_unreachable_server_is_a_retryable_error() {
     let err = e.embed(&texts(), Purpose::Document).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Retryable);
 }
+
+/// The readiness check (issue 62, item 8): `GET {base}/models`, no tokens spent; a server nobody
+/// listens on is not ready and the reason never carries the key.
+#[tokio::test]
+async fn health_asks_the_models_route_and_fails_when_nobody_answers() {
+    let server = MockModelServer::start_recording().await.unwrap();
+    let up = client(&server, "text-embedding-3-small").await;
+    up.health().await.unwrap();
+    assert!(server.requests().is_empty(), "no embedding was asked for");
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let mut settings = EmbeddingSettings::new(format!("http://{closed}/v1"), "m");
+    settings.api_key = Some(Secret::new("sk-test-do-not-print-4242"));
+    let down = OpenAiEmbeddings::new(settings)
+        .unwrap()
+        .health()
+        .await
+        .unwrap_err();
+    assert_eq!(down.kind(), ErrorKind::Retryable);
+    assert!(!format!("{down} {down:?}").contains("4242"));
+}

@@ -55,3 +55,26 @@ async fn an_unreachable_server_is_a_clear_error() {
         .unwrap_err();
     assert_eq!(err.to_string(), "could not connect to Redis");
 }
+
+/// The readiness probe (issue 62, item 8): a Redis that answers is ready; one nobody listens for
+/// is not, and the reason names neither its address nor its password.
+#[tokio::test]
+async fn the_probe_is_ready_only_when_redis_answers_and_never_names_the_url() {
+    use forge_store_redis::probe::RedisProbe;
+    let up = RedisProbe::new(&url()).unwrap();
+    up.ping().await.unwrap_or_else(|e| {
+        panic!(
+            "Redis is not reachable at {}: {e}\nrun `scripts/test-services.sh` or point FORGE_TEST_REDIS_URL at a server",
+            url()
+        )
+    });
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let down = RedisProbe::new(&format!("redis://:hunter2secret@{closed}")).unwrap();
+    let reason = down.ping().await.unwrap_err();
+    assert!(!reason.contains("hunter2secret"), "{reason}");
+    assert!(!reason.contains(&closed.port().to_string()), "{reason}");
+    assert!(RedisProbe::new("http://not-redis").is_err());
+}

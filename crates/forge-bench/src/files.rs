@@ -68,6 +68,7 @@ async fn measure(files: &Files, kib: usize, uploads: usize) -> anyhow::Result<Ve
                     name: format!("f{i}.txt"),
                     declared_type: Some("text/plain".into()),
                     index_label: None,
+                    label: None,
                 },
                 futures_util::stream::iter(chunks),
             )

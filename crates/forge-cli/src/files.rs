@@ -247,6 +247,10 @@ pub(crate) enum FilesCommand {
         /// Also index text files as retrieval sources with this access label.
         #[arg(long)]
         index: Option<String>,
+        /// The files' access label (by default `--index`'s): who else in the tenant has them is
+        /// the policy's decision about it; without one a file is its uploader's alone.
+        #[arg(long)]
+        label: Option<String>,
     },
     /// The tenant's files, newest first.
     List {
@@ -324,6 +328,7 @@ pub(crate) async fn run(command: FilesCommand) -> anyhow::Result<ExitCode> {
             paths,
             media_type,
             index,
+            label,
         } => {
             let (scope, files) = common.open().await?;
             let mut refused = false;
@@ -353,6 +358,7 @@ pub(crate) async fn run(command: FilesCommand) -> anyhow::Result<ExitCode> {
                     name,
                     declared_type: media_type.clone(),
                     index_label: index.clone(),
+                    label: label.clone(),
                 };
                 match files.upload(&scope, upload, body).await {
                     Ok(record) => {

@@ -62,6 +62,9 @@ pub enum Refusal {
     /// The upload took too long or stalled.
     #[error("the upload was too slow")]
     TooSlow,
+    /// The access label is empty, longer than 64 characters, or has control characters.
+    #[error("the access label {0:?} is not 1 to 64 characters without control characters")]
+    BadLabel(String),
 }
 
 impl Refusal {
@@ -78,6 +81,7 @@ impl Refusal {
             Refusal::Infected(_) => "malware",
             Refusal::ScannerUnavailable => "scanner_unavailable",
             Refusal::TooSlow => "upload_too_slow",
+            Refusal::BadLabel(_) => "bad_label",
         }
     }
 }

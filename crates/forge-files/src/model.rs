@@ -102,8 +102,13 @@ pub struct FileRecord {
     pub scan: ScanOutcome,
     /// The retrieval source made from it, if it was indexed.
     pub source_id: Option<String>,
-    /// Who uploaded it.
+    /// Who uploaded it: they always have it.
     pub created_by: String,
+    /// Its access label: who else has it is the policy's decision about this label
+    /// ([`forge_core::ports::policy::PolicyResource::File`]). Without one it is its uploader's
+    /// alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
     /// When.
     pub created_at: Timestamp,
 }

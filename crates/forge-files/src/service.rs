@@ -20,6 +20,9 @@ use forge_core::id::IdGenerator;
 use forge_core::part::{FilePart, Trust};
 use forge_core::ports::audit::{AuditLog, AuditRecord};
 use forge_core::ports::files::FileContents;
+use forge_core::ports::policy::{
+    AllowAll, Authorizer, PolicyAction, PolicyRequest, PolicyResource,
+};
 use forge_core::scope::{PrincipalId, Scope, TenantId};
 use forge_core::time::{Clock, Timestamp};
 use futures_core::Stream;
@@ -31,6 +34,9 @@ use crate::inspect::{self, HEAD_BYTES, Policy, Refusal};
 use crate::model::{FILE_REFUSED, FileId, FileRecord, ScanOutcome};
 use crate::ports::{BlobStore, BlobStream, FileStore, ScanError, Scanner, Verdict};
 use crate::refs::{RefKeys, Rejected};
+
+/// The most records [`Files::list_visible`] looks through for the ones a caller may see.
+pub const LIST_SCAN: usize = 1000;
 
 /// How long a reference lasts unless asked otherwise.
 pub const DEFAULT_REFERENCE_TTL: Duration = Duration::from_secs(15 * 60);
@@ -70,6 +76,9 @@ pub struct Upload {
     pub declared_type: Option<String>,
     /// When set, a text file also becomes a retrieval source with this access label.
     pub index_label: Option<String>,
+    /// The file's access label (by default the index label, if any): without one, the file is
+    /// its uploader's alone.
+    pub label: Option<String>,
 }
 
 /// The pieces [`Files`] is made of.
@@ -101,6 +110,7 @@ pub struct FilesParts {
 pub struct Files {
     parts: Arc<FilesParts>,
     logger: Arc<dyn forge_core::telemetry::Logger>,
+    authorizer: Arc<dyn Authorizer>,
 }
 
 impl std::fmt::Debug for Files {
@@ -154,7 +164,65 @@ impl Files {
         Ok(Self {
             parts: Arc::new(parts),
             logger: Arc::new(forge_core::telemetry::Noop),
+            authorizer: Arc::new(AllowAll),
         })
+    }
+
+    /// The same, deciding who other than a file's uploader has it with `authorizer` (by
+    /// default [`AllowAll`]: everyone in the tenant has a labelled file).
+    pub fn with_authorizer(mut self, authorizer: Arc<dyn Authorizer>) -> Self {
+        self.authorizer = authorizer;
+        self
+    }
+
+    /// Whether `scope` may do `action` (discover: list it; read: fetch it, reference it,
+    /// attach it to a run) with `file`: its uploader always; anyone else only when it has an
+    /// access label and the policy permits the action on it.
+    pub fn permits(&self, scope: &Scope, action: PolicyAction, file: &FileRecord) -> bool {
+        if file.created_by == scope.principal_id().as_str() {
+            return true;
+        }
+        let Some(label) = file.label.as_deref() else {
+            return false;
+        };
+        self.authorizer
+            .decide(&PolicyRequest {
+                scope,
+                action,
+                resource: PolicyResource::File {
+                    id: file.id.as_str(),
+                    owner: &file.created_by,
+                    label,
+                },
+                input: None,
+            })
+            .is_allowed()
+    }
+
+    /// Up to `limit` of the tenant's files `scope` may discover, newest first. Looks through at
+    /// most [`LIST_SCAN`] of the newest records.
+    pub async fn list_visible(
+        &self,
+        scope: &Scope,
+        limit: usize,
+    ) -> Result<Vec<FileRecord>, Error> {
+        let records = self.parts.store.list_files(scope, LIST_SCAN).await?;
+        Ok(records
+            .into_iter()
+            .filter(|f| self.permits(scope, PolicyAction::Discover, f))
+            .take(limit)
+            .collect())
+    }
+
+    /// The record of `id` when `scope` may read it; `None` alike for a file that does not
+    /// exist and one the caller may not have.
+    pub async fn readable(&self, scope: &Scope, id: &FileId) -> Result<Option<FileRecord>, Error> {
+        Ok(self
+            .parts
+            .store
+            .file(scope, id)
+            .await?
+            .filter(|f| self.permits(scope, PolicyAction::Read, f)))
     }
 
     /// The same, logging through `logger` (by default, nowhere).
@@ -265,8 +333,14 @@ impl Files {
         E: Into<BodyError>,
     {
         let p = &self.parts;
-        // The name is checked before a byte is read.
+        // The name and label are checked before a byte is read.
         let name = inspect::file_name(&upload.name)?;
+        let label = upload.label.clone().or_else(|| upload.index_label.clone());
+        if let Some(l) = &label
+            && (l.is_empty() || l.chars().count() > 64 || l.chars().any(char::is_control))
+        {
+            return Err(Refusal::BadLabel(l.clone()).into());
+        }
         let received = self
             .receive(body, p.policy.limit(scope.tenant_id()))
             .await?;
@@ -315,6 +389,7 @@ impl Files {
             scan,
             source_id: None,
             created_by: scope.principal_id().as_str().to_owned(),
+            label,
             created_at: p.clock.now(),
         };
         let key = record.blob_key();
@@ -471,10 +546,9 @@ impl Files {
 impl FileContents for Files {
     async fn describe(&self, scope: &Scope, file_id: &str) -> Result<FilePart, Error> {
         let id = FileId::new(file_id).map_err(|_| Error::not_found("file", file_id))?;
+        // Attaching is reading: a file the caller may not read is one they do not have.
         let record = self
-            .parts
-            .store
-            .file(scope, &id)
+            .readable(scope, &id)
             .await?
             .ok_or_else(|| Error::not_found("file", file_id))?;
         Ok(FilePart {

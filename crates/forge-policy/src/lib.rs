@@ -6,9 +6,11 @@
 //! | --- | --- |
 //! | `principal`: `Forge::Principal::"<principal id>"`, attributes `id`, `tenant` | the [`Scope`] |
 //! | its parents: `Forge::Role::"<role>"` for each role, and `Forge::Tenant::"<tenant>"` | the scope's roles and tenant |
-//! | `action`: `Forge::Action::"discover"`, `"execute"`, `"read"`, `"approve"` or `"act_unreviewed"` | [`PolicyAction`] |
+//! | `action`: `Forge::Action::"discover"`, `"execute"`, `"read"`, `"approve"`, `"act_unreviewed"` or `"administer"` | [`PolicyAction`] |
 //! | `resource`: `Forge::Tool::"<name>"` with `name`, `classification` (`read` / `write` / `external_write`), `version` and, when set, `permission` | the tool's spec |
 //! | `resource`: `Forge::Skill::"<name>"` (`name`, `version`), `Forge::Source::"<id>"`, `Forge::Thread::"<id>"` (`id`, `tenant`) | |
+//! | `resource`: `Forge::File::"<file id>"` with `id`, `owner`, `label`, `tenant` — asked only for someone other than its uploader, and only when it has a label | the file's record |
+//! | `resource`: `Forge::Administration::"<power>"` with `name`, `tenant` — for `administer`: `erase_threads`, `erase_runs`, `delete_threads`, `delete_files`, `delete_sources`, `audit_trail` | the server |
 //! | `resource`: `Forge::Approval::"<interaction id>"` with `id`, `tenant`, `thread`, `thread_created_by`, `run_initiator`, `tool`, `classification` — for `approve` | the interaction, its run and thread |
 //! | `context`: `tenant`, `principal`, `roles` (a set), and for a tool's execution `input` (a record) | the request |
 //!
@@ -319,6 +321,22 @@ fn resource(scope: &Scope, r: &PolicyResource<'_>) -> Result<Entity, Error> {
                 ("tenant".to_owned(), string(scope.tenant_id().as_str())),
             ]),
         ),
+        PolicyResource::File { id, owner, label } => (
+            uid("Forge::File", id)?,
+            HashMap::from([
+                ("id".to_owned(), string(id)),
+                ("owner".to_owned(), string(owner)),
+                ("label".to_owned(), string(label)),
+                ("tenant".to_owned(), string(scope.tenant_id().as_str())),
+            ]),
+        ),
+        PolicyResource::Administration(power) => (
+            uid("Forge::Administration", power)?,
+            HashMap::from([
+                ("name".to_owned(), string(power)),
+                ("tenant".to_owned(), string(scope.tenant_id().as_str())),
+            ]),
+        ),
     };
     Entity::new(uid, attrs, HashSet::new())
         .map_err(|e| Error::invalid(format!("resource entity: {e}")))
@@ -593,7 +611,7 @@ mod tests {
         let e = CedarAuthorizer::from_path(&dir).unwrap_err();
         assert!(matches!(e, PolicyLoadError::Empty(_)), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
-        assert_eq!(examples().len(), 12);
+        assert_eq!(examples().len(), 16);
     }
 
     #[test]
@@ -634,6 +652,49 @@ mod tests {
                 reason: "no policy permits it".into()
             }
         );
+    }
+
+    #[test]
+    fn files_and_administration_are_decided_by_the_policies() {
+        let a = examples();
+        let file = |scope: &Scope, action, label| {
+            a.decide(&PolicyRequest {
+                scope,
+                action,
+                resource: PolicyResource::File {
+                    id: "file_1",
+                    owner: "alice",
+                    label,
+                },
+                input: None,
+            })
+            .is_allowed()
+        };
+        let bob = Scope::parse("acme", "bob", &["support"]).unwrap();
+        let fred = Scope::parse("acme", "fred", &["finance"]).unwrap();
+        assert!(file(&bob, PolicyAction::Read, "team"));
+        assert!(file(&bob, PolicyAction::Discover, "team"));
+        assert!(!file(&bob, PolicyAction::Read, "finance"));
+        assert!(file(&fred, PolicyAction::Read, "finance"));
+        assert!(
+            !file(&fred, PolicyAction::Read, "hr"),
+            "no policy permits it"
+        );
+        let administer = |scope: &Scope, power| {
+            a.decide(&PolicyRequest {
+                scope,
+                action: PolicyAction::Administer,
+                resource: PolicyResource::Administration(power),
+                input: None,
+            })
+            .is_allowed()
+        };
+        let admin = Scope::parse("acme", "ada", &["admin"]).unwrap();
+        let auditor = Scope::parse("acme", "aude", &["auditor"]).unwrap();
+        assert!(administer(&admin, "erase_threads"));
+        assert!(administer(&auditor, "audit_trail"));
+        assert!(!administer(&auditor, "erase_threads"));
+        assert!(!administer(&bob, "audit_trail"));
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! The file endpoints.
 //!
-//! - `POST /files?name=NAME[&index=LABEL]` — the body is the file, raw, with its declared type
-//!   in `Content-Type`; bearer JWT as for GraphQL. Streamed through `forge_files::Files`: a
+//! - `POST /files?name=NAME[&index=LABEL][&label=LABEL]` — the body is the file, raw, with its
+//!   declared type in `Content-Type`; bearer JWT as for GraphQL. `label` is the file's access
+//!   label (by default `index`'s); without one the file is its uploader's alone. Streamed through `forge_files::Files`: a
 //!   `Content-Length` past the tenant's limit is refused before the body is read, the body is
 //!   cut off one byte past it, and a client that sends nothing for [`FileLimits::idle`] or
 //!   takes longer than [`FileLimits::total`] is refused (`408`). `201` with the record and a
@@ -43,11 +44,12 @@ impl Default for FileLimits {
     }
 }
 
-/// `name` and `index` of `POST /files`.
+/// `name`, `index` and `label` of `POST /files`.
 #[derive(Debug, serde::Deserialize)]
 pub(crate) struct UploadParams {
     name: String,
     index: Option<String>,
+    label: Option<String>,
 }
 
 /// The body as pieces, each within `idle` of the last and all before `deadline`.
@@ -71,7 +73,7 @@ fn timed(
 
 fn refusal_status(r: &Refusal) -> StatusCode {
     match r {
-        Refusal::Empty | Refusal::BadName(_) => StatusCode::BAD_REQUEST,
+        Refusal::Empty | Refusal::BadName(_) | Refusal::BadLabel(_) => StatusCode::BAD_REQUEST,
         Refusal::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
         Refusal::TooSlow => StatusCode::REQUEST_TIMEOUT,
         Refusal::Infected(_) => StatusCode::UNPROCESSABLE_ENTITY,
@@ -137,6 +139,7 @@ pub(crate) async fn upload(
         name: params.name,
         declared_type,
         index_label: params.index,
+        label: params.label,
     };
     match files
         .upload(

@@ -30,6 +30,8 @@ pub fn record(scope: &Scope, clock: &ManualClock, n: u128, name: &str) -> FileRe
         scan: ScanOutcome::NotScanned,
         source_id: None,
         created_by: scope.principal_id().as_str().into(),
+        // Round-trips through every store with the record.
+        label: Some("team".into()),
         created_at: clock.now(),
     }
 }

@@ -330,8 +330,8 @@ export interface Mutation {
   /**
    * Erases a thread of the caller's tenant: its session state, runs, messages, events,
    * approvals, questions and jobs, in one transaction, audited (`thread.erased`). Its model
-   * calls stay in the tenant's usage totals, unlinked from it. For administrators (role
-   * `admin`); `CONFLICT` while one of its runs has not ended.
+   * calls stay in the tenant's usage totals, unlinked from it. For administrators (the
+   * power `erase_threads`); `CONFLICT` while one of its runs has not ended.
    */
   eraseThread: Erasure;
   /**
@@ -348,8 +348,8 @@ export interface Mutation {
   deleteThread: Erasure;
   /**
    * Erases one ended run of the caller's tenant: its messages, events, approvals, questions
-   * and jobs, audited (`run.erased`); the rest of its thread stays. For administrators (role
-   * `admin`); `CONFLICT` while it has not ended.
+   * and jobs, audited (`run.erased`); the rest of its thread stays. For administrators (the
+   * power `erase_runs`); `CONFLICT` while it has not ended.
    */
   eraseRun: Erasure;
   /**
@@ -359,7 +359,9 @@ export interface Mutation {
   fileReference: JsonValue;
   /**
    * Deletes a stored file: its bytes, its record (audited `file.deleted`), the retrieval
-   * source made from it; its references stop working. For its uploader and administrators.
+   * source made from it; its references stop working. For its uploader and administrators
+   * (the power `delete_files`); `NOT_FOUND` for a file the caller may not read, unless they
+   * administer.
    */
   deleteFile: boolean;
   /**
@@ -374,8 +376,8 @@ export interface Mutation {
   /**
    * Deletes a retrieval source of the caller's tenant — its text, chunks and index entries,
    * and the copies runs made of it (search results and citation excerpts in their events and
-   * messages, replaced by a marker) — and audits it (`source.deleted`). For administrators: the caller must hold the role
-   * `admin`. Citations of it then resolve to `NOT_FOUND`.
+   * messages, replaced by a marker) — and audits it (`source.deleted`). For administrators (the power
+   * `delete_sources`). Citations of it then resolve to `NOT_FOUND`.
    */
   deleteSource: boolean;
 }
@@ -430,8 +432,10 @@ export interface Query {
    */
   thread: Thread;
   /**
-   * The caller's tenant's stored files, newest first (at most `limit`, ≤ 200), as JSON
-   * records (id, name, media type as inspected, size, version, findings, scan).
+   * The stored files of the caller's tenant they may see, newest first (at most `limit`,
+   * ≤ 200, among the tenant's 1,000 newest), as JSON records (id, name, media type as
+   * inspected, size, version, findings, scan, uploader, access label): their own, and those
+   * of others whose access label the policy lets them discover.
    */
   files: JsonValue[];
   /**
@@ -453,8 +457,8 @@ export interface Query {
   /**
    * The caller's tenant's audit trail, newest first: decisions on approvals, external writes,
    * dead-letter handling and configuration changes (`config.changed`; deployment-wide ones are
-   * in the trail of the tenant `_deployment`). For administrators: the caller must hold the
-   * role `admin`. `action` filters by prefix; `since` is RFC 3339.
+   * in the trail of the tenant `_deployment`). For administrators (the power
+   * `audit_trail`). `action` filters by prefix; `since` is RFC 3339.
    */
   auditRecords: JsonValue[];
   /**

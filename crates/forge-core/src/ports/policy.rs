@@ -1,5 +1,5 @@
-//! The policy port: whether a scope may discover or execute a tool, load a skill, or read a source
-//! or a thread.
+//! The policy port: whether a scope may discover or execute a tool, load a skill, read a source, a
+//! thread or another person's file, or use an administrative power.
 //!
 //! Forge asks twice (invariant 4): before discovery — what the model is offered, what tool search
 //! returns, what any listing shows — and again before execution, with the call's actual input. A
@@ -24,11 +24,14 @@ pub enum PolicyAction {
     /// Run a call of a tool whose approval policy is `policy` without a person's approval,
     /// decided with the call's input: what policies do not permit waits for a person.
     ActUnreviewed,
+    /// Use one administrative power of the tenant ([`PolicyResource::Administration`]): erase,
+    /// delete what others made, read the audit trail.
+    Administer,
 }
 
 impl PolicyAction {
-    /// The action's name in policies: `discover`, `execute`, `read`, `approve` or
-    /// `act_unreviewed`.
+    /// The action's name in policies: `discover`, `execute`, `read`, `approve`,
+    /// `act_unreviewed` or `administer`.
     pub fn as_str(self) -> &'static str {
         match self {
             PolicyAction::Discover => "discover",
@@ -36,6 +39,7 @@ impl PolicyAction {
             PolicyAction::Read => "read",
             PolicyAction::Approve => "approve",
             PolicyAction::ActUnreviewed => "act_unreviewed",
+            PolicyAction::Administer => "administer",
         }
     }
 }
@@ -61,6 +65,19 @@ pub enum PolicyResource<'a> {
     },
     /// A thread, by id.
     Thread(&'a str),
+    /// A stored file, for someone other than its uploader (who always has it): policies are
+    /// asked only about a file with an access label; one without is its uploader's alone.
+    File {
+        /// Its id.
+        id: &'a str,
+        /// Who uploaded it.
+        owner: &'a str,
+        /// Its access label.
+        label: &'a str,
+    },
+    /// One administrative power of the tenant, by name: `erase_threads`, `erase_runs`,
+    /// `delete_threads` and `delete_files` (of other people), `delete_sources`, `audit_trail`.
+    Administration(&'a str),
     /// A tool call waiting for approval, with who is involved: policies can require that the
     /// person approving is neither the thread's creator nor the run's initiator.
     Approval {
@@ -133,14 +150,53 @@ pub trait Authorizer: Send + Sync {
     }
 }
 
-/// An authorizer that allows everything: the engine's default, where the agent's own tool and
-/// skill lists are the only restriction. Deployments with more than one role configure a real
-/// policy engine (`forge-policy`).
+/// The role [`AllowAll`] grants administration to.
+pub const ADMIN_ROLE: &str = "admin";
+
+/// An authorizer that allows everything but administration: the engine's default, where the
+/// agent's own tool and skill lists are the only restriction, and [`PolicyAction::Administer`]
+/// is for principals with the role [`ADMIN_ROLE`]. Deployments with more than one role configure
+/// a real policy engine (`forge-policy`), whose policies decide administration too.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct AllowAll;
 
 impl Authorizer for AllowAll {
-    fn authorize(&self, _request: &PolicyRequest<'_>) -> Result<PolicyDecision, Error> {
-        Ok(PolicyDecision::Allow)
+    fn authorize(&self, request: &PolicyRequest<'_>) -> Result<PolicyDecision, Error> {
+        Ok(
+            if request.action == PolicyAction::Administer && !request.scope.has_role(ADMIN_ROLE) {
+                PolicyDecision::Deny {
+                    reason: format!("administration is for the role {ADMIN_ROLE}"),
+                }
+            } else {
+                PolicyDecision::Allow
+            },
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn allow_all_leaves_administration_to_the_admin_role() {
+        let ask = |scope: &Scope, action| {
+            AllowAll
+                .decide(&PolicyRequest {
+                    scope,
+                    action,
+                    resource: PolicyResource::Administration("audit_trail"),
+                    input: None,
+                })
+                .is_allowed()
+        };
+        let admin = Scope::parse("acme", "ada", &[ADMIN_ROLE]).unwrap_or_else(|e| panic!("{e}"));
+        let member = Scope::parse("acme", "bob", &["support"]).unwrap_or_else(|e| panic!("{e}"));
+        assert!(ask(&admin, PolicyAction::Administer));
+        assert!(!ask(&member, PolicyAction::Administer));
+        assert!(
+            ask(&member, PolicyAction::Read),
+            "everything else is allowed"
+        );
     }
 }

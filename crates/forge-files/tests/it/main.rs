@@ -99,6 +99,7 @@ impl World {
                     name: name.into(),
                     declared_type: declared.map(String::from),
                     index_label: None,
+                    label: None,
                 },
                 body(bytes, 1000),
             )

@@ -431,12 +431,18 @@ async fn deletion_reaches_the_blob_the_record_the_references_and_the_derived_sou
                 name: "handbook.md".into(),
                 declared_type: Some("text/markdown".into()),
                 index_label: Some("internal".into()),
+                label: None,
             },
             body(b"# Leave\n\nAnnual leave is twenty five days.\n", 7),
         )
         .await
         .unwrap();
     let source = f.source_id.clone().expect("indexed");
+    assert_eq!(
+        f.label.as_deref(),
+        Some("internal"),
+        "the index label by default"
+    );
     let retriever = forge_rag::Retriever::new(
         w.store.clone(),
         Arc::new(forge_core::ports::policy::AllowAll),

@@ -242,17 +242,31 @@ fn thread_access(
     Ok(())
 }
 
-/// Refuses (`FORBIDDEN`) a caller without the role `admin`.
-pub(crate) fn require_admin(scope: &Scope, what: &str) -> async_graphql::Result<()> {
-    if scope.role_ids().iter().any(|r| r.as_str() == "admin") {
+/// Refuses (`FORBIDDEN`) a caller the policy does not let use the administrative `power`
+/// ([`PolicyAction::Administer`] on [`PolicyResource::Administration`]; without a policy
+/// engine, the role `admin`). `what` names the power in the refusal.
+pub(crate) fn require_admin(
+    ctx: &Context<'_>,
+    power: &str,
+    what: &str,
+) -> async_graphql::Result<()> {
+    let (scope, state) = (scope(ctx)?, state(ctx)?);
+    let decision = state.engine.authorize(&PolicyRequest {
+        scope,
+        action: PolicyAction::Administer,
+        resource: PolicyResource::Administration(power),
+        input: None,
+    });
+    if decision.is_allowed() {
         Ok(())
     } else {
         Err(error("FORBIDDEN", format!("{what} is for administrators")))
     }
 }
 
-/// The files service and a stored file of the caller's tenant; `NOT_FOUND` alike for no files
-/// service, a malformed id, another tenant's file and none.
+/// The files service and a stored file of the caller's tenant that they may read;
+/// `NOT_FOUND` alike for no files service, a malformed id, another tenant's file, a file the
+/// caller may not read and none.
 async fn stored_file(
     ctx: &Context<'_>,
     id: &ID,
@@ -261,7 +275,8 @@ async fn stored_file(
     let not_found = || error("NOT_FOUND", "no such file");
     let files = state.files.clone().ok_or_else(not_found)?;
     let id = forge_files::FileId::new(id.0.clone()).map_err(|_| not_found())?;
-    let record = forge_files::FileStore::file(files.store().as_ref(), scope, &id)
+    let record = files
+        .readable(scope, &id)
         .await
         .map_err(store_error)?
         .ok_or_else(not_found)?;

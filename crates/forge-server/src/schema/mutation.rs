@@ -185,10 +185,10 @@ impl Mutation {
 
     /// Erases a thread of the caller's tenant: its session state, runs, messages, events,
     /// approvals, questions and jobs, in one transaction, audited (`thread.erased`). Its model
-    /// calls stay in the tenant's usage totals, unlinked from it. For administrators (role
-    /// `admin`); `CONFLICT` while one of its runs has not ended.
+    /// calls stay in the tenant's usage totals, unlinked from it. For administrators (the
+    /// power `erase_threads`); `CONFLICT` while one of its runs has not ended.
     async fn erase_thread(&self, ctx: &Context<'_>, id: ID) -> async_graphql::Result<Erasure> {
-        require_admin(scope(ctx)?, "erasing threads")?;
+        require_admin(ctx, "erase_threads", "erasing threads")?;
         erase_whole_thread(ctx, &id, false).await
     }
 
@@ -234,11 +234,11 @@ impl Mutation {
     }
 
     /// Erases one ended run of the caller's tenant: its messages, events, approvals, questions
-    /// and jobs, audited (`run.erased`); the rest of its thread stays. For administrators (role
-    /// `admin`); `CONFLICT` while it has not ended.
+    /// and jobs, audited (`run.erased`); the rest of its thread stays. For administrators (the
+    /// power `erase_runs`); `CONFLICT` while it has not ended.
     async fn erase_run(&self, ctx: &Context<'_>, id: ID) -> async_graphql::Result<Erasure> {
         let (scope, app) = (scope(ctx)?, state(ctx)?);
-        require_admin(scope, "erasing runs")?;
+        require_admin(ctx, "erase_runs", "erasing runs")?;
         let run = get_run(ctx, &id).await?;
         thread_access(ctx, run.thread_id, PolicyAction::Execute, "run")?;
         let erased = app
@@ -269,12 +269,24 @@ impl Mutation {
     }
 
     /// Deletes a stored file: its bytes, its record (audited `file.deleted`), the retrieval
-    /// source made from it; its references stop working. For its uploader and administrators.
+    /// source made from it; its references stop working. For its uploader and administrators
+    /// (the power `delete_files`); `NOT_FOUND` for a file the caller may not read, unless they
+    /// administer.
     async fn delete_file(&self, ctx: &Context<'_>, id: ID) -> async_graphql::Result<bool> {
-        let scope = scope(ctx)?;
-        let (files, record) = stored_file(ctx, &id).await?;
+        let (scope, state) = (scope(ctx)?, state(ctx)?);
+        let not_found = || error("NOT_FOUND", "no such file");
+        let files = state.files.clone().ok_or_else(not_found)?;
+        let file_id = forge_files::FileId::new(id.0.clone()).map_err(|_| not_found())?;
+        let record = forge_files::FileStore::file(files.store().as_ref(), scope, &file_id)
+            .await
+            .map_err(store_error)?
+            .ok_or_else(not_found)?;
         if record.created_by != scope.principal_id().as_str() {
-            require_admin(scope, "deleting another person's file")?;
+            let administers = require_admin(ctx, "delete_files", "deleting another person's file");
+            if administers.is_err() && !files.permits(scope, PolicyAction::Read, &record) {
+                return Err(not_found());
+            }
+            administers?;
         }
         files
             .delete(scope, &record.id, scope.principal_id().as_str())
@@ -315,11 +327,11 @@ impl Mutation {
 
     /// Deletes a retrieval source of the caller's tenant — its text, chunks and index entries,
     /// and the copies runs made of it (search results and citation excerpts in their events and
-    /// messages, replaced by a marker) — and audits it (`source.deleted`). For administrators: the caller must hold the role
-    /// `admin`. Citations of it then resolve to `NOT_FOUND`.
+    /// messages, replaced by a marker) — and audits it (`source.deleted`). For administrators (the power
+    /// `delete_sources`). Citations of it then resolve to `NOT_FOUND`.
     async fn delete_source(&self, ctx: &Context<'_>, id: String) -> async_graphql::Result<bool> {
         let (scope, state) = (scope(ctx)?, state(ctx)?);
-        require_admin(scope, "deleting sources")?;
+        require_admin(ctx, "delete_sources", "deleting sources")?;
         let not_found = || error("NOT_FOUND", "no such source");
         let retriever = state.retriever.as_ref().ok_or_else(not_found)?;
         let id = forge_rag::SourceId::new(id).map_err(|_| not_found())?;
@@ -419,7 +431,7 @@ async fn erase_whole_thread(
         .map_err(store_error)?;
     thread_access(ctx, thread.id, PolicyAction::Execute, "thread")?;
     if creator_may && &thread.created_by != scope.principal_id() {
-        require_admin(scope, "deleting another person's thread")?;
+        require_admin(ctx, "delete_threads", "deleting another person's thread")?;
     }
     let runs = app
         .engine

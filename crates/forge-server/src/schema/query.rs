@@ -67,8 +67,10 @@ impl Query {
         Ok(ThreadObject(thread))
     }
 
-    /// The caller's tenant's stored files, newest first (at most `limit`, ≤ 200), as JSON
-    /// records (id, name, media type as inspected, size, version, findings, scan).
+    /// The stored files of the caller's tenant they may see, newest first (at most `limit`,
+    /// ≤ 200, among the tenant's 1,000 newest), as JSON records (id, name, media type as
+    /// inspected, size, version, findings, scan, uploader, access label): their own, and those
+    /// of others whose access label the policy lets them discover.
     async fn files(
         &self,
         ctx: &Context<'_>,
@@ -78,13 +80,10 @@ impl Query {
         let Some(files) = &state.files else {
             return Ok(vec![]);
         };
-        let records = forge_files::FileStore::list_files(
-            files.store().as_ref(),
-            scope,
-            limit.min(200) as usize,
-        )
-        .await
-        .map_err(store_error)?;
+        let records = files
+            .list_visible(scope, limit.min(200) as usize)
+            .await
+            .map_err(store_error)?;
         Ok(records.iter().map(to_json).collect())
     }
 
@@ -124,8 +123,8 @@ impl Query {
 
     /// The caller's tenant's audit trail, newest first: decisions on approvals, external writes,
     /// dead-letter handling and configuration changes (`config.changed`; deployment-wide ones are
-    /// in the trail of the tenant `_deployment`). For administrators: the caller must hold the
-    /// role `admin`. `action` filters by prefix; `since` is RFC 3339.
+    /// in the trail of the tenant `_deployment`). For administrators (the power
+    /// `audit_trail`). `action` filters by prefix; `since` is RFC 3339.
     async fn audit_records(
         &self,
         ctx: &Context<'_>,
@@ -135,7 +134,7 @@ impl Query {
         #[graphql(default = 100)] limit: u32,
     ) -> async_graphql::Result<Vec<Json<Value>>> {
         let (scope, state) = (scope(ctx)?, state(ctx)?);
-        require_admin(scope, "the audit trail")?;
+        require_admin(ctx, "audit_trail", "the audit trail")?;
         let since = since
             .map(|s| {
                 serde_json::from_value::<forge_core::time::Timestamp>(Value::String(s))

@@ -458,3 +458,54 @@ async fn policies_decide_who_reads_and_who_acts_on_a_thread() {
         run.as_str()
     );
 }
+
+/// Administration is a policy decision (issue 62, item 12): with policies configured, the role
+/// named `admin` grants nothing by itself — the example policies give administrators every power
+/// and auditors the audit trail, and a policy set without them gives no one any.
+#[tokio::test]
+async fn policies_decide_who_administers() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/policies");
+    let load = |skip: Option<&str>| {
+        let texts: Vec<(String, String)> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| Some(p.file_name().unwrap().to_str().unwrap()) != skip)
+            .map(|p| {
+                let name = p.file_name().unwrap().to_string_lossy().into_owned();
+                (name, std::fs::read_to_string(&p).unwrap())
+            })
+            .collect();
+        forge_policy::CedarAuthorizer::from_sources(
+            texts.iter().map(|(n, t)| (n.as_str(), t.as_str())),
+        )
+        .unwrap()
+    };
+    let audit = "{ auditRecords(limit: 1) }";
+    let admin = token("acme", "ada", &["admin"]);
+    let auditor = token("acme", "audrey", &["auditor"]);
+    let member = token("acme", "bob", &["member"]);
+    let srv = start(Opts {
+        authorizer: Some(std::sync::Arc::new(load(None))),
+        ..Opts::default()
+    })
+    .await;
+    assert!(srv.gql(&admin, audit, json!({})).await["auditRecords"].is_array());
+    assert!(srv.gql(&auditor, audit, json!({})).await["auditRecords"].is_array());
+    let (code, _) = srv.gql_error(&member, audit, json!({})).await;
+    assert_eq!(code, "FORBIDDEN");
+    let (thread, _) = srv.run_until(&member, "greeter", "hi", "completed").await;
+    let erase = "mutation($id: ID!) { eraseThread(id: $id) { runs } }";
+    let (code, _) = srv.gql_error(&auditor, erase, json!({"id": thread})).await;
+    assert_eq!(
+        code, "FORBIDDEN",
+        "auditors read the trail and erase nothing"
+    );
+
+    let srv = start(Opts {
+        authorizer: Some(std::sync::Arc::new(load(Some("administration.cedar")))),
+        ..Opts::default()
+    })
+    .await;
+    let (code, _) = srv.gql_error(&admin, audit, json!({})).await;
+    assert_eq!(code, "FORBIDDEN", "the role's name alone grants nothing");
+}

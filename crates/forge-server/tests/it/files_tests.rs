@@ -327,7 +327,8 @@ async fn references_download_once_valid_and_are_refused_alike_otherwise() {
     }
     assert_eq!(answers[0].0, 404);
 
-    // Another tenant cannot mint a reference or delete; a non-uploader needs the admin role.
+    // Another tenant cannot mint a reference or delete; nor can a member of the tenant the file
+    // is private to (it has no access label).
     let (code, _) = srv
         .gql_error(
             &globex,
@@ -344,7 +345,7 @@ async fn references_download_once_valid_and_are_refused_alike_otherwise() {
             json!({"id": id}),
         )
         .await;
-    assert_eq!(code, "FORBIDDEN");
+    assert_eq!(code, "NOT_FOUND");
     let d = srv
         .gql(
             &alice,
@@ -402,4 +403,107 @@ async fn a_run_is_given_an_uploaded_file() {
         )
         .await;
     assert_eq!(code, "NOT_FOUND", "another tenant's file");
+}
+
+/// Files inside one tenant (issue 62, item 11): a file without an access label is its
+/// uploader's alone — another member neither lists it, nor references, attaches or deletes it,
+/// and is told it does not exist; a labelled file is everyone's the policy says (the default
+/// policy: everyone in the tenant), though only its uploader and administrators delete it.
+#[tokio::test]
+async fn members_of_one_tenant_have_only_the_files_they_may_read() {
+    let fs = file_server(Duration::from_secs(10)).await;
+    let srv = &fs.srv;
+    let alice = token("acme", "alice", &[]);
+    let bob = token("acme", "bob", &[]);
+    let admin = token("acme", "root", &["admin"]);
+    let (status, private) = upload(
+        srv,
+        Some(&alice),
+        "salary.txt",
+        "text/plain",
+        b"Alice earns a lot.\n".to_vec(),
+    )
+    .await;
+    assert_eq!(status, 201, "{private}");
+    assert!(private["file"].get("label").is_none(), "{private}");
+    let res = srv
+        .http
+        .post(srv.url("/files?name=handbook.txt&label=team"))
+        .bearer_auth(&alice)
+        .header("content-type", "text/plain")
+        .body(b"Be kind.\n".to_vec())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status().as_u16(), 201);
+    let shared: Value = res.json().await.unwrap();
+    assert_eq!(shared["file"]["label"], "team");
+    let private = private["file"]["id"].as_str().unwrap().to_owned();
+    let shared = shared["file"]["id"].as_str().unwrap().to_owned();
+
+    let listed = |d: Value| -> Vec<String> {
+        d["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f["id"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let mine = listed(srv.gql(&alice, "query { files }", json!({})).await);
+    assert_eq!(mine.len(), 2, "the uploader lists both: {mine:?}");
+    let theirs = listed(srv.gql(&bob, "query { files }", json!({})).await);
+    assert_eq!(theirs, std::slice::from_ref(&shared), "bob lists only the labelled one");
+
+    // Referencing, attaching and deleting the private file: as if it did not exist.
+    let reference = "mutation($id: ID!) { fileReference(id: $id) }";
+    let (code, _) = srv.gql_error(&bob, reference, json!({"id": private})).await;
+    assert_eq!(code, "NOT_FOUND");
+    let d = srv.gql(&bob, reference, json!({"id": shared})).await;
+    assert!(d["fileReference"]["reference"].is_string(), "{d}");
+    let thread = srv.thread(&bob).await;
+    let start = "mutation($t: ID!, $f: ID!) { startRun(input: {threadId: $t, agent: \"greeter\", message: \"hi\", files: [$f]}) { id } }";
+    let (code, message) = srv
+        .gql_error(&bob, start, json!({"t": thread, "f": private}))
+        .await;
+    assert_eq!(code, "NOT_FOUND", "{message}");
+    let d = srv
+        .gql(&bob, start, json!({"t": thread, "f": shared}))
+        .await;
+    assert!(d["startRun"]["id"].is_string(), "{d}");
+    let delete = "mutation($id: ID!) { deleteFile(id: $id) }";
+    let (code, _) = srv.gql_error(&bob, delete, json!({"id": private})).await;
+    assert_eq!(code, "NOT_FOUND");
+    let (code, _) = srv.gql_error(&bob, delete, json!({"id": shared})).await;
+    assert_eq!(code, "FORBIDDEN", "bob reads it but did not upload it");
+
+    // An administrator deletes what others uploaded, private or not.
+    let d = srv.gql(&admin, delete, json!({"id": private})).await;
+    assert_eq!(d["deleteFile"], true);
+    let mine = listed(srv.gql(&alice, "query { files }", json!({})).await);
+    assert_eq!(mine, [shared], "{mine:?}");
+}
+
+/// An access label is checked before a byte of the body is read.
+#[tokio::test]
+async fn a_bad_access_label_is_refused() {
+    let fs = file_server(Duration::from_secs(10)).await;
+    let srv = &fs.srv;
+    let alice = token("acme", "alice", &[]);
+    for label in ["", "a%0Ab", &"x".repeat(65)] {
+        let res = srv
+            .http
+            .post(srv.url(&format!("/files?name=a.txt&label={label}")))
+            .bearer_auth(&alice)
+            .header("content-type", "text/plain")
+            .body(b"a\n".to_vec())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status().as_u16(), 400, "{label:?}");
+        let body: Value = res.json().await.unwrap();
+        assert_eq!(
+            body["errors"][0]["extensions"]["code"], "bad_label",
+            "{body}"
+        );
+    }
 }

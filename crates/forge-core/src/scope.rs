@@ -67,6 +67,18 @@ scope_id!(
     TenantId,
     "tenant"
 );
+/// Tenant ids starting with this are Forge's own (`_deployment`, where the configuration
+/// audit is kept): no token may name one ([`TenantId::is_reserved`]).
+pub const RESERVED_TENANT_PREFIX: &str = "_";
+
+impl TenantId {
+    /// Whether the id is one of Forge's own ([`RESERVED_TENANT_PREFIX`]): operators reach such a
+    /// tenant from the command line, never a caller through a token.
+    pub fn is_reserved(&self) -> bool {
+        self.0.starts_with(RESERVED_TENANT_PREFIX)
+    }
+}
+
 scope_id!(
     /// A user or service acting within a tenant.
     PrincipalId,

@@ -345,6 +345,12 @@ impl Authenticator {
         let roles: Vec<&str> = roles.iter().map(String::as_str).collect();
         let scope = Scope::parse(&tenant, &sub, &roles)
             .map_err(|e| AuthError::Invalid(format!("unusable identity: {e}")))?;
+        if scope.tenant_id().is_reserved() {
+            return Err(AuthError::Invalid(format!(
+                "tenant ids starting with {:?} are reserved",
+                forge_core::scope::RESERVED_TENANT_PREFIX
+            )));
+        }
         Ok(Authenticated { scope, expires_at })
     }
 }

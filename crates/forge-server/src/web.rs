@@ -217,6 +217,9 @@ pub(crate) async fn dev_sign_in(
     let Ok(scope) = forge_core::scope::Scope::parse(&ask.tenant, &ask.principal, &roles) else {
         return bad("tenant, principal and roles must be 1-256 characters without controls");
     };
+    if scope.tenant_id().is_reserved() {
+        return bad("tenant ids starting with \"_\" are reserved");
+    }
     let now = chrono_now();
     match crate::auth::sign_hs256(&dev.secret, &scope, dev.ttl_secs, now) {
         Ok(token) => axum::Json(serde_json::json!({"token": token})).into_response(),

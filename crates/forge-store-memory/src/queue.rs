@@ -139,6 +139,7 @@ impl AuditLog for MemoryStore {
         scope: &Scope,
         query: &forge_core::ports::audit::AuditQuery,
     ) -> Result<Vec<AuditRecord>, Error> {
+        query.check()?;
         let st = self.lock();
         Ok(st
             .audit

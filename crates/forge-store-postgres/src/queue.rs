@@ -497,7 +497,7 @@ impl AuditLog for PostgresStore {
         scope: &Scope,
         query: &AuditQuery,
     ) -> Result<Vec<AuditRecord>, Error> {
-        let (filter, values) = forge_core::ports::audit::sql_filter(query);
+        let (filter, values) = forge_core::ports::audit::sql_filter(query)?;
         let sql = format!(
             "SELECT * FROM forge_audit WHERE tenant_id = $1{filter} ORDER BY seq DESC LIMIT ${}",
             values.len() + 2

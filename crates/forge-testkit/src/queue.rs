@@ -418,6 +418,16 @@ pub async fn audit_records_are_appended_and_filtered_per_tenant<F: StoreFactory>
         ErrorKind::Invalid,
         "a record for another tenant",
     );
+    // A NUL (an error inside PostgreSQL) or another control character: a clear refusal.
+    for (action, subject) in [(Some("config.\0"), None), (None, Some("a\u{1}b"))] {
+        expect_kind(
+            f.store
+                .query_audit(&f.scope, &q(action, subject, None))
+                .await,
+            ErrorKind::Invalid,
+            "a control character in a filter",
+        );
+    }
 }
 
 /// Dead letters are listed with their last error, replayed with a fresh attempt budget or

@@ -53,6 +53,21 @@ impl AuditQuery {
         }
     }
 
+    /// Refuses filters no stored record can match and a database cannot take: a control
+    /// character (a NUL is an error in PostgreSQL's text), or more than 1,000 bytes.
+    pub fn check(&self) -> Result<(), Error> {
+        for (what, value) in [("action", &self.action), ("subject", &self.subject)] {
+            if let Some(v) = value
+                && (v.len() > 1000 || v.chars().any(char::is_control))
+            {
+                return Err(Error::invalid(format!(
+                    "the audit {what} filter must be at most 1000 bytes without control characters"
+                )));
+            }
+        }
+        Ok(())
+    }
+
     /// Whether `record` passes the filters (the adapters' rule, in one place).
     pub fn matches(&self, record: &AuditRecord) -> bool {
         self.action
@@ -96,8 +111,10 @@ pub fn check_tenant(scope: &Scope, record: &AuditRecord) -> Result<(), Error> {
 }
 
 /// The `WHERE` clause (after the tenant) and the values to bind, in order, for `query` in the
-/// SQL adapters: `$2` onward, each bound as text or a timestamp.
-pub fn sql_filter(query: &AuditQuery) -> (String, Vec<SqlValue>) {
+/// SQL adapters: `$2` onward, each bound as text or a timestamp. Refuses what
+/// [`AuditQuery::check`] refuses.
+pub fn sql_filter(query: &AuditQuery) -> Result<(String, Vec<SqlValue>), Error> {
+    query.check()?;
     let mut clause = String::new();
     let mut values = Vec::new();
     if let Some(action) = &query.action {
@@ -115,7 +132,7 @@ pub fn sql_filter(query: &AuditQuery) -> (String, Vec<SqlValue>) {
         values.push(SqlValue::Time(since));
         clause.push_str(&format!(" AND at >= ${}", values.len() + 1));
     }
-    (clause, values)
+    Ok((clause, values))
 }
 
 /// A value [`sql_filter`] binds.

@@ -509,3 +509,34 @@ async fn policies_decide_who_administers() {
     let (code, _) = srv.gql_error(&admin, audit, json!({})).await;
     assert_eq!(code, "FORBIDDEN", "the role's name alone grants nothing");
 }
+
+/// Tenant ids starting with `_` are Forge's own (issue 73, item 6): a token naming
+/// `_deployment`, even with the role `admin`, is refused before it reads the deployment's audit.
+#[tokio::test]
+async fn a_token_for_a_reserved_tenant_is_refused() {
+    let srv = start(Opts::default()).await;
+    let reserved = token("_deployment", "mallory", &["admin"]);
+    let (status, _, body) = status_and_challenge(&srv, Some(&format!("Bearer {reserved}"))).await;
+    assert_eq!(status, 401, "{body}");
+    assert!(
+        body["errors"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("reserved"),
+        "{body}"
+    );
+    let fine = token("acme_", "ada", &["admin"]);
+    let d = srv
+        .gql(&fine, "{ auditRecords(limit: 1) }", json!({}))
+        .await;
+    assert!(d["auditRecords"].is_array(), "{d}");
+    // A NUL in a filter is a clear refusal, not an internal error.
+    let (code, _) = srv
+        .gql_error(
+            &fine,
+            "{ auditRecords(action: \"config.\\u0000\") }",
+            json!({}),
+        )
+        .await;
+    assert_eq!(code, "BAD_REQUEST");
+}

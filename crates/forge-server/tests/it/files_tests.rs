@@ -452,7 +452,11 @@ async fn members_of_one_tenant_have_only_the_files_they_may_read() {
     let mine = listed(srv.gql(&alice, "query { files }", json!({})).await);
     assert_eq!(mine.len(), 2, "the uploader lists both: {mine:?}");
     let theirs = listed(srv.gql(&bob, "query { files }", json!({})).await);
-    assert_eq!(theirs, std::slice::from_ref(&shared), "bob lists only the labelled one");
+    assert_eq!(
+        theirs,
+        std::slice::from_ref(&shared),
+        "bob lists only the labelled one"
+    );
 
     // Referencing, attaching and deleting the private file: as if it did not exist.
     let reference = "mutation($id: ID!) { fileReference(id: $id) }";

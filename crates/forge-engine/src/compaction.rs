@@ -348,6 +348,8 @@ impl StepRunner<'_> {
             cur.step_trace.as_ref(),
             vec![("model", model.to_owned().into())],
         );
+        // As before the step's own model call (`crate::lease`).
+        self.ensure_lease(cur).await?;
         let started = std::time::Instant::now();
         let mut text = String::new();
         let mut usage = None;

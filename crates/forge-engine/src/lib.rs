@@ -90,6 +90,7 @@ mod engine;
 mod error;
 pub mod files;
 mod hitl;
+mod lease;
 pub mod live;
 mod meter;
 pub mod observer;

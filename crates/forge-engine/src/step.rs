@@ -203,6 +203,9 @@ impl StepRunner<'_> {
             cur.step_trace.as_ref(),
             vec![("model", self.agent.model.clone().into())],
         );
+        // A process frozen since its lease was last vouched for may have lost the run: asking the
+        // model now would send this step's call a second time beside the new holder's.
+        self.ensure_lease(cur).await?;
         let call_started = std::time::Instant::now();
         let mut first_output = None;
         let streamed = tokio::select! {
@@ -382,20 +385,34 @@ impl StepRunner<'_> {
         ))
     }
 
-    /// Runs the step's calls, audits its external writes, and adds the tool-result message.
-    /// `Fenced` when the run's lease is lost before the calls start: nothing runs.
+    /// Makes sure of the run's lease immediately before a model or tool call (`crate::lease`).
+    pub(crate) async fn ensure_lease(&self, cur: &Cursor<'_>) -> Result<(), forge_core::Error> {
+        cur.held
+            .ensure(
+                self.engine.runs.as_ref(),
+                self.engine.clock.as_ref(),
+                self.scope,
+            )
+            .await
+    }
+
+    /// Runs the step's calls, audits its external writes, and adds the tool-result message. The
+    /// lease is made sure of immediately before each call (`crate::lease`): lost before a call,
+    /// that call does not run and the step is abandoned with the lease's error.
     pub(crate) async fn run_tools(
         &self,
         cur: &mut Cursor<'_>,
         prepared: Vec<Prepared>,
     ) -> Result<StepEnd, EngineError> {
-        if prepared.iter().any(|p| matches!(p, Prepared::Run { .. })) {
-            self.confirm_lease(cur).await?;
-        }
         let mut audit = self.denials(cur, &prepared);
         audit.extend(self.external_writes(cur, &prepared));
         let draft = std::sync::Mutex::new(crate::state::Draft::new(&cur.state));
-        Ok(match self.execute_tools(cur, prepared, &draft).await {
+        let lost = std::sync::Mutex::new(None);
+        let executed = self.execute_tools(cur, prepared, &draft, &lost).await;
+        if let Some(e) = lost.into_inner().unwrap_or_else(|p| p.into_inner()) {
+            return Err(EngineError::Store(e));
+        }
+        Ok(match executed {
             Some(results) => {
                 cur.audit.extend(audit);
                 let draft = draft.into_inner().unwrap_or_else(|p| p.into_inner());
@@ -430,23 +447,6 @@ impl StepRunner<'_> {
                 StepEnd::Cancelled
             }
         })
-    }
-
-    /// Makes sure the run's lease is still this execution's before tools act on the world. A
-    /// process frozen past its lease (SIGSTOP, a long pause, a stalled VM) may find on waking that
-    /// another worker took the run over; its calls must not run a second time. Within the first
-    /// half of the lease's life no other worker can have taken it (no round trip); later, the
-    /// lease is renewed in the store, and a lost lease abandons the step (`Fenced`).
-    async fn confirm_lease(&self, cur: &Cursor<'_>) -> Result<(), EngineError> {
-        let ttl = self.engine.lease_ttl;
-        if self.engine.clock.now().plus(ttl / 2) <= cur.lease.expires_at {
-            return Ok(());
-        }
-        self.engine
-            .runs
-            .renew_lease(self.scope, &cur.lease, ttl)
-            .await?;
-        Ok(())
     }
 
     /// A final answer under an output schema: valid JSON matching it completes the run with a
@@ -758,12 +758,14 @@ impl StepRunner<'_> {
             .map(|r| r.tool.spec().version.clone())
     }
 
-    /// Runs the valid calls concurrently; `None` when cancelled first.
+    /// Runs the valid calls concurrently; `None` when cancelled first. A call whose lease check
+    /// fails does not run; the first such error is put in `lost`.
     async fn execute_tools(
         &self,
         cur: &Cursor<'_>,
         prepared: Vec<Prepared>,
         draft: &std::sync::Mutex<crate::state::Draft>,
+        lost: &std::sync::Mutex<Option<forge_core::Error>>,
     ) -> Option<Vec<Part>> {
         let timeout = Duration::from_millis(self.agent.limits.tool_timeout_ms);
         let max_out = self.agent.limits.max_tool_output_bytes;
@@ -813,6 +815,7 @@ impl StepRunner<'_> {
                             cur.run.id,
                             &call.tool_call_id,
                         ),
+                        lease_token: cur.lease.token,
                     };
                     let skill = self.skill_call(&call).await;
                     let result = match (skill, self.engine.tools.get(&call.tool_name)) {
@@ -821,6 +824,13 @@ impl StepRunner<'_> {
                             "unknown_tool",
                             format!("there is no tool named {:?}", call.tool_name),
                         )),
+                        // Immediately before the tool acts: a frozen process that lost the run
+                        // must not act a second time beside the new holder.
+                        (None, Some(_)) if let Err(e) = self.ensure_lease(cur).await => {
+                            let mut first = lost.lock().unwrap_or_else(|p| p.into_inner());
+                            first.get_or_insert(e);
+                            Err(("lease_lost", "the run's lease was lost".to_owned()))
+                        }
                         (None, Some(r)) => match tokio::time::timeout(
                             timeout,
                             r.tool.call(&ctx, call.input.clone()),

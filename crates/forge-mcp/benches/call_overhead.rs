@@ -28,6 +28,7 @@ fn ctx() -> ToolContext {
         thread_id: ThreadId::generate(&ids),
         idempotency_key: IdempotencyKey::for_tool_call(run_id, &call),
         tool_call_id: call,
+        lease_token: 1,
     }
 }
 

@@ -12,6 +12,10 @@ use crate::server::ServerHandle;
 pub const IDEMPOTENCY_META_KEY: &str = "dev.forge/idempotency-key";
 /// The `_meta` key carrying the run's id.
 pub const RUN_META_KEY: &str = "dev.forge/run-id";
+/// The `_meta` key carrying the run's lease token, a fencing token
+/// ([`ToolContext::lease_token`]): a server can refuse a call with a smaller one than it has
+/// seen for the run.
+pub const LEASE_TOKEN_META_KEY: &str = "dev.forge/lease-token";
 
 /// A pinned tool of one server.
 pub struct McpTool {
@@ -119,6 +123,7 @@ impl Tool for McpTool {
             ctx.idempotency_key.to_string().into(),
         );
         meta.insert(RUN_META_KEY.into(), ctx.run_id.to_string().into());
+        meta.insert(LEASE_TOKEN_META_KEY.into(), ctx.lease_token.into());
         let mut params = CallToolRequestParams::new(self.remote.clone()).with_arguments(arguments);
         params.meta = Some(RequestMetaObject(MetaObject(meta)));
         let timeout = self.server.config().call_timeout();

@@ -116,6 +116,7 @@ fn ctx(call: &str) -> ToolContext {
         thread_id: ThreadId::generate(&ids),
         idempotency_key: IdempotencyKey::for_tool_call(run_id, &tool_call_id),
         tool_call_id,
+        lease_token: 1,
     }
 }
 
@@ -594,6 +595,13 @@ async fn an_unclassified_tool_parks_the_run_and_runs_once_with_its_idempotency_k
     assert_eq!(
         lines[0]["meta"]["dev.forge/run-id"],
         run.to_string().as_str()
+    );
+    assert!(
+        lines[0]["meta"]["dev.forge/lease-token"]
+            .as_u64()
+            .is_some_and(|t| t >= 1),
+        "the fencing token: {}",
+        lines[0]["meta"]
     );
 }
 

@@ -47,6 +47,12 @@ use forge_core::id::{IdGenerator, UuidV7Generator};
 use forge_core::scope::Scope;
 use forge_core::time::{Clock, SystemClock};
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+
+/// The longest a statement of the store waits for a lock before it fails, retryably.
+pub const LOCK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+/// How long the server lets one of the store's connections sit idle inside a transaction before
+/// it ends the session (and lets go of its locks).
+pub const IDLE_IN_TRANSACTION: std::time::Duration = std::time::Duration::from_secs(15);
 use sqlx::{Connection, PgConnection};
 
 pub use application::provision_application;
@@ -193,6 +199,18 @@ impl PostgresStore {
         conn.close()
             .await
             .map_err(|e| OpenError::Connect(db_error(e)))?;
+        // Every working connection waits for a row lock at most `LOCK_TIMEOUT`, and the server
+        // ends one left idle inside a transaction for `IDLE_IN_TRANSACTION`: a worker frozen
+        // while it held a run's row (SIGSTOP, a paused VM) blocks the run's takeover that long
+        // at most, not until it wakes. (The migrating connection above has neither: a
+        // migration may wait for another process's.)
+        let options = options.options([
+            ("lock_timeout", format!("{}ms", LOCK_TIMEOUT.as_millis())),
+            (
+                "idle_in_transaction_session_timeout",
+                format!("{}ms", IDLE_IN_TRANSACTION.as_millis()),
+            ),
+        ]);
         let hot = {
             let options = options.clone();
             forge_sql_pool::Pool::new(16, forge_sql_pool::Checks::NETWORK, move || {

@@ -19,7 +19,9 @@ pub(crate) fn db_error(e: sqlx::Error) -> Error {
     let retryable = match &e {
         sqlx::Error::Database(db) => matches!(
             db.code().as_deref(),
-            Some("40001" | "40P01" | "57P01" | "53300")
+            // Serialization, deadlock, shutdown, too many connections, a lock not had within
+            // `LOCK_TIMEOUT`, a session ended for idling inside its transaction.
+            Some("40001" | "40P01" | "57P01" | "53300" | "55P03" | "25P03")
         ),
         sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::PoolClosed => true,
         _ => false,

@@ -119,6 +119,11 @@ pub struct ToolContext {
     pub tool_call_id: ToolCallId,
     /// Derived from (run, call): the same on every retry or resume of this call.
     pub idempotency_key: IdempotencyKey,
+    /// The run's lease token when the call was made: a fencing token. Each worker that takes
+    /// the run over holds a greater one, so a system the tool writes to can keep the greatest it
+    /// has seen per run and refuse a writer holding a smaller one (a worker that was frozen past
+    /// its lease and woke to act).
+    pub lease_token: u64,
 }
 
 /// How a tool call failed. The message goes back to the model, so it must hold no secrets.

@@ -6,6 +6,9 @@ use super::*;
 pub(crate) struct Cursor<'a> {
     pub(crate) run: Run,
     pub(crate) lease: RunLease,
+    /// The lease with the local deadline it is vouched for until: checked immediately before
+    /// every model call and tool call (`crate::lease`).
+    pub(crate) held: Arc<crate::lease::HeldLease>,
     pub(crate) status: RunStatus,
     pub(crate) checkpoint: Checkpoint,
     pending: Vec<RunEvent>,
@@ -83,6 +86,7 @@ impl Engine {
             trace: None,
             job: None,
             leased: None,
+            leased_at: None,
         };
         self.execute_with(scope, run_id, &control, observer).await
     }
@@ -181,13 +185,19 @@ impl Engine {
         observer: &dyn RunObserver,
     ) -> Result<RunOutcome, EngineError> {
         // The run's history is read with its lease where the store can (one trip fewer).
-        let LeasedRun {
-            lease,
-            run,
-            history,
-        } = match control.leased.clone() {
-            Some(leased) if leased.lease.run_id == run_id && leased.run.id == run_id => leased,
-            _ => {
+        let asked = std::time::Instant::now();
+        let (
+            LeasedRun {
+                lease,
+                run,
+                history,
+            },
+            asked,
+        ) = match control.leased.clone() {
+            Some(leased) if leased.lease.run_id == run_id && leased.run.id == run_id => {
+                (leased, control.leased_at)
+            }
+            _ => (
                 self.runs
                     .lease_run_with_history(
                         scope,
@@ -196,9 +206,15 @@ impl Engine {
                         self.lease_ttl,
                         crate::compaction::HISTORY_PAGE,
                     )
-                    .await?
-            }
+                    .await?,
+                Some(asked),
+            ),
         };
+        let held = Arc::new(crate::lease::HeldLease::new(
+            lease.clone(),
+            asked,
+            self.lease_ttl,
+        ));
         // Read with another run's thread, it would not be this run's history.
         let history = history.filter(|(thread, _)| thread.id == run.thread_id);
         let result = async {
@@ -221,8 +237,8 @@ impl Engine {
             // Losing the lease stops the run where it is.
             tokio::select! {
                 biased;
-                r = self.execute_leased(&run_scope, run, lease.clone(), history, control, observer) => r,
-                e = self.keep_lease(scope, lease.clone()) => self.lost_lease(scope, &lease, e).await,
+                r = self.execute_leased(&run_scope, run, held.clone(), history, control, observer) => r,
+                e = self.keep_lease(scope, &held) => self.lost_lease(scope, &lease, e).await,
                 never = crate::cancels::Cancels::poll(self.runs.as_ref(), scope, run_id, watch.token(), self.cancel_poll) => match never {},
             }
         }
@@ -272,6 +288,7 @@ impl Engine {
         run_id: RunId,
         message: &str,
     ) -> Result<RunOutcome, EngineError> {
+        let asked = std::time::Instant::now();
         let lease = self
             .runs
             .acquire_lease(scope, run_id, &self.worker_id, self.lease_ttl)
@@ -296,6 +313,11 @@ impl Engine {
             next_seq: run.last_seq + 1,
             run,
             lease: lease.clone(),
+            held: Arc::new(crate::lease::HeldLease::new(
+                lease.clone(),
+                Some(asked),
+                self.lease_ttl,
+            )),
             pending: Vec::new(),
             messages: Vec::new(),
             interactions: Vec::new(),
@@ -332,12 +354,18 @@ impl Engine {
         result
     }
 
-    /// Renews the run's lease every third of its time to live; returns only when renewal fails.
-    async fn keep_lease(&self, scope: &Scope, mut lease: RunLease) -> EngineError {
+    /// Renews the run's lease every third of its time to live, moving the local deadline it is
+    /// vouched for until (from when each renewal was asked for); returns only when renewal fails.
+    async fn keep_lease(&self, scope: &Scope, held: &crate::lease::HeldLease) -> EngineError {
         loop {
             tokio::time::sleep(self.lease_ttl / 3).await;
-            match self.runs.renew_lease(scope, &lease, self.lease_ttl).await {
-                Ok(renewed) => lease = renewed,
+            let asked = std::time::Instant::now();
+            match self
+                .runs
+                .renew_lease(scope, &held.lease(), self.lease_ttl)
+                .await
+            {
+                Ok(renewed) => held.renewed(renewed, asked),
                 Err(e) => return e.into(),
             }
         }
@@ -347,12 +375,13 @@ impl Engine {
         &self,
         scope: &Scope,
         run: Run,
-        lease: RunLease,
+        held: Arc<crate::lease::HeldLease>,
         history: Option<(forge_core::thread::Thread, Vec<Message>)>,
         control: &RunControl,
         observer: &dyn RunObserver,
     ) -> Result<RunOutcome, EngineError> {
         let cancel = &control.cancel;
+        let lease = held.lease();
         let mut cancel_requested = run.cancel_requested;
         let mut cur = Cursor {
             status: run.status,
@@ -360,6 +389,7 @@ impl Engine {
             next_seq: run.last_seq + 1,
             run,
             lease,
+            held,
             pending: Vec::new(),
             messages: Vec::new(),
             interactions: Vec::new(),

@@ -96,6 +96,10 @@ pub struct RunControl {
     /// run as it stood under it and, when read with them, its history: the execution starts from
     /// these instead of taking the lease itself. A lease of another run is ignored.
     pub leased: Option<forge_core::ports::store::LeasedRun>,
+    /// When `leased` was asked for (before the claim's round trip): the execution vouches for
+    /// the lease until then plus its time to live, less a margin, and renews it in the store
+    /// before acting past that. Without it, the lease is renewed before the first model call.
+    pub leased_at: Option<std::time::Instant>,
 }
 
 /// Tenant quotas: a default and per-tenant overrides.
@@ -352,9 +356,11 @@ impl Engine {
         control: &RunControl,
         observer: &dyn RunObserver,
     ) -> Result<(RunId, RunOutcome), EngineError> {
+        let asked = std::time::Instant::now();
         let (run, leased) = self.admit(scope, new, true).await?;
         let control = RunControl {
             leased,
+            leased_at: Some(asked),
             ..control.clone()
         };
         let outcome = self.execute_with(scope, run.id, &control, observer).await?;

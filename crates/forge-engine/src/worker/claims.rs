@@ -11,14 +11,18 @@
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use forge_core::Error;
 use forge_core::ports::queue::{ClaimFilter, Claimed, JobQueue, LeaseRequest};
 use tokio::sync::oneshot;
 
+/// A claim and when it was asked for (before the round trip): its run's lease is vouched for
+/// from then (`crate::lease`), however long it waited for a loop.
+pub(crate) type Asked = (Claimed, Instant);
+
 /// What a waiting loop is answered: its claim, or no job, or the batch's error.
-type Answer = Result<Option<Claimed>, Arc<Error>>;
+type Answer = Result<Option<Asked>, Arc<Error>>;
 
 /// The claims of one worker's loops.
 pub(crate) struct ClaimGroup {
@@ -52,7 +56,7 @@ struct State {
     /// Whether the claiming task is running (it ends when no loop waits).
     claiming: bool,
     /// Claims made for loops that stopped waiting, for the next loops that ask.
-    spare: Vec<Claimed>,
+    spare: Vec<Asked>,
 }
 
 impl ClaimGroup {
@@ -69,15 +73,17 @@ impl ClaimGroup {
 
     /// A claimed job with its run's lease where taken, `None` when no job is ready: from the
     /// next batch, which this loop joins.
-    pub(crate) async fn claim(&self) -> Result<Option<Claimed>, Error> {
+    pub(crate) async fn claim(&self) -> Result<Option<Asked>, Error> {
         let c = &self.inner.claiming;
         if c.most == 1 {
             // Each loop claims alone, at once, as many at a time as want to.
-            return self
+            let asked = Instant::now();
+            return Ok(self
                 .inner
                 .queue
                 .claim_leased(&super::system(), &c.worker, c.ttl, &c.filter, &c.lease)
-                .await;
+                .await?
+                .map(|claimed| (claimed, asked)));
         }
         let answer = {
             let mut state = self.inner.lock();
@@ -137,6 +143,7 @@ impl Inner {
                 state.waiting.drain(..most).collect::<Vec<_>>()
             };
             let c = &self.claiming;
+            let asked = Instant::now();
             let claimed = self
                 .queue
                 .claim_leased_batch(
@@ -150,8 +157,8 @@ impl Inner {
                 .await;
             match claimed {
                 Ok(claims) => {
-                    let mut claims = claims.into_iter();
-                    let mut unasked: Vec<Claimed> = Vec::new();
+                    let mut claims = claims.into_iter().map(|claimed| (claimed, asked));
+                    let mut unasked: Vec<Asked> = Vec::new();
                     for tx in waiting {
                         if let Err(Ok(Some(claim))) = tx.send(Ok(claims.next())) {
                             unasked.push(claim);

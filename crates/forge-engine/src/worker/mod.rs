@@ -407,19 +407,19 @@ impl Worker {
         drain: &CancellationToken,
         idled: bool,
     ) -> Result<Option<JobOutcome>, EngineError> {
-        let Some(claimed) = self.claim().await? else {
+        let Some((claimed, asked)) = self.claim().await? else {
             return Ok(None);
         };
         if idled {
             self.engine.work.notify_one();
         }
-        self.run_claimed(claimed, drain).await.map(Some)
+        self.run_claimed(claimed, asked, drain).await.map(Some)
     }
 
     /// Claims a job the worker's filter admits, with its run's lease where the queue can take it
     /// in the same write (together with the other loops that want one now); `None` when no job
     /// is ready.
-    async fn claim(&self) -> Result<Option<Claimed>, EngineError> {
+    async fn claim(&self) -> Result<Option<claims::Asked>, EngineError> {
         Ok(self.claims.claim().await?)
     }
 
@@ -427,6 +427,7 @@ impl Worker {
     async fn run_claimed(
         &self,
         claimed: Claimed,
+        asked: std::time::Instant,
         drain: &CancellationToken,
     ) -> Result<JobOutcome, EngineError> {
         let Claimed { job, lease: leased } = claimed;
@@ -452,7 +453,7 @@ impl Worker {
         );
         let result = tokio::select! {
             biased;
-            r = self.execute(&job, leased, drain, span.context().or(parent)) => r,
+            r = self.execute(&job, leased, asked, drain, span.context().or(parent)) => r,
             e = self.keep_claim(&job) => Err(e),
         };
         let settled = match self.settle(&job, result).await {
@@ -570,6 +571,7 @@ impl Worker {
         &self,
         job: &ClaimedJob,
         leased: Option<LeasedRun>,
+        asked: std::time::Instant,
         drain: &CancellationToken,
         trace: Option<TraceContext>,
     ) -> Result<RunOutcome, EngineError> {
@@ -579,6 +581,7 @@ impl Worker {
             trace,
             job: Some(job.clone()),
             leased,
+            leased_at: Some(asked),
         };
         let (engine, observer) = (self.engine.clone(), self.observer.clone());
         let (tenant, run) = (job.tenant_id.clone(), job.run_id);

@@ -11,7 +11,7 @@ use forge_core::ports::store::{NewThread, RunStore, ThreadStore};
 use forge_core::run::{FailureCode, RunStatus};
 use tokio_util::sync::CancellationToken;
 
-use crate::harness::{agent, harness, harness_with};
+use crate::harness::{Harness, agent, harness, harness_with};
 use crate::tools_tests::{calculator, rendezvous};
 
 const TWO_STEP: &str = r#"
@@ -859,4 +859,150 @@ mod structured {
             "refused"
         );
     }
+}
+
+/// Takes `run`'s lease as another worker would once it lapsed: the engine's clock moved past
+/// it (as after a freeze), on a thread of its own (the engine's runtime is frozen meanwhile).
+fn take_over(h: &Harness, run: forge_core::id::RunId) {
+    h.clock.advance(std::time::Duration::from_secs(120));
+    let (store, scope) = (h.store.clone(), h.scope.clone());
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        rt.block_on(store.acquire_lease(&scope, run, "w2", std::time::Duration::from_secs(60)))
+            .unwrap();
+    })
+    .join()
+    .unwrap();
+}
+
+/// What a counting tool does while it "runs".
+type Hook = Arc<dyn Fn() + Send + Sync>;
+
+/// A counting tool; the first call of the one named `freeze` also lets the run be taken over
+/// while it "runs", as a worker frozen mid-tools would find on waking.
+fn counting(
+    name: &'static str,
+    calls: Arc<std::sync::atomic::AtomicUsize>,
+    freeze: Option<Hook>,
+) -> Arc<dyn forge_core::ports::tool::Tool> {
+    Arc::new(forge_engine::native_tool(
+        name,
+        "counts its calls",
+        move |_ctx, _i: serde_json::Value| {
+            calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            if let Some(freeze) = &freeze {
+                freeze();
+            }
+            async move { Ok::<_, forge_core::ports::tool::ToolError>(serde_json::json!("counted")) }
+        },
+    ))
+}
+
+/// The lease is made sure of immediately before each tool call, not once before a step's calls
+/// (issue 62, item 7): a worker frozen while its first call ran, and taken over meanwhile, does
+/// not make the second.
+#[tokio::test]
+async fn a_lease_lost_during_one_call_stops_the_next_call_of_the_step() {
+    const TWO_CALLS: &str = r#"
+[[conversation]]
+[[conversation.turn]]
+tool_calls = [{ id = "c1", name = "freeze", input = {} }, { id = "c2", name = "count", input = {} }]
+[[conversation.turn]]
+text = ["done"]
+"#;
+    let (frozen, counted) = (
+        Arc::new(std::sync::atomic::AtomicUsize::new(0)),
+        Arc::new(std::sync::atomic::AtomicUsize::new(0)),
+    );
+    let hook: Arc<std::sync::Mutex<Option<Hook>>> = Default::default();
+    let freeze: Hook = {
+        let hook = hook.clone();
+        Arc::new(move || {
+            if let Some(f) = hook.lock().unwrap().clone() {
+                f();
+            }
+        })
+    };
+    let h = harness(
+        TWO_CALLS,
+        vec![
+            counting("freeze", frozen.clone(), Some(freeze)),
+            counting("count", counted.clone(), None),
+        ],
+        RunLimits::default(),
+    );
+    let thread = h
+        .store
+        .create_thread(&h.scope, NewThread::default())
+        .await
+        .unwrap();
+    let run = h
+        .engine
+        .start_run(&h.scope, thread.id, &h.agent, vec![Part::text("go")])
+        .await
+        .unwrap();
+    let h = Arc::new(h);
+    *hook.lock().unwrap() = Some({
+        let h = h.clone();
+        Arc::new(move || take_over(&h, run.id))
+    });
+    let err = h
+        .engine
+        .execute(
+            &h.scope,
+            run.id,
+            &CancellationToken::new(),
+            &forge_engine::NoopObserver,
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Conflict, "{err}");
+    assert_eq!(frozen.load(std::sync::atomic::Ordering::SeqCst), 1);
+    assert_eq!(
+        counted.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "the second call ran after the lease was lost"
+    );
+    *hook.lock().unwrap() = None;
+}
+
+/// A thawed worker makes sure of its lease before it asks the model for its next step (issue
+/// 62, item 7): taken over between two steps, it sends no second model call.
+#[tokio::test]
+async fn a_worker_that_lost_its_lease_between_steps_asks_the_model_nothing() {
+    let h = Arc::new(harness(TWO_STEP, vec![calculator()], RunLimits::default()));
+    let thread = h
+        .store
+        .create_thread(&h.scope, NewThread::default())
+        .await
+        .unwrap();
+    let run = h
+        .engine
+        .start_run(&h.scope, thread.id, &h.agent, vec![Part::text("go")])
+        .await
+        .unwrap();
+    let model_calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let on = {
+        let (h, model_calls) = (h.clone(), model_calls.clone());
+        move |e: &RunEvent| match e.kind {
+            RunEventKind::UsageUpdated { .. } => {
+                model_calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+            RunEventKind::StepStarted { step: 2 } => take_over(&h, e.run_id),
+            _ => {}
+        }
+    };
+    let err = h
+        .engine
+        .execute(&h.scope, run.id, &CancellationToken::new(), &on)
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Conflict, "{err}");
+    assert_eq!(
+        model_calls.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "the second step's model call was sent after the lease was lost"
+    );
 }

@@ -113,3 +113,28 @@ async fn a_claim_whose_lease_waited_for_the_run_reads_the_history_committed_mean
     assert_eq!(leased.run.id, run.id);
     assert_eq!(page(&leased), [message]);
 }
+
+/// A worker frozen while it held a run's row (issue 62, item 7) blocks the run's takeover for
+/// the store's lock timeout at most: the lease gives up, retryably, instead of waiting until the
+/// holder wakes (here, never: the holder's transaction stays open until the test ends).
+#[tokio::test]
+async fn a_lease_behind_a_frozen_holder_of_the_run_gives_up_retryably() {
+    let (store, _, admin) = crate::fresh(Flavor::Plain, Arc::new(ManualClock::at_2026())).await;
+    let store = Arc::new(store);
+    let run = new_run(&store).await;
+    let _frozen = crate::row_locks::hold_run(&admin, run.id.0).await;
+    let leasing = store.clone();
+    let leased = tokio::spawn(async move {
+        leasing
+            .lease_run_with_history(&scope("t-a"), run.id, "w2", TTL, 10)
+            .await
+    });
+    crate::row_locks::until_waiting(&admin, "%", "the lease").await;
+    // A guard only: the lease answers after the lock timeout (5 s), or never without one.
+    let answer = tokio::time::timeout(Duration::from_secs(120), leased)
+        .await
+        .expect("the lease waited on the frozen holder past any lock timeout")
+        .unwrap();
+    let err = answer.expect_err("the row is held");
+    assert_eq!(err.kind(), forge_core::ErrorKind::Retryable, "{err}");
+}

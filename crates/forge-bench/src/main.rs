@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod files;
+mod freeze;
 mod pgstats;
 mod rag;
 mod runs;
@@ -57,6 +58,12 @@ enum Command {
         #[arg(long, default_value = "1,50", value_delimiter = ',')]
         in_flight: Vec<usize>,
     },
+    /// A worker frozen (SIGSTOP) while it holds runs, taken over, then resumed: what it still
+    /// did after losing them (must be nothing), and a takeover behind a frozen row lock.
+    Freeze(freeze::FreezeArgs),
+    /// A worker of `freeze` (spawned by it).
+    #[command(hide = true)]
+    FreezeWorker(freeze::WorkerArgs),
     /// Retrieval: ingestion chunks/s and query latency at 10k and 100k chunks.
     Rag(rag::RagArgs),
     /// Files: upload throughput through inspection and storage, and clamd's scan latency.
@@ -118,6 +125,8 @@ async fn command(command: Command) -> anyhow::Result<()> {
         match command {
             Command::Workload(args) => workload::workload(args).await,
             Command::Rag(args) => rag::run(args).await,
+            Command::Freeze(args) => freeze::run(args).await,
+            Command::FreezeWorker(args) => freeze::worker(args).await,
             Command::Files(args) => files::run(args).await,
             Command::Subscribers(args) => subscribers::run(args).await,
             Command::SubscribersServer(args) => subscribers::server(args).await,

@@ -543,9 +543,11 @@ impl RunStore for PostgresStore {
         holder: &str,
         ttl: Duration,
     ) -> Result<RunLease, Error> {
-        let now = self.clock.now();
         let mut tx = self.tenant_tx(scope).await?;
         let run = fetch_run(&mut tx, scope, id, true).await?;
+        // Read once the row is locked: a lease that waited for the lock is not written already
+        // (partly) expired.
+        let now = self.clock.now();
         let lease = next_lease(&run, holder, ttl, now)?;
         set_lease(&mut tx, &lease, Some(lease.token)).await?;
         tx.commit().await.map_err(db_error)?;
@@ -582,9 +584,10 @@ impl RunStore for PostgresStore {
         lease: &RunLease,
         ttl: Duration,
     ) -> Result<RunLease, Error> {
-        let now = self.clock.now();
         let mut tx = self.tenant_tx(scope).await?;
         let run = fetch_run(&mut tx, scope, lease.run_id, true).await?;
+        // Read once the row is locked, as for a new lease.
+        let now = self.clock.now();
         let renewed = renewed_lease(&run, lease, ttl, now)?;
         set_lease(&mut tx, &renewed, None).await?;
         tx.commit().await.map_err(db_error)?;

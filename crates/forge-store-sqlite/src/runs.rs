@@ -860,9 +860,11 @@ impl RunStore for SqliteStore {
         lease: &RunLease,
         ttl: Duration,
     ) -> Result<RunLease, Error> {
-        let now = self.clock.now();
         let (_gate, mut tx) = self.write_tx().await?;
         let run = self.fetch_run(&mut *tx, scope, lease.run_id).await?;
+        // Read once the writer's turn came: a renewal that waited is not written already
+        // (partly) expired.
+        let now = self.clock.now();
         let renewed = renewed_lease(&run, lease, ttl, now)?;
         set_lease(&mut tx, &renewed, None, false).await?;
         tx.commit().await.map_err(db_error)?;

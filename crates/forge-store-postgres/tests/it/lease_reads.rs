@@ -11,7 +11,7 @@ use forge_core::ports::queue::{ClaimFilter, JobQueue, LeaseRequest};
 use forge_core::ports::store::{LeasedRun, NewRun, NewThread, RunStore, ThreadStore};
 use forge_core::run::Run;
 use forge_core::scope::SystemScope;
-use forge_core::time::ManualClock;
+use forge_core::time::{Clock, ManualClock};
 use forge_store_postgres::PostgresStore;
 use forge_store_postgres::testing::Flavor;
 use forge_testkit::fixtures::{agent_ref, scope};
@@ -137,4 +137,29 @@ async fn a_lease_behind_a_frozen_holder_of_the_run_gives_up_retryably() {
         .unwrap();
     let err = answer.expect_err("the row is held");
     assert_eq!(err.kind(), forge_core::ErrorKind::Retryable, "{err}");
+}
+
+/// A lease that waited for the run's row is timed from when it got the row, not from before the
+/// wait (issue 62, item 7): it is never written already (partly) expired.
+#[tokio::test]
+async fn a_lease_that_waited_for_the_row_is_timed_from_when_it_got_it() {
+    let clock = Arc::new(ManualClock::at_2026());
+    let (store, _, admin) = crate::fresh(Flavor::Plain, clock.clone()).await;
+    let store = Arc::new(store);
+    let run = new_run(&store).await;
+    let mut holder = crate::row_locks::hold_run(&admin, run.id.0).await;
+    let leasing = store.clone();
+    let lease = tokio::spawn(async move {
+        leasing
+            .acquire_lease(&scope("t-a"), run.id, "w", TTL)
+            .await
+            .unwrap()
+    });
+    crate::row_locks::until_waiting(&admin, "%", "the lease").await;
+    // The wait took (by the store's clock) most of a lease's life.
+    clock.advance(Duration::from_secs(25));
+    let got_the_row = clock.now();
+    sqlx::raw_sql("COMMIT").execute(&mut holder).await.unwrap();
+    let lease = lease.await.unwrap();
+    assert_eq!(lease.expires_at, got_the_row.plus(TTL));
 }

@@ -142,6 +142,8 @@ pub const FILE_ACCEPTED: &str = "file.accepted";
 pub const FILE_REFUSED: &str = "file.refused";
 /// The audit action of a deleted file.
 pub const FILE_DELETED: &str = "file.deleted";
+/// The audit action of a file's bytes read through a reference.
+pub const FILE_DOWNLOADED: &str = "file.downloaded";
 
 #[cfg(test)]
 mod tests {

@@ -109,7 +109,7 @@ pub mod rows {
     use forge_core::scope::Scope;
     use forge_core::time::Timestamp;
 
-    use crate::model::{FILE_ACCEPTED, FILE_DELETED, FileRecord};
+    use crate::model::{FILE_ACCEPTED, FILE_DELETED, FILE_DOWNLOADED, FileRecord};
 
     /// The record as stored.
     pub fn encode(file: &FileRecord) -> Result<String, Error> {
@@ -140,6 +140,17 @@ pub mod rows {
     /// The audit record of a deletion.
     pub fn deleted(scope: &Scope, file: &FileRecord, actor: &str, at: Timestamp) -> AuditRecord {
         audit(scope, file, actor, FILE_DELETED, at)
+    }
+
+    /// The audit record of a download through a reference, by `scope`'s principal.
+    pub fn downloaded(scope: &Scope, file: &FileRecord, at: Timestamp) -> AuditRecord {
+        audit(
+            scope,
+            file,
+            scope.principal_id().as_str(),
+            FILE_DOWNLOADED,
+            at,
+        )
     }
 
     fn audit(

@@ -23,7 +23,7 @@ use forge_core::ports::files::FileContents;
 use forge_core::ports::policy::{
     AllowAll, Authorizer, PolicyAction, PolicyRequest, PolicyResource,
 };
-use forge_core::scope::{PrincipalId, Scope, TenantId};
+use forge_core::scope::Scope;
 use forge_core::time::{Clock, Timestamp};
 use futures_core::Stream;
 use futures_util::StreamExt;
@@ -482,33 +482,39 @@ impl Files {
         )
     }
 
-    /// The record and bytes a reference grants. A reference that does not verify, that names a
-    /// file since deleted or another version, or — when the caller also authenticated — another
-    /// tenant than the caller's, is [`Rejected`] alike.
+    /// The record and bytes a reference grants to `caller`. A reference is a short-lived bearer
+    /// capability scoped to one tenant: any authenticated member of the tenant it was signed
+    /// for may use it (whoever issued it could read the file), nobody else — no anonymous
+    /// caller, no member of another tenant. Each use is audited (`file.downloaded`, by the
+    /// caller); a use that cannot be audited is refused. A reference that does not verify, that
+    /// names a file since deleted or another version, or another tenant than the caller's, is
+    /// [`Rejected`] alike.
     pub async fn open_reference(
         &self,
         reference: &str,
-        caller_tenant: Option<&TenantId>,
+        caller: &Scope,
     ) -> Result<(FileRecord, BlobStream), Rejected> {
         let claims = self.parts.keys.verify(
             reference,
             self.parts.clock.now(),
             self.parts.policy.max_reference_ttl,
         )?;
-        let tenant = TenantId::new(claims.tenant).map_err(|_| Rejected)?;
-        if caller_tenant.is_some_and(|t| t != &tenant) {
+        if claims.tenant != caller.tenant_id().as_str() {
             return Err(Rejected);
         }
-        let scope = Scope::new(
-            tenant,
-            PrincipalId::new("file-reference").map_err(|_| Rejected)?,
-            vec![],
-        );
         let id = FileId::new(claims.file).map_err(|_| Rejected)?;
-        match self.open(&scope, &id).await {
-            Ok(Some((record, bytes))) if record.version == claims.version => Ok((record, bytes)),
-            _ => Err(Rejected),
+        let (record, bytes) = match self.open(caller, &id).await {
+            Ok(Some((record, bytes))) if record.version == claims.version => (record, bytes),
+            _ => return Err(Rejected),
+        };
+        if let Some(audit) = &self.parts.audit {
+            let entry = crate::ports::rows::downloaded(caller, &record, self.parts.clock.now());
+            audit
+                .record_audit(caller, entry)
+                .await
+                .map_err(|_| Rejected)?;
         }
+        Ok((record, bytes))
     }
 
     /// Deletes a file: the retrieval source made from it, its bytes, and its record (audited

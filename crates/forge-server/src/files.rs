@@ -8,9 +8,10 @@
 //!   takes longer than [`FileLimits::total`] is refused (`408`). `201` with the record and a
 //!   signed reference; a refusal is `400`, `408`, `413`, `415`, `422` or `503` with a `code`.
 //! - `GET /files/{reference}` — the bytes a signed reference grants, as an attachment
-//!   (`nosniff`, a sandboxing CSP, no caching). A reference that does not verify, has expired,
-//!   names a deleted file — or another tenant than the caller's, when the request also carries a
-//!   token — is the same `404`.
+//!   (`nosniff`, a sandboxing CSP, no caching), to a caller authenticated as a member of the
+//!   reference's tenant (bearer JWT); each download is audited `file.downloaded`. A reference
+//!   that does not verify, has expired or names a deleted file, and a request without a token,
+//!   with a bad one or with another tenant's, are the same `404`.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -181,15 +182,12 @@ pub(crate) async fn download(
     let Some(files) = &shared.files else {
         return no_files();
     };
-    // A token is optional (a reference is the grant), but one that is sent must hold.
-    let caller = match authorization(&headers) {
-        None => None,
-        Some(h) => match shared.auth.authenticate_header(Some(h)) {
-            Ok(scope) => Some(scope.tenant_id().clone()),
-            Err(_) => return no_such_file(),
-        },
+    // A reference is a capability of its tenant's members: the caller must authenticate, as
+    // one of them. No token, a bad one and another tenant's are the same `404` as a bad reference.
+    let Ok(caller) = shared.auth.authenticate_header(authorization(&headers)) else {
+        return no_such_file();
     };
-    let Ok((record, bytes)) = files.open_reference(&reference, caller.as_ref()).await else {
+    let Ok((record, bytes)) = files.open_reference(&reference, &caller).await else {
         return no_such_file();
     };
     let body = Body::from_stream(bytes.map(|chunk| chunk.map_err(std::io::Error::other)));

@@ -407,6 +407,7 @@ model = "broken:mock-steps-0"
         .to_owned();
     let got = http
         .get(format!("http://{addr}/files/{reference}"))
+        .bearer_auth(&t)
         .send()
         .await
         .unwrap();
@@ -414,6 +415,7 @@ model = "broken:mock-steps-0"
     let tampered = format!("{reference}0");
     let refused = http
         .get(format!("http://{addr}/files/{tampered}"))
+        .bearer_auth(&t)
         .send()
         .await
         .unwrap();

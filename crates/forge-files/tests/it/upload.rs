@@ -9,7 +9,7 @@ use bytes::Bytes;
 use forge_core::ErrorKind;
 use forge_core::ports::audit::{AuditLog, AuditQuery};
 use forge_core::ports::files::FileContents;
-use forge_core::scope::TenantId;
+use forge_core::scope::{Scope, TenantId};
 use forge_core::time::Clock;
 use forge_files::{
     Action, BodyError, FileStore, Finding, Policy, Refusal, Rejected, ScanOutcome, Upload,
@@ -382,17 +382,35 @@ async fn references_expire_refuse_tampering_other_tenants_and_deleted_files_alik
         expires,
         w.clock.now().plus(std::time::Duration::from_secs(60))
     );
-    let (record, _) = w.files.open_reference(&reference, None).await.unwrap();
+    let (record, _) = w.files.open_reference(&reference, &w.scope).await.unwrap();
     assert_eq!(record.id, f.id);
-    assert!(
-        w.files
-            .open_reference(&reference, Some(w.scope.tenant_id()))
-            .await
-            .is_ok()
-    );
-    let other = TenantId::new("globex").unwrap();
+    // Any member of the tenant may use it (a capability of the tenant), and each use is audited.
+    let bob = Scope::parse(w.scope.tenant_id().as_str(), "bob", &[]).unwrap();
+    assert!(w.files.open_reference(&reference, &bob).await.is_ok());
+    let downloads: Vec<String> = w
+        .store
+        .query_audit(
+            &w.scope,
+            &forge_core::ports::audit::AuditQuery {
+                action: Some("file.downloaded".into()),
+                subject: None,
+                since: None,
+                limit: 10,
+            },
+        )
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r.actor)
+        .collect();
     assert_eq!(
-        w.files.open_reference(&reference, Some(&other)).await.err(),
+        downloads,
+        ["bob", w.scope.principal_id().as_str()],
+        "newest first"
+    );
+    let other = Scope::parse("globex", "mallory", &[]).unwrap();
+    assert_eq!(
+        w.files.open_reference(&reference, &other).await.err(),
         Some(Rejected),
         "another tenant's caller"
     );
@@ -401,20 +419,20 @@ async fn references_expire_refuse_tampering_other_tenants_and_deleted_files_alik
     tampered[last] = if tampered[last] == b'A' { b'B' } else { b'A' };
     let tampered = String::from_utf8(tampered).unwrap();
     assert_eq!(
-        w.files.open_reference(&tampered, None).await.err(),
+        w.files.open_reference(&tampered, &w.scope).await.err(),
         Some(Rejected)
     );
     w.later(61);
     assert_eq!(
-        w.files.open_reference(&reference, None).await.err(),
+        w.files.open_reference(&reference, &w.scope).await.err(),
         Some(Rejected),
         "expired"
     );
     let (fresh, _) = w.files.reference(&f, None);
-    assert!(w.files.open_reference(&fresh, None).await.is_ok());
+    assert!(w.files.open_reference(&fresh, &w.scope).await.is_ok());
     assert!(w.files.delete(&w.scope, &f.id, "alice").await.unwrap());
     assert_eq!(
-        w.files.open_reference(&fresh, None).await.err(),
+        w.files.open_reference(&fresh, &w.scope).await.err(),
         Some(Rejected),
         "deleted"
     );
@@ -474,7 +492,7 @@ async fn deletion_reaches_the_blob_the_record_the_references_and_the_derived_sou
         .unwrap()
         .is_none()
     );
-    assert!(w.files.open_reference(&reference, None).await.is_err());
+    assert!(w.files.open_reference(&reference, &w.scope).await.is_err());
     let trail: Vec<String> = w
         .store
         .query_audit(

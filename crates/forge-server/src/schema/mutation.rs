@@ -251,7 +251,8 @@ impl Mutation {
     }
 
     /// A fresh signed reference to a stored file of the caller's tenant, valid for
-    /// `ttlSeconds` (default 900, at most a week): `GET /files/{reference}` returns its bytes.
+    /// `ttlSeconds` (default 900, at most a week): `GET /files/{reference}`, with a bearer
+    /// token of a member of the tenant, returns its bytes (audited `file.downloaded`).
     async fn file_reference(
         &self,
         ctx: &Context<'_>,

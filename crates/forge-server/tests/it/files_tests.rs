@@ -268,13 +268,25 @@ async fn references_download_once_valid_and_are_refused_alike_otherwise() {
     let id = body["file"]["id"].as_str().unwrap().to_owned();
     let reference = body["reference"].as_str().unwrap().to_owned();
 
+    // A member of the tenant downloads with the reference (bob did not upload it), audited.
+    let bob = token("acme", "bob", &[]);
     let res = srv
         .http
         .get(srv.url(&format!("/files/{reference}")))
+        .bearer_auth(&bob)
         .send()
         .await
         .unwrap();
     assert_eq!(res.status().as_u16(), 200);
+    let admin = token("acme", "root", &["admin"]);
+    let audit = srv
+        .gql(
+            &admin,
+            "{ auditRecords(action: \"file.downloaded\") }",
+            json!({}),
+        )
+        .await;
+    assert_eq!(audit["auditRecords"][0]["actor"], "bob", "{audit}");
     let h = res.headers().clone();
     assert_eq!(h["content-type"], "text/plain");
     assert_eq!(h["x-content-type-options"], "nosniff");
@@ -312,15 +324,24 @@ async fn references_download_once_valid_and_are_refused_alike_otherwise() {
         .await;
     let short = d["fileReference"]["reference"].as_str().unwrap().to_owned();
     tokio::time::sleep(Duration::from_millis(2_100)).await;
+    let member = Some(alice.clone());
     let answers = vec![
-        refused(srv.url(&format!("/files/{tampered}")), None).await,
+        refused(srv.url(&format!("/files/{tampered}")), member.clone()).await,
+        // No anonymous links: a good reference without a token, with a bad one, or with
+        // another tenant's is refused as a bad reference is (issue 73, item 5).
+        refused(srv.url(&format!("/files/{reference}")), None).await,
+        refused(
+            srv.url(&format!("/files/{reference}")),
+            Some("not-a-token".into()),
+        )
+        .await,
         refused(
             srv.url(&format!("/files/{reference}")),
             Some(globex.clone()),
         )
         .await,
-        refused(srv.url(&format!("/files/{short}")), None).await,
-        refused(srv.url("/files/not-a-reference"), None).await,
+        refused(srv.url(&format!("/files/{short}")), member.clone()).await,
+        refused(srv.url("/files/not-a-reference"), member.clone()).await,
     ];
     for a in &answers {
         assert_eq!(a, &answers[0], "refused alike");
@@ -355,7 +376,7 @@ async fn references_download_once_valid_and_are_refused_alike_otherwise() {
         .await;
     assert_eq!(d["deleteFile"], true);
     assert_eq!(
-        refused(srv.url(&format!("/files/{reference}")), None).await,
+        refused(srv.url(&format!("/files/{reference}")), member).await,
         answers[0]
     );
 }

@@ -75,6 +75,13 @@ pub enum Error {
         /// The interaction.
         id: String,
     },
+    /// An approval or a question was closed unresolved, before its deadline, because its run
+    /// ended (cancelled, failed or completed); it can no longer be resolved.
+    #[error("interaction {id} was closed unresolved when its run ended")]
+    Closed {
+        /// The interaction.
+        id: String,
+    },
     /// An approval or a question is past its deadline and can no longer be resolved.
     #[error("interaction {id} expired at {at}; the run went on without it")]
     Expired {
@@ -119,7 +126,9 @@ impl Error {
             | Error::LeaseHeld { .. }
             | Error::ThreadBusy { .. }
             | Error::AlreadyResolved { .. } => ErrorKind::Conflict,
-            Error::Expired { .. } | Error::QuotaExceeded(_) => ErrorKind::Invalid,
+            Error::Expired { .. } | Error::Closed { .. } | Error::QuotaExceeded(_) => {
+                ErrorKind::Invalid
+            }
             Error::Transition(_) | Error::Invalid(_) => ErrorKind::Invalid,
             Error::Backend {
                 retryable: true, ..

@@ -249,6 +249,12 @@ pub fn decide(current: &Interaction, req: &Resolve, now: Timestamp) -> Result<De
                 }),
             };
         }
+        // Closed before its deadline: its run ended, and no deadline is to blame.
+        InteractionStatus::Expired if current.expires_at > now => {
+            return Err(Error::Closed {
+                id: current.id.to_string(),
+            });
+        }
         InteractionStatus::Expired => {
             return Err(Error::Expired {
                 id: current.id.to_string(),

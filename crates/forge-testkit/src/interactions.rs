@@ -578,10 +578,17 @@ pub async fn an_ended_run_leaves_nothing_pending<F: StoreFactory>() {
         .await
         .expect("get");
     assert_eq!(approval.status, InteractionStatus::Expired);
+    let refused = p
+        .store
+        .resolve_interaction(&p.scope, resolve(p.approval.id, "k", Decision::Approve))
+        .await;
+    // Said as it happened: closed when the run ended, not "expired at" a deadline days ahead.
+    assert!(
+        matches!(&refused, Err(forge_core::Error::Closed { .. })),
+        "resolving an interaction of an ended run: {refused:?}"
+    );
     expect_kind(
-        p.store
-            .resolve_interaction(&p.scope, resolve(p.approval.id, "k", Decision::Approve))
-            .await,
+        refused,
         ErrorKind::Invalid,
         "resolving an interaction of an ended run",
     );

@@ -620,7 +620,8 @@ pub trait Logger: Send + Sync {
     fn log(&self, event: LogEvent, fields: Vec<Attr>);
 }
 
-/// A logger writing [`log_lines`] to `W` (standard error in the binaries), one line each.
+/// A logger writing [`log_lines`] to `W` (standard error in the binaries), one line each, each
+/// starting with `"ts"`: when it was logged, UTC, RFC 3339 to the millisecond.
 pub struct JsonLines<W> {
     out: std::sync::Mutex<W>,
 }
@@ -641,10 +642,13 @@ impl<W> JsonLines<W> {
 
 impl<W: std::io::Write + Send> Logger for JsonLines<W> {
     fn log(&self, event: LogEvent, fields: Vec<Attr>) {
+        let ts = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
         let mut out = self.out.lock().unwrap_or_else(|e| e.into_inner());
         for line in log_lines(event, fields) {
-            // A log sink that cannot write has nowhere to report it.
-            let _ = writeln!(out, "{line}");
+            // `{"event"…` becomes `{"ts":"…","event"…`. A log sink that cannot write has nowhere
+            // to report it.
+            let rest = line.strip_prefix('{').unwrap_or(&line);
+            let _ = writeln!(out, "{{\"ts\":\"{ts}\",{rest}");
         }
     }
 }
@@ -958,6 +962,24 @@ mod tests {
         assert_eq!(
             lines[1],
             r#"{"event":"telemetry.fields_dropped","count":1,"dropped":"prompt"}"#
+        );
+    }
+
+    #[test]
+    fn each_json_line_says_when_it_was_logged() {
+        let logger = JsonLines::new(Vec::new());
+        logger.log(
+            LogEvent::InternalError,
+            vec![("reference", Value::Str("r1".into()))],
+        );
+        let out = String::from_utf8(logger.into_inner()).unwrap_or_default();
+        let line: serde_json::Value = serde_json::from_str(out.trim()).unwrap_or_default();
+        assert_eq!(line["event"], LogEvent::InternalError.as_str(), "{out}");
+        assert_eq!(line["reference"], "r1");
+        let ts = line["ts"].as_str().unwrap_or_default();
+        assert!(
+            chrono::DateTime::parse_from_rfc3339(ts).is_ok() && ts.ends_with('Z'),
+            "{out}"
         );
     }
 

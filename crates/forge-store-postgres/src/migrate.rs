@@ -691,9 +691,54 @@ pub(crate) async fn up(conn: &mut PgConnection, mode: Mode) -> Result<usize, Ope
             }
         }
     }
+    if mode == Mode::Supabase {
+        // Supabase grants what its login role creates in `public` to `anon` and `authenticated`
+        // by default (TRUNCATE included); taken back on every start, from every Forge object
+        // this role owns, so a table a later migration adds is never left open.
+        sqlx::raw_sql(REVOKE_FROM_SUPABASE_USERS)
+            .execute(&mut *tx)
+            .await
+            .map_err(fail)?;
+    }
     tx.commit().await.map_err(fail)?;
     Ok(count)
 }
+
+/// Revokes every privilege `anon` and `authenticated` hold on the Forge tables, sequences and
+/// functions the current role owns in the current schema.
+const REVOKE_FROM_SUPABASE_USERS: &str = r"
+DO $$
+DECLARE
+    r record;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'anon')
+        OR NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'authenticated') THEN
+        RETURN;
+    END IF;
+    FOR r IN
+        SELECT c.oid::regclass AS obj, c.relkind
+        FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+        WHERE n.nspname = current_schema() AND c.relname LIKE 'forge\_%'
+          AND c.relkind IN ('r', 'p', 'v', 'm', 'f', 'S')
+          AND c.relowner = (SELECT oid FROM pg_roles WHERE rolname = current_user)
+    LOOP
+        IF r.relkind = 'S' THEN
+            EXECUTE format('REVOKE ALL ON SEQUENCE %s FROM anon, authenticated', r.obj);
+        ELSE
+            EXECUTE format('REVOKE ALL ON TABLE %s FROM anon, authenticated', r.obj);
+        END IF;
+    END LOOP;
+    FOR r IN
+        SELECT p.oid::regprocedure AS obj
+        FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+        WHERE n.nspname = current_schema() AND p.proname LIKE 'forge\_%'
+          AND p.proowner = (SELECT oid FROM pg_roles WHERE rolname = current_user)
+    LOOP
+        EXECUTE format('REVOKE ALL ON FUNCTION %s FROM anon, authenticated', r.obj);
+    END LOOP;
+END
+$$;
+";
 
 pub(crate) async fn applied(pool: &PgPool) -> Result<Vec<i64>, Error> {
     let rows = sqlx::query("SELECT version FROM forge_schema_migrations ORDER BY version")

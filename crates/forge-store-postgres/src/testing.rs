@@ -160,8 +160,13 @@ impl TestDatabase {
                 .map_err(|e| unreachable(&db.admin, e))?;
             // Like Supabase's login roles, ours is NOINHERIT, so it needs its rights on `public` and
             // `auth` granted directly.
+            // And like Supabase, whatever its login role creates in `public` is granted to `anon`,
+            // `authenticated` and `service_role` by default: Forge must take those grants back.
             let auth = format!(
-                "{SUPABASE_AUTH}\nGRANT USAGE ON SCHEMA auth TO {SUPABASE_LOGIN_ROLE};\nGRANT ALL ON SCHEMA public TO {SUPABASE_LOGIN_ROLE};\nGRANT CREATE ON SCHEMA public TO forge_system;"
+                "{SUPABASE_AUTH}\nGRANT USAGE ON SCHEMA auth TO {SUPABASE_LOGIN_ROLE};\nGRANT ALL ON SCHEMA public TO {SUPABASE_LOGIN_ROLE};\nGRANT CREATE ON SCHEMA public TO forge_system;\n\
+                 ALTER DEFAULT PRIVILEGES FOR ROLE {SUPABASE_LOGIN_ROLE} IN SCHEMA public GRANT ALL ON TABLES TO anon, authenticated, service_role;\n\
+                 ALTER DEFAULT PRIVILEGES FOR ROLE {SUPABASE_LOGIN_ROLE} IN SCHEMA public GRANT ALL ON SEQUENCES TO anon, authenticated, service_role;\n\
+                 ALTER DEFAULT PRIVILEGES FOR ROLE {SUPABASE_LOGIN_ROLE} IN SCHEMA public GRANT ALL ON FUNCTIONS TO anon, authenticated, service_role;"
             );
             exec(&mut conn, &auth)
                 .await

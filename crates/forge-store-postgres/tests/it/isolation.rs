@@ -881,3 +881,68 @@ async fn a_deleted_source_leaves_its_text_in_no_table() {
         assert_eq!(n, 0, "{table} keeps rows of the deleted source");
     }
 }
+
+/// Under Supabase's default privileges (whatever its login role creates in `public` is granted
+/// to `anon`, `authenticated` and `service_role`), neither `anon` nor `authenticated` holds any
+/// privilege on any Forge table or sequence, old or new (issue 73, item 4), nor may execute a
+/// Forge function that runs with its owner's rights.
+#[tokio::test]
+async fn supabase_users_hold_no_privilege_on_any_forge_object() {
+    let clock = Arc::new(ManualClock::at_2026());
+    let (_store, _url, admin) = crate::fresh(Flavor::Supabase, clock).await;
+    let mut conn = PgConnection::connect(&admin).await.unwrap();
+    let relations: Vec<(String, String)> = sqlx::query_as(
+        "SELECT c.relname::text, c.relkind::text FROM pg_class c \
+         JOIN pg_namespace n ON n.oid = c.relnamespace \
+         WHERE n.nspname = 'public' AND c.relname LIKE 'forge\\_%' AND c.relkind IN ('r', 'p', 'S')",
+    )
+    .fetch_all(&mut conn)
+    .await
+    .unwrap();
+    assert!(
+        relations.iter().any(|(r, _)| r == "forge_files")
+            && relations.iter().any(|(_, k)| k == "S"),
+        "the newer tables and the sequences are looked at: {relations:?}"
+    );
+    let mut open = Vec::new();
+    for role in ["anon", "authenticated"] {
+        for (relation, kind) in &relations {
+            let privileges = if kind == "S" {
+                "USAGE, SELECT, UPDATE"
+            } else {
+                "SELECT, INSERT, UPDATE, DELETE, TRUNCATE, REFERENCES, TRIGGER"
+            };
+            let check = if kind == "S" {
+                "SELECT has_sequence_privilege($1, $2, $3)"
+            } else {
+                "SELECT has_table_privilege($1, $2, $3)"
+            };
+            let held: bool = sqlx::query_scalar(check)
+                .bind(role)
+                .bind(relation)
+                .bind(privileges)
+                .fetch_one(&mut conn)
+                .await
+                .unwrap();
+            if held {
+                open.push(format!("{role} on {relation}"));
+            }
+        }
+        let definers: Vec<String> = sqlx::query_scalar(
+            "SELECT p.oid::regprocedure::text FROM pg_proc p \
+             JOIN pg_namespace n ON n.oid = p.pronamespace \
+             WHERE n.nspname = 'public' AND p.proname LIKE 'forge\\_%' AND p.prosecdef \
+             AND has_function_privilege($1, p.oid, 'EXECUTE')",
+        )
+        .bind(role)
+        .fetch_all(&mut conn)
+        .await
+        .unwrap();
+        open.extend(
+            definers
+                .into_iter()
+                .map(|f| format!("{role} may execute {f}")),
+        );
+    }
+    assert!(open.is_empty(), "open to Supabase's users: {open:?}");
+}

@@ -10,6 +10,9 @@
 //!   for its id, and the connection stays.
 //! - On server shutdown the connection closes with `1001` ("going away"), never by completing its
 //!   subscriptions: their runs go on, and a client resumes elsewhere from its cursor.
+//! - A client that sends faster than async-graphql takes its messages is simply not read until
+//!   there is room (the loop keeps polling async-graphql meanwhile), however many it sends at once.
+//! - A client's Close is answered with the same code, completing the closing handshake.
 
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -145,6 +148,11 @@ impl Session {
         let init_deadline = tokio::time::sleep(self.limits.init_timeout);
         tokio::pin!(init_deadline);
         let mut acked = false;
+        // A client message async-graphql's input queue had no room for: the client is not read
+        // again until it is handed over, while async-graphql (polled below) drains the queue.
+        // Awaiting the hand-off in place would stop the polling that frees the room, silencing
+        // the connection once a client sends more than the queue holds at once.
+        let mut pending: Option<Vec<u8>> = None;
         // Armed when the token is known (at `connection_ack`).
         let expiry = tokio::time::sleep(Duration::from_secs(60 * 60 * 24 * 365));
         tokio::pin!(expiry);
@@ -184,12 +192,28 @@ impl Session {
                     expiry.as_mut().reset(tokio::time::Instant::now() + until(exp));
                     continue;
                 }
-                incoming = source.next() => {
+                room = to_graphql.reserve(), if pending.is_some() => {
+                    match (room, pending.take()) {
+                        (Ok(room), Some(bytes)) => room.send(bytes),
+                        (Err(_), _) => return,
+                        (Ok(_), None) => {}
+                    }
+                    continue;
+                }
+                incoming = source.next(), if pending.is_none() => {
                     let bytes = match incoming {
                         Some(Ok(Message::Text(t))) => t.as_bytes().to_vec(),
                         Some(Ok(Message::Binary(b))) => b.to_vec(),
                         Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
-                        Some(Ok(Message::Close(_))) | Some(Err(_)) | None => return,
+                        // The closing handshake: the client's Close is answered with its code.
+                        Some(Ok(Message::Close(frame))) => {
+                            // The socket may have queued its own reply already; either way,
+                            // flushed before the connection is dropped.
+                            let _ = sink.send(Message::Close(frame)).await;
+                            let _ = sink.close().await;
+                            return;
+                        }
+                        Some(Err(_)) | None => return,
                     };
                     match operation(&bytes) {
                         Some((id, kind)) if kind == "subscribe" || kind == "start" => {
@@ -230,8 +254,10 @@ impl Session {
                         }
                         _ => {}
                     }
-                    if to_graphql.send(bytes).await.is_err() {
-                        return;
+                    match to_graphql.try_send(bytes) {
+                        Ok(()) => {}
+                        Err(mpsc::error::TrySendError::Full(bytes)) => pending = Some(bytes),
+                        Err(mpsc::error::TrySendError::Closed(_)) => return,
                     }
                     continue;
                 }

@@ -591,3 +591,40 @@ async fn a_panicking_handler_is_answered_with_an_error_that_quotes_nothing() {
     let health = srv.http.get(srv.url("/healthz")).send().await.unwrap();
     assert_eq!(health.status(), 200);
 }
+
+/// Many subscriptions sent at once on one socket all run (issue 73, item 2): past the 16 client
+/// messages the server's queue held, the connection used to stop answering anything. And a
+/// client's Close is answered with its code (clients saw 1006).
+#[tokio::test]
+async fn a_burst_of_subscriptions_on_one_socket_all_run_and_a_close_is_answered() {
+    let srv = start(Opts::default()).await;
+    let t = token("acme", "alice", &[]);
+    let (_, run) = srv
+        .run_until(&t, "assistant", "send the email", "waiting")
+        .await;
+    let (mut ws, _) = Ws::connect(&srv, Some(&t)).await;
+    let ids: Vec<String> = (0..60).map(|i| format!("s{i}")).collect();
+    // Written without waiting for any answer.
+    for id in &ids {
+        let m = json!({"id": id, "type": "subscribe",
+            "payload": {"query": RUN_EVENTS, "variables": {"id": run, "after": 0}}});
+        futures_util::SinkExt::feed(&mut ws.socket, Message::Text(m.to_string().into()))
+            .await
+            .unwrap();
+    }
+    futures_util::SinkExt::flush(&mut ws.socket).await.unwrap();
+    let mut answered = std::collections::HashSet::new();
+    while answered.len() < ids.len() {
+        let m = ws.next_json().await;
+        assert_eq!(m["type"], "next", "{m}");
+        answered.insert(m["id"].as_str().unwrap().to_owned());
+    }
+    let close = Message::Close(Some(tokio_tungstenite::tungstenite::protocol::CloseFrame {
+        code: 1000.into(),
+        reason: "done".into(),
+    }));
+    futures_util::SinkExt::send(&mut ws.socket, close)
+        .await
+        .unwrap();
+    assert_eq!(close_code(&mut ws).await, 1000);
+}

@@ -616,6 +616,7 @@ async fn graphql_ws(
                 auth: shared.auth.clone(),
                 from_header,
                 limits: shared.ws,
+                expanded_fields: shared.http.expanded_fields,
                 tenants: shared.ws_tenants.clone(),
                 connections: shared.ws_connections.clone(),
                 shutdown: shared.shutdown.clone(),

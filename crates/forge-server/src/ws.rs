@@ -13,6 +13,9 @@
 //! - A client that sends faster than async-graphql takes its messages is simply not read until
 //!   there is room (the loop keeps polling async-graphql meanwhile), however many it sends at once.
 //! - A client's Close is answered with the same code, completing the closing handshake.
+//! - A `subscribe` whose document fails the HTTP path's check (a parse error, or more fields than
+//!   the budget once fragments are expanded) gets an `error` with `GRAPHQL_PARSE_FAILED` or
+//!   `QUERY_TOO_LARGE` for its id before async-graphql parses it.
 
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -69,6 +72,9 @@ pub(crate) struct Session {
     /// The caller, when the upgrade request carried a valid token.
     pub(crate) from_header: Option<Authenticated>,
     pub(crate) limits: WsLimits,
+    /// Fields a subscription's document may select once its fragments are expanded (the HTTP
+    /// path's budget).
+    pub(crate) expanded_fields: usize,
     /// Subscriptions per tenant across this server's connections.
     pub(crate) tenants: std::sync::Arc<crate::http::TenantLimiter>,
     /// Connections per tenant to this server.
@@ -92,11 +98,14 @@ fn until(exp: i64) -> Duration {
 }
 
 /// The `id` and `type` of a client message, if it is one.
-fn operation(bytes: &[u8]) -> Option<(String, String)> {
+fn operation(bytes: &[u8]) -> Option<(String, String, Option<String>)> {
     let v: serde_json::Value = serde_json::from_slice(bytes).ok()?;
     Some((
         v.get("id")?.as_str()?.to_owned(),
         v.get("type")?.as_str()?.to_owned(),
+        v.pointer("/payload/query")
+            .and_then(serde_json::Value::as_str)
+            .map(str::to_owned),
     ))
 }
 
@@ -216,11 +225,24 @@ impl Session {
                         Some(Err(_)) | None => return,
                     };
                     match operation(&bytes) {
-                        Some((id, kind)) if kind == "subscribe" || kind == "start" => {
-                            let refusal = if active.contains_key(&id) {
+                        Some((id, kind, query)) if kind == "subscribe" || kind == "start" => {
+                            // The HTTP path's document check first, before async-graphql parses
+                            // and validates it (whose cost a fragment bomb makes exponential).
+                            let document = query.as_deref().map(|q| {
+                                crate::http::check_document(q, self.expanded_fields)
+                            });
+                            let refusal = if let Some(Err(e)) = document {
+                                Some(match e {
+                                    crate::http::DocumentError::Parse(why) => ("GRAPHQL_PARSE_FAILED", why),
+                                    crate::http::DocumentError::TooLarge => ("QUERY_TOO_LARGE", format!(
+                                        "the document selects more than {} fields once its fragments are expanded",
+                                        self.expanded_fields
+                                    )),
+                                })
+                            } else if active.contains_key(&id) {
                                 None
                             } else if active.len() >= self.limits.subscriptions {
-                                Some(format!("at most {} subscriptions run at once on a connection", self.limits.subscriptions))
+                                Some(("TOO_MANY_SUBSCRIPTIONS", format!("at most {} subscriptions run at once on a connection", self.limits.subscriptions)))
                             } else {
                                 // Before `connection_ack` there is no tenant; async-graphql refuses
                                 // the operation itself then.
@@ -230,7 +252,7 @@ impl Session {
                                             active.insert(id.clone(), Some(permit));
                                             None
                                         }
-                                        None => Some(format!("at most {} subscriptions run at once for a tenant", self.limits.per_tenant)),
+                                        None => Some(("TOO_MANY_SUBSCRIPTIONS", format!("at most {} subscriptions run at once for a tenant", self.limits.per_tenant))),
                                     },
                                     None => {
                                         active.insert(id.clone(), None);
@@ -238,10 +260,10 @@ impl Session {
                                     }
                                 }
                             };
-                            if let Some(message) = refusal {
+                            if let Some((code, message)) = refusal {
                                 let refused = serde_json::json!({"id": id, "type": "error", "payload": [{
                                     "message": message,
-                                    "extensions": {"code": "TOO_MANY_SUBSCRIPTIONS"},
+                                    "extensions": {"code": code},
                                 }]});
                                 if sink.send(Message::Text(refused.to_string().into())).await.is_err() {
                                     return;
@@ -249,7 +271,7 @@ impl Session {
                                 continue;
                             }
                         }
-                        Some((id, kind)) if kind == "complete" || kind == "stop" => {
+                        Some((id, kind, _)) if kind == "complete" || kind == "stop" => {
                             active.remove(&id);
                         }
                         _ => {}

@@ -628,3 +628,32 @@ async fn a_burst_of_subscriptions_on_one_socket_all_run_and_a_close_is_answered(
         .unwrap();
     assert_eq!(close_code(&mut ws).await, 1000);
 }
+
+/// A fragment bomb sent as a `subscribe` over graphql-ws is refused as over HTTP, with a code,
+/// before async-graphql parses it (issue 73, item 1), and the connection goes on.
+#[tokio::test]
+async fn a_fragment_bomb_over_graphql_ws_is_refused_with_a_code() {
+    let srv = start(Opts::default()).await;
+    let t = token("acme", "alice", &[]);
+    let (_, run) = srv
+        .run_until(&t, "assistant", "send the email", "waiting")
+        .await;
+    let (mut ws, _) = Ws::connect(&srv, Some(&t)).await;
+    let bomb = fragment_bomb(30).replace("query {", "subscription {");
+    ws.subscribe("bomb", &bomb, json!({})).await;
+    let m = ws.next_for("bomb").await;
+    assert_eq!(m["type"], "error", "{m}");
+    assert_eq!(
+        m["payload"][0]["extensions"]["code"], "QUERY_TOO_LARGE",
+        "{m}"
+    );
+    ws.subscribe("bad", "subscription {", json!({})).await;
+    let m = ws.next_for("bad").await;
+    assert_eq!(
+        m["payload"][0]["extensions"]["code"], "GRAPHQL_PARSE_FAILED",
+        "{m}"
+    );
+    ws.subscribe("ok", RUN_EVENTS, json!({"id": run, "after": 0}))
+        .await;
+    assert_eq!(ws.next_for("ok").await["type"], "next");
+}

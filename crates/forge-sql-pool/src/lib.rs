@@ -20,6 +20,9 @@
 //!
 //! Idle connections are reused most-recently-used first, so the busiest connection keeps its
 //! prepared statements warm.
+//!
+//! Work done on behalf of a tenant ([`on_behalf_of`]) gets a fair share of the pool, never all
+//! of it, and a part of the pool stays for the system's own work ([`Shares`], module `fair`).
 
 #![deny(missing_docs)]
 
@@ -30,6 +33,10 @@ use std::time::{Duration, Instant};
 use futures_util::future::BoxFuture;
 use sqlx::{Connection, Executor};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+mod fair;
+
+pub use fair::{Shares, on_behalf_of};
 
 /// How long [`Pool::acquire`] waits for a free connection before it fails with
 /// [`sqlx::Error::PoolTimedOut`] (sqlx's own default).
@@ -81,6 +88,7 @@ impl<C> fmt::Debug for Pool<C> {
             .field("size", &self.inner.size)
             .field("idle", &self.inner.idle_count())
             .field("checks", &self.inner.checks)
+            .field("shares", &self.inner.shares)
             .finish()
     }
 }
@@ -91,6 +99,7 @@ struct Inner<C> {
     permits: Arc<Semaphore>,
     connect: Connect<C>,
     checks: Checks,
+    shares: Shares,
 }
 
 struct Idle<C> {
@@ -137,6 +146,7 @@ where
                 permits: Arc::new(Semaphore::new(size)),
                 connect: Arc::new(connect),
                 checks,
+                shares: Shares::of(size),
             }),
         }
     }
@@ -151,14 +161,33 @@ where
         self.inner.idle_count()
     }
 
+    /// How the pool is shared between tenants and the system.
+    pub fn shares(&self) -> &Shares {
+        &self.inner.shares
+    }
+
     /// A connection: the most recently used idle one, or a new one. Waits while all `size` are
-    /// in use, at most [`ACQUIRE_TIMEOUT`].
+    /// in use (and, on behalf of a tenant, while it holds its share), at most
+    /// [`ACQUIRE_TIMEOUT`] in all.
     pub async fn acquire(&self) -> Result<Conn<C>, sqlx::Error> {
-        let permit =
-            tokio::time::timeout(ACQUIRE_TIMEOUT, self.inner.permits.clone().acquire_owned())
-                .await
-                .map_err(|_| sqlx::Error::PoolTimedOut)?
-                .map_err(|_| sqlx::Error::PoolClosed)?;
+        let deadline = tokio::time::Instant::now() + ACQUIRE_TIMEOUT;
+        let share = match fair::current() {
+            Some(tenant) => Some(
+                tokio::time::timeout_at(deadline, self.inner.shares.enter(tenant))
+                    .await
+                    .map_err(|_| sqlx::Error::PoolTimedOut)?
+                    .ok_or(sqlx::Error::PoolClosed)?,
+            ),
+            None => None,
+        };
+        let permit = tokio::time::timeout_at(deadline, self.inner.permits.clone().acquire_owned())
+            .await
+            .map_err(|_| sqlx::Error::PoolTimedOut)?
+            .map_err(|_| sqlx::Error::PoolClosed)?;
+        let permit = Permit {
+            _pool: permit,
+            _share: share,
+        };
         loop {
             let idle = self.inner.idle_list().pop();
             let Some(Idle { mut conn, since }) = idle else {
@@ -231,6 +260,7 @@ where
     /// when they are given back.
     pub async fn close(&self) {
         self.inner.permits.close();
+        self.inner.shares.close();
         let idle = std::mem::take(&mut *self.inner.idle_list());
         for Idle { conn, .. } in idle {
             let _ = conn.close().await;
@@ -254,6 +284,13 @@ fn closed_under_the_pool(e: &sqlx::Error) -> bool {
     }
 }
 
+/// The places a connection out of the pool holds: one of the pool's, and its tenant's share
+/// when it was taken on behalf of one.
+struct Permit {
+    _pool: OwnedSemaphorePermit,
+    _share: Option<fair::Held>,
+}
+
 /// A connection out of the pool. Give it back with [`Conn::release`] after a successful use;
 /// dropped otherwise, it is checked before it is used again (see the crate documentation).
 pub struct Conn<C>
@@ -262,7 +299,7 @@ where
     for<'c> &'c mut C: Executor<'c, Database = C::Database>,
 {
     conn: Option<C>,
-    permit: Option<OwnedSemaphorePermit>,
+    permit: Option<Permit>,
     pool: Arc<Inner<C>>,
     /// Known to be usable as it is: no transaction open, no failure seen.
     sound: bool,
@@ -275,7 +312,7 @@ where
     C: Connection + 'static,
     for<'c> &'c mut C: Executor<'c, Database = C::Database>,
 {
-    fn new(conn: C, permit: OwnedSemaphorePermit, pool: Arc<Inner<C>>) -> Self {
+    fn new(conn: C, permit: Permit, pool: Arc<Inner<C>>) -> Self {
         Self {
             conn: Some(conn),
             permit: Some(permit),
@@ -599,6 +636,56 @@ mod tests {
         let c = pool.acquire().await.expect("c after a");
         assert_eq!(opened.load(std::sync::atomic::Ordering::SeqCst), 2);
         drop((b, c));
+    }
+
+    /// Whether an acquisition (on behalf of `tenant`, or the system's) gets a connection now.
+    async fn gets_one(
+        pool: &Pool<SqliteConnection>,
+        tenant: Option<&str>,
+    ) -> Option<Conn<SqliteConnection>> {
+        let acquire = async {
+            tokio::time::timeout(Duration::from_millis(50), pool.acquire())
+                .await
+                .ok()
+                .map(|c| c.expect("acquire"))
+        };
+        match tenant {
+            Some(t) => on_behalf_of(t, acquire).await,
+            None => acquire.await,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_tenant_holds_its_share_others_get_theirs_and_the_system_its_reserve() {
+        let (pool, _) = pool("shares", 8, Checks::EMBEDDED);
+        let shares = (pool.shares().per_tenant(), pool.shares().reserved());
+        assert_eq!(shares, (3, 2));
+        let mut held = Vec::new();
+        for _ in 0..3 {
+            held.push(gets_one(&pool, Some("acme")).await.expect("acme's share"));
+        }
+        assert!(
+            gets_one(&pool, Some("acme")).await.is_none(),
+            "acme has taken its share"
+        );
+        for _ in 0..3 {
+            held.push(
+                gets_one(&pool, Some("globex"))
+                    .await
+                    .expect("globex's share"),
+            );
+        }
+        assert!(
+            gets_one(&pool, Some("initech")).await.is_none(),
+            "the tenants' part of the pool is in use"
+        );
+        for _ in 0..2 {
+            held.push(gets_one(&pool, None).await.expect("the system's reserve"));
+        }
+        assert!(gets_one(&pool, None).await.is_none(), "the pool is in use");
+        // A connection given back frees its tenant's place.
+        held.remove(0).release();
+        assert!(gets_one(&pool, Some("acme")).await.is_some());
     }
 
     #[tokio::test]

@@ -51,7 +51,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Serve the GraphQL API with an in-process worker (the main command).
-    Serve(serve::ServeArgs),
+    Serve(Box<serve::ServeArgs>),
     /// Print a development bearer token signed with the server's HS256 secret.
     Token(serve::TokenArgs),
     /// Run one turn of an agent and stream its events.
@@ -59,7 +59,7 @@ enum Command {
     /// Provision or update the store's schema (safe to run from many processes at once).
     Migrate(MigrateArgs),
     /// Claim and execute queued runs until SIGTERM or Ctrl-C, then finish the step in progress.
-    Worker(WorkerArgs),
+    Worker(Box<WorkerArgs>),
     /// Create a run (and its job) for workers to execute.
     Submit(dlq::SubmitArgs),
     /// Inspect, replay or discard dead-lettered jobs.
@@ -194,11 +194,11 @@ fn main() -> ExitCode {
 
 async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
-        Command::Serve(args) => serve::serve(args).await,
+        Command::Serve(args) => serve::serve(*args).await,
         Command::Token(args) => serve::token(args),
         Command::Run(args) => run(args).await,
         Command::Migrate(args) => migrate(args).await,
-        Command::Worker(args) => worker(args).await,
+        Command::Worker(args) => worker(*args).await,
         Command::Submit(args) => dlq::submit(args).await,
         Command::Dlq(command) => dlq::dlq(command).await,
         Command::Interactions(command) => interactions::interactions(command).await,

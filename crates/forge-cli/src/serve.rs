@@ -120,6 +120,60 @@ pub(crate) struct ServeArgs {
     effects_db: Option<String>,
     #[command(flatten)]
     browser: BrowserArgs,
+    #[command(flatten)]
+    tenant_limits: TenantLimitArgs,
+}
+
+/// What one tenant may use of this server (each refusal says which limit and when to retry).
+#[derive(Debug, clap::Args)]
+pub(crate) struct TenantLimitArgs {
+    /// GraphQL requests one tenant may have executing at once, over HTTP and WebSockets
+    /// (`TOO_MANY_REQUESTS` past it).
+    #[arg(long, env = "FORGE_TENANT_REQUESTS", default_value_t = 16)]
+    tenant_requests: usize,
+    /// Subscriptions one tenant may have running at once (`TOO_MANY_SUBSCRIPTIONS` past it).
+    #[arg(long, env = "FORGE_TENANT_SUBSCRIPTIONS", default_value_t = 2_000)]
+    tenant_subscriptions: usize,
+    /// WebSocket connections one tenant may hold open (closed with `1013` past it).
+    #[arg(long, env = "FORGE_TENANT_CONNECTIONS", default_value_t = 2_000)]
+    tenant_connections: usize,
+    /// Query cost (complexity) one tenant may spend per second, sustained (`RATE_LIMITED` past
+    /// it).
+    #[arg(long, env = "FORGE_TENANT_COST_PER_SECOND", default_value_t = 20_000.0)]
+    tenant_cost_per_second: f64,
+    /// Query cost one tenant may spend at once.
+    #[arg(long, env = "FORGE_TENANT_COST_BURST", default_value_t = 200_000.0)]
+    tenant_cost_burst: f64,
+    /// What every document costs beyond its complexity (subscriptions included).
+    #[arg(long, env = "FORGE_TENANT_COST_PER_DOCUMENT", default_value_t = 50.0)]
+    tenant_cost_per_document: f64,
+    /// MiB of responses one tenant may receive per second, sustained (`RATE_LIMITED` past it).
+    #[arg(
+        long,
+        env = "FORGE_TENANT_RESPONSE_MIB_PER_SECOND",
+        default_value_t = 16.0
+    )]
+    tenant_response_mib_per_second: f64,
+    /// MiB of responses one tenant may receive at once.
+    #[arg(long, env = "FORGE_TENANT_RESPONSE_MIB_BURST", default_value_t = 64.0)]
+    tenant_response_mib_burst: f64,
+}
+
+impl TenantLimitArgs {
+    /// Sets the server's per-tenant limits.
+    fn apply(&self, config: &mut ServerConfig) {
+        const MIB: f64 = 1024.0 * 1024.0;
+        config.http.per_tenant = self.tenant_requests.max(1);
+        config.ws.per_tenant = self.tenant_subscriptions.max(1);
+        config.ws.connections_per_tenant = self.tenant_connections.max(1);
+        config.fair_use = forge_server::FairUse {
+            cost_per_second: self.tenant_cost_per_second.max(0.0),
+            cost_burst: self.tenant_cost_burst.max(1.0),
+            cost_per_document: self.tenant_cost_per_document.max(0.0),
+            bytes_per_second: self.tenant_response_mib_per_second.max(0.0) * MIB,
+            bytes_burst: self.tenant_response_mib_burst.max(0.0) * MIB,
+        };
+    }
 }
 
 /// What browsers get.
@@ -320,6 +374,7 @@ pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         });
     }
     let mut config = ServerConfig::new(auth);
+    args.tenant_limits.apply(&mut config);
     config.web = web;
     config.readiness = readiness;
     config.retriever = Some(

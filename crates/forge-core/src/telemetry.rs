@@ -326,6 +326,10 @@ pub enum Instrument {
     /// HTTP requests a server answered, by `route` (the matched path, never the raw one) and
     /// `outcome` (the status class: `2xx`, `4xx`, …).
     HttpRequests,
+    /// Requests, operations and connections a server refused for a limit, by `limit`
+    /// (`cost`, `bytes`, `requests`, `subscriptions`, `connections`, `response_bytes`,
+    /// `execute_time`, `slow_reader`). Never by tenant: the count says which limit binds.
+    Refusals,
     /// Always 1, with the process's `version`: every process's scrape says what it runs from its
     /// start, before it has done anything else worth counting.
     BuildInfo,
@@ -333,7 +337,7 @@ pub enum Instrument {
 
 impl Instrument {
     /// Every instrument.
-    pub const ALL: [Instrument; 15] = [
+    pub const ALL: [Instrument; 16] = [
         Instrument::ModelTokens,
         Instrument::ModelCost,
         Instrument::RunSteps,
@@ -348,6 +352,7 @@ impl Instrument {
         Instrument::DeadLetters,
         Instrument::StoreErrors,
         Instrument::HttpRequests,
+        Instrument::Refusals,
         Instrument::BuildInfo,
     ];
 
@@ -368,6 +373,7 @@ impl Instrument {
             Instrument::DeadLetters => "forge.queue.dead_letters_total",
             Instrument::StoreErrors => "forge.worker.store_errors_total",
             Instrument::HttpRequests => "forge.http.requests_total",
+            Instrument::Refusals => "forge.server.refusals_total",
             Instrument::BuildInfo => "forge.build_info",
         }
     }
@@ -386,7 +392,7 @@ impl Instrument {
             | Instrument::StepCommitDuration => "ms",
             Instrument::QueueDepth | Instrument::DeadLetters => "{job}",
             Instrument::StoreErrors => "{error}",
-            Instrument::HttpRequests => "{request}",
+            Instrument::HttpRequests | Instrument::Refusals => "{request}",
             Instrument::BuildInfo => "1",
         }
     }
@@ -427,6 +433,7 @@ impl Instrument {
             Instrument::DeadLetters => "Jobs that gave up and were dead-lettered.",
             Instrument::StoreErrors => "Store errors a worker's claim loop or sweep met.",
             Instrument::HttpRequests => "HTTP requests answered, by route and status class.",
+            Instrument::Refusals => "Requests and connections refused for a limit, by limit.",
             Instrument::BuildInfo => "Always 1, labelled with the version the process runs.",
         }
     }
@@ -448,6 +455,7 @@ impl Instrument {
             Instrument::DeadLetters => "Are runs being given up on?",
             Instrument::StoreErrors => "Is the database failing under the workers?",
             Instrument::HttpRequests => "Is the API answering, and with errors on which route?",
+            Instrument::Refusals => "Is a tenant hitting a limit, and which one binds?",
             Instrument::BuildInfo => "Which version is each process running, and is it up?",
         }
     }
@@ -464,6 +472,7 @@ pub const METRIC_ATTRIBUTES: &[&str] = &[
     "code",
     "route",
     "version",
+    "limit",
 ];
 
 /// Port: metrics. Values are recorded as given; an adapter drops attributes not in

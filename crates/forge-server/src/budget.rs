@@ -2,16 +2,13 @@
 //! built: a query within the complexity limit can still select many large values (a thousand
 //! aliases of one large event each), and building that whole response before measuring it is
 //! the memory spike the budget exists to prevent. Each scalar value a field resolves to is
-//! charged at its approximate JSON size; once the budget is spent, later fields fail without
-//! resolving and the request answers `RESPONSE_TOO_LARGE`.
+//! charged at its approximate JSON size (by the `guard` extension); once the budget is spent,
+//! later fields fail without resolving and the request answers `RESPONSE_TOO_LARGE`.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use async_graphql::extensions::{
-    Extension, ExtensionContext, ExtensionFactory, NextResolve, ResolveInfo,
-};
-use async_graphql::{ServerError, ServerResult, Value};
+use async_graphql::Value;
 
 /// What one request may still add to its response, in bytes.
 #[derive(Debug)]
@@ -36,8 +33,13 @@ impl ResponseBudget {
         self.exceeded.load(Ordering::Relaxed)
     }
 
+    /// Bytes charged so far.
+    pub(crate) fn spent(&self) -> usize {
+        self.spent.load(Ordering::Relaxed)
+    }
+
     /// Charges `bytes`; false once the total passes the limit.
-    fn charge(&self, bytes: usize) -> bool {
+    pub(crate) fn charge(&self, bytes: usize) -> bool {
         let total = self.spent.fetch_add(bytes, Ordering::Relaxed) + bytes;
         if total > self.limit {
             self.exceeded.store(true, Ordering::Relaxed);
@@ -46,53 +48,14 @@ impl ResponseBudget {
     }
 }
 
-/// Installs the budget's accounting on a schema.
-pub(crate) struct Budgeted;
-
-impl ExtensionFactory for Budgeted {
-    fn create(&self) -> Arc<dyn Extension> {
-        Arc::new(Accounting)
-    }
-}
-
-struct Accounting;
-
-fn spent() -> ServerError {
-    ServerError::new("the response budget is spent", None)
-}
-
-#[async_trait::async_trait]
-impl Extension for Accounting {
-    async fn resolve(
-        &self,
-        ctx: &ExtensionContext<'_>,
-        info: ResolveInfo<'_>,
-        next: NextResolve<'_>,
-    ) -> ServerResult<Option<Value>> {
-        let Some(budget) = ctx.data_opt::<Arc<ResponseBudget>>().cloned() else {
-            return next.run(ctx, info).await;
-        };
-        if budget.exceeded() {
-            return Err(spent());
-        }
-        let scalar = is_scalar(info.return_type);
-        let value = next.run(ctx, info).await?;
-        // Objects are charged through their own fields; only scalars hold bytes of their own.
-        if scalar && !budget.charge(value.as_ref().map_or(4, json_size)) {
-            return Err(spent());
-        }
-        Ok(value)
-    }
-}
-
 /// Whether a qualified type (`[JSON!]!`, `String`) is a built-in or custom scalar.
-fn is_scalar(qualified: &str) -> bool {
+pub(crate) fn is_scalar(qualified: &str) -> bool {
     let name = qualified.trim_matches(|c| matches!(c, '[' | ']' | '!'));
     matches!(name, "String" | "ID" | "Int" | "Float" | "Boolean" | "JSON")
 }
 
 /// The size of `value` as compact JSON, near enough (strings without escapes).
-fn json_size(value: &Value) -> usize {
+pub(crate) fn json_size(value: &Value) -> usize {
     match value {
         Value::Null => 4,
         Value::Boolean(_) => 5,

@@ -61,10 +61,24 @@ pub(crate) enum DocumentError {
 
 /// Parses `query` and checks that its operations, with every fragment spread expanded, select at
 /// most `budget` fields; cycles count as too large. Linear in the document: each fragment's size
-/// is computed once.
-pub(crate) fn check_document(query: &str, budget: usize) -> Result<(), DocumentError> {
+/// is computed once. Returns whether the operation to run (`operation`, or the only one) is a
+/// subscription.
+pub(crate) fn check_document(
+    query: &str,
+    operation: Option<&str>,
+    budget: usize,
+) -> Result<bool, DocumentError> {
     let doc = async_graphql::parser::parse_query(query)
         .map_err(|e| DocumentError::Parse(e.to_string()))?;
+    let subscription = {
+        use async_graphql::parser::types::{DocumentOperations, OperationType};
+        let ty = match (&doc.operations, operation) {
+            (DocumentOperations::Single(op), _) => Some(op.node.ty),
+            (DocumentOperations::Multiple(ops), Some(name)) => ops.get(name).map(|op| op.node.ty),
+            (DocumentOperations::Multiple(_), None) => None,
+        };
+        ty == Some(OperationType::Subscription)
+    };
     let mut sizes: HashMap<String, Option<usize>> = HashMap::new();
     let mut total = 0usize;
     for (_, op) in doc.operations.iter() {
@@ -73,7 +87,34 @@ pub(crate) fn check_document(query: &str, budget: usize) -> Result<(), DocumentE
             return Err(DocumentError::TooLarge);
         }
     }
-    Ok(())
+    Ok(subscription)
+}
+
+/// What the first definition of `query` is, read without parsing the document: `Some(true)`
+/// for a subscription, `Some(false)` for a query or mutation (or a shorthand `{ … }`), `None`
+/// when a fragment comes first or the text is not GraphQL. Lets a limit be checked before the
+/// parse, which is the costly part of refusing.
+pub(crate) fn first_operation_is_subscription(query: &str) -> Option<bool> {
+    let mut rest = query;
+    loop {
+        rest = rest.trim_start_matches(|c: char| c.is_whitespace() || c == ',' || c == '\u{feff}');
+        match rest.strip_prefix('#') {
+            Some(comment) => rest = comment.split_once('\n').map_or("", |(_, after)| after),
+            None => break,
+        }
+    }
+    if rest.starts_with('{') {
+        return Some(false);
+    }
+    let word: String = rest
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+        .collect();
+    match word.as_str() {
+        "subscription" => Some(true),
+        "query" | "mutation" => Some(false),
+        _ => None,
+    }
 }
 
 /// The expanded field count of `set`. `sizes` memoizes fragments: `None` while one is being
@@ -123,6 +164,7 @@ pub(crate) struct TenantLimiter {
 }
 
 impl TenantLimiter {
+    /// A limiter of `per_tenant` at once for each tenant.
     pub(crate) fn new(per_tenant: usize) -> Self {
         Self {
             per_tenant: per_tenant.max(1),
@@ -148,53 +190,18 @@ impl TenantLimiter {
     }
 }
 
-/// Gives errors that async-graphql produced without one (validation, coercion) a `code`.
-pub(crate) fn add_codes(response: &mut async_graphql::Response) {
-    for e in &mut response.errors {
-        let has_code = e
-            .extensions
-            .as_ref()
-            .is_some_and(|x| x.get("code").is_some());
-        if has_code {
-            continue;
-        }
-        let code = if e.path.is_empty() {
-            "GRAPHQL_VALIDATION_FAILED"
-        } else {
-            "BAD_REQUEST"
-        };
-        e.extensions
-            .get_or_insert_with(Default::default)
-            .set("code", code);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// A document whose fragments each spread the next one twice: 2^depth fields expanded.
-    fn doubling(depth: usize) -> String {
-        let mut q = String::from("query { ...F0 }\n");
-        for i in 0..depth {
-            q.push_str(&format!(
-                "fragment F{i} on Query {{ ...F{} ...F{} }}\n",
-                i + 1,
-                i + 1
-            ));
-        }
-        q.push_str(&format!(
-            "fragment F{depth} on Query {{ agents {{ name }} }}\n"
-        ));
-        q
-    }
+    use forge_testkit::graphql::fragment_bomb as doubling;
 
     #[test]
     fn fragments_that_expand_exponentially_are_refused_quickly() {
-        assert_eq!(check_document(&doubling(3), 2_000), Ok(()));
+        assert_eq!(check_document(&doubling(3), None, 2_000), Ok(false));
         let started = std::time::Instant::now();
         assert_eq!(
-            check_document(&doubling(40), 2_000),
+            check_document(&doubling(40), None, 2_000),
             Err(DocumentError::TooLarge)
         );
         assert!(started.elapsed() < Duration::from_millis(100));
@@ -203,11 +210,53 @@ mod tests {
     #[test]
     fn a_fragment_that_spreads_itself_is_refused_and_bad_syntax_is_a_parse_error() {
         let q = "query { ...A } fragment A on Query { ...B } fragment B on Query { ...A }";
-        assert_eq!(check_document(q, 2_000), Err(DocumentError::TooLarge));
+        assert_eq!(check_document(q, None, 2_000), Err(DocumentError::TooLarge));
         assert!(matches!(
-            check_document("query {", 2_000),
+            check_document("query {", None, 2_000),
             Err(DocumentError::Parse(_))
         ));
+    }
+
+    #[test]
+    fn the_first_operation_is_read_without_parsing() {
+        let cases = [
+            ("subscription { a }", Some(true)),
+            ("  # a comment\n ,subscription S { a }", Some(true)),
+            ("\u{feff}query { a }", Some(false)),
+            ("{ a }", Some(false)),
+            ("mutation { a }", Some(false)),
+            ("fragment F on Query { a } query { ...F }", None),
+            ("subscriptions { a }", None),
+            ("", None),
+        ];
+        for (query, expected) in cases {
+            assert_eq!(
+                first_operation_is_subscription(query),
+                expected,
+                "{query:?}"
+            );
+        }
+    }
+
+    proptest::proptest! {
+        /// Any Unicode text is read without a panic, and a subscription keyword after any
+        /// run of ignored characters is found.
+        #[test]
+        fn any_text_is_read_without_a_panic(query in forge_core::text::strategy::unicode(200)) {
+            let _ = first_operation_is_subscription(&query);
+            let prefixed = format!(" ,\n# {}\nsubscription {{ a }}", query.replace('\n', " "));
+            proptest::prop_assert_eq!(first_operation_is_subscription(&prefixed), Some(true));
+        }
+    }
+
+    #[test]
+    fn the_operation_to_run_is_known_to_be_a_subscription_or_not() {
+        let both = "query Q { agents { name } } subscription S { pendingInteractions { id } }";
+        assert_eq!(check_document(both, Some("S"), 2_000), Ok(true));
+        assert_eq!(check_document(both, Some("Q"), 2_000), Ok(false));
+        assert_eq!(check_document(both, None, 2_000), Ok(false));
+        let one = "subscription { pendingInteractions { id } }";
+        assert_eq!(check_document(one, None, 2_000), Ok(true));
     }
 
     #[test]

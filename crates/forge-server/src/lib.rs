@@ -20,7 +20,9 @@
 
 pub mod auth;
 mod budget;
+mod fair;
 pub mod files;
+mod guard;
 mod http;
 pub mod schema;
 pub mod web;
@@ -40,6 +42,7 @@ use forge_engine::Engine;
 use tokio_util::sync::CancellationToken;
 
 pub use auth::{AuthError, Authenticated, Authenticator, ClaimsMode};
+pub use fair::FairUse;
 pub use files::FileLimits;
 pub use forge_engine::live::{EventBus, LiveTail, StreamSettings, Wake};
 pub use http::HttpLimits;
@@ -83,6 +86,9 @@ pub struct ServerConfig {
     pub http: HttpLimits,
     /// WebSocket limits: `connection_init` time, subscriptions per connection.
     pub ws: WsLimits,
+    /// What each tenant may spend per second, over both transports: query cost and bytes of
+    /// response.
+    pub fair_use: FairUse,
     /// Longest wait, after shutdown begins, for requests in flight.
     pub drain: std::time::Duration,
     /// Longest time a connection may take to send a request's headers.
@@ -120,6 +126,7 @@ impl ServerConfig {
             },
             http: HttpLimits::default(),
             ws: WsLimits::default(),
+            fair_use: FairUse::default(),
             drain: std::time::Duration::from_secs(10),
             header_timeout: std::time::Duration::from_secs(10),
         }
@@ -134,7 +141,7 @@ struct Shared {
     /// The last readiness answer and when it was made, reused for [`READINESS_CACHE`].
     ready_cache: tokio::sync::Mutex<Option<(std::time::Instant, bool, serde_json::Value)>>,
     http: HttpLimits,
-    tenants: http::TenantLimiter,
+    tenants: Arc<http::TenantLimiter>,
     ws: WsLimits,
     ws_tenants: Arc<http::TenantLimiter>,
     ws_connections: Arc<http::TenantLimiter>,
@@ -182,14 +189,20 @@ impl Server {
             retriever: config.retriever,
             files: config.files.clone(),
         });
+        let guard = guard::Guard(Arc::new(guard::GuardSettings {
+            response_bytes: config.http.response_bytes,
+            execute_timeout: config.http.execute_timeout,
+            ledger: Arc::new(fair::Ledger::new(config.fair_use)),
+            meter: telemetry.meter.clone(),
+        }));
         Self {
             shared: Arc::new(Shared {
-                schema: schema::build(state, config.limits),
+                schema: schema::build_with(state, config.limits, guard),
                 max_body_bytes: config.max_body_bytes,
                 auth: Arc::new(config.auth),
                 readiness: config.readiness,
                 ready_cache: tokio::sync::Mutex::new(None),
-                tenants: http::TenantLimiter::new(config.http.per_tenant),
+                tenants: Arc::new(http::TenantLimiter::new(config.http.per_tenant)),
                 http: config.http,
                 ws_tenants: Arc::new(http::TenantLimiter::new(config.ws.per_tenant)),
                 ws_connections: Arc::new(http::TenantLimiter::new(
@@ -493,6 +506,11 @@ async fn graphql_http_traced(
                 );
             }
         };
+    // The tenant's limit before the body is decoded and parsed, which is the costly part of refusing.
+    let Some(_permit) = shared.tenants.try_acquire(scope.tenant_id()) else {
+        guard::count_refusal(shared.telemetry.meter.as_ref(), "requests");
+        return too_many_requests();
+    };
     let request: async_graphql::Request = match serde_json::from_slice(&body) {
         Ok(r) => r,
         Err(_) => {
@@ -503,8 +521,12 @@ async fn graphql_http_traced(
             );
         }
     };
-    match http::check_document(&request.query, shared.http.expanded_fields) {
-        Ok(()) => {}
+    match http::check_document(
+        &request.query,
+        request.operation_name.as_deref(),
+        shared.http.expanded_fields,
+    ) {
+        Ok(_) => {}
         Err(http::DocumentError::Parse(why)) => {
             return http::error_response(StatusCode::OK, "GRAPHQL_PARSE_FAILED", &why);
         }
@@ -519,30 +541,35 @@ async fn graphql_http_traced(
             );
         }
     }
-    let Some(_permit) = shared.tenants.try_acquire(scope.tenant_id()) else {
-        return http::error_response(
-            StatusCode::TOO_MANY_REQUESTS,
-            "TOO_MANY_REQUESTS",
-            "too many requests of this tenant are executing; retry shortly",
-        );
-    };
-    let budget = budget::ResponseBudget::new(shared.http.response_bytes);
-    let executing = shared
-        .schema
-        .execute(request.data(scope).data(budget.clone()).data(trace));
-    let mut response = match tokio::time::timeout(shared.http.execute_timeout, executing).await {
-        Ok(response) => response,
-        Err(_) => {
-            return http::error_response(StatusCode::OK, "TIMEOUT", "the request took too long");
-        }
-    };
-    if budget.exceeded() {
-        return response_too_large(shared.http.response_bytes);
-    }
-    http::add_codes(&mut response);
+    // Held to the guard's deadline and response budget; its store reads count toward the
+    // tenant's share of the pool.
+    let tenant = scope.tenant_id().clone();
+    let executing = shared.schema.execute(request.data(scope).data(trace));
+    let response = forge_sql_pool::on_behalf_of(tenant.as_str(), executing).await;
     match serde_json::to_vec(&response) {
         Ok(bytes) if bytes.len() <= shared.http.response_bytes => {
-            ([(header::CONTENT_TYPE, "application/json")], bytes).into_response()
+            // A tenant past its spending is told so in HTTP's terms too.
+            let retry = response.errors.iter().find_map(|e| {
+                let x = e.extensions.as_ref()?;
+                match x.get("code")? {
+                    async_graphql::Value::String(c) if c == "RATE_LIMITED" => {
+                        Some(x.get("retryAfter")?.to_string())
+                    }
+                    _ => None,
+                }
+            });
+            match retry {
+                Some(seconds) => (
+                    StatusCode::TOO_MANY_REQUESTS,
+                    [
+                        (header::CONTENT_TYPE, "application/json".to_owned()),
+                        (header::RETRY_AFTER, seconds),
+                    ],
+                    bytes,
+                )
+                    .into_response(),
+                None => ([(header::CONTENT_TYPE, "application/json")], bytes).into_response(),
+            }
         }
         Ok(_) => response_too_large(shared.http.response_bytes),
         Err(_) => http::error_response(
@@ -551,6 +578,20 @@ async fn graphql_http_traced(
             "the response could not be encoded",
         ),
     }
+}
+
+/// The answer to a tenant with as many requests executing as it may have.
+fn too_many_requests() -> Response {
+    let body = serde_json::json!({"errors": [{
+        "message": "too many requests of this tenant are executing; retry shortly",
+        "extensions": {"code": "TOO_MANY_REQUESTS", "retryAfter": 1},
+    }]});
+    (
+        StatusCode::TOO_MANY_REQUESTS,
+        [(header::RETRY_AFTER, "1")],
+        Json(body),
+    )
+        .into_response()
 }
 
 fn response_too_large(limit: usize) -> Response {
@@ -617,6 +658,8 @@ async fn graphql_ws(
                 from_header,
                 limits: shared.ws,
                 expanded_fields: shared.http.expanded_fields,
+                requests: shared.tenants.clone(),
+                meter: shared.telemetry.meter.clone(),
                 tenants: shared.ws_tenants.clone(),
                 connections: shared.ws_connections.clone(),
                 shutdown: shared.shutdown.clone(),

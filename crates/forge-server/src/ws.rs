@@ -6,8 +6,16 @@
 //! - A connection that has not completed `connection_init` within [`WsLimits::init_timeout`] closes
 //!   with `4408`.
 //! - At most [`WsLimits::subscriptions`] operations run at once on a connection, and at most
-//!   [`WsLimits::per_tenant`] across a tenant's connections; another `subscribe` gets an `error`
-//!   for its id, and the connection stays.
+//!   [`WsLimits::per_tenant`] subscriptions across a tenant's connections; a query or mutation
+//!   sent in a `subscribe` counts toward the tenant's requests executing, as over HTTP
+//!   ([`crate::HttpLimits::per_tenant`]). Another `subscribe` gets an `error` for its id
+//!   (`TOO_MANY_SUBSCRIPTIONS`, or `TOO_MANY_REQUESTS` with `retryAfter`), and the connection
+//!   stays. Cost, deadline, response budget and error codes are the schema's `guard`, the same
+//!   for both transports.
+//! - What the operations do is done on behalf of the connection's tenant: their store reads
+//!   take its share of the pool (`forge_sql_pool::on_behalf_of`), never all of it.
+//! - A client that takes no message for [`WsLimits::send_timeout`] is disconnected: a reader
+//!   that stopped reading holds nothing for longer.
 //! - On server shutdown the connection closes with `1001` ("going away"), never by completing its
 //!   subscriptions: their runs go on, and a client resumes elsewhere from its cursor.
 //! - A client that sends faster than async-graphql takes its messages is simply not read until
@@ -51,6 +59,10 @@ pub struct WsLimits {
     /// Authenticated connections one tenant may hold open to this server at once; one more is
     /// closed with `1013` (try again later).
     pub connections_per_tenant: usize,
+    /// Longest wait for a client to take a message the server sends it. A client that reads
+    /// nothing for this long is disconnected: until then, what its subscriptions hold (their
+    /// share of the store) is held for it.
+    pub send_timeout: Duration,
 }
 
 impl Default for WsLimits {
@@ -60,6 +72,7 @@ impl Default for WsLimits {
             subscriptions: 100,
             per_tenant: 2_000,
             connections_per_tenant: 2_000,
+            send_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -75,6 +88,10 @@ pub(crate) struct Session {
     /// Fields a subscription's document may select once its fragments are expanded (the HTTP
     /// path's budget).
     pub(crate) expanded_fields: usize,
+    /// Queries and mutations executing per tenant (the HTTP path's limiter).
+    pub(crate) requests: std::sync::Arc<crate::http::TenantLimiter>,
+    /// Where refusals are counted.
+    pub(crate) meter: std::sync::Arc<dyn forge_core::telemetry::Meter>,
     /// Subscriptions per tenant across this server's connections.
     pub(crate) tenants: std::sync::Arc<crate::http::TenantLimiter>,
     /// Connections per tenant to this server.
@@ -97,16 +114,47 @@ fn until(exp: i64) -> Duration {
     Duration::from_secs(exp.saturating_sub(now).max(0) as u64)
 }
 
-/// The `id` and `type` of a client message, if it is one.
-fn operation(bytes: &[u8]) -> Option<(String, String, Option<String>)> {
+/// What a client message says about an operation.
+struct ClientOperation {
+    id: String,
+    kind: String,
+    /// The document of a `subscribe`.
+    query: Option<String>,
+    /// The operation of the document to run.
+    name: Option<String>,
+}
+
+/// The operation a client message concerns, if it is one.
+fn operation(bytes: &[u8]) -> Option<ClientOperation> {
     let v: serde_json::Value = serde_json::from_slice(bytes).ok()?;
-    Some((
-        v.get("id")?.as_str()?.to_owned(),
-        v.get("type")?.as_str()?.to_owned(),
-        v.pointer("/payload/query")
+    let text = |pointer: &str| {
+        v.pointer(pointer)
             .and_then(serde_json::Value::as_str)
-            .map(str::to_owned),
-    ))
+            .map(str::to_owned)
+    };
+    Some(ClientOperation {
+        id: v.get("id")?.as_str()?.to_owned(),
+        kind: v.get("type")?.as_str()?.to_owned(),
+        query: text("/payload/query"),
+        name: text("/payload/operationName"),
+    })
+}
+
+/// Sends `message`, unless the client takes nothing for `wait`: `false` when the connection is
+/// over (it failed, or the client is not reading).
+async fn deliver(
+    sink: &mut futures_util::stream::SplitSink<WebSocket, Message>,
+    message: Message,
+    wait: Duration,
+    meter: &dyn forge_core::telemetry::Meter,
+) -> bool {
+    match tokio::time::timeout(wait, sink.send(message)).await {
+        Ok(sent) => sent.is_ok(),
+        Err(_) => {
+            crate::guard::count_refusal(meter, "slow_reader");
+            false
+        }
+    }
 }
 
 /// The id of a server message that ends an operation (`complete` or `error`).
@@ -147,8 +195,9 @@ impl Session {
             Ok(data)
         };
         let input = tokio_stream_from(from_client);
-        let graphql = async_graphql::http::WebSocket::new(self.schema, input, self.protocol)
-            .on_connection_init(init);
+        let graphql =
+            async_graphql::http::WebSocket::new(self.schema.clone(), input, self.protocol)
+                .on_connection_init(init);
         let mut graphql = std::pin::pin!(graphql);
         let mut active: HashMap<String, Option<tokio::sync::OwnedSemaphorePermit>> = HashMap::new();
         let mut tenant: Option<forge_core::scope::TenantId> = None;
@@ -169,28 +218,27 @@ impl Session {
             let out = tokio::select! {
                 biased;
                 _ = self.shutdown.cancelled() => {
-                    let _ = sink.send(close(CLOSE_GOING_AWAY, "server shutting down")).await;
+                    let _ = deliver(&mut sink, close(CLOSE_GOING_AWAY, "server shutting down"), self.limits.send_timeout, self.meter.as_ref()).await;
                     return;
                 }
                 _ = &mut init_deadline, if !acked => {
-                    let _ = sink
-                        .send(close(CLOSE_INIT_TIMEOUT, "connection initialisation timeout"))
-                        .await;
+                    let _ = deliver(&mut sink, close(CLOSE_INIT_TIMEOUT, "connection initialisation timeout"), self.limits.send_timeout, self.meter.as_ref()).await;
                     return;
                 }
                 _ = &mut expiry, if acked => {
-                    let _ = sink.send(close(CLOSE_FORBIDDEN, "token expired")).await;
+                    let _ = deliver(&mut sink, close(CLOSE_FORBIDDEN, "token expired"), self.limits.send_timeout, self.meter.as_ref()).await;
                     return;
                 }
                 Some(t) = tenant_rx.recv() => {
                     match self.connections.try_acquire(&t) {
                         Some(permit) => _connection = Some(permit),
                         None => {
+                            crate::guard::count_refusal(self.meter.as_ref(), "connections");
                             let reason = format!(
                                 "at most {} connections at once for a tenant",
                                 self.limits.connections_per_tenant
                             );
-                            let _ = sink.send(close(CLOSE_TRY_LATER, &reason)).await;
+                            let _ = deliver(&mut sink, close(CLOSE_TRY_LATER, &reason), self.limits.send_timeout, self.meter.as_ref()).await;
                             return;
                         }
                     }
@@ -218,61 +266,37 @@ impl Session {
                         Some(Ok(Message::Close(frame))) => {
                             // The socket may have queued its own reply already; either way,
                             // flushed before the connection is dropped.
-                            let _ = sink.send(Message::Close(frame)).await;
+                            let _ = deliver(&mut sink, Message::Close(frame), self.limits.send_timeout, self.meter.as_ref()).await;
                             let _ = sink.close().await;
                             return;
                         }
                         Some(Err(_)) | None => return,
                     };
                     match operation(&bytes) {
-                        Some((id, kind, query)) if kind == "subscribe" || kind == "start" => {
-                            // The HTTP path's document check first, before async-graphql parses
-                            // and validates it (whose cost a fragment bomb makes exponential).
-                            let document = query.as_deref().map(|q| {
-                                crate::http::check_document(q, self.expanded_fields)
-                            });
-                            let refusal = if let Some(Err(e)) = document {
-                                Some(match e {
-                                    crate::http::DocumentError::Parse(why) => ("GRAPHQL_PARSE_FAILED", why),
-                                    crate::http::DocumentError::TooLarge => ("QUERY_TOO_LARGE", format!(
-                                        "the document selects more than {} fields once its fragments are expanded",
-                                        self.expanded_fields
-                                    )),
-                                })
-                            } else if active.contains_key(&id) {
-                                None
-                            } else if active.len() >= self.limits.subscriptions {
-                                Some(("TOO_MANY_SUBSCRIPTIONS", format!("at most {} subscriptions run at once on a connection", self.limits.subscriptions)))
-                            } else {
-                                // Before `connection_ack` there is no tenant; async-graphql refuses
-                                // the operation itself then.
-                                match &tenant {
-                                    Some(t) => match self.tenants.try_acquire(t) {
-                                        Some(permit) => {
-                                            active.insert(id.clone(), Some(permit));
-                                            None
-                                        }
-                                        None => Some(("TOO_MANY_SUBSCRIPTIONS", format!("at most {} subscriptions run at once for a tenant", self.limits.per_tenant))),
-                                    },
-                                    None => {
-                                        active.insert(id.clone(), None);
-                                        None
-                                    }
-                                }
-                            };
-                            if let Some((code, message)) = refusal {
-                                let refused = serde_json::json!({"id": id, "type": "error", "payload": [{
+                        Some(op) if op.kind == "subscribe" || op.kind == "start" => {
+                            if let Err((code, message)) = self.admit(&op, tenant.as_ref(), &mut active) {
+                                crate::guard::count_refusal(self.meter.as_ref(), match code {
+                                    "TOO_MANY_SUBSCRIPTIONS" => "subscriptions",
+                                    "TOO_MANY_REQUESTS" => "requests",
+                                    _ => "document",
+                                });
+                                let mut error = serde_json::json!({
                                     "message": message,
                                     "extensions": {"code": code},
-                                }]});
-                                if sink.send(Message::Text(refused.to_string().into())).await.is_err() {
+                                });
+                                if code == "TOO_MANY_REQUESTS" {
+                                    error["extensions"]["retryAfter"] = 1.into();
+                                }
+                                let refused = serde_json::json!({"id": op.id, "type": "error", "payload": [error]});
+                                let refused = Message::Text(refused.to_string().into());
+                                if !deliver(&mut sink, refused, self.limits.send_timeout, self.meter.as_ref()).await {
                                     return;
                                 }
                                 continue;
                             }
                         }
-                        Some((id, kind, _)) if kind == "complete" || kind == "stop" => {
-                            active.remove(&id);
+                        Some(op) if op.kind == "complete" || op.kind == "stop" => {
+                            active.remove(&op.id);
                         }
                         _ => {}
                     }
@@ -283,7 +307,14 @@ impl Session {
                     }
                     continue;
                 }
-                out = graphql.next() => out,
+                // What the operations do (their store reads above all) is done on behalf of the
+                // connection's tenant, within its share of the store.
+                out = async {
+                    match &tenant {
+                        Some(t) => forge_sql_pool::on_behalf_of(t.as_str(), graphql.next()).await,
+                        None => graphql.next().await,
+                    }
+                } => out,
             };
             let message = match out {
                 None => return,
@@ -302,13 +333,115 @@ impl Session {
                     } else {
                         code
                     };
-                    let _ = sink.send(close(code, &reason)).await;
+                    let _ = deliver(
+                        &mut sink,
+                        close(code, &reason),
+                        self.limits.send_timeout,
+                        self.meter.as_ref(),
+                    )
+                    .await;
                     return;
                 }
             };
-            if sink.send(message).await.is_err() {
+            if !deliver(
+                &mut sink,
+                message,
+                self.limits.send_timeout,
+                self.meter.as_ref(),
+            )
+            .await
+            {
                 return;
             }
+        }
+    }
+
+    /// Whether a `subscribe` may start: it fits in the connection's and the tenant's operations
+    /// (a subscription) or requests executing (a query or mutation), and its document passes
+    /// the HTTP path's check. The limits come first, read from the document's first keyword,
+    /// so a refusal costs no parse. Holds its place in `active` when it may; the refusal's code
+    /// and message when not.
+    fn admit(
+        &self,
+        op: &ClientOperation,
+        tenant: Option<&forge_core::scope::TenantId>,
+        active: &mut HashMap<String, Option<tokio::sync::OwnedSemaphorePermit>>,
+    ) -> Result<(), (&'static str, String)> {
+        if active.contains_key(&op.id) {
+            // async-graphql refuses a duplicate id itself.
+            return Ok(());
+        }
+        if active.len() >= self.limits.subscriptions {
+            return Err((
+                "TOO_MANY_SUBSCRIPTIONS",
+                format!(
+                    "at most {} subscriptions run at once on a connection",
+                    self.limits.subscriptions
+                ),
+            ));
+        }
+        let query = op.query.as_deref().unwrap_or_default();
+        let mut permit = None;
+        let guessed = crate::http::first_operation_is_subscription(query);
+        if let (Some(tenant), Some(subscription)) = (tenant, guessed) {
+            permit = Some(self.acquire(tenant, subscription)?);
+        }
+        // The HTTP path's document check, before async-graphql parses and validates it (whose
+        // cost a fragment bomb makes exponential).
+        let subscription = match crate::http::check_document(
+            query,
+            op.name.as_deref(),
+            self.expanded_fields,
+        ) {
+            Err(crate::http::DocumentError::Parse(why)) => {
+                return Err(("GRAPHQL_PARSE_FAILED", why));
+            }
+            Err(crate::http::DocumentError::TooLarge) => {
+                return Err((
+                    "QUERY_TOO_LARGE",
+                    format!(
+                        "the document selects more than {} fields once its fragments are expanded",
+                        self.expanded_fields
+                    ),
+                ));
+            }
+            Ok(subscription) => subscription,
+        };
+        if let Some(tenant) = tenant
+            && guessed != Some(subscription)
+        {
+            // A fragment came first, or the operation named is not the first: now it is known.
+            permit = Some(self.acquire(tenant, subscription)?);
+        }
+        // Before `connection_ack` there is no tenant (and no permit); async-graphql refuses the
+        // operation itself then.
+        active.insert(op.id.clone(), permit);
+        Ok(())
+    }
+
+    /// A place among the tenant's subscriptions or its requests executing, or the refusal.
+    fn acquire(
+        &self,
+        tenant: &forge_core::scope::TenantId,
+        subscription: bool,
+    ) -> Result<tokio::sync::OwnedSemaphorePermit, (&'static str, String)> {
+        if subscription {
+            self.tenants.try_acquire(tenant).ok_or_else(|| {
+                (
+                    "TOO_MANY_SUBSCRIPTIONS",
+                    format!(
+                        "at most {} subscriptions run at once for a tenant",
+                        self.limits.per_tenant
+                    ),
+                )
+            })
+        } else {
+            self.requests.try_acquire(tenant).ok_or_else(|| {
+                (
+                    "TOO_MANY_REQUESTS",
+                    "too many requests of this tenant are executing; retry shortly".to_owned(),
+                )
+            })
         }
     }
 }

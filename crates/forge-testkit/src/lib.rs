@@ -25,6 +25,7 @@ pub mod erasure;
 pub mod evals;
 pub mod files;
 pub mod fixtures;
+pub mod graphql;
 pub mod history;
 pub mod interactions;
 pub mod leases;

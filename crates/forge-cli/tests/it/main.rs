@@ -209,6 +209,7 @@ mod chaos;
 mod client;
 mod dlq;
 mod eval;
+mod fairness;
 mod files;
 mod freeze;
 mod gate;

@@ -51,7 +51,10 @@ fn spawn_until(
     marker: &str,
 ) -> (Proc, String) {
     forge_providers::http::install_crypto_provider();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_forge"))
+    // FORGE_TEST_BIN runs the tests against another build (a release one, to measure).
+    let bin =
+        std::env::var("FORGE_TEST_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_forge").into());
+    let mut child = Command::new(bin)
         .args(args)
         .env("FORGE_JWT_SECRET", SECRET)
         .envs(env.iter().copied())
@@ -116,6 +119,16 @@ async fn subscribe_all(addr: &str, token: &str, run: &str) -> Vec<u64> {
 }
 
 async fn start_run(addr: &str, token: &str, agent: &str, message: &str) -> String {
+    started(addr, token, agent, message).await.1
+}
+
+/// A new thread with a run of `agent` started on it: `(thread, run)`.
+pub(crate) async fn started(
+    addr: &str,
+    token: &str,
+    agent: &str,
+    message: &str,
+) -> (String, String) {
     let thread = gql(addr, token, "mutation { createThread { id } }", json!({})).await;
     let thread = thread["createThread"]["id"].as_str().unwrap().to_owned();
     let run = gql(
@@ -125,7 +138,7 @@ async fn start_run(addr: &str, token: &str, agent: &str, message: &str) -> Strin
         json!({"t": thread, "a": agent, "m": message}),
     )
     .await;
-    run["startRun"]["id"].as_str().unwrap().to_owned()
+    (thread, run["startRun"]["id"].as_str().unwrap().to_owned())
 }
 
 async fn last_seq(addr: &str, token: &str, run: &str) -> u64 {
@@ -140,7 +153,7 @@ async fn last_seq(addr: &str, token: &str, run: &str) -> u64 {
     d["run"]["lastSeq"].as_u64().unwrap()
 }
 
-fn workdir(name: &str) -> std::path::PathBuf {
+pub(crate) fn workdir(name: &str) -> std::path::PathBuf {
     let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
         .join(format!("serve-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -272,7 +285,7 @@ async fn readyz_checks_each_configured_provider() {
 }
 
 /// Peak resident memory of a process so far (`VmHWM`), in MiB.
-fn peak_mib(pid: u32) -> u64 {
+pub(crate) fn peak_mib(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     let kib: u64 = status
         .lines()

@@ -103,14 +103,31 @@ impl Default for QueryLimits {
     }
 }
 
-/// Builds the schema over `state`.
+/// Builds the schema over `state`, with the default response budget, deadline and fair use
+/// ([`crate::HttpLimits`], [`crate::FairUse`]) and refusals counted nowhere.
 pub fn build(state: Arc<AppState>, limits: QueryLimits) -> ForgeSchema {
+    let http = crate::HttpLimits::default();
+    let guard = crate::guard::Guard(Arc::new(crate::guard::GuardSettings {
+        response_bytes: http.response_bytes,
+        execute_timeout: http.execute_timeout,
+        ledger: Arc::new(crate::fair::Ledger::new(crate::FairUse::default())),
+        meter: Arc::new(forge_core::telemetry::Noop),
+    }));
+    build_with(state, limits, guard)
+}
+
+/// Builds the schema over `state`, held to `guard` (every limit of both transports).
+pub(crate) fn build_with(
+    state: Arc<AppState>,
+    limits: QueryLimits,
+    guard: crate::guard::Guard,
+) -> ForgeSchema {
     Schema::build(Query, Mutation, Subscriptions)
         .data(state)
         .limit_depth(limits.depth)
         .limit_complexity(limits.complexity)
         .disable_suggestions()
-        .extension(crate::budget::Budgeted)
+        .extension(guard)
         .finish()
 }
 
@@ -131,6 +148,16 @@ pub(crate) fn client_error(e: EngineError) -> async_graphql::Error {
         ErrorKind::Conflict => error("CONFLICT", e.to_string()),
         ErrorKind::Cancelled => error("CANCELLED", "cancelled"),
         ErrorKind::Forbidden => error("FORBIDDEN", e.to_string()),
+        ErrorKind::Retryable => {
+            // Busy (the store's pool, a lock) or briefly unreachable: the same request may
+            // pass later. Logged like an internal error, answered as what it is.
+            let reference = internal(e.code());
+            error(
+                "UNAVAILABLE",
+                format!("temporarily unavailable (reference {reference}): retry shortly"),
+            )
+            .extend_with(|_, x| x.set("retryAfter", 1))
+        }
         _ => {
             // The log gets a reference and a classified code, never the error's text (which may
             // carry a URL with a token, or the input that failed); the client, the reference.

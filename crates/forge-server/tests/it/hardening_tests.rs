@@ -6,6 +6,7 @@
 use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
+use forge_testkit::graphql::fragment_bomb;
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::Message;
@@ -23,22 +24,6 @@ fn hs256(claims: &Value) -> String {
         &EncodingKey::from_secret(SECRET.as_bytes()).unwrap(),
     )
     .unwrap()
-}
-
-/// A document whose fragments each spread the next one twice: 2^depth fields once expanded.
-fn fragment_bomb(depth: usize) -> String {
-    let mut q = String::from("query { ...F0 }\n");
-    for i in 0..depth {
-        q.push_str(&format!(
-            "fragment F{i} on Query {{ ...F{} ...F{} }}\n",
-            i + 1,
-            i + 1
-        ));
-    }
-    q.push_str(&format!(
-        "fragment F{depth} on Query {{ agents {{ name }} }}\n"
-    ));
-    q
 }
 
 async fn healthz_ms(srv: &Srv) -> u128 {
@@ -324,25 +309,8 @@ async fn a_rotated_jwks_file_is_picked_up_without_a_restart() {
 
 #[tokio::test]
 async fn a_nul_character_is_refused_alike_on_every_store() {
-    use forge_store_postgres::testing::{Flavor, TestDatabase};
-    let db = TestDatabase::create(Flavor::Plain)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    let pg =
-        forge_store_postgres::PostgresStore::connect(db.url(), forge_store_postgres::Mode::Rls)
-            .await
-            .unwrap()
-            .with_guard(db);
-    let dir = std::env::temp_dir().join(format!("forge-nul-{}", uuid::Uuid::new_v4()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let sqlite = forge_store_sqlite::SqliteStore::open(&format!(
-        "sqlite://{}",
-        dir.join("forge.db").display()
-    ))
-    .await
-    .unwrap();
-    let stores: Vec<std::sync::Arc<dyn forge_core::ports::store::Store>> =
-        vec![std::sync::Arc::new(pg), std::sync::Arc::new(sqlite)];
+    let (sqlite, dir) = crate::support::sqlite_store().await;
+    let stores = vec![crate::support::postgres_store().await, sqlite];
     for store in stores {
         let srv = start(Opts {
             store,

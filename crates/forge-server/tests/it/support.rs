@@ -257,6 +257,33 @@ pub async fn start(opts: Opts) -> Srv {
     }
 }
 
+/// A store on a fresh SQLite file, and the directory holding it (for the caller to remove).
+pub async fn sqlite_store() -> (Arc<dyn Store>, std::path::PathBuf) {
+    let dir = std::env::temp_dir().join(format!("forge-test-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let store = forge_store_sqlite::SqliteStore::open(&format!(
+        "sqlite://{}",
+        dir.join("forge.db").display()
+    ))
+    .await
+    .unwrap();
+    (Arc::new(store), dir)
+}
+
+/// A store on a fresh PostgreSQL database in RLS mode (dropped with the store).
+pub async fn postgres_store() -> Arc<dyn Store> {
+    use forge_store_postgres::testing::{Flavor, TestDatabase};
+    let db = TestDatabase::create(Flavor::Plain)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let store =
+        forge_store_postgres::PostgresStore::connect(db.url(), forge_store_postgres::Mode::Rls)
+            .await
+            .unwrap()
+            .with_guard(db);
+    Arc::new(store)
+}
+
 pub fn token(tenant: &str, principal: &str, roles: &[&str]) -> String {
     let scope = Scope::parse(tenant, principal, roles).unwrap();
     let now = chrono_now();

@@ -489,3 +489,187 @@ async fn forge_serve_takes_its_tenant_limits_from_flags() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// CPU time a process has used so far (user and system), from `/proc/PID/stat`.
+fn cpu_time(pid: u32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // The fields after the command name (in parentheses, which may hold spaces).
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .collect();
+    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    // The kernel's USER_HZ is 100 on every Linux Forge runs on.
+    Duration::from_millis(ticks * 10)
+}
+
+/// One abuse case of issue 73, item 1: `n` copies of a document sent at once.
+struct Abuse {
+    name: &'static str,
+    query: String,
+    variables: Value,
+    at_once: usize,
+    /// The refusal every copy (or, for a concurrency limit, some copy) gets.
+    refused: &'static str,
+}
+
+/// Sends `abuse` over HTTP or graphql-ws; returns each copy's error code ("ok" for none).
+async fn send_abuse(addr: &str, token: &str, abuse: &Abuse, ws: bool) -> Vec<String> {
+    let code = |v: &Value| {
+        let errors = match v.get("type").and_then(Value::as_str) {
+            Some(_) => &v["payload"]["errors"],
+            None => &v["errors"],
+        };
+        let errors = if errors.is_null() {
+            &v["payload"]
+        } else {
+            errors
+        };
+        errors[0]["extensions"]["code"]
+            .as_str()
+            .unwrap_or("ok")
+            .to_owned()
+    };
+    if ws {
+        let mut socket = socket(addr, token).await.expect("a socket");
+        for i in 0..abuse.at_once {
+            socket
+                .feed(subscribe(&format!("a{i}"), &abuse.query, &abuse.variables))
+                .await
+                .unwrap();
+        }
+        socket.flush().await.unwrap();
+        let mut codes = Vec::new();
+        while codes.len() < abuse.at_once {
+            match socket.next().await {
+                Some(Ok(Message::Text(t))) => {
+                    let v: Value = serde_json::from_str(&t).unwrap();
+                    if matches!(v["type"].as_str(), Some("next" | "error")) {
+                        codes.push(code(&v));
+                    }
+                }
+                Some(Ok(_)) => {}
+                other => panic!("the socket ended: {other:?}"),
+            }
+        }
+        codes
+    } else {
+        let http = reqwest::Client::new();
+        let sends = (0..abuse.at_once)
+            .map(|_| post(&http, addr, token, &abuse.query, abuse.variables.clone()));
+        futures_util::future::join_all(sends)
+            .await
+            .iter()
+            .map(code)
+            .collect()
+    }
+}
+
+/// Issue 73, item 1: each abuse case that `POST /graphql` refuses is refused alike over
+/// graphql-ws, and costs the server little either way. Prints, per case and transport, the
+/// server's CPU, its peak RSS and the slowest `/healthz` meanwhile (the closing note's table).
+/// Sabotage: a graphql-ws query admitted among the tenant's subscriptions instead of its requests
+/// executing lets all 40 documents of the third case through over graphql-ws.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_abuse_case_is_refused_alike_over_both_transports() {
+    let dir = workdir("fair-abuse");
+    let agent = crate::repo().join("examples/agents/calculator.toml");
+    // Each case meets its own limit: the tenant's byte budget is set out of the way.
+    let (server, addr) = serve_with_env(
+        &[
+            "--agent",
+            agent.to_str().unwrap(),
+            "--tenant-response-mib-burst",
+            "4096",
+        ],
+        &dir,
+        &[],
+    );
+    let pid = server.0.id();
+    let a = token("acme");
+    let (big, run) = started(&addr, &a, "calculator", &"x".repeat(60_000)).await;
+    completed(&addr, &a, &run).await;
+    let cases = [
+        Abuse {
+            name: "fragment bomb (2^30 fields)",
+            query: forge_testkit::graphql::fragment_bomb(30),
+            variables: json!({}),
+            at_once: 2,
+            refused: "QUERY_TOO_LARGE",
+        },
+        Abuse {
+            name: "500 aliases of a 60 KB message (30 MB)",
+            query: message_aliases(500),
+            variables: json!({"t": big}),
+            at_once: 8,
+            refused: "RESPONSE_TOO_LARGE",
+        },
+        Abuse {
+            name: "40 documents of 400 reads at once",
+            query: run_aliases(400),
+            variables: json!({"r": run}),
+            at_once: 40,
+            refused: "TOO_MANY_REQUESTS",
+        },
+        Abuse {
+            name: "an invalid document",
+            query: "{ noSuchField }".into(),
+            variables: json!({}),
+            at_once: 1,
+            refused: "GRAPHQL_VALIDATION_FAILED",
+        },
+    ];
+    for case in &cases {
+        for ws in [false, true] {
+            let (cpu, started_at) = (cpu_time(pid), Instant::now());
+            let stop = CancellationToken::new();
+            let health = {
+                let (addr, stop) = (addr.clone(), stop.clone());
+                tokio::spawn(async move {
+                    let http = reqwest::Client::new();
+                    let mut worst = Duration::ZERO;
+                    while !stop.is_cancelled() {
+                        let t = Instant::now();
+                        let ok = http.get(format!("http://{addr}/healthz")).send().await;
+                        assert!(ok.is_ok_and(|r| r.status() == 200));
+                        worst = worst.max(t.elapsed());
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                    worst
+                })
+            };
+            let codes = send_abuse(&addr, &a, case, ws).await;
+            stop.cancel();
+            let worst = health.await.unwrap();
+            let cpu = cpu_time(pid).saturating_sub(cpu);
+            let transport = if ws { "graphql-ws" } else { "HTTP" };
+            eprintln!(
+                "{:<42} {transport:<10} CPU {:>5} ms, wall {:>5} ms, RSS peak {} MiB, /healthz worst {} ms, answers {:?}",
+                case.name,
+                cpu.as_millis(),
+                started_at.elapsed().as_millis(),
+                peak_mib(pid),
+                worst.as_millis(),
+                codes
+                    .iter()
+                    .fold(BTreeMap::<&str, usize>::new(), |mut m, c| {
+                        *m.entry(c.as_str()).or_default() += 1;
+                        m
+                    }),
+            );
+            assert!(
+                codes.iter().any(|c| c == case.refused),
+                "{} over {transport}: {codes:?}",
+                case.name
+            );
+            assert!(
+                codes.iter().all(|c| c == case.refused || c == "ok"),
+                "{} over {transport}: {codes:?}",
+                case.name
+            );
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -66,6 +66,17 @@ pub(crate) struct LoadedAgent {
     pub(crate) scripted: bool,
 }
 
+/// Says on stderr which agents run on the scripted provider: whenever it is in use, `forge` says
+/// so (README, "Agent files"), in `run`, `serve` and `worker` alike.
+pub(crate) fn note_scripted(loaded: &[LoadedAgent]) {
+    for agent in loaded.iter().filter(|a| a.scripted) {
+        eprintln!(
+            "note: model {} of agent {} is the scripted provider: deterministic output from a script, no model account used",
+            agent.definition.model, agent.definition.agent.name
+        );
+    }
+}
+
 /// The model providers a set of agents needs: one scripted provider holding every script, and one
 /// configured provider per other prefix. A missing credential fails here, before any run starts.
 pub(crate) fn providers(

@@ -221,6 +221,7 @@ async fn worker(args: WorkerArgs) -> anyhow::Result<ExitCode> {
         .iter()
         .map(|a| agent_file::load(a))
         .collect::<anyhow::Result<Vec<_>>>()?;
+    agent_file::note_scripted(&loaded);
     let telemetry = args.telemetry.start("forge-worker")?;
     let opened = store::open(&args.store).await?;
     let sweep_leases = args.leases.sweep_leases(opened.postgres.clone()).await?;
@@ -367,12 +368,7 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let holder = forge_core::holder::this_process("forge-run");
     let builder = compose::builder(store.clone(), &settings)?.worker_id(holder.clone());
     let engine = builder.build().context("failed to build the engine")?;
-    if loaded.scripted {
-        eprintln!(
-            "note: model {} is the scripted provider: deterministic output from a script, no model account used",
-            loaded.definition.model
-        );
-    }
+    agent_file::note_scripted(std::slice::from_ref(&loaded));
 
     // The run and its thread are created together (no empty thread is left if it is refused).
     let run = engine

@@ -239,6 +239,7 @@ pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         .iter()
         .map(|a| agent_file::load(a))
         .collect::<anyhow::Result<Vec<_>>>()?;
+    agent_file::note_scripted(&loaded);
     let telemetry = args.telemetry.start("forge-serve")?;
     let opened = store::open(&args.store).await?;
     let sweep_leases = args.leases.sweep_leases(opened.postgres.clone()).await?;

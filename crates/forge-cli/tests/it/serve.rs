@@ -620,3 +620,35 @@ async fn readyz_names_redis_and_the_embedder() {
     assert_eq!(body["checks"][&named]["ok"], false, "{body}");
     assert_eq!(body["checks"]["redis live tail"]["ok"], true, "{body}");
 }
+
+/// Issue 73, item 6: `forge serve` says on stderr, before it listens, which agents run on the
+/// scripted provider (the README's promise, kept by `forge run` already). Sabotage: without
+/// `note_scripted` in `serve`, no such line comes before the listening line.
+#[test]
+fn forge_serve_says_when_the_scripted_provider_is_in_use() {
+    let dir = workdir("scripted-note");
+    let agent = repo().join("examples/agents/calculator.toml");
+    let mut child = Proc(
+        Command::new(env!("CARGO_BIN_EXE_forge"))
+            .args(["serve", "--listen", "127.0.0.1:0", "--agent"])
+            .arg(&agent)
+            .env("FORGE_JWT_SECRET", SECRET)
+            .current_dir(&dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let stderr = child.0.stderr.take().unwrap();
+    let before: Vec<String> = BufReader::new(stderr)
+        .lines()
+        .map(|l| l.unwrap())
+        .take_while(|l| !l.contains("listening on"))
+        .collect();
+    assert!(
+        before
+            .iter()
+            .any(|l| l.contains("agent calculator is the scripted provider")),
+        "{before:#?}"
+    );
+}

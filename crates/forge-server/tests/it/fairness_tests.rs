@@ -22,21 +22,6 @@ fn aliases(n: usize) -> String {
     format!("query($t: ID!) {{ {fields} }}")
 }
 
-/// Writes `n` subscribes on a new socket without reading any answer.
-async fn burst(srv: &Srv, token: &str, n: usize, query: &str, variables: &Value) -> Ws {
-    let (mut ws, _) = Ws::connect(srv, Some(token)).await;
-    for i in 0..n {
-        let m = json!({"id": format!("s{i}"), "type": "subscribe",
-            "payload": {"query": query, "variables": variables}});
-        ws.socket
-            .feed(Message::Text(m.to_string().into()))
-            .await
-            .unwrap();
-    }
-    ws.socket.flush().await.unwrap();
-    ws
-}
-
 /// Opens and drops 1,000 subscriptions of tenant acme in bursts (some sockets dropped as soon
 /// as their subscribes are written, mid-read; some held unread while the server polls), then
 /// requires the store to answer another tenant at once.

@@ -570,19 +570,11 @@ async fn a_burst_of_subscriptions_on_one_socket_all_run_and_a_close_is_answered(
     let (_, run) = srv
         .run_until(&t, "assistant", "send the email", "waiting")
         .await;
-    let (mut ws, _) = Ws::connect(&srv, Some(&t)).await;
-    let ids: Vec<String> = (0..60).map(|i| format!("s{i}")).collect();
     // Written without waiting for any answer.
-    for id in &ids {
-        let m = json!({"id": id, "type": "subscribe",
-            "payload": {"query": RUN_EVENTS, "variables": {"id": run, "after": 0}}});
-        futures_util::SinkExt::feed(&mut ws.socket, Message::Text(m.to_string().into()))
-            .await
-            .unwrap();
-    }
-    futures_util::SinkExt::flush(&mut ws.socket).await.unwrap();
+    let mut ws =
+        crate::support::burst(&srv, &t, 60, RUN_EVENTS, &json!({"id": run, "after": 0})).await;
     let mut answered = std::collections::HashSet::new();
-    while answered.len() < ids.len() {
+    while answered.len() < 60 {
         let m = ws.next_json().await;
         assert_eq!(m["type"], "next", "{m}");
         answered.insert(m["id"].as_str().unwrap().to_owned());

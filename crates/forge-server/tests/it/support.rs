@@ -543,6 +543,21 @@ impl Ws {
     }
 }
 
+/// Connects and writes `n` subscribes of `query` (ids `s0`, `s1`, …) without reading any answer.
+pub async fn burst(srv: &Srv, token: &str, n: usize, query: &str, variables: &Value) -> Ws {
+    let (mut ws, _) = Ws::connect(srv, Some(token)).await;
+    for i in 0..n {
+        let m = json!({"id": format!("s{i}"), "type": "subscribe",
+            "payload": {"query": query, "variables": variables}});
+        ws.socket
+            .feed(Message::Text(m.to_string().into()))
+            .await
+            .unwrap();
+    }
+    ws.socket.flush().await.unwrap();
+    ws
+}
+
 pub const RUN_EVENTS: &str = "subscription($id: ID!, $after: Int!) { runEvents(runId: $id, afterSeq: $after) { kind runId seq type item } }";
 
 /// Folds stream items (as selected by [`RUN_EVENTS`]) into `transcript`, failing on any item that

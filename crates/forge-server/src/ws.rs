@@ -167,6 +167,24 @@ fn ended(text: &str) -> Option<String> {
     Some(v.get("id")?.as_str()?.to_owned())
 }
 
+/// The id of a `next` message: for a query or mutation, its one result, after which the
+/// operation no longer executes. Only the id, the message's second field, is parsed.
+fn answered(text: &str) -> Option<String> {
+    let rest = text.strip_prefix(r#"{"type":"next","id":"#)?;
+    serde_json::Deserializer::from_str(rest)
+        .into_iter::<String>()
+        .next()?
+        .ok()
+}
+
+/// An operation running on the connection: its place among the tenant's subscriptions or
+/// requests executing, if it holds one.
+struct Held {
+    permit: Option<tokio::sync::OwnedSemaphorePermit>,
+    /// A query or mutation: its place is given back with its result, not at `complete`.
+    request: bool,
+}
+
 impl Session {
     /// Serves the connection until either side ends it.
     pub(crate) async fn serve(self, socket: WebSocket) {
@@ -199,7 +217,7 @@ impl Session {
             async_graphql::http::WebSocket::new(self.schema.clone(), input, self.protocol)
                 .on_connection_init(init);
         let mut graphql = std::pin::pin!(graphql);
-        let mut active: HashMap<String, Option<tokio::sync::OwnedSemaphorePermit>> = HashMap::new();
+        let mut active: HashMap<String, Held> = HashMap::new();
         let mut tenant: Option<forge_core::scope::TenantId> = None;
         // Held for the connection's life once its tenant is known.
         let mut _connection: Option<tokio::sync::OwnedSemaphorePermit> = None;
@@ -324,6 +342,13 @@ impl Session {
                     }
                     if let Some(id) = ended(&text) {
                         active.remove(&id);
+                    } else if let Some(id) = answered(&text)
+                        && let Some(held) = active.get_mut(&id)
+                        && held.request
+                    {
+                        // Given back before the result is sent: a client that asks again as
+                        // soon as it reads the answer finds its place free, as over HTTP.
+                        held.permit = None;
                     }
                     Message::Text(text.into())
                 }
@@ -365,7 +390,7 @@ impl Session {
         &self,
         op: &ClientOperation,
         tenant: Option<&forge_core::scope::TenantId>,
-        active: &mut HashMap<String, Option<tokio::sync::OwnedSemaphorePermit>>,
+        active: &mut HashMap<String, Held>,
     ) -> Result<(), (&'static str, String)> {
         if active.contains_key(&op.id) {
             // async-graphql refuses a duplicate id itself.
@@ -415,7 +440,13 @@ impl Session {
         }
         // Before `connection_ack` there is no tenant (and no permit); async-graphql refuses the
         // operation itself then.
-        active.insert(op.id.clone(), permit);
+        active.insert(
+            op.id.clone(),
+            Held {
+                permit,
+                request: !subscription,
+            },
+        );
         Ok(())
     }
 
@@ -451,4 +482,27 @@ fn tokio_stream_from(
     rx: mpsc::Receiver<Vec<u8>>,
 ) -> impl futures_util::Stream<Item = Vec<u8>> + Send + 'static {
     futures_util::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|m| (m, rx)) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_next_message_gives_its_id_and_only_that_is_parsed() {
+        let next = r#"{"type":"next","id":"q\"1","payload":{"data":{"a":"x"}}}"#;
+        assert_eq!(answered(next).as_deref(), Some("q\"1"));
+        assert_eq!(answered(r#"{"type":"complete","id":"q1"}"#), None);
+        assert_eq!(answered(r#"{"type":"next","id":7}"#), None);
+        // The payload is never read: a broken one does not matter.
+        assert_eq!(
+            answered(r#"{"type":"next","id":"q2","payload":{"#).as_deref(),
+            Some("q2")
+        );
+        assert_eq!(
+            ended(r#"{"type":"complete","id":"q1"}"#).as_deref(),
+            Some("q1")
+        );
+        assert_eq!(ended(next), None);
+    }
 }

@@ -116,7 +116,8 @@ fn extensions(m: &Value) -> Value {
 /// may have executing are the same over graphql-ws as over HTTP. Sabotage: without the guard's
 /// budget (`execute` not replacing the response), the large query answers 27 MB; without its
 /// codes (`subscribe` not mapping), the validation error has none; with `admit` acquiring from
-/// the subscriptions' limiter for every operation, the second query runs.
+/// the subscriptions' limiter for every operation, the second query runs; with a query's place
+/// kept until its `complete`, a request sent on reading the answer is refused now and then.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_http_limit_holds_over_graphql_ws() {
     let srv = start(Opts {
@@ -135,6 +136,20 @@ async fn every_http_limit_holds_over_graphql_ws() {
     // The same document over HTTP.
     let (code, _) = srv.gql_error(&t, &aliases(450), json!({"t": thread})).await;
     assert_eq!(code, "RESPONSE_TOO_LARGE");
+
+    // A query's place among the tenant's requests is given back with its result: a client
+    // asking again, on either transport, as soon as it reads an answer is never refused.
+    for round in 0..20 {
+        let m = ask(
+            &mut ws,
+            &format!("r{round}"),
+            &aliases(1),
+            json!({"t": thread}),
+        )
+        .await;
+        assert!(m["payload"]["errors"].is_null(), "{m:.300}");
+        srv.gql(&t, &aliases(1), json!({"t": thread})).await;
+    }
 
     let m = ask(&mut ws, "invalid", "{ noSuchField }", json!({})).await;
     assert_eq!(extensions(&m)["code"], "GRAPHQL_VALIDATION_FAILED", "{m}");

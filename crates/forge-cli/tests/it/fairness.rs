@@ -405,7 +405,7 @@ async fn tenant_a_floods_and_tenant_b_is_served(store_args: &[&str], name: &str)
         "/healthz took {worst_health:?}"
     );
     assert!(
-        after <= Duration::from_secs(1),
+        after <= Duration::from_secs(5),
         "after the flood: {after:?}"
     );
     for expected in [

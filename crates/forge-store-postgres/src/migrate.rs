@@ -563,8 +563,16 @@ const SUPABASE_ONE_STATEMENT_COMPLETE: Migration = Migration {
     down: include_str!("../migrations/0033_one_statement_complete.down.sql"),
 };
 
+/// An index of the runs queued or running, which a server counts before each start (both modes).
+const RUNS_IN_FLIGHT: Migration = Migration {
+    version: 34,
+    name: "runs_in_flight",
+    up: include_str!("../migrations/0034_runs_in_flight.up.sql"),
+    down: include_str!("../migrations/0034_runs_in_flight.down.sql"),
+};
+
 /// The migrations of a mode, in order.
-pub fn migrations(mode: Mode) -> [Migration; 33] {
+pub fn migrations(mode: Mode) -> [Migration; 34] {
     match mode {
         Mode::Rls => [
             TABLES,
@@ -600,6 +608,7 @@ pub fn migrations(mode: Mode) -> [Migration; 33] {
             SET_BASED_GROUP_WRITE,
             CLAIM_BATCH,
             ONE_STATEMENT_COMPLETE,
+            RUNS_IN_FLIGHT,
         ],
         Mode::Supabase => [
             TABLES,
@@ -635,6 +644,7 @@ pub fn migrations(mode: Mode) -> [Migration; 33] {
             SET_BASED_GROUP_WRITE,
             SUPABASE_CLAIM_BATCH,
             SUPABASE_ONE_STATEMENT_COMPLETE,
+            RUNS_IN_FLIGHT,
         ],
     }
 }

@@ -117,6 +117,12 @@ pub const MIGRATIONS: &[Migration] = &[
         up: include_str!("../migrations/0016_refusals.up.sql"),
         down: include_str!("../migrations/0016_refusals.down.sql"),
     },
+    Migration {
+        version: 17,
+        name: "runs_in_flight",
+        up: include_str!("../migrations/0017_runs_in_flight.up.sql"),
+        down: include_str!("../migrations/0017_runs_in_flight.down.sql"),
+    },
 ];
 
 const LEDGER: &str = "CREATE TABLE IF NOT EXISTS forge_schema_migrations (

@@ -802,6 +802,20 @@ impl RunStore for SqliteStore {
         found.iter().map(rows::run).collect()
     }
 
+    async fn runs_in_flight(&self, scope: &Scope, at_most: usize) -> Result<usize, Error> {
+        // Over `forge_runs_in_flight`, which holds only the runs queued or running.
+        let (n,): (i64,) = sqlx::query_as(
+            "SELECT count(*) FROM (SELECT 1 FROM forge_runs WHERE tenant_id = $1 \
+             AND status IN ('queued', 'running') LIMIT $2)",
+        )
+        .bind(scope.tenant_id().as_str())
+        .bind(i64::try_from(at_most).unwrap_or(i64::MAX))
+        .fetch_one(&mut *self.conn().await?)
+        .await
+        .map_err(db_error)?;
+        Ok(usize::try_from(n).unwrap_or(0))
+    }
+
     async fn acquire_lease(
         &self,
         scope: &Scope,

@@ -763,7 +763,8 @@ pub async fn run_round_trip_and_history<F: StoreFactory>() {
 }
 
 /// Operators list a tenant's runs (issue 17, item 7): newest first, by state and by thread,
-/// limited, never another tenant's; an unknown state name is refused before any query.
+/// limited, never another tenant's; an unknown state name is refused before any query. The runs
+/// in flight (queued or running) are counted per tenant, up to a limit (issue 63).
 pub async fn runs_are_queried_by_status_and_thread_newest_first<F: StoreFactory>() {
     let f = fixture::<F>().await;
     let first = f.run().await;
@@ -850,6 +851,33 @@ pub async fn runs_are_queried_by_status_and_thread_newest_first<F: StoreFactory>
         "another tenant's thread shows nothing"
     );
     assert!(RunQuery::newest(1).status("sleeping").is_err());
+
+    // In flight: the tenant's queued and running runs, counted up to the limit asked.
+    let in_flight = |n| f.store.runs_in_flight(&f.scope, n);
+    assert_eq!(in_flight(10).await.expect("count"), 3);
+    assert_eq!(
+        in_flight(2).await.expect("count"),
+        2,
+        "counted up to at most"
+    );
+    assert_eq!(
+        f.store.runs_in_flight(&other, 10).await.expect("count"),
+        1,
+        "each tenant its own"
+    );
+    let second = f.store.get_run(&f.scope, second.id).await.expect("run");
+    let commit = f.commit(
+        &second,
+        &lease,
+        f.events(second.id, 2, 1),
+        RunStatus::Completed,
+    );
+    f.store.commit_step(&f.scope, commit).await.expect("commit");
+    assert_eq!(
+        in_flight(10).await.expect("count"),
+        2,
+        "an ended run is not"
+    );
 }
 
 /// A thread runs one run at a time: the first is active, the next waits behind it (`run.queued`,

@@ -441,6 +441,25 @@ pub trait RunStore: Send + Sync {
     /// The tenant's runs that `query` selects, newest first (for operators: `forge runs list`).
     async fn query_runs(&self, scope: &Scope, query: &RunQuery) -> Result<Vec<Run>, Error>;
 
+    /// How many of the tenant's runs are in flight (queued or running; a run waiting for a
+    /// person is not), counted up to `at_most`: a server's limit on runs in flight asks before
+    /// each start. The default reads them with [`RunStore::query_runs`]; a SQL store counts
+    /// over an index of the runs in flight.
+    async fn runs_in_flight(&self, scope: &Scope, at_most: usize) -> Result<usize, Error> {
+        let mut n = 0;
+        for status in ["queued", "running"] {
+            if n >= at_most {
+                break;
+            }
+            let query = RunQuery {
+                status: Some(status.to_owned()),
+                ..RunQuery::newest(at_most - n)
+            };
+            n += self.query_runs(scope, &query).await?.len();
+        }
+        Ok(n.min(at_most))
+    }
+
     /// Takes the run's lease for `ttl`, issuing a new fencing token. Fails with `LeaseHeld` while
     /// another holder's lease is unexpired; the same holder re-acquiring gets a new token.
     async fn acquire_lease(

@@ -1,0 +1,1 @@
+DROP INDEX forge_runs_in_flight;

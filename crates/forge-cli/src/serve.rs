@@ -157,6 +157,24 @@ pub(crate) struct TenantLimitArgs {
     /// MiB of responses one tenant may receive at once.
     #[arg(long, env = "FORGE_TENANT_RESPONSE_MIB_BURST", default_value_t = 64.0)]
     tenant_response_mib_burst: f64,
+    /// Runs one tenant may have queued or running at once (`RATE_LIMITED` on `startRun` past
+    /// it; a run waiting for a person does not count).
+    #[arg(long, env = "FORGE_TENANT_RUNS", default_value_t = 100)]
+    tenant_runs: usize,
+    /// The part (0 to 1) of each of these limits one principal of a tenant may use: two people,
+    /// or a person and a runaway script, each keep theirs. 1 lets one principal use them all.
+    #[arg(long, env = "FORGE_PRINCIPAL_SHARE", default_value_t = 0.5, value_parser = share)]
+    principal_share: f64,
+}
+
+/// A share: a number above 0 and at most 1.
+fn share(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(n) if n > 0.0 && n <= 1.0 => Ok(n),
+        _ => Err(format!(
+            "{text:?} is not a share: give a number above 0 and at most 1, such as 0.5"
+        )),
+    }
 }
 
 impl TenantLimitArgs {
@@ -172,6 +190,8 @@ impl TenantLimitArgs {
             cost_per_document: self.tenant_cost_per_document.max(0.0),
             bytes_per_second: self.tenant_response_mib_per_second.max(0.0) * MIB,
             bytes_burst: self.tenant_response_mib_burst.max(0.0) * MIB,
+            principal_share: self.principal_share,
+            runs_in_flight: self.tenant_runs.max(1),
         };
     }
 }

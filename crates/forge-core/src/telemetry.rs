@@ -330,6 +330,12 @@ pub enum Instrument {
     /// (`cost`, `bytes`, `requests`, `subscriptions`, `connections`, `response_bytes`,
     /// `execute_time`, `slow_reader`). Never by tenant: the count says which limit binds.
     Refusals,
+    /// Each limit a server holds tenants and principals to, by `limit`, in the limit's own
+    /// unit (places, cost, bytes, runs).
+    Limit,
+    /// How much of each limit the busiest tenant (or principal, for a `principal_` limit) uses
+    /// now, by `limit`: 0 to 1, above 1 for a bucket in debt. Never by tenant.
+    LimitUse,
     /// Always 1, with the process's `version`: every process's scrape says what it runs from its
     /// start, before it has done anything else worth counting.
     BuildInfo,
@@ -337,7 +343,7 @@ pub enum Instrument {
 
 impl Instrument {
     /// Every instrument.
-    pub const ALL: [Instrument; 16] = [
+    pub const ALL: [Instrument; 18] = [
         Instrument::ModelTokens,
         Instrument::ModelCost,
         Instrument::RunSteps,
@@ -353,6 +359,8 @@ impl Instrument {
         Instrument::StoreErrors,
         Instrument::HttpRequests,
         Instrument::Refusals,
+        Instrument::Limit,
+        Instrument::LimitUse,
         Instrument::BuildInfo,
     ];
 
@@ -374,6 +382,8 @@ impl Instrument {
             Instrument::StoreErrors => "forge.worker.store_errors_total",
             Instrument::HttpRequests => "forge.http.requests_total",
             Instrument::Refusals => "forge.server.refusals_total",
+            Instrument::Limit => "forge.server.limit",
+            Instrument::LimitUse => "forge.server.limit_use_ratio",
             Instrument::BuildInfo => "forge.build_info",
         }
     }
@@ -393,7 +403,8 @@ impl Instrument {
             Instrument::QueueDepth | Instrument::DeadLetters => "{job}",
             Instrument::StoreErrors => "{error}",
             Instrument::HttpRequests | Instrument::Refusals => "{request}",
-            Instrument::BuildInfo => "1",
+            Instrument::Limit => "{limit}",
+            Instrument::LimitUse | Instrument::BuildInfo => "1",
         }
     }
 
@@ -405,7 +416,10 @@ impl Instrument {
             | Instrument::ClaimLatency
             | Instrument::RunDuration
             | Instrument::StepCommitDuration => InstrumentKind::Histogram,
-            Instrument::QueueDepth | Instrument::BuildInfo => InstrumentKind::Gauge,
+            Instrument::QueueDepth
+            | Instrument::Limit
+            | Instrument::LimitUse
+            | Instrument::BuildInfo => InstrumentKind::Gauge,
             _ => InstrumentKind::Counter,
         }
     }
@@ -434,6 +448,10 @@ impl Instrument {
             Instrument::StoreErrors => "Store errors a worker's claim loop or sweep met.",
             Instrument::HttpRequests => "HTTP requests answered, by route and status class.",
             Instrument::Refusals => "Requests and connections refused for a limit, by limit.",
+            Instrument::Limit => "Each per-tenant and per-principal limit, in its own unit.",
+            Instrument::LimitUse => {
+                "How much of each limit the busiest tenant or principal uses, 0 to 1."
+            }
             Instrument::BuildInfo => "Always 1, labelled with the version the process runs.",
         }
     }
@@ -456,6 +474,8 @@ impl Instrument {
             Instrument::StoreErrors => "Is the database failing under the workers?",
             Instrument::HttpRequests => "Is the API answering, and with errors on which route?",
             Instrument::Refusals => "Is a tenant hitting a limit, and which one binds?",
+            Instrument::Limit => "What is each tenant allowed?",
+            Instrument::LimitUse => "Is some tenant close to a limit before it is refused?",
             Instrument::BuildInfo => "Which version is each process running, and is it up?",
         }
     }
@@ -995,13 +1015,20 @@ mod tests {
     #[test]
     fn instruments_carry_their_unit_in_their_name_and_say_why_they_exist() {
         for i in Instrument::ALL {
-            let suffix = match i.unit() {
-                "ms" => "_ms",
-                "{job}" if i.kind() == InstrumentKind::Gauge => "_jobs",
-                "1" if i.kind() == InstrumentKind::Gauge => "_info",
-                _ => "_total",
+            let suffixes: &[&str] = match i.unit() {
+                "ms" => &["_ms"],
+                "{job}" if i.kind() == InstrumentKind::Gauge => &["_jobs"],
+                // Each limit in its own unit: the `limit` attribute says which.
+                "{limit}" if i.kind() == InstrumentKind::Gauge => &[".limit"],
+                // Dimensionless: a constant 1 with labels, or a ratio.
+                "1" if i.kind() == InstrumentKind::Gauge => &["_info", "_ratio"],
+                _ => &["_total"],
             };
-            assert!(i.name().ends_with(suffix), "{}", i.name());
+            assert!(
+                suffixes.iter().any(|s| i.name().ends_with(s)),
+                "{}",
+                i.name()
+            );
             assert!(i.description().ends_with('.') && i.question().ends_with('?'));
         }
         for id in ["run_id", "thread_id", "tenant", "principal"] {

@@ -74,12 +74,14 @@ pub(crate) fn coded(code: &str, message: impl Into<String>) -> ServerError {
 fn rate_limited(refused: Refused) -> ServerError {
     let seconds = refused.retry_after.as_secs_f64().ceil().max(1.0) as u64;
     let what = match refused.limit {
-        "bytes" => "bytes of response",
-        _ => "query cost",
+        "bytes" => "this tenant has used its bytes of response",
+        "principal_bytes" => "you have used your share of this tenant's bytes of response",
+        "principal_cost" => "you have used your share of this tenant's query cost",
+        _ => "this tenant has used its query cost",
     };
     let mut e = coded(
         "RATE_LIMITED",
-        format!("this tenant has used its {what} for now; retry in {seconds} s"),
+        format!("{what} for now; retry in {seconds} s"),
     );
     if let Some(x) = e.extensions.as_mut() {
         x.set("retryAfter", seconds);
@@ -131,10 +133,7 @@ impl Extension for Guarded {
     ) -> Result<ValidationResult, Vec<ServerError>> {
         let result = next.run(ctx).await?;
         if let Some(scope) = ctx.data_opt::<Scope>()
-            && let Err(refused) = self
-                .settings
-                .ledger
-                .spend_cost(scope.tenant_id(), result.complexity)
+            && let Err(refused) = self.settings.ledger.spend_cost(scope, result.complexity)
         {
             count_refusal(self.settings.meter.as_ref(), refused.limit);
             return Err(vec![rate_limited(refused)]);
@@ -169,9 +168,7 @@ impl Extension for Guarded {
             }
         };
         if let Some(scope) = ctx.data_opt::<Scope>() {
-            self.settings
-                .ledger
-                .spend_bytes(scope.tenant_id(), budget.spent());
+            self.settings.ledger.spend_bytes(scope, budget.spent());
         }
         response
     }

@@ -6,14 +6,11 @@
 //! format with a `code`.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_graphql::parser::types::{ExecutableDocument, Selection, SelectionSet};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use forge_core::scope::TenantId;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// Limits of `POST /graphql` beyond depth and complexity.
 #[derive(Debug, Clone, Copy)]
@@ -156,40 +153,6 @@ fn size(
     Ok(n)
 }
 
-/// How many requests each tenant has executing, bounded.
-#[derive(Debug)]
-pub(crate) struct TenantLimiter {
-    per_tenant: usize,
-    tenants: Mutex<HashMap<TenantId, Arc<Semaphore>>>,
-}
-
-impl TenantLimiter {
-    /// A limiter of `per_tenant` at once for each tenant.
-    pub(crate) fn new(per_tenant: usize) -> Self {
-        Self {
-            per_tenant: per_tenant.max(1),
-            tenants: Mutex::new(HashMap::new()),
-        }
-    }
-
-    /// A permit to execute one request of `tenant`, or `None` when it has as many as it may.
-    pub(crate) fn try_acquire(&self, tenant: &TenantId) -> Option<OwnedSemaphorePermit> {
-        let semaphore = {
-            let mut tenants = self.tenants.lock().unwrap_or_else(|p| p.into_inner());
-            if tenants.len() > 10_000 {
-                // Forget idle tenants (all permits back).
-                let full = self.per_tenant;
-                tenants.retain(|_, s| s.available_permits() < full);
-            }
-            tenants
-                .entry(tenant.clone())
-                .or_insert_with(|| Arc::new(Semaphore::new(self.per_tenant)))
-                .clone()
-        };
-        semaphore.try_acquire_owned().ok()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -257,22 +220,5 @@ mod tests {
         assert_eq!(check_document(both, None, 2_000), Ok(false));
         let one = "subscription { pendingInteractions { id } }";
         assert_eq!(check_document(one, None, 2_000), Ok(true));
-    }
-
-    #[test]
-    fn a_tenant_runs_a_bounded_number_of_requests_at_once() {
-        let limiter = TenantLimiter::new(2);
-        let acme = TenantId::new("acme").unwrap();
-        let globex = TenantId::new("globex").unwrap();
-        let a = limiter.try_acquire(&acme);
-        let b = limiter.try_acquire(&acme);
-        assert!(a.is_some() && b.is_some());
-        assert!(limiter.try_acquire(&acme).is_none());
-        assert!(
-            limiter.try_acquire(&globex).is_some(),
-            "others are unaffected"
-        );
-        drop(a);
-        assert!(limiter.try_acquire(&acme).is_some());
     }
 }

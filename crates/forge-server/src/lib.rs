@@ -24,6 +24,7 @@ mod fair;
 pub mod files;
 mod guard;
 mod http;
+mod limiter;
 pub mod schema;
 pub mod web;
 mod ws;
@@ -141,10 +142,9 @@ struct Shared {
     /// The last readiness answer and when it was made, reused for [`READINESS_CACHE`].
     ready_cache: tokio::sync::Mutex<Option<(std::time::Instant, bool, serde_json::Value)>>,
     http: HttpLimits,
-    tenants: Arc<http::TenantLimiter>,
     ws: WsLimits,
-    ws_tenants: Arc<http::TenantLimiter>,
-    ws_connections: Arc<http::TenantLimiter>,
+    /// Every per-tenant and per-principal limit.
+    limiters: Arc<limiter::Limiters>,
     shutdown: CancellationToken,
     files: Option<forge_files::Files>,
     file_limits: FileLimits,
@@ -189,25 +189,27 @@ impl Server {
             retriever: config.retriever,
             files: config.files.clone(),
         });
+        let limiters = Arc::new(limiter::Limiters::new(
+            &config.http,
+            &config.ws,
+            &config.fair_use,
+            telemetry.meter.clone(),
+        ));
         let guard = guard::Guard(Arc::new(guard::GuardSettings {
             response_bytes: config.http.response_bytes,
             execute_timeout: config.http.execute_timeout,
-            ledger: Arc::new(fair::Ledger::new(config.fair_use)),
+            ledger: limiters.ledger.clone(),
             meter: telemetry.meter.clone(),
         }));
         Self {
             shared: Arc::new(Shared {
-                schema: schema::build_with(state, config.limits, guard),
+                schema: schema::build_with(state, config.limits, guard, limiters.runs.clone()),
                 max_body_bytes: config.max_body_bytes,
                 auth: Arc::new(config.auth),
                 readiness: config.readiness,
                 ready_cache: tokio::sync::Mutex::new(None),
-                tenants: Arc::new(http::TenantLimiter::new(config.http.per_tenant)),
                 http: config.http,
-                ws_tenants: Arc::new(http::TenantLimiter::new(config.ws.per_tenant)),
-                ws_connections: Arc::new(http::TenantLimiter::new(
-                    config.ws.connections_per_tenant,
-                )),
+                limiters,
                 ws: config.ws,
                 shutdown: shutdown.clone(),
                 files: config.files,
@@ -294,6 +296,19 @@ impl Server {
             .merge(routes)
             .layer(tower_http::catch_panic::CatchPanicLayer::custom(panicked));
         let mut connections = tokio::task::JoinSet::new();
+        // The limits' gauges, for an exporter that pushes rather than scrapes `/metrics`.
+        let gauges = tokio::spawn({
+            let (shared, stop) = (self.shared.clone(), stop.clone());
+            async move {
+                let mut every = tokio::time::interval(LIMIT_GAUGES_EVERY);
+                loop {
+                    tokio::select! {
+                        _ = stop.cancelled() => break,
+                        _ = every.tick() => shared.limiters.record(shared.telemetry.meter.as_ref()),
+                    }
+                }
+            }
+        });
         loop {
             let tcp = tokio::select! {
                 _ = stop.cancelled() => break,
@@ -333,9 +348,13 @@ impl Server {
         let drained = async { while connections.join_next().await.is_some() {} };
         let _ = tokio::time::timeout(self.drain, drained).await;
         connections.abort_all();
+        gauges.abort();
         Ok(())
     }
 }
+
+/// How often a serving server sets the limits' gauges (and at each scrape of `/metrics`).
+const LIMIT_GAUGES_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// A request that carried no valid bearer token. As a response it is the 401 Forge's own routes
 /// give: a `WWW-Authenticate` challenge and the reason, safe to show.
@@ -379,6 +398,7 @@ fn authorization(headers: &HeaderMap) -> Option<&str> {
 }
 
 async fn metrics(State(shared): State<Arc<Shared>>) -> Response {
+    shared.limiters.record(shared.telemetry.meter.as_ref());
     match &shared.metrics {
         Some(text) => scrape(text),
         None => StatusCode::NOT_FOUND.into_response(),
@@ -507,9 +527,12 @@ async fn graphql_http_traced(
             }
         };
     // The tenant's limit before the body is decoded and parsed, which is the costly part of refusing.
-    let Some(_permit) = shared.tenants.try_acquire(scope.tenant_id()) else {
-        guard::count_refusal(shared.telemetry.meter.as_ref(), "requests");
-        return too_many_requests();
+    let _place = match shared.limiters.requests.try_acquire(&scope) {
+        Ok(place) => place,
+        Err(whose) => {
+            guard::count_refusal(shared.telemetry.meter.as_ref(), whose.limit("requests"));
+            return too_many_requests(whose);
+        }
     };
     let request: async_graphql::Request = match serde_json::from_slice(&body) {
         Ok(r) => r,
@@ -581,9 +604,9 @@ async fn graphql_http_traced(
 }
 
 /// The answer to a tenant with as many requests executing as it may have.
-fn too_many_requests() -> Response {
+fn too_many_requests(whose: limiter::Whose) -> Response {
     let body = serde_json::json!({"errors": [{
-        "message": "too many requests of this tenant are executing; retry shortly",
+        "message": whose.too_many("requests", "are executing"),
         "extensions": {"code": "TOO_MANY_REQUESTS", "retryAfter": 1},
     }]});
     (
@@ -658,10 +681,10 @@ async fn graphql_ws(
                 from_header,
                 limits: shared.ws,
                 expanded_fields: shared.http.expanded_fields,
-                requests: shared.tenants.clone(),
+                requests: shared.limiters.requests.clone(),
                 meter: shared.telemetry.meter.clone(),
-                tenants: shared.ws_tenants.clone(),
-                connections: shared.ws_connections.clone(),
+                tenants: shared.limiters.subscriptions.clone(),
+                connections: shared.limiters.connections.clone(),
                 shutdown: shared.shutdown.clone(),
             }
             .serve(socket)

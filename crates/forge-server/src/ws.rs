@@ -31,11 +31,13 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use async_graphql::Data;
 use async_graphql::http::{WebSocketProtocols, WsMessage};
 use axum::extract::ws::{CloseFrame, Message, WebSocket};
+use forge_core::scope::Scope;
 use futures_util::{SinkExt, StreamExt};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::auth::{Authenticated, Authenticator};
+use crate::limiter::{Limiter, Place};
 use crate::schema::ForgeSchema;
 
 /// Close code: authentication failed or the token expired.
@@ -88,14 +90,14 @@ pub(crate) struct Session {
     /// Fields a subscription's document may select once its fragments are expanded (the HTTP
     /// path's budget).
     pub(crate) expanded_fields: usize,
-    /// Queries and mutations executing per tenant (the HTTP path's limiter).
-    pub(crate) requests: std::sync::Arc<crate::http::TenantLimiter>,
+    /// Queries and mutations executing per tenant and principal (the HTTP path's limiter).
+    pub(crate) requests: std::sync::Arc<Limiter>,
     /// Where refusals are counted.
     pub(crate) meter: std::sync::Arc<dyn forge_core::telemetry::Meter>,
-    /// Subscriptions per tenant across this server's connections.
-    pub(crate) tenants: std::sync::Arc<crate::http::TenantLimiter>,
-    /// Connections per tenant to this server.
-    pub(crate) connections: std::sync::Arc<crate::http::TenantLimiter>,
+    /// Subscriptions per tenant and principal across this server's connections.
+    pub(crate) tenants: std::sync::Arc<Limiter>,
+    /// Connections per tenant and principal to this server.
+    pub(crate) connections: std::sync::Arc<Limiter>,
     pub(crate) shutdown: CancellationToken,
 }
 
@@ -180,7 +182,7 @@ fn answered(text: &str) -> Option<String> {
 /// An operation running on the connection: its place among the tenant's subscriptions or
 /// requests executing, if it holds one.
 struct Held {
-    permit: Option<tokio::sync::OwnedSemaphorePermit>,
+    permit: Option<Place>,
     /// A query or mutation: its place is given back with its result, not at `complete`.
     request: bool,
 }
@@ -191,7 +193,7 @@ impl Session {
         let (mut sink, mut source) = socket.split();
         let (to_graphql, from_client) = mpsc::channel::<Vec<u8>>(16);
         let (expiry_tx, mut expiry_rx) = mpsc::channel::<i64>(1);
-        let (tenant_tx, mut tenant_rx) = mpsc::channel::<forge_core::scope::TenantId>(1);
+        let (tenant_tx, mut tenant_rx) = mpsc::channel::<Scope>(1);
         let from_header = self.from_header.clone();
         let auth = self.auth.clone();
         let init = move |payload: serde_json::Value| async move {
@@ -207,7 +209,7 @@ impl Session {
                 }
             };
             let _ = expiry_tx.try_send(who.expires_at);
-            let _ = tenant_tx.try_send(who.scope.tenant_id().clone());
+            let _ = tenant_tx.try_send(who.scope.clone());
             let mut data = Data::default();
             data.insert(who.scope);
             Ok(data)
@@ -218,9 +220,10 @@ impl Session {
                 .on_connection_init(init);
         let mut graphql = std::pin::pin!(graphql);
         let mut active: HashMap<String, Held> = HashMap::new();
-        let mut tenant: Option<forge_core::scope::TenantId> = None;
+        // The caller, once `connection_init` has said who it is.
+        let mut tenant: Option<Scope> = None;
         // Held for the connection's life once its tenant is known.
-        let mut _connection: Option<tokio::sync::OwnedSemaphorePermit> = None;
+        let mut _connection: Option<Place> = None;
         let init_deadline = tokio::time::sleep(self.limits.init_timeout);
         tokio::pin!(init_deadline);
         let mut acked = false;
@@ -249,13 +252,10 @@ impl Session {
                 }
                 Some(t) = tenant_rx.recv() => {
                     match self.connections.try_acquire(&t) {
-                        Some(permit) => _connection = Some(permit),
-                        None => {
-                            crate::guard::count_refusal(self.meter.as_ref(), "connections");
-                            let reason = format!(
-                                "at most {} connections at once for a tenant",
-                                self.limits.connections_per_tenant
-                            );
+                        Ok(place) => _connection = Some(place),
+                        Err(whose) => {
+                            crate::guard::count_refusal(self.meter.as_ref(), whose.limit("connections"));
+                            let reason = whose.too_many("connections", "are open");
                             let _ = deliver(&mut sink, close(CLOSE_TRY_LATER, &reason), self.limits.send_timeout, self.meter.as_ref()).await;
                             return;
                         }
@@ -292,12 +292,8 @@ impl Session {
                     };
                     match operation(&bytes) {
                         Some(op) if op.kind == "subscribe" || op.kind == "start" => {
-                            if let Err((code, message)) = self.admit(&op, tenant.as_ref(), &mut active) {
-                                crate::guard::count_refusal(self.meter.as_ref(), match code {
-                                    "TOO_MANY_SUBSCRIPTIONS" => "subscriptions",
-                                    "TOO_MANY_REQUESTS" => "requests",
-                                    _ => "document",
-                                });
+                            if let Err(Refusal { code, limit, message }) = self.admit(&op, tenant.as_ref(), &mut active) {
+                                crate::guard::count_refusal(self.meter.as_ref(), limit);
                                 let mut error = serde_json::json!({
                                     "message": message,
                                     "extensions": {"code": code},
@@ -329,7 +325,7 @@ impl Session {
                 // connection's tenant, within its share of the store.
                 out = async {
                     match &tenant {
-                        Some(t) => forge_sql_pool::on_behalf_of(t.as_str(), graphql.next()).await,
+                        Some(t) => forge_sql_pool::on_behalf_of(t.tenant_id().as_str(), graphql.next()).await,
                         None => graphql.next().await,
                     }
                 } => out,
@@ -381,48 +377,54 @@ impl Session {
         }
     }
 
-    /// Whether a `subscribe` may start: it fits in the connection's and the tenant's operations
-    /// (a subscription) or requests executing (a query or mutation), and its document passes
-    /// the HTTP path's check. The limits come first, read from the document's first keyword,
-    /// so a refusal costs no parse. Holds its place in `active` when it may; the refusal's code
-    /// and message when not.
+    /// Whether a `subscribe` may start: it fits in the connection's and the tenant's (and its
+    /// principal's) operations (a subscription) or requests executing (a query or mutation),
+    /// and its document passes the HTTP path's check. The limits come first, read from the
+    /// document's first keyword, so a refusal costs no parse. Holds its place in `active` when
+    /// it may; the refusal when not.
     fn admit(
         &self,
         op: &ClientOperation,
-        tenant: Option<&forge_core::scope::TenantId>,
+        caller: Option<&Scope>,
         active: &mut HashMap<String, Held>,
-    ) -> Result<(), (&'static str, String)> {
+    ) -> Result<(), Refusal> {
         if active.contains_key(&op.id) {
             // async-graphql refuses a duplicate id itself.
             return Ok(());
         }
         if active.len() >= self.limits.subscriptions {
-            return Err((
-                "TOO_MANY_SUBSCRIPTIONS",
-                format!(
+            return Err(Refusal {
+                code: "TOO_MANY_SUBSCRIPTIONS",
+                limit: "subscriptions",
+                message: format!(
                     "at most {} subscriptions run at once on a connection",
                     self.limits.subscriptions
                 ),
-            ));
+            });
         }
         let query = op.query.as_deref().unwrap_or_default();
         let mut permit = None;
         let guessed = crate::http::first_operation_is_subscription(query);
-        if let (Some(tenant), Some(subscription)) = (tenant, guessed) {
-            permit = Some(self.acquire(tenant, subscription)?);
+        if let (Some(caller), Some(subscription)) = (caller, guessed) {
+            permit = Some(self.acquire(caller, subscription)?);
         }
         // The HTTP path's document check, before async-graphql parses and validates it (whose
         // cost a fragment bomb makes exponential).
+        let refused = |code, message| Refusal {
+            code,
+            limit: "document",
+            message,
+        };
         let subscription = match crate::http::check_document(
             query,
             op.name.as_deref(),
             self.expanded_fields,
         ) {
             Err(crate::http::DocumentError::Parse(why)) => {
-                return Err(("GRAPHQL_PARSE_FAILED", why));
+                return Err(refused("GRAPHQL_PARSE_FAILED", why));
             }
             Err(crate::http::DocumentError::TooLarge) => {
-                return Err((
+                return Err(refused(
                     "QUERY_TOO_LARGE",
                     format!(
                         "the document selects more than {} fields once its fragments are expanded",
@@ -432,13 +434,13 @@ impl Session {
             }
             Ok(subscription) => subscription,
         };
-        if let Some(tenant) = tenant
+        if let Some(caller) = caller
             && guessed != Some(subscription)
         {
             // A fragment came first, or the operation named is not the first: now it is known.
-            permit = Some(self.acquire(tenant, subscription)?);
+            permit = Some(self.acquire(caller, subscription)?);
         }
-        // Before `connection_ack` there is no tenant (and no permit); async-graphql refuses the
+        // Before `connection_ack` there is no caller (and no permit); async-graphql refuses the
         // operation itself then.
         active.insert(
             op.id.clone(),
@@ -450,31 +452,30 @@ impl Session {
         Ok(())
     }
 
-    /// A place among the tenant's subscriptions or its requests executing, or the refusal.
-    fn acquire(
-        &self,
-        tenant: &forge_core::scope::TenantId,
-        subscription: bool,
-    ) -> Result<tokio::sync::OwnedSemaphorePermit, (&'static str, String)> {
+    /// A place among the caller's subscriptions or its requests executing, or the refusal.
+    fn acquire(&self, caller: &Scope, subscription: bool) -> Result<Place, Refusal> {
         if subscription {
-            self.tenants.try_acquire(tenant).ok_or_else(|| {
-                (
-                    "TOO_MANY_SUBSCRIPTIONS",
-                    format!(
-                        "at most {} subscriptions run at once for a tenant",
-                        self.limits.per_tenant
-                    ),
-                )
+            self.tenants.try_acquire(caller).map_err(|whose| Refusal {
+                code: "TOO_MANY_SUBSCRIPTIONS",
+                limit: whose.limit("subscriptions"),
+                message: whose.too_many("subscriptions", "are running"),
             })
         } else {
-            self.requests.try_acquire(tenant).ok_or_else(|| {
-                (
-                    "TOO_MANY_REQUESTS",
-                    "too many requests of this tenant are executing; retry shortly".to_owned(),
-                )
+            self.requests.try_acquire(caller).map_err(|whose| Refusal {
+                code: "TOO_MANY_REQUESTS",
+                limit: whose.limit("requests"),
+                message: whose.too_many("requests", "are executing"),
             })
         }
     }
+}
+
+/// Why an operation was refused: the `code` its client gets, the `limit` counted in
+/// `forge.server.refusals_total`, and what the client is told.
+struct Refusal {
+    code: &'static str,
+    limit: &'static str,
+    message: String,
 }
 
 /// A stream of what the channel receives.

@@ -16,7 +16,7 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_util::sync::CancellationToken;
 
-use crate::serve::{Proc, gql, peak_mib, serve_with_env, started, token, workdir};
+use crate::serve::{Proc, gql, peak_mib, rss_mib, serve_with_env, started, token, workdir};
 
 /// How long A floods.
 const FLOOD: Duration = Duration::from_secs(30);
@@ -462,6 +462,8 @@ async fn forge_serve_takes_its_tenant_limits_from_flags() {
             agent.to_str().unwrap(),
             "--tenant-cost-burst",
             "120",
+            "--principal-share",
+            "1",
         ],
         &dir,
         &[("FORGE_TENANT_COST_PER_SECOND", "0.1")],
@@ -623,7 +625,7 @@ async fn every_abuse_case_is_refused_alike_over_both_transports() {
     ];
     for case in &cases {
         for ws in [false, true] {
-            let (cpu, started_at) = (cpu_time(pid), Instant::now());
+            let (cpu, started_at, rss_before) = (cpu_time(pid), Instant::now(), rss_mib(pid));
             let stop = CancellationToken::new();
             let health = {
                 let (addr, stop) = (addr.clone(), stop.clone());
@@ -646,10 +648,11 @@ async fn every_abuse_case_is_refused_alike_over_both_transports() {
             let cpu = cpu_time(pid).saturating_sub(cpu);
             let transport = if ws { "graphql-ws" } else { "HTTP" };
             eprintln!(
-                "{:<42} {transport:<10} CPU {:>5} ms, wall {:>5} ms, RSS peak {} MiB, /healthz worst {} ms, answers {:?}",
+                "{:<42} {transport:<10} CPU {:>5} ms, wall {:>5} ms, RSS {rss_before} → {} MiB (peak {} MiB), /healthz worst {} ms, answers {:?}",
                 case.name,
                 cpu.as_millis(),
                 started_at.elapsed().as_millis(),
+                rss_mib(pid),
                 peak_mib(pid),
                 worst.as_millis(),
                 codes

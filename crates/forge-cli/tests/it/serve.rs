@@ -286,10 +286,19 @@ async fn readyz_checks_each_configured_provider() {
 
 /// Peak resident memory of a process so far (`VmHWM`), in MiB.
 pub(crate) fn peak_mib(pid: u32) -> u64 {
+    status_mib(pid, "VmHWM:")
+}
+
+/// The process's resident memory now, in MiB.
+pub(crate) fn rss_mib(pid: u32) -> u64 {
+    status_mib(pid, "VmRSS:")
+}
+
+fn status_mib(pid: u32, field: &str) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     let kib: u64 = status
         .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .find_map(|l| l.strip_prefix(field))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .unwrap();
     kib / 1024

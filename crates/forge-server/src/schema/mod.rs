@@ -103,17 +103,23 @@ impl Default for QueryLimits {
     }
 }
 
-/// Builds the schema over `state`, with the default response budget, deadline and fair use
-/// ([`crate::HttpLimits`], [`crate::FairUse`]) and refusals counted nowhere.
+/// Builds the schema over `state`, with the default response budget, deadline, fair use and
+/// runs in flight ([`crate::HttpLimits`], [`crate::FairUse`]) and refusals counted nowhere.
 pub fn build(state: Arc<AppState>, limits: QueryLimits) -> ForgeSchema {
     let http = crate::HttpLimits::default();
+    let limiters = crate::limiter::Limiters::new(
+        &http,
+        &crate::WsLimits::default(),
+        &crate::FairUse::default(),
+        Arc::new(forge_core::telemetry::Noop),
+    );
     let guard = crate::guard::Guard(Arc::new(crate::guard::GuardSettings {
         response_bytes: http.response_bytes,
         execute_timeout: http.execute_timeout,
-        ledger: Arc::new(crate::fair::Ledger::new(crate::FairUse::default())),
+        ledger: limiters.ledger,
         meter: Arc::new(forge_core::telemetry::Noop),
     }));
-    build_with(state, limits, guard)
+    build_with(state, limits, guard, limiters.runs)
 }
 
 /// Builds the schema over `state`, held to `guard` (every limit of both transports).
@@ -121,9 +127,11 @@ pub(crate) fn build_with(
     state: Arc<AppState>,
     limits: QueryLimits,
     guard: crate::guard::Guard,
+    runs: Arc<crate::limiter::RunsInFlight>,
 ) -> ForgeSchema {
     Schema::build(Query, Mutation, Subscriptions)
         .data(state)
+        .data(runs)
         .limit_depth(limits.depth)
         .limit_complexity(limits.complexity)
         .disable_suggestions()

@@ -34,6 +34,35 @@ pub struct StartRunInput {
     strategy: Strategy,
 }
 
+/// The tenant's turn to start a run, or `RATE_LIMITED` (`limit: "runs"`) when it has as many
+/// queued or running as it may.
+async fn admit_run(
+    ctx: &Context<'_>,
+    app: &AppState,
+    scope: &Scope,
+) -> async_graphql::Result<Option<tokio::sync::OwnedMutexGuard<()>>> {
+    let Some(runs) = ctx.data_opt::<Arc<crate::limiter::RunsInFlight>>() else {
+        return Ok(None);
+    };
+    let store = app.engine.runs();
+    let count = async |at_most| store.runs_in_flight(scope, at_most).await;
+    match runs.admit(scope.tenant_id(), count).await {
+        Ok(Some(turn)) => Ok(Some(turn)),
+        Ok(None) => Err(error(
+            "RATE_LIMITED",
+            format!(
+                "this tenant has {} runs queued or running, as many as it may; retry when one ends",
+                runs.limit()
+            ),
+        )
+        .extend_with(|_, e| {
+            e.set("retryAfter", 1);
+            e.set("limit", "runs");
+        })),
+        Err(e) => Err(client_error(e.into())),
+    }
+}
+
 /// Mutations.
 pub struct Mutation;
 
@@ -98,6 +127,8 @@ impl Mutation {
             .data_opt::<crate::RequestTrace>()
             .and_then(|t| t.0)
             .map(|t| t.traceparent());
+        // Counted and created one at a time for the tenant, within its runs in flight.
+        let _turn = admit_run(ctx, app, scope).await?;
         let run = app.engine.submit(scope, new).await.map_err(client_error)?;
         app.bus.publish(Wake::Run {
             run_id: run.id,

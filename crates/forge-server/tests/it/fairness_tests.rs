@@ -173,6 +173,30 @@ async fn every_http_limit_holds_over_graphql_ws() {
     assert!(first["payload"]["errors"].is_null(), "{first:.300}");
 }
 
+/// Sends `query` over HTTP, which must be refused with `429`, a `Retry-After` of at least a
+/// second and `RATE_LIMITED`; the error's extensions.
+async fn rate_limited_over_http(srv: &Srv, token: &str, query: &str) -> Value {
+    let res = srv
+        .http
+        .post(srv.url("/graphql"))
+        .bearer_auth(token)
+        .json(&json!({"query": query}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 429);
+    let retry: u64 = res.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(retry >= 1);
+    let body: Value = res.json().await.unwrap();
+    let x = body["errors"][0]["extensions"].clone();
+    assert_eq!(x["code"], "RATE_LIMITED", "{body}");
+    x
+}
+
 /// Issue 63, item 2: query cost and response bytes per tenant, over both transports, refused
 /// with `RATE_LIMITED` and when to retry (HTTP: 429 and `Retry-After`), counted in
 /// `forge_server_refusals_total`; another tenant is unaffected. Sabotage: the guard's
@@ -191,6 +215,8 @@ async fn a_tenant_past_its_query_cost_or_bytes_is_rate_limited_on_both_transport
                 cost_per_document: 0.0,
                 bytes_per_second: 100.0,
                 bytes_burst: 50_000.0,
+                principal_share: 1.0,
+                ..forge_server::FairUse::default()
             };
         }),
         ..Opts::default()
@@ -213,23 +239,8 @@ async fn a_tenant_past_its_query_cost_or_bytes_is_rate_limited_on_both_transport
     assert_eq!(x["code"], "RATE_LIMITED", "{m}");
     assert_eq!(x["limit"], "cost");
     assert!(x["retryAfter"].as_u64().unwrap() >= 1, "{m}");
-    let res = srv
-        .http
-        .post(srv.url("/graphql"))
-        .bearer_auth(&a)
-        .json(&json!({"query": cheap}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(res.status(), 429);
-    let retry: u64 = res.headers()["retry-after"]
-        .to_str()
-        .unwrap()
-        .parse()
-        .unwrap();
-    assert!(retry >= 1);
-    let body: Value = res.json().await.unwrap();
-    assert_eq!(body["errors"][0]["extensions"]["code"], "RATE_LIMITED");
+    let x = rate_limited_over_http(&srv, &a, cheap).await;
+    assert_eq!(x["limit"], "cost", "{x}");
     // Another tenant has its own.
     srv.gql(&b, cheap, json!({})).await;
     // Counted by limit, never by tenant.
@@ -284,6 +295,8 @@ async fn a_client_that_stops_reading_is_disconnected() {
         tune: Some(|c| {
             c.ws.send_timeout = Duration::from_millis(500);
             c.http.per_tenant = 64;
+            // All 20 answers are the one principal's to have.
+            c.fair_use.principal_share = 1.0;
         }),
         ..Opts::default()
     })
@@ -339,4 +352,212 @@ async fn a_client_that_stops_reading_is_disconnected() {
         "the client got {read} bytes: it was never cut off"
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A metric's sample on `/metrics`, by its line's start (name and labels).
+async fn sample(srv: &Srv, line: &str) -> Option<f64> {
+    let text = srv.http.get(srv.url("/metrics")).send().await.unwrap();
+    let text = text.text().await.unwrap();
+    assert!(!text.contains("acme") && !text.contains("alice"), "{text}");
+    text.lines()
+        .find_map(|l| l.strip_prefix(line)?.trim().parse().ok())
+}
+
+/// Issue 63, item 2: a principal may use its part (here half) of each of its tenant's limits —
+/// subscriptions, connections, query cost — so a colleague keeps the rest, while the tenant's
+/// own limit still bounds them all; the limits and how close the busiest tenant and principal
+/// are to each are gauges, with no tenant or principal in them. Sabotage: `Limiter` not taking
+/// the principal's place lets alice open four subscriptions; the ledger not checking the
+/// principal's bucket lets alice spend the whole tenant's cost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_principal_keeps_to_its_part_of_its_tenants_limits() {
+    let (otel, _memory) = forge_otel::Otel::in_memory("forge-test", None);
+    let scrape = otel.scrape();
+    let srv = start(Opts {
+        telemetry: Some(otel.telemetry()),
+        metrics: Some(Arc::new(move || scrape.render())),
+        tune: Some(|c| {
+            c.ws.per_tenant = 4;
+            c.fair_use.principal_share = 0.5;
+        }),
+        ..Opts::default()
+    })
+    .await;
+    let alice = token("acme", "alice", &[]);
+    let (_, run) = srv
+        .run_until(&alice, "assistant", "send the email", "waiting")
+        .await;
+    let vars = json!({"id": run, "after": 0});
+    let open = |who: &'static str, id: &'static str| {
+        let (srv, vars) = (&srv, vars.clone());
+        async move {
+            let (mut ws, _) = Ws::connect(srv, Some(&token("acme", who, &[]))).await;
+            let m = ask(&mut ws, id, RUN_EVENTS, vars).await;
+            (ws, m)
+        }
+    };
+    let mut held = Vec::new();
+    for id in ["a1", "a2"] {
+        let (ws, m) = open("alice", id).await;
+        assert_eq!(m["type"], "next", "{m}");
+        held.push(ws);
+    }
+    let (_ws, m) = open("alice", "a3").await;
+    assert_eq!(extensions(&m)["code"], "TOO_MANY_SUBSCRIPTIONS", "{m}");
+    assert!(m.to_string().contains("your subscriptions"), "{m}");
+    for id in ["b1", "b2"] {
+        let (ws, m) = open("bob", id).await;
+        assert_eq!(m["type"], "next", "bob has his own part: {m}");
+        held.push(ws);
+    }
+    let (_ws, m) = open("carol", "c1").await;
+    assert_eq!(extensions(&m)["code"], "TOO_MANY_SUBSCRIPTIONS", "{m}");
+    assert!(m.to_string().contains("of this tenant"), "{m}");
+
+    // The gauges: each limit, and the busiest tenant's and principal's use of it.
+    assert_eq!(
+        sample(
+            &srv,
+            r#"forge_server_limit{limit="principal_subscriptions"}"#
+        )
+        .await,
+        Some(2.0)
+    );
+    assert_eq!(
+        sample(
+            &srv,
+            r#"forge_server_limit_use_ratio{limit="subscriptions"}"#
+        )
+        .await,
+        Some(1.0)
+    );
+    assert_eq!(
+        sample(
+            &srv,
+            r#"forge_server_limit_use_ratio{limit="principal_subscriptions"}"#
+        )
+        .await,
+        Some(1.0)
+    );
+    assert_eq!(
+        sample(&srv, r#"forge_server_limit_use_ratio{limit="requests"}"#).await,
+        Some(0.0),
+        "nothing executing while the scrape is answered"
+    );
+    assert!(
+        sample(
+            &srv,
+            r#"forge_server_refusals_total{limit="principal_subscriptions"}"#
+        )
+        .await
+        .is_some()
+    );
+    drop(held);
+
+    // Query cost: alice spends her half of the burst and is told so; bob still has his.
+    let srv = start(Opts {
+        tune: Some(|c| {
+            c.fair_use = forge_server::FairUse {
+                cost_per_second: 0.5,
+                cost_burst: 8.0,
+                cost_per_document: 0.0,
+                principal_share: 0.5,
+                ..forge_server::FairUse::default()
+            };
+        }),
+        ..Opts::default()
+    })
+    .await;
+    let bob = token("acme", "bob", &[]);
+    // `{ agents { name } }` costs 2: two each, then the tenant's 8 are spent.
+    let cheap = "{ agents { name } }";
+    for _ in 0..2 {
+        srv.gql(&alice, cheap, json!({})).await;
+    }
+    let x = rate_limited_over_http(&srv, &alice, cheap).await;
+    assert_eq!(x["limit"], "principal_cost", "{x}");
+    for _ in 0..2 {
+        srv.gql(&bob, cheap, json!({})).await;
+    }
+    let (code, message) = srv
+        .gql_error(&token("acme", "carol", &[]), cheap, json!({}))
+        .await;
+    assert_eq!(code, "RATE_LIMITED");
+    assert!(message.contains("this tenant"), "{message}");
+}
+
+/// Issue 63, item 2: runs in flight per tenant. With no worker the runs stay queued: of eight
+/// started at once, exactly the limit are created and the rest are told to wait
+/// (`RATE_LIMITED`, `limit: "runs"`); another tenant starts its own. With a worker, a run that
+/// waits for a person or ends makes room.
+/// Sabotage: `admit_run` not called lets all eight in; `RunsInFlight::admit` without the
+/// tenant's turn lets more than three in now and then.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_past_its_runs_in_flight_is_told_to_wait() {
+    let (otel, _memory) = forge_otel::Otel::in_memory("forge-test", None);
+    let scrape = otel.scrape();
+    let srv = start(Opts {
+        worker: false,
+        telemetry: Some(otel.telemetry()),
+        metrics: Some(Arc::new(move || scrape.render())),
+        tune: Some(|c| c.fair_use.runs_in_flight = 3),
+        ..Opts::default()
+    })
+    .await;
+    let a = token("acme", "alice", &[]);
+    let mut threads = Vec::new();
+    for _ in 0..8 {
+        threads.push(srv.thread(&a).await);
+    }
+    let begin = |thread: String| {
+        let (srv, a) = (&srv, a.clone());
+        async move {
+            srv.post(
+                Some(&a),
+                "mutation($t: ID!) { startRun(input: {threadId: $t, agent: \"greeter\", message: \"hi\"}) { id status } }",
+                json!({"t": thread}),
+            )
+            .await
+            .1
+        }
+    };
+    let answers = futures_util::future::join_all(threads.into_iter().map(begin)).await;
+    let started: Vec<&Value> = answers
+        .iter()
+        .filter(|b| b.get("errors").is_none())
+        .collect();
+    assert_eq!(started.len(), 3, "{answers:?}");
+    for refused in answers.iter().filter(|b| b.get("errors").is_some()) {
+        let x = &refused["errors"][0]["extensions"];
+        assert_eq!(x["code"], "RATE_LIMITED", "{refused}");
+        assert_eq!(x["limit"], "runs", "{refused}");
+        assert_eq!(x["retryAfter"], 1, "{refused}");
+    }
+    assert_eq!(
+        sample(&srv, r#"forge_server_limit_use_ratio{limit="runs"}"#).await,
+        Some(1.0)
+    );
+    assert_eq!(
+        sample(&srv, r#"forge_server_refusals_total{limit="runs"}"#).await,
+        Some(5.0)
+    );
+    // Another tenant has its own.
+    let g = token("globex", "gus", &[]);
+    let gt = srv.thread(&g).await;
+    srv.start_run(&g, &gt, "greeter", "hi").await;
+
+    // With a worker and room for one: a run waiting for a person is not in flight, and one
+    // that ends makes room.
+    let srv = start(Opts {
+        tune: Some(|c| c.fair_use.runs_in_flight = 1),
+        ..Opts::default()
+    })
+    .await;
+    for _ in 0..2 {
+        srv.run_until(&a, "assistant", "send the email", "waiting")
+            .await;
+    }
+    for _ in 0..2 {
+        srv.run_until(&a, "greeter", "hi", "completed").await;
+    }
 }

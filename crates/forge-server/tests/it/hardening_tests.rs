@@ -360,9 +360,10 @@ async fn subscriptions_per_tenant_are_capped_across_connections() {
     let (_, run) = srv
         .run_until(&t, "assistant", "send the email", "waiting")
         .await;
+    // Three principals, each within its own part (one of the two): the tenant's cap binds.
     let mut sockets = Vec::new();
-    for id in ["1", "2", "3"] {
-        let (mut ws, _) = Ws::connect(&srv, Some(&t)).await;
+    for (id, who) in [("1", "alice"), ("2", "bob"), ("3", "carol")] {
+        let (mut ws, _) = Ws::connect(&srv, Some(&token("acme", who, &[]))).await;
         ws.subscribe(id, RUN_EVENTS, json!({"id": run, "after": 0}))
             .await;
         let m = ws.next_for(id).await;
@@ -403,10 +404,11 @@ async fn websocket_connections_per_tenant_are_capped() {
         ..Opts::default()
     })
     .await;
+    // Three principals, each within its own part (one of the two): the tenant's cap binds.
     let t = token("acme", "alice", &[]);
     let (first, _) = Ws::connect(&srv, Some(&t)).await;
-    let (_second, _) = Ws::connect(&srv, Some(&t)).await;
-    let (mut third, _) = Ws::connect(&srv, Some(&t)).await;
+    let (_second, _) = Ws::connect(&srv, Some(&token("acme", "bob", &[]))).await;
+    let (mut third, _) = Ws::connect(&srv, Some(&token("acme", "carol", &[]))).await;
     assert_eq!(close_code(&mut third).await, forge_server::CLOSE_TRY_LATER);
     // A connection that answers an operation is open (the run does not exist: an error).
     let nowhere = json!({"id": uuid::Uuid::now_v7().to_string(), "after": 0});

@@ -1,0 +1,365 @@
+//! How many of something (requests executing, subscriptions, connections) each tenant, and
+//! each principal within it, holds at once: a semaphore per tenant and one per principal, both
+//! taken or neither. A principal's share keeps one user (or one runaway script) of a tenant
+//! from taking all of its tenant's places from its colleagues.
+//!
+//! Tokio's semaphores rather than a counter: a place is given back when its permit drops,
+//! whichever way the work holding it ends (answered, failed, cancelled, its socket gone).
+
+use std::collections::HashMap;
+use std::hash::Hash;
+use std::sync::{Arc, Mutex};
+
+use forge_core::scope::{PrincipalId, Scope, TenantId};
+use forge_core::telemetry::{Instrument, Meter};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use crate::fair::{FairUse, Ledger};
+use crate::http::HttpLimits;
+use crate::ws::WsLimits;
+
+/// Keys kept before idle ones (every place back) are forgotten.
+const KEPT: usize = 10_000;
+
+/// Whose limit refused a place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Whose {
+    /// The tenant has every place it may have.
+    Tenant,
+    /// The principal has every place a principal may have.
+    Principal,
+}
+
+impl Whose {
+    /// The name of the limit in `forge.server.refusals_total`: `what`, or `principal_` and it.
+    pub(crate) fn limit(self, what: &'static str) -> &'static str {
+        match (self, what) {
+            (Whose::Tenant, what) => what,
+            (Whose::Principal, "requests") => "principal_requests",
+            (Whose::Principal, "subscriptions") => "principal_subscriptions",
+            (Whose::Principal, _) => "principal_connections",
+        }
+    }
+
+    /// What a refused client is told: too many of `what`, `doing`, and whose.
+    pub(crate) fn too_many(self, what: &str, doing: &str) -> String {
+        match self {
+            Whose::Tenant => format!("too many {what} of this tenant {doing}; retry shortly"),
+            Whose::Principal => format!(
+                "too many of your {what} {doing} (a principal has part of its tenant's); retry shortly"
+            ),
+        }
+    }
+}
+
+/// A place held; given back when dropped.
+#[derive(Debug)]
+pub(crate) struct Place {
+    _tenant: OwnedSemaphorePermit,
+    _principal: OwnedSemaphorePermit,
+}
+
+/// Semaphores of `size` places, one per key.
+#[derive(Debug)]
+struct Semaphores<K> {
+    size: usize,
+    by: Mutex<HashMap<K, Arc<Semaphore>>>,
+}
+
+impl<K: Hash + Eq + Clone> Semaphores<K> {
+    fn new(size: usize) -> Self {
+        Self {
+            size: size.max(1),
+            by: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn try_acquire(&self, key: &K) -> Option<OwnedSemaphorePermit> {
+        let semaphore = {
+            let mut by = self.by.lock().unwrap_or_else(|p| p.into_inner());
+            if by.len() > KEPT {
+                let full = self.size;
+                by.retain(|_, s| s.available_permits() < full);
+            }
+            by.entry(key.clone())
+                .or_insert_with(|| Arc::new(Semaphore::new(self.size)))
+                .clone()
+        };
+        semaphore.try_acquire_owned().ok()
+    }
+
+    /// The largest share of its places any one key holds now, from 0 to 1.
+    fn busiest(&self) -> f64 {
+        let by = self.by.lock().unwrap_or_else(|p| p.into_inner());
+        let held = by
+            .values()
+            .map(|s| self.size.saturating_sub(s.available_permits()))
+            .max()
+            .unwrap_or(0);
+        held as f64 / self.size as f64
+    }
+}
+
+/// Places per tenant and per principal.
+#[derive(Debug)]
+pub(crate) struct Limiter {
+    tenants: Semaphores<TenantId>,
+    principals: Semaphores<(TenantId, PrincipalId)>,
+}
+
+impl Limiter {
+    /// `per_tenant` places for each tenant, `per_principal` of them at most for one principal.
+    pub(crate) fn new(per_tenant: usize, per_principal: usize) -> Self {
+        Self {
+            tenants: Semaphores::new(per_tenant),
+            principals: Semaphores::new(per_principal.min(per_tenant)),
+        }
+    }
+
+    /// The places of a principal given `share` (0 to 1) of its tenant's `per_tenant`: at least
+    /// one.
+    pub(crate) fn principal_part(per_tenant: usize, share: f64) -> usize {
+        let share = if share.is_finite() {
+            share.clamp(0.0, 1.0)
+        } else {
+            1.0
+        };
+        ((per_tenant as f64 * share).ceil() as usize).clamp(1, per_tenant.max(1))
+    }
+
+    /// A place for the scope's principal within its tenant's, or whose limit refused it.
+    pub(crate) fn try_acquire(&self, scope: &Scope) -> Result<Place, Whose> {
+        let principal = (scope.tenant_id().clone(), scope.principal_id().clone());
+        let principal = self
+            .principals
+            .try_acquire(&principal)
+            .ok_or(Whose::Principal)?;
+        let tenant = self
+            .tenants
+            .try_acquire(scope.tenant_id())
+            .ok_or(Whose::Tenant)?;
+        Ok(Place {
+            _tenant: tenant,
+            _principal: principal,
+        })
+    }
+
+    /// The largest share of its places any one tenant, and any one principal, holds now.
+    pub(crate) fn busiest(&self) -> (f64, f64) {
+        (self.tenants.busiest(), self.principals.busiest())
+    }
+}
+
+/// Every limit a server holds tenants and principals to, shared by both transports, and the
+/// gauges that say how close the busiest tenant is to each.
+pub(crate) struct Limiters {
+    /// GraphQL requests executing (HTTP, and queries and mutations over graphql-ws).
+    pub(crate) requests: Arc<Limiter>,
+    /// Subscriptions running, across a server's connections.
+    pub(crate) subscriptions: Arc<Limiter>,
+    /// WebSocket connections open.
+    pub(crate) connections: Arc<Limiter>,
+    /// Query cost and response bytes per second.
+    pub(crate) ledger: Arc<Ledger>,
+    /// Runs queued or running.
+    pub(crate) runs: Arc<RunsInFlight>,
+    /// Each limit's name and value, for [`Instrument::Limit`].
+    values: Vec<(&'static str, f64)>,
+}
+
+impl Limiters {
+    /// The limits of a server's configuration.
+    pub(crate) fn new(
+        http: &HttpLimits,
+        ws: &WsLimits,
+        fair: &FairUse,
+        meter: Arc<dyn Meter>,
+    ) -> Self {
+        let share = fair.share();
+        let part = |n: usize| Limiter::principal_part(n, share);
+        let values = vec![
+            ("requests", http.per_tenant as f64),
+            ("principal_requests", part(http.per_tenant) as f64),
+            ("subscriptions", ws.per_tenant as f64),
+            ("principal_subscriptions", part(ws.per_tenant) as f64),
+            ("connections", ws.connections_per_tenant as f64),
+            (
+                "principal_connections",
+                part(ws.connections_per_tenant) as f64,
+            ),
+            ("cost", fair.cost_burst),
+            ("cost_per_second", fair.cost_per_second),
+            ("principal_cost", fair.cost_burst * share),
+            ("bytes", fair.bytes_burst),
+            ("bytes_per_second", fair.bytes_per_second),
+            ("principal_bytes", fair.bytes_burst * share),
+            ("runs", fair.runs_in_flight as f64),
+        ];
+        Self {
+            requests: Arc::new(Limiter::new(http.per_tenant, part(http.per_tenant))),
+            subscriptions: Arc::new(Limiter::new(ws.per_tenant, part(ws.per_tenant))),
+            connections: Arc::new(Limiter::new(
+                ws.connections_per_tenant,
+                part(ws.connections_per_tenant),
+            )),
+            ledger: Arc::new(Ledger::new(*fair)),
+            runs: Arc::new(RunsInFlight::new(fair.runs_in_flight, meter)),
+            values,
+        }
+    }
+
+    /// Sets the gauges: each limit, and how much of it the busiest tenant (or principal) uses.
+    pub(crate) fn record(&self, meter: &dyn Meter) {
+        for (limit, value) in &self.values {
+            meter.record(Instrument::Limit, *value, &[("limit", limit)]);
+        }
+        let places = [
+            ("requests", &self.requests),
+            ("subscriptions", &self.subscriptions),
+            ("connections", &self.connections),
+        ];
+        let mut uses = Vec::with_capacity(10);
+        for (what, limiter) in places {
+            let (tenant, principal) = limiter.busiest();
+            uses.push((Whose::Tenant.limit(what), tenant));
+            uses.push((Whose::Principal.limit(what), principal));
+        }
+        let (tenant, principal) = self.ledger.busiest();
+        // A bucket's use is the larger of its cost and its bytes spent.
+        uses.extend([
+            ("cost", tenant),
+            ("bytes", tenant),
+            ("principal_cost", principal),
+            ("principal_bytes", principal),
+            ("runs", self.runs.busiest()),
+        ]);
+        for (limit, used) in uses {
+            meter.record(Instrument::LimitUse, used, &[("limit", limit)]);
+        }
+    }
+}
+
+/// A tenant's admission lock, and its runs in flight when last counted.
+type Turns = (Arc<tokio::sync::Mutex<()>>, usize);
+
+/// How many runs each tenant may have queued or running, counted in the store before each
+/// start: exact within one server (a tenant's starts are admitted one at a time), and across
+/// servers at most one over per server starting at once.
+pub(crate) struct RunsInFlight {
+    limit: usize,
+    /// Where refusals are counted.
+    meter: Arc<dyn Meter>,
+    /// Each tenant's admission lock, and its count when last asked.
+    tenants: Mutex<HashMap<TenantId, Turns>>,
+}
+
+impl RunsInFlight {
+    fn new(limit: usize, meter: Arc<dyn Meter>) -> Self {
+        Self {
+            limit: limit.max(1),
+            meter,
+            tenants: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The limit.
+    pub(crate) fn limit(&self) -> usize {
+        self.limit
+    }
+
+    /// Counts the tenant's runs in flight with `count` (the store's, up to the limit) and admits
+    /// one more if there is room: the tenant's turn, to hold until the run is created (its
+    /// other starts wait for it), or `None` when it has as many as it may.
+    pub(crate) async fn admit<F, E>(
+        &self,
+        tenant: &TenantId,
+        count: F,
+    ) -> Result<Option<tokio::sync::OwnedMutexGuard<()>>, E>
+    where
+        F: AsyncFnOnce(usize) -> Result<usize, E>,
+    {
+        let lock = {
+            let mut tenants = self.tenants.lock().unwrap_or_else(|p| p.into_inner());
+            if tenants.len() > KEPT {
+                tenants.retain(|_, (lock, _)| Arc::strong_count(lock) > 1);
+            }
+            tenants
+                .entry(tenant.clone())
+                .or_insert_with(|| (Arc::new(tokio::sync::Mutex::new(())), 0))
+                .0
+                .clone()
+        };
+        let turn = lock.lock_owned().await;
+        let n = count(self.limit).await?;
+        if let Some(entry) = self
+            .tenants
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_mut(tenant)
+        {
+            entry.1 = n;
+        }
+        if n >= self.limit {
+            crate::guard::count_refusal(self.meter.as_ref(), "runs");
+            return Ok(None);
+        }
+        Ok(Some(turn))
+    }
+
+    /// The largest share of the limit any one tenant had in flight when last counted.
+    fn busiest(&self) -> f64 {
+        let tenants = self.tenants.lock().unwrap_or_else(|p| p.into_inner());
+        let most = tenants.values().map(|(_, n)| *n).max().unwrap_or(0);
+        most as f64 / self.limit as f64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scope(tenant: &str, principal: &str) -> Scope {
+        Scope::parse(tenant, principal, &[]).unwrap()
+    }
+
+    #[test]
+    fn a_principal_holds_its_part_and_the_tenant_its_whole() {
+        let limiter = Limiter::new(3, 2);
+        let alice = scope("acme", "alice");
+        let a = limiter.try_acquire(&alice).unwrap();
+        let _b = limiter.try_acquire(&alice).unwrap();
+        assert_eq!(limiter.try_acquire(&alice).unwrap_err(), Whose::Principal);
+        assert_eq!(limiter.busiest(), (2.0 / 3.0, 1.0));
+        let _c = limiter.try_acquire(&scope("acme", "bob")).unwrap();
+        assert_eq!(
+            limiter.try_acquire(&scope("acme", "carol")).unwrap_err(),
+            Whose::Tenant
+        );
+        assert!(
+            limiter.try_acquire(&scope("globex", "alice")).is_ok(),
+            "another tenant's alice is another principal"
+        );
+        drop(a);
+        assert!(limiter.try_acquire(&alice).is_ok(), "given back on drop");
+    }
+
+    #[test]
+    fn a_refused_tenant_place_gives_the_principals_back() {
+        let limiter = Limiter::new(1, 1);
+        let _held = limiter.try_acquire(&scope("acme", "alice")).unwrap();
+        let bob = scope("acme", "bob");
+        assert_eq!(limiter.try_acquire(&bob).unwrap_err(), Whose::Tenant);
+        assert_eq!(limiter.busiest(), (1.0, 1.0));
+        drop(_held);
+        assert!(limiter.try_acquire(&bob).is_ok());
+    }
+
+    #[test]
+    fn a_principals_part_is_at_least_one_and_at_most_the_whole() {
+        assert_eq!(Limiter::principal_part(16, 0.5), 8);
+        assert_eq!(Limiter::principal_part(5, 0.5), 3);
+        assert_eq!(Limiter::principal_part(4, 0.0), 1);
+        assert_eq!(Limiter::principal_part(4, 7.0), 4);
+        assert_eq!(Limiter::principal_part(4, f64::NAN), 4);
+    }
+}

@@ -34,8 +34,8 @@ pub struct FairUse {
     /// The most bytes a tenant may receive at once, after a quiet spell.
     pub bytes_burst: f64,
     /// The part (0 to 1) of each of its tenant's limits one principal may use: of the cost and
-    /// bytes, of the requests executing, the subscriptions and the connections. 1 lets one
-    /// principal use all of its tenant's.
+    /// bytes, of the requests executing, the subscriptions, the connections and the runs in
+    /// flight (at least one of each). 1 lets one principal use all of its tenant's.
     pub principal_share: f64,
     /// Runs one tenant may have queued or running at once; `startRun` past it is refused with
     /// `RATE_LIMITED` (`limit: "runs"`). A run waiting for a person does not count.

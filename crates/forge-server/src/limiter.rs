@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use std::hash::Hash;
 use std::sync::{Arc, Mutex};
 
+use forge_core::ports::store::InFlight;
 use forge_core::scope::{PrincipalId, Scope, TenantId};
 use forge_core::telemetry::{Instrument, Meter};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -37,6 +38,7 @@ impl Whose {
             (Whose::Tenant, what) => what,
             (Whose::Principal, "requests") => "principal_requests",
             (Whose::Principal, "subscriptions") => "principal_subscriptions",
+            (Whose::Principal, "runs") => "principal_runs",
             (Whose::Principal, _) => "principal_connections",
         }
     }
@@ -194,6 +196,7 @@ impl Limiters {
             ("bytes_per_second", fair.bytes_per_second),
             ("principal_bytes", fair.bytes_burst * share),
             ("runs", fair.runs_in_flight as f64),
+            ("principal_runs", part(fair.runs_in_flight) as f64),
         ];
         Self {
             requests: Arc::new(Limiter::new(http.per_tenant, part(http.per_tenant))),
@@ -203,7 +206,11 @@ impl Limiters {
                 part(ws.connections_per_tenant),
             )),
             ledger: Arc::new(Ledger::new(*fair)),
-            runs: Arc::new(RunsInFlight::new(fair.runs_in_flight, meter)),
+            runs: Arc::new(RunsInFlight::new(
+                fair.runs_in_flight,
+                part(fair.runs_in_flight),
+                meter,
+            )),
             values,
         }
     }
@@ -231,22 +238,26 @@ impl Limiters {
             ("bytes", tenant),
             ("principal_cost", principal),
             ("principal_bytes", principal),
-            ("runs", self.runs.busiest()),
         ]);
+        let (tenant, principal) = self.runs.busiest();
+        uses.extend([("runs", tenant), ("principal_runs", principal)]);
         for (limit, used) in uses {
             meter.record(Instrument::LimitUse, used, &[("limit", limit)]);
         }
     }
 }
 
-/// A tenant's admission lock, and its runs in flight when last counted.
-type Turns = (Arc<tokio::sync::Mutex<()>>, usize);
+/// A tenant's admission lock, and its runs in flight (and the asking principal's) when last
+/// counted.
+type Turns = (Arc<tokio::sync::Mutex<()>>, InFlight);
 
 /// How many runs each tenant may have queued or running, counted in the store before each
 /// start: exact within one server (a tenant's starts are admitted one at a time), and across
 /// servers at most one over per server starting at once.
 pub(crate) struct RunsInFlight {
     limit: usize,
+    /// A principal's part of `limit`.
+    per_principal: usize,
     /// Where refusals are counted.
     meter: Arc<dyn Meter>,
     /// Each tenant's admission lock, and its count when last asked.
@@ -254,29 +265,26 @@ pub(crate) struct RunsInFlight {
 }
 
 impl RunsInFlight {
-    fn new(limit: usize, meter: Arc<dyn Meter>) -> Self {
+    fn new(limit: usize, per_principal: usize, meter: Arc<dyn Meter>) -> Self {
         Self {
             limit: limit.max(1),
+            per_principal: per_principal.clamp(1, limit.max(1)),
             meter,
             tenants: Mutex::new(HashMap::new()),
         }
     }
 
-    /// The limit.
-    pub(crate) fn limit(&self) -> usize {
-        self.limit
-    }
-
-    /// Counts the tenant's runs in flight with `count` (the store's, up to the limit) and admits
-    /// one more if there is room: the tenant's turn, to hold until the run is created (its
-    /// other starts wait for it), or `None` when it has as many as it may.
+    /// Counts the tenant's runs in flight, and its principal's, with `count` (the store's, up
+    /// to the limit) and admits one more if there is room: the tenant's turn, to hold until the
+    /// run is created (its other starts wait for it), or whose limit refused it and that
+    /// limit.
     pub(crate) async fn admit<F, E>(
         &self,
         tenant: &TenantId,
         count: F,
-    ) -> Result<Option<tokio::sync::OwnedMutexGuard<()>>, E>
+    ) -> Result<Result<tokio::sync::OwnedMutexGuard<()>, (Whose, usize)>, E>
     where
-        F: AsyncFnOnce(usize) -> Result<usize, E>,
+        F: AsyncFnOnce(usize) -> Result<InFlight, E>,
     {
         let lock = {
             let mut tenants = self.tenants.lock().unwrap_or_else(|p| p.into_inner());
@@ -285,7 +293,7 @@ impl RunsInFlight {
             }
             tenants
                 .entry(tenant.clone())
-                .or_insert_with(|| (Arc::new(tokio::sync::Mutex::new(())), 0))
+                .or_insert_with(|| (Arc::new(tokio::sync::Mutex::new(())), InFlight::default()))
                 .0
                 .clone()
         };
@@ -299,18 +307,36 @@ impl RunsInFlight {
         {
             entry.1 = n;
         }
-        if n >= self.limit {
-            crate::guard::count_refusal(self.meter.as_ref(), "runs");
-            return Ok(None);
+        let refused = if n.tenant >= self.limit {
+            Some((Whose::Tenant, self.limit))
+        } else if n.principal >= self.per_principal {
+            Some((Whose::Principal, self.per_principal))
+        } else {
+            None
+        };
+        match refused {
+            Some((whose, limit)) => {
+                crate::guard::count_refusal(self.meter.as_ref(), whose.limit("runs"));
+                Ok(Err((whose, limit)))
+            }
+            None => Ok(Ok(turn)),
         }
-        Ok(Some(turn))
     }
 
-    /// The largest share of the limit any one tenant had in flight when last counted.
-    fn busiest(&self) -> f64 {
+    /// The largest share of the limit any one tenant, and of its part any one principal
+    /// asking, had in flight when last counted.
+    fn busiest(&self) -> (f64, f64) {
         let tenants = self.tenants.lock().unwrap_or_else(|p| p.into_inner());
-        let most = tenants.values().map(|(_, n)| *n).max().unwrap_or(0);
-        most as f64 / self.limit as f64
+        let tenant = tenants.values().map(|(_, n)| n.tenant).max().unwrap_or(0);
+        let principal = tenants
+            .values()
+            .map(|(_, n)| n.principal)
+            .max()
+            .unwrap_or(0);
+        (
+            tenant as f64 / self.limit as f64,
+            principal as f64 / self.per_principal as f64,
+        )
     }
 }
 

@@ -9,8 +9,9 @@ use forge_core::Error;
 use forge_core::event::RunEvent;
 use forge_core::id::{RunId, ThreadId};
 use forge_core::ports::store::{
-    Admission, Committed, LeasedRun, NewRun, RunQuery, RunStore, StartStrategy, StepCommit, admit,
-    check_commit, foreign_settlement, next_lease, not_an_open_call, renewed_lease,
+    Admission, Committed, InFlight, LeasedRun, NewRun, RunQuery, RunStore, StartStrategy,
+    StepCommit, admit, check_commit, foreign_settlement, next_lease, not_an_open_call,
+    renewed_lease,
 };
 use forge_core::run::{Run, RunLease};
 use forge_core::scope::Scope;
@@ -536,20 +537,25 @@ impl RunStore for PostgresStore {
         found.iter().map(rows::run).collect()
     }
 
-    async fn runs_in_flight(&self, scope: &Scope, at_most: usize) -> Result<usize, Error> {
+    async fn runs_in_flight(&self, scope: &Scope, at_most: usize) -> Result<InFlight, Error> {
         // Over `forge_runs_in_flight`, which holds only the runs queued or running.
         let mut tx = self.tenant_tx(scope).await?;
-        let (n,): (i64,) = sqlx::query_as(
-            "SELECT count(*) FROM (SELECT 1 FROM forge_runs WHERE tenant_id = $1 \
-             AND status IN ('queued', 'running') LIMIT $2) AS in_flight",
+        let (tenant, principal): (i64, i64) = sqlx::query_as(
+            "SELECT count(*), count(*) FILTER (WHERE principal_id = $3) FROM (SELECT principal_id \
+             FROM forge_runs WHERE tenant_id = $1 AND status IN ('queued', 'running') LIMIT $2) \
+             AS in_flight",
         )
         .bind(scope.tenant_id().as_str())
         .bind(i64::try_from(at_most).unwrap_or(i64::MAX))
+        .bind(scope.principal_id().as_str())
         .fetch_one(&mut *tx)
         .await
         .map_err(db_error)?;
         tx.commit().await.map_err(db_error)?;
-        Ok(usize::try_from(n).unwrap_or(0))
+        Ok(InFlight {
+            tenant: usize::try_from(tenant).unwrap_or(0),
+            principal: usize::try_from(principal).unwrap_or(0),
+        })
     }
 
     async fn acquire_lease(

@@ -8,8 +8,8 @@ use forge_core::event::RunEvent;
 use forge_core::id::{RunId, ThreadId};
 use forge_core::message::Message;
 use forge_core::ports::store::{
-    Admission, Committed, LeasedRun, MessageWindow, NewRun, NewThread, RunQuery, RunStore,
-    StartStrategy, StepCommit, ThreadStore, admit, next_lease, renewed_lease,
+    Admission, Committed, InFlight, LeasedRun, MessageWindow, NewRun, NewThread, RunQuery,
+    RunStore, StartStrategy, StepCommit, ThreadStore, admit, next_lease, renewed_lease,
 };
 use forge_core::run::{Run, RunLease};
 use forge_core::scope::Scope;
@@ -802,18 +802,22 @@ impl RunStore for SqliteStore {
         found.iter().map(rows::run).collect()
     }
 
-    async fn runs_in_flight(&self, scope: &Scope, at_most: usize) -> Result<usize, Error> {
+    async fn runs_in_flight(&self, scope: &Scope, at_most: usize) -> Result<InFlight, Error> {
         // Over `forge_runs_in_flight`, which holds only the runs queued or running.
-        let (n,): (i64,) = sqlx::query_as(
-            "SELECT count(*) FROM (SELECT 1 FROM forge_runs WHERE tenant_id = $1 \
-             AND status IN ('queued', 'running') LIMIT $2)",
+        let (tenant, principal): (i64, i64) = sqlx::query_as(
+            "SELECT count(*), coalesce(sum(principal_id = $3), 0) FROM (SELECT principal_id \
+             FROM forge_runs WHERE tenant_id = $1 AND status IN ('queued', 'running') LIMIT $2)",
         )
         .bind(scope.tenant_id().as_str())
         .bind(i64::try_from(at_most).unwrap_or(i64::MAX))
+        .bind(scope.principal_id().as_str())
         .fetch_one(&mut *self.conn().await?)
         .await
         .map_err(db_error)?;
-        Ok(usize::try_from(n).unwrap_or(0))
+        Ok(InFlight {
+            tenant: usize::try_from(tenant).unwrap_or(0),
+            principal: usize::try_from(principal).unwrap_or(0),
+        })
     }
 
     async fn acquire_lease(

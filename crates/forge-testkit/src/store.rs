@@ -11,7 +11,7 @@ use forge_core::message::{Message, Role};
 use forge_core::part::Part;
 use forge_core::ports::queue::{ClaimFilter, JobQueue, NewJob};
 use forge_core::ports::store::{
-    NewRun, NewThread, RunQuery, RunStore, StartStrategy, StepCommit, ThreadStore,
+    InFlight, NewRun, NewThread, RunQuery, RunStore, StartStrategy, StepCommit, ThreadStore,
 };
 use forge_core::run::{Checkpoint, Run, RunLease, RunStatus};
 use forge_core::scope::{Scope, SystemScope};
@@ -852,17 +852,37 @@ pub async fn runs_are_queried_by_status_and_thread_newest_first<F: StoreFactory>
     );
     assert!(RunQuery::newest(1).status("sleeping").is_err());
 
-    // In flight: the tenant's queued and running runs, counted up to the limit asked.
+    // In flight: the tenant's queued and running runs, and its principal's, counted up to the
+    // limit asked.
+    let bob = Scope::parse(f.scope.tenant_id().as_str(), "bob", &[]).expect("scope");
+    let bobs = f
+        .store
+        .create_thread(&bob, NewThread::default())
+        .await
+        .expect("thread");
+    f.store
+        .create_run(
+            &bob,
+            NewRun::new(bobs.id, agent_ref(), vec![Part::text("hi")]),
+        )
+        .await
+        .expect("run");
     let in_flight = |n| f.store.runs_in_flight(&f.scope, n);
-    assert_eq!(in_flight(10).await.expect("count"), 3);
+    let counted = |tenant, principal| InFlight { tenant, principal };
+    assert_eq!(in_flight(10).await.expect("count"), counted(4, 3));
     assert_eq!(
-        in_flight(2).await.expect("count"),
+        f.store.runs_in_flight(&bob, 10).await.expect("count"),
+        counted(4, 1),
+        "each principal its own"
+    );
+    assert_eq!(
+        in_flight(2).await.expect("count").tenant,
         2,
         "counted up to at most"
     );
     assert_eq!(
         f.store.runs_in_flight(&other, 10).await.expect("count"),
-        1,
+        counted(1, 1),
         "each tenant its own"
     );
     let second = f.store.get_run(&f.scope, second.id).await.expect("run");
@@ -875,7 +895,7 @@ pub async fn runs_are_queried_by_status_and_thread_newest_first<F: StoreFactory>
     f.store.commit_step(&f.scope, commit).await.expect("commit");
     assert_eq!(
         in_flight(10).await.expect("count"),
-        2,
+        counted(3, 2),
         "an ended run is not"
     );
 }

@@ -441,23 +441,27 @@ pub trait RunStore: Send + Sync {
     /// The tenant's runs that `query` selects, newest first (for operators: `forge runs list`).
     async fn query_runs(&self, scope: &Scope, query: &RunQuery) -> Result<Vec<Run>, Error>;
 
-    /// How many of the tenant's runs are in flight (queued or running; a run waiting for a
-    /// person is not), counted up to `at_most`: a server's limit on runs in flight asks before
-    /// each start. The default reads them with [`RunStore::query_runs`]; a SQL store counts
-    /// over an index of the runs in flight.
-    async fn runs_in_flight(&self, scope: &Scope, at_most: usize) -> Result<usize, Error> {
-        let mut n = 0;
+    /// How many of the tenant's runs, and of those the scope's principal started, are in flight
+    /// (queued or running; a run waiting for a person is not), counted up to `at_most` (once the
+    /// tenant's reach it, the principal's are of those counted): a server's limits on runs in
+    /// flight ask before each start. The default reads them with [`RunStore::query_runs`]; a
+    /// SQL store counts over an index of the runs in flight.
+    async fn runs_in_flight(&self, scope: &Scope, at_most: usize) -> Result<InFlight, Error> {
+        let mut counted = InFlight::default();
         for status in ["queued", "running"] {
-            if n >= at_most {
+            if counted.tenant >= at_most {
                 break;
             }
             let query = RunQuery {
                 status: Some(status.to_owned()),
-                ..RunQuery::newest(at_most - n)
+                ..RunQuery::newest(at_most - counted.tenant)
             };
-            n += self.query_runs(scope, &query).await?.len();
+            for run in self.query_runs(scope, &query).await? {
+                counted.tenant += 1;
+                counted.principal += usize::from(&run.principal_id == scope.principal_id());
+            }
         }
-        Ok(n.min(at_most))
+        Ok(counted)
     }
 
     /// Takes the run's lease for `ttl`, issuing a new fencing token. Fails with `LeaseHeld` while
@@ -757,6 +761,15 @@ pub fn admit(
             Ok(Admission::Queued { behind })
         }
     }
+}
+
+/// A tenant's runs in flight, and its principal's ([`RunStore::runs_in_flight`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct InFlight {
+    /// The tenant's, up to the limit asked.
+    pub tenant: usize,
+    /// Of those, the ones the principal started.
+    pub principal: usize,
 }
 
 /// Which of a tenant's runs [`RunStore::query_runs`] returns.

@@ -1,6 +1,7 @@
 //! Mutations.
 
 use super::*;
+use crate::limiter::Whose;
 
 /// What to do when the thread already has an active run.
 #[derive(Enum, Clone, Copy, PartialEq, Eq, Default)]
@@ -34,8 +35,8 @@ pub struct StartRunInput {
     strategy: Strategy,
 }
 
-/// The tenant's turn to start a run, or `RATE_LIMITED` (`limit: "runs"`) when it has as many
-/// queued or running as it may.
+/// The tenant's turn to start a run, or `RATE_LIMITED` (`limit: "runs"`, or `"principal_runs"`)
+/// when it (or its principal) has as many queued or running as it may.
 async fn admit_run(
     ctx: &Context<'_>,
     app: &AppState,
@@ -47,18 +48,27 @@ async fn admit_run(
     let store = app.engine.runs();
     let count = async |at_most| store.runs_in_flight(scope, at_most).await;
     match runs.admit(scope.tenant_id(), count).await {
-        Ok(Some(turn)) => Ok(Some(turn)),
-        Ok(None) => Err(error(
-            "RATE_LIMITED",
-            format!(
-                "this tenant has {} runs queued or running, as many as it may; retry when one ends",
-                runs.limit()
-            ),
-        )
-        .extend_with(|_, e| {
-            e.set("retryAfter", 1);
-            e.set("limit", "runs");
-        })),
+        Ok(Ok(turn)) => Ok(Some(turn)),
+        Ok(Err((whose, limit))) => {
+            let (message, name) = match whose {
+                Whose::Tenant => (
+                    format!(
+                        "this tenant has {limit} runs queued or running, as many as it may; retry when one ends"
+                    ),
+                    "runs",
+                ),
+                Whose::Principal => (
+                    format!(
+                        "you have {limit} runs queued or running, your part of this tenant's; retry when one ends"
+                    ),
+                    "principal_runs",
+                ),
+            };
+            Err(error("RATE_LIMITED", message).extend_with(|_, e| {
+                e.set("retryAfter", 1);
+                e.set("limit", name);
+            }))
+        }
         Err(e) => Err(client_error(e.into())),
     }
 }

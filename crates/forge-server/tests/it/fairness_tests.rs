@@ -486,65 +486,99 @@ async fn a_principal_keeps_to_its_part_of_its_tenants_limits() {
     assert!(message.contains("this tenant"), "{message}");
 }
 
-/// Issue 63, item 2: runs in flight per tenant. With no worker the runs stay queued: of eight
-/// started at once, exactly the limit are created and the rest are told to wait
-/// (`RATE_LIMITED`, `limit: "runs"`); another tenant starts its own. With a worker, a run that
-/// waits for a person or ends makes room.
-/// Sabotage: `admit_run` not called lets all eight in; `RunsInFlight::admit` without the
-/// tenant's turn lets more than three in now and then.
+/// Issue 63, item 2: runs in flight per tenant and per principal. With no worker the runs stay
+/// queued: of eight a principal starts at once, exactly its part (two of the tenant's four) are
+/// created and the rest are told to wait (`RATE_LIMITED`, `limit: "principal_runs"`); a
+/// colleague gets the tenant's other two, and the rest of his and a third principal's meet the
+/// tenant's limit (`"runs"`); another tenant starts its own. With a worker, a run that waits for a person or
+/// ends makes room. Sabotage: `admit_run` not called lets all eight in; `RunsInFlight::admit`
+/// without the tenant's turn lets more than two in; the principal's count not
+/// checked lets alice take all four.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tenant_past_its_runs_in_flight_is_told_to_wait() {
     let (otel, _memory) = forge_otel::Otel::in_memory("forge-test", None);
     let scrape = otel.scrape();
+    // On SQLite: counting and creating each wait on the store, where starts would interleave.
+    let (store, dir) = sqlite_store().await;
     let srv = start(Opts {
+        store,
         worker: false,
         telemetry: Some(otel.telemetry()),
         metrics: Some(Arc::new(move || scrape.render())),
-        tune: Some(|c| c.fair_use.runs_in_flight = 3),
+        tune: Some(|c| {
+            c.fair_use.runs_in_flight = 4;
+            c.fair_use.principal_share = 0.5;
+        }),
         ..Opts::default()
     })
     .await;
-    let a = token("acme", "alice", &[]);
-    let mut threads = Vec::new();
-    for _ in 0..8 {
-        threads.push(srv.thread(&a).await);
-    }
-    let begin = |thread: String| {
-        let (srv, a) = (&srv, a.clone());
+    // Eight starts at once by `who`: the answers.
+    let eight = |who: &'static str| {
+        let srv = &srv;
         async move {
-            srv.post(
-                Some(&a),
-                "mutation($t: ID!) { startRun(input: {threadId: $t, agent: \"greeter\", message: \"hi\"}) { id status } }",
-                json!({"t": thread}),
-            )
-            .await
-            .1
+            let t = token("acme", who, &[]);
+            let mut threads = Vec::new();
+            for _ in 0..8 {
+                threads.push(srv.thread(&t).await);
+            }
+            let begin = |thread: String| {
+                let t = t.clone();
+                async move {
+                    srv.post(
+                        Some(&t),
+                        "mutation($t: ID!) { startRun(input: {threadId: $t, agent: \"greeter\", message: \"hi\"}) { id status } }",
+                        json!({"t": thread}),
+                    )
+                    .await
+                    .1
+                }
+            };
+            futures_util::future::join_all(threads.into_iter().map(begin)).await
         }
     };
-    let answers = futures_util::future::join_all(threads.into_iter().map(begin)).await;
-    let started: Vec<&Value> = answers
-        .iter()
-        .filter(|b| b.get("errors").is_none())
-        .collect();
-    assert_eq!(started.len(), 3, "{answers:?}");
-    for refused in answers.iter().filter(|b| b.get("errors").is_some()) {
+    // Alice meets her part; bob takes the tenant's other two, which then has all it may.
+    for (who, limit) in [("alice", "principal_runs"), ("bob", "runs")] {
+        let answers = eight(who).await;
+        let started = answers.iter().filter(|b| b.get("errors").is_none());
+        assert_eq!(started.count(), 2, "{who}: {answers:?}");
+        for refused in answers.iter().filter(|b| b.get("errors").is_some()) {
+            let x = &refused["errors"][0]["extensions"];
+            assert_eq!(x["code"], "RATE_LIMITED", "{refused}");
+            assert_eq!(x["limit"], limit, "{refused}");
+            assert_eq!(x["retryAfter"], 1, "{refused}");
+        }
+    }
+    let answers = eight("carol").await;
+    for refused in &answers {
         let x = &refused["errors"][0]["extensions"];
-        assert_eq!(x["code"], "RATE_LIMITED", "{refused}");
-        assert_eq!(x["limit"], "runs", "{refused}");
-        assert_eq!(x["retryAfter"], 1, "{refused}");
+        assert_eq!(x["limit"], "runs", "the tenant's four are taken: {refused}");
     }
     assert_eq!(
         sample(&srv, r#"forge_server_limit_use_ratio{limit="runs"}"#).await,
         Some(1.0)
     );
     assert_eq!(
+        sample(&srv, r#"forge_server_limit{limit="principal_runs"}"#).await,
+        Some(2.0)
+    );
+    assert_eq!(
+        sample(
+            &srv,
+            r#"forge_server_refusals_total{limit="principal_runs"}"#
+        )
+        .await,
+        Some(6.0)
+    );
+    assert_eq!(
         sample(&srv, r#"forge_server_refusals_total{limit="runs"}"#).await,
-        Some(5.0)
+        Some(14.0)
     );
     // Another tenant has its own.
     let g = token("globex", "gus", &[]);
     let gt = srv.thread(&g).await;
     srv.start_run(&g, &gt, "greeter", "hi").await;
+    drop(srv);
+    let _ = std::fs::remove_dir_all(&dir);
 
     // With a worker and room for one: a run waiting for a person is not in flight, and one
     // that ends makes room.
@@ -553,6 +587,7 @@ async fn a_tenant_past_its_runs_in_flight_is_told_to_wait() {
         ..Opts::default()
     })
     .await;
+    let a = token("acme", "alice", &[]);
     for _ in 0..2 {
         srv.run_until(&a, "assistant", "send the email", "waiting")
             .await;

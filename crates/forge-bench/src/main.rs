@@ -244,13 +244,9 @@ pub(crate) async fn open_both(
         "pgvector" => {
             let server =
                 forge_store_postgres::testing::pgvector_admin_url().map_err(anyhow::Error::msg)?;
-            let db = forge_store_postgres::testing::TestDatabase::create_on(
-                &server,
-                forge_store_postgres::testing::Flavor::Plain,
-            )
-            .await
-            .map_err(anyhow::Error::msg)?;
-            db.install_pgvector().await.map_err(anyhow::Error::msg)?;
+            let db = forge_store_postgres::testing::TestDatabase::create_with_pgvector_on(&server)
+                .await
+                .map_err(anyhow::Error::msg)?;
             let store = Arc::new(
                 forge_store_postgres::PostgresStore::connect(
                     db.url(),

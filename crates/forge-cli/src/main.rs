@@ -141,9 +141,11 @@ struct WorkerArgs {
 struct MigrateArgs {
     #[command(flatten)]
     store: store::StoreArgs,
-    /// PostgreSQL (RLS mode): a superuser's URL of the same database. First provisions, as that
+    /// PostgreSQL (RLS mode): a superuser's URL of the same database. Provisions, as that
     /// administrator, the role `forge_system` and the functions through which alone Forge works
-    /// across tenants, executable by the store URL's role; then migrates as that role.
+    /// across tenants, and the role `forge_owner`, which owns the schema and applies the
+    /// migrations; the store URL's role is granted rows, sequences and functions only, so it can
+    /// change no table, policy or function. Needed before the first start and after each upgrade.
     #[arg(long, env = "FORGE_ADMIN_DATABASE_URL")]
     admin_url: Option<String>,
 }
@@ -334,14 +336,18 @@ pub(crate) async fn shutdown_signal() {
 }
 
 async fn migrate(args: MigrateArgs) -> anyhow::Result<ExitCode> {
+    // RLS mode: the administrator applies the migrations (as `forge_owner`); the application
+    // role, opening the store below, only checks them.
+    let mut applied = 0;
     if let Some(admin) = &args.admin_url {
-        let role = store::provision_system(&args.store, admin).await?;
-        println!("provisioned forge_system for role {role}");
+        let (role, migrated) = store::provision_system(&args.store, admin).await?;
+        println!("provisioned forge_system and forge_owner for role {role}");
+        applied = migrated;
     }
     let opened = store::open(&args.store).await?;
     println!(
         "applied {} migration(s); schema at version {}",
-        opened.applied,
+        applied + opened.applied,
         opened
             .versions
             .last()

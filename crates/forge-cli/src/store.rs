@@ -70,8 +70,13 @@ fn current(applied: Result<Vec<i64>, forge_core::Error>, latest: i64) -> Result<
 }
 
 /// Provisions, as the administrator `admin_url`, what RLS mode needs and the application role must
-/// not be able to create (see `forge_store_postgres::provision_system`); returns the role.
-pub(crate) async fn provision_system(args: &StoreArgs, admin_url: &str) -> anyhow::Result<String> {
+/// not be able to create or change, the schema included (see
+/// `forge_store_postgres::provision_system`); returns the role and how many migrations it
+/// applied.
+pub(crate) async fn provision_system(
+    args: &StoreArgs,
+    admin_url: &str,
+) -> anyhow::Result<(String, usize)> {
     let url = args.url.as_str();
     if !(url.starts_with("postgres://") || url.starts_with("postgresql://"))
         || args.pg_mode != "rls"
@@ -84,10 +89,10 @@ pub(crate) async fn provision_system(args: &StoreArgs, admin_url: &str) -> anyho
         .parse()
         .with_context(|| format!("invalid store URL {}", redact(url)))?;
     let role = options.get_username().to_owned();
-    forge_store_postgres::provision_system(admin_url, &role)
+    let applied = forge_store_postgres::provision_system(admin_url, &role)
         .await
         .with_context(|| format!("failed to provision forge_system as {}", redact(admin_url)))?;
-    Ok(role)
+    Ok((role, applied))
 }
 
 /// Opens the store the URL names, provisioning its schema.

@@ -9,7 +9,8 @@ use crate::{OpenError, db_error, provision_system};
 /// Creates, as the administrator `admin_url`, the login role `role` (no superuser, no
 /// `BYPASSRLS`, no password: for trust or peer authentication, as on a development machine) and
 /// the database `database` owned by it, each only if missing; provisions the system role and
-/// functions in that database ([`provision_system`]); and returns the URL to connect as `role`.
+/// functions and the schema in that database ([`provision_system`]); and returns the URL to
+/// connect as `role`.
 /// Both names must be plain lowercase identifiers. Idempotent.
 pub async fn provision_application(
     admin_url: &str,

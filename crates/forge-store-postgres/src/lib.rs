@@ -118,6 +118,13 @@ pub enum OpenError {
     /// Applying migrations failed.
     #[error("could not apply migrations")]
     Migrate(#[source] forge_core::Error),
+    /// RLS mode: migrations this build needs are not applied, and the application role may not
+    /// apply them (an administrator does, with [`provision_system`]).
+    #[error("{pending} migration(s) this build needs are not applied; {SYSTEM_HINT}")]
+    Unmigrated {
+        /// How many.
+        pending: usize,
+    },
     /// The role `forge_system` or its functions are missing, stale, or within the application's
     /// reach.
     #[error("{problem}; {SYSTEM_HINT}")]
@@ -127,7 +134,8 @@ pub enum OpenError {
     },
 }
 
-const SYSTEM_HINT: &str = "an administrator provisions the role forge_system and its functions: \
+const SYSTEM_HINT: &str = "an administrator provisions the roles forge_system and forge_owner, \
+    their functions and the schema: \
     forge migrate --store <app URL> --admin-url <superuser URL of the same database>";
 
 /// Version of `sql/system_functions.sql` this build calls (`forge_sys_version()`).
@@ -165,7 +173,9 @@ impl std::fmt::Debug for PostgresStore {
 }
 
 impl PostgresStore {
-    /// Connects with the system clock and UUIDv7 ids, checks the role, and applies migrations.
+    /// Connects with the system clock and UUIDv7 ids and checks the role; in Supabase mode it
+    /// applies migrations, in RLS mode it refuses a schema behind this build
+    /// ([`provision_system`] migrates).
     pub async fn connect(url: &str, mode: Mode) -> Result<Self, OpenError> {
         Self::connect_with(url, mode, Arc::new(SystemClock), Arc::new(UuidV7Generator)).await
     }
@@ -185,11 +195,25 @@ impl PostgresStore {
             .await
             .map_err(|e| OpenError::Connect(db_error(e)))?;
         check_role(&mut conn, mode).await?;
-        let applied_on_connect = migrate::up(&mut conn, mode).await?;
-        if mode == Mode::Supabase {
-            check_tenant_role(&mut conn).await?;
-        }
-        check_system_role(&mut conn, mode).await?;
+        let applied_on_connect = match mode {
+            Mode::Supabase => {
+                let applied = migrate::up(&mut conn, mode).await?;
+                check_tenant_role(&mut conn).await?;
+                check_system_role(&mut conn, mode).await?;
+                applied
+            }
+            // The application role owns nothing it could migrate: an administrator's
+            // `provision_system` applies the migrations, and a schema behind this build waits
+            // for it.
+            Mode::Rls => {
+                let pending = migrate::pending(&mut conn, mode).await?;
+                if pending > 0 {
+                    return Err(OpenError::Unmigrated { pending });
+                }
+                check_system_role(&mut conn, mode).await?;
+                0
+            }
+        };
         let pgvector: bool = sqlx::query_scalar(
             "SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'vector')",
         )
@@ -290,12 +314,14 @@ impl PostgresStore {
         migrate::applied(&self.pool).await
     }
 
-    /// Reverts every applied migration.
+    /// Reverts every applied migration (as their owner: in RLS mode, only a connection that is
+    /// `forge_owner` may).
     pub async fn migrate_down_all(&self) -> Result<(), forge_core::Error> {
         migrate::down_all(&self.pool, self.mode).await
     }
 
-    /// Applies pending migrations (done on connect; idempotent).
+    /// Applies pending migrations (Supabase mode does on connect; in RLS mode, only a connection
+    /// that is `forge_owner` may, as [`provision_system`] does). Idempotent.
     pub async fn migrate_up(&self) -> Result<(), forge_core::Error> {
         let mut conn = self.pool.acquire().await.map_err(db_error)?;
         migrate::up(&mut conn, self.mode)
@@ -402,12 +428,15 @@ pub(crate) async fn autocommit<'q>(
 }
 
 /// Provisions, as an administrator, what RLS mode needs and the application role must not be able
-/// to create: the role `forge_system` (no login, no `BYPASSRLS`) and the system functions it owns,
-/// executable by `app_role` alone. `admin_url` is a superuser's URL of Forge's database.
-/// Idempotent; run it before the application's first start and after upgrades that change the
-/// functions ([`SYSTEM_FUNCTIONS_VERSION`]). Refuses an `app_role` that could become
-/// `forge_system`, or that is a superuser or `BYPASSRLS`.
-pub async fn provision_system(admin_url: &str, app_role: &str) -> Result<(), OpenError> {
+/// to create or change: the role `forge_system` (no login, no `BYPASSRLS`) and the system
+/// functions it owns, executable by `app_role` alone; and the schema, owned by the role
+/// `forge_owner` (no login either), with Forge's migrations applied as it and `app_role` granted
+/// only what running Forge needs. `admin_url` is a superuser's URL of Forge's database.
+/// Idempotent; run it before the application's first start and after every upgrade (a process
+/// refuses to start on a schema behind its build). Refuses an `app_role` that could become
+/// `forge_system` or `forge_owner`, or that is a superuser or `BYPASSRLS`. Returns how many
+/// migrations it applied.
+pub async fn provision_system(admin_url: &str, app_role: &str) -> Result<usize, OpenError> {
     let options: PgConnectOptions = admin_url.parse().map_err(OpenError::Url)?;
     let mut conn = PgConnection::connect_with(&options.application_name("forge-provision"))
         .await
@@ -448,35 +477,87 @@ pub async fn provision_system(admin_url: &str, app_role: &str) -> Result<(), Ope
     .execute(&mut *tx)
     .await
     .map_err(fail)?;
-    let member: bool = sqlx::query_scalar("SELECT pg_has_role($1, 'forge_system', 'MEMBER')")
-        .bind(app_role)
-        .fetch_one(&mut *tx)
-        .await
-        .map_err(fail)?;
-    if member {
-        return Err(OpenError::SystemRole {
-            problem: format!(
-                "the application role {app_role} is a member of forge_system and could act as it; revoke the membership"
-            ),
-        });
-    }
+    refuse_member(&mut tx, app_role, "forge_system", "act as it").await?;
     sqlx::raw_sql(include_str!("../sql/system_functions.sql"))
         .execute(&mut *tx)
         .await
         .map_err(fail)?;
+    for_app(&mut tx, app_role, include_str!("../sql/system_owner.sql")).await?;
+    tx.commit().await.map_err(fail)?;
+    let applied = migrate_as_owner(&mut conn, app_role).await?;
+    conn.close()
+        .await
+        .map_err(|e| OpenError::Connect(db_error(e)))?;
+    Ok(applied)
+}
+
+/// RLS mode's schema, as an administrator: the role `forge_owner` owns Forge's tables, policies
+/// and tenant functions (taking over what an earlier build's application role created), the
+/// migrations run as it, and `app_role` is granted what running Forge needs (rows, sequences,
+/// functions), owning nothing. Returns how many migrations it applied.
+async fn migrate_as_owner(conn: &mut PgConnection, app_role: &str) -> Result<usize, OpenError> {
+    let fail = |e: sqlx::Error| OpenError::Migrate(db_error(e));
+    let mut tx = conn.begin().await.map_err(fail)?;
+    sqlx::query("SELECT pg_advisory_xact_lock($1)")
+        .bind(migrate::LOCK_KEY)
+        .execute(&mut *tx)
+        .await
+        .map_err(fail)?;
+    for_app(&mut tx, app_role, include_str!("../sql/owner_adopt.sql")).await?;
+    refuse_member(
+        &mut tx,
+        app_role,
+        "forge_owner",
+        "change Forge's tables and policies",
+    )
+    .await?;
+    sqlx::query("SET LOCAL ROLE forge_owner")
+        .execute(&mut *tx)
+        .await
+        .map_err(fail)?;
+    let applied = migrate::apply(&mut tx, Mode::Rls).await?;
+    for_app(&mut tx, app_role, include_str!("../sql/app_grants.sql")).await?;
+    tx.commit().await.map_err(fail)?;
+    Ok(applied)
+}
+
+/// Runs an administrator's `script` that reads the application role's name from the
+/// transaction setting `forge.app_role`.
+async fn for_app(tx: &mut PgConnection, app_role: &str, script: &str) -> Result<(), OpenError> {
+    let fail = |e: sqlx::Error| OpenError::Migrate(db_error(e));
     sqlx::query("SELECT set_config('forge.app_role', $1, true)")
         .bind(app_role)
         .execute(&mut *tx)
         .await
         .map_err(fail)?;
-    sqlx::raw_sql(include_str!("../sql/system_owner.sql"))
+    sqlx::raw_sql(sqlx::AssertSqlSafe(script))
         .execute(&mut *tx)
         .await
         .map_err(fail)?;
-    tx.commit().await.map_err(fail)?;
-    conn.close()
+    Ok(())
+}
+
+/// Refuses an application role that is a member of `role` (and so could `could`).
+async fn refuse_member(
+    tx: &mut PgConnection,
+    app_role: &str,
+    role: &str,
+    could: &str,
+) -> Result<(), OpenError> {
+    let member: bool = sqlx::query_scalar("SELECT pg_has_role($1, $2, 'MEMBER')")
+        .bind(app_role)
+        .bind(role)
+        .fetch_one(&mut *tx)
         .await
-        .map_err(|e| OpenError::Connect(db_error(e)))
+        .map_err(|e| OpenError::Migrate(db_error(e)))?;
+    if member {
+        return Err(OpenError::SystemRole {
+            problem: format!(
+                "the application role {app_role} is a member of {role} and could {could}; revoke the membership"
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// The system functions must be this build's, owned by `forge_system`, and (in RLS mode) out of

@@ -658,10 +658,28 @@ const LEDGER: &str = "CREATE TABLE IF NOT EXISTS forge_schema_migrations (
     applied_at timestamptz NOT NULL DEFAULT now()
 )";
 
-/// Applies pending migrations; returns how many this call applied.
+/// Applies pending migrations in their own transaction; returns how many this call applied.
 pub(crate) async fn up(conn: &mut PgConnection, mode: Mode) -> Result<usize, OpenError> {
     let fail = |e: sqlx::Error| OpenError::Migrate(db_error(e));
     let mut tx = conn.begin().await.map_err(fail)?;
+    let count = apply(&mut tx, mode).await?;
+    if mode == Mode::Supabase {
+        // Supabase grants what its login role creates in `public` to `anon` and `authenticated`
+        // by default (TRUNCATE included); taken back on every start, from every Forge object
+        // this role owns, so a table a later migration adds is never left open.
+        sqlx::raw_sql(REVOKE_FROM_SUPABASE_USERS)
+            .execute(&mut *tx)
+            .await
+            .map_err(fail)?;
+    }
+    tx.commit().await.map_err(fail)?;
+    Ok(count)
+}
+
+/// Applies pending migrations within `tx` (which waits for any other migrating transaction
+/// first); returns how many it applied.
+pub(crate) async fn apply(tx: &mut PgConnection, mode: Mode) -> Result<usize, OpenError> {
+    let fail = |e: sqlx::Error| OpenError::Migrate(db_error(e));
     sqlx::query("SELECT pg_advisory_xact_lock($1)")
         .bind(LOCK_KEY)
         .execute(&mut *tx)
@@ -678,17 +696,7 @@ pub(crate) async fn up(conn: &mut PgConnection, mode: Mode) -> Result<usize, Ope
                 .map_err(fail)?;
         match applied {
             Some(name) if name == m.name => {}
-            Some(name) => {
-                let found = if name.starts_with("supabase") {
-                    "supabase"
-                } else {
-                    "rls"
-                };
-                return Err(OpenError::ModeMismatch {
-                    found: found.into(),
-                    wanted: mode.name(),
-                });
-            }
+            Some(name) => return Err(mismatch(&name, mode)),
             None => {
                 sqlx::raw_sql(m.up).execute(&mut *tx).await.map_err(fail)?;
                 sqlx::query("INSERT INTO forge_schema_migrations (version, name) VALUES ($1, $2)")
@@ -701,17 +709,48 @@ pub(crate) async fn up(conn: &mut PgConnection, mode: Mode) -> Result<usize, Ope
             }
         }
     }
-    if mode == Mode::Supabase {
-        // Supabase grants what its login role creates in `public` to `anon` and `authenticated`
-        // by default (TRUNCATE included); taken back on every start, from every Forge object
-        // this role owns, so a table a later migration adds is never left open.
-        sqlx::raw_sql(REVOKE_FROM_SUPABASE_USERS)
-            .execute(&mut *tx)
+    Ok(count)
+}
+
+/// A migration applied under another name: the database was provisioned for the other mode.
+fn mismatch(name: &str, mode: Mode) -> OpenError {
+    let found = if name.starts_with("supabase") {
+        "supabase"
+    } else {
+        "rls"
+    };
+    OpenError::ModeMismatch {
+        found: found.into(),
+        wanted: mode.name(),
+    }
+}
+
+/// How many of the mode's migrations are not applied (all of them on an empty database), or the
+/// mode the database was provisioned for when it is the other.
+pub(crate) async fn pending(conn: &mut PgConnection, mode: Mode) -> Result<usize, OpenError> {
+    let fail = |e: sqlx::Error| OpenError::Connect(db_error(e));
+    let ledger: bool =
+        sqlx::query_scalar("SELECT to_regclass('forge_schema_migrations') IS NOT NULL")
+            .fetch_one(&mut *conn)
             .await
             .map_err(fail)?;
+    if !ledger {
+        return Ok(migrations(mode).len());
     }
-    tx.commit().await.map_err(fail)?;
-    Ok(count)
+    let applied: Vec<(i64, String)> =
+        sqlx::query_as("SELECT version, name FROM forge_schema_migrations")
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(fail)?;
+    let mut missing = 0;
+    for m in migrations(mode) {
+        match applied.iter().find(|(v, _)| *v == m.version) {
+            Some((_, name)) if name == m.name => {}
+            Some((_, name)) => return Err(mismatch(name, mode)),
+            None => missing += 1,
+        }
+    }
+    Ok(missing)
 }
 
 /// Revokes every privilege `anon` and `authenticated` hold on the Forge tables, sequences and
@@ -762,6 +801,12 @@ pub(crate) async fn applied(pool: &PgPool) -> Result<Vec<i64>, Error> {
 
 pub(crate) async fn down_all(pool: &PgPool, mode: Mode) -> Result<(), Error> {
     let mut tx = pool.begin().await.map_err(db_error)?;
+    revert_all(&mut tx, mode).await?;
+    tx.commit().await.map_err(db_error)
+}
+
+/// Reverts every applied migration within `tx`, newest first.
+pub(crate) async fn revert_all(tx: &mut PgConnection, mode: Mode) -> Result<(), Error> {
     sqlx::query("SELECT pg_advisory_xact_lock($1)")
         .bind(LOCK_KEY)
         .execute(&mut *tx)
@@ -786,5 +831,5 @@ pub(crate) async fn down_all(pool: &PgPool, mode: Mode) -> Result<(), Error> {
                 .map_err(db_error)?;
         }
     }
-    tx.commit().await.map_err(db_error)
+    Ok(())
 }

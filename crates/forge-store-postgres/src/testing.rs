@@ -106,8 +106,9 @@ pub struct TestDatabase {
 }
 
 impl TestDatabase {
-    /// Creates an empty database owned by the flavor's login role (for [`Flavor::Plain`], with
-    /// `forge_system` and its functions provisioned, as an administrator does before Forge starts).
+    /// Creates a database owned by the flavor's login role (for [`Flavor::Plain`], with
+    /// `forge_system` and its functions and the schema provisioned, as an administrator does
+    /// before Forge starts; a Supabase database's schema is its login role's to migrate).
     pub async fn create(flavor: Flavor) -> Result<Self, String> {
         Self::create_on(&admin_url(), flavor).await
     }
@@ -115,12 +116,28 @@ impl TestDatabase {
     /// Like [`TestDatabase::create`], on the server of the administrator URL `server`.
     pub async fn create_on(server: &str, flavor: Flavor) -> Result<Self, String> {
         let db = Self::create_unprovisioned_on(server, flavor).await?;
-        if flavor == Flavor::Plain {
-            crate::provision_system(&db.admin, APP_ROLE)
-                .await
-                .map_err(|e| format!("could not provision forge_system: {e}"))?;
-        }
+        db.provision(flavor).await?;
         Ok(db)
+    }
+
+    /// Like [`TestDatabase::create_on`] for [`Flavor::Plain`], with the pgvector extension
+    /// installed before the schema is (as an operator does where the server has it).
+    pub async fn create_with_pgvector_on(server: &str) -> Result<Self, String> {
+        let db = Self::create_unprovisioned_on(server, Flavor::Plain).await?;
+        db.install_pgvector().await?;
+        db.provision(Flavor::Plain).await?;
+        Ok(db)
+    }
+
+    /// For [`Flavor::Plain`], what an administrator provisions before Forge starts: the system
+    /// role and functions, and the schema owned by `forge_owner`.
+    async fn provision(&self, flavor: Flavor) -> Result<(), String> {
+        if flavor == Flavor::Plain {
+            crate::provision_system(&self.admin, APP_ROLE)
+                .await
+                .map_err(|e| format!("could not provision forge_system and the schema: {e}"))?;
+        }
+        Ok(())
     }
 
     /// Like [`TestDatabase::create`], without the system functions an administrator provisions
@@ -191,8 +208,27 @@ impl TestDatabase {
         &self.name
     }
 
-    /// Installs the pgvector extension in this database (as its administrator, before Forge
-    /// connects), as an operator does where the server has it.
+    /// Reverts every migration of RLS mode as their owner, `forge_owner` (what the application
+    /// role may not do), for tests of the migrations; [`crate::provision_system`] applies them
+    /// again.
+    pub async fn migrate_down_all_as_owner(&self) -> Result<(), String> {
+        let mut conn = PgConnection::connect(&self.admin)
+            .await
+            .map_err(|e| unreachable(&self.admin, e))?;
+        let mut tx = conn.begin().await.map_err(|e| e.to_string())?;
+        sqlx::query("SET LOCAL ROLE forge_owner")
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| e.to_string())?;
+        crate::migrate::revert_all(&mut tx, crate::Mode::Rls)
+            .await
+            .map_err(|e| e.to_string())?;
+        tx.commit().await.map_err(|e| e.to_string())
+    }
+
+    /// Installs the pgvector extension in this database (as its administrator), as an operator
+    /// does where the server has it: before the schema is provisioned, which makes the vector
+    /// table only where the extension is ([`TestDatabase::create_with_pgvector_on`]).
     pub async fn install_pgvector(&self) -> Result<(), String> {
         let mut conn = PgConnection::connect(&self.admin)
             .await
@@ -289,6 +325,9 @@ async fn ensure_roles(conn: &mut PgConnection) -> Result<(), String> {
             END IF;
             -- Likewise its system role, which Supabase's `postgres` may become (it administers
             -- the database); RLS mode's application role never may.
+            IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'forge_owner') THEN
+                CREATE ROLE forge_owner NOLOGIN NOINHERIT NOBYPASSRLS;
+            END IF;
             IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'forge_system') THEN
                 CREATE ROLE forge_system NOLOGIN NOINHERIT NOBYPASSRLS;
             END IF;

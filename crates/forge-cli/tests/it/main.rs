@@ -235,13 +235,21 @@ mod stores {
 
     #[tokio::test]
     async fn eight_processes_migrating_one_empty_database_at_once_apply_each_migration_once() {
-        let db = TestDatabase::create(Flavor::Plain)
+        // RLS mode: the administrator migrates (as `forge_owner`), so each process is given its
+        // URL.
+        let db = TestDatabase::create_unprovisioned(Flavor::Plain)
             .await
             .unwrap_or_else(|e| panic!("{e}"));
         let children: Vec<_> = (0..8)
             .map(|_| {
                 Command::new(env!("CARGO_BIN_EXE_forge"))
-                    .args(["migrate", "--store", db.url()])
+                    .args([
+                        "migrate",
+                        "--store",
+                        db.url(),
+                        "--admin-url",
+                        db.admin_url(),
+                    ])
                     .stdout(Stdio::piped())
                     .stderr(Stdio::piped())
                     .spawn()
@@ -258,7 +266,8 @@ mod stores {
                 text(&out.stderr)
             );
             let n: usize = stdout
-                .strip_prefix("applied ")
+                .lines()
+                .find_map(|l| l.strip_prefix("applied "))
                 .and_then(|r| r.split(' ').next())
                 .unwrap()
                 .parse()
@@ -324,7 +333,10 @@ mod stores {
         assert!(out.status.success(), "{}", text(&out.stderr));
         let stdout = text(&out.stdout);
         assert!(
-            stdout.starts_with("provisioned forge_system for role forge_test_app\n"),
+            stdout.starts_with(
+                "provisioned forge_system and forge_owner for role forge_test_app\n\
+                 applied 34 migration(s); schema at version 34"
+            ),
             "{stdout}"
         );
         let out = forge(&[

@@ -485,10 +485,14 @@ async fn refuses_to_start_where_the_system_role_is_forgeable_or_missing() {
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     let mut member_admin = PgConnection::connect(member.admin_url()).await.unwrap();
-    sqlx::raw_sql("GRANT ALL ON SCHEMA public TO forge_test_member")
-        .execute(&mut member_admin)
-        .await
-        .unwrap();
+    // With what the application role is granted (the ledger, read before the roles are checked).
+    sqlx::raw_sql(
+        "GRANT ALL ON SCHEMA public TO forge_test_member;
+         GRANT SELECT ON forge_schema_migrations TO forge_test_member",
+    )
+    .execute(&mut member_admin)
+    .await
+    .unwrap();
     let url = member.url().replace("forge_test_app", "forge_test_member");
     let err = PostgresStore::connect(&url, Mode::Rls).await.unwrap_err();
     assert!(
@@ -502,14 +506,113 @@ async fn refuses_to_start_where_the_system_role_is_forgeable_or_missing() {
         "{again:?}"
     );
 
-    // A database nobody provisioned: the migration that needs the role says what to do.
+    // A database nobody provisioned: the application role may not migrate it, and says who does.
     let bare = TestDatabase::create_unprovisioned(Flavor::Plain)
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     let err = PostgresStore::connect(bare.url(), Mode::Rls)
         .await
         .unwrap_err();
-    assert!(matches!(&err, OpenError::SystemRole { .. }), "{err}");
+    assert!(
+        matches!(&err, OpenError::Unmigrated { pending: 34 }),
+        "{err}"
+    );
+    assert!(err.to_string().contains("forge migrate"), "{err}");
+}
+
+/// Issue 73, item 3: in RLS mode the application role owns no table, policy or function, so SQL
+/// run with its credentials cannot switch row-level security off, drop or add a policy, replace
+/// the functions the policies call, or become the roles that own them; and a schema an earlier
+/// build's application role made and owns is handed over by provisioning. Sabotage: migrating as
+/// the application role (as builds before this one did) lets the first `NO FORCE` through;
+/// `owner_adopt.sql` not handing the tables over fails the hand-over.
+#[tokio::test]
+async fn the_application_role_can_change_no_table_policy_or_function() {
+    let db = TestDatabase::create(Flavor::Plain)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mut app = PgConnection::connect(db.url()).await.unwrap();
+    let tables: Vec<String> = sqlx::query_scalar(
+        r"SELECT relname::text FROM pg_class WHERE relnamespace = 'public'::regnamespace
+           AND relkind = 'r' AND relforcerowsecurity AND relname LIKE 'forge\_%' ORDER BY relname",
+    )
+    .fetch_all(&mut app)
+    .await
+    .unwrap();
+    assert!(tables.len() >= 15, "{tables:?}");
+    let policies: Vec<(String, String)> = sqlx::query_as(
+        "SELECT tablename::text, policyname::text FROM pg_policies WHERE schemaname = 'public'",
+    )
+    .fetch_all(&mut app)
+    .await
+    .unwrap();
+    assert!(policies.len() >= tables.len(), "{policies:?}");
+    let mut statements: Vec<String> = tables
+        .iter()
+        .flat_map(|t| {
+            [
+                format!("ALTER TABLE {t} NO FORCE ROW LEVEL SECURITY"),
+                format!("ALTER TABLE {t} DISABLE ROW LEVEL SECURITY"),
+                format!("CREATE POLICY open ON {t} USING (true)"),
+                format!("ALTER TABLE {t} OWNER TO forge_test_app"),
+            ]
+        })
+        .collect();
+    statements.extend(
+        policies
+            .iter()
+            .map(|(t, p)| format!("DROP POLICY {p} ON {t}")),
+    );
+    statements.extend([
+        "CREATE OR REPLACE FUNCTION forge_system_scope() RETURNS boolean LANGUAGE sql AS 'SELECT true'".to_owned(),
+        "CREATE OR REPLACE FUNCTION forge_current_tenant() RETURNS text LANGUAGE sql AS $$ SELECT 'acme' $$".to_owned(),
+        "ALTER FUNCTION forge_current_tenant() OWNER TO forge_test_app".to_owned(),
+        "SET ROLE forge_owner".to_owned(),
+        "SET ROLE forge_system".to_owned(),
+    ]);
+    for sql in &statements {
+        let err = sqlx::raw_sql(sqlx::AssertSqlSafe(sql.as_str()))
+            .execute(&mut app)
+            .await
+            .expect_err(sql);
+        let text = err.to_string();
+        assert!(
+            text.contains("must be owner") || text.contains("permission denied"),
+            "{sql}: {text}"
+        );
+    }
+    // What running Forge needs it has: the store starts.
+    PostgresStore::connect(db.url(), Mode::Rls)
+        .await
+        .unwrap()
+        .close()
+        .await;
+
+    // A schema an earlier build's application role made and owns: provisioning hands it over.
+    let mut admin = PgConnection::connect(db.admin_url()).await.unwrap();
+    sqlx::raw_sql(
+        r"DO $$ DECLARE r record; BEGIN
+             FOR r IN SELECT oid::regclass AS t FROM pg_class
+                       WHERE relnamespace = 'public'::regnamespace AND relkind = 'r'
+                         AND relname LIKE 'forge\_%' LOOP
+                 EXECUTE format('ALTER TABLE %s OWNER TO forge_test_app', r.t);
+             END LOOP;
+         END $$",
+    )
+    .execute(&mut admin)
+    .await
+    .unwrap();
+    forge_store_postgres::provision_system(db.admin_url(), "forge_test_app")
+        .await
+        .unwrap();
+    for table in &tables {
+        let sql = format!("ALTER TABLE {table} NO FORCE ROW LEVEL SECURITY");
+        let err = sqlx::raw_sql(sqlx::AssertSqlSafe(sql.as_str()))
+            .execute(&mut app)
+            .await
+            .expect_err(&sql);
+        assert!(err.to_string().contains("must be owner"), "{sql}: {err}");
+    }
 }
 
 #[tokio::test]

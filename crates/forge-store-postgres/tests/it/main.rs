@@ -24,6 +24,14 @@ use forge_core::time::ManualClock;
 use forge_store_postgres::testing::{Flavor, TestDatabase};
 use forge_store_postgres::{Mode, PostgresStore};
 
+/// The store mode a flavor of test database is used in.
+pub(crate) fn mode_of(flavor: Flavor) -> Mode {
+    match flavor {
+        Flavor::Plain => Mode::Rls,
+        Flavor::Supabase => Mode::Supabase,
+    }
+}
+
 /// A store on a fresh database, with the database's login and administrator URLs; the database is
 /// dropped with the last clone of the store.
 pub(crate) async fn fresh(
@@ -33,10 +41,7 @@ pub(crate) async fn fresh(
     let db = TestDatabase::create(flavor)
         .await
         .unwrap_or_else(|e| panic!("{e}"));
-    let mode = match flavor {
-        Flavor::Plain => Mode::Rls,
-        Flavor::Supabase => Mode::Supabase,
-    };
+    let mode = mode_of(flavor);
     let url = db.url().to_owned();
     let store = PostgresStore::connect_with(&url, mode, clock, Arc::new(SequentialIds::new()))
         .await
@@ -55,10 +60,7 @@ pub(crate) async fn fresh(
 async fn fresh_pgvector(clock: Arc<ManualClock>) -> PostgresStore {
     let server =
         forge_store_postgres::testing::pgvector_admin_url().unwrap_or_else(|e| panic!("{e}"));
-    let db = TestDatabase::create_on(&server, Flavor::Plain)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    db.install_pgvector()
+    let db = TestDatabase::create_with_pgvector_on(&server)
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     let store =

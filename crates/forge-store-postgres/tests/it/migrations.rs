@@ -1,9 +1,7 @@
 //! Migrations: up from empty, down, up again leaves an identical catalog.
 
-use std::sync::Arc;
-
-use forge_core::time::ManualClock;
-use forge_store_postgres::testing::Flavor;
+use forge_store_postgres::PostgresStore;
+use forge_store_postgres::testing::{APP_ROLE, Flavor, TestDatabase};
 use sqlx::{Connection, PgConnection};
 
 /// Everything the migrations create, as the catalog describes it, one line an object, sorted. In
@@ -38,7 +36,13 @@ async fn catalog(admin_url: &str, flavor: Flavor) -> String {
 }
 
 async fn up_down_up(flavor: Flavor) {
-    let (store, _, admin) = crate::fresh(flavor, Arc::new(ManualClock::at_2026())).await;
+    let db = TestDatabase::create(flavor)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let store = PostgresStore::connect(db.url(), crate::mode_of(flavor))
+        .await
+        .unwrap();
+    let admin = db.admin_url().to_owned();
     assert_eq!(
         store.applied_migrations().await.unwrap(),
         [
@@ -76,14 +80,26 @@ async fn up_down_up(flavor: Flavor) {
             "the unused index {gone} is still there"
         );
     }
-    store.migrate_down_all().await.unwrap();
+    // In RLS mode the application role owns nothing it could revert or apply: `forge_owner`
+    // does both, the second through the administrator's provisioning.
+    match flavor {
+        Flavor::Plain => db.migrate_down_all_as_owner().await.unwrap(),
+        Flavor::Supabase => store.migrate_down_all().await.unwrap(),
+    }
     assert_eq!(
         catalog(&admin, flavor).await,
         "",
         "down must remove everything the migrations created"
     );
     assert!(store.applied_migrations().await.unwrap().is_empty());
-    store.migrate_up().await.unwrap();
+    match flavor {
+        Flavor::Plain => {
+            forge_store_postgres::provision_system(db.admin_url(), APP_ROLE)
+                .await
+                .unwrap();
+        }
+        Flavor::Supabase => store.migrate_up().await.unwrap(),
+    }
     assert_eq!(
         catalog(&admin, flavor).await,
         first,

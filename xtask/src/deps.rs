@@ -5,7 +5,7 @@ use std::path::Path;
 use std::process::Command;
 
 /// Crates that must not depend on the banned families, through normal edges, transitively.
-const GUARDED: &[&str] = &["forge-core", "forge-engine", "forge-eval"];
+const GUARDED: &[&str] = &["forge-core", "forge-engine", "forge-eval", "forge-live"];
 
 /// Banned crate-name prefixes, with the family each belongs to.
 const BANNED: &[(&str, &str)] = &[

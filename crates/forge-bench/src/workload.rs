@@ -703,9 +703,7 @@ async fn forge(args: &OneArgs) -> anyhow::Result<Value> {
         },
     )
     .with_observer(if args.live_tail {
-        let tail = Arc::new(forge_engine::live::LiveTail::new(
-            forge_engine::live::EventBus::default(),
-        ));
+        let tail = Arc::new(forge_live::LiveTail::new(forge_live::EventBus::default()));
         Arc::new(WithTail {
             watch: watch.clone(),
             live: forge_engine::LiveObserver::default().with(tail),

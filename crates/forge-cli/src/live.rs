@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use forge_core::ports::live::LiveSink;
-use forge_engine::live::{LiveTail, Wake};
+use forge_live::{LiveTail, Wake};
 use forge_store_redis::live::{DEFAULT_CHANNEL, LiveFeed, RedisLivePublisher};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;

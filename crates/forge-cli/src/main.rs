@@ -394,9 +394,7 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     // through the same live stream a GraphQL subscriber reads.
     let engine = std::sync::Arc::new(engine);
     let printer = print::Printer::new(args.json).redactor(args.providers.redactor());
-    let tail = std::sync::Arc::new(forge_engine::live::LiveTail::new(
-        forge_engine::live::EventBus::default(),
-    ));
+    let tail = std::sync::Arc::new(forge_live::LiveTail::new(forge_live::EventBus::default()));
     let config = forge_engine::WorkerConfig {
         id: holder,
         concurrency: 1,
@@ -430,17 +428,17 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             }
         })
     };
-    let streams = forge_engine::live::StreamContext {
+    let streams = forge_live::StreamContext {
         runs: store.clone(),
-        cache: std::sync::Arc::new(forge_engine::live::LogCache::default()),
+        cache: std::sync::Arc::new(forge_live::LogCache::default()),
         tail: Some(tail.clone()),
-        settings: forge_engine::live::StreamSettings {
+        settings: forge_live::StreamSettings {
             poll: std::time::Duration::from_millis(250),
             ..Default::default()
         },
         shutdown: CancellationToken::new(),
     };
-    let mut items = std::pin::pin!(forge_engine::live::run_events(
+    let mut items = std::pin::pin!(forge_live::run_events(
         streams,
         tail.bus(),
         scope.clone(),

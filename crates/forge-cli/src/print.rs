@@ -1,7 +1,7 @@
 //! Printing a run's stream as it arrives: for a person, or as JSON lines of stream items.
 //!
 //! `forge run` reads its run through the same live stream as a GraphQL subscriber
-//! (`forge_engine::live::run_events`): provisional events print as they are produced, a commit's
+//! (`forge_live::run_events`): provisional events print as they are produced, a commit's
 //! confirmation prints nothing, and a discarded step (its worker was lost) is announced before its
 //! re-execution prints again.
 

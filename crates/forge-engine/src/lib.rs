@@ -91,7 +91,6 @@ mod error;
 pub mod files;
 mod hitl;
 mod lease;
-pub mod live;
 mod meter;
 pub mod observer;
 pub mod skills;

@@ -6,7 +6,7 @@
 //! the step is executed again from the last checkpoint with the same sequence numbers, by an
 //! execution holding a greater lease token ([`Emitted::attempt`]). Subscribers reconcile the two
 //! through `forge_core::stream`; the server's streams and `forge run` do it through
-//! [`crate::live`].
+//! `forge_live`.
 
 use std::sync::Arc;
 
@@ -74,7 +74,7 @@ impl<F: Fn(&RunEvent) + Send + Sync> RunObserver for F {
 }
 
 /// Hands every event and commit to live sinks as [`LiveMessage`]s: the in-process tail
-/// ([`crate::live::LiveTail`]) and, across processes, a pub/sub adapter.
+/// (`forge_live::LiveTail`) and, across processes, a pub/sub adapter.
 #[derive(Clone, Default)]
 pub struct LiveObserver {
     sinks: Vec<Arc<dyn LiveSink>>,

@@ -45,7 +45,7 @@ use tokio_util::sync::CancellationToken;
 pub use auth::{AuthError, Authenticated, Authenticator, ClaimsMode};
 pub use fair::FairUse;
 pub use files::FileLimits;
-pub use forge_engine::live::{EventBus, LiveTail, StreamSettings, Wake};
+pub use forge_live::{EventBus, LiveTail, StreamSettings, Wake};
 pub use http::HttpLimits;
 pub use schema::{AppState, ForgeSchema, QueryLimits};
 pub use web::{DevSignIn, WebConfig};
@@ -185,7 +185,7 @@ impl Server {
             tail: tail.clone(),
             streams: config.streams,
             shutdown: shutdown.clone(),
-            cache: Arc::new(forge_engine::live::LogCache::default()),
+            cache: Arc::new(forge_live::LogCache::default()),
             retriever: config.retriever,
             files: config.files.clone(),
         });

@@ -47,7 +47,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use forge_core::stream::StreamItem;
-use forge_engine::live::{self as bus, EventBus, LiveTail, StreamSettings, Wake};
+use forge_live::{self as bus, EventBus, LiveTail, StreamSettings, Wake};
 
 /// The schema type.
 pub type ForgeSchema = Schema<Query, Mutation, Subscriptions>;

@@ -431,7 +431,7 @@ mod tests {
             approvals: Default::default(),
             compaction: None,
         };
-        let engine = crate::Engine::builder()
+        let engine = forge_engine::Engine::builder()
             .store(store.clone())
             .model(Arc::new(
                 forge_providers::ScriptedProvider::empty().with_script("t", script),
@@ -453,7 +453,7 @@ mod tests {
                 &scope,
                 run.id,
                 &CancellationToken::new(),
-                &crate::NoopObserver,
+                &forge_engine::NoopObserver,
             )
             .await
             .unwrap();

@@ -19,9 +19,29 @@ fn report(location: Option<&std::panic::Location<'_>>, thread: Option<&str>) -> 
     )
 }
 
-/// Replaces the process's panic hook with one that prints [`report`]'s line.
+/// Whether a panic is the standard library's on writing to a closed stdout (`forge runs list |
+/// head -1`, once `head` has its line): `println!` panics with that message.
+fn stdout_closed(payload: &(dyn std::any::Any + Send)) -> bool {
+    let message = payload
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| payload.downcast_ref::<&str>().copied())
+        .unwrap_or_default();
+    message.starts_with("failed printing to stdout") && message.contains("Broken pipe")
+}
+
+/// The status a shell gives a process that SIGPIPE stopped (128 + 13), which Rust's runtime
+/// ignores so that a write fails instead.
+const CLOSED_STDOUT_STATUS: i32 = 141;
+
+/// Replaces the process's panic hook with one that prints [`report`]'s line — or, when the
+/// reader of stdout went away, ends the process quietly with [`CLOSED_STDOUT_STATUS`], as a
+/// command stopped by SIGPIPE does.
 pub(crate) fn install() {
     std::panic::set_hook(Box::new(|info| {
+        if stdout_closed(info.payload()) {
+            std::process::exit(CLOSED_STDOUT_STATUS);
+        }
         let thread = std::thread::current();
         eprintln!("{}", report(info.location(), thread.name()));
     }));
@@ -31,6 +51,17 @@ pub(crate) fn install() {
 mod tests {
     use super::*;
     use std::sync::{Arc, Mutex};
+
+    #[test]
+    fn only_the_standard_librarys_closed_stdout_panic_is_taken_for_one() {
+        let closed = String::from("failed printing to stdout: Broken pipe (os error 32)");
+        assert!(stdout_closed(&closed));
+        assert!(!stdout_closed(
+            &"failed printing to stdout: No space left on device"
+        ));
+        assert!(!stdout_closed(&"Broken pipe in the document being cut"));
+        assert!(!stdout_closed(&42_u8));
+    }
 
     #[test]
     fn the_report_names_the_place_and_never_the_message() {

@@ -480,6 +480,19 @@ mod stores {
         );
         let done = lines[1].split_whitespace().next().unwrap().to_owned();
 
+        // Issue 68, item 2: a reader that goes away (`forge runs list | head -1` after its line)
+        // ends the command quietly, with the status of a process SIGPIPE stopped, not a panic.
+        // Sabotage: the panic hook without its broken-pipe case exits 101 with the bug report.
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_forge"))
+            .args(["runs", "list", "--store", &url])
+            .stdout(writer)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(141), "{}", text(&out.stderr));
+        assert_eq!(text(&out.stderr), "", "nothing said about it");
+
         let out = forge(&["runs", "list", "--store", &url, "--status", "completed"]);
         assert_eq!(text(&out.stdout).lines().count(), 1);
         let out = forge(&["runs", "list", "--store", &url, "--tenant", "someone-else"]);

@@ -296,6 +296,12 @@ impl Ledger {
             .charge(&pl, bytes as f64);
     }
 
+    /// The limits of a tenant's buckets and of a principal's.
+    pub(crate) fn limits(&self) -> (FairUse, FairUse) {
+        let books = self.books();
+        (books.tenants.limits, books.principals.limits)
+    }
+
     /// The most any one tenant, and any one principal, has spent of its burst (cost or
     /// bytes), from 0 (above 1 in debt).
     pub(crate) fn busiest(&self) -> (f64, f64) {

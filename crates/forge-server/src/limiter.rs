@@ -118,14 +118,9 @@ impl Limiter {
         }
     }
 
-    /// The places of a principal given `share` (0 to 1) of its tenant's `per_tenant`: at least
-    /// one.
+    /// The places of a principal given `share` ([`FairUse::share`], 0 to 1) of its tenant's
+    /// `per_tenant`: at least one, at most all.
     pub(crate) fn principal_part(per_tenant: usize, share: f64) -> usize {
-        let share = if share.is_finite() {
-            share.clamp(0.0, 1.0)
-        } else {
-            1.0
-        };
         ((per_tenant as f64 * share).ceil() as usize).clamp(1, per_tenant.max(1))
     }
 
@@ -150,6 +145,11 @@ impl Limiter {
     pub(crate) fn busiest(&self) -> (f64, f64) {
         (self.tenants.busiest(), self.principals.busiest())
     }
+
+    /// The places of a tenant and of a principal.
+    fn sizes(&self) -> (usize, usize) {
+        (self.tenants.size, self.principals.size)
+    }
 }
 
 /// Every limit a server holds tenants and principals to, shared by both transports, and the
@@ -165,8 +165,6 @@ pub(crate) struct Limiters {
     pub(crate) ledger: Arc<Ledger>,
     /// Runs queued or running.
     pub(crate) runs: Arc<RunsInFlight>,
-    /// Each limit's name and value, for [`Instrument::Limit`].
-    values: Vec<(&'static str, f64)>,
 }
 
 impl Limiters {
@@ -177,73 +175,64 @@ impl Limiters {
         fair: &FairUse,
         meter: Arc<dyn Meter>,
     ) -> Self {
-        let share = fair.share();
-        let part = |n: usize| Limiter::principal_part(n, share);
-        let values = vec![
-            ("requests", http.per_tenant as f64),
-            ("principal_requests", part(http.per_tenant) as f64),
-            ("subscriptions", ws.per_tenant as f64),
-            ("principal_subscriptions", part(ws.per_tenant) as f64),
-            ("connections", ws.connections_per_tenant as f64),
-            (
-                "principal_connections",
-                part(ws.connections_per_tenant) as f64,
-            ),
-            ("cost", fair.cost_burst),
-            ("cost_per_second", fair.cost_per_second),
-            ("principal_cost", fair.cost_burst * share),
-            ("bytes", fair.bytes_burst),
-            ("bytes_per_second", fair.bytes_per_second),
-            ("principal_bytes", fair.bytes_burst * share),
-            ("runs", fair.runs_in_flight as f64),
-            ("principal_runs", part(fair.runs_in_flight) as f64),
-        ];
+        let places = |n: usize| Arc::new(Limiter::new(n, Limiter::principal_part(n, fair.share())));
         Self {
-            requests: Arc::new(Limiter::new(http.per_tenant, part(http.per_tenant))),
-            subscriptions: Arc::new(Limiter::new(ws.per_tenant, part(ws.per_tenant))),
-            connections: Arc::new(Limiter::new(
-                ws.connections_per_tenant,
-                part(ws.connections_per_tenant),
-            )),
+            requests: places(http.per_tenant),
+            subscriptions: places(ws.per_tenant),
+            connections: places(ws.connections_per_tenant),
             ledger: Arc::new(Ledger::new(*fair)),
             runs: Arc::new(RunsInFlight::new(
                 fair.runs_in_flight,
-                part(fair.runs_in_flight),
+                Limiter::principal_part(fair.runs_in_flight, fair.share()),
                 meter,
             )),
-            values,
         }
     }
 
-    /// Sets the gauges: each limit, and how much of it the busiest tenant (or principal) uses.
+    /// Sets the gauges: each limit (read from what enforces it), and how much of it the busiest
+    /// tenant (or principal) uses.
     pub(crate) fn record(&self, meter: &dyn Meter) {
-        for (limit, value) in &self.values {
-            meter.record(Instrument::Limit, *value, &[("limit", limit)]);
-        }
+        let set = |limit: &'static str, value: f64, used: Option<f64>| {
+            meter.record(Instrument::Limit, value, &[("limit", limit)]);
+            if let Some(used) = used {
+                meter.record(Instrument::LimitUse, used, &[("limit", limit)]);
+            }
+        };
         let places = [
             ("requests", &self.requests),
             ("subscriptions", &self.subscriptions),
             ("connections", &self.connections),
         ];
-        let mut uses = Vec::with_capacity(10);
         for (what, limiter) in places {
-            let (tenant, principal) = limiter.busiest();
-            uses.push((Whose::Tenant.limit(what), tenant));
-            uses.push((Whose::Principal.limit(what), principal));
+            let (tenant, principal) = limiter.sizes();
+            let (tenant_used, principal_used) = limiter.busiest();
+            set(Whose::Tenant.limit(what), tenant as f64, Some(tenant_used));
+            set(
+                Whose::Principal.limit(what),
+                principal as f64,
+                Some(principal_used),
+            );
         }
-        let (tenant, principal) = self.ledger.busiest();
         // A bucket's use is the larger of its cost and its bytes spent.
-        uses.extend([
-            ("cost", tenant),
-            ("bytes", tenant),
-            ("principal_cost", principal),
-            ("principal_bytes", principal),
-        ]);
-        let (tenant, principal) = self.runs.busiest();
-        uses.extend([("runs", tenant), ("principal_runs", principal)]);
-        for (limit, used) in uses {
-            meter.record(Instrument::LimitUse, used, &[("limit", limit)]);
-        }
+        let (tenant, principal) = self.ledger.limits();
+        let (tenant_used, principal_used) = self.ledger.busiest();
+        set("cost", tenant.cost_burst, Some(tenant_used));
+        set("cost_per_second", tenant.cost_per_second, None);
+        set("principal_cost", principal.cost_burst, Some(principal_used));
+        set("bytes", tenant.bytes_burst, Some(tenant_used));
+        set("bytes_per_second", tenant.bytes_per_second, None);
+        set(
+            "principal_bytes",
+            principal.bytes_burst,
+            Some(principal_used),
+        );
+        let (tenant_used, principal_used) = self.runs.busiest();
+        set("runs", self.runs.limit as f64, Some(tenant_used));
+        set(
+            "principal_runs",
+            self.runs.per_principal as f64,
+            Some(principal_used),
+        );
     }
 }
 
@@ -265,10 +254,11 @@ pub(crate) struct RunsInFlight {
 }
 
 impl RunsInFlight {
+    /// `per_principal` is [`Limiter::principal_part`] of `limit`.
     fn new(limit: usize, per_principal: usize, meter: Arc<dyn Meter>) -> Self {
         Self {
             limit: limit.max(1),
-            per_principal: per_principal.clamp(1, limit.max(1)),
+            per_principal,
             meter,
             tenants: Mutex::new(HashMap::new()),
         }
@@ -386,6 +376,10 @@ mod tests {
         assert_eq!(Limiter::principal_part(5, 0.5), 3);
         assert_eq!(Limiter::principal_part(4, 0.0), 1);
         assert_eq!(Limiter::principal_part(4, 7.0), 4);
-        assert_eq!(Limiter::principal_part(4, f64::NAN), 4);
+        let nan = FairUse {
+            principal_share: f64::NAN,
+            ..FairUse::default()
+        };
+        assert_eq!(Limiter::principal_part(4, nan.share()), 4);
     }
 }

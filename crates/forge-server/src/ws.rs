@@ -193,7 +193,7 @@ impl Session {
         let (mut sink, mut source) = socket.split();
         let (to_graphql, from_client) = mpsc::channel::<Vec<u8>>(16);
         let (expiry_tx, mut expiry_rx) = mpsc::channel::<i64>(1);
-        let (tenant_tx, mut tenant_rx) = mpsc::channel::<Scope>(1);
+        let (caller_tx, mut caller_rx) = mpsc::channel::<Scope>(1);
         let from_header = self.from_header.clone();
         let auth = self.auth.clone();
         let init = move |payload: serde_json::Value| async move {
@@ -209,7 +209,7 @@ impl Session {
                 }
             };
             let _ = expiry_tx.try_send(who.expires_at);
-            let _ = tenant_tx.try_send(who.scope.clone());
+            let _ = caller_tx.try_send(who.scope.clone());
             let mut data = Data::default();
             data.insert(who.scope);
             Ok(data)
@@ -221,7 +221,7 @@ impl Session {
         let mut graphql = std::pin::pin!(graphql);
         let mut active: HashMap<String, Held> = HashMap::new();
         // The caller, once `connection_init` has said who it is.
-        let mut tenant: Option<Scope> = None;
+        let mut caller: Option<Scope> = None;
         // Held for the connection's life once its tenant is known.
         let mut _connection: Option<Place> = None;
         let init_deadline = tokio::time::sleep(self.limits.init_timeout);
@@ -250,7 +250,7 @@ impl Session {
                     let _ = deliver(&mut sink, close(CLOSE_FORBIDDEN, "token expired"), self.limits.send_timeout, self.meter.as_ref()).await;
                     return;
                 }
-                Some(t) = tenant_rx.recv() => {
+                Some(t) = caller_rx.recv() => {
                     match self.connections.try_acquire(&t) {
                         Ok(place) => _connection = Some(place),
                         Err(whose) => {
@@ -260,7 +260,7 @@ impl Session {
                             return;
                         }
                     }
-                    tenant = Some(t);
+                    caller = Some(t);
                     continue;
                 }
                 Some(exp) = expiry_rx.recv() => {
@@ -292,7 +292,7 @@ impl Session {
                     };
                     match operation(&bytes) {
                         Some(op) if op.kind == "subscribe" || op.kind == "start" => {
-                            if let Err(Refusal { code, limit, message }) = self.admit(&op, tenant.as_ref(), &mut active) {
+                            if let Err(Refusal { code, limit, message }) = self.admit(&op, caller.as_ref(), &mut active) {
                                 crate::guard::count_refusal(self.meter.as_ref(), limit);
                                 let mut error = serde_json::json!({
                                     "message": message,
@@ -324,7 +324,7 @@ impl Session {
                 // What the operations do (their store reads above all) is done on behalf of the
                 // connection's tenant, within its share of the store.
                 out = async {
-                    match &tenant {
+                    match &caller {
                         Some(t) => forge_sql_pool::on_behalf_of(t.tenant_id().as_str(), graphql.next()).await,
                         None => graphql.next().await,
                     }

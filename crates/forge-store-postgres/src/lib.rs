@@ -498,11 +498,7 @@ pub async fn provision_system(admin_url: &str, app_role: &str) -> Result<usize, 
 async fn migrate_as_owner(conn: &mut PgConnection, app_role: &str) -> Result<usize, OpenError> {
     let fail = |e: sqlx::Error| OpenError::Migrate(db_error(e));
     let mut tx = conn.begin().await.map_err(fail)?;
-    sqlx::query("SELECT pg_advisory_xact_lock($1)")
-        .bind(migrate::LOCK_KEY)
-        .execute(&mut *tx)
-        .await
-        .map_err(fail)?;
+    migrate::lock(&mut tx).await?;
     for_app(&mut tx, app_role, include_str!("../sql/owner_adopt.sql")).await?;
     refuse_member(
         &mut tx,

@@ -658,10 +658,22 @@ const LEDGER: &str = "CREATE TABLE IF NOT EXISTS forge_schema_migrations (
     applied_at timestamptz NOT NULL DEFAULT now()
 )";
 
+/// Waits, within a transaction, for any other transaction that migrates or provisions: many
+/// processes may start against one database at once.
+pub(crate) async fn lock(tx: &mut PgConnection) -> Result<(), OpenError> {
+    sqlx::query("SELECT pg_advisory_xact_lock($1)")
+        .bind(LOCK_KEY)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| OpenError::Migrate(db_error(e)))?;
+    Ok(())
+}
+
 /// Applies pending migrations in their own transaction; returns how many this call applied.
 pub(crate) async fn up(conn: &mut PgConnection, mode: Mode) -> Result<usize, OpenError> {
     let fail = |e: sqlx::Error| OpenError::Migrate(db_error(e));
     let mut tx = conn.begin().await.map_err(fail)?;
+    lock(&mut tx).await?;
     let count = apply(&mut tx, mode).await?;
     if mode == Mode::Supabase {
         // Supabase grants what its login role creates in `public` to `anon` and `authenticated`
@@ -676,15 +688,10 @@ pub(crate) async fn up(conn: &mut PgConnection, mode: Mode) -> Result<usize, Ope
     Ok(count)
 }
 
-/// Applies pending migrations within `tx` (which waits for any other migrating transaction
-/// first); returns how many it applied.
+/// Applies pending migrations within `tx`, which holds the migration lock ([`lock`]); returns
+/// how many it applied.
 pub(crate) async fn apply(tx: &mut PgConnection, mode: Mode) -> Result<usize, OpenError> {
     let fail = |e: sqlx::Error| OpenError::Migrate(db_error(e));
-    sqlx::query("SELECT pg_advisory_xact_lock($1)")
-        .bind(LOCK_KEY)
-        .execute(&mut *tx)
-        .await
-        .map_err(fail)?;
     sqlx::query(LEDGER).execute(&mut *tx).await.map_err(fail)?;
     let mut count = 0;
     for m in migrations(mode) {

@@ -229,7 +229,7 @@ async fn worker(args: WorkerArgs) -> anyhow::Result<ExitCode> {
     let sweep_leases = args.leases.sweep_leases(opened.postgres.clone()).await?;
     let store = opened.store;
     let ttl = std::time::Duration::from_millis(args.lease_ttl_ms);
-    let id = forge_core::holder::this_process("worker");
+    let id = forge_store_sqlite::holder::this_process("worker");
     let mcp = mcp::start(args.access.mcp.as_deref(), Some(store.clone())).await?;
     let settings = compose::EngineSettings {
         agents: &loaded,
@@ -371,7 +371,7 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         sources: Some(opened.sources.clone()),
     };
     // Named so that a later process on this host can tell it died (forge_core::holder).
-    let holder = forge_core::holder::this_process("forge-run");
+    let holder = forge_store_sqlite::holder::this_process("forge-run");
     let builder = compose::builder(store.clone(), &settings)?.worker_id(holder.clone());
     let engine = builder.build().context("failed to build the engine")?;
     agent_file::note_scripted(std::slice::from_ref(&loaded));

@@ -273,7 +273,7 @@ pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         mcp: mcp.as_ref(),
         sources: Some(opened.sources.clone()),
     };
-    let id = forge_core::holder::this_process("serve");
+    let id = forge_store_sqlite::holder::this_process("serve");
     let providers = agent_file::providers(&loaded, &args.providers)?;
     args.files.warn_if_ephemeral();
     let files = args

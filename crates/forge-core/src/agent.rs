@@ -147,7 +147,7 @@ pub struct AgentDefinition {
     /// Per-tool approval policies overriding each tool's own, for example
     /// `approvals = { record_effect = "always" }`.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
-    pub approvals: std::collections::BTreeMap<String, crate::ports::tool::ApprovalPolicy>,
+    pub approvals: std::collections::BTreeMap<String, ApprovalPolicy>,
     /// History compaction, if the agent's threads are to be compacted automatically.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compaction: Option<CompactionConfig>,
@@ -225,6 +225,20 @@ pub fn split_model(model: &str) -> Result<(&str, &str), Error> {
             "model {model:?} must look like provider:model, for example scripted:demo.toml"
         ))),
     }
+}
+
+/// When a call of this tool needs a person's approval.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ApprovalPolicy {
+    /// Never.
+    Never,
+    /// Every call.
+    Always,
+    /// When the tool is classified as an external write.
+    ExternalWrites,
+    /// The policy port decides per call.
+    Policy,
 }
 
 #[cfg(test)]

@@ -313,7 +313,7 @@ pub fn decide(current: &Interaction, req: &Resolve, now: Timestamp) -> Result<De
 
 /// The audit entry for a stored decision (or expiry): who, when, what — the tool and the input
 /// hash, never an answer's content.
-pub fn audit_record(i: &Interaction, now: Timestamp) -> crate::ports::audit::AuditRecord {
+pub fn audit_record(i: &Interaction, now: Timestamp) -> crate::audit::AuditRecord {
     let (actor, action) = match &i.resolution {
         Some(r) => (r.actor.clone(), r.decision.action(i.request.kind())),
         None => ("forge".to_owned(), format!("{}.expired", i.request.kind())),
@@ -339,7 +339,7 @@ pub fn audit_record(i: &Interaction, now: Timestamp) -> crate::ports::audit::Aud
     {
         detail["reason"] = serde_json::json!(r);
     }
-    crate::ports::audit::AuditRecord {
+    crate::audit::AuditRecord {
         tenant_id: i.tenant_id.clone(),
         at: now,
         actor,

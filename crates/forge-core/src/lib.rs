@@ -7,10 +7,10 @@
 #![deny(missing_docs)]
 
 pub mod agent;
+pub mod audit;
 pub mod error;
 pub mod event;
 pub mod forget;
-pub mod holder;
 pub mod id;
 pub mod input;
 pub mod interaction;

@@ -16,6 +16,9 @@ pub struct SessionState {
     pub values: serde_json::Map<String, serde_json::Value>,
 }
 
+/// The entity a stale session-state write names in [`crate::Error::VersionConflict`].
+pub const SESSION_STATE: &str = "session state";
+
 /// The rule every store applies to a session-state write: it must state the version it read.
 pub fn check_state_version(
     thread: ThreadId,
@@ -26,7 +29,7 @@ pub fn check_state_version(
         Ok(())
     } else {
         Err(crate::Error::VersionConflict {
-            entity: crate::ports::store::SESSION_STATE,
+            entity: SESSION_STATE,
             id: thread.to_string(),
             expected,
             actual,
@@ -150,22 +153,6 @@ pub struct ThreadWindow {
 }
 
 impl ThreadWindow {
-    /// The statement a SQL adapter reads one thread with: binds the id and the tenant. The
-    /// columns are named rather than `*`: sqlx keeps a prepared statement's columns from when it
-    /// was prepared, so a `*` that a migration widens afterwards reads past the end of the row.
-    pub const ROW_SQL: &'static str = "SELECT id, tenant_id, created_by, title, state, \
-         state_version, active_run, summary, created_at, archived_at FROM forge_threads \
-         WHERE id = $1 AND tenant_id = $2";
-
-    /// The statement a SQL adapter reads a page with (the columns named, as in
-    /// [`ThreadWindow::ROW_SQL`]): binds the tenant, whether archived threads
-    /// count (a boolean, as 0/1 in SQLite), the cursor's creation time and id (both null for the
-    /// first page), the limit and the creator (null for any).
-    pub const PAGE_SQL: &'static str = "SELECT id, tenant_id, created_by, title, state, state_version, \
-         active_run, summary, created_at, archived_at FROM forge_threads WHERE tenant_id = $1 \
-         AND ($2 OR archived_at IS NULL) AND ($3 IS NULL OR (created_at, id) < ($3, $4)) \
-         AND ($6 IS NULL OR created_by = $6) ORDER BY created_at DESC, id DESC LIMIT $5";
-
     /// `threads` (all of a tenant's, any order) cut to this window: the rule the SQL encodes and
     /// the memory store's implementation.
     pub fn apply(&self, mut threads: Vec<Thread>) -> Result<Vec<Thread>, crate::Error> {

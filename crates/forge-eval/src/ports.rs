@@ -103,35 +103,6 @@ pub mod rows {
         CaseResult, DimensionScore, ScoringRun, ScoringRunId, ScoringStatus, Totals,
     };
 
-    /// Stores a new running scoring run: `$1` tenant, `$2` id, `$3` dataset, `$4` its version,
-    /// `$5` its hash, `$6` label, `$7` start.
-    pub const START_RUN: &str = "INSERT INTO forge_eval_runs (tenant_id, id, dataset,
-            dataset_version, dataset_sha256, label, started_at, status)
-        VALUES ($1, $2, $3, $4, $5, $6, $7, 'running') ON CONFLICT DO NOTHING";
-
-    /// Re-opens run `$2` of tenant `$1` (recording a case into it clears its totals).
-    pub const REOPEN_RUN: &str = "UPDATE forge_eval_runs SET status = 'running',
-            completed_at = NULL, totals = NULL, dimensions = NULL
-        WHERE tenant_id = $1 AND id = $2";
-
-    /// Records a case by upsert on (run, case), replacing its verdict: `$1` tenant, `$2` run,
-    /// `$3` case, `$4` verdict, `$5` score, `$6` dimensions (JSON), `$7` run cost, `$8` judge
-    /// cost, `$9` paid calls, `$10` the whole result (JSON).
-    pub const UPSERT_CASE: &str = "INSERT INTO forge_eval_cases (tenant_id, run_id, case_id,
-            verdict, score_ppm, dimensions, run_cost_micros, judge_cost_micros, paid_calls, body)
-        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
-        ON CONFLICT (tenant_id, run_id, case_id) DO UPDATE SET verdict = excluded.verdict,
-            score_ppm = excluded.score_ppm, dimensions = excluded.dimensions,
-            run_cost_micros = excluded.run_cost_micros,
-            judge_cost_micros = excluded.judge_cost_micros, paid_calls = excluded.paid_calls,
-            body = excluded.body";
-
-    /// Caches a verdict, the first one kept: `$1` tenant, `$2` case, `$3` input hash, `$4`
-    /// prompt, `$5` model, `$6` the verdict (JSON), `$7` now.
-    pub const PUT_VERDICT: &str = "INSERT INTO forge_eval_judgements (tenant_id, case_id,
-            input_sha256, prompt, model, verdict, created_at)
-        VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING";
-
     /// A result as the JSON value stored beside its columns.
     pub fn case_value(result: &CaseResult) -> Result<serde_json::Value, Error> {
         serde_json::to_value(result).map_err(|e| Error::invalid(format!("case result: {e}")))

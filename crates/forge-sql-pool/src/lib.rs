@@ -1,5 +1,6 @@
-//! The connection pool of Forge's SQL stores (SQLite and PostgreSQL): a connection is handed out
-//! and taken back without a round trip to the database.
+//! What Forge's SQL stores (SQLite and PostgreSQL) share: the statement text both run as it is
+//! ([`statements`]), and the connection pool, which hands a connection out and takes it back
+//! without a round trip to the database.
 //!
 //! sqlx's own pool checks a connection with a ping when it hands it out (unless told not to) and
 //! always when it takes it back. On PostgreSQL a ping is a network round trip; on SQLite it is a
@@ -25,6 +26,8 @@
 //! of it, and a part of the pool stays for the system's own work ([`Shares`], module `fair`).
 
 #![deny(missing_docs)]
+
+pub mod statements;
 
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};

@@ -133,7 +133,7 @@ impl RunStore for MemoryStore {
             None => st.thread(scope, new.thread_id)?,
         };
         let admission = admit(thread.id, thread.active_run, new.strategy)?;
-        let mut run = Run::queued(RunId::generate(self.ids.as_ref()), scope, &new, now);
+        let mut run = new.queued(RunId::generate(self.ids.as_ref()), scope, now);
         let events: Vec<RunEvent> = admission.begin(&mut run, now).into_iter().collect();
         if let Some(t) = created {
             st.add_thread(t)?;

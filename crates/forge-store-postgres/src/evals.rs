@@ -75,7 +75,7 @@ impl EvalStore for PostgresStore {
     async fn start_scoring(&self, scope: &Scope, run: &ScoringRun) -> Result<(), Error> {
         rows::check_tenant(scope, run)?;
         let mut tx = self.tenant_tx(scope).await?;
-        let inserted = sqlx::query(rows::START_RUN)
+        let inserted = sqlx::query(forge_sql_pool::statements::EVAL_START_RUN)
             .bind(scope.tenant_id().as_str())
             .bind(run.id.0)
             .bind(&run.dataset)
@@ -102,7 +102,7 @@ impl EvalStore for PostgresStore {
         let result = rows::normalize(result);
         let mut tx = self.tenant_tx(scope).await?;
         // Recording re-opens the run: its totals must agree with its rows.
-        let reopened = sqlx::query(rows::REOPEN_RUN)
+        let reopened = sqlx::query(forge_sql_pool::statements::EVAL_REOPEN_RUN)
             .bind(scope.tenant_id().as_str())
             .bind(run.0)
             .execute(&mut *tx)
@@ -112,7 +112,7 @@ impl EvalStore for PostgresStore {
         if reopened == 0 {
             return Err(Error::not_found("scoring run", run));
         }
-        sqlx::query(rows::UPSERT_CASE)
+        sqlx::query(forge_sql_pool::statements::EVAL_UPSERT_CASE)
             .bind(scope.tenant_id().as_str())
             .bind(run.0)
             .bind(&result.case_id)
@@ -257,7 +257,7 @@ impl EvalStore for PostgresStore {
         verdict: &JudgeVerdict,
     ) -> Result<(), Error> {
         let mut tx = self.tenant_tx(scope).await?;
-        sqlx::query(rows::PUT_VERDICT)
+        sqlx::query(forge_sql_pool::statements::EVAL_PUT_VERDICT)
             .bind(scope.tenant_id().as_str())
             .bind(&key.case_id)
             .bind(&key.input_sha256)

@@ -158,7 +158,7 @@ impl Start {
             return Err(Error::invalid("max_attempts must be at least 1"));
         }
         let now = store.clock.now();
-        let run = Run::queued(RunId::generate(store.ids.as_ref()), scope, new, now);
+        let run = new.queued(RunId::generate(store.ids.as_ref()), scope, now);
         Ok(Self {
             job: forge_core::id::JobId::generate(store.ids.as_ref()),
             max_attempts: i32::try_from(new.max_attempts).unwrap_or(i32::MAX),

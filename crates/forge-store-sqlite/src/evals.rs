@@ -71,7 +71,7 @@ fn decode(row: &SqliteRow) -> Result<ScoringRun, Error> {
 impl EvalStore for SqliteStore {
     async fn start_scoring(&self, scope: &Scope, run: &ScoringRun) -> Result<(), Error> {
         rows::check_tenant(scope, run)?;
-        let inserted = sqlx::query(rows::START_RUN)
+        let inserted = sqlx::query(forge_sql_pool::statements::EVAL_START_RUN)
             .bind(scope.tenant_id().as_str())
             .bind(run.id.to_string())
             .bind(&run.dataset)
@@ -98,7 +98,7 @@ impl EvalStore for SqliteStore {
         let result = rows::normalize(result);
         let (_gate, mut tx) = self.write_tx().await?;
         // Recording re-opens the run: its totals must agree with its rows.
-        let reopened = sqlx::query(rows::REOPEN_RUN)
+        let reopened = sqlx::query(forge_sql_pool::statements::EVAL_REOPEN_RUN)
             .bind(scope.tenant_id().as_str())
             .bind(run.to_string())
             .execute(&mut *tx)
@@ -108,7 +108,7 @@ impl EvalStore for SqliteStore {
         if reopened == 0 {
             return Err(Error::not_found("scoring run", run));
         }
-        sqlx::query(rows::UPSERT_CASE)
+        sqlx::query(forge_sql_pool::statements::EVAL_UPSERT_CASE)
             .bind(scope.tenant_id().as_str())
             .bind(run.to_string())
             .bind(&result.case_id)
@@ -239,7 +239,7 @@ impl EvalStore for SqliteStore {
         key: &JudgeKey,
         verdict: &JudgeVerdict,
     ) -> Result<(), Error> {
-        sqlx::query(rows::PUT_VERDICT)
+        sqlx::query(forge_sql_pool::statements::EVAL_PUT_VERDICT)
             .bind(scope.tenant_id().as_str())
             .bind(&key.case_id)
             .bind(&key.input_sha256)

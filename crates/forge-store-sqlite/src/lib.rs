@@ -42,6 +42,7 @@ mod commit;
 mod erasure;
 mod evals;
 mod files;
+pub mod holder;
 mod interactions;
 mod lane;
 mod migrate;

@@ -98,7 +98,7 @@ impl SqliteStore {
         // this claim found nothing, it looks again once they have lapsed.
         let dead: Vec<&String> = holders
             .iter()
-            .filter(|h| forge_core::holder::is_dead_here(h))
+            .filter(|h| crate::holder::is_dead_here(h))
             .collect();
         if !dead.is_empty() {
             let (gate, mut tx) = self.write_tx().await?;

@@ -136,7 +136,7 @@ impl SqliteStore {
         scope: &Scope,
         id: ThreadId,
     ) -> Result<Thread, Error> {
-        let row = sqlx::query(ThreadWindow::ROW_SQL)
+        let row = sqlx::query(forge_sql_pool::statements::THREAD_ROW)
             .bind(id.to_string())
             .bind(scope.tenant_id().as_str())
             .fetch_optional(ex)
@@ -157,7 +157,10 @@ impl SqliteStore {
         window: &MessageWindow,
     ) -> Result<(Vec<sqlx::sqlite::SqliteRow>, Vec<sqlx::sqlite::SqliteRow>), Error> {
         use futures_util::TryStreamExt;
-        let sql = format!("{statement}; {}", window.page_sql());
+        let sql = format!(
+            "{statement}; {}",
+            forge_sql_pool::statements::message_page(window.from_end)
+        );
         let mut conn = self.conn().await?;
         let query = sqlx::query(sqlx::AssertSqlSafe(sql))
             .bind(id.to_string())
@@ -255,7 +258,7 @@ impl SqliteStore {
         if let Some(held) = run.lease.as_mut()
             && held.expires_at > now
             && held.holder != holder
-            && forge_core::holder::is_dead_here(&held.holder)
+            && crate::holder::is_dead_here(&held.holder)
         {
             held.expires_at = now;
         }
@@ -408,7 +411,7 @@ impl ThreadStore for SqliteStore {
         let mut bounds = [0i64, i64::MAX];
         for (bound, cursor) in bounds.iter_mut().zip([window.after, window.before]) {
             let Some(cursor) = cursor else { continue };
-            let seq: Option<i64> = sqlx::query_scalar(MessageWindow::CURSOR_SQL)
+            let seq: Option<i64> = sqlx::query_scalar(forge_sql_pool::statements::MESSAGE_CURSOR)
                 .bind(cursor.to_string())
                 .bind(id.to_string())
                 .bind(scope.tenant_id().as_str())
@@ -417,7 +420,7 @@ impl ThreadStore for SqliteStore {
                 .map_err(db_error)?;
             *bound = seq.ok_or_else(|| MessageWindow::unknown_cursor(id, cursor))?;
         }
-        let found = sqlx::query(window.page_sql())
+        let found = sqlx::query(forge_sql_pool::statements::message_page(window.from_end))
             .bind(id.to_string())
             .bind(scope.tenant_id().as_str())
             .bind(bounds[0])
@@ -443,7 +446,7 @@ impl ThreadStore for SqliteStore {
             }
             None => None,
         };
-        let found = sqlx::query(ThreadWindow::PAGE_SQL)
+        let found = sqlx::query(forge_sql_pool::statements::THREAD_PAGE)
             .bind(scope.tenant_id().as_str())
             .bind(window.archived)
             .bind(cursor.as_ref().map(|c| c.0))
@@ -643,7 +646,9 @@ fn thread_and_first_page(
 ) -> Result<(Thread, Vec<Message>), Error> {
     use crate::lane::db;
     let thread = {
-        let mut statement = conn.prepare_cached(ThreadWindow::ROW_SQL).map_err(db)?;
+        let mut statement = conn
+            .prepare_cached(forge_sql_pool::statements::THREAD_ROW)
+            .map_err(db)?;
         let mut found = statement
             .query(rusqlite::params![id.to_string(), tenant])
             .map_err(db)?;
@@ -655,7 +660,9 @@ fn thread_and_first_page(
     let mut page = Vec::new();
     if thread.summary.is_none() {
         let window = MessageWindow::after(None, limit);
-        let mut statement = conn.prepare_cached(window.page_sql()).map_err(db)?;
+        let mut statement = conn
+            .prepare_cached(forge_sql_pool::statements::message_page(window.from_end))
+            .map_err(db)?;
         let mut found = statement
             .query(rusqlite::params![
                 id.to_string(),
@@ -700,7 +707,7 @@ impl RunStore for SqliteStore {
             return Err(Error::invalid("max_attempts must be at least 1"));
         }
         let now = self.clock.now();
-        let run = Run::queued(RunId::generate(self.ids.as_ref()), scope, &new, now);
+        let run = new.queued(RunId::generate(self.ids.as_ref()), scope, now);
         let job = forge_core::id::JobId::generate(self.ids.as_ref());
         let created = new
             .thread_to_create(scope, now)

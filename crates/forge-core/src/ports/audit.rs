@@ -5,29 +5,12 @@
 //! never happens unrecorded. A record that is itself the event — the configuration a process runs
 //! with — is appended on its own ([`AuditLog::record_audit`]).
 
-use async_trait::async_trait;
-use serde::{Deserialize, Serialize};
-
 use crate::Error;
-use crate::scope::{Scope, TenantId};
+use crate::scope::Scope;
 use crate::time::Timestamp;
+use async_trait::async_trait;
 
-/// One audited action.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct AuditRecord {
-    /// The tenant whose data the action touched.
-    pub tenant_id: TenantId,
-    /// When.
-    pub at: Timestamp,
-    /// Who: a principal, an operator or a worker.
-    pub actor: String,
-    /// What, for example `job.replayed`.
-    pub action: String,
-    /// On what, for example `job 0190…`.
-    pub subject: String,
-    /// Details of the action (never secrets or content).
-    pub detail: serde_json::Value,
-}
+pub use crate::audit::AuditRecord;
 
 /// Which audit entries to list.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -201,7 +201,7 @@ pub struct Claimed {
     pub job: ClaimedJob,
     /// The run's new lease and the run as it stands under it, if taken with the claim, with its
     /// history when [`LeaseRequest::history`] asked for it and the adapter read it.
-    pub lease: Option<crate::ports::store::LeasedRun>,
+    pub lease: Option<crate::run::LeasedRun>,
 }
 
 /// Up to `max` claims made one at a time through `queue`'s [`JobQueue::claim_leased`]: what

@@ -151,24 +151,6 @@ impl MessageWindow {
         Error::not_found("message", format!("{cursor} in thread {thread}"))
     }
 
-    /// The statement a SQL adapter reads a cursor's position with: binds the message id, the
-    /// thread and the tenant; no row means the cursor is not a message of the thread.
-    pub const CURSOR_SQL: &'static str =
-        "SELECT seq FROM forge_messages WHERE id = $1 AND thread_id = $2 AND tenant_id = $3";
-
-    /// The statement a SQL adapter reads the page with ([`MessageWindow::apply`] in SQL): binds
-    /// the thread, the tenant, the positions strictly between which to read (the cursors', or
-    /// 0 and `i64::MAX`) and the limit; the first or last `limit`, returned oldest first.
-    pub fn page_sql(&self) -> &'static str {
-        if self.from_end {
-            "SELECT * FROM (SELECT * FROM forge_messages WHERE thread_id = $1 AND tenant_id = $2 \
-             AND seq > $3 AND seq < $4 ORDER BY seq DESC LIMIT $5) page ORDER BY seq"
-        } else {
-            "SELECT * FROM forge_messages WHERE thread_id = $1 AND tenant_id = $2 \
-             AND seq > $3 AND seq < $4 ORDER BY seq LIMIT $5"
-        }
-    }
-
     /// `messages` (the whole history, oldest first) cut to this window: the rule every adapter's
     /// query encodes, and the memory store's implementation.
     pub fn apply<'m>(
@@ -238,6 +220,33 @@ pub struct NewRun {
 }
 
 impl NewRun {
+    /// This run as a new run `id` of `scope`, queued, at version 0 with no events, leases or
+    /// checkpoint: what every store's `create_run` writes.
+    pub fn queued(&self, id: RunId, scope: &Scope, now: crate::time::Timestamp) -> Run {
+        Run {
+            id,
+            tenant_id: scope.tenant_id().clone(),
+            principal_id: scope.principal_id().clone(),
+            role_ids: scope.role_ids().to_vec(),
+            thread_id: self.thread_id,
+            agent: self.agent.clone(),
+            input: self.input.clone(),
+            status: RunStatus::Queued,
+            version: 0,
+            last_seq: 0,
+            checkpoint: Checkpoint {
+                purpose: self.purpose,
+                ..Checkpoint::default()
+            },
+            failure: None,
+            lease: None,
+            fence: 0,
+            cancel_requested: false,
+            created_at: now,
+            updated_at: now,
+        }
+    }
+
     /// A run of `agent` on `thread_id` with `input`, enqueued behind any active run, with 5 attempts.
     pub fn new(thread_id: ThreadId, agent: AgentRef, input: Vec<Part>) -> Self {
         Self {
@@ -378,8 +387,7 @@ pub struct StateUpdate {
     pub values: serde_json::Map<String, serde_json::Value>,
 }
 
-/// The entity a stale session-state write names in [`Error::VersionConflict`].
-pub const SESSION_STATE: &str = "session state";
+pub use crate::thread::SESSION_STATE;
 
 /// The result of a successful [`RunStore::commit_step`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -395,18 +403,7 @@ pub struct Committed {
     pub job_completed: bool,
 }
 
-/// A run taken under its lease, as [`RunStore::lease_run_with_history`] and
-/// [`crate::ports::queue::JobQueue::claim_leased`] give it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct LeasedRun {
-    /// The new lease.
-    pub lease: RunLease,
-    /// The run as it stands under the lease (its `lease` and `fence` are the new lease's).
-    pub run: Run,
-    /// The run's thread and the first page of its history, read after the lease was taken, when
-    /// the adapter read them with it; `None` when it did not.
-    pub history: Option<(Thread, Vec<Message>)>,
-}
+pub use crate::run::LeasedRun;
 
 /// Port: runs, their leases, their event log and the atomic step commit.
 #[async_trait]

@@ -19,19 +19,7 @@ pub enum ToolClassification {
     ExternalWrite,
 }
 
-/// When a call of this tool needs a person's approval.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum ApprovalPolicy {
-    /// Never.
-    Never,
-    /// Every call.
-    Always,
-    /// When the tool is classified as an external write.
-    ExternalWrites,
-    /// The policy port decides per call.
-    Policy,
-}
+pub use crate::agent::ApprovalPolicy;
 
 /// Where a tool comes from: compiled into this deployment, or imported from an MCP server.
 /// Policies see it as `resource.source` (`"native"` or `"mcp"`) and, for imported tools,

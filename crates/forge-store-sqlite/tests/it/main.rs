@@ -182,7 +182,10 @@ async fn a_dead_holders_claim_and_lease_are_taken_over_at_once() {
     for _ in 0..2 {
         runs.push(forge_testkit::fixtures::run_on_new_thread(&store, &scope).await);
     }
-    let (dead, alive) = (dead_holder(), forge_core::holder::this_process("other"));
+    let (dead, alive) = (
+        dead_holder(),
+        forge_store_sqlite::holder::this_process("other"),
+    );
     let any = ClaimFilter::any();
     // (The live holder claims first: any claim takes over a dead holder's job.)
     let second = store.claim(&sys, &alive, ttl, &any).await.unwrap().unwrap();
@@ -197,7 +200,7 @@ async fn a_dead_holders_claim_and_lease_are_taken_over_at_once() {
         .unwrap();
 
     // No time passes: the dead holder's job and lease are free, the live holder's are not.
-    let me = forge_core::holder::this_process("worker");
+    let me = forge_store_sqlite::holder::this_process("worker");
     let taken = store.claim(&sys, &me, ttl, &any).await.unwrap().unwrap();
     assert_eq!((taken.id, taken.attempt), (first.id, 2));
     assert!(store.claim(&sys, &me, ttl, &any).await.unwrap().is_none());

@@ -26,87 +26,17 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+mod status;
+
+pub use status::{RunInput, RunStatus, TransitionError, WaitReason, reachable, transition};
+
 use crate::agent::AgentRef;
 use crate::id::{RunId, ThreadId};
 use crate::scope::{PrincipalId, TenantId};
 use crate::time::Timestamp;
 use crate::usage::Usage;
 
-/// What a waiting run waits for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum WaitReason {
-    /// A person's approval of a tool call.
-    Approval,
-    /// The user's answer to a question.
-    Question,
-}
-
-impl WaitReason {
-    /// The reason's stored name.
-    pub fn name(&self) -> &'static str {
-        match self {
-            WaitReason::Approval => "approval",
-            WaitReason::Question => "question",
-        }
-    }
-}
-
-/// Where a run is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
-#[serde(tag = "state", content = "waiting_for", rename_all = "snake_case")]
-pub enum RunStatus {
-    /// Created, not yet started (possibly behind another run of its thread).
-    Queued,
-    /// A worker is executing it, step by step.
-    Running,
-    /// Parked until an interaction is resolved; holds no worker.
-    Waiting(WaitReason),
-    /// Finished with a final answer.
-    Completed,
-    /// Stopped by an error or a limit.
-    Failed,
-    /// Stopped on request.
-    Cancelled,
-}
-
 impl RunStatus {
-    /// Every status, each wait reason apart.
-    pub const ALL: [RunStatus; 7] = [
-        RunStatus::Queued,
-        RunStatus::Running,
-        RunStatus::Waiting(WaitReason::Approval),
-        RunStatus::Waiting(WaitReason::Question),
-        RunStatus::Completed,
-        RunStatus::Failed,
-        RunStatus::Cancelled,
-    ];
-
-    /// The status as one string: its name, and a waiting run's reason after a colon
-    /// (`waiting:approval`). A store's SQL spells it `status || coalesce(':' || waiting_for, '')`.
-    pub fn key(&self) -> String {
-        match self.wait_reason() {
-            Some(reason) => format!("{}:{}", self.name(), reason.name()),
-            None => self.name().to_owned(),
-        }
-    }
-
-    /// Whether no input can move the run any more.
-    pub fn is_terminal(&self) -> bool {
-        matches!(
-            self,
-            RunStatus::Completed | RunStatus::Failed | RunStatus::Cancelled
-        )
-    }
-
-    /// What a waiting run waits for.
-    pub fn wait_reason(&self) -> Option<WaitReason> {
-        match self {
-            RunStatus::Waiting(r) => Some(*r),
-            _ => None,
-        }
-    }
-
     /// Rebuilds a status from its stored name and wait reason (as written by [`RunStatus::name`]
     /// and [`WaitReason::name`]).
     pub fn from_stored(name: &str, waiting_for: Option<&str>) -> Result<Self, crate::Error> {
@@ -134,99 +64,6 @@ impl RunStatus {
             }
         })
     }
-
-    /// The state's name as stored and shown (`waiting` for both wait reasons).
-    pub fn name(&self) -> &'static str {
-        match self {
-            RunStatus::Queued => "queued",
-            RunStatus::Running => "running",
-            RunStatus::Waiting(_) => "waiting",
-            RunStatus::Completed => "completed",
-            RunStatus::Failed => "failed",
-            RunStatus::Cancelled => "cancelled",
-        }
-    }
-}
-
-/// An input to the run state machine.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum RunInput {
-    /// A worker begins executing a queued run.
-    Start,
-    /// The run needs a person; it releases its worker.
-    Park(WaitReason),
-    /// The awaited interaction was resolved.
-    Resume,
-    /// The model gave a final answer.
-    Complete,
-    /// An error or a limit stopped the run.
-    Fail,
-    /// Someone asked the run to stop.
-    Cancel,
-}
-
-impl RunInput {
-    /// Every input, each wait reason included.
-    pub const ALL: [RunInput; 7] = [
-        RunInput::Start,
-        RunInput::Park(WaitReason::Approval),
-        RunInput::Park(WaitReason::Question),
-        RunInput::Resume,
-        RunInput::Complete,
-        RunInput::Fail,
-        RunInput::Cancel,
-    ];
-}
-
-/// A transition the state machine forbids.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("a {} run cannot {input:?}", from.name())]
-pub struct TransitionError {
-    /// The state the run was in (and stays in).
-    pub from: RunStatus,
-    /// The refused input.
-    pub input: RunInput,
-}
-
-/// The run state machine: the next state for `input` in state `from`, or why not.
-pub fn transition(from: RunStatus, input: RunInput) -> Result<RunStatus, TransitionError> {
-    use RunInput as I;
-    use RunStatus as S;
-    let to = match (from, input) {
-        (S::Queued, I::Start) => S::Running,
-        (S::Running, I::Park(reason)) => S::Waiting(reason),
-        (S::Waiting(_), I::Resume) => S::Running,
-        (S::Running, I::Complete) => S::Completed,
-        (S::Queued | S::Running | S::Waiting(_), I::Fail) => S::Failed,
-        (S::Queued | S::Running | S::Waiting(_), I::Cancel) => S::Cancelled,
-        _ => return Err(TransitionError { from, input }),
-    };
-    Ok(to)
-}
-
-/// Whether a sequence of inputs moves `from` to `to` (or `from == to` for a live run): what one
-/// committed step may do, since a step can hold several transitions (a one-step run goes from
-/// `queued` through `running` to `completed`). Leaving a terminal state is never reachable.
-pub fn reachable(from: RunStatus, to: RunStatus) -> bool {
-    if from.is_terminal() {
-        return false;
-    }
-    let mut seen = vec![from];
-    let mut i = 0;
-    while i < seen.len() {
-        if seen[i] == to {
-            return true;
-        }
-        for input in RunInput::ALL {
-            if let Ok(next) = transition(seen[i], input)
-                && !seen.contains(&next)
-            {
-                seen.push(next);
-            }
-        }
-        i += 1;
-    }
-    false
 }
 
 /// Why a run failed, as a stable code.
@@ -394,38 +231,19 @@ impl Run {
             (status, _) => *status,
         }
     }
+}
 
-    /// A new run of `new` for `scope`, queued, at version 0 with no events, leases or checkpoint:
-    /// what every store's `create_run` writes.
-    pub fn queued(
-        id: RunId,
-        scope: &crate::scope::Scope,
-        new: &crate::ports::store::NewRun,
-        now: Timestamp,
-    ) -> Self {
-        Self {
-            id,
-            tenant_id: scope.tenant_id().clone(),
-            principal_id: scope.principal_id().clone(),
-            role_ids: scope.role_ids().to_vec(),
-            thread_id: new.thread_id,
-            agent: new.agent.clone(),
-            input: new.input.clone(),
-            status: RunStatus::Queued,
-            version: 0,
-            last_seq: 0,
-            checkpoint: Checkpoint {
-                purpose: new.purpose,
-                ..Checkpoint::default()
-            },
-            failure: None,
-            lease: None,
-            fence: 0,
-            cancel_requested: false,
-            created_at: now,
-            updated_at: now,
-        }
-    }
+/// A run taken under its lease, as [`crate::ports::store::RunStore::lease_run_with_history`] and
+/// [`crate::ports::queue::JobQueue::claim_leased`] give it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LeasedRun {
+    /// The new lease.
+    pub lease: RunLease,
+    /// The run as it stands under the lease (its `lease` and `fence` are the new lease's).
+    pub run: Run,
+    /// The run's thread and the first page of its history, read after the lease was taken, when
+    /// the adapter read them with it; `None` when it did not.
+    pub history: Option<(crate::thread::Thread, Vec<crate::message::Message>)>,
 }
 
 #[cfg(test)]

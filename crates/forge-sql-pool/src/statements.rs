@@ -1,0 +1,69 @@
+//! Statement text every SQL store runs as it is, on SQLite and PostgreSQL alike (`$n`
+//! parameters, which both take): written once here, beside the pool both use, rather than in
+//! the domain crates (which hold no SQL) or twice in the adapters.
+//!
+//! The columns are named rather than `*` where a table may widen: sqlx keeps a prepared
+//! statement's columns from when it was prepared, so a `*` that a migration widens afterwards
+//! reads past the end of the row.
+
+/// Reads one thread: binds the id and the tenant.
+pub const THREAD_ROW: &str = "SELECT id, tenant_id, created_by, title, state, \
+     state_version, active_run, summary, created_at, archived_at FROM forge_threads \
+     WHERE id = $1 AND tenant_id = $2";
+
+/// Reads a page of a tenant's threads (the columns named, as in [`THREAD_ROW`]), newest first:
+/// binds the tenant, whether archived threads count (a boolean, as 0/1 in SQLite), the cursor's
+/// creation time and id (both null for the first page), the limit and the creator (null for
+/// any). The rule it encodes is `forge_core::thread::ThreadWindow::apply`.
+pub const THREAD_PAGE: &str = "SELECT id, tenant_id, created_by, title, state, state_version, \
+     active_run, summary, created_at, archived_at FROM forge_threads WHERE tenant_id = $1 \
+     AND ($2 OR archived_at IS NULL) AND ($3 IS NULL OR (created_at, id) < ($3, $4)) \
+     AND ($6 IS NULL OR created_by = $6) ORDER BY created_at DESC, id DESC LIMIT $5";
+
+/// Reads a message cursor's position: binds the message id, the thread and the tenant; no row
+/// means the cursor is not a message of the thread.
+pub const MESSAGE_CURSOR: &str =
+    "SELECT seq FROM forge_messages WHERE id = $1 AND thread_id = $2 AND tenant_id = $3";
+
+/// Reads a page of a thread's messages (`forge_core::ports::store::MessageWindow::apply` in
+/// SQL): binds the thread, the tenant, the positions strictly between which to read (the
+/// cursors', or 0 and `i64::MAX`) and the limit; the first `limit`, or the last when
+/// `from_end`, returned oldest first.
+pub fn message_page(from_end: bool) -> &'static str {
+    if from_end {
+        "SELECT * FROM (SELECT * FROM forge_messages WHERE thread_id = $1 AND tenant_id = $2 \
+         AND seq > $3 AND seq < $4 ORDER BY seq DESC LIMIT $5) page ORDER BY seq"
+    } else {
+        "SELECT * FROM forge_messages WHERE thread_id = $1 AND tenant_id = $2 \
+         AND seq > $3 AND seq < $4 ORDER BY seq LIMIT $5"
+    }
+}
+
+/// Stores a new running scoring run: `$1` tenant, `$2` id, `$3` dataset, `$4` its version,
+/// `$5` its hash, `$6` label, `$7` start.
+pub const EVAL_START_RUN: &str = "INSERT INTO forge_eval_runs (tenant_id, id, dataset,
+        dataset_version, dataset_sha256, label, started_at, status)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, 'running') ON CONFLICT DO NOTHING";
+
+/// Re-opens run `$2` of tenant `$1` (recording a case into it clears its totals).
+pub const EVAL_REOPEN_RUN: &str = "UPDATE forge_eval_runs SET status = 'running',
+        completed_at = NULL, totals = NULL, dimensions = NULL
+    WHERE tenant_id = $1 AND id = $2";
+
+/// Records a case by upsert on (run, case), replacing its verdict: `$1` tenant, `$2` run,
+/// `$3` case, `$4` verdict, `$5` score, `$6` dimensions (JSON), `$7` run cost, `$8` judge
+/// cost, `$9` paid calls, `$10` the whole result (JSON).
+pub const EVAL_UPSERT_CASE: &str = "INSERT INTO forge_eval_cases (tenant_id, run_id, case_id,
+        verdict, score_ppm, dimensions, run_cost_micros, judge_cost_micros, paid_calls, body)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+    ON CONFLICT (tenant_id, run_id, case_id) DO UPDATE SET verdict = excluded.verdict,
+        score_ppm = excluded.score_ppm, dimensions = excluded.dimensions,
+        run_cost_micros = excluded.run_cost_micros,
+        judge_cost_micros = excluded.judge_cost_micros, paid_calls = excluded.paid_calls,
+        body = excluded.body";
+
+/// Caches a verdict, the first one kept: `$1` tenant, `$2` case, `$3` input hash, `$4`
+/// prompt, `$5` model, `$6` the verdict (JSON), `$7` now.
+pub const EVAL_PUT_VERDICT: &str = "INSERT INTO forge_eval_judgements (tenant_id, case_id,
+        input_sha256, prompt, model, verdict, created_at)
+    VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING";

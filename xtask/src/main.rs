@@ -2,7 +2,11 @@
 //!
 //! - `tidy`: every Rust file starts with `//!`, every crate uses the workspace lints, every library
 //!   denies `missing_docs`, no `#[should_panic]`, no `#[ignore]` without a reason, ARCHITECTURE.md
-//!   names every crate;
+//!   names every crate; no module circle in `forge-core`, no SQL outside the stores and
+//!   `forge-sql-pool`, no I/O in `forge-core`, no file over 600 lines unless listed with its
+//!   reason (`shape`);
+//! - `modules CRATE…`: prints each crate's module import graph, its circles and its longest
+//!   functions;
 //! - `deps`: `forge-core` and `forge-engine` reach no database driver, HTTP client, OpenTelemetry or
 //!   GraphQL crate through normal dependency edges; no crate but `forge-otel` declares an
 //!   `opentelemetry*` dependency; test-only features stay in dev-dependencies;
@@ -33,10 +37,12 @@ mod codegen;
 mod deps;
 mod docs;
 mod graph;
+mod modules;
 mod package;
 mod reachability;
 mod release;
 mod sbom;
+mod shape;
 mod tidy;
 mod wire_api;
 
@@ -67,10 +73,18 @@ fn main() -> ExitCode {
         "package-examples" => package::build_examples(&root()),
         "changelog" => changes::write(&root()),
         "release" => release::run(&root(), &std::env::args().skip(2).collect::<Vec<_>>()),
+        "modules" => {
+            for name in std::env::args().skip(2) {
+                let modules =
+                    modules::Modules::read(&root().join("crates").join(&name).join("src"));
+                print!("{}", modules.report(&name, 12));
+            }
+            Ok(())
+        }
         "ci" => checks(&root()),
         _ => {
             eprintln!(
-                "usage: cargo xtask <tidy|deps|reachability|docs|api|sbom [DIR]|codegen|package-examples|changelog|release [VERSION] [--no-ci]|ci>"
+                "usage: cargo xtask <tidy|deps|reachability|docs|api|sbom [DIR]|codegen|package-examples|changelog|release [VERSION] [--no-ci]|modules CRATE…|ci>"
             );
             return ExitCode::from(2);
         }

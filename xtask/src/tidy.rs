@@ -39,6 +39,7 @@ pub(crate) fn check(root: &Path) -> Result<(), Vec<String>> {
             problems.extend(check_source(&shown, &text));
         }
     }
+    problems.extend(crate::shape::check(root));
     crate::verdict(problems)
 }
 

@@ -88,17 +88,17 @@ pub(crate) const CAPABILITIES: &[Capability] = &[
     },
     Capability {
         name: "usage recording: every model call reserved before it is made",
-        provider: ("forge-engine/src/meter.rs", Some("StepRunner"), "reserve"),
+        provider: ("forge-engine/src/meter.rs", Some("Meter"), "reserve"),
         scope: Scope::Platform,
         wired_in: ("forge-engine/src/step.rs", Some("StepRunner"), "step"),
     },
     Capability {
         name: "usage recording: every summarising call reserved before it is made",
-        provider: ("forge-engine/src/meter.rs", Some("StepRunner"), "reserve"),
+        provider: ("forge-engine/src/meter.rs", Some("Meter"), "reserve"),
         scope: Scope::Platform,
         wired_in: (
             "forge-engine/src/compaction.rs",
-            Some("StepRunner"),
+            Some("Compactor"),
             "summarise",
         ),
     },
@@ -106,7 +106,7 @@ pub(crate) const CAPABILITIES: &[Capability] = &[
         name: "compaction: a step over the agent's budget compacts the thread first",
         provider: (
             "forge-engine/src/compaction.rs",
-            Some("StepRunner"),
+            Some("Compactor"),
             "compact",
         ),
         scope: Scope::Platform,
@@ -116,12 +116,12 @@ pub(crate) const CAPABILITIES: &[Capability] = &[
         name: "compaction: a compaction asked for runs as a queued run",
         provider: (
             "forge-engine/src/compaction.rs",
-            Some("StepRunner"),
+            Some("Compactor"),
             "compact",
         ),
         scope: Scope::Platform,
         wired_in: (
-            "forge-engine/src/engine/execution.rs",
+            "forge-engine/src/engine/run_loop.rs",
             Some("Engine"),
             "compaction_run",
         ),
@@ -181,7 +181,7 @@ pub(crate) const CAPABILITIES: &[Capability] = &[
         provider: ("forge-engine/src/compaction.rs", None, "continue_history"),
         scope: Scope::Platform,
         wired_in: (
-            "forge-engine/src/engine/execution.rs",
+            "forge-engine/src/engine/run_loop.rs",
             Some("Engine"),
             "execute_leased",
         ),

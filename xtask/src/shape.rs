@@ -12,7 +12,7 @@ use std::path::Path;
 use crate::modules::Modules;
 
 /// The crates whose modules must not import each other in a circle.
-pub(crate) const ACYCLIC: &[&str] = &["forge-core"];
+pub(crate) const ACYCLIC: &[&str] = &["forge-core", "forge-engine"];
 
 /// Where SQL statement text may be written: the stores, the SQL crate they share, and what
 /// measures or plays the world outside Forge (each with its reason).
@@ -64,7 +64,7 @@ const LONG_FILES: &[(&str, &str)] = &[
         "the hand-made tracer that `tracing` replaces (issue 64, item 4)",
     ),
     (
-        "crates/forge-engine/src/engine/execution.rs",
+        "crates/forge-engine/src/engine/run_loop.rs",
         "the run loop; the engine components (issue 64, item 1) split it",
     ),
     (

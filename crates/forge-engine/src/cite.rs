@@ -7,11 +7,12 @@
 use std::sync::Arc;
 
 use forge_core::part::{CitationPart, Part, Span, ToolCallPart};
+use forge_core::ports::citation::CitationCheck;
 use forge_core::ports::tool::{ApprovalPolicy, Tool, ToolClassification, ToolSpec};
+use forge_core::scope::Scope;
 use serde_json::{Value, json};
 
-use crate::skills::BuiltIn;
-use crate::step::StepRunner;
+use crate::tools::BuiltIn;
 
 /// The built-in tool the model cites with.
 pub const CITE: &str = "cite";
@@ -46,54 +47,57 @@ pub(crate) fn cite_tool() -> Arc<dyn Tool> {
 /// What answering a call produced: its result, and the citation when it passed.
 pub(crate) type Cited = (Result<Value, (&'static str, String)>, Option<CitationPart>);
 
-impl StepRunner<'_> {
-    /// Answers a call of [`CITE`].
-    pub(crate) async fn cite_call(&self, call: &ToolCallPart) -> Cited {
-        let Some(check) = &self.engine.citations else {
-            return (
-                Err((
-                    "forbidden",
-                    "citations are not configured in this deployment".into(),
-                )),
-                None,
-            );
-        };
-        let field = |k: &str| call.input.get(k);
-        let text = |k: &str| {
-            field(k)
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_owned()
-        };
-        let num = |k: &str| field(k).and_then(Value::as_u64).unwrap_or_default();
-        let citation = CitationPart {
-            source_id: text("source_id"),
-            source_version: text("version"),
-            span: Span {
-                start: num("start"),
-                end: num("end"),
-            },
-            excerpt: text("excerpt"),
-            line: None,
-            page: None,
-            heading: None,
-        };
-        match check.check(self.scope, &citation).await {
-            Ok(Ok(())) => (
-                Ok(
-                    json!({"cited": true, "source_id": citation.source_id, "start": citation.span.start, "end": citation.span.end}),
-                ),
-                Some(citation),
+/// Answers a call of [`CITE`] in `scope`, checking the citation with `check` (a deployment
+/// without one refuses every call).
+pub(crate) async fn answer(
+    check: Option<&dyn CitationCheck>,
+    scope: &Scope,
+    call: &ToolCallPart,
+) -> Cited {
+    let Some(check) = check else {
+        return (
+            Err((
+                "forbidden",
+                "citations are not configured in this deployment".into(),
+            )),
+            None,
+        );
+    };
+    let field = |k: &str| call.input.get(k);
+    let text = |k: &str| {
+        field(k)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let num = |k: &str| field(k).and_then(Value::as_u64).unwrap_or_default();
+    let citation = CitationPart {
+        source_id: text("source_id"),
+        source_version: text("version"),
+        span: Span {
+            start: num("start"),
+            end: num("end"),
+        },
+        excerpt: text("excerpt"),
+        line: None,
+        page: None,
+        heading: None,
+    };
+    match check.check(scope, &citation).await {
+        Ok(Ok(())) => (
+            Ok(
+                json!({"cited": true, "source_id": citation.source_id, "start": citation.span.start, "end": citation.span.end}),
             ),
-            Ok(Err(refusal)) => (Err(("invalid_citation", refusal.to_string())), None),
-            Err(e) => (
-                Err((
-                    "tool_unavailable",
-                    format!("the citation could not be checked ({:?})", e.kind()),
-                )),
-                None,
-            ),
-        }
+            Some(citation),
+        ),
+        Ok(Err(refusal)) => (Err(("invalid_citation", refusal.to_string())), None),
+        Err(e) => (
+            Err((
+                "tool_unavailable",
+                format!("the citation could not be checked ({:?})", e.kind()),
+            )),
+            None,
+        ),
     }
 }
 

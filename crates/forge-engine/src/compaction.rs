@@ -14,20 +14,30 @@
 //! - each summarising call is reserved, settled and recorded like any model call of the step;
 //! - it emits `thread.compacted` (version, last message covered, count, model: no content).
 
+use forge_core::agent::AgentDefinition;
 use forge_core::event::RunEventKind;
+use forge_core::id::IdGenerator;
 use forge_core::id::{MessageId, ThreadId};
 use forge_core::message::{Message, Role};
 use forge_core::part::Part;
+use forge_core::ports::model::ModelProvider;
 use forge_core::ports::model::{ModelChunk, ModelRequest};
+use forge_core::ports::store::RunStore;
 use forge_core::ports::store::{MessageWindow, ThreadStore};
+use forge_core::redact::Redactor;
 use forge_core::run::{FailureCode, RunFailure};
 use forge_core::scope::Scope;
+use forge_core::telemetry::Telemetry;
 use forge_core::thread::ThreadSummary;
-use futures_util::StreamExt;
+use forge_core::time::Clock;
+use std::collections::HashMap;
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
 
-use crate::engine::Cursor;
 use crate::error::EngineError;
-use crate::step::StepRunner;
+use crate::execution::Execution;
+use crate::meter::Meter;
+use crate::model_call::{ModelCaller, Streamed};
 
 /// Messages read per page when history is loaded for context assembly.
 pub const HISTORY_PAGE: usize = 256;
@@ -240,18 +250,33 @@ pub(crate) enum Compacted {
     /// Nothing could be folded.
     Nothing,
     /// The step cannot go on.
-    Ended(crate::step::StepEnd),
+    Ended(crate::plan::StepEnd),
 }
 
-impl StepRunner<'_> {
-    /// Compacts the cursor's history: folds all but the newest `keep_recent` messages (the
+/// Compacts a run's thread: plans the cut, makes the summarising calls (metered by the run's
+/// meter, like the step's own) and leaves the summary in the execution for the step's commit.
+pub(crate) struct Compactor<'a> {
+    pub(crate) scope: &'a Scope,
+    pub(crate) agent: &'a AgentDefinition,
+    pub(crate) models: &'a HashMap<String, Arc<dyn ModelProvider>>,
+    pub(crate) meter: Meter<'a>,
+    pub(crate) runs: &'a dyn RunStore,
+    pub(crate) redactor: &'a Redactor,
+    pub(crate) clock: &'a dyn Clock,
+    pub(crate) ids: &'a dyn IdGenerator,
+    pub(crate) telemetry: &'a Telemetry,
+    pub(crate) cancel: &'a CancellationToken,
+}
+
+impl Compactor<'_> {
+    /// Compacts the execution's history: folds all but the newest `keep_recent` messages (the
     /// agent's, or [`CompactionConfig::DEFAULT_KEEP_RECENT`]) into the summary, in as many
     /// summarising calls as that takes (at most [`MAX_SUMMARY_CALLS`]). The caller decides when.
     ///
     /// [`CompactionConfig::DEFAULT_KEEP_RECENT`]: forge_core::agent::CompactionConfig::DEFAULT_KEEP_RECENT
     pub(crate) async fn compact(
         &self,
-        cur: &mut Cursor<'_>,
+        cur: &mut Execution<'_>,
         step: u32,
     ) -> Result<Compacted, EngineError> {
         let keep_recent = self.agent.compaction.as_ref().map_or(
@@ -290,7 +315,7 @@ impl StepRunner<'_> {
             covered: previous.map_or(0, |s| s.covered) + folded as u64,
             run_id: cur.run.id,
             model: model.clone(),
-            created_at: self.engine.clock.now(),
+            created_at: self.clock.now(),
         };
         cur.emit(RunEventKind::ThreadCompacted {
             version: summary.version,
@@ -308,14 +333,14 @@ impl StepRunner<'_> {
     /// toward the run's), its text scrubbed of secrets. The inner error ends the step.
     async fn summarise(
         &self,
-        cur: &mut Cursor<'_>,
+        cur: &mut Execution<'_>,
         step: u32,
         model: &str,
         prompt: String,
-    ) -> Result<Result<String, crate::step::StepEnd>, EngineError> {
-        use crate::step::StepEnd;
+    ) -> Result<Result<String, crate::plan::StepEnd>, EngineError> {
+        use crate::plan::StepEnd;
         let (provider_name, model_name) = forge_core::agent::split_model(model)?;
-        let Some(provider) = self.engine.models.get(provider_name) else {
+        let Some(provider) = self.models.get(provider_name) else {
             return Ok(Err(StepEnd::Failed(RunFailure {
                 code: FailureCode::ModelUnavailable,
                 message: format!("model provider {provider_name} is not configured"),
@@ -325,77 +350,39 @@ impl StepRunner<'_> {
             model: model_name.to_owned(),
             system: SUMMARY_INSTRUCTIONS.to_owned(),
             messages: vec![Message {
-                id: MessageId::generate(self.engine.ids.as_ref()),
+                id: MessageId::generate(self.ids),
                 run_id: cur.run.id,
                 role: Role::User,
-                parts: vec![Part::text(
-                    self.engine.redactor.redact(&prompt).into_owned(),
-                )],
-                created_at: self.engine.clock.now(),
+                parts: vec![Part::text(self.redactor.redact(&prompt).into_owned())],
+                created_at: self.clock.now(),
             }],
             tools: vec![],
             max_output_tokens: None,
             output_schema: None,
             temperature: None,
         };
-        let reservation = match self.reserve(cur, step, &mut request, model).await? {
+        let reservation = match self.meter.reserve(cur, step, &mut request, model).await? {
             Ok(call) => call,
             Err(failure) => return Ok(Err(StepEnd::Failed(failure))),
         };
-        let t = &self.engine.telemetry;
-        let span = t.tracer.start(
-            forge_core::telemetry::SpanName::ModelCall,
-            cur.step_trace.as_ref(),
-            vec![("model", model.to_owned().into())],
-        );
         // As before the step's own model call (`crate::lease`).
-        self.ensure_lease(cur).await?;
-        let started = std::time::Instant::now();
+        cur.held.ensure(self.runs, self.clock, self.scope).await?;
         let mut text = String::new();
         let mut usage = None;
         let (mut request_id, mut provider_model) = (None, None);
-        let streamed = tokio::select! {
-            biased;
-            _ = self.cancel.cancelled() => Err(None),
-            r = provider.stream(request) => r.map_err(Some),
-        };
-        let outcome = match streamed {
-            Err(e) => Err(e),
-            Ok(mut stream) => loop {
-                let next = tokio::select! {
-                    biased;
-                    _ = self.cancel.cancelled() => break Err(None),
-                    next = stream.next() => next,
-                };
-                match next {
-                    None => break Ok(()),
-                    Some(Err(e)) => break Err(Some(e)),
-                    Some(Ok(ModelChunk::TextDelta(delta))) => text.push_str(&delta),
-                    Some(Ok(ModelChunk::Usage(u))) => usage = Some(u),
-                    Some(Ok(ModelChunk::RequestId(id))) => request_id = Some(id),
-                    Some(Ok(ModelChunk::Model(m))) => provider_model = Some(m),
-                    // A summariser is offered no tools; a call it invents is ignored.
-                    Some(Ok(_)) => {}
-                }
-            },
-        };
-        let call_outcome = match &outcome {
-            Ok(()) => "ok",
-            Err(None) => "cancelled",
-            Err(Some(e)) => {
-                span.fail(e.code());
-                "error"
-            }
-        };
-        span.set("outcome", call_outcome.into());
-        span.end();
-        t.meter.record(
-            forge_core::telemetry::Instrument::ModelCallDuration,
-            started.elapsed().as_secs_f64() * 1000.0,
-            &[("model", model), ("outcome", call_outcome)],
-        );
+        let parent = cur.step_trace;
+        let streamed = ModelCaller::new(provider.as_ref(), self.telemetry, self.cancel)
+            .stream(request, model, parent.as_ref(), |chunk| match chunk {
+                ModelChunk::TextDelta(delta) => text.push_str(&delta),
+                ModelChunk::Usage(u) => usage = Some(u),
+                ModelChunk::RequestId(id) => request_id = Some(id),
+                ModelChunk::Model(m) => provider_model = Some(m),
+                // A summariser is offered no tools; a call it invents is ignored.
+                _ => {}
+            })
+            .await;
         // Metered whatever happened to the stream, as the step's own call is.
-        self.settle(
+        self.meter.settle(
             cur,
             step,
             model,
@@ -406,14 +393,14 @@ impl StepRunner<'_> {
                 provider_model,
             },
         )?;
-        match outcome {
-            Ok(()) if text.trim().is_empty() => Ok(Err(StepEnd::Failed(RunFailure {
+        match streamed {
+            Streamed::Finished if text.trim().is_empty() => Ok(Err(StepEnd::Failed(RunFailure {
                 code: FailureCode::MalformedModelOutput,
                 message: "the summarising call returned no text".into(),
             }))),
-            Ok(()) => Ok(Ok(self.engine.redactor.redact(text.trim()).into_owned())),
-            Err(None) => Ok(Err(StepEnd::Cancelled)),
-            Err(Some(e)) => Ok(Err(StepEnd::Failed(crate::step::model_failure(&e)))),
+            Streamed::Finished => Ok(Ok(self.redactor.redact(text.trim()).into_owned())),
+            Streamed::Cancelled => Ok(Err(StepEnd::Cancelled)),
+            Streamed::Failed(e) => Ok(Err(StepEnd::Failed(crate::plan::model_failure(&e)))),
         }
     }
 }

@@ -25,9 +25,10 @@ use forge_core::ports::tool::{
 use forge_core::run::WaitReason;
 use serde_json::{Value, json};
 
-use crate::engine::Cursor;
 use crate::error::EngineError;
-use crate::step::{Prepared, StepEnd, StepRunner};
+use crate::execution::Execution;
+use crate::plan::{Prepared, StepEnd};
+use crate::step::StepRunner;
 
 /// The built-in tool through which an agent asks its user a question (list it in the agent's
 /// `tools` to offer it). Input: `{"prompt": string, "answer_schema": JSON Schema}`; the run parks
@@ -100,7 +101,7 @@ impl StepRunner<'_> {
     /// call with an unusable schema becomes a refusal) and the interactions to raise.
     pub(crate) async fn gate(
         &self,
-        cur: &Cursor<'_>,
+        cur: &Execution<'_>,
         step: u32,
         prepared: Vec<Prepared>,
     ) -> (Vec<Prepared>, Vec<Interaction>) {
@@ -215,7 +216,7 @@ impl StepRunner<'_> {
     }
 
     /// Emits `approval.requested` or `question.requested` for an interaction.
-    pub(crate) fn request_event(cur: &mut Cursor<'_>, i: &Interaction) {
+    pub(crate) fn request_event(cur: &mut Execution<'_>, i: &Interaction) {
         match &i.request {
             InteractionRequest::Approval {
                 tool_call_id,
@@ -256,7 +257,7 @@ impl StepRunner<'_> {
     /// Resumes the parked step in its `step.execute` span.
     pub(crate) async fn resume(
         &self,
-        cur: &mut Cursor<'_>,
+        cur: &mut Execution<'_>,
         raised: &[Interaction],
     ) -> Result<StepEnd, EngineError> {
         let span = self.begin_step(cur);
@@ -267,7 +268,7 @@ impl StepRunner<'_> {
 
     async fn resume_step(
         &self,
-        cur: &mut Cursor<'_>,
+        cur: &mut Execution<'_>,
         raised: &[Interaction],
     ) -> Result<StepEnd, EngineError> {
         let run_id = cur.run.id;
@@ -304,7 +305,7 @@ impl StepRunner<'_> {
     }
 
     /// Audit entries for the calls policy denied (or that named a tool this run may not see).
-    pub(crate) fn denials(&self, cur: &Cursor<'_>, prepared: &[Prepared]) -> Vec<AuditRecord> {
+    pub(crate) fn denials(&self, cur: &Execution<'_>, prepared: &[Prepared]) -> Vec<AuditRecord> {
         let now = self.engine.clock.now();
         prepared
             .iter()
@@ -331,7 +332,7 @@ impl StepRunner<'_> {
     /// Audit entries for the external writes among `prepared` (before they run).
     pub(crate) fn external_writes(
         &self,
-        cur: &Cursor<'_>,
+        cur: &Execution<'_>,
         prepared: &[Prepared],
     ) -> Vec<AuditRecord> {
         let now = self.engine.clock.now();

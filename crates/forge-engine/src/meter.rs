@@ -1,18 +1,53 @@
-//! Metering a model call: before it is made, the output cap the run's ceilings leave, the
-//! ceilings themselves and the durable reservation against the tenant's quota; after it, the
-//! settlement every call of a step gets alike (the agent's own and each summarising call).
+//! Metering a model call ([`Meter`]): before it is made, the output cap the run's ceilings
+//! leave, the ceilings themselves and the durable reservation against the tenant's quota; after
+//! it, the settlement every call of a step gets alike (the agent's own and each summarising
+//! call). It knows the run's limits, the prices, the quotas and the ledger, and nothing of the
+//! step that calls it.
 
+use std::collections::HashMap;
+
+use forge_core::agent::RunLimits;
 use forge_core::event::RunEventKind;
+use forge_core::id::IdGenerator;
 use forge_core::id::ModelCallId;
 use forge_core::metering::{CallStatus, ModelCall, QuotaPeriod, Settlement};
+use forge_core::metering::{Prices, Quota};
+use forge_core::ports::usage::UsageLedger;
 use forge_core::run::{FailureCode, RunFailure};
+use forge_core::scope::{Scope, TenantId};
+use forge_core::telemetry::Telemetry;
+use forge_core::time::Clock;
 use forge_core::usage::Usage;
 
-use crate::engine::Cursor;
 use crate::error::EngineError;
-use crate::step::StepRunner;
+use crate::execution::Execution;
 
-impl StepRunner<'_> {
+/// Tenant quotas: a default and per-tenant overrides.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Quotas {
+    pub(crate) default: Option<Quota>,
+    pub(crate) tenants: HashMap<TenantId, Quota>,
+}
+
+impl Quotas {
+    pub(crate) fn of(&self, tenant: &TenantId) -> Option<Quota> {
+        self.tenants.get(tenant).copied().or(self.default)
+    }
+}
+
+/// Meters one run's model calls in `scope`, within the run's `limits`.
+pub(crate) struct Meter<'a> {
+    pub(crate) scope: &'a Scope,
+    pub(crate) limits: &'a RunLimits,
+    pub(crate) prices: &'a Prices,
+    pub(crate) quotas: &'a Quotas,
+    pub(crate) ledger: &'a dyn UsageLedger,
+    pub(crate) clock: &'a dyn Clock,
+    pub(crate) ids: &'a dyn IdGenerator,
+    pub(crate) telemetry: &'a Telemetry,
+}
+
+impl Meter<'_> {
     /// The output cap a call carries: the agent's own, or [`crate::context::OUTPUT_ESTIMATE`] when a
     /// ceiling or quota applies, lowered to the tokens and the cost the run has left after the
     /// call's input. `None` when nothing bounds the call. A cap is never under
@@ -20,14 +55,14 @@ impl StepRunner<'_> {
     /// call rather than make one that can say nothing.
     fn output_cap(
         &self,
-        cur: &Cursor<'_>,
+        cur: &Execution<'_>,
         request: &forge_core::ports::model::ModelRequest,
         model: &str,
     ) -> Option<u64> {
-        let limits = &self.agent.limits;
+        let limits = &self.limits;
         let bounded = limits.max_tokens.is_some()
             || limits.max_cost_micros.is_some()
-            || self.engine.quotas.of(&cur.run.tenant_id).is_some();
+            || self.quotas.of(&cur.run.tenant_id).is_some();
         let mut cap = limits
             .max_output_tokens
             .map(u64::from)
@@ -43,8 +78,7 @@ impl StepRunner<'_> {
                 .saturating_sub(input.input_tokens);
             cap = cap.min(left);
         }
-        if let (Some(max), Some(price)) =
-            (limits.max_cost_micros, self.engine.prices.models.get(model))
+        if let (Some(max), Some(price)) = (limits.max_cost_micros, self.prices.models.get(model))
             && price.output > 0
         {
             let left = max
@@ -61,7 +95,7 @@ impl StepRunner<'_> {
     /// The outer error is the store's; the inner one ends the run.
     pub(crate) async fn reserve(
         &self,
-        cur: &Cursor<'_>,
+        cur: &Execution<'_>,
         step: u32,
         request: &mut forge_core::ports::model::ModelRequest,
         model: &str,
@@ -70,8 +104,8 @@ impl StepRunner<'_> {
             request.max_output_tokens = Some(u32::try_from(cap).unwrap_or(u32::MAX));
         }
         let estimate = crate::context::estimate_usage(request);
-        let estimated_cost = self.engine.prices.cost(model, &estimate).unwrap_or(0);
-        let limits = &self.agent.limits;
+        let estimated_cost = self.prices.cost(model, &estimate).unwrap_or(0);
+        let limits = &self.limits;
         let over = |message: String| {
             Ok(Err(RunFailure {
                 code: FailureCode::BudgetExceeded,
@@ -95,11 +129,11 @@ impl StepRunner<'_> {
                 "the run has cost {cost} of its {max} micro-units; the next model call would cost about {estimated_cost}"
             ));
         }
-        let now = self.engine.clock.now();
-        let quota = self.engine.quotas.of(&cur.run.tenant_id);
+        let now = self.clock.now();
+        let quota = self.quotas.of(&cur.run.tenant_id);
         let period = quota.map_or(QuotaPeriod::Day, |q| q.period);
         let call = ModelCall {
-            id: ModelCallId::generate(self.engine.ids.as_ref()),
+            id: ModelCallId::generate(self.ids),
             tenant_id: cur.run.tenant_id.clone(),
             run_id: cur.run.id,
             step,
@@ -121,7 +155,6 @@ impl StepRunner<'_> {
             return Ok(Ok(call));
         };
         match self
-            .engine
             .ledger
             .reserve(self.scope, call.clone(), Some(quota))
             .await
@@ -141,15 +174,15 @@ impl StepRunner<'_> {
     /// emits `usage.updated`.
     pub(crate) fn settle(
         &self,
-        cur: &mut Cursor<'_>,
+        cur: &mut Execution<'_>,
         step: u32,
         model: &str,
         reservation: ModelCall,
         reported: Reported,
     ) -> Result<(), EngineError> {
-        let t = &self.engine.telemetry;
+        let t = &self.telemetry;
         let charged = reported.usage.unwrap_or(reservation.estimate);
-        let cost = self.engine.prices.cost(model, &charged).unwrap_or(0);
+        let cost = self.prices.cost(model, &charged).unwrap_or(0);
         for (token_type, n) in [
             ("input", charged.input_tokens),
             ("output", charged.output_tokens),

@@ -17,17 +17,19 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
-use forge_core::ports::tool::{
-    ApprovalPolicy, Tool, ToolClassification, ToolContext, ToolError, ToolSpec,
-};
+use forge_core::ports::tool::{ApprovalPolicy, Tool, ToolClassification, ToolSpec};
 use serde_json::{Value, json};
 
+use forge_core::agent::RunLimits;
 use forge_core::part::ToolCallPart;
-use forge_core::ports::policy::{PolicyAction, PolicyDecision, PolicyRequest, PolicyResource};
+use forge_core::ports::policy::{
+    Authorizer, PolicyAction, PolicyDecision, PolicyRequest, PolicyResource,
+};
+use forge_core::scope::Scope;
 
 use crate::error::EngineError;
-use crate::step::{Prepared, StepRunner};
+use crate::plan::Prepared;
+use crate::tools::BuiltIn;
 
 /// The built-in tool that loads a skill's instructions or one of its resources.
 pub const LOAD_SKILL: &str = "load_skill";
@@ -254,23 +256,6 @@ impl SkillLibrary {
     }
 }
 
-/// A tool the engine answers itself; its spec is registered so calls are validated like any
-/// other's.
-pub(crate) struct BuiltIn(pub(crate) ToolSpec);
-
-#[async_trait]
-impl Tool for BuiltIn {
-    fn spec(&self) -> &ToolSpec {
-        &self.0
-    }
-    async fn call(&self, _ctx: &ToolContext, _input: Value) -> Result<Value, ToolError> {
-        Err(ToolError::Failed(format!(
-            "{} is answered by the engine",
-            self.0.name
-        )))
-    }
-}
-
 pub(crate) fn load_skill_tool() -> Arc<dyn Tool> {
     Arc::new(BuiltIn(ToolSpec {
         name: LOAD_SKILL.into(),
@@ -412,109 +397,111 @@ fn skill_name(call: &ToolCallPart) -> Option<&str> {
     call.input.get(key).and_then(Value::as_str)
 }
 
-impl StepRunner<'_> {
-    /// For a call of a skill built-in: the denial when the scope may not see or use the skill it
-    /// names (a hidden skill is refused like one that does not exist), `None` otherwise.
-    pub(crate) fn skill_gate(&self, call: &ToolCallPart) -> Option<Prepared> {
-        let name = skill_name(call)?;
-        let denied = |message: String, reason: String| {
-            Some(Prepared::Denied {
-                call: call.clone(),
-                message,
-                reason,
-            })
-        };
-        let visible = self.engine.visible_skills(self.scope, self.agent);
-        let Some(skill) = visible.into_iter().find(|s| s.name == name) else {
-            return denied(
-                format!("there is no skill named {name:?} available to this run"),
-                "skill not discoverable by this scope".into(),
-            );
-        };
-        let decision = self.engine.authorizer.decide(&PolicyRequest {
-            scope: self.scope,
-            action: PolicyAction::Execute,
-            resource: PolicyResource::Skill {
-                name: &skill.name,
-                version: &skill.version,
-            },
-            input: Some(&call.input),
-        });
-        match decision {
-            PolicyDecision::Allow => None,
-            PolicyDecision::Deny { reason } => {
-                denied(format!("using skill {name:?} is not permitted"), reason)
-            }
+/// For a call of a skill built-in: the denial when `scope` may not use the skill it names, or
+/// it is not among the `visible` ones (a hidden skill is refused like one that does not exist);
+/// `None` otherwise.
+pub(crate) fn gate(
+    visible: &[&Skill],
+    authorizer: &dyn Authorizer,
+    scope: &Scope,
+    call: &ToolCallPart,
+) -> Option<Prepared> {
+    let name = skill_name(call)?;
+    let denied = |message: String, reason: String| {
+        Some(Prepared::Denied {
+            call: call.clone(),
+            message,
+            reason,
+        })
+    };
+    let Some(skill) = visible.iter().find(|s| s.name == name) else {
+        return denied(
+            format!("there is no skill named {name:?} available to this run"),
+            "skill not discoverable by this scope".into(),
+        );
+    };
+    let decision = authorizer.decide(&PolicyRequest {
+        scope,
+        action: PolicyAction::Execute,
+        resource: PolicyResource::Skill {
+            name: &skill.name,
+            version: &skill.version,
+        },
+        input: Some(&call.input),
+    });
+    match decision {
+        PolicyDecision::Allow => None,
+        PolicyDecision::Deny { reason } => {
+            denied(format!("using skill {name:?} is not permitted"), reason)
         }
     }
+}
 
-    /// Answers a call of [`LOAD_SKILL`] or [`RUN_SKILL_SCRIPT`] that passed [`Self::skill_gate`];
-    /// `None` for any other tool.
-    pub(crate) async fn skill_call(
-        &self,
-        call: &ToolCallPart,
-    ) -> Option<Result<Value, (&'static str, String)>> {
-        let name = skill_name(call)?;
-        let skills = &self.engine.skills;
-        let Some(skill) = skills.get(name) else {
-            return Some(Err((
-                "forbidden",
-                format!("there is no skill named {name:?} available to this run"),
-            )));
-        };
-        if call.tool_name == LOAD_SKILL {
-            return Some(match call.input.get("resource").and_then(Value::as_str) {
-                None => Ok(json!({
+/// Answers a call of [`LOAD_SKILL`] or [`RUN_SKILL_SCRIPT`] that passed [`gate`], from `skills`
+/// within the run's `limits`; `None` for any other tool.
+pub(crate) async fn answer(
+    skills: &SkillLibrary,
+    limits: &RunLimits,
+    call: &ToolCallPart,
+) -> Option<Result<Value, (&'static str, String)>> {
+    let name = skill_name(call)?;
+    let Some(skill) = skills.get(name) else {
+        return Some(Err((
+            "forbidden",
+            format!("there is no skill named {name:?} available to this run"),
+        )));
+    };
+    if call.tool_name == LOAD_SKILL {
+        return Some(match call.input.get("resource").and_then(Value::as_str) {
+            None => Ok(json!({
+                "name": skill.name,
+                "version": skill.version,
+                "instructions": skill.instructions,
+                "resources": skill.resources.keys().collect::<Vec<_>>(),
+                "scripts": skill.scripts.keys().collect::<Vec<_>>(),
+                "scripts_enabled": skills.scripts_enabled(),
+            })),
+            Some(path) => match skill.resources.get(path) {
+                Some(content) => Ok(json!({
                     "name": skill.name,
                     "version": skill.version,
-                    "instructions": skill.instructions,
-                    "resources": skill.resources.keys().collect::<Vec<_>>(),
-                    "scripts": skill.scripts.keys().collect::<Vec<_>>(),
-                    "scripts_enabled": skills.scripts_enabled(),
+                    "resource": path,
+                    "content": content,
                 })),
-                Some(path) => match skill.resources.get(path) {
-                    Some(content) => Ok(json!({
-                        "name": skill.name,
-                        "version": skill.version,
-                        "resource": path,
-                        "content": content,
-                    })),
-                    None => Err((
-                        "invalid_input",
-                        format!("skill {name:?} has no resource {path:?}"),
-                    )),
-                },
-            });
-        }
-        if !skills.scripts_enabled() {
-            return Some(Err((
-                "forbidden",
-                "skill scripts are disabled in this deployment".into(),
-            )));
-        }
-        let script = call
-            .input
-            .get("script")
-            .and_then(Value::as_str)
-            .unwrap_or("");
-        let Some(path) = skill.scripts.get(script) else {
-            return Some(Err((
-                "invalid_input",
-                format!("skill {name:?} has no script {script:?}"),
-            )));
-        };
-        let limits = &self.agent.limits;
-        Some(
-            run_script(
-                skill,
-                path,
-                call.input.get("input").unwrap_or(&Value::Null),
-                Duration::from_millis(limits.tool_timeout_ms),
-                limits.max_tool_output_bytes,
-            )
-            .await,
-        )
+                None => Err((
+                    "invalid_input",
+                    format!("skill {name:?} has no resource {path:?}"),
+                )),
+            },
+        });
     }
+    if !skills.scripts_enabled() {
+        return Some(Err((
+            "forbidden",
+            "skill scripts are disabled in this deployment".into(),
+        )));
+    }
+    let script = call
+        .input
+        .get("script")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let Some(path) = skill.scripts.get(script) else {
+        return Some(Err((
+            "invalid_input",
+            format!("skill {name:?} has no script {script:?}"),
+        )));
+    };
+    Some(
+        run_script(
+            skill,
+            path,
+            call.input.get("input").unwrap_or(&Value::Null),
+            Duration::from_millis(limits.tool_timeout_ms),
+            limits.max_tool_output_bytes,
+        )
+        .await,
+    )
 }
 
 #[cfg(test)]

@@ -15,7 +15,7 @@ use forge_core::ports::tool::{ApprovalPolicy, Tool, ToolClassification, ToolSpec
 use forge_core::thread::SessionState;
 use serde_json::{Map, Value, json};
 
-use crate::skills::BuiltIn;
+use crate::tools::BuiltIn;
 
 /// The built-in tool a run changes its thread's session state with.
 pub const UPDATE_STATE: &str = "update_session_state";

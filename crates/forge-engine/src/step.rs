@@ -10,35 +10,24 @@ use forge_core::message::{Message, Role};
 use forge_core::part::{
     ErrorPart, Part, PartUpdate, TextPart, ToolCallPart, ToolResultPart, Trust,
 };
-use forge_core::ports::model::{ModelChunk, ModelError};
+use forge_core::ports::model::ModelChunk;
 use forge_core::ports::policy::{PolicyAction, PolicyDecision, PolicyRequest, PolicyResource};
 use forge_core::ports::tool::ToolContext;
 use forge_core::redact::StreamRedactor;
 use forge_core::run::{FailureCode, RunFailure};
 use forge_core::scope::Scope;
 use forge_core::usage::Usage;
-use futures_util::StreamExt;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::compaction::Compacted;
 use crate::context::assemble;
-use crate::engine::{Cursor, Engine};
+use crate::engine::Engine;
 use crate::error::EngineError;
-
-/// How a step ended.
-pub(crate) enum StepEnd {
-    /// Tools ran; the model gets another turn.
-    Continue,
-    /// The model gave a final answer.
-    Completed { text: String },
-    /// Cancellation was requested.
-    Cancelled,
-    /// The run cannot go on.
-    Failed(RunFailure),
-    /// Calls of this step need a person; the run waits.
-    Parked(forge_core::run::WaitReason),
-}
+use crate::execution::Execution;
+use crate::meter::Meter;
+use crate::model_call::{ModelCaller, Streamed};
+use crate::plan::{Prepared, StepEnd};
 
 pub(crate) struct StepRunner<'a> {
     pub(crate) engine: &'a Engine,
@@ -68,33 +57,41 @@ struct Streaming {
     input_scrub: BTreeMap<u32, StreamRedactor>,
 }
 
-/// A tool call ready to execute, or the result the model gets instead.
-pub(crate) enum Prepared {
-    /// Execute it.
-    Run { call: ToolCallPart },
-    /// Do not; the model gets this error.
-    Refused {
-        call: ToolCallPart,
-        code: &'static str,
-        message: String,
-    },
-    /// Denied by policy, or a tool this run may not see (including one the model invented): the
-    /// model gets a `forbidden` error, and the denial is audited.
-    Denied {
-        call: ToolCallPart,
-        message: String,
-        reason: String,
-    },
-    /// Answered by a person (`ask_user`): this is its result.
-    Answered {
-        call: ToolCallPart,
-        output: serde_json::Value,
-    },
-}
-
 impl StepRunner<'_> {
+    /// The run's compactor, metering its calls with the run's meter.
+    pub(crate) fn compactor(&self) -> crate::compaction::Compactor<'_> {
+        let e = self.engine;
+        crate::compaction::Compactor {
+            scope: self.scope,
+            agent: self.agent,
+            models: &e.models,
+            meter: self.meter(),
+            runs: e.runs.as_ref(),
+            redactor: &e.redactor,
+            clock: e.clock.as_ref(),
+            ids: e.ids.as_ref(),
+            telemetry: &e.telemetry,
+            cancel: self.cancel,
+        }
+    }
+
+    /// The run's meter: its limits, and the engine's prices, quotas and ledger.
+    pub(crate) fn meter(&self) -> Meter<'_> {
+        let e = self.engine;
+        Meter {
+            scope: self.scope,
+            limits: &self.agent.limits,
+            prices: &e.prices,
+            quotas: &e.quotas,
+            ledger: e.ledger.as_ref(),
+            clock: e.clock.as_ref(),
+            ids: e.ids.as_ref(),
+            telemetry: &e.telemetry,
+        }
+    }
+
     /// Runs one step in its `step.execute` span (the parent of its model and tool calls).
-    pub(crate) async fn run(&self, cur: &mut Cursor<'_>) -> Result<StepEnd, EngineError> {
+    pub(crate) async fn run(&self, cur: &mut Execution<'_>) -> Result<StepEnd, EngineError> {
         let span = self.begin_step(cur);
         let end = self.step(cur).await;
         self.end_step(cur, span, &end);
@@ -102,7 +99,10 @@ impl StepRunner<'_> {
     }
 
     /// Opens a step's span and counts the step.
-    pub(crate) fn begin_step(&self, cur: &mut Cursor<'_>) -> Box<dyn forge_core::telemetry::Span> {
+    pub(crate) fn begin_step(
+        &self,
+        cur: &mut Execution<'_>,
+    ) -> Box<dyn forge_core::telemetry::Span> {
         let t = &self.engine.telemetry;
         let span = t.tracer.start(
             forge_core::telemetry::SpanName::StepExecute,
@@ -121,7 +121,7 @@ impl StepRunner<'_> {
     /// Ends a step's span with how the step ended.
     pub(crate) fn end_step(
         &self,
-        cur: &mut Cursor<'_>,
+        cur: &mut Execution<'_>,
         span: Box<dyn forge_core::telemetry::Span>,
         end: &Result<StepEnd, EngineError>,
     ) {
@@ -144,7 +144,7 @@ impl StepRunner<'_> {
         cur.step_trace = None;
     }
 
-    async fn step(&self, cur: &mut Cursor<'_>) -> Result<StepEnd, EngineError> {
+    async fn step(&self, cur: &mut Execution<'_>) -> Result<StepEnd, EngineError> {
         let step = cur.checkpoint.step + 1;
         cur.emit(RunEventKind::StepStarted { step });
         let (provider_name, model_name) =
@@ -166,7 +166,7 @@ impl StepRunner<'_> {
         if let Some(config) = &self.agent.compaction
             && crate::context::estimate_usage(&request).input_tokens > config.max_tokens
         {
-            match self.compact(cur, step).await? {
+            match self.compactor().compact(cur, step).await? {
                 Compacted::Done => request = self.request(cur, model_name).await?,
                 Compacted::Nothing => {}
                 Compacted::Ended(end) => return Ok(end),
@@ -178,6 +178,7 @@ impl StepRunner<'_> {
         // Reserve before spending: the run's ceilings, then the tenant's quota (atomic in the
         // store). A call that would pass either is not made.
         let reservation = match self
+            .meter()
             .reserve(cur, step, &mut request, &self.agent.model)
             .await?
         {
@@ -197,71 +198,21 @@ impl StepRunner<'_> {
             text_scrub: StreamRedactor::new(self.engine.redactor.clone()),
             input_scrub: BTreeMap::new(),
         };
-        let t = &self.engine.telemetry;
-        let call_span = t.tracer.start(
-            forge_core::telemetry::SpanName::ModelCall,
-            cur.step_trace.as_ref(),
-            vec![("model", self.agent.model.clone().into())],
-        );
         // A process frozen since its lease was last vouched for may have lost the run: asking the
         // model now would send this step's call a second time beside the new holder's.
         self.ensure_lease(cur).await?;
-        let call_started = std::time::Instant::now();
-        let mut first_output = None;
-        let streamed = tokio::select! {
-            biased;
-            _ = self.cancel.cancelled() => Err(None),
-            r = provider.stream(request) => r.map_err(Some),
-        };
-        let outcome = match streamed {
-            Err(None) => Err(None),
-            Err(Some(e)) => Err(Some(e)),
-            Ok(mut stream) => loop {
-                let next = tokio::select! {
-                    biased;
-                    _ = self.cancel.cancelled() => break Err(None),
-                    next = stream.next() => next,
-                };
-                match next {
-                    None => break Ok(()),
-                    Some(Err(e)) => break Err(Some(e)),
-                    Some(Ok(chunk)) => {
-                        if first_output.is_none()
-                            && matches!(
-                                chunk,
-                                ModelChunk::TextDelta(_) | ModelChunk::ToolCallDelta { .. }
-                            )
-                        {
-                            first_output = Some(call_started.elapsed());
-                        }
-                        self.on_chunk(cur, &mut msg, chunk)
-                    }
-                }
-            },
-        };
         let model = self.agent.model.as_str();
-        let call_outcome = match &outcome {
-            Ok(()) => "ok",
-            Err(None) => "cancelled",
-            Err(Some(e)) => {
-                call_span.fail(e.code());
-                "error"
-            }
+        let parent = cur.step_trace;
+        let streamed = ModelCaller::new(provider.as_ref(), &self.engine.telemetry, self.cancel)
+            .stream(request, model, parent.as_ref(), |chunk| {
+                self.on_chunk(cur, &mut msg, chunk)
+            })
+            .await;
+        let outcome = match streamed {
+            Streamed::Finished => Ok(()),
+            Streamed::Cancelled => Err(None),
+            Streamed::Failed(e) => Err(Some(e)),
         };
-        call_span.set("outcome", call_outcome.into());
-        call_span.end();
-        t.meter.record(
-            forge_core::telemetry::Instrument::ModelCallDuration,
-            call_started.elapsed().as_secs_f64() * 1000.0,
-            &[("model", model), ("outcome", call_outcome)],
-        );
-        if let Some(first) = first_output {
-            t.meter.record(
-                forge_core::telemetry::Instrument::TimeToFirstToken,
-                first.as_secs_f64() * 1000.0,
-                &[("model", model)],
-            );
-        }
         // Whatever ended the stream, what was held back is released (scrubbed) now.
         self.close_text(cur, &mut msg);
         self.flush_inputs(cur, &mut msg);
@@ -269,7 +220,7 @@ impl StepRunner<'_> {
             self.finish_tool_inputs(cur, &mut msg);
         }
         cur.checkpoint.step = step;
-        self.settle(
+        self.meter().settle(
             cur,
             step,
             model,
@@ -287,7 +238,7 @@ impl StepRunner<'_> {
                 self.keep_message(cur, msg);
                 return Ok(StepEnd::Cancelled);
             }
-            Err(Some(e)) => Some(model_failure(&e)),
+            Err(Some(e)) => Some(crate::plan::model_failure(&e)),
         };
         if let Some(failure) = failure {
             self.add_part(
@@ -360,7 +311,7 @@ impl StepRunner<'_> {
     /// the thread's summary and the history after it, and the tools offered.
     async fn request(
         &self,
-        cur: &Cursor<'_>,
+        cur: &Execution<'_>,
         model_name: &str,
     ) -> Result<forge_core::ports::model::ModelRequest, EngineError> {
         // The thread's history after its summary as read when this execution began, plus what it
@@ -368,7 +319,13 @@ impl StepRunner<'_> {
         // not committed yet (the run's input, on its first step).
         let history = [cur.history.clone(), cur.messages.clone()].concat();
         let history = crate::compaction::with_summary(cur.summary.as_ref(), history);
-        let history = crate::files::expand(self.engine, self.scope, history).await?;
+        let history = crate::files::expand(
+            self.engine.files.as_deref(),
+            &self.engine.redactor,
+            self.scope,
+            history,
+        )
+        .await?;
         // Session state is application data: a secret stored in it never reaches the model.
         let mut state = cur.state.clone();
         let mut values = serde_json::Value::Object(std::mem::take(&mut state.values));
@@ -386,7 +343,7 @@ impl StepRunner<'_> {
     }
 
     /// Makes sure of the run's lease immediately before a model or tool call (`crate::lease`).
-    pub(crate) async fn ensure_lease(&self, cur: &Cursor<'_>) -> Result<(), forge_core::Error> {
+    pub(crate) async fn ensure_lease(&self, cur: &Execution<'_>) -> Result<(), forge_core::Error> {
         cur.held
             .ensure(
                 self.engine.runs.as_ref(),
@@ -401,7 +358,7 @@ impl StepRunner<'_> {
     /// that call does not run and the step is abandoned with the lease's error.
     pub(crate) async fn run_tools(
         &self,
-        cur: &mut Cursor<'_>,
+        cur: &mut Execution<'_>,
         prepared: Vec<Prepared>,
     ) -> Result<StepEnd, EngineError> {
         let mut audit = self.denials(cur, &prepared);
@@ -455,7 +412,7 @@ impl StepRunner<'_> {
     /// run with `structured_output_invalid`.
     fn structured_answer(
         &self,
-        cur: &mut Cursor<'_>,
+        cur: &mut Execution<'_>,
         mut msg: Streaming,
         text: &str,
         schema: &serde_json::Value,
@@ -508,7 +465,7 @@ impl StepRunner<'_> {
         }
     }
 
-    fn add_part(&self, cur: &mut Cursor<'_>, msg: &mut Streaming, part: Part) -> usize {
+    fn add_part(&self, cur: &mut Execution<'_>, msg: &mut Streaming, part: Part) -> usize {
         let index = msg.parts.len();
         cur.emit(RunEventKind::PartAdded {
             message_id: msg.id,
@@ -520,7 +477,7 @@ impl StepRunner<'_> {
         index
     }
 
-    fn on_text(&self, cur: &mut Cursor<'_>, msg: &mut Streaming, text: String) {
+    fn on_text(&self, cur: &mut Execution<'_>, msg: &mut Streaming, text: String) {
         match msg.open_text {
             Some(index) => {
                 if let Some(Part::Text(t)) = msg.parts.get_mut(index) {
@@ -539,7 +496,7 @@ impl StepRunner<'_> {
         }
     }
 
-    fn on_chunk(&self, cur: &mut Cursor<'_>, msg: &mut Streaming, chunk: ModelChunk) {
+    fn on_chunk(&self, cur: &mut Execution<'_>, msg: &mut Streaming, chunk: ModelChunk) {
         match chunk {
             ModelChunk::TextDelta(text) if text.is_empty() => {}
             ModelChunk::TextDelta(text) => {
@@ -593,7 +550,7 @@ impl StepRunner<'_> {
     }
 
     /// Ends the open text part: what its stream held back is released, scrubbed.
-    fn close_text(&self, cur: &mut Cursor<'_>, msg: &mut Streaming) {
+    fn close_text(&self, cur: &mut Execution<'_>, msg: &mut Streaming) {
         let rest = msg.text_scrub.finish();
         if !rest.is_empty() {
             self.on_text(cur, msg, rest);
@@ -602,7 +559,7 @@ impl StepRunner<'_> {
     }
 
     /// Releases what each call's input stream held back, scrubbed.
-    fn flush_inputs(&self, cur: &mut Cursor<'_>, msg: &mut Streaming) {
+    fn flush_inputs(&self, cur: &mut Execution<'_>, msg: &mut Streaming) {
         for (call, mut scrub) in std::mem::take(&mut msg.input_scrub) {
             let json = scrub.finish();
             if let (false, Some((index, _))) = (json.is_empty(), msg.calls.get(&call)) {
@@ -617,7 +574,7 @@ impl StepRunner<'_> {
 
     /// Parses each streamed tool input; a parsed input replaces the part's `null`. Input that is not
     /// JSON stays `null` and is refused before execution.
-    fn finish_tool_inputs(&self, cur: &mut Cursor<'_>, msg: &mut Streaming) {
+    fn finish_tool_inputs(&self, cur: &mut Execution<'_>, msg: &mut Streaming) {
         let calls: Vec<(usize, String)> = msg.calls.values().cloned().collect();
         for (index, raw) in calls {
             let raw = if raw.trim().is_empty() {
@@ -643,7 +600,7 @@ impl StepRunner<'_> {
         }
     }
 
-    fn keep_message(&self, cur: &mut Cursor<'_>, mut msg: Streaming) {
+    fn keep_message(&self, cur: &mut Execution<'_>, mut msg: Streaming) {
         for part in &mut msg.parts {
             if let Part::Text(t) = part
                 && let std::borrow::Cow::Owned(scrubbed) = self.engine.redactor.redact(&t.text)
@@ -737,9 +694,13 @@ impl StepRunner<'_> {
                     input: Some(&call.input),
                 });
                 match decision {
-                    PolicyDecision::Allow => self
-                        .skill_gate(call)
-                        .unwrap_or_else(|| Prepared::Run { call: call.clone() }),
+                    PolicyDecision::Allow => crate::skills::gate(
+                        &self.engine.visible_skills(self.scope, self.agent),
+                        self.engine.authorizer.as_ref(),
+                        self.scope,
+                        call,
+                    )
+                    .unwrap_or_else(|| Prepared::Run { call: call.clone() }),
                     PolicyDecision::Deny { reason } => Prepared::Denied {
                         call: call.clone(),
                         message: format!("this call of {:?} is not permitted", call.tool_name),
@@ -762,7 +723,7 @@ impl StepRunner<'_> {
     /// fails does not run; the first such error is put in `lost`.
     async fn execute_tools(
         &self,
-        cur: &Cursor<'_>,
+        cur: &Execution<'_>,
         prepared: Vec<Prepared>,
         draft: &std::sync::Mutex<crate::state::Draft>,
         lost: &std::sync::Mutex<Option<forge_core::Error>>,
@@ -800,7 +761,9 @@ impl StepRunner<'_> {
                     (call, result, version)
                 }
                 Prepared::Run { call } if call.tool_name == crate::cite::CITE => {
-                    let (result, cited) = self.cite_call(&call).await;
+                    let (result, cited) =
+                        crate::cite::answer(self.engine.citations.as_deref(), self.scope, &call)
+                            .await;
                     citation = cited;
                     let version = self.tool_version(&call);
                     (call, result, version)
@@ -817,7 +780,8 @@ impl StepRunner<'_> {
                         ),
                         lease_token: cur.lease.token,
                     };
-                    let skill = self.skill_call(&call).await;
+                    let skill =
+                        crate::skills::answer(&self.engine.skills, &self.agent.limits, &call).await;
                     let result = match (skill, self.engine.tools.get(&call.tool_name)) {
                         (Some(answered), _) => answered,
                         (None, None) => Err((
@@ -906,17 +870,5 @@ impl StepRunner<'_> {
             _ = self.cancel.cancelled() => None,
             results = futures_util::future::join_all(futures) => Some(results.into_iter().flatten().collect()),
         }
-    }
-}
-
-pub(crate) fn model_failure(e: &ModelError) -> RunFailure {
-    let code = match e {
-        ModelError::MalformedStream(_) => FailureCode::MalformedModelOutput,
-        _ => FailureCode::ProviderError,
-    };
-    // The provider's own words may carry request details; the user sees the class only.
-    RunFailure {
-        code,
-        message: format!("the model call failed ({})", e.code()),
     }
 }

@@ -220,3 +220,23 @@ where
         serde_json::to_value(out).map_err(|e| ToolError::Failed(format!("output is not JSON: {e}")))
     }
 }
+/// A tool the engine answers itself; its spec is registered so calls are validated like any
+/// other's.
+pub(crate) struct BuiltIn(pub(crate) ToolSpec);
+
+#[async_trait]
+impl Tool for BuiltIn {
+    fn spec(&self) -> &ToolSpec {
+        &self.0
+    }
+    async fn call(
+        &self,
+        _ctx: &ToolContext,
+        _input: serde_json::Value,
+    ) -> Result<serde_json::Value, ToolError> {
+        Err(ToolError::Failed(format!(
+            "{} is answered by the engine",
+            self.0.name
+        )))
+    }
+}

@@ -1,6 +1,6 @@
 //! The engine: registries of agents, models and tools over the storage ports, and the run loop.
 //!
-//! `builder` assembles it; `execution` runs a run step by step under its lease and commits each
+//! `builder` assembles it; `run_loop` runs a run step by step under its lease and commits each
 //! step; `interactions` is the human-in-the-loop API (listing, who may approve, resolving).
 
 use std::collections::HashMap;
@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use forge_core::agent::{AgentDefinition, AgentRef};
-use forge_core::event::{RunEvent, RunEventKind};
+use forge_core::event::RunEventKind;
 use forge_core::id::{IdGenerator, MessageId, RunId, ThreadId, UuidV7Generator};
 use forge_core::interaction::{
     Decision, Interaction, InteractionRequest, InteractionStatus, Resolve,
@@ -16,31 +16,27 @@ use forge_core::interaction::{
 use forge_core::message::{Message, Role};
 use forge_core::metering::{ModelCall, Prices, Quota};
 use forge_core::part::Part;
-use forge_core::ports::audit::AuditRecord;
 use forge_core::ports::interaction::{InteractionFilter, InteractionStore, Resolved};
 use forge_core::ports::model::ModelProvider;
 use forge_core::ports::policy::Authorizer;
-use forge_core::ports::store::{LeasedRun, NewRun, RunStore, StepCommit, ThreadStore};
+use forge_core::ports::store::{LeasedRun, NewRun, RunStore, ThreadStore};
 use forge_core::ports::tool::{ApprovalRule, Tool};
 use forge_core::ports::usage::{CallFilter, UsageLedger};
-use forge_core::run::{
-    Checkpoint, FailureCode, Run, RunFailure, RunInput, RunLease, RunPurpose, RunStatus, transition,
-};
+use forge_core::run::{FailureCode, Run, RunFailure, RunInput, RunLease, RunPurpose, RunStatus};
 use forge_core::scope::{PrincipalId, Scope, TenantId};
 use forge_core::time::{Clock, SystemClock};
 use tokio_util::sync::CancellationToken;
 
 use crate::error::EngineError;
+use crate::meter::Quotas;
 use crate::observer::RunObserver;
-use crate::step::{StepEnd, StepRunner};
 use crate::tools::ToolRegistry;
 
 mod builder;
-mod execution;
 mod interactions;
+mod run_loop;
 
 pub use builder::EngineBuilder;
-pub(crate) use execution::Cursor;
 
 /// The longest thread title, in characters.
 pub const MAX_TITLE_CHARS: usize = 200;
@@ -100,19 +96,6 @@ pub struct RunControl {
     /// the lease until then plus its time to live, less a margin, and renews it in the store
     /// before acting past that. Without it, the lease is renewed before the first model call.
     pub leased_at: Option<std::time::Instant>,
-}
-
-/// Tenant quotas: a default and per-tenant overrides.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct Quotas {
-    pub(crate) default: Option<Quota>,
-    pub(crate) tenants: HashMap<TenantId, Quota>,
-}
-
-impl Quotas {
-    pub(crate) fn of(&self, tenant: &TenantId) -> Option<Quota> {
-        self.tenants.get(tenant).copied().or(self.default)
-    }
 }
 
 /// The longest range a usage report covers: its calls are read whole, so a range bounds the

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use forge_core::Error;
 use forge_core::ports::queue::{ClaimFilter, Claimed, JobQueue, LeaseRequest};
+use forge_core::scope::SystemScope;
 use tokio::sync::oneshot;
 
 /// A claim and when it was asked for (before the round trip): its run's lease is vouched for
@@ -31,6 +32,8 @@ pub(crate) struct ClaimGroup {
 
 /// What a worker's claims are.
 pub(crate) struct Claiming {
+    /// The scope claims are made in (across tenants).
+    pub(crate) system: SystemScope,
     /// The worker the claims name.
     pub(crate) worker: String,
     /// Each claim's time to live.
@@ -81,7 +84,7 @@ impl ClaimGroup {
             return Ok(self
                 .inner
                 .queue
-                .claim_leased(&super::system(), &c.worker, c.ttl, &c.filter, &c.lease)
+                .claim_leased(&c.system, &c.worker, c.ttl, &c.filter, &c.lease)
                 .await?
                 .map(|claimed| (claimed, asked)));
         }
@@ -147,7 +150,7 @@ impl Inner {
             let claimed = self
                 .queue
                 .claim_leased_batch(
-                    &super::system(),
+                    &c.system,
                     &c.worker,
                     c.ttl,
                     &c.filter,

@@ -164,6 +164,7 @@ impl Worker {
         let claims = claims::ClaimGroup::new(
             queue.clone(),
             claims::Claiming {
+                system: system(),
                 worker: config.id.clone(),
                 ttl: config.claim_ttl,
                 filter,

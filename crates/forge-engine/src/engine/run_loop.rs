@@ -1,74 +1,9 @@
-//! Executing a run: taking its lease, running its steps, committing each one.
+//! The run loop: taking a run's lease, running its steps, committing each one.
 
 use super::*;
-
-/// The run being executed: its position in the log and the step's pending writes.
-pub(crate) struct Cursor<'a> {
-    pub(crate) run: Run,
-    pub(crate) lease: RunLease,
-    /// The lease with the local deadline it is vouched for until: checked immediately before
-    /// every model call and tool call (`crate::lease`).
-    pub(crate) held: Arc<crate::lease::HeldLease>,
-    pub(crate) status: RunStatus,
-    pub(crate) checkpoint: Checkpoint,
-    pending: Vec<RunEvent>,
-    pub(crate) messages: Vec<Message>,
-    /// Interactions the step raised, created by its commit.
-    pub(crate) interactions: Vec<Interaction>,
-    /// Audit entries of the step (external writes), written by its commit.
-    pub(crate) audit: Vec<AuditRecord>,
-    /// The step's model calls, settled, recorded by its commit.
-    pub(crate) settlements: Vec<ModelCall>,
-    /// The thread's committed history, read once when the execution began and extended by each
-    /// commit of this execution.
-    pub(crate) history: Vec<Message>,
-    /// The thread's session state, read when the execution began and kept as this execution
-    /// commits changes to it.
-    pub(crate) state: forge_core::thread::SessionState,
-    /// The step's change to the session state, written by its commit.
-    pub(crate) state_update: Option<forge_core::ports::store::StateUpdate>,
-    /// The thread's summary, read when the execution began and replaced by its compactions;
-    /// `history` holds only the messages after it.
-    pub(crate) summary: Option<forge_core::thread::ThreadSummary>,
-    /// The step's new summary, written by its commit.
-    pub(crate) summary_update: Option<forge_core::thread::ThreadSummary>,
-    next_seq: u64,
-    clock: &'a dyn Clock,
-    observer: &'a dyn RunObserver,
-    /// The execution's span, parent of its steps' spans.
-    pub(crate) trace: Option<forge_core::telemetry::TraceContext>,
-    /// The current step's span, parent of its model and tool calls' spans.
-    pub(crate) step_trace: Option<forge_core::telemetry::TraceContext>,
-    /// The queue's claim the execution runs under, completed by the commit that ends or parks
-    /// the run; `job_completed` once one has.
-    job: Option<forge_core::ports::queue::ClaimedJob>,
-    job_completed: bool,
-}
-
-impl Cursor<'_> {
-    /// Adds an event to the step, numbering it, and shows it to the observer at once.
-    pub(crate) fn emit(&mut self, kind: RunEventKind) {
-        let event = RunEvent {
-            run_id: self.run.id,
-            seq: self.next_seq,
-            at: self.clock.now(),
-            kind,
-        };
-        self.next_seq += 1;
-        self.observer.on_emitted(&crate::observer::Emitted {
-            tenant_id: &self.run.tenant_id,
-            thread_id: self.run.thread_id,
-            attempt: self.lease.token,
-            event: &event,
-        });
-        self.pending.push(event);
-    }
-
-    pub(crate) fn apply(&mut self, input: RunInput) -> Result<(), EngineError> {
-        self.status = transition(self.status, input).map_err(forge_core::Error::from)?;
-        Ok(())
-    }
-}
+use crate::execution::Execution;
+use crate::plan::StepEnd;
+use crate::step::StepRunner;
 
 impl Engine {
     /// Executes a run from its last checkpoint until it ends (or `cancel` fires), committing each
@@ -307,34 +242,18 @@ impl Engine {
             }
         };
         let observer = crate::observer::NoopObserver;
-        let mut cur = Cursor {
-            status: run.status,
-            checkpoint: run.checkpoint.clone(),
-            next_seq: run.last_seq + 1,
+        let mut cur = Execution::new(
             run,
-            lease: lease.clone(),
-            held: Arc::new(crate::lease::HeldLease::new(
+            Arc::new(crate::lease::HeldLease::new(
                 lease.clone(),
                 Some(asked),
                 self.lease_ttl,
             )),
-            pending: Vec::new(),
-            messages: Vec::new(),
-            interactions: Vec::new(),
-            audit: Vec::new(),
-            settlements: Vec::new(),
-            history: Vec::new(),
-            state: Default::default(),
-            state_update: None,
-            summary: None,
-            summary_update: None,
-            clock: self.clock.as_ref(),
-            observer: &observer,
-            trace: None,
-            step_trace: None,
-            job: None,
-            job_completed: false,
-        };
+            self.clock.as_ref(),
+            &observer,
+            None,
+            None,
+        );
         let failure = RunFailure {
             code: FailureCode::DeadLettered,
             message: message.to_owned(),
@@ -381,32 +300,15 @@ impl Engine {
         observer: &dyn RunObserver,
     ) -> Result<RunOutcome, EngineError> {
         let cancel = &control.cancel;
-        let lease = held.lease();
         let mut cancel_requested = run.cancel_requested;
-        let mut cur = Cursor {
-            status: run.status,
-            checkpoint: run.checkpoint.clone(),
-            next_seq: run.last_seq + 1,
+        let mut cur = Execution::new(
             run,
-            lease,
             held,
-            pending: Vec::new(),
-            messages: Vec::new(),
-            interactions: Vec::new(),
-            audit: Vec::new(),
-            settlements: Vec::new(),
-            history: Vec::new(),
-            state: Default::default(),
-            state_update: None,
-            summary: None,
-            summary_update: None,
-            clock: self.clock.as_ref(),
+            self.clock.as_ref(),
             observer,
-            trace: control.trace,
-            step_trace: None,
-            job: control.job.clone(),
-            job_completed: false,
-        };
+            control.trace,
+            control.job.clone(),
+        );
         let agent = match self.agent(&cur.run.agent) {
             Ok(a) => a,
             Err(_) => {
@@ -643,7 +545,7 @@ impl Engine {
         scope: &Scope,
         agent: &AgentDefinition,
         cancel: &CancellationToken,
-        mut cur: Cursor<'_>,
+        mut cur: Execution<'_>,
     ) -> Result<RunOutcome, EngineError> {
         let step = cur.checkpoint.step + 1;
         cur.emit(RunEventKind::StepStarted { step });
@@ -653,7 +555,7 @@ impl Engine {
             agent,
             cancel,
         };
-        let (end, failure) = match runner.compact(&mut cur, step).await? {
+        let (end, failure) = match runner.compactor().compact(&mut cur, step).await? {
             crate::compaction::Compacted::Done => {
                 let covered = cur.summary.as_ref().map_or(0, |s| s.covered);
                 (
@@ -699,27 +601,11 @@ impl Engine {
     async fn commit(
         &self,
         scope: &Scope,
-        cur: &mut Cursor<'_>,
+        cur: &mut Execution<'_>,
         failure: Option<RunFailure>,
     ) -> Result<(RunOutcome, bool), EngineError> {
         use forge_core::telemetry::Instrument;
-        let messages = std::mem::take(&mut cur.messages);
-        let commit = StepCommit {
-            run_id: cur.run.id,
-            expected_version: cur.run.version,
-            lease: cur.lease.clone(),
-            events: std::mem::take(&mut cur.pending),
-            messages: messages.clone(),
-            checkpoint: cur.checkpoint.clone(),
-            status: cur.status,
-            failure: failure.clone(),
-            interactions: std::mem::take(&mut cur.interactions),
-            audit: std::mem::take(&mut cur.audit),
-            settlements: std::mem::take(&mut cur.settlements),
-            state: cur.state_update.take(),
-            summary: cur.summary_update.take(),
-            job: cur.job.clone().filter(|_| !cur.job_completed),
-        };
+        let (commit, messages) = cur.take_commit(failure.clone());
         let state = commit.state.clone();
         // Timed whatever the outcome: a commit that fails slowly is the one to see.
         let started = std::time::Instant::now();
@@ -738,28 +624,12 @@ impl Engine {
             ),
         }
         let committed = committed?;
-        if let Some(update) = state {
-            cur.state = forge_core::thread::SessionState {
-                version: update.expected_version + 1,
-                values: update.values,
-            };
-        }
-        cur.observer.on_commit(&crate::observer::Commit {
-            tenant_id: &cur.run.tenant_id,
-            run_id: cur.run.id,
-            thread_id: cur.run.thread_id,
-            last_seq: committed.last_seq,
-        });
-        cur.history.extend(messages);
-        cur.run.version = committed.version;
-        cur.run.last_seq = committed.last_seq;
-        cur.run.status = cur.status;
-        cur.job_completed |= committed.job_completed;
+        cur.committed(&committed, state, messages);
         let outcome = RunOutcome {
             status: cur.status,
             last_seq: committed.last_seq,
             failure,
-            job_completed: cur.job_completed,
+            job_completed: cur.job_completed(),
         };
         Ok((outcome, committed.cancel_requested))
     }

@@ -54,7 +54,7 @@ pub(crate) const CAPABILITIES: &[Capability] = &[
         name: "approvals: a call that needs a person parks the run",
         provider: ("forge-engine/src/hitl.rs", Some("StepRunner"), "gate"),
         scope: Scope::Platform,
-        wired_in: ("forge-engine/src/step.rs", Some("StepRunner"), "step"),
+        wired_in: ("forge-engine/src/step.rs", Some("StepRunner"), "act"),
     },
     Capability {
         name: "questions: the built-in ask_user tool",
@@ -68,13 +68,9 @@ pub(crate) const CAPABILITIES: &[Capability] = &[
     },
     Capability {
         name: "citations: cite calls checked against retrieved spans",
-        provider: ("forge-engine/src/cite.rs", None, "with_citation"),
+        provider: ("forge-engine/src/cite.rs", None, "answer"),
         scope: Scope::Platform,
-        wired_in: (
-            "forge-engine/src/step.rs",
-            Some("StepRunner"),
-            "execute_tools",
-        ),
+        wired_in: ("forge-engine/src/executor.rs", Some("ToolExecutor"), "one"),
     },
     Capability {
         name: "citations: the binaries give the engine a citation check",
@@ -90,7 +86,7 @@ pub(crate) const CAPABILITIES: &[Capability] = &[
         name: "usage recording: every model call reserved before it is made",
         provider: ("forge-engine/src/meter.rs", Some("Meter"), "reserve"),
         scope: Scope::Platform,
-        wired_in: ("forge-engine/src/step.rs", Some("StepRunner"), "step"),
+        wired_in: ("forge-engine/src/step.rs", Some("StepRunner"), "call_model"),
     },
     Capability {
         name: "usage recording: every summarising call reserved before it is made",
@@ -183,7 +179,7 @@ pub(crate) const CAPABILITIES: &[Capability] = &[
         wired_in: (
             "forge-engine/src/engine/run_loop.rs",
             Some("Engine"),
-            "execute_leased",
+            "read_thread",
         ),
     },
     Capability {
@@ -194,7 +190,7 @@ pub(crate) const CAPABILITIES: &[Capability] = &[
             "structured_answer",
         ),
         scope: Scope::Platform,
-        wired_in: ("forge-engine/src/step.rs", Some("StepRunner"), "step"),
+        wired_in: ("forge-engine/src/step.rs", Some("StepRunner"), "act"),
     },
     Capability {
         name: "session state: the built-in update_session_state tool",

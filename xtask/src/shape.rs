@@ -65,11 +65,7 @@ const LONG_FILES: &[(&str, &str)] = &[
     ),
     (
         "crates/forge-engine/src/engine/run_loop.rs",
-        "the run loop; the engine components (issue 64, item 1) split it",
-    ),
-    (
-        "crates/forge-engine/src/step.rs",
-        "one step; the engine components (issue 64, item 1) split it",
+        "the run loop: leasing a run, executing its steps, committing each, abandoning it",
     ),
     (
         "crates/forge-engine/src/worker/mod.rs",

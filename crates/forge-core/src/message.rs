@@ -58,12 +58,6 @@ pub struct Message {
 impl Message {
     /// All text parts joined, for display and for matching.
     pub fn text(&self) -> String {
-        self.parts
-            .iter()
-            .filter_map(|p| match p {
-                Part::Text(t) => Some(t.text.as_str()),
-                _ => None,
-            })
-            .collect()
+        crate::part::joined_text(&self.parts)
     }
 }

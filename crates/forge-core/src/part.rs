@@ -246,3 +246,13 @@ impl Part {
         }
     }
 }
+/// The text parts of `parts`, joined: what a message says, for display and for matching.
+pub fn joined_text(parts: &[Part]) -> String {
+    parts
+        .iter()
+        .filter_map(|p| match p {
+            Part::Text(t) => Some(t.text.as_str()),
+            _ => None,
+        })
+        .collect()
+}

@@ -24,6 +24,7 @@ use forge_core::time::Clock;
 use crate::error::EngineError;
 use crate::lease::HeldLease;
 use crate::observer::{Commit, Emitted, RunObserver};
+use crate::plan::StepEnd;
 
 /// The run being executed: its position in the log and the step's pending writes.
 pub(crate) struct Execution<'a> {
@@ -181,6 +182,47 @@ impl<'a> Execution<'a> {
         self.run.last_seq = committed.last_seq;
         self.run.status = self.status;
         self.job_completed |= committed.job_completed;
+    }
+
+    /// Moves the run as the step's `end` says (`Continue` checkpoints it) and emits the event
+    /// that says so; the failure, if the run fails, for its commit.
+    pub(crate) fn conclude(&mut self, end: StepEnd) -> Result<Option<RunFailure>, EngineError> {
+        Ok(match end {
+            StepEnd::Continue => {
+                let version = self.run.version + 1;
+                self.emit(RunEventKind::RunCheckpointed {
+                    step: self.checkpoint.step,
+                    version,
+                });
+                None
+            }
+            StepEnd::Completed { text } => {
+                self.apply(RunInput::Complete)?;
+                self.emit(RunEventKind::RunCompleted {
+                    text,
+                    usage: self.checkpoint.usage,
+                });
+                None
+            }
+            StepEnd::Cancelled => {
+                self.apply(RunInput::Cancel)?;
+                self.emit(RunEventKind::RunCancelled {
+                    reason: Some("cancelled by request".into()),
+                });
+                None
+            }
+            StepEnd::Failed(failure) => {
+                self.apply(RunInput::Fail)?;
+                self.emit(RunEventKind::RunFailed {
+                    failure: failure.clone(),
+                });
+                Some(failure)
+            }
+            StepEnd::Parked(reason) => {
+                self.apply(RunInput::Park(reason))?;
+                None
+            }
+        })
     }
 
     /// Whether a commit of this execution completed the claim it runs under.

@@ -80,6 +80,7 @@
 
 #![deny(missing_docs)]
 
+mod assistant;
 mod cancels;
 mod cite;
 pub mod compaction;
@@ -89,6 +90,7 @@ pub mod discovery;
 mod engine;
 mod error;
 mod execution;
+mod executor;
 pub mod files;
 mod hitl;
 mod lease;

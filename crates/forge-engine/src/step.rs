@@ -1,25 +1,18 @@
 //! One step: a streamed model call, tool-call validation, concurrent tool execution.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::time::Duration;
+use std::collections::BTreeSet;
 
 use forge_core::agent::AgentDefinition;
 use forge_core::event::RunEventKind;
-use forge_core::id::{IdempotencyKey, MessageId, ToolCallId};
+use forge_core::id::MessageId;
 use forge_core::message::{Message, Role};
-use forge_core::part::{
-    ErrorPart, Part, PartUpdate, TextPart, ToolCallPart, ToolResultPart, Trust,
-};
-use forge_core::ports::model::ModelChunk;
+use forge_core::part::{ErrorPart, Part, ToolCallPart};
 use forge_core::ports::policy::{PolicyAction, PolicyDecision, PolicyRequest, PolicyResource};
-use forge_core::ports::tool::ToolContext;
-use forge_core::redact::StreamRedactor;
 use forge_core::run::{FailureCode, RunFailure};
 use forge_core::scope::Scope;
-use forge_core::usage::Usage;
-use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
+use crate::assistant::AssistantMessage;
 use crate::compaction::Compacted;
 use crate::context::assemble;
 use crate::engine::Engine;
@@ -36,27 +29,6 @@ pub(crate) struct StepRunner<'a> {
     pub(crate) cancel: &'a CancellationToken,
 }
 
-/// The assistant message as it streams in.
-struct Streaming {
-    id: MessageId,
-    parts: Vec<Part>,
-    /// Index of the text part that deltas currently extend.
-    open_text: Option<usize>,
-    /// Provider call index → (part index, raw JSON input so far).
-    calls: BTreeMap<u32, (usize, String)>,
-    usage: Usage,
-    /// Whether the provider reported usage at all.
-    usage_reported: bool,
-    /// The provider's request id.
-    request_id: Option<String>,
-    /// The model the provider reports answering.
-    provider_model: Option<String>,
-    /// Scrubs the open text part's stream, holding back what could still become a secret.
-    text_scrub: StreamRedactor,
-    /// The same for each call's streamed input, by provider call index.
-    input_scrub: BTreeMap<u32, StreamRedactor>,
-}
-
 impl StepRunner<'_> {
     /// The run's compactor, metering its calls with the run's meter.
     pub(crate) fn compactor(&self) -> crate::compaction::Compactor<'_> {
@@ -71,6 +43,23 @@ impl StepRunner<'_> {
             clock: e.clock.as_ref(),
             ids: e.ids.as_ref(),
             telemetry: &e.telemetry,
+            cancel: self.cancel,
+        }
+    }
+
+    /// The run's tool executor.
+    pub(crate) fn executor(&self) -> crate::executor::ToolExecutor<'_> {
+        let e = self.engine;
+        crate::executor::ToolExecutor {
+            scope: self.scope,
+            limits: &self.agent.limits,
+            tools: &e.tools,
+            citations: e.citations.as_deref(),
+            skills: &e.skills,
+            redactor: &e.redactor,
+            telemetry: &e.telemetry,
+            runs: e.runs.as_ref(),
+            clock: e.clock.as_ref(),
             cancel: self.cancel,
         }
     }
@@ -174,7 +163,26 @@ impl StepRunner<'_> {
         }
         // What the model may call this step is exactly what it is offered.
         let callable: BTreeSet<String> = request.tools.iter().map(|t| t.name.clone()).collect();
+        let msg = match self
+            .call_model(cur, step, provider.as_ref(), request)
+            .await?
+        {
+            Ok(msg) => msg,
+            Err(end) => return Ok(end),
+        };
+        self.act(cur, step, msg, &callable).await
+    }
 
+    /// The step's model call: reserved before it is made, streamed into the assistant message,
+    /// settled however it ended. The message, or how the step ends when the call did not finish
+    /// (the message so far is kept for the commit).
+    async fn call_model(
+        &self,
+        cur: &mut Execution<'_>,
+        step: u32,
+        provider: &dyn forge_core::ports::model::ModelProvider,
+        mut request: forge_core::ports::model::ModelRequest,
+    ) -> Result<Result<AssistantMessage, StepEnd>, EngineError> {
         // Reserve before spending: the run's ceilings, then the tenant's quota (atomic in the
         // store). A call that would pass either is not made.
         let reservation = match self
@@ -183,105 +191,73 @@ impl StepRunner<'_> {
             .await?
         {
             Ok(call) => call,
-            Err(failure) => return Ok(StepEnd::Failed(failure)),
+            Err(failure) => return Ok(Err(StepEnd::Failed(failure))),
         };
 
-        let mut msg = Streaming {
-            id: MessageId::generate(self.engine.ids.as_ref()),
-            parts: Vec::new(),
-            open_text: None,
-            calls: BTreeMap::new(),
-            usage: Usage::default(),
-            usage_reported: false,
-            request_id: None,
-            provider_model: None,
-            text_scrub: StreamRedactor::new(self.engine.redactor.clone()),
-            input_scrub: BTreeMap::new(),
-        };
+        let mut msg = AssistantMessage::new(
+            MessageId::generate(self.engine.ids.as_ref()),
+            self.engine.redactor.clone(),
+        );
         // A process frozen since its lease was last vouched for may have lost the run: asking the
         // model now would send this step's call a second time beside the new holder's.
         self.ensure_lease(cur).await?;
         let model = self.agent.model.as_str();
         let parent = cur.step_trace;
-        let streamed = ModelCaller::new(provider.as_ref(), &self.engine.telemetry, self.cancel)
+        let streamed = ModelCaller::new(provider, &self.engine.telemetry, self.cancel)
             .stream(request, model, parent.as_ref(), |chunk| {
-                self.on_chunk(cur, &mut msg, chunk)
+                msg.on_chunk(cur, chunk)
             })
             .await;
-        let outcome = match streamed {
-            Streamed::Finished => Ok(()),
-            Streamed::Cancelled => Err(None),
-            Streamed::Failed(e) => Err(Some(e)),
-        };
         // Whatever ended the stream, what was held back is released (scrubbed) now.
-        self.close_text(cur, &mut msg);
-        self.flush_inputs(cur, &mut msg);
-        if outcome.is_ok() {
-            self.finish_tool_inputs(cur, &mut msg);
+        msg.close_text(cur);
+        msg.flush_inputs(cur);
+        if let Streamed::Finished = streamed {
+            msg.finish_tool_inputs(cur);
         }
         cur.checkpoint.step = step;
-        self.meter().settle(
-            cur,
-            step,
-            model,
-            reservation,
-            crate::meter::Reported {
-                usage: msg.usage_reported.then_some(msg.usage),
-                request_id: msg.request_id.clone(),
-                provider_model: msg.provider_model.clone(),
-            },
-        )?;
-
-        let failure = match outcome {
-            Ok(()) => None,
-            Err(None) => {
-                self.keep_message(cur, msg);
-                return Ok(StepEnd::Cancelled);
+        self.meter()
+            .settle(cur, step, model, reservation, msg.reported())?;
+        let end = match streamed {
+            Streamed::Finished => return Ok(Ok(msg)),
+            Streamed::Cancelled => StepEnd::Cancelled,
+            Streamed::Failed(e) => {
+                let failure = crate::plan::model_failure(&e);
+                msg.add_part(
+                    cur,
+                    Part::Error(ErrorPart {
+                        code: failure.code.name().to_owned(),
+                        message: failure.message.clone(),
+                    }),
+                );
+                StepEnd::Failed(failure)
             }
-            Err(Some(e)) => Some(crate::plan::model_failure(&e)),
         };
-        if let Some(failure) = failure {
-            self.add_part(
-                cur,
-                &mut msg,
-                Part::Error(ErrorPart {
-                    code: failure.code.name().to_owned(),
-                    message: failure.message.clone(),
-                }),
-            );
-            self.keep_message(cur, msg);
-            return Ok(StepEnd::Failed(failure));
-        }
+        msg.keep(cur, self.engine.clock.now());
+        Ok(Err(end))
+    }
 
-        let raw_inputs: BTreeMap<usize, String> = msg.calls.values().cloned().collect();
-        let calls: Vec<(ToolCallPart, usize)> = msg
-            .parts
-            .iter()
-            .enumerate()
-            .filter_map(|(i, p)| match p {
-                Part::ToolCall(c) => Some((c.clone(), raw_inputs.get(&i).map_or(0, String::len))),
-                _ => None,
-            })
-            .collect();
-        let text: String = msg
-            .parts
-            .iter()
-            .filter_map(|p| match p {
-                Part::Text(t) => Some(t.text.as_str()),
-                _ => None,
-            })
-            .collect();
+    /// What the step does with the model's message: a final answer, or its tool calls checked,
+    /// gated (parking the run when a person must act) and run.
+    async fn act(
+        &self,
+        cur: &mut Execution<'_>,
+        step: u32,
+        mut msg: AssistantMessage,
+        callable: &BTreeSet<String>,
+    ) -> Result<StepEnd, EngineError> {
+        let calls = msg.calls();
+        let text = msg.text();
         if calls.is_empty() {
             if let Some(schema) = &self.agent.output_schema {
                 return Ok(self.structured_answer(cur, msg, &text, schema, step));
             }
-            self.keep_message(cur, msg);
+            msg.keep(cur, self.engine.clock.now());
             // Built from the scrubbed parts, and scrubbed once more as a whole.
             let text = self.engine.redactor.redact(&text).into_owned();
             return Ok(StepEnd::Completed { text });
         }
         if step >= self.agent.limits.max_steps {
-            self.keep_message(cur, msg);
+            msg.keep(cur, self.engine.clock.now());
             return Ok(StepEnd::Failed(RunFailure {
                 code: FailureCode::StepLimitExceeded,
                 message: format!(
@@ -290,20 +266,20 @@ impl StepRunner<'_> {
                 ),
             }));
         }
-        let prepared = self.prepare(&calls, &callable);
+        let prepared = self.prepare(&calls, callable);
         let (prepared, raised) = self.gate(cur, step, prepared).await;
         if !raised.is_empty() {
             // No tool of this step runs until a person has settled every interaction.
             for i in &raised {
-                self.add_part(cur, &mut msg, Self::request_part(i));
+                msg.add_part(cur, Self::request_part(i));
                 Self::request_event(cur, i);
             }
-            self.keep_message(cur, msg);
+            msg.keep(cur, self.engine.clock.now());
             let reason = Self::wait_reason(&raised);
             cur.interactions = raised;
             return Ok(StepEnd::Parked(reason));
         }
-        self.keep_message(cur, msg);
+        msg.keep(cur, self.engine.clock.now());
         self.run_tools(cur, prepared).await
     }
 
@@ -365,7 +341,7 @@ impl StepRunner<'_> {
         audit.extend(self.external_writes(cur, &prepared));
         let draft = std::sync::Mutex::new(crate::state::Draft::new(&cur.state));
         let lost = std::sync::Mutex::new(None);
-        let executed = self.execute_tools(cur, prepared, &draft, &lost).await;
+        let executed = self.executor().execute(cur, prepared, &draft, &lost).await;
         if let Some(e) = lost.into_inner().unwrap_or_else(|p| p.into_inner()) {
             return Err(EngineError::Store(e));
         }
@@ -413,24 +389,23 @@ impl StepRunner<'_> {
     fn structured_answer(
         &self,
         cur: &mut Execution<'_>,
-        mut msg: Streaming,
+        mut msg: AssistantMessage,
         text: &str,
         schema: &serde_json::Value,
         step: u32,
     ) -> StepEnd {
         match crate::structured::check(text, schema) {
             Ok(value) => {
-                self.add_part(
+                msg.add_part(
                     cur,
-                    &mut msg,
                     Part::StructuredOutput(forge_core::part::StructuredOutputPart { value }),
                 );
-                self.keep_message(cur, msg);
+                msg.keep(cur, self.engine.clock.now());
                 let text = self.engine.redactor.redact(text).into_owned();
                 StepEnd::Completed { text }
             }
             Err(why) => {
-                self.keep_message(cur, msg);
+                msg.keep(cur, self.engine.clock.now());
                 if cur.checkpoint.repairs >= crate::structured::REPAIRS
                     || step >= self.agent.limits.max_steps
                 {
@@ -462,160 +437,6 @@ impl StepRunner<'_> {
                 });
                 StepEnd::Continue
             }
-        }
-    }
-
-    fn add_part(&self, cur: &mut Execution<'_>, msg: &mut Streaming, part: Part) -> usize {
-        let index = msg.parts.len();
-        cur.emit(RunEventKind::PartAdded {
-            message_id: msg.id,
-            role: Role::Assistant,
-            index: index as u32,
-            part: part.clone(),
-        });
-        msg.parts.push(part);
-        index
-    }
-
-    fn on_text(&self, cur: &mut Execution<'_>, msg: &mut Streaming, text: String) {
-        match msg.open_text {
-            Some(index) => {
-                if let Some(Part::Text(t)) = msg.parts.get_mut(index) {
-                    t.text.push_str(&text);
-                }
-                cur.emit(RunEventKind::PartUpdated {
-                    message_id: msg.id,
-                    index: index as u32,
-                    update: PartUpdate::TextDelta { text },
-                });
-            }
-            None => {
-                let index = self.add_part(cur, msg, Part::Text(TextPart { text }));
-                msg.open_text = Some(index);
-            }
-        }
-    }
-
-    fn on_chunk(&self, cur: &mut Execution<'_>, msg: &mut Streaming, chunk: ModelChunk) {
-        match chunk {
-            ModelChunk::TextDelta(text) if text.is_empty() => {}
-            ModelChunk::TextDelta(text) => {
-                // Secrets are scrubbed from what the model says too, over the whole stream: a
-                // secret split across deltas is held back until it can be recognised.
-                let ready = msg.text_scrub.push(&text);
-                if !ready.is_empty() {
-                    self.on_text(cur, msg, ready);
-                }
-            }
-            ModelChunk::ToolCallStart {
-                index: call,
-                id,
-                name,
-            } => {
-                self.close_text(cur, msg);
-                let part = Part::ToolCall(ToolCallPart {
-                    tool_call_id: ToolCallId(id),
-                    tool_name: name,
-                    input: serde_json::Value::Null,
-                });
-                let index = self.add_part(cur, msg, part);
-                msg.calls.insert(call, (index, String::new()));
-            }
-            ModelChunk::ToolCallDelta { index: call, json } => {
-                if let Some((index, raw)) = msg.calls.get_mut(&call) {
-                    raw.push_str(&json);
-                    let index = *index as u32;
-                    let json = msg
-                        .input_scrub
-                        .entry(call)
-                        .or_insert_with(|| StreamRedactor::new(self.engine.redactor.clone()))
-                        .push(&json);
-                    if !json.is_empty() {
-                        cur.emit(RunEventKind::PartUpdated {
-                            message_id: msg.id,
-                            index,
-                            update: PartUpdate::InputDelta { json },
-                        });
-                    }
-                }
-            }
-            ModelChunk::Usage(u) => {
-                msg.usage = u;
-                msg.usage_reported = true;
-            }
-            ModelChunk::RequestId(id) => msg.request_id = Some(id),
-            ModelChunk::Model(model) => msg.provider_model = Some(model),
-            ModelChunk::Finish(_) => {}
-        }
-    }
-
-    /// Ends the open text part: what its stream held back is released, scrubbed.
-    fn close_text(&self, cur: &mut Execution<'_>, msg: &mut Streaming) {
-        let rest = msg.text_scrub.finish();
-        if !rest.is_empty() {
-            self.on_text(cur, msg, rest);
-        }
-        msg.open_text = None;
-    }
-
-    /// Releases what each call's input stream held back, scrubbed.
-    fn flush_inputs(&self, cur: &mut Execution<'_>, msg: &mut Streaming) {
-        for (call, mut scrub) in std::mem::take(&mut msg.input_scrub) {
-            let json = scrub.finish();
-            if let (false, Some((index, _))) = (json.is_empty(), msg.calls.get(&call)) {
-                cur.emit(RunEventKind::PartUpdated {
-                    message_id: msg.id,
-                    index: *index as u32,
-                    update: PartUpdate::InputDelta { json },
-                });
-            }
-        }
-    }
-
-    /// Parses each streamed tool input; a parsed input replaces the part's `null`. Input that is not
-    /// JSON stays `null` and is refused before execution.
-    fn finish_tool_inputs(&self, cur: &mut Execution<'_>, msg: &mut Streaming) {
-        let calls: Vec<(usize, String)> = msg.calls.values().cloned().collect();
-        for (index, raw) in calls {
-            let raw = if raw.trim().is_empty() {
-                "{}"
-            } else {
-                raw.as_str()
-            };
-            if let Ok(mut input) = serde_json::from_str::<serde_json::Value>(raw)
-                && let Some(Part::ToolCall(call)) = msg.parts.get_mut(index)
-            {
-                // A secret the model writes into a call is scrubbed before anything sees the
-                // call, the tool included: tools take credentials from the deployment, never
-                // from the model.
-                self.engine.redactor.redact_json(&mut input);
-                call.input = input;
-                let part = Part::ToolCall(call.clone());
-                cur.emit(RunEventKind::PartUpdated {
-                    message_id: msg.id,
-                    index: index as u32,
-                    update: PartUpdate::Replaced { part },
-                });
-            }
-        }
-    }
-
-    fn keep_message(&self, cur: &mut Execution<'_>, mut msg: Streaming) {
-        for part in &mut msg.parts {
-            if let Part::Text(t) = part
-                && let std::borrow::Cow::Owned(scrubbed) = self.engine.redactor.redact(&t.text)
-            {
-                t.text = scrubbed;
-            }
-        }
-        if !msg.parts.is_empty() {
-            cur.messages.push(Message {
-                id: msg.id,
-                run_id: cur.run.id,
-                role: Role::Assistant,
-                parts: msg.parts,
-                created_at: self.engine.clock.now(),
-            });
         }
     }
 
@@ -709,166 +530,5 @@ impl StepRunner<'_> {
                 }
             })
             .collect()
-    }
-
-    /// The version of the tool `call` names, recorded with its result.
-    fn tool_version(&self, call: &ToolCallPart) -> Option<String> {
-        self.engine
-            .tools
-            .get(&call.tool_name)
-            .map(|r| r.tool.spec().version.clone())
-    }
-
-    /// Runs the valid calls concurrently; `None` when cancelled first. A call whose lease check
-    /// fails does not run; the first such error is put in `lost`.
-    async fn execute_tools(
-        &self,
-        cur: &Execution<'_>,
-        prepared: Vec<Prepared>,
-        draft: &std::sync::Mutex<crate::state::Draft>,
-        lost: &std::sync::Mutex<Option<forge_core::Error>>,
-    ) -> Option<Vec<Part>> {
-        let timeout = Duration::from_millis(self.agent.limits.tool_timeout_ms);
-        let max_out = self.agent.limits.max_tool_output_bytes;
-        let t = &self.engine.telemetry;
-        let futures = prepared.into_iter().map(|p| async move {
-            let mut citation = None;
-            let (tool, denied) = match &p {
-                Prepared::Refused { call, .. }
-                | Prepared::Answered { call, .. }
-                | Prepared::Run { call } => (call.tool_name.clone(), false),
-                Prepared::Denied { call, .. } => (call.tool_name.clone(), true),
-            };
-            let span = t.tracer.start(
-                forge_core::telemetry::SpanName::ToolCall,
-                cur.step_trace.as_ref(),
-                vec![("tool", tool.clone().into())],
-            );
-            let (call, result, tool_version) = match p {
-                Prepared::Refused {
-                    call,
-                    code,
-                    message,
-                } => (call, Err((code, message)), None),
-                Prepared::Denied { call, message, .. } => (call, Err(("forbidden", message)), None),
-                Prepared::Answered { call, output } => (call, Ok(output), None),
-                Prepared::Run { call } if call.tool_name == crate::state::UPDATE_STATE => {
-                    let result = draft
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .apply(&call.input);
-                    let version = self.tool_version(&call);
-                    (call, result, version)
-                }
-                Prepared::Run { call } if call.tool_name == crate::cite::CITE => {
-                    let (result, cited) =
-                        crate::cite::answer(self.engine.citations.as_deref(), self.scope, &call)
-                            .await;
-                    citation = cited;
-                    let version = self.tool_version(&call);
-                    (call, result, version)
-                }
-                Prepared::Run { call } => {
-                    let ctx = ToolContext {
-                        scope: self.scope.clone(),
-                        run_id: cur.run.id,
-                        thread_id: cur.run.thread_id,
-                        tool_call_id: call.tool_call_id.clone(),
-                        idempotency_key: IdempotencyKey::for_tool_call(
-                            cur.run.id,
-                            &call.tool_call_id,
-                        ),
-                        lease_token: cur.lease.token,
-                    };
-                    let skill =
-                        crate::skills::answer(&self.engine.skills, &self.agent.limits, &call).await;
-                    let result = match (skill, self.engine.tools.get(&call.tool_name)) {
-                        (Some(answered), _) => answered,
-                        (None, None) => Err((
-                            "unknown_tool",
-                            format!("there is no tool named {:?}", call.tool_name),
-                        )),
-                        // Immediately before the tool acts: a frozen process that lost the run
-                        // must not act a second time beside the new holder.
-                        (None, Some(_)) if let Err(e) = self.ensure_lease(cur).await => {
-                            let mut first = lost.lock().unwrap_or_else(|p| p.into_inner());
-                            first.get_or_insert(e);
-                            Err(("lease_lost", "the run's lease was lost".to_owned()))
-                        }
-                        (None, Some(r)) => match tokio::time::timeout(
-                            timeout,
-                            r.tool.call(&ctx, call.input.clone()),
-                        )
-                        .await
-                        {
-                            Err(_) => Err((
-                                "tool_timeout",
-                                format!(
-                                    "the tool did not finish within {} ms",
-                                    timeout.as_millis()
-                                ),
-                            )),
-                            Ok(Err(e)) => Err((e.code(), e.to_string())),
-                            Ok(Ok(out)) => Ok(out),
-                        },
-                    };
-                    let result = result.and_then(|out| {
-                        let size = serde_json::to_vec(&out)
-                            .map(|v| v.len())
-                            .unwrap_or(usize::MAX);
-                        if size > max_out {
-                            Err((
-                                "output_too_large",
-                                format!("tool output is {size} bytes; the limit is {max_out}"),
-                            ))
-                        } else {
-                            Ok(out)
-                        }
-                    });
-                    let version = self.tool_version(&call);
-                    (call, result, version)
-                }
-            };
-            let outcome = match (&result, denied) {
-                (_, true) => "denied",
-                (Ok(_), _) => "ok",
-                (Err(_), _) => "error",
-            };
-            if let Err((code, _)) = &result {
-                span.fail(code);
-                t.meter.record(
-                    forge_core::telemetry::Instrument::ToolErrors,
-                    1.0,
-                    &[("tool", &tool), ("code", code)],
-                );
-            }
-            t.meter.record(
-                forge_core::telemetry::Instrument::ToolCalls,
-                1.0,
-                &[("tool", &tool), ("outcome", outcome)],
-            );
-            span.set("outcome", outcome.into());
-            span.end();
-            let (mut output, is_error) = match result {
-                Ok(out) => (out, false),
-                Err((code, message)) => (json!({ "code": code, "message": message }), true),
-            };
-            // Secrets never enter the prompt, the store or an observer through a tool result.
-            self.engine.redactor.redact_json(&mut output);
-            let result = Part::ToolResult(ToolResultPart {
-                tool_call_id: call.tool_call_id,
-                tool_name: call.tool_name,
-                output,
-                is_error,
-                trust: Trust::Untrusted,
-                tool_version,
-            });
-            crate::cite::with_citation(result, citation)
-        });
-        tokio::select! {
-            biased;
-            _ = self.cancel.cancelled() => None,
-            results = futures_util::future::join_all(futures) => Some(results.into_iter().flatten().collect()),
-        }
     }
 }

@@ -1,6 +1,8 @@
 //! The run loop: taking a run's lease, running its steps, committing each one.
 
 use super::*;
+use std::ops::ControlFlow;
+
 use crate::execution::Execution;
 use crate::plan::StepEnd;
 use crate::step::StepRunner;
@@ -309,59 +311,93 @@ impl Engine {
             control.trace,
             control.job.clone(),
         );
-        let agent = match self.agent(&cur.run.agent) {
-            Ok(a) => a,
-            Err(_) => {
-                let failure = RunFailure {
-                    code: FailureCode::AgentVersionUnavailable,
-                    message: format!(
-                        "agent {} version {} is not registered on this worker",
-                        cur.run.agent.name, cur.run.agent.version
-                    ),
-                };
-                cur.apply(RunInput::Fail)?;
-                cur.emit(RunEventKind::RunFailed {
-                    failure: failure.clone(),
-                });
-                return self
-                    .commit(scope, &mut cur, Some(failure))
-                    .await
-                    .map(|(outcome, _)| outcome);
-            }
+        let Ok(agent) = self.agent(&cur.run.agent) else {
+            let failure = RunFailure {
+                code: FailureCode::AgentVersionUnavailable,
+                message: format!(
+                    "agent {} version {} is not registered on this worker",
+                    cur.run.agent.name, cur.run.agent.version
+                ),
+            };
+            cur.conclude(StepEnd::Failed(failure.clone()))?;
+            return self.commit_outcome(scope, &mut cur, Some(failure)).await;
         };
         if cancel_requested {
-            cur.apply(RunInput::Cancel)?;
-            cur.emit(RunEventKind::RunCancelled {
-                reason: Some("cancel requested".into()),
-            });
-            return self
-                .commit(scope, &mut cur, None)
-                .await
-                .map(|(outcome, _)| outcome);
+            return self.cancelled(scope, &mut cur, "cancel requested").await;
         }
-        let purpose = cur.checkpoint.purpose;
         if cur.status == RunStatus::Queued {
-            cur.apply(RunInput::Start)?;
-            // The input joins the thread's history now, in the first step's commit: a run queued
-            // behind another never shows its message to the run ahead of it. A compaction run's
-            // input is its request, not a message of the conversation.
-            if purpose == RunPurpose::Turn {
-                cur.messages.push(Message {
-                    id: MessageId::generate(self.ids.as_ref()),
-                    run_id: cur.run.id,
-                    role: Role::User,
-                    parts: cur.run.input.clone(),
-                    created_at: self.clock.now(),
-                });
+            self.start(&mut cur, &agent)?;
+        }
+        self.read_thread(scope, &mut cur, history).await?;
+        if cur.checkpoint.purpose == RunPurpose::Compaction {
+            return self.compaction_run(scope, &agent, cancel, cur).await;
+        }
+        if let RunStatus::Waiting(_) = cur.status {
+            match self
+                .resume_waiting(scope, &agent, control, &mut cur)
+                .await?
+            {
+                ControlFlow::Break(outcome) => return Ok(outcome),
+                ControlFlow::Continue(requested) => cancel_requested = requested,
             }
-            cur.emit(RunEventKind::RunStarted {
-                thread_id: cur.run.thread_id,
-                agent: cur.run.agent.clone(),
-                model: agent.model.clone(),
+        }
+        loop {
+            if cancel_requested {
+                return self.cancelled(scope, &mut cur, "cancel requested").await;
+            }
+            let end = StepRunner {
+                engine: self,
+                scope,
+                agent: &agent,
+                cancel,
+            }
+            .run(&mut cur)
+            .await?;
+            let failure = cur.conclude(end)?;
+            let (outcome, requested) = self.commit(scope, &mut cur, failure).await?;
+            // A run asked to cancel while its step was parking is cancelled now, not left waiting
+            // (the request found it still running, so nobody will wake it).
+            if outcome.status.is_terminal()
+                || (matches!(outcome.status, RunStatus::Waiting(_)) && !requested)
+                || control.drain.is_cancelled()
+            {
+                return Ok(outcome);
+            }
+            cancel_requested = requested;
+        }
+    }
+
+    /// Starts a queued run: its input joins the thread's history now, in the first step's commit
+    /// (a run queued behind another never shows its message to the run ahead of it); a
+    /// compaction run's input is its request, not a message of the conversation.
+    fn start(&self, cur: &mut Execution<'_>, agent: &AgentDefinition) -> Result<(), EngineError> {
+        cur.apply(RunInput::Start)?;
+        if cur.checkpoint.purpose == RunPurpose::Turn {
+            cur.messages.push(Message {
+                id: MessageId::generate(self.ids.as_ref()),
+                run_id: cur.run.id,
+                role: Role::User,
+                parts: cur.run.input.clone(),
+                created_at: self.clock.now(),
             });
         }
-        // The thread and its history's first page, read with the lease or else in one read
-        // where the store can.
+        cur.emit(RunEventKind::RunStarted {
+            thread_id: cur.run.thread_id,
+            agent: cur.run.agent.clone(),
+            model: agent.model.clone(),
+        });
+        Ok(())
+    }
+
+    /// Reads the run's thread into the execution: its state, its summary and the history after
+    /// it. `history` is the thread and its first page when they were read with the lease;
+    /// otherwise they are read here, in one read where the store can.
+    async fn read_thread(
+        &self,
+        scope: &Scope,
+        cur: &mut Execution<'_>,
+        history: Option<(forge_core::thread::Thread, Vec<Message>)>,
+    ) -> Result<(), EngineError> {
         let (thread, first) = match history {
             Some(read) => read,
             None => {
@@ -380,161 +416,124 @@ impl Engine {
         )
         .await?;
         cur.summary = thread.summary;
-        if purpose == RunPurpose::Compaction {
-            return self.compaction_run(scope, &agent, cancel, cur).await;
+        Ok(())
+    }
+
+    /// Resumes a waiting run whose interactions are settled: runs the parked step's calls and
+    /// commits it. Breaks with the outcome when the run stops here (woken early, cancelled, or
+    /// draining); continues with whether a cancel was requested meanwhile.
+    async fn resume_waiting(
+        &self,
+        scope: &Scope,
+        agent: &AgentDefinition,
+        control: &RunControl,
+        cur: &mut Execution<'_>,
+    ) -> Result<ControlFlow<RunOutcome, bool>, EngineError> {
+        let raised: Vec<Interaction> = self
+            .interactions
+            .list_interactions(scope, InteractionFilter::Run(cur.run.id))
+            .await?
+            .into_iter()
+            .filter(|i| i.step == cur.checkpoint.step)
+            .collect();
+        if raised
+            .iter()
+            .any(|i| i.status == InteractionStatus::Pending)
+        {
+            // Woken early: the run keeps waiting; nothing to commit.
+            return Ok(ControlFlow::Break(RunOutcome {
+                status: cur.status,
+                last_seq: cur.run.last_seq,
+                failure: None,
+                job_completed: false,
+            }));
         }
-        if let RunStatus::Waiting(_) = cur.status {
-            let raised: Vec<Interaction> = self
-                .interactions
-                .list_interactions(scope, InteractionFilter::Run(cur.run.id))
-                .await?
-                .into_iter()
-                .filter(|i| i.step == cur.checkpoint.step)
-                .collect();
-            if raised
-                .iter()
-                .any(|i| i.status == InteractionStatus::Pending)
-            {
-                // Woken early: the run keeps waiting; nothing to commit.
-                return Ok(RunOutcome {
-                    status: cur.status,
-                    last_seq: cur.run.last_seq,
-                    failure: None,
-                    job_completed: false,
-                });
-            }
-            if let Some(other) = raised.iter().find(|i| i.agent != cur.run.agent) {
-                return Err(EngineError::InvalidAgent {
-                    name: other.agent.name.clone(),
-                    reason: format!(
-                        "interaction {} was raised under version {}, not the run's {}",
-                        other.id, other.agent.version, cur.run.agent.version
-                    ),
-                });
-            }
-            // Each wait is a span of its own, from request to decision: it outlived the
-            // processes it crossed, so it is built from the two times, not timed around a call.
-            for i in &raised {
-                let Some(resolution) = &i.resolution else {
-                    continue;
-                };
-                let name = match i.request {
-                    forge_core::interaction::InteractionRequest::Approval { .. } => {
-                        forge_core::telemetry::SpanName::ApprovalWait
-                    }
-                    _ => forge_core::telemetry::SpanName::QuestionWait,
-                };
-                self.telemetry.tracer.record(
-                    name,
-                    cur.trace.as_ref(),
-                    i.created_at,
-                    resolution.at,
-                    vec![
-                        ("run_id", cur.run.id.to_string().into()),
-                        ("outcome", i.status.name().into()),
-                    ],
-                );
-            }
-            cur.apply(RunInput::Resume)?;
-            let end = StepRunner {
-                engine: self,
-                scope,
-                agent: &agent,
-                cancel,
-            }
-            .resume(&mut cur, &raised)
-            .await?;
-            match end {
-                StepEnd::Cancelled => {
-                    cur.apply(RunInput::Cancel)?;
-                    cur.emit(RunEventKind::RunCancelled {
-                        reason: Some("cancelled by request".into()),
-                    });
-                    return self
-                        .commit(scope, &mut cur, None)
-                        .await
-                        .map(|(outcome, _)| outcome);
-                }
-                _ => {
-                    let version = cur.run.version + 1;
-                    cur.emit(RunEventKind::RunCheckpointed {
-                        step: cur.checkpoint.step,
-                        version,
-                    });
-                    let (outcome, requested) = self.commit(scope, &mut cur, None).await?;
-                    if control.drain.is_cancelled() {
-                        return Ok(outcome);
-                    }
-                    cancel_requested = requested;
-                }
-            }
+        if let Some(other) = raised.iter().find(|i| i.agent != cur.run.agent) {
+            return Err(EngineError::InvalidAgent {
+                name: other.agent.name.clone(),
+                reason: format!(
+                    "interaction {} was raised under version {}, not the run's {}",
+                    other.id, other.agent.version, cur.run.agent.version
+                ),
+            });
         }
-        loop {
-            if cancel_requested {
-                cur.apply(RunInput::Cancel)?;
-                cur.emit(RunEventKind::RunCancelled {
-                    reason: Some("cancel requested".into()),
-                });
-                return self
-                    .commit(scope, &mut cur, None)
-                    .await
-                    .map(|(outcome, _)| outcome);
-            }
-            let end = StepRunner {
-                engine: self,
-                scope,
-                agent: &agent,
-                cancel,
-            }
-            .run(&mut cur)
-            .await?;
-            let failure = match end {
-                StepEnd::Continue => {
-                    let version = cur.run.version + 1;
-                    cur.emit(RunEventKind::RunCheckpointed {
-                        step: cur.checkpoint.step,
-                        version,
-                    });
-                    None
-                }
-                StepEnd::Completed { text } => {
-                    cur.apply(RunInput::Complete)?;
-                    cur.emit(RunEventKind::RunCompleted {
-                        text,
-                        usage: cur.checkpoint.usage,
-                    });
-                    None
-                }
-                StepEnd::Cancelled => {
-                    cur.apply(RunInput::Cancel)?;
-                    cur.emit(RunEventKind::RunCancelled {
-                        reason: Some("cancelled by request".into()),
-                    });
-                    None
-                }
-                StepEnd::Failed(failure) => {
-                    cur.apply(RunInput::Fail)?;
-                    cur.emit(RunEventKind::RunFailed {
-                        failure: failure.clone(),
-                    });
-                    Some(failure)
-                }
-                StepEnd::Parked(reason) => {
-                    cur.apply(RunInput::Park(reason))?;
-                    None
-                }
+        self.record_waits(cur, &raised);
+        cur.apply(RunInput::Resume)?;
+        let end = StepRunner {
+            engine: self,
+            scope,
+            agent,
+            cancel: &control.cancel,
+        }
+        .resume(cur, &raised)
+        .await?;
+        if let StepEnd::Cancelled = end {
+            return Ok(ControlFlow::Break(
+                self.cancelled(scope, cur, "cancelled by request").await?,
+            ));
+        }
+        let version = cur.run.version + 1;
+        cur.emit(RunEventKind::RunCheckpointed {
+            step: cur.checkpoint.step,
+            version,
+        });
+        let (outcome, requested) = self.commit(scope, cur, None).await?;
+        if control.drain.is_cancelled() {
+            return Ok(ControlFlow::Break(outcome));
+        }
+        Ok(ControlFlow::Continue(requested))
+    }
+
+    /// Each wait is a span of its own, from request to decision: it outlived the processes it
+    /// crossed, so it is built from the two times, not timed around a call.
+    fn record_waits(&self, cur: &Execution<'_>, raised: &[Interaction]) {
+        for i in raised {
+            let Some(resolution) = &i.resolution else {
+                continue;
             };
-            let (outcome, requested) = self.commit(scope, &mut cur, failure).await?;
-            // A run asked to cancel while its step was parking is cancelled now, not left waiting
-            // (the request found it still running, so nobody will wake it).
-            if outcome.status.is_terminal()
-                || (matches!(outcome.status, RunStatus::Waiting(_)) && !requested)
-                || control.drain.is_cancelled()
-            {
-                return Ok(outcome);
-            }
-            cancel_requested = requested;
+            let name = match i.request {
+                forge_core::interaction::InteractionRequest::Approval { .. } => {
+                    forge_core::telemetry::SpanName::ApprovalWait
+                }
+                _ => forge_core::telemetry::SpanName::QuestionWait,
+            };
+            self.telemetry.tracer.record(
+                name,
+                cur.trace.as_ref(),
+                i.created_at,
+                resolution.at,
+                vec![
+                    ("run_id", cur.run.id.to_string().into()),
+                    ("outcome", i.status.name().into()),
+                ],
+            );
         }
+    }
+
+    /// Cancels the run for `reason` and commits it.
+    async fn cancelled(
+        &self,
+        scope: &Scope,
+        cur: &mut Execution<'_>,
+        reason: &str,
+    ) -> Result<RunOutcome, EngineError> {
+        cur.apply(RunInput::Cancel)?;
+        cur.emit(RunEventKind::RunCancelled {
+            reason: Some(reason.into()),
+        });
+        self.commit_outcome(scope, cur, None).await
+    }
+
+    /// Commits the step and gives its outcome alone.
+    async fn commit_outcome(
+        &self,
+        scope: &Scope,
+        cur: &mut Execution<'_>,
+        failure: Option<RunFailure>,
+    ) -> Result<RunOutcome, EngineError> {
+        self.commit(scope, cur, failure)
+            .await
+            .map(|(outcome, _)| outcome)
     }
 
     /// A run of purpose `compaction`: one step that compacts the thread (keeping the agent's

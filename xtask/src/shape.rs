@@ -56,10 +56,6 @@ const LONG_FILES: &[(&str, &str)] = &[
         "one benchmark: the shared workload's harness",
     ),
     (
-        "crates/forge-core/src/ports/store.rs",
-        "the store ports' traits and the values they take; the storage layer (issue 65) splits it",
-    ),
-    (
         "crates/forge-core/src/telemetry.rs",
         "the hand-made tracer that `tracing` replaces (issue 64, item 4)",
     ),

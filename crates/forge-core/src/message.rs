@@ -3,7 +3,8 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::id::{MessageId, RunId};
+use crate::Error;
+use crate::id::{MessageId, RunId, ThreadId};
 use crate::part::Part;
 use crate::time::Timestamp;
 
@@ -59,5 +60,77 @@ impl Message {
     /// All text parts joined, for display and for matching.
     pub fn text(&self) -> String {
         crate::part::joined_text(&self.parts)
+    }
+}
+
+/// Which page of a thread's history [`crate::ports::store::ThreadStore::page_messages`] returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MessageWindow {
+    /// Only messages written after this one.
+    pub after: Option<MessageId>,
+    /// Only messages written before this one.
+    pub before: Option<MessageId>,
+    /// At most this many.
+    pub limit: usize,
+    /// The last `limit` of the range rather than the first (still returned oldest first).
+    pub from_end: bool,
+}
+
+impl MessageWindow {
+    /// The first `limit` messages after `after` (from the start when `None`).
+    pub fn after(after: Option<MessageId>, limit: usize) -> Self {
+        Self {
+            after,
+            before: None,
+            limit,
+            from_end: false,
+        }
+    }
+
+    /// The last `limit` messages before `before` (up to the newest when `None`).
+    pub fn before(before: Option<MessageId>, limit: usize) -> Self {
+        Self {
+            after: None,
+            before,
+            limit,
+            from_end: true,
+        }
+    }
+
+    /// The error for a cursor that is not a message of `thread`.
+    pub fn unknown_cursor(thread: ThreadId, cursor: MessageId) -> Error {
+        Error::not_found("message", format!("{cursor} in thread {thread}"))
+    }
+
+    /// `messages` (the whole history, oldest first) cut to this window: the rule every adapter's
+    /// query encodes, and the memory store's implementation.
+    pub fn apply<'m>(
+        &self,
+        thread: ThreadId,
+        messages: &'m [Message],
+    ) -> Result<&'m [Message], Error> {
+        let position = |cursor: MessageId| {
+            messages
+                .iter()
+                .position(|m| m.id == cursor)
+                .ok_or_else(|| Self::unknown_cursor(thread, cursor))
+        };
+        let start = match self.after {
+            Some(c) => position(c)? + 1,
+            None => 0,
+        };
+        let end = match self.before {
+            Some(c) => position(c)?,
+            None => messages.len(),
+        };
+        if start >= end {
+            return Ok(&[]);
+        }
+        let range = &messages[start..end];
+        Ok(if self.from_end {
+            &range[range.len().saturating_sub(self.limit)..]
+        } else {
+            &range[..self.limit.min(range.len())]
+        })
     }
 }

@@ -11,6 +11,7 @@ pub mod live;
 pub mod model;
 pub mod policy;
 pub mod queue;
+pub mod rules;
 pub mod store;
 pub mod tool;
 pub mod usage;

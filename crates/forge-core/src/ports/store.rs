@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use crate::Error;
 use crate::agent::AgentRef;
 use crate::event::RunEvent;
-use crate::id::{MessageId, RunId, ThreadId};
+use crate::id::{RunId, ThreadId};
 use crate::message::Message;
 use crate::part::Part;
 use crate::run::{Checkpoint, Run, RunFailure, RunLease, RunStatus};
@@ -112,77 +112,7 @@ pub trait ThreadStore: Send + Sync {
     ) -> Result<SessionState, Error>;
 }
 
-/// Which page of a thread's history [`ThreadStore::page_messages`] returns.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct MessageWindow {
-    /// Only messages written after this one.
-    pub after: Option<MessageId>,
-    /// Only messages written before this one.
-    pub before: Option<MessageId>,
-    /// At most this many.
-    pub limit: usize,
-    /// The last `limit` of the range rather than the first (still returned oldest first).
-    pub from_end: bool,
-}
-
-impl MessageWindow {
-    /// The first `limit` messages after `after` (from the start when `None`).
-    pub fn after(after: Option<MessageId>, limit: usize) -> Self {
-        Self {
-            after,
-            before: None,
-            limit,
-            from_end: false,
-        }
-    }
-
-    /// The last `limit` messages before `before` (up to the newest when `None`).
-    pub fn before(before: Option<MessageId>, limit: usize) -> Self {
-        Self {
-            after: None,
-            before,
-            limit,
-            from_end: true,
-        }
-    }
-
-    /// The error for a cursor that is not a message of `thread`.
-    pub fn unknown_cursor(thread: ThreadId, cursor: MessageId) -> Error {
-        Error::not_found("message", format!("{cursor} in thread {thread}"))
-    }
-
-    /// `messages` (the whole history, oldest first) cut to this window: the rule every adapter's
-    /// query encodes, and the memory store's implementation.
-    pub fn apply<'m>(
-        &self,
-        thread: ThreadId,
-        messages: &'m [Message],
-    ) -> Result<&'m [Message], Error> {
-        let position = |cursor: MessageId| {
-            messages
-                .iter()
-                .position(|m| m.id == cursor)
-                .ok_or_else(|| Self::unknown_cursor(thread, cursor))
-        };
-        let start = match self.after {
-            Some(c) => position(c)? + 1,
-            None => 0,
-        };
-        let end = match self.before {
-            Some(c) => position(c)?,
-            None => messages.len(),
-        };
-        if start >= end {
-            return Ok(&[]);
-        }
-        let range = &messages[start..end];
-        Ok(if self.from_end {
-            &range[range.len().saturating_sub(self.limit)..]
-        } else {
-            &range[..self.limit.min(range.len())]
-        })
-    }
-}
+pub use crate::message::MessageWindow;
 
 /// What a new run does when its thread already has an active run.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
@@ -366,18 +296,6 @@ impl StepCommit {
     }
 }
 
-/// Whether a commit leaving the run at `status` gives its lease up ([`StepCommit::releases_lease`]).
-pub fn releases_lease(status: RunStatus) -> bool {
-    status.is_terminal()
-}
-
-/// Whether a commit leaving the run at `status` completes the job it is executed under
-/// ([`StepCommit::job`]): a run that ends needs no job, and a parked run holds none (resolving
-/// its interaction enqueues a new one).
-pub fn completes_job(status: RunStatus) -> bool {
-    status.is_terminal() || matches!(status, RunStatus::Waiting(_))
-}
-
 /// A session-state change made by a step.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StateUpdate {
@@ -387,6 +305,10 @@ pub struct StateUpdate {
     pub values: serde_json::Map<String, serde_json::Value>,
 }
 
+pub use crate::ports::rules::{
+    admit, check_commit, check_commit_alone, check_summary, completes_job, foreign_settlement,
+    next_lease, not_an_open_call, releases_lease, renewed_lease, statuses_reaching,
+};
 pub use crate::thread::SESSION_STATE;
 
 /// The result of a successful [`RunStore::commit_step`].
@@ -582,129 +504,6 @@ impl<
 {
 }
 
-/// The checks every adapter applies inside `commit_step`, against the run as its transaction sees
-/// it: the lease is current and unexpired, the version matches, the events continue the log, the
-/// status change is legal and the messages belong to the run. Returns what the commit yields.
-pub fn check_commit(
-    run: &Run,
-    commit: &StepCommit,
-    now: crate::time::Timestamp,
-) -> Result<Committed, Error> {
-    match &run.lease {
-        Some(l) if l.token == commit.lease.token && l.expires_at > now => {}
-        _ => {
-            return Err(Error::Fenced {
-                resource: format!("run {}", run.id),
-            });
-        }
-    }
-    if run.version != commit.expected_version {
-        return Err(Error::VersionConflict {
-            entity: "run",
-            id: run.id.to_string(),
-            expected: commit.expected_version,
-            actual: run.version,
-        });
-    }
-    crate::event::check_contiguous(run.id, run.last_seq, &commit.events)?;
-    if !crate::run::reachable(run.status, commit.status) {
-        return Err(Error::invalid(format!(
-            "a {} run cannot become {}",
-            run.status.name(),
-            commit.status.name()
-        )));
-    }
-    check_own(commit, run.id, &run.tenant_id)?;
-    Ok(Committed {
-        version: run.version + 1,
-        last_seq: run.last_seq + commit.events.len() as u64,
-        cancel_requested: run.cancel_requested,
-        job_completed: false,
-    })
-}
-
-/// What `check_commit` checks after the status change, which needs only the run's id and tenant:
-/// the interactions and messages are the run's own, and interactions park it.
-fn check_own(
-    commit: &StepCommit,
-    run: RunId,
-    tenant: &crate::scope::TenantId,
-) -> Result<(), Error> {
-    if commit
-        .interactions
-        .iter()
-        .any(|i| i.run_id != run || &i.tenant_id != tenant)
-    {
-        return Err(Error::invalid(
-            "a step may only raise interactions of its own run",
-        ));
-    }
-    if !commit.interactions.is_empty() && !matches!(commit.status, RunStatus::Waiting(_)) {
-        return Err(Error::invalid(
-            "a step that raises interactions parks its run",
-        ));
-    }
-    if commit.messages.iter().any(|m| m.run_id != run) {
-        return Err(Error::invalid(
-            "a step may only commit messages of its own run",
-        ));
-    }
-    Ok(())
-}
-
-/// The checks of [`check_commit`] that need no run row, made on `commit` alone for its run of
-/// `tenant`: its events follow each other from the first and are the run's, and its interactions
-/// and messages are the run's own. For an adapter whose database decides the rest in the
-/// statement that writes the step: where the row's log ends right before the first event, this
-/// holds exactly when the same checks of `check_commit` hold.
-pub fn check_commit_alone(
-    commit: &StepCommit,
-    tenant: &crate::scope::TenantId,
-) -> Result<(), Error> {
-    if let Some(first) = commit.events.first() {
-        crate::event::check_contiguous(commit.run_id, first.seq.saturating_sub(1), &commit.events)?;
-    }
-    check_own(commit, commit.run_id, tenant)
-}
-
-/// The statuses a run may be in for a step to leave it `to` (what `check_commit` allows), as
-/// [`RunStatus::key`]s.
-pub fn statuses_reaching(to: RunStatus) -> impl Iterator<Item = String> {
-    RunStatus::ALL
-        .into_iter()
-        .filter(move |from| crate::run::reachable(*from, to))
-        .map(|from| from.key())
-}
-
-/// The error every adapter gives for a step that settles call `call` when it is not an open call
-/// of the committing run (another run's or tenant's, or settled already).
-pub fn not_an_open_call(call: crate::id::ModelCallId) -> Error {
-    Error::invalid(format!("model call {call} is not an open call of this run"))
-}
-
-/// The first of `commit`'s settled calls that is not of the committing run `run` of `tenant`:
-/// checked before anything is written.
-pub fn foreign_settlement<'c>(
-    commit: &'c StepCommit,
-    tenant: &crate::scope::TenantId,
-) -> Option<&'c crate::metering::ModelCall> {
-    commit
-        .settlements
-        .iter()
-        .find(|c| c.run_id != commit.run_id || &c.tenant_id != tenant)
-}
-
-/// The check every adapter applies to a step's summary before the version rule: it is the
-/// committing run's own.
-pub fn check_summary(run: &Run, summary: &ThreadSummary) -> Result<(), Error> {
-    if summary.run_id != run.id {
-        return Err(Error::invalid(
-            "a step may only commit its own run's summary",
-        ));
-    }
-    Ok(())
-}
-
 /// How a new run enters its thread.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Admission {
@@ -740,26 +539,6 @@ impl Admission {
     }
 }
 
-/// Decides how a new run enters a thread whose active run is `active`. `Reject` on a busy thread
-/// is `ThreadBusy`; `Interrupt` queues like `Enqueue` (the adapter also requests cancellation of
-/// the runs ahead).
-pub fn admit(
-    thread: ThreadId,
-    active: Option<RunId>,
-    strategy: StartStrategy,
-) -> Result<Admission, Error> {
-    match (active, strategy) {
-        (None, _) => Ok(Admission::Active),
-        (Some(active), StartStrategy::Reject) => Err(Error::ThreadBusy {
-            thread: thread.to_string(),
-            active: active.to_string(),
-        }),
-        (Some(behind), StartStrategy::Enqueue | StartStrategy::Interrupt) => {
-            Ok(Admission::Queued { behind })
-        }
-    }
-}
-
 /// A tenant's runs in flight, and its principal's ([`RunStore::runs_in_flight`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct InFlight {
@@ -769,101 +548,4 @@ pub struct InFlight {
     pub principal: usize,
 }
 
-/// Which of a tenant's runs [`RunStore::query_runs`] returns.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RunQuery {
-    /// Only runs in this state, by its stored name (`queued`, `running`, `waiting`, `completed`,
-    /// `failed`, `cancelled`); see [`RunQuery::status`].
-    pub status: Option<String>,
-    /// Only runs of this thread.
-    pub thread_id: Option<ThreadId>,
-    /// At most this many, newest first.
-    pub limit: usize,
-    /// Only runs older than this one (a cursor: the last run of the previous page). A run that
-    /// is not the tenant's is `NotFound`.
-    pub before: Option<RunId>,
-}
-
-/// The run states [`RunQuery::status`] may name.
-pub const RUN_STATUS_NAMES: [&str; 6] = [
-    "queued",
-    "running",
-    "waiting",
-    "completed",
-    "failed",
-    "cancelled",
-];
-
-impl RunQuery {
-    /// The newest `limit` runs.
-    pub fn newest(limit: usize) -> Self {
-        Self {
-            status: None,
-            thread_id: None,
-            limit,
-            before: None,
-        }
-    }
-
-    /// Narrows to a state, refusing a name no run can have.
-    pub fn status(mut self, name: &str) -> Result<Self, Error> {
-        if !RUN_STATUS_NAMES.contains(&name) {
-            return Err(Error::invalid(format!(
-                "unknown run status {name:?}: one of {}",
-                RUN_STATUS_NAMES.join(", ")
-            )));
-        }
-        self.status = Some(name.to_owned());
-        Ok(self)
-    }
-
-    /// Whether `run` is selected (the rule each adapter's query encodes).
-    pub fn admits(&self, run: &Run) -> bool {
-        self.status
-            .as_deref()
-            .is_none_or(|s| run.status.name() == s)
-            && self.thread_id.is_none_or(|t| run.thread_id == t)
-    }
-}
-
-/// The lease `holder` gets on `run` for `ttl`, or `LeaseHeld` while another holder's is unexpired.
-pub fn next_lease(
-    run: &Run,
-    holder: &str,
-    ttl: Duration,
-    now: crate::time::Timestamp,
-) -> Result<RunLease, Error> {
-    if let Some(l) = &run.lease
-        && l.holder != holder
-        && l.expires_at > now
-    {
-        return Err(Error::LeaseHeld {
-            resource: format!("run {}", run.id),
-            until: l.expires_at,
-        });
-    }
-    Ok(RunLease {
-        run_id: run.id,
-        holder: holder.to_owned(),
-        token: run.fence + 1,
-        expires_at: now.plus(ttl),
-    })
-}
-
-/// The renewed lease, or `Fenced` when `lease` is no longer the run's current, unexpired lease.
-pub fn renewed_lease(
-    run: &Run,
-    lease: &RunLease,
-    ttl: Duration,
-    now: crate::time::Timestamp,
-) -> Result<RunLease, Error> {
-    match &run.lease {
-        Some(l) if l.token == lease.token && l.expires_at > now => Ok(RunLease {
-            expires_at: now.plus(ttl),
-            ..lease.clone()
-        }),
-        _ => Err(Error::Fenced {
-            resource: format!("run {}", run.id),
-        }),
-    }
-}
+pub use crate::run::{RUN_STATUS_NAMES, RunQuery};

@@ -30,6 +30,7 @@ mod status;
 
 pub use status::{RunInput, RunStatus, TransitionError, WaitReason, reachable, transition};
 
+use crate::Error;
 use crate::agent::AgentRef;
 use crate::id::{RunId, ThreadId};
 use crate::scope::{PrincipalId, TenantId};
@@ -244,6 +245,63 @@ pub struct LeasedRun {
     /// The run's thread and the first page of its history, read after the lease was taken, when
     /// the adapter read them with it; `None` when it did not.
     pub history: Option<(crate::thread::Thread, Vec<crate::message::Message>)>,
+}
+
+/// Which of a tenant's runs [`crate::ports::store::RunStore::query_runs`] returns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunQuery {
+    /// Only runs in this state, by its stored name (`queued`, `running`, `waiting`, `completed`,
+    /// `failed`, `cancelled`); see [`RunQuery::status`].
+    pub status: Option<String>,
+    /// Only runs of this thread.
+    pub thread_id: Option<ThreadId>,
+    /// At most this many, newest first.
+    pub limit: usize,
+    /// Only runs older than this one (a cursor: the last run of the previous page). A run that
+    /// is not the tenant's is `NotFound`.
+    pub before: Option<RunId>,
+}
+
+/// The run states [`RunQuery::status`] may name.
+pub const RUN_STATUS_NAMES: [&str; 6] = [
+    "queued",
+    "running",
+    "waiting",
+    "completed",
+    "failed",
+    "cancelled",
+];
+
+impl RunQuery {
+    /// The newest `limit` runs.
+    pub fn newest(limit: usize) -> Self {
+        Self {
+            status: None,
+            thread_id: None,
+            limit,
+            before: None,
+        }
+    }
+
+    /// Narrows to a state, refusing a name no run can have.
+    pub fn status(mut self, name: &str) -> Result<Self, Error> {
+        if !RUN_STATUS_NAMES.contains(&name) {
+            return Err(Error::invalid(format!(
+                "unknown run status {name:?}: one of {}",
+                RUN_STATUS_NAMES.join(", ")
+            )));
+        }
+        self.status = Some(name.to_owned());
+        Ok(self)
+    }
+
+    /// Whether `run` is selected (the rule each adapter's query encodes).
+    pub fn admits(&self, run: &Run) -> bool {
+        self.status
+            .as_deref()
+            .is_none_or(|s| run.status.name() == s)
+            && self.thread_id.is_none_or(|t| run.thread_id == t)
+    }
 }
 
 #[cfg(test)]

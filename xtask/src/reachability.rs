@@ -52,7 +52,7 @@ pub(crate) struct Capability {
 pub(crate) const CAPABILITIES: &[Capability] = &[
     Capability {
         name: "approvals: a call that needs a person parks the run",
-        provider: ("forge-engine/src/hitl.rs", Some("StepRunner"), "gate"),
+        provider: ("forge-engine/src/hitl.rs", Some("ApprovalGate"), "gate"),
         scope: Scope::Platform,
         wired_in: ("forge-engine/src/step.rs", Some("StepRunner"), "act"),
     },
@@ -1024,13 +1024,13 @@ mod tests {
     fn removing_the_approval_gate_from_the_step_fails() {
         let problems = real_tree_with(
             "forge-engine/src/step.rs",
-            "self.gate(cur, step, prepared).await",
+            "self.approvals().gate(cur, step, prepared).await",
             "(prepared, Vec::new())",
         );
         assert_eq!(
             problems,
             [
-                "approvals: a call that needs a person parks the run: StepRunner::step (forge-engine/src/step.rs) does not call StepRunner::gate (forge-engine/src/hitl.rs)"
+                "approvals: a call that needs a person parks the run: StepRunner::act (forge-engine/src/step.rs) does not call ApprovalGate::gate (forge-engine/src/hitl.rs)"
             ]
         );
     }

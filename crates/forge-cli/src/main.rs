@@ -370,7 +370,7 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         mcp: mcp.as_ref(),
         sources: Some(opened.sources.clone()),
     };
-    // Named so that a later process on this host can tell it died (forge_core::holder).
+    // Named so that a later process on this host can tell it died (forge_store_sqlite::holder).
     let holder = forge_store_sqlite::holder::this_process("forge-run");
     let builder = compose::builder(store.clone(), &settings)?.worker_id(holder.clone());
     let engine = builder.build().context("failed to build the engine")?;

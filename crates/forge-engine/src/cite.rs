@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use forge_core::part::{CitationPart, Part, Span, ToolCallPart};
 use forge_core::ports::citation::CitationCheck;
-use forge_core::ports::tool::{ApprovalPolicy, Tool, ToolClassification, ToolSpec};
+use forge_core::ports::tool::{Tool, ToolClassification};
 use forge_core::scope::Scope;
 use serde_json::{Value, json};
 
@@ -18,13 +18,12 @@ use crate::tools::BuiltIn;
 pub const CITE: &str = "cite";
 
 pub(crate) fn cite_tool() -> Arc<dyn Tool> {
-    Arc::new(BuiltIn(ToolSpec {
-        name: CITE.into(),
-        description: "Cites the exact text that supports your answer: a source id and version \
+    BuiltIn::tool(
+        CITE,
+        "Cites the exact text that supports your answer: a source id and version \
                       and the start and end offsets of a passage, as search results give them, \
-                      with the passage's text verbatim as the excerpt. Cite every passage you rely on."
-            .into(),
-        input_schema: json!({
+                      with the passage's text verbatim as the excerpt. Cite every passage you rely on.",
+        json!({
             "type": "object",
             "properties": {
                 "source_id": {"type": "string"},
@@ -36,12 +35,8 @@ pub(crate) fn cite_tool() -> Arc<dyn Tool> {
             "required": ["source_id", "version", "start", "end", "excerpt"],
             "additionalProperties": false
         }),
-        classification: ToolClassification::Read,
-        approval: ApprovalPolicy::Never,
-        version: "1".into(),
-        permission: None,
-        source: Default::default(),
-    }))
+        ToolClassification::Read,
+    )
 }
 
 /// What answering a call produced: its result, and the citation when it passed.

@@ -6,10 +6,13 @@
 use std::time::Duration;
 
 use forge_core::agent::RunLimits;
+use forge_core::audit::AuditRecord;
 use forge_core::id::IdempotencyKey;
+use forge_core::interaction::input_hash;
 use forge_core::part::{Part, ToolCallPart, ToolResultPart, Trust};
 use forge_core::ports::citation::CitationCheck;
 use forge_core::ports::store::RunStore;
+use forge_core::ports::tool::ToolClassification;
 use forge_core::ports::tool::ToolContext;
 use forge_core::redact::Redactor;
 use forge_core::scope::Scope;
@@ -38,6 +41,69 @@ pub(crate) struct ToolExecutor<'a> {
 }
 
 impl ToolExecutor<'_> {
+    /// The audit entries of the step's calls, written by its commit: each denial, and each
+    /// external write about to run.
+    pub(crate) fn audit(&self, cur: &Execution<'_>, prepared: &[Prepared]) -> Vec<AuditRecord> {
+        let mut audit = self.denials(cur, prepared);
+        audit.extend(self.external_writes(cur, prepared));
+        audit
+    }
+
+    /// Audit entries for the calls policy denied (or that named a tool this run may not see).
+    fn denials(&self, cur: &Execution<'_>, prepared: &[Prepared]) -> Vec<AuditRecord> {
+        let now = self.clock.now();
+        prepared
+            .iter()
+            .filter_map(|p| match p {
+                Prepared::Denied { call, reason, .. } => Some(AuditRecord {
+                    tenant_id: cur.run.tenant_id.clone(),
+                    at: now,
+                    actor: self.scope.principal_id().as_str().to_owned(),
+                    action: "tool.denied".into(),
+                    subject: format!("tool call {}", call.tool_call_id),
+                    detail: json!({
+                        "run_id": cur.run.id,
+                        // The model may invent any name: keep at most a name's length of it.
+                        "tool_name": call.tool_name.chars().take(64).collect::<String>(),
+                        "input_hash": input_hash(&call.input),
+                        "reason": reason,
+                    }),
+                }),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Audit entries for the external writes among `prepared` (before they run).
+    fn external_writes(&self, cur: &Execution<'_>, prepared: &[Prepared]) -> Vec<AuditRecord> {
+        let now = self.clock.now();
+        prepared
+            .iter()
+            .filter_map(|p| match p {
+                Prepared::Run { call } => Some(call),
+                _ => None,
+            })
+            .filter(|call| {
+                self.tools.get(&call.tool_name).is_some_and(|r| {
+                    r.tool.spec().classification == ToolClassification::ExternalWrite
+                })
+            })
+            .map(|call| AuditRecord {
+                tenant_id: cur.run.tenant_id.clone(),
+                at: now,
+                actor: self.scope.principal_id().as_str().to_owned(),
+                action: "tool.external_write".into(),
+                subject: format!("tool call {}", call.tool_call_id),
+                detail: json!({
+                    "run_id": cur.run.id,
+                    "tool_name": call.tool_name,
+                    "input_hash": input_hash(&call.input),
+                    "idempotency_key": IdempotencyKey::for_tool_call(cur.run.id, &call.tool_call_id),
+                }),
+            })
+            .collect()
+    }
+
     /// The version of the tool `call` names, recorded with its result.
     fn version(&self, call: &ToolCallPart) -> Option<String> {
         self.tools

@@ -1,5 +1,5 @@
-//! Human in the loop: the approval gate before tools run, the built-in `ask_user` question tool,
-//! and resuming a parked step once its interactions are settled.
+//! Human in the loop: the approval gate before tools run ([`ApprovalGate`]), the built-in
+//! `ask_user` question tool, and what a settled interaction makes of a parked call ([`settle`]).
 //!
 //! A step whose calls need a person parks the run: the step's assistant message gains an approval
 //! (or question) part per call, `approval.requested` / `question.requested` are emitted, and the
@@ -10,72 +10,46 @@
 
 use std::sync::Arc;
 
-use async_trait::async_trait;
+use forge_core::agent::AgentDefinition;
 use forge_core::event::RunEventKind;
-use forge_core::id::{IdempotencyKey, InteractionId};
+use forge_core::id::{IdGenerator, InteractionId};
 use forge_core::interaction::{
     Decision, Interaction, InteractionRequest, InteractionStatus, input_hash,
 };
-use forge_core::message::Role;
 use forge_core::part::{ApprovalPart, ApprovalStatus, Part, QuestionPart, ToolCallPart};
-use forge_core::ports::audit::AuditRecord;
-use forge_core::ports::tool::{
-    ApprovalPolicy, Tool, ToolClassification, ToolContext, ToolError, ToolSpec,
-};
+use forge_core::ports::tool::{ApprovalPolicy, ApprovalRule, Tool, ToolClassification};
 use forge_core::run::WaitReason;
+use forge_core::scope::Scope;
+use forge_core::time::Clock;
 use serde_json::{Value, json};
 
-use crate::error::EngineError;
 use crate::execution::Execution;
-use crate::plan::{Prepared, StepEnd};
-use crate::step::StepRunner;
+use crate::plan::Prepared;
+use crate::tools::{BuiltIn, ToolRegistry};
 
 /// The built-in tool through which an agent asks its user a question (list it in the agent's
 /// `tools` to offer it). Input: `{"prompt": string, "answer_schema": JSON Schema}`; the run parks
 /// until the answer (checked against the schema) arrives, which is the call's result.
 pub const ASK_USER: &str = "ask_user";
 
-/// The `ask_user` declaration. The engine intercepts its calls; `call` is never reached.
-struct AskUser {
-    spec: ToolSpec,
-}
-
-#[async_trait]
-impl Tool for AskUser {
-    fn spec(&self) -> &ToolSpec {
-        &self.spec
-    }
-
-    async fn call(&self, _ctx: &ToolContext, _input: Value) -> Result<Value, ToolError> {
-        Err(ToolError::Failed(
-            "ask_user is answered by a person, not executed".into(),
-        ))
-    }
-}
-
+/// The `ask_user` declaration: the engine turns its calls into questions, so its `call` is
+/// never reached.
 pub(crate) fn ask_user_tool() -> Arc<dyn Tool> {
-    Arc::new(AskUser {
-        spec: ToolSpec {
-            name: ASK_USER.into(),
-            description: "Ask the user a question and wait for the answer. Give the question and \
-                          a JSON Schema the answer must satisfy."
-                .into(),
-            input_schema: json!({
-                "type": "object",
-                "properties": {
-                    "prompt": {"type": "string", "minLength": 1},
-                    "answer_schema": {"type": "object"},
-                },
-                "required": ["prompt", "answer_schema"],
-                "additionalProperties": false,
-            }),
-            classification: ToolClassification::Read,
-            approval: ApprovalPolicy::Never,
-            version: "1".into(),
-            permission: None,
-            source: Default::default(),
-        },
-    })
+    BuiltIn::tool(
+        ASK_USER,
+        "Ask the user a question and wait for the answer. Give the question and \
+                          a JSON Schema the answer must satisfy.",
+        json!({
+            "type": "object",
+            "properties": {
+                "prompt": {"type": "string", "minLength": 1},
+                "answer_schema": {"type": "object"},
+            },
+            "required": ["prompt", "answer_schema"],
+            "additionalProperties": false,
+        }),
+        ToolClassification::Read,
+    )
 }
 
 /// Why `value` does not satisfy `schema` (empty when it does, or a schema error when the schema
@@ -96,7 +70,19 @@ fn refusal(call: &ToolCallPart, code: &'static str, message: String) -> Prepared
     }
 }
 
-impl StepRunner<'_> {
+/// Decides which of a step's calls need a person before they run: the agent's `approvals`
+/// override or the tool's [`ApprovalPolicy`] (`policy` asks the deployment's [`ApprovalRule`];
+/// without one, a person is asked), and every `ask_user` call.
+pub(crate) struct ApprovalGate<'a> {
+    pub(crate) scope: &'a Scope,
+    pub(crate) agent: &'a AgentDefinition,
+    pub(crate) tools: &'a ToolRegistry,
+    pub(crate) rule: Option<&'a dyn ApprovalRule>,
+    pub(crate) clock: &'a dyn Clock,
+    pub(crate) ids: &'a dyn IdGenerator,
+}
+
+impl ApprovalGate<'_> {
     /// Decides which prepared calls need a person. Returns the calls as they go on (an `ask_user`
     /// call with an unusable schema becomes a refusal) and the interactions to raise.
     pub(crate) async fn gate(
@@ -105,7 +91,7 @@ impl StepRunner<'_> {
         step: u32,
         prepared: Vec<Prepared>,
     ) -> (Vec<Prepared>, Vec<Interaction>) {
-        let now = self.engine.clock.now();
+        let now = self.clock.now();
         let ttl = std::time::Duration::from_secs(self.agent.limits.interaction_ttl_secs);
         let mut raised = Vec::new();
         let mut out = Vec::with_capacity(prepared.len());
@@ -142,7 +128,7 @@ impl StepRunner<'_> {
             };
             if let Some(request) = request {
                 raised.push(Interaction {
-                    id: InteractionId::generate(self.engine.ids.as_ref()),
+                    id: InteractionId::generate(self.ids),
                     tenant_id: cur.run.tenant_id.clone(),
                     run_id: cur.run.id,
                     thread_id: cur.run.thread_id,
@@ -161,7 +147,7 @@ impl StepRunner<'_> {
     }
 
     async fn needs_approval(&self, call: &ToolCallPart) -> bool {
-        let Some(registered) = self.engine.tools.get(&call.tool_name) else {
+        let Some(registered) = self.tools.get(&call.tool_name) else {
             return false;
         };
         let spec = registered.tool.spec();
@@ -177,7 +163,7 @@ impl StepRunner<'_> {
             ApprovalPolicy::ExternalWrites => {
                 spec.classification == ToolClassification::ExternalWrite
             }
-            ApprovalPolicy::Policy => match &self.engine.approval_rule {
+            ApprovalPolicy::Policy => match self.rule {
                 None => true,
                 Some(rule) => rule
                     .requires_approval(self.scope, spec, &call.input)
@@ -186,186 +172,76 @@ impl StepRunner<'_> {
             },
         }
     }
+}
 
-    /// The approval or question part shown for an interaction.
-    pub(crate) fn request_part(i: &Interaction) -> Part {
-        match &i.request {
-            InteractionRequest::Approval {
-                tool_call_id,
-                tool_name,
-                input_hash,
-                ..
-            } => Part::Approval(ApprovalPart {
-                interaction_id: i.id,
-                tool_call_id: tool_call_id.clone(),
-                tool_name: tool_name.clone(),
-                input_hash: input_hash.clone(),
-                status: ApprovalStatus::Pending,
-            }),
-            InteractionRequest::Question {
-                prompt,
-                answer_schema,
-                ..
-            } => Part::Question(QuestionPart {
-                interaction_id: i.id,
-                prompt: prompt.clone(),
-                answer_schema: answer_schema.clone(),
-                answer: None,
-            }),
-        }
+/// The approval or question part shown for an interaction.
+pub(crate) fn request_part(i: &Interaction) -> Part {
+    match &i.request {
+        InteractionRequest::Approval {
+            tool_call_id,
+            tool_name,
+            input_hash,
+            ..
+        } => Part::Approval(ApprovalPart {
+            interaction_id: i.id,
+            tool_call_id: tool_call_id.clone(),
+            tool_name: tool_name.clone(),
+            input_hash: input_hash.clone(),
+            status: ApprovalStatus::Pending,
+        }),
+        InteractionRequest::Question {
+            prompt,
+            answer_schema,
+            ..
+        } => Part::Question(QuestionPart {
+            interaction_id: i.id,
+            prompt: prompt.clone(),
+            answer_schema: answer_schema.clone(),
+            answer: None,
+        }),
     }
+}
 
-    /// Emits `approval.requested` or `question.requested` for an interaction.
-    pub(crate) fn request_event(cur: &mut Execution<'_>, i: &Interaction) {
-        match &i.request {
-            InteractionRequest::Approval {
-                tool_call_id,
-                tool_name,
-                input_hash,
-                ..
-            } => cur.emit(RunEventKind::ApprovalRequested {
-                interaction_id: i.id,
-                tool_call_id: tool_call_id.clone(),
-                tool_name: tool_name.clone(),
-                input_hash: input_hash.clone(),
-            }),
-            InteractionRequest::Question {
-                prompt,
-                answer_schema,
-                ..
-            } => cur.emit(RunEventKind::QuestionRequested {
-                interaction_id: i.id,
-                prompt: prompt.clone(),
-                answer_schema: answer_schema.clone(),
-            }),
-        }
+/// Emits `approval.requested` or `question.requested` for an interaction.
+pub(crate) fn request_event(cur: &mut Execution<'_>, i: &Interaction) {
+    match &i.request {
+        InteractionRequest::Approval {
+            tool_call_id,
+            tool_name,
+            input_hash,
+            ..
+        } => cur.emit(RunEventKind::ApprovalRequested {
+            interaction_id: i.id,
+            tool_call_id: tool_call_id.clone(),
+            tool_name: tool_name.clone(),
+            input_hash: input_hash.clone(),
+        }),
+        InteractionRequest::Question {
+            prompt,
+            answer_schema,
+            ..
+        } => cur.emit(RunEventKind::QuestionRequested {
+            interaction_id: i.id,
+            prompt: prompt.clone(),
+            answer_schema: answer_schema.clone(),
+        }),
     }
+}
 
-    /// Why the run waits: approval if any approval is pending, else a question.
-    pub(crate) fn wait_reason(raised: &[Interaction]) -> WaitReason {
-        if raised
-            .iter()
-            .any(|i| matches!(i.request, InteractionRequest::Approval { .. }))
-        {
-            WaitReason::Approval
-        } else {
-            WaitReason::Question
-        }
-    }
-
-    /// Executes the parked step's calls now that its interactions are settled.
-    /// Resumes the parked step in its `step.execute` span.
-    pub(crate) async fn resume(
-        &self,
-        cur: &mut Execution<'_>,
-        raised: &[Interaction],
-    ) -> Result<StepEnd, EngineError> {
-        let span = self.begin_step(cur);
-        let end = self.resume_step(cur, raised).await;
-        self.end_step(cur, span, &end);
-        end
-    }
-
-    async fn resume_step(
-        &self,
-        cur: &mut Execution<'_>,
-        raised: &[Interaction],
-    ) -> Result<StepEnd, EngineError> {
-        let run_id = cur.run.id;
-        let Some(parked) = cur
-            .history
-            .iter()
-            .rev()
-            .find(|m| m.run_id == run_id && m.role == Role::Assistant)
-        else {
-            return Err(forge_core::Error::invalid(format!(
-                "run {run_id} waits but its parked message is missing"
-            ))
-            .into());
-        };
-        let calls: Vec<(ToolCallPart, usize)> = parked
-            .parts
-            .iter()
-            .filter_map(|p| match p {
-                Part::ToolCall(c) => Some((c.clone(), c.input.to_string().len())),
-                _ => None,
-            })
-            .collect();
-        // Decided again on resume: permissions may have changed while the run waited.
-        let callable = self.engine.callable(self.scope, self.agent);
-        let prepared = self
-            .prepare(&calls, &callable)
-            .into_iter()
-            .map(|p| match p {
-                Prepared::Run { call } => settle(call, raised),
-                other => other,
-            })
-            .collect();
-        self.run_tools(cur, prepared).await
-    }
-
-    /// Audit entries for the calls policy denied (or that named a tool this run may not see).
-    pub(crate) fn denials(&self, cur: &Execution<'_>, prepared: &[Prepared]) -> Vec<AuditRecord> {
-        let now = self.engine.clock.now();
-        prepared
-            .iter()
-            .filter_map(|p| match p {
-                Prepared::Denied { call, reason, .. } => Some(AuditRecord {
-                    tenant_id: cur.run.tenant_id.clone(),
-                    at: now,
-                    actor: self.scope.principal_id().as_str().to_owned(),
-                    action: "tool.denied".into(),
-                    subject: format!("tool call {}", call.tool_call_id),
-                    detail: json!({
-                        "run_id": cur.run.id,
-                        // The model may invent any name: keep at most a name's length of it.
-                        "tool_name": call.tool_name.chars().take(64).collect::<String>(),
-                        "input_hash": input_hash(&call.input),
-                        "reason": reason,
-                    }),
-                }),
-                _ => None,
-            })
-            .collect()
-    }
-
-    /// Audit entries for the external writes among `prepared` (before they run).
-    pub(crate) fn external_writes(
-        &self,
-        cur: &Execution<'_>,
-        prepared: &[Prepared],
-    ) -> Vec<AuditRecord> {
-        let now = self.engine.clock.now();
-        prepared
-            .iter()
-            .filter_map(|p| match p {
-                Prepared::Run { call } => Some(call),
-                _ => None,
-            })
-            .filter(|call| {
-                self.engine.tools.get(&call.tool_name).is_some_and(|r| {
-                    r.tool.spec().classification == ToolClassification::ExternalWrite
-                })
-            })
-            .map(|call| AuditRecord {
-                tenant_id: cur.run.tenant_id.clone(),
-                at: now,
-                actor: self.scope.principal_id().as_str().to_owned(),
-                action: "tool.external_write".into(),
-                subject: format!("tool call {}", call.tool_call_id),
-                detail: json!({
-                    "run_id": cur.run.id,
-                    "tool_name": call.tool_name,
-                    "input_hash": input_hash(&call.input),
-                    "idempotency_key": IdempotencyKey::for_tool_call(cur.run.id, &call.tool_call_id),
-                }),
-            })
-            .collect()
+/// Why the run waits: approval if any approval is pending, else a question.
+pub(crate) fn wait_reason(raised: &[Interaction]) -> WaitReason {
+    if raised
+        .iter()
+        .any(|i| matches!(i.request, InteractionRequest::Approval { .. }))
+    {
+        WaitReason::Approval
+    } else {
+        WaitReason::Question
     }
 }
 
 /// What a settled interaction makes of a valid call.
-fn settle(call: ToolCallPart, raised: &[Interaction]) -> Prepared {
+pub(crate) fn settle(call: ToolCallPart, raised: &[Interaction]) -> Prepared {
     let Some(i) = raised
         .iter()
         .find(|i| i.request.tool_call_id() == &call.tool_call_id)

@@ -257,11 +257,10 @@ impl SkillLibrary {
 }
 
 pub(crate) fn load_skill_tool() -> Arc<dyn Tool> {
-    Arc::new(BuiltIn(ToolSpec {
-        name: LOAD_SKILL.into(),
-        description:
-            "Loads a skill: its instructions, or one of its resources. Skills you can load:".into(),
-        input_schema: json!({
+    BuiltIn::tool(
+        LOAD_SKILL,
+        "Loads a skill: its instructions, or one of its resources. Skills you can load:",
+        json!({
             "type": "object",
             "properties": {
                 "name": {"type": "string", "description": "The skill's name."},
@@ -270,12 +269,8 @@ pub(crate) fn load_skill_tool() -> Arc<dyn Tool> {
             "required": ["name"],
             "additionalProperties": false
         }),
-        classification: ToolClassification::Read,
-        approval: ApprovalPolicy::Never,
-        version: "1".into(),
-        permission: None,
-        source: Default::default(),
-    }))
+        ToolClassification::Read,
+    )
 }
 
 pub(crate) fn run_skill_script_tool() -> Arc<dyn Tool> {

@@ -11,7 +11,7 @@
 use std::sync::Arc;
 
 use forge_core::ports::store::StateUpdate;
-use forge_core::ports::tool::{ApprovalPolicy, Tool, ToolClassification, ToolSpec};
+use forge_core::ports::tool::{Tool, ToolClassification};
 use forge_core::thread::SessionState;
 use serde_json::{Map, Value, json};
 
@@ -21,14 +21,13 @@ use crate::tools::BuiltIn;
 pub const UPDATE_STATE: &str = "update_session_state";
 
 pub(crate) fn state_tool() -> Arc<dyn Tool> {
-    Arc::new(BuiltIn(ToolSpec {
-        name: UPDATE_STATE.into(),
-        description: "Changes this conversation's session state, which persists across runs. \
+    BuiltIn::tool(
+        UPDATE_STATE,
+        "Changes this conversation's session state, which persists across runs. \
                       State the version you were shown, the keys to set (with their new JSON \
                       values) and the keys to remove. A stale version is refused: read the \
-                      state again and retry."
-            .into(),
-        input_schema: json!({
+                      state again and retry.",
+        json!({
             "type": "object",
             "properties": {
                 "expected_version": {"type": "integer", "minimum": 0},
@@ -38,12 +37,8 @@ pub(crate) fn state_tool() -> Arc<dyn Tool> {
             "required": ["expected_version"],
             "additionalProperties": false
         }),
-        classification: ToolClassification::Read,
-        approval: ApprovalPolicy::Never,
-        version: "1".into(),
-        permission: None,
-        source: Default::default(),
-    }))
+        ToolClassification::Read,
+    )
 }
 
 /// A step's changes to the state it started from.

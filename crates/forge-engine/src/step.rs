@@ -5,6 +5,7 @@ use std::collections::BTreeSet;
 use forge_core::agent::AgentDefinition;
 use forge_core::event::RunEventKind;
 use forge_core::id::MessageId;
+use forge_core::interaction::Interaction;
 use forge_core::message::{Message, Role};
 use forge_core::part::{ErrorPart, Part, ToolCallPart};
 use forge_core::ports::policy::{PolicyAction, PolicyDecision, PolicyRequest, PolicyResource};
@@ -44,6 +45,70 @@ impl StepRunner<'_> {
             ids: e.ids.as_ref(),
             telemetry: &e.telemetry,
             cancel: self.cancel,
+        }
+    }
+
+    /// Executes the parked step's calls now that its interactions are settled.
+    /// Resumes the parked step in its `step.execute` span.
+    pub(crate) async fn resume(
+        &self,
+        cur: &mut Execution<'_>,
+        raised: &[Interaction],
+    ) -> Result<StepEnd, EngineError> {
+        let span = self.begin_step(cur);
+        let end = self.resume_step(cur, raised).await;
+        self.end_step(cur, span, &end);
+        end
+    }
+
+    async fn resume_step(
+        &self,
+        cur: &mut Execution<'_>,
+        raised: &[Interaction],
+    ) -> Result<StepEnd, EngineError> {
+        let run_id = cur.run.id;
+        let Some(parked) = cur
+            .history
+            .iter()
+            .rev()
+            .find(|m| m.run_id == run_id && m.role == Role::Assistant)
+        else {
+            return Err(forge_core::Error::invalid(format!(
+                "run {run_id} waits but its parked message is missing"
+            ))
+            .into());
+        };
+        let calls: Vec<(ToolCallPart, usize)> = parked
+            .parts
+            .iter()
+            .filter_map(|p| match p {
+                Part::ToolCall(c) => Some((c.clone(), c.input.to_string().len())),
+                _ => None,
+            })
+            .collect();
+        // Decided again on resume: permissions may have changed while the run waited.
+        let callable = self.engine.callable(self.scope, self.agent);
+        let prepared = self
+            .prepare(&calls, &callable)
+            .into_iter()
+            .map(|p| match p {
+                Prepared::Run { call } => crate::hitl::settle(call, raised),
+                other => other,
+            })
+            .collect();
+        self.run_tools(cur, prepared).await
+    }
+
+    /// The run's approval gate.
+    pub(crate) fn approvals(&self) -> crate::hitl::ApprovalGate<'_> {
+        let e = self.engine;
+        crate::hitl::ApprovalGate {
+            scope: self.scope,
+            agent: self.agent,
+            tools: &e.tools,
+            rule: e.approval_rule.as_deref(),
+            clock: e.clock.as_ref(),
+            ids: e.ids.as_ref(),
         }
     }
 
@@ -267,15 +332,15 @@ impl StepRunner<'_> {
             }));
         }
         let prepared = self.prepare(&calls, callable);
-        let (prepared, raised) = self.gate(cur, step, prepared).await;
+        let (prepared, raised) = self.approvals().gate(cur, step, prepared).await;
         if !raised.is_empty() {
             // No tool of this step runs until a person has settled every interaction.
             for i in &raised {
-                msg.add_part(cur, Self::request_part(i));
-                Self::request_event(cur, i);
+                msg.add_part(cur, crate::hitl::request_part(i));
+                crate::hitl::request_event(cur, i);
             }
             msg.keep(cur, self.engine.clock.now());
-            let reason = Self::wait_reason(&raised);
+            let reason = crate::hitl::wait_reason(&raised);
             cur.interactions = raised;
             return Ok(StepEnd::Parked(reason));
         }
@@ -337,8 +402,7 @@ impl StepRunner<'_> {
         cur: &mut Execution<'_>,
         prepared: Vec<Prepared>,
     ) -> Result<StepEnd, EngineError> {
-        let mut audit = self.denials(cur, &prepared);
-        audit.extend(self.external_writes(cur, &prepared));
+        let audit = self.executor().audit(cur, &prepared);
         let draft = std::sync::Mutex::new(crate::state::Draft::new(&cur.state));
         let lost = std::sync::Mutex::new(None);
         let executed = self.executor().execute(cur, prepared, &draft, &lost).await;

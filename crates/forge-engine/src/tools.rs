@@ -220,9 +220,31 @@ where
         serde_json::to_value(out).map_err(|e| ToolError::Failed(format!("output is not JSON: {e}")))
     }
 }
+
 /// A tool the engine answers itself; its spec is registered so calls are validated like any
 /// other's.
 pub(crate) struct BuiltIn(pub(crate) ToolSpec);
+
+impl BuiltIn {
+    /// The built-in `name` (version 1, never needing approval on its own) as a registrable tool.
+    pub(crate) fn tool(
+        name: &str,
+        description: &str,
+        input_schema: serde_json::Value,
+        classification: ToolClassification,
+    ) -> Arc<dyn Tool> {
+        Arc::new(BuiltIn(ToolSpec {
+            name: name.to_owned(),
+            description: description.to_owned(),
+            input_schema,
+            classification,
+            approval: ApprovalPolicy::Never,
+            version: "1".into(),
+            permission: None,
+            source: Default::default(),
+        }))
+    }
+}
 
 #[async_trait]
 impl Tool for BuiltIn {

@@ -63,7 +63,7 @@ pub(crate) const CAPABILITIES: &[Capability] = &[
         wired_in: (
             "forge-engine/src/engine/builder.rs",
             Some("EngineBuilder"),
-            "build",
+            "register_built_ins",
         ),
     },
     Capability {
@@ -199,7 +199,7 @@ pub(crate) const CAPABILITIES: &[Capability] = &[
         wired_in: (
             "forge-engine/src/engine/builder.rs",
             Some("EngineBuilder"),
-            "build",
+            "register_built_ins",
         ),
     },
     Capability {
@@ -1024,7 +1024,7 @@ mod tests {
     fn removing_the_approval_gate_from_the_step_fails() {
         let problems = real_tree_with(
             "forge-engine/src/step.rs",
-            "self.approvals().gate(cur, step, prepared).await",
+            "self\n            .engine\n            .approvals(self.scope, self.agent)\n            .gate(cur, step, prepared)\n            .await",
             "(prepared, Vec::new())",
         );
         assert_eq!(

@@ -393,15 +393,16 @@ fn skill_name(call: &ToolCallPart) -> Option<&str> {
 }
 
 /// For a call of a skill built-in: the denial when `scope` may not use the skill it names, or
-/// it is not among the `visible` ones (a hidden skill is refused like one that does not exist);
-/// `None` otherwise.
-pub(crate) fn gate(
-    visible: &[&Skill],
+/// it is not among the `visible` ones (asked only for a skill call; a hidden skill is refused
+/// like one that does not exist); `None` otherwise.
+pub(crate) fn gate<'s>(
+    visible: impl FnOnce() -> Vec<&'s Skill>,
     authorizer: &dyn Authorizer,
     scope: &Scope,
     call: &ToolCallPart,
 ) -> Option<Prepared> {
     let name = skill_name(call)?;
+    let visible = visible();
     let denied = |message: String, reason: String| {
         Some(Prepared::Denied {
             call: call.clone(),

@@ -19,7 +19,6 @@ use crate::context::assemble;
 use crate::engine::Engine;
 use crate::error::EngineError;
 use crate::execution::Execution;
-use crate::meter::Meter;
 use crate::model_call::{ModelCaller, Streamed};
 use crate::plan::{Prepared, StepEnd};
 
@@ -31,23 +30,6 @@ pub(crate) struct StepRunner<'a> {
 }
 
 impl StepRunner<'_> {
-    /// The run's compactor, metering its calls with the run's meter.
-    pub(crate) fn compactor(&self) -> crate::compaction::Compactor<'_> {
-        let e = self.engine;
-        crate::compaction::Compactor {
-            scope: self.scope,
-            agent: self.agent,
-            models: &e.models,
-            meter: self.meter(),
-            runs: e.runs.as_ref(),
-            redactor: &e.redactor,
-            clock: e.clock.as_ref(),
-            ids: e.ids.as_ref(),
-            telemetry: &e.telemetry,
-            cancel: self.cancel,
-        }
-    }
-
     /// Executes the parked step's calls now that its interactions are settled.
     /// Resumes the parked step in its `step.execute` span.
     pub(crate) async fn resume(
@@ -97,51 +79,6 @@ impl StepRunner<'_> {
             })
             .collect();
         self.run_tools(cur, prepared).await
-    }
-
-    /// The run's approval gate.
-    pub(crate) fn approvals(&self) -> crate::hitl::ApprovalGate<'_> {
-        let e = self.engine;
-        crate::hitl::ApprovalGate {
-            scope: self.scope,
-            agent: self.agent,
-            tools: &e.tools,
-            rule: e.approval_rule.as_deref(),
-            clock: e.clock.as_ref(),
-            ids: e.ids.as_ref(),
-        }
-    }
-
-    /// The run's tool executor.
-    pub(crate) fn executor(&self) -> crate::executor::ToolExecutor<'_> {
-        let e = self.engine;
-        crate::executor::ToolExecutor {
-            scope: self.scope,
-            limits: &self.agent.limits,
-            tools: &e.tools,
-            citations: e.citations.as_deref(),
-            skills: &e.skills,
-            redactor: &e.redactor,
-            telemetry: &e.telemetry,
-            runs: e.runs.as_ref(),
-            clock: e.clock.as_ref(),
-            cancel: self.cancel,
-        }
-    }
-
-    /// The run's meter: its limits, and the engine's prices, quotas and ledger.
-    pub(crate) fn meter(&self) -> Meter<'_> {
-        let e = self.engine;
-        Meter {
-            scope: self.scope,
-            limits: &self.agent.limits,
-            prices: &e.prices,
-            quotas: &e.quotas,
-            ledger: e.ledger.as_ref(),
-            clock: e.clock.as_ref(),
-            ids: e.ids.as_ref(),
-            telemetry: &e.telemetry,
-        }
     }
 
     /// Runs one step in its `step.execute` span (the parent of its model and tool calls).
@@ -220,7 +157,12 @@ impl StepRunner<'_> {
         if let Some(config) = &self.agent.compaction
             && crate::context::estimate_usage(&request).input_tokens > config.max_tokens
         {
-            match self.compactor().compact(cur, step).await? {
+            match self
+                .engine
+                .compactor(self.scope, self.agent, self.cancel)
+                .compact(cur, step)
+                .await?
+            {
                 Compacted::Done => request = self.request(cur, model_name).await?,
                 Compacted::Nothing => {}
                 Compacted::Ended(end) => return Ok(end),
@@ -251,7 +193,8 @@ impl StepRunner<'_> {
         // Reserve before spending: the run's ceilings, then the tenant's quota (atomic in the
         // store). A call that would pass either is not made.
         let reservation = match self
-            .meter()
+            .engine
+            .meter(self.scope, &self.agent.limits)
             .reserve(cur, step, &mut request, &self.agent.model)
             .await?
         {
@@ -280,8 +223,13 @@ impl StepRunner<'_> {
             msg.finish_tool_inputs(cur);
         }
         cur.checkpoint.step = step;
-        self.meter()
-            .settle(cur, step, model, reservation, msg.reported())?;
+        self.engine.meter(self.scope, &self.agent.limits).settle(
+            cur,
+            step,
+            model,
+            reservation,
+            msg.reported(),
+        )?;
         let end = match streamed {
             Streamed::Finished => return Ok(Ok(msg)),
             Streamed::Cancelled => StepEnd::Cancelled,
@@ -332,7 +280,11 @@ impl StepRunner<'_> {
             }));
         }
         let prepared = self.prepare(&calls, callable);
-        let (prepared, raised) = self.approvals().gate(cur, step, prepared).await;
+        let (prepared, raised) = self
+            .engine
+            .approvals(self.scope, self.agent)
+            .gate(cur, step, prepared)
+            .await;
         if !raised.is_empty() {
             // No tool of this step runs until a person has settled every interaction.
             for i in &raised {
@@ -402,10 +354,17 @@ impl StepRunner<'_> {
         cur: &mut Execution<'_>,
         prepared: Vec<Prepared>,
     ) -> Result<StepEnd, EngineError> {
-        let audit = self.executor().audit(cur, &prepared);
+        let audit = self
+            .engine
+            .executor(self.scope, &self.agent.limits, self.cancel)
+            .audit(cur, &prepared);
         let draft = std::sync::Mutex::new(crate::state::Draft::new(&cur.state));
         let lost = std::sync::Mutex::new(None);
-        let executed = self.executor().execute(cur, prepared, &draft, &lost).await;
+        let executed = self
+            .engine
+            .executor(self.scope, &self.agent.limits, self.cancel)
+            .execute(cur, prepared, &draft, &lost)
+            .await;
         if let Some(e) = lost.into_inner().unwrap_or_else(|p| p.into_inner()) {
             return Err(EngineError::Store(e));
         }
@@ -512,87 +471,96 @@ impl StepRunner<'_> {
         calls: &[(ToolCallPart, usize)],
         callable: &BTreeSet<String>,
     ) -> Vec<Prepared> {
-        let limits = &self.agent.limits;
         calls
             .iter()
             .enumerate()
-            .map(|(i, (call, raw_len))| {
-                let refuse = |code, message: String| Prepared::Refused {
-                    call: call.clone(),
-                    code,
-                    message,
-                };
-                if i as u32 >= limits.max_tool_calls_per_step {
-                    return refuse(
-                        "too_many_tool_calls",
-                        format!(
-                            "at most {} tool calls run per step",
-                            limits.max_tool_calls_per_step
-                        ),
-                    );
-                }
-                // A tool this run may not see is refused exactly like one that does not exist.
-                let registered = match self.engine.tools.get(&call.tool_name) {
-                    Some(r) if callable.contains(&call.tool_name) => r,
-                    found => {
-                        return Prepared::Denied {
-                            call: call.clone(),
-                            message: format!(
-                                "there is no tool named {:?} available to this run",
-                                call.tool_name
-                            ),
-                            reason: if found.is_some() {
-                                "not discoverable by this scope".into()
-                            } else {
-                                "no such tool".into()
-                            },
-                        };
-                    }
-                };
-                if *raw_len > limits.max_tool_input_bytes {
-                    return refuse(
-                        "input_too_large",
-                        format!(
-                            "tool input is {raw_len} bytes; the limit is {}",
-                            limits.max_tool_input_bytes
-                        ),
-                    );
-                }
-                if call.input.is_null() {
-                    return refuse("invalid_json", "tool input is not valid JSON".into());
-                }
-                let violations = registered.violations(&call.input);
-                if !violations.is_empty() {
-                    return refuse(
-                        "invalid_input",
-                        format!(
-                            "tool input does not match the schema: {}",
-                            violations.join("; ")
-                        ),
-                    );
-                }
-                // Asked again at execution, with the actual input.
-                let decision = self.engine.authorizer.decide(&PolicyRequest {
-                    scope: self.scope,
-                    action: PolicyAction::Execute,
-                    resource: PolicyResource::Tool(registered.tool.spec()),
-                    input: Some(&call.input),
-                });
-                match decision {
-                    PolicyDecision::Allow => crate::skills::gate(
-                        &self.engine.visible_skills(self.scope, self.agent),
-                        self.engine.authorizer.as_ref(),
-                        self.scope,
-                        call,
-                    )
-                    .unwrap_or_else(|| Prepared::Run { call: call.clone() }),
-                    PolicyDecision::Deny { reason } => Prepared::Denied {
-                        call: call.clone(),
-                        message: format!("this call of {:?} is not permitted", call.tool_name),
-                        reason,
-                    },
-                }
-            })
+            .map(|(i, (call, raw_len))| self.check_call(i, call, *raw_len, callable))
             .collect()
+    }
+
+    /// Checks the step's `i`th call, whose raw streamed input was `raw_len` bytes.
+    fn check_call(
+        &self,
+        i: usize,
+        call: &ToolCallPart,
+        raw_len: usize,
+        callable: &BTreeSet<String>,
+    ) -> Prepared {
+        let limits = &self.agent.limits;
+        let refuse = |code, message: String| Prepared::Refused {
+            call: call.clone(),
+            code,
+            message,
+        };
+        if i as u32 >= limits.max_tool_calls_per_step {
+            return refuse(
+                "too_many_tool_calls",
+                format!(
+                    "at most {} tool calls run per step",
+                    limits.max_tool_calls_per_step
+                ),
+            );
+        }
+        // A tool this run may not see is refused exactly like one that does not exist.
+        let registered = match self.engine.tools.get(&call.tool_name) {
+            Some(r) if callable.contains(&call.tool_name) => r,
+            found => {
+                return Prepared::Denied {
+                    call: call.clone(),
+                    message: format!(
+                        "there is no tool named {:?} available to this run",
+                        call.tool_name
+                    ),
+                    reason: if found.is_some() {
+                        "not discoverable by this scope".into()
+                    } else {
+                        "no such tool".into()
+                    },
+                };
+            }
+        };
+        if raw_len > limits.max_tool_input_bytes {
+            return refuse(
+                "input_too_large",
+                format!(
+                    "tool input is {raw_len} bytes; the limit is {}",
+                    limits.max_tool_input_bytes
+                ),
+            );
+        }
+        if call.input.is_null() {
+            return refuse("invalid_json", "tool input is not valid JSON".into());
+        }
+        let violations = registered.violations(&call.input);
+        if !violations.is_empty() {
+            return refuse(
+                "invalid_input",
+                format!(
+                    "tool input does not match the schema: {}",
+                    violations.join("; ")
+                ),
+            );
+        }
+        // Asked again at execution, with the actual input.
+        let decision = self.engine.authorizer.decide(&PolicyRequest {
+            scope: self.scope,
+            action: PolicyAction::Execute,
+            resource: PolicyResource::Tool(registered.tool.spec()),
+            input: Some(&call.input),
+        });
+        match decision {
+            PolicyDecision::Allow => crate::skills::gate(
+                || self.engine.visible_skills(self.scope, self.agent),
+                self.engine.authorizer.as_ref(),
+                self.scope,
+                call,
+            )
+            .unwrap_or_else(|| Prepared::Run { call: call.clone() }),
+            PolicyDecision::Deny { reason } => Prepared::Denied {
+                call: call.clone(),
+                message: format!("this call of {:?} is not permitted", call.tool_name),
+                reason,
+            },
+        }
     }
 }

@@ -199,72 +199,17 @@ impl EngineBuilder {
 
     /// Checks every agent against the registered models and tools and builds the engine.
     pub fn build(mut self) -> Result<Engine, EngineError> {
-        if !self.tools.contains(crate::hitl::ASK_USER) {
-            self.tools.register(crate::hitl::ask_user_tool())?;
-        }
-        if !self.tools.contains(crate::state::UPDATE_STATE) {
-            self.tools.register(crate::state::state_tool())?;
-        }
-        if self.citations.is_some() && !self.tools.contains(crate::cite::CITE) {
-            self.tools.register(crate::cite::cite_tool())?;
-        }
-        if !self.skills.is_empty() {
-            self.tools.register(crate::skills::load_skill_tool())?;
-            if self.skills.scripts_enabled() {
-                self.tools
-                    .register(crate::skills::run_skill_script_tool())?;
-            }
-        }
+        self.register_built_ins()?;
         let mut agents = HashMap::new();
-        for agent in self.agents {
+        for agent in std::mem::take(&mut self.agents) {
+            self.check_agent(&agent)?;
             let name = agent.agent.name.clone();
-            let invalid = |reason: String| EngineError::InvalidAgent {
-                name: name.clone(),
-                reason,
-            };
-            agent.validate().map_err(|e| invalid(e.to_string()))?;
-            let (provider, _) = agent.model_parts().map_err(|e| invalid(e.to_string()))?;
-            if !self.models.contains_key(provider) {
-                return Err(invalid(format!(
-                    "model provider {provider} is not configured"
-                )));
-            }
-            if let Some(schema) = &agent.output_schema {
-                jsonschema::validator_for(schema).map_err(|e| {
-                    invalid(format!("output_schema is not a valid JSON Schema: {e}"))
-                })?;
-            }
-            if let Some(missing) = agent.tools.iter().find(|t| !self.tools.contains(t)) {
-                return Err(invalid(format!("tool {missing} is not registered")));
-            }
-            if let Some(missing) = agent.skills.iter().find(|s| !self.skills.contains(s)) {
-                return Err(invalid(format!(
-                    "skill {missing} is not in the skill library"
-                )));
-            }
-            // A model missing from the price table costs nothing: under a cost ceiling or a cost
-            // quota that would spend without limit, so such a configuration is refused.
-            let cost_bounded = agent.limits.max_cost_micros.is_some()
-                || self
-                    .quotas
-                    .default
-                    .iter()
-                    .chain(self.quotas.tenants.values())
-                    .any(|q| q.max_cost_micros.is_some());
-            // Every model the agent's runs call: its own, and the one that summarises its thread.
-            let summariser = agent.compaction.as_ref().and_then(|c| c.model.as_ref());
-            let unpriced = std::iter::once(&agent.model)
-                .chain(summariser)
-                .find(|m| !self.prices.models.contains_key(*m));
-            if let Some(model) = unpriced.filter(|_| cost_bounded) {
-                return Err(invalid(format!(
-                    "model {model} has no price in the price table, and a cost ceiling or cost \
-                     quota applies: its calls would cost nothing against it"
-                )));
-            }
-            let key = (agent.agent.name.clone(), agent.agent.version.clone());
+            let key = (name.clone(), agent.agent.version.clone());
             if agents.insert(key, Arc::new(agent)).is_some() {
-                return Err(invalid("the same version is registered twice".into()));
+                return Err(EngineError::InvalidAgent {
+                    name,
+                    reason: "the same version is registered twice".into(),
+                });
             }
         }
         let ids = self.ids.unwrap_or_else(|| Arc::new(UuidV7Generator));
@@ -307,5 +252,78 @@ impl EngineBuilder {
             cancels: Default::default(),
             work: Arc::default(),
         })
+    }
+
+    /// Registers the built-in tools the configuration calls for: `ask_user` and session state
+    /// always (unless replaced), `cite` with a citation check, the skill tools with a library.
+    fn register_built_ins(&mut self) -> Result<(), EngineError> {
+        if !self.tools.contains(crate::hitl::ASK_USER) {
+            self.tools.register(crate::hitl::ask_user_tool())?;
+        }
+        if !self.tools.contains(crate::state::UPDATE_STATE) {
+            self.tools.register(crate::state::state_tool())?;
+        }
+        if self.citations.is_some() && !self.tools.contains(crate::cite::CITE) {
+            self.tools.register(crate::cite::cite_tool())?;
+        }
+        if !self.skills.is_empty() {
+            self.tools.register(crate::skills::load_skill_tool())?;
+            if self.skills.scripts_enabled() {
+                self.tools
+                    .register(crate::skills::run_skill_script_tool())?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Refuses an agent this engine could not run as configured: an invalid definition, a model
+    /// provider, tool or skill it lacks, an unusable output schema, or an unpriced model under
+    /// a cost ceiling or quota.
+    fn check_agent(&self, agent: &AgentDefinition) -> Result<(), EngineError> {
+        let name = agent.agent.name.clone();
+        let invalid = |reason: String| EngineError::InvalidAgent {
+            name: name.clone(),
+            reason,
+        };
+        agent.validate().map_err(|e| invalid(e.to_string()))?;
+        let (provider, _) = agent.model_parts().map_err(|e| invalid(e.to_string()))?;
+        if !self.models.contains_key(provider) {
+            return Err(invalid(format!(
+                "model provider {provider} is not configured"
+            )));
+        }
+        if let Some(schema) = &agent.output_schema {
+            jsonschema::validator_for(schema)
+                .map_err(|e| invalid(format!("output_schema is not a valid JSON Schema: {e}")))?;
+        }
+        if let Some(missing) = agent.tools.iter().find(|t| !self.tools.contains(t)) {
+            return Err(invalid(format!("tool {missing} is not registered")));
+        }
+        if let Some(missing) = agent.skills.iter().find(|s| !self.skills.contains(s)) {
+            return Err(invalid(format!(
+                "skill {missing} is not in the skill library"
+            )));
+        }
+        // A model missing from the price table costs nothing: under a cost ceiling or a cost
+        // quota that would spend without limit, so such a configuration is refused.
+        let cost_bounded = agent.limits.max_cost_micros.is_some()
+            || self
+                .quotas
+                .default
+                .iter()
+                .chain(self.quotas.tenants.values())
+                .any(|q| q.max_cost_micros.is_some());
+        // Every model the agent's runs call: its own, and the one that summarises its thread.
+        let summariser = agent.compaction.as_ref().and_then(|c| c.model.as_ref());
+        let unpriced = std::iter::once(&agent.model)
+            .chain(summariser)
+            .find(|m| !self.prices.models.contains_key(*m));
+        if let Some(model) = unpriced.filter(|_| cost_bounded) {
+            return Err(invalid(format!(
+                "model {model} has no price in the price table, and a cost ceiling or cost \
+                 quota applies: its calls would cost nothing against it"
+            )));
+        }
+        Ok(())
     }
 }

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use forge_core::agent::{AgentDefinition, AgentRef};
+use forge_core::agent::{AgentDefinition, AgentRef, RunLimits};
 use forge_core::event::RunEventKind;
 use forge_core::id::{IdGenerator, MessageId, RunId, ThreadId, UuidV7Generator};
 use forge_core::interaction::{
@@ -27,8 +27,11 @@ use forge_core::scope::{PrincipalId, Scope, TenantId};
 use forge_core::time::{Clock, SystemClock};
 use tokio_util::sync::CancellationToken;
 
+use crate::compaction::Compactor;
 use crate::error::EngineError;
-use crate::meter::Quotas;
+use crate::executor::ToolExecutor;
+use crate::hitl::ApprovalGate;
+use crate::meter::{Meter, Quotas};
 use crate::observer::RunObserver;
 use crate::tools::ToolRegistry;
 
@@ -171,6 +174,78 @@ impl std::fmt::Debug for Engine {
 }
 
 impl Engine {
+    /// The meter of a run of `scope` within `limits`: the engine's prices, quotas and ledger.
+    pub(crate) fn meter<'a>(&'a self, scope: &'a Scope, limits: &'a RunLimits) -> Meter<'a> {
+        Meter {
+            scope,
+            limits,
+            prices: &self.prices,
+            quotas: &self.quotas,
+            ledger: self.ledger.as_ref(),
+            clock: self.clock.as_ref(),
+            ids: self.ids.as_ref(),
+            telemetry: &self.telemetry,
+        }
+    }
+
+    /// The compactor of a run of `agent` in `scope`, metering its calls with the run's meter.
+    pub(crate) fn compactor<'a>(
+        &'a self,
+        scope: &'a Scope,
+        agent: &'a AgentDefinition,
+        cancel: &'a CancellationToken,
+    ) -> Compactor<'a> {
+        Compactor {
+            scope,
+            agent,
+            models: &self.models,
+            meter: self.meter(scope, &agent.limits),
+            runs: self.runs.as_ref(),
+            redactor: &self.redactor,
+            clock: self.clock.as_ref(),
+            ids: self.ids.as_ref(),
+            telemetry: &self.telemetry,
+            cancel,
+        }
+    }
+
+    /// The tool executor of a run in `scope` within `limits`.
+    pub(crate) fn executor<'a>(
+        &'a self,
+        scope: &'a Scope,
+        limits: &'a RunLimits,
+        cancel: &'a CancellationToken,
+    ) -> ToolExecutor<'a> {
+        ToolExecutor {
+            scope,
+            limits,
+            tools: &self.tools,
+            citations: self.citations.as_deref(),
+            skills: &self.skills,
+            redactor: &self.redactor,
+            telemetry: &self.telemetry,
+            runs: self.runs.as_ref(),
+            clock: self.clock.as_ref(),
+            cancel,
+        }
+    }
+
+    /// The approval gate of a run of `agent` in `scope`.
+    pub(crate) fn approvals<'a>(
+        &'a self,
+        scope: &'a Scope,
+        agent: &'a AgentDefinition,
+    ) -> ApprovalGate<'a> {
+        ApprovalGate {
+            scope,
+            agent,
+            tools: &self.tools,
+            rule: self.approval_rule.as_deref(),
+            clock: self.clock.as_ref(),
+            ids: self.ids.as_ref(),
+        }
+    }
+
     /// Starts building an engine.
     pub fn builder() -> EngineBuilder {
         EngineBuilder::default()

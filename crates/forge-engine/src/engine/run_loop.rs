@@ -548,13 +548,8 @@ impl Engine {
     ) -> Result<RunOutcome, EngineError> {
         let step = cur.checkpoint.step + 1;
         cur.emit(RunEventKind::StepStarted { step });
-        let runner = StepRunner {
-            engine: self,
-            scope,
-            agent,
-            cancel,
-        };
-        let (end, failure) = match runner.compactor().compact(&mut cur, step).await? {
+        let compactor = self.compactor(scope, agent, cancel);
+        let (end, failure) = match compactor.compact(&mut cur, step).await? {
             crate::compaction::Compacted::Done => {
                 let covered = cur.summary.as_ref().map_or(0, |s| s.covered);
                 (

@@ -228,9 +228,9 @@ impl AssistantMessage {
             }
         }
         if !self.parts.is_empty() {
-            cur.messages.push(Message {
+            cur.push_message(Message {
                 id: self.id,
-                run_id: cur.run.id,
+                run_id: cur.run().id,
                 role: Role::Assistant,
                 parts: self.parts,
                 created_at: now,

@@ -283,19 +283,19 @@ impl Compactor<'_> {
             forge_core::agent::CompactionConfig::DEFAULT_KEEP_RECENT,
             |c| c.keep_recent,
         );
-        let fold = plan(&cur.history, keep_recent);
+        let fold = plan(cur.history(), keep_recent);
         if fold == 0 {
             return Ok(Compacted::Nothing);
         }
         let model = self.agent.summary_model().to_owned();
-        let mut text = cur.summary.as_ref().map(|s| s.text.clone());
+        let mut text = cur.summary().map(|s| s.text.clone());
         let mut start = 0;
         let mut folded = 0;
-        for end in chunks(&cur.history, fold)
+        for end in chunks(cur.history(), fold)
             .into_iter()
             .take(MAX_SUMMARY_CALLS)
         {
-            let prompt = transcript(text.as_deref(), &cur.history[start..end]);
+            let prompt = transcript(text.as_deref(), &cur.history()[start..end]);
             match self.summarise(cur, step, &model, prompt).await? {
                 Ok(summary) => text = Some(summary),
                 Err(end) => return Ok(Compacted::Ended(end)),
@@ -303,17 +303,17 @@ impl Compactor<'_> {
             folded = end;
             start = end;
         }
-        let last = folded.checked_sub(1).and_then(|i| cur.history.get(i));
+        let last = folded.checked_sub(1).and_then(|i| cur.history().get(i));
         let (Some(text), Some(last)) = (text, last) else {
             return Ok(Compacted::Nothing);
         };
-        let previous = cur.summary.as_ref();
+        let previous = cur.summary();
         let summary = ThreadSummary {
             version: previous.map_or(0, |s| s.version) + 1,
             text,
             through: last.id,
             covered: previous.map_or(0, |s| s.covered) + folded as u64,
-            run_id: cur.run.id,
+            run_id: cur.run().id,
             model: model.clone(),
             created_at: self.clock.now(),
         };
@@ -323,9 +323,7 @@ impl Compactor<'_> {
             covered: summary.covered,
             model,
         });
-        cur.history.drain(..folded);
-        cur.summary = Some(summary.clone());
-        cur.summary_update = Some(summary);
+        cur.compacted(summary, folded);
         Ok(Compacted::Done)
     }
 
@@ -351,7 +349,7 @@ impl Compactor<'_> {
             system: SUMMARY_INSTRUCTIONS.to_owned(),
             messages: vec![Message {
                 id: MessageId::generate(self.ids),
-                run_id: cur.run.id,
+                run_id: cur.run().id,
                 role: Role::User,
                 parts: vec![Part::text(self.redactor.redact(&prompt).into_owned())],
                 created_at: self.clock.now(),
@@ -366,11 +364,11 @@ impl Compactor<'_> {
             Err(failure) => return Ok(Err(StepEnd::Failed(failure))),
         };
         // As before the step's own model call (`crate::lease`).
-        cur.held.ensure(self.runs, self.clock, self.scope).await?;
+        cur.ensure_lease(self.runs, self.clock, self.scope).await?;
         let mut text = String::new();
         let mut usage = None;
         let (mut request_id, mut provider_model) = (None, None);
-        let parent = cur.step_trace;
+        let parent = cur.step_trace();
         let streamed = ModelCaller::new(provider.as_ref(), self.telemetry, self.cancel)
             .stream(request, model, parent.as_ref(), |chunk| match chunk {
                 ModelChunk::TextDelta(delta) => text.push_str(&delta),

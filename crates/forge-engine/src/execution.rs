@@ -1,11 +1,10 @@
 //! One execution of a run: its position in the log, the state it read when it began, and the
 //! current step's writes waiting for their commit.
 //!
-//! The step and its components add to it (`emit` an event, push a message, an interaction, an
-//! audit entry or a settled call, set a state or summary change); the run loop turns it into one
-//! [`StepCommit`] ([`Execution::take_commit`]) and applies what the store answered
-//! ([`Execution::committed`]). What only the loop may touch — the event numbering, the observer,
-//! the claim the run executes under — is private.
+//! Every field is private. The step and its components read it through accessors and add to it
+//! through what they do (`emit` an event, push a message, charge a call, park on interactions,
+//! add audit entries, record a compaction); the run loop turns it into one [`StepCommit`]
+//! ([`Execution::take_commit`]) and applies what the store answered ([`Execution::committed`]).
 
 use std::sync::Arc;
 
@@ -15,11 +14,14 @@ use forge_core::interaction::Interaction;
 use forge_core::message::Message;
 use forge_core::metering::ModelCall;
 use forge_core::ports::queue::ClaimedJob;
+use forge_core::ports::store::RunStore;
 use forge_core::ports::store::{Committed, StateUpdate, StepCommit};
 use forge_core::run::{Checkpoint, Run, RunFailure, RunInput, RunLease, RunStatus, transition};
+use forge_core::scope::Scope;
 use forge_core::telemetry::TraceContext;
 use forge_core::thread::{SessionState, ThreadSummary};
 use forge_core::time::Clock;
+use forge_core::usage::Usage;
 
 use crate::error::EngineError;
 use crate::lease::HeldLease;
@@ -28,37 +30,37 @@ use crate::plan::StepEnd;
 
 /// The run being executed: its position in the log and the step's pending writes.
 pub(crate) struct Execution<'a> {
-    pub(crate) run: Run,
-    pub(crate) lease: RunLease,
+    run: Run,
+    lease: RunLease,
     /// The lease with the local deadline it is vouched for until: checked immediately before
     /// every model call and tool call (`crate::lease`).
-    pub(crate) held: Arc<HeldLease>,
-    pub(crate) status: RunStatus,
-    pub(crate) checkpoint: Checkpoint,
-    pub(crate) messages: Vec<Message>,
+    held: Arc<HeldLease>,
+    status: RunStatus,
+    checkpoint: Checkpoint,
+    messages: Vec<Message>,
     /// Interactions the step raised, created by its commit.
-    pub(crate) interactions: Vec<Interaction>,
+    interactions: Vec<Interaction>,
     /// Audit entries of the step (external writes), written by its commit.
-    pub(crate) audit: Vec<AuditRecord>,
+    audit: Vec<AuditRecord>,
     /// The step's model calls, settled, recorded by its commit.
-    pub(crate) settlements: Vec<ModelCall>,
+    settlements: Vec<ModelCall>,
     /// The thread's committed history, read once when the execution began and extended by each
     /// commit of this execution.
-    pub(crate) history: Vec<Message>,
+    history: Vec<Message>,
     /// The thread's session state, read when the execution began and kept as this execution
     /// commits changes to it.
-    pub(crate) state: SessionState,
+    state: SessionState,
     /// The step's change to the session state, written by its commit.
-    pub(crate) state_update: Option<StateUpdate>,
+    state_update: Option<StateUpdate>,
     /// The thread's summary, read when the execution began and replaced by its compactions;
     /// `history` holds only the messages after it.
-    pub(crate) summary: Option<ThreadSummary>,
+    summary: Option<ThreadSummary>,
     /// The step's new summary, written by its commit.
-    pub(crate) summary_update: Option<ThreadSummary>,
+    summary_update: Option<ThreadSummary>,
     /// The execution's span, parent of its steps' spans.
-    pub(crate) trace: Option<TraceContext>,
+    trace: Option<TraceContext>,
     /// The current step's span, parent of its model and tool calls' spans.
-    pub(crate) step_trace: Option<TraceContext>,
+    step_trace: Option<TraceContext>,
     pending: Vec<RunEvent>,
     next_seq: u64,
     clock: &'a dyn Clock,
@@ -223,6 +225,134 @@ impl<'a> Execution<'a> {
                 None
             }
         })
+    }
+
+    /// The run as this execution has committed it so far.
+    pub(crate) fn run(&self) -> &Run {
+        &self.run
+    }
+
+    /// The run's lease this execution holds.
+    pub(crate) fn lease(&self) -> &RunLease {
+        &self.lease
+    }
+
+    /// Makes sure of the run's lease immediately before a model or tool call (`crate::lease`).
+    pub(crate) async fn ensure_lease(
+        &self,
+        runs: &dyn RunStore,
+        clock: &dyn Clock,
+        scope: &Scope,
+    ) -> Result<(), forge_core::Error> {
+        self.held.ensure(runs, clock, scope).await
+    }
+
+    /// The run's state, as the step has moved it.
+    pub(crate) fn status(&self) -> RunStatus {
+        self.status
+    }
+
+    /// The run's progress: its step, usage, cost and repairs, as the step has moved it.
+    pub(crate) fn checkpoint(&self) -> &Checkpoint {
+        &self.checkpoint
+    }
+
+    /// The thread's history after its summary: read when the execution began, extended by each
+    /// commit.
+    pub(crate) fn history(&self) -> &[Message] {
+        &self.history
+    }
+
+    /// The messages the step has added, not yet committed.
+    pub(crate) fn messages(&self) -> &[Message] {
+        &self.messages
+    }
+
+    /// The thread's session state as this execution knows it.
+    pub(crate) fn state(&self) -> &SessionState {
+        &self.state
+    }
+
+    /// The thread's summary as this execution knows it.
+    pub(crate) fn summary(&self) -> Option<&ThreadSummary> {
+        self.summary.as_ref()
+    }
+
+    /// The execution's span, parent of its steps' spans.
+    pub(crate) fn trace(&self) -> Option<TraceContext> {
+        self.trace
+    }
+
+    /// The current step's span, parent of its model and tool calls' spans.
+    pub(crate) fn step_trace(&self) -> Option<TraceContext> {
+        self.step_trace
+    }
+
+    /// Sets (or clears) the current step's span.
+    pub(crate) fn set_step_trace(&mut self, trace: Option<TraceContext>) {
+        self.step_trace = trace;
+    }
+
+    /// What the thread held when the execution began: its session state, the history after its
+    /// summary, and the summary.
+    pub(crate) fn read_thread(
+        &mut self,
+        state: SessionState,
+        history: Vec<Message>,
+        summary: Option<ThreadSummary>,
+    ) {
+        self.state = state;
+        self.history = history;
+        self.summary = summary;
+    }
+
+    /// Records that the step `step` has made its model call.
+    pub(crate) fn record_step(&mut self, step: u32) {
+        self.checkpoint.step = step;
+    }
+
+    /// Adds a settled call's cost and usage to the run's.
+    pub(crate) fn charge(&mut self, cost_micros: u64, usage: Usage) {
+        self.checkpoint.cost_micros = self.checkpoint.cost_micros.saturating_add(cost_micros);
+        self.checkpoint.usage += usage;
+    }
+
+    /// Counts a request to repair a structured answer.
+    pub(crate) fn count_repair(&mut self) {
+        self.checkpoint.repairs += 1;
+    }
+
+    /// Adds a message to the step.
+    pub(crate) fn push_message(&mut self, message: Message) {
+        self.messages.push(message);
+    }
+
+    /// Adds audit entries to the step.
+    pub(crate) fn add_audit(&mut self, audit: Vec<AuditRecord>) {
+        self.audit.extend(audit);
+    }
+
+    /// Adds a settled model call to the step.
+    pub(crate) fn add_settlement(&mut self, call: ModelCall) {
+        self.settlements.push(call);
+    }
+
+    /// The interactions the parking step raised, created by its commit.
+    pub(crate) fn park(&mut self, raised: Vec<Interaction>) {
+        self.interactions = raised;
+    }
+
+    /// The step's change to the session state, written by its commit.
+    pub(crate) fn set_state_update(&mut self, update: StateUpdate) {
+        self.state_update = Some(update);
+    }
+
+    /// A compaction folded the oldest `folded` messages of the history into `summary`, which
+    /// the step's commit writes.
+    pub(crate) fn compacted(&mut self, summary: ThreadSummary, folded: usize) {
+        self.history.drain(..folded);
+        self.summary = Some(summary.clone());
+        self.summary_update = Some(summary);
     }
 
     /// Whether a commit of this execution completed the claim it runs under.

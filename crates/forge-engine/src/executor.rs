@@ -56,13 +56,13 @@ impl ToolExecutor<'_> {
             .iter()
             .filter_map(|p| match p {
                 Prepared::Denied { call, reason, .. } => Some(AuditRecord {
-                    tenant_id: cur.run.tenant_id.clone(),
+                    tenant_id: cur.run().tenant_id.clone(),
                     at: now,
                     actor: self.scope.principal_id().as_str().to_owned(),
                     action: "tool.denied".into(),
                     subject: format!("tool call {}", call.tool_call_id),
                     detail: json!({
-                        "run_id": cur.run.id,
+                        "run_id": cur.run().id,
                         // The model may invent any name: keep at most a name's length of it.
                         "tool_name": call.tool_name.chars().take(64).collect::<String>(),
                         "input_hash": input_hash(&call.input),
@@ -89,16 +89,16 @@ impl ToolExecutor<'_> {
                 })
             })
             .map(|call| AuditRecord {
-                tenant_id: cur.run.tenant_id.clone(),
+                tenant_id: cur.run().tenant_id.clone(),
                 at: now,
                 actor: self.scope.principal_id().as_str().to_owned(),
                 action: "tool.external_write".into(),
                 subject: format!("tool call {}", call.tool_call_id),
                 detail: json!({
-                    "run_id": cur.run.id,
+                    "run_id": cur.run().id,
                     "tool_name": call.tool_name,
                     "input_hash": input_hash(&call.input),
-                    "idempotency_key": IdempotencyKey::for_tool_call(cur.run.id, &call.tool_call_id),
+                    "idempotency_key": IdempotencyKey::for_tool_call(cur.run().id, &call.tool_call_id),
                 }),
             })
             .collect()
@@ -147,7 +147,7 @@ impl ToolExecutor<'_> {
         };
         let span = t.tracer.start(
             forge_core::telemetry::SpanName::ToolCall,
-            cur.step_trace.as_ref(),
+            cur.step_trace().as_ref(),
             vec![("tool", tool.clone().into())],
         );
         let (call, result, tool_version) = match p {
@@ -227,11 +227,11 @@ impl ToolExecutor<'_> {
         let max_out = self.limits.max_tool_output_bytes;
         let ctx = ToolContext {
             scope: self.scope.clone(),
-            run_id: cur.run.id,
-            thread_id: cur.run.thread_id,
+            run_id: cur.run().id,
+            thread_id: cur.run().thread_id,
             tool_call_id: call.tool_call_id.clone(),
-            idempotency_key: IdempotencyKey::for_tool_call(cur.run.id, &call.tool_call_id),
-            lease_token: cur.lease.token,
+            idempotency_key: IdempotencyKey::for_tool_call(cur.run().id, &call.tool_call_id),
+            lease_token: cur.lease().token,
         };
         let skill = crate::skills::answer(self.skills, self.limits, call).await;
         let result = match (skill, self.tools.get(&call.tool_name)) {
@@ -243,7 +243,7 @@ impl ToolExecutor<'_> {
             // Immediately before the tool acts: a frozen process that lost the run
             // must not act a second time beside the new holder.
             (None, Some(_))
-                if let Err(e) = cur.held.ensure(self.runs, self.clock, self.scope).await =>
+                if let Err(e) = cur.ensure_lease(self.runs, self.clock, self.scope).await =>
             {
                 let mut first = lost.lock().unwrap_or_else(|p| p.into_inner());
                 first.get_or_insert(e);

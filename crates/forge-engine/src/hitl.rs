@@ -129,11 +129,11 @@ impl ApprovalGate<'_> {
             if let Some(request) = request {
                 raised.push(Interaction {
                     id: InteractionId::generate(self.ids),
-                    tenant_id: cur.run.tenant_id.clone(),
-                    run_id: cur.run.id,
-                    thread_id: cur.run.thread_id,
+                    tenant_id: cur.run().tenant_id.clone(),
+                    run_id: cur.run().id,
+                    thread_id: cur.run().thread_id,
                     step,
-                    agent: cur.run.agent.clone(),
+                    agent: cur.run().agent.clone(),
                     request,
                     status: InteractionStatus::Pending,
                     resolution: None,

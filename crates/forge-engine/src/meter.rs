@@ -62,7 +62,7 @@ impl Meter<'_> {
         let limits = &self.limits;
         let bounded = limits.max_tokens.is_some()
             || limits.max_cost_micros.is_some()
-            || self.quotas.of(&cur.run.tenant_id).is_some();
+            || self.quotas.of(&cur.run().tenant_id).is_some();
         let mut cap = limits
             .max_output_tokens
             .map(u64::from)
@@ -74,7 +74,7 @@ impl Meter<'_> {
         };
         if let Some(max) = limits.max_tokens {
             let left = max
-                .saturating_sub(cur.checkpoint.usage.total_tokens())
+                .saturating_sub(cur.checkpoint().usage.total_tokens())
                 .saturating_sub(input.input_tokens);
             cap = cap.min(left);
         }
@@ -82,7 +82,7 @@ impl Meter<'_> {
             && price.output > 0
         {
             let left = max
-                .saturating_sub(cur.checkpoint.cost_micros)
+                .saturating_sub(cur.checkpoint().cost_micros)
                 .saturating_sub(price.cost(&input));
             let affordable = u128::from(left).saturating_mul(1_000_000) / u128::from(price.output);
             cap = cap.min(u64::try_from(affordable).unwrap_or(u64::MAX));
@@ -112,7 +112,7 @@ impl Meter<'_> {
                 message,
             }))
         };
-        let spent = cur.checkpoint.usage.total_tokens();
+        let spent = cur.checkpoint().usage.total_tokens();
         if let Some(max) = limits.max_tokens
             && spent.saturating_add(estimate.total_tokens()) > max
         {
@@ -121,7 +121,7 @@ impl Meter<'_> {
                 estimate.total_tokens()
             ));
         }
-        let cost = cur.checkpoint.cost_micros;
+        let cost = cur.checkpoint().cost_micros;
         if let Some(max) = limits.max_cost_micros
             && cost.saturating_add(estimated_cost) > max
         {
@@ -130,14 +130,14 @@ impl Meter<'_> {
             ));
         }
         let now = self.clock.now();
-        let quota = self.quotas.of(&cur.run.tenant_id);
+        let quota = self.quotas.of(&cur.run().tenant_id);
         let period = quota.map_or(QuotaPeriod::Day, |q| q.period);
         let call = ModelCall {
             id: ModelCallId::generate(self.ids),
-            tenant_id: cur.run.tenant_id.clone(),
-            run_id: cur.run.id,
+            tenant_id: cur.run().tenant_id.clone(),
+            run_id: cur.run().id,
             step,
-            attempt: cur.lease.token,
+            attempt: cur.lease().token,
             model: model.to_owned(),
             at: now,
             period_start: period.start(now),
@@ -211,14 +211,13 @@ impl Meter<'_> {
         };
         let mut settled = forge_core::ports::usage::apply_settlement(reservation, &settlement)?;
         settled.provider_model = reported.provider_model;
-        cur.settlements.push(settled);
+        cur.add_settlement(settled);
         let call = reported.usage.unwrap_or_default();
-        cur.checkpoint.cost_micros = cur.checkpoint.cost_micros.saturating_add(cost);
-        cur.checkpoint.usage += call;
+        cur.charge(cost, call);
         cur.emit(RunEventKind::UsageUpdated {
             step,
             call,
-            total: cur.checkpoint.usage,
+            total: cur.checkpoint().usage,
         });
         Ok(())
     }

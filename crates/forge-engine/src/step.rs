@@ -48,9 +48,9 @@ impl StepRunner<'_> {
         cur: &mut Execution<'_>,
         raised: &[Interaction],
     ) -> Result<StepEnd, EngineError> {
-        let run_id = cur.run.id;
+        let run_id = cur.run().id;
         let Some(parked) = cur
-            .history
+            .history()
             .iter()
             .rev()
             .find(|m| m.run_id == run_id && m.role == Role::Assistant)
@@ -97,10 +97,10 @@ impl StepRunner<'_> {
         let t = &self.engine.telemetry;
         let span = t.tracer.start(
             forge_core::telemetry::SpanName::StepExecute,
-            cur.trace.as_ref(),
-            vec![("step", (cur.checkpoint.step + 1).into())],
+            cur.trace().as_ref(),
+            vec![("step", (cur.checkpoint().step + 1).into())],
         );
-        cur.step_trace = span.context();
+        cur.set_step_trace(span.context());
         t.meter.record(
             forge_core::telemetry::Instrument::RunSteps,
             1.0,
@@ -132,11 +132,11 @@ impl StepRunner<'_> {
         };
         span.set("outcome", outcome.into());
         span.end();
-        cur.step_trace = None;
+        cur.set_step_trace(None);
     }
 
     async fn step(&self, cur: &mut Execution<'_>) -> Result<StepEnd, EngineError> {
-        let step = cur.checkpoint.step + 1;
+        let step = cur.checkpoint().step + 1;
         cur.emit(RunEventKind::StepStarted { step });
         let (provider_name, model_name) =
             self.agent
@@ -210,7 +210,7 @@ impl StepRunner<'_> {
         // model now would send this step's call a second time beside the new holder's.
         self.ensure_lease(cur).await?;
         let model = self.agent.model.as_str();
-        let parent = cur.step_trace;
+        let parent = cur.step_trace();
         let streamed = ModelCaller::new(provider, &self.engine.telemetry, self.cancel)
             .stream(request, model, parent.as_ref(), |chunk| {
                 msg.on_chunk(cur, chunk)
@@ -222,7 +222,7 @@ impl StepRunner<'_> {
         if let Streamed::Finished = streamed {
             msg.finish_tool_inputs(cur);
         }
-        cur.checkpoint.step = step;
+        cur.record_step(step);
         self.engine.meter(self.scope, &self.agent.limits).settle(
             cur,
             step,
@@ -293,7 +293,7 @@ impl StepRunner<'_> {
             }
             msg.keep(cur, self.engine.clock.now());
             let reason = crate::hitl::wait_reason(&raised);
-            cur.interactions = raised;
+            cur.park(raised);
             return Ok(StepEnd::Parked(reason));
         }
         msg.keep(cur, self.engine.clock.now());
@@ -310,8 +310,8 @@ impl StepRunner<'_> {
         // The thread's history after its summary as read when this execution began, plus what it
         // committed since (only the active run writes to its thread), plus what this step has
         // not committed yet (the run's input, on its first step).
-        let history = [cur.history.clone(), cur.messages.clone()].concat();
-        let history = crate::compaction::with_summary(cur.summary.as_ref(), history);
+        let history = [cur.history(), cur.messages()].concat();
+        let history = crate::compaction::with_summary(cur.summary(), history);
         let history = crate::files::expand(
             self.engine.files.as_deref(),
             &self.engine.redactor,
@@ -320,7 +320,7 @@ impl StepRunner<'_> {
         )
         .await?;
         // Session state is application data: a secret stored in it never reaches the model.
-        let mut state = cur.state.clone();
+        let mut state = cur.state().clone();
         let mut values = serde_json::Value::Object(std::mem::take(&mut state.values));
         self.engine.redactor.redact_json(&mut values);
         if let serde_json::Value::Object(values) = values {
@@ -337,13 +337,12 @@ impl StepRunner<'_> {
 
     /// Makes sure of the run's lease immediately before a model or tool call (`crate::lease`).
     pub(crate) async fn ensure_lease(&self, cur: &Execution<'_>) -> Result<(), forge_core::Error> {
-        cur.held
-            .ensure(
-                self.engine.runs.as_ref(),
-                self.engine.clock.as_ref(),
-                self.scope,
-            )
-            .await
+        cur.ensure_lease(
+            self.engine.runs.as_ref(),
+            self.engine.clock.as_ref(),
+            self.scope,
+        )
+        .await
     }
 
     /// Runs the step's calls, audits its external writes, and adds the tool-result message. The
@@ -358,7 +357,7 @@ impl StepRunner<'_> {
             .engine
             .executor(self.scope, &self.agent.limits, self.cancel)
             .audit(cur, &prepared);
-        let draft = std::sync::Mutex::new(crate::state::Draft::new(&cur.state));
+        let draft = std::sync::Mutex::new(crate::state::Draft::new(cur.state()));
         let lost = std::sync::Mutex::new(None);
         let executed = self
             .engine
@@ -370,14 +369,14 @@ impl StepRunner<'_> {
         }
         Ok(match executed {
             Some(results) => {
-                cur.audit.extend(audit);
+                cur.add_audit(audit);
                 let draft = draft.into_inner().unwrap_or_else(|p| p.into_inner());
                 if let Some((update, keys)) = draft.finish() {
                     cur.emit(RunEventKind::StateUpdated {
                         version: update.expected_version + 1,
                         keys,
                     });
-                    cur.state_update = Some(update);
+                    cur.set_state_update(update);
                 }
                 let id = MessageId::generate(self.engine.ids.as_ref());
                 for (index, part) in results.iter().enumerate() {
@@ -388,9 +387,9 @@ impl StepRunner<'_> {
                         part: part.clone(),
                     });
                 }
-                cur.messages.push(Message {
+                cur.push_message(Message {
                     id,
-                    run_id: cur.run.id,
+                    run_id: cur.run().id,
                     role: Role::Tool,
                     parts: results,
                     created_at: self.engine.clock.now(),
@@ -399,7 +398,7 @@ impl StepRunner<'_> {
             }
             None => {
                 // Cancelled mid-tools: calls may have acted; keep their audit entries.
-                cur.audit.extend(audit);
+                cur.add_audit(audit);
                 StepEnd::Cancelled
             }
         })
@@ -429,7 +428,7 @@ impl StepRunner<'_> {
             }
             Err(why) => {
                 msg.keep(cur, self.engine.clock.now());
-                if cur.checkpoint.repairs >= crate::structured::REPAIRS
+                if cur.checkpoint().repairs >= crate::structured::REPAIRS
                     || step >= self.agent.limits.max_steps
                 {
                     return StepEnd::Failed(RunFailure {
@@ -439,7 +438,7 @@ impl StepRunner<'_> {
                         ),
                     });
                 }
-                cur.checkpoint.repairs += 1;
+                cur.count_repair();
                 let id = MessageId::generate(self.engine.ids.as_ref());
                 let part = Part::text(format!(
                     "Your answer does not match the required JSON Schema ({why}). Reply again \
@@ -451,9 +450,9 @@ impl StepRunner<'_> {
                     index: 0,
                     part: part.clone(),
                 });
-                cur.messages.push(Message {
+                cur.push_message(Message {
                     id,
-                    run_id: cur.run.id,
+                    run_id: cur.run().id,
                     role: Role::User,
                     parts: vec![part],
                     created_at: self.engine.clock.now(),

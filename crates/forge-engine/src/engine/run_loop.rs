@@ -311,12 +311,13 @@ impl Engine {
             control.trace,
             control.job.clone(),
         );
-        let Ok(agent) = self.agent(&cur.run.agent) else {
+        let Ok(agent) = self.agent(&cur.run().agent) else {
             let failure = RunFailure {
                 code: FailureCode::AgentVersionUnavailable,
                 message: format!(
                     "agent {} version {} is not registered on this worker",
-                    cur.run.agent.name, cur.run.agent.version
+                    cur.run().agent.name,
+                    cur.run().agent.version
                 ),
             };
             cur.conclude(StepEnd::Failed(failure.clone()))?;
@@ -325,14 +326,14 @@ impl Engine {
         if cancel_requested {
             return self.cancelled(scope, &mut cur, "cancel requested").await;
         }
-        if cur.status == RunStatus::Queued {
+        if cur.status() == RunStatus::Queued {
             self.start(&mut cur, &agent)?;
         }
         self.read_thread(scope, &mut cur, history).await?;
-        if cur.checkpoint.purpose == RunPurpose::Compaction {
+        if cur.checkpoint().purpose == RunPurpose::Compaction {
             return self.compaction_run(scope, &agent, cancel, cur).await;
         }
-        if let RunStatus::Waiting(_) = cur.status {
+        if let RunStatus::Waiting(_) = cur.status() {
             match self
                 .resume_waiting(scope, &agent, control, &mut cur)
                 .await?
@@ -372,18 +373,18 @@ impl Engine {
     /// compaction run's input is its request, not a message of the conversation.
     fn start(&self, cur: &mut Execution<'_>, agent: &AgentDefinition) -> Result<(), EngineError> {
         cur.apply(RunInput::Start)?;
-        if cur.checkpoint.purpose == RunPurpose::Turn {
-            cur.messages.push(Message {
+        if cur.checkpoint().purpose == RunPurpose::Turn {
+            cur.push_message(Message {
                 id: MessageId::generate(self.ids.as_ref()),
-                run_id: cur.run.id,
+                run_id: cur.run().id,
                 role: Role::User,
-                parts: cur.run.input.clone(),
+                parts: cur.run().input.clone(),
                 created_at: self.clock.now(),
             });
         }
         cur.emit(RunEventKind::RunStarted {
-            thread_id: cur.run.thread_id,
-            agent: cur.run.agent.clone(),
+            thread_id: cur.run().thread_id,
+            agent: cur.run().agent.clone(),
             model: agent.model.clone(),
         });
         Ok(())
@@ -402,20 +403,23 @@ impl Engine {
             Some(read) => read,
             None => {
                 self.threads
-                    .thread_with_history(scope, cur.run.thread_id, crate::compaction::HISTORY_PAGE)
+                    .thread_with_history(
+                        scope,
+                        cur.run().thread_id,
+                        crate::compaction::HISTORY_PAGE,
+                    )
                     .await?
             }
         };
-        cur.state = thread.state;
-        cur.history = crate::compaction::continue_history(
+        let history = crate::compaction::continue_history(
             self.threads.as_ref(),
             scope,
-            cur.run.thread_id,
+            cur.run().thread_id,
             thread.summary.as_ref().map(|s| s.through),
             first,
         )
         .await?;
-        cur.summary = thread.summary;
+        cur.read_thread(thread.state, history, thread.summary);
         Ok(())
     }
 
@@ -431,10 +435,10 @@ impl Engine {
     ) -> Result<ControlFlow<RunOutcome, bool>, EngineError> {
         let raised: Vec<Interaction> = self
             .interactions
-            .list_interactions(scope, InteractionFilter::Run(cur.run.id))
+            .list_interactions(scope, InteractionFilter::Run(cur.run().id))
             .await?
             .into_iter()
-            .filter(|i| i.step == cur.checkpoint.step)
+            .filter(|i| i.step == cur.checkpoint().step)
             .collect();
         if raised
             .iter()
@@ -442,18 +446,20 @@ impl Engine {
         {
             // Woken early: the run keeps waiting; nothing to commit.
             return Ok(ControlFlow::Break(RunOutcome {
-                status: cur.status,
-                last_seq: cur.run.last_seq,
+                status: cur.status(),
+                last_seq: cur.run().last_seq,
                 failure: None,
                 job_completed: false,
             }));
         }
-        if let Some(other) = raised.iter().find(|i| i.agent != cur.run.agent) {
+        if let Some(other) = raised.iter().find(|i| i.agent != cur.run().agent) {
             return Err(EngineError::InvalidAgent {
                 name: other.agent.name.clone(),
                 reason: format!(
                     "interaction {} was raised under version {}, not the run's {}",
-                    other.id, other.agent.version, cur.run.agent.version
+                    other.id,
+                    other.agent.version,
+                    cur.run().agent.version
                 ),
             });
         }
@@ -472,9 +478,9 @@ impl Engine {
                 self.cancelled(scope, cur, "cancelled by request").await?,
             ));
         }
-        let version = cur.run.version + 1;
+        let version = cur.run().version + 1;
         cur.emit(RunEventKind::RunCheckpointed {
-            step: cur.checkpoint.step,
+            step: cur.checkpoint().step,
             version,
         });
         let (outcome, requested) = self.commit(scope, cur, None).await?;
@@ -499,11 +505,11 @@ impl Engine {
             };
             self.telemetry.tracer.record(
                 name,
-                cur.trace.as_ref(),
+                cur.trace().as_ref(),
                 i.created_at,
                 resolution.at,
                 vec![
-                    ("run_id", cur.run.id.to_string().into()),
+                    ("run_id", cur.run().id.to_string().into()),
                     ("outcome", i.status.name().into()),
                 ],
             );
@@ -546,16 +552,16 @@ impl Engine {
         cancel: &CancellationToken,
         mut cur: Execution<'_>,
     ) -> Result<RunOutcome, EngineError> {
-        let step = cur.checkpoint.step + 1;
+        let step = cur.checkpoint().step + 1;
         cur.emit(RunEventKind::StepStarted { step });
         let compactor = self.compactor(scope, agent, cancel);
         let (end, failure) = match compactor.compact(&mut cur, step).await? {
             crate::compaction::Compacted::Done => {
-                let covered = cur.summary.as_ref().map_or(0, |s| s.covered);
+                let covered = cur.summary().map_or(0, |s| s.covered);
                 (
                     RunEventKind::RunCompleted {
                         text: format!("Compacted: the summary covers {covered} messages."),
-                        usage: cur.checkpoint.usage,
+                        usage: cur.checkpoint().usage,
                     },
                     None,
                 )
@@ -563,7 +569,7 @@ impl Engine {
             crate::compaction::Compacted::Nothing => (
                 RunEventKind::RunCompleted {
                     text: "Nothing to compact.".into(),
-                    usage: cur.checkpoint.usage,
+                    usage: cur.checkpoint().usage,
                 },
                 None,
             ),
@@ -580,7 +586,7 @@ impl Engine {
                 None,
             ),
         };
-        cur.checkpoint.step = step;
+        cur.record_step(step);
         cur.apply(match &end {
             RunEventKind::RunCompleted { .. } => RunInput::Complete,
             RunEventKind::RunFailed { .. } => RunInput::Fail,
@@ -620,7 +626,7 @@ impl Engine {
         let committed = committed?;
         cur.committed(&committed, state, messages);
         let outcome = RunOutcome {
-            status: cur.status,
+            status: cur.status(),
             last_seq: committed.last_seq,
             failure,
             job_completed: cur.job_completed(),

@@ -14,24 +14,22 @@
 //! - each summarising call is reserved, settled and recorded like any model call of the step;
 //! - it emits `thread.compacted` (version, last message covered, count, model: no content).
 
+use std::collections::HashMap;
+use std::sync::Arc;
+
 use forge_core::agent::AgentDefinition;
 use forge_core::event::RunEventKind;
-use forge_core::id::IdGenerator;
-use forge_core::id::{MessageId, ThreadId};
+use forge_core::id::{IdGenerator, MessageId, ThreadId};
 use forge_core::message::{Message, Role};
 use forge_core::part::Part;
-use forge_core::ports::model::ModelProvider;
-use forge_core::ports::model::{ModelChunk, ModelRequest};
-use forge_core::ports::store::RunStore;
-use forge_core::ports::store::{MessageWindow, ThreadStore};
+use forge_core::ports::model::{ModelChunk, ModelProvider, ModelRequest};
+use forge_core::ports::store::{MessageWindow, RunStore, ThreadStore};
 use forge_core::redact::Redactor;
 use forge_core::run::{FailureCode, RunFailure};
 use forge_core::scope::Scope;
 use forge_core::telemetry::Telemetry;
 use forge_core::thread::ThreadSummary;
 use forge_core::time::Clock;
-use std::collections::HashMap;
-use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::EngineError;

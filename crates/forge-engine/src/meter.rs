@@ -8,10 +8,8 @@ use std::collections::HashMap;
 
 use forge_core::agent::RunLimits;
 use forge_core::event::RunEventKind;
-use forge_core::id::IdGenerator;
-use forge_core::id::ModelCallId;
-use forge_core::metering::{CallStatus, ModelCall, QuotaPeriod, Settlement};
-use forge_core::metering::{Prices, Quota};
+use forge_core::id::{IdGenerator, ModelCallId};
+use forge_core::metering::{CallStatus, ModelCall, Prices, Quota, QuotaPeriod, Settlement};
 use forge_core::ports::usage::UsageLedger;
 use forge_core::run::{FailureCode, RunFailure};
 use forge_core::scope::{Scope, TenantId};

@@ -60,10 +60,6 @@ const LONG_FILES: &[(&str, &str)] = &[
         "the hand-made tracer that `tracing` replaces (issue 64, item 4)",
     ),
     (
-        "crates/forge-engine/src/engine/run_loop.rs",
-        "the run loop: leasing a run, executing its steps, committing each, abandoning it",
-    ),
-    (
         "crates/forge-engine/src/worker/mod.rs",
         "the worker's loop: claims, heartbeats and shutdown of one pool",
     ),

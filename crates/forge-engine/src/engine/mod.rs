@@ -1,7 +1,8 @@
 //! The engine: registries of agents, models and tools over the storage ports, and the run loop.
 //!
 //! `builder` assembles it; `run_loop` runs a run step by step under its lease and commits each
-//! step; `interactions` is the human-in-the-loop API (listing, who may approve, resolving).
+//! step; `abandon` ends a dead-lettered run; `interactions` is the human-in-the-loop API
+//! (listing, who may approve, resolving).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -35,6 +36,7 @@ use crate::meter::{Meter, Quotas};
 use crate::observer::RunObserver;
 use crate::tools::ToolRegistry;
 
+mod abandon;
 mod builder;
 mod interactions;
 mod run_loop;

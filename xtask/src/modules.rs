@@ -183,34 +183,23 @@ impl<'ast> Visit<'ast> for File {
 impl Modules {
     /// Reads every Rust file under `src` (a crate's `src/` directory).
     pub(crate) fn read(src: &Path) -> Self {
-        let mut files = BTreeMap::new();
-        let mut errors = Vec::new();
+        let mut sources = Vec::new();
         for path in crate::rust_files(src) {
             let Ok(relative) = path.strip_prefix(src) else {
                 continue;
             };
-            let Some(first) = relative.iter().next() else {
-                continue;
-            };
             // Binaries under src/bin are crates of their own.
-            if first == "bin" {
+            if relative.iter().next().is_none_or(|first| first == "bin") {
                 continue;
             }
             let text = std::fs::read_to_string(&path).unwrap_or_default();
-            match syn::parse_file(&text) {
-                Ok(file) => {
-                    let mut seen = File::default();
-                    seen.visit_file(&file);
-                    files.insert(module_of(relative), seen);
-                }
-                Err(e) => errors.push(format!("{}: {e}", path.display())),
-            }
+            sources.push((module_of(relative), text));
         }
-        Self::from_files(files, errors)
+        Self::parse(sources.iter().map(|(m, t)| (m.as_str(), t.as_str())))
     }
 
-    /// Builds the graph from parsed sources: `(module path, source)`.
-    #[cfg(test)]
+    /// Builds the graph from sources: `(module path, source)`; a source that does not parse is
+    /// an error naming its module.
     pub(crate) fn parse<'a>(sources: impl IntoIterator<Item = (&'a str, &'a str)>) -> Self {
         let mut files = BTreeMap::new();
         let mut errors = Vec::new();
@@ -221,7 +210,7 @@ impl Modules {
                     seen.visit_file(&file);
                     files.insert(module.to_owned(), seen);
                 }
-                Err(e) => errors.push(format!("{module}: {e}")),
+                Err(e) => errors.push(format!("module `{module}`: {e}")),
             }
         }
         Self::from_files(files, errors)

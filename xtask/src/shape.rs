@@ -183,7 +183,7 @@ pub(crate) fn check(root: &Path) -> Vec<String> {
             ));
         }
     }
-    let mut long = Vec::new();
+    let mut lengths = Vec::new();
     for dir in crate::crate_dirs(root) {
         for file in crate::rust_files(&dir.join("src")) {
             let shown = file
@@ -208,21 +208,27 @@ pub(crate) fn check(root: &Path) -> Vec<String> {
                     ));
                 }
             }
-            let lines = before_tests(&text).lines().count();
-            let listed = LONG_FILES.iter().any(|(f, _)| *f == shown);
-            if lines > MAX_LINES {
-                long.push(shown.clone());
-                if !listed {
-                    problems.push(format!(
-                        "{shown}: {lines} lines; split it by concern, or list it in xtask's \
-                         LONG_FILES with the reason it is one"
-                    ));
-                }
-            }
+            lengths.push((shown, before_tests(&text).lines().count()));
         }
     }
-    for (file, _) in LONG_FILES {
-        if !long.iter().any(|l| l == file) {
+    problems.extend(long_files(&lengths, LONG_FILES));
+    problems
+}
+
+/// The problems with files' `lengths` (path, lines before the tests) against the `listed` long
+/// files: a long file not listed, and a listed file that is not long (or gone).
+pub(crate) fn long_files(lengths: &[(String, usize)], listed: &[(&str, &str)]) -> Vec<String> {
+    let mut problems = Vec::new();
+    for (file, lines) in lengths {
+        if *lines > MAX_LINES && !listed.iter().any(|(f, _)| f == file) {
+            problems.push(format!(
+                "{file}: {lines} lines; split it by concern, or list it in xtask's LONG_FILES \
+                 with the reason it is one"
+            ));
+        }
+    }
+    for (file, _) in listed {
+        if !lengths.iter().any(|(f, l)| f == file && *l > MAX_LINES) {
             problems.push(format!(
                 "{file}: listed in xtask's LONG_FILES but not longer than {MAX_LINES} lines; \
                  remove it from the list"
@@ -250,5 +256,18 @@ mod tests {
         let text = "//! d\nfn f() { std::fs::read(\"x\"); }\n// std::process in prose\n\
             fn g() { let _ = std::env::var(\"A\"); }\n#[cfg(test)]\nmod tests { use std::fs; }\n";
         assert_eq!(io_lines(text), [2, 4]);
+    }
+
+    #[test]
+    fn a_long_file_must_be_listed_and_a_listed_file_must_be_long() {
+        let lengths = [
+            ("a.rs".to_owned(), MAX_LINES + 1),
+            ("b.rs".to_owned(), MAX_LINES + 1),
+            ("c.rs".to_owned(), MAX_LINES),
+        ];
+        let problems = long_files(&lengths, &[("b.rs", "one concern"), ("c.rs", "was long")]);
+        assert_eq!(problems.len(), 2, "{problems:?}");
+        assert!(problems[0].starts_with("a.rs: 601 lines"), "{problems:?}");
+        assert!(problems[1].starts_with("c.rs: listed"), "{problems:?}");
     }
 }

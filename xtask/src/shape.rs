@@ -56,10 +56,6 @@ const LONG_FILES: &[(&str, &str)] = &[
         "one benchmark: the shared workload's harness",
     ),
     (
-        "crates/forge-core/src/telemetry.rs",
-        "the hand-made tracer that `tracing` replaces (issue 64, item 4)",
-    ),
-    (
         "crates/forge-engine/src/worker/mod.rs",
         "the worker's loop: claims, heartbeats and shutdown of one pool",
     ),
@@ -70,10 +66,6 @@ const LONG_FILES: &[(&str, &str)] = &[
     (
         "crates/forge-eval/src/gate.rs",
         "one decision: the release gate's comparison",
-    ),
-    (
-        "crates/forge-files/src/service.rs",
-        "one service: the files' upload, scan and read path",
     ),
     (
         "crates/forge-server/src/lib.rs",

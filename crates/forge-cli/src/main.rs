@@ -243,7 +243,7 @@ async fn worker(args: WorkerArgs) -> anyhow::Result<ExitCode> {
     let files = args
         .files
         .files(opened.files.clone(), store.clone(), None)?
-        .with_logger(telemetry.telemetry().logger)
+        .with_telemetry(telemetry.telemetry())
         .with_authorizer(args.access.authorizer()?);
     let mut builder = compose::builder(store.clone(), &settings)?
         .settings(compose::process_settings(&args.access, &args.files, None)?)

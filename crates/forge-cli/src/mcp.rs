@@ -7,7 +7,6 @@ use std::sync::Arc;
 
 use forge_core::ports::audit::{AuditLog, AuditRecord};
 use forge_core::scope::{PrincipalId, Scope, TenantId};
-use forge_core::telemetry::LogEvent;
 use forge_core::time::{Clock, SystemClock};
 use forge_engine::DEPLOYMENT_TENANT;
 use forge_mcp::server::Reporter;
@@ -43,9 +42,20 @@ async fn audit(log: &dyn AuditLog, action: &str, subject: String, detail: serde_
     }
 }
 
-/// Reports to stderr, for the operator running forge.
-#[derive(Debug, Default)]
-pub(crate) struct StderrReporter;
+/// Reports to stderr, for the operator running forge: drift and restarts as sentences, a
+/// server's own output as a log line of the vocabulary (JSON lines on `telemetry`).
+#[derive(Debug)]
+pub(crate) struct StderrReporter {
+    telemetry: forge_core::telemetry::Telemetry,
+}
+
+impl Default for StderrReporter {
+    fn default() -> Self {
+        Self {
+            telemetry: forge_otel::lines_only(forge_otel::stderr_lines()),
+        }
+    }
+}
 
 impl Reporter for StderrReporter {
     fn drift(&self, d: &CatalogDiff) {
@@ -62,31 +72,28 @@ impl Reporter for StderrReporter {
     /// A server's stderr line is its own text (it can echo a credential or a user's input):
     /// logged in the closed vocabulary, its server and length only.
     fn output(&self, server: &str, line: &str) {
-        let (event, fields) = output_record(server, line);
-        crate::telemetry::stderr_logger().log(event, fields);
+        forge_core::log!(
+            self.telemetry,
+            McpServerOutput,
+            server = server,
+            bytes = line.len(),
+        );
     }
-}
-
-/// The log line for a line an MCP server wrote to its stderr: never the text.
-fn output_record(server: &str, line: &str) -> (LogEvent, Vec<forge_core::telemetry::Attr>) {
-    (
-        LogEvent::McpServerOutput,
-        vec![("server", server.into()), ("bytes", line.len().into())],
-    )
 }
 
 /// Reports to stderr and records drift in the deployment's audit trail.
 struct Auditing {
+    stderr: StderrReporter,
     log: Option<Arc<dyn AuditLog>>,
 }
 
 impl Reporter for Auditing {
     fn output(&self, server: &str, line: &str) {
-        StderrReporter.output(server, line);
+        self.stderr.output(server, line);
     }
 
     fn drift(&self, diff: &CatalogDiff) {
-        StderrReporter.drift(diff);
+        self.stderr.drift(diff);
         if let Some(log) = self.log.clone() {
             let detail = serde_json::to_value(diff).unwrap_or_default();
             let subject = format!("server {}", diff.server);
@@ -95,7 +102,7 @@ impl Reporter for Auditing {
     }
 
     fn down(&self, server: &str, message: &str) {
-        StderrReporter.down(server, message);
+        self.stderr.down(server, message);
     }
 }
 
@@ -112,7 +119,10 @@ pub(crate) async fn start(
         &config,
         &lock,
         forge_mcp::process_env(),
-        Arc::new(Auditing { log }),
+        Arc::new(Auditing {
+            stderr: StderrReporter::default(),
+            log,
+        }),
     )
     .await?;
     for skipped in runtime.skipped() {
@@ -317,13 +327,19 @@ mod tests {
     #[test]
     fn a_servers_stderr_is_logged_by_length_only() {
         let line = "token=ghp_abcdefghijklmnopqrstuvwxyz0123456789 for alice@example.com";
-        let (event, fields) = output_record("crm", line);
-        assert_eq!(event.as_str(), "mcp.server_output");
-        let printed = format!("{fields:?}");
+        let buffer = Arc::new(std::sync::Mutex::new(Vec::<u8>::new()));
+        let reporter = StderrReporter {
+            telemetry: forge_otel::lines_only(buffer.clone()),
+        };
+        reporter.output("crm", line);
+        let printed = String::from_utf8(buffer.lock().expect("lines").clone()).expect("utf-8");
+        let logged: serde_json::Value = serde_json::from_str(printed.trim()).expect("one line");
+        assert_eq!(logged["event"], "mcp.server_output", "{printed}");
+        assert_eq!(logged["server"], "crm", "{printed}");
+        assert_eq!(logged["bytes"], line.len(), "{printed}");
         assert!(
             !printed.contains("ghp_") && !printed.contains("alice"),
             "{printed}"
         );
-        assert!(printed.contains(&line.len().to_string()), "{printed}");
     }
 }

@@ -286,7 +286,7 @@ pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
                 Arc::new(forge_core::ports::policy::AllowAll),
             )?),
         )?
-        .with_logger(telemetry.telemetry().logger)
+        .with_telemetry(telemetry.telemetry())
         .with_authorizer(args.access.authorizer()?);
     let web = args.browser.config(&args.auth)?;
     let mut builder = compose::builder_with(store.clone(), &settings, &providers)?

@@ -8,8 +8,8 @@
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use forge_core::telemetry::{JsonLines, Logger, Telemetry};
-use forge_otel::Otel;
+use forge_core::telemetry::Telemetry;
+use forge_otel::{Otel, stderr_lines};
 
 /// Telemetry options.
 #[derive(Debug, clap::Args)]
@@ -43,18 +43,13 @@ pub(crate) struct Active {
     otel: Otel,
 }
 
-/// JSON log lines on standard error.
-pub(crate) fn stderr_logger() -> Arc<dyn Logger> {
-    Arc::new(JsonLines::new(std::io::stderr()))
-}
-
 impl TelemetryArgs {
     /// Starts the pipeline for `service` (`forge-serve`, `forge-worker`).
     pub(crate) fn start(&self, service: &str) -> anyhow::Result<Active> {
         let otel = if self.otel {
-            Otel::otlp(service, Some(stderr_logger())).context("--otel")?
+            Otel::otlp(service, Some(stderr_lines())).context("--otel")?
         } else {
-            Otel::prometheus_only(service, stderr_logger())
+            Otel::prometheus_only(service, stderr_lines())
         };
         let active = Active { otel };
         // Every process's scrape says what it runs from its start.

@@ -366,9 +366,9 @@ impl Compactor<'_> {
         let mut text = String::new();
         let mut usage = None;
         let (mut request_id, mut provider_model) = (None, None);
-        let parent = cur.step_trace();
+        let parent = cur.step_span().clone();
         let streamed = ModelCaller::new(provider.as_ref(), self.telemetry, self.cancel)
-            .stream(request, model, parent.as_ref(), |chunk| match chunk {
+            .stream(request, model, &parent, |chunk| match chunk {
                 ModelChunk::TextDelta(delta) => text.push_str(&delta),
                 ModelChunk::Usage(u) => usage = Some(u),
                 ModelChunk::RequestId(id) => request_id = Some(id),

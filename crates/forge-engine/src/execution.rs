@@ -17,7 +17,7 @@ use forge_core::ports::queue::ClaimedJob;
 use forge_core::ports::store::{Committed, RunStore, StateUpdate, StepCommit};
 use forge_core::run::{Checkpoint, Run, RunFailure, RunInput, RunLease, RunStatus, transition};
 use forge_core::scope::Scope;
-use forge_core::telemetry::TraceContext;
+use forge_core::telemetry::Span;
 use forge_core::thread::{SessionState, ThreadSummary};
 use forge_core::time::Clock;
 use forge_core::usage::Usage;
@@ -57,9 +57,9 @@ pub(crate) struct Execution<'a> {
     /// The step's new summary, written by its commit.
     summary_update: Option<ThreadSummary>,
     /// The execution's span, parent of its steps' spans.
-    trace: Option<TraceContext>,
+    trace: Span,
     /// The current step's span, parent of its model and tool calls' spans.
-    step_trace: Option<TraceContext>,
+    step_span: Span,
     pending: Vec<RunEvent>,
     next_seq: u64,
     clock: &'a dyn Clock,
@@ -78,7 +78,7 @@ impl<'a> Execution<'a> {
         held: Arc<HeldLease>,
         clock: &'a dyn Clock,
         observer: &'a dyn RunObserver,
-        trace: Option<TraceContext>,
+        trace: Span,
         job: Option<ClaimedJob>,
     ) -> Self {
         Self {
@@ -101,7 +101,7 @@ impl<'a> Execution<'a> {
             clock,
             observer,
             trace,
-            step_trace: None,
+            step_span: Span::none(),
             job,
             job_completed: false,
         }
@@ -278,18 +278,18 @@ impl<'a> Execution<'a> {
     }
 
     /// The execution's span, parent of its steps' spans.
-    pub(crate) fn trace(&self) -> Option<TraceContext> {
-        self.trace
+    pub(crate) fn trace(&self) -> &Span {
+        &self.trace
     }
 
     /// The current step's span, parent of its model and tool calls' spans.
-    pub(crate) fn step_trace(&self) -> Option<TraceContext> {
-        self.step_trace
+    pub(crate) fn step_span(&self) -> &Span {
+        &self.step_span
     }
 
-    /// Sets (or clears) the current step's span.
-    pub(crate) fn set_step_trace(&mut self, trace: Option<TraceContext>) {
-        self.step_trace = trace;
+    /// Sets the current step's span (ended: [`Span::none`]).
+    pub(crate) fn set_step_span(&mut self, span: Span) {
+        self.step_span = span;
     }
 
     /// What the thread held when the execution began: its session state, the history after its

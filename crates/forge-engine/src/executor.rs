@@ -144,11 +144,11 @@ impl ToolExecutor<'_> {
             | Prepared::Run { call } => (call.tool_name.clone(), false),
             Prepared::Denied { call, .. } => (call.tool_name.clone(), true),
         };
-        let span = t.tracer.start(
+        let span = t.span(
             forge_core::telemetry::SpanName::ToolCall,
-            cur.step_trace().as_ref(),
-            vec![("tool", tool.clone().into())],
+            forge_core::telemetry::Parent::Span(cur.step_span()),
         );
+        span.set("tool", tool.as_str().into());
         let (call, result, tool_version) = match p {
             Prepared::Refused {
                 call,

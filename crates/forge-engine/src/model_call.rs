@@ -4,7 +4,7 @@
 //! chunk means is the caller's.
 
 use forge_core::ports::model::{ModelChunk, ModelError, ModelProvider, ModelRequest};
-use forge_core::telemetry::{Instrument, SpanName, Telemetry, TraceContext};
+use forge_core::telemetry::{Instrument, Parent, Span, SpanName, Telemetry};
 use futures_util::StreamExt;
 use tokio_util::sync::CancellationToken;
 
@@ -56,15 +56,12 @@ impl<'a> ModelCaller<'a> {
         &self,
         request: ModelRequest,
         model: &str,
-        parent: Option<&TraceContext>,
+        parent: &Span,
         mut on_chunk: impl FnMut(ModelChunk),
     ) -> Streamed {
         let t = self.telemetry;
-        let span = t.tracer.start(
-            SpanName::ModelCall,
-            parent,
-            vec![("model", model.to_owned().into())],
-        );
+        let span = t.span(SpanName::ModelCall, Parent::Span(parent));
+        span.set("model", model.into());
         let started = std::time::Instant::now();
         let mut first_output = None;
         let opened = tokio::select! {

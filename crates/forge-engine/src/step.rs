@@ -90,17 +90,12 @@ impl StepRunner<'_> {
     }
 
     /// Opens a step's span and counts the step.
-    pub(crate) fn begin_step(
-        &self,
-        cur: &mut Execution<'_>,
-    ) -> Box<dyn forge_core::telemetry::Span> {
+    pub(crate) fn begin_step(&self, cur: &mut Execution<'_>) -> forge_core::telemetry::Span {
+        use forge_core::telemetry::{Parent, SpanName};
         let t = &self.engine.telemetry;
-        let span = t.tracer.start(
-            forge_core::telemetry::SpanName::StepExecute,
-            cur.trace().as_ref(),
-            vec![("step", (cur.checkpoint().step + 1).into())],
-        );
-        cur.set_step_trace(span.context());
+        let span = t.span(SpanName::StepExecute, Parent::Span(cur.trace()));
+        span.set("step", (cur.checkpoint().step + 1).into());
+        cur.set_step_span(span.clone());
         t.meter.record(
             forge_core::telemetry::Instrument::RunSteps,
             1.0,
@@ -113,7 +108,7 @@ impl StepRunner<'_> {
     pub(crate) fn end_step(
         &self,
         cur: &mut Execution<'_>,
-        span: Box<dyn forge_core::telemetry::Span>,
+        span: forge_core::telemetry::Span,
         end: &Result<StepEnd, EngineError>,
     ) {
         let outcome = match end {
@@ -131,8 +126,8 @@ impl StepRunner<'_> {
             }
         };
         span.set("outcome", outcome.into());
+        cur.set_step_span(forge_core::telemetry::Span::none());
         span.end();
-        cur.set_step_trace(None);
     }
 
     async fn step(&self, cur: &mut Execution<'_>) -> Result<StepEnd, EngineError> {
@@ -210,11 +205,9 @@ impl StepRunner<'_> {
         // model now would send this step's call a second time beside the new holder's.
         self.ensure_lease(cur).await?;
         let model = self.agent.model.as_str();
-        let parent = cur.step_trace();
+        let parent = cur.step_span().clone();
         let streamed = ModelCaller::new(provider, &self.engine.telemetry, self.cancel)
-            .stream(request, model, parent.as_ref(), |chunk| {
-                msg.on_chunk(cur, chunk)
-            })
+            .stream(request, model, &parent, |chunk| msg.on_chunk(cur, chunk))
             .await;
         // Whatever ended the stream, what was held back is released (scrubbed) now.
         msg.close_text(cur);

@@ -109,7 +109,7 @@ pub struct FilesParts {
 #[derive(Clone)]
 pub struct Files {
     parts: Arc<FilesParts>,
-    logger: Arc<dyn forge_core::telemetry::Logger>,
+    telemetry: forge_core::telemetry::Telemetry,
     authorizer: Arc<dyn Authorizer>,
 }
 
@@ -163,7 +163,7 @@ impl Files {
             .map_err(|e| io_failed("creating the staging directory", e))?;
         Ok(Self {
             parts: Arc::new(parts),
-            logger: Arc::new(forge_core::telemetry::Noop),
+            telemetry: forge_core::telemetry::Telemetry::noop(),
             authorizer: Arc::new(AllowAll),
         })
     }
@@ -225,9 +225,9 @@ impl Files {
             .filter(|f| self.permits(scope, PolicyAction::Read, f)))
     }
 
-    /// The same, logging through `logger` (by default, nowhere).
-    pub fn with_logger(mut self, logger: Arc<dyn forge_core::telemetry::Logger>) -> Self {
-        self.logger = logger;
+    /// The same, logging through `telemetry` (by default, nowhere).
+    pub fn with_telemetry(mut self, telemetry: forge_core::telemetry::Telemetry) -> Self {
+        self.telemetry = telemetry;
         self
     }
 
@@ -369,10 +369,7 @@ impl Files {
                         ScanError::Unavailable(_) => "scanner_unavailable",
                         ScanError::Refused(_) => "scanner_refused",
                     };
-                    self.logger.log(
-                        forge_core::telemetry::LogEvent::FileScanUnavailable,
-                        vec![("code", code.into())],
-                    );
+                    forge_core::log!(self.telemetry, FileScanUnavailable, code = code);
                     return Err(Refusal::ScannerUnavailable.into());
                 }
             },

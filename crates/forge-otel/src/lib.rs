@@ -1,8 +1,11 @@
 //! Forge's telemetry on OpenTelemetry — the only crate that depends on `opentelemetry*`
 //! (`cargo xtask deps` fails the build otherwise).
 //!
-//! [`Otel`] holds the three SDK providers and hands out the core's
-//! [`Telemetry`] built on them:
+//! [`Otel`] holds the three SDK providers and hands out the core's [`Telemetry`] built on
+//! them: a `tracing` dispatch whose subscriber is the registry with three layers —
+//! `tracing-opentelemetry`'s, seeing only the vocabulary's spans, the wait spans' and the log
+//! lines' (`trace`, `logs`) — and a meter on the SDK's instruments (`metrics`). Spans pass a
+//! processor that drops every attribute outside the core's allowlist before export.
 //! - [`Otel::otlp`] exports spans, metrics and logs over OTLP as the standard variables say
 //!   (`OTEL_EXPORTER_OTLP_ENDPOINT`, `…_PROTOCOL` = `http/protobuf` (default) or `grpc`,
 //!   `…_HEADERS`, `…_TIMEOUT`, the per-signal `…_TRACES_*`/`…_METRICS_*`/`…_LOGS_*` forms,
@@ -14,7 +17,8 @@
 //!
 //! All of them feed a [`Scrape`], the Prometheus text behind `forge serve`'s `GET /metrics`.
 //!
-//! Modules: `trace` (spans), `metrics` (instruments, allowlist, Prometheus text), `logs`.
+//! Modules: `trace` (spans: the filtered layer, the allowlist processor, the wait spans),
+//! `metrics` (instruments, allowlist, Prometheus text), `logs` (JSON lines and OTLP records).
 
 #![deny(missing_docs)]
 
@@ -24,7 +28,7 @@ mod trace;
 
 use std::sync::Arc;
 
-use forge_core::telemetry::{Logger, Telemetry};
+use forge_core::telemetry::{Dispatch, Telemetry};
 use opentelemetry::logs::LoggerProvider as _;
 use opentelemetry::metrics::MeterProvider as _;
 use opentelemetry::trace::TracerProvider as _;
@@ -32,7 +36,9 @@ use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::logs::SdkLoggerProvider;
 use opentelemetry_sdk::metrics::SdkMeterProvider;
 use opentelemetry_sdk::trace::SdkTracerProvider;
+use tracing_subscriber::layer::SubscriberExt as _;
 
+pub use logs::{LineWriter, stderr_lines};
 pub use metrics::{Scrape, prometheus_name, prometheus_text};
 
 /// The instrumentation scope every span, instrument and log record is produced under.
@@ -121,9 +127,9 @@ fn exporter_error(
 
 impl Otel {
     /// Telemetry exported over OTLP as the `OTEL_*` variables configure it, for `service`
-    /// (unless `OTEL_SERVICE_NAME` says otherwise); every log line also goes to `also`.
+    /// (unless `OTEL_SERVICE_NAME` says otherwise); every log line is also written to `also`.
     /// Call it within a Tokio runtime: the exporters batch on it.
-    pub fn otlp(service: &str, also: Option<Arc<dyn Logger>>) -> Result<Self, OtelError> {
+    pub fn otlp(service: &str, also: Option<LineWriter>) -> Result<Self, OtelError> {
         use opentelemetry_sdk::runtime::Tokio;
         check_protocols()?;
         // An https endpoint needs a TLS provider; the tree's is ring (a no-op when one is set).
@@ -141,10 +147,10 @@ impl Otel {
         let scrape = Scrape::new();
         let tracers = SdkTracerProvider::builder()
             .with_resource(resource.clone())
-            .with_span_processor(
+            .with_span_processor(trace::Allowlist(
                 opentelemetry_sdk::trace::span_processor_with_async_runtime::BatchSpanProcessor::builder(spans, Tokio)
                     .build(),
-            )
+            ))
             .build();
         let meters = SdkMeterProvider::builder()
             .with_resource(resource.clone())
@@ -161,13 +167,13 @@ impl Otel {
                     .build(),
             )
             .build();
-        Ok(Self::assemble(tracers, meters, loggers, scrape, also))
+        Ok(Self::assemble(tracers, meters, loggers, scrape, also, true))
     }
 
     /// Telemetry that keeps what it produced in memory, synchronously (spans and logs as they
     /// end, metrics on [`Otel::flush`]): the real SDK pipeline with the exporter swapped.
     #[cfg(feature = "memory")]
-    pub fn in_memory(service: &str, also: Option<Arc<dyn Logger>>) -> (Self, Memory) {
+    pub fn in_memory(service: &str, also: Option<LineWriter>) -> (Self, Memory) {
         use opentelemetry_sdk::logs::InMemoryLogExporter;
         use opentelemetry_sdk::metrics::InMemoryMetricExporter;
         use opentelemetry_sdk::trace::InMemorySpanExporter;
@@ -180,7 +186,9 @@ impl Otel {
         let scrape = Scrape::new();
         let tracers = SdkTracerProvider::builder()
             .with_resource(resource.clone())
-            .with_simple_exporter(memory.spans.clone())
+            .with_span_processor(trace::Allowlist(
+                opentelemetry_sdk::trace::SimpleSpanProcessor::new(memory.spans.clone()),
+            ))
             .build();
         let meters = SdkMeterProvider::builder()
             .with_resource(resource.clone())
@@ -192,47 +200,58 @@ impl Otel {
             .with_simple_exporter(memory.logs.clone())
             .build();
         (
-            Self::assemble(tracers, meters, loggers, scrape, also),
+            Self::assemble(tracers, meters, loggers, scrape, also, true),
             memory,
         )
     }
 
-    /// Metrics for the Prometheus scrape only: no export, no spans (the no-op tracer), log lines
-    /// to `also` alone. What `forge serve` records without `--otel`.
-    pub fn prometheus_only(service: &str, also: Arc<dyn Logger>) -> Self {
+    /// Metrics for the Prometheus scrape only: no export, no spans, log lines to `also` alone.
+    /// What `forge serve` records without `--otel`.
+    pub fn prometheus_only(service: &str, also: LineWriter) -> Self {
         let scrape = Scrape::new();
         let meters = SdkMeterProvider::builder()
             .with_resource(resource(service))
             .with_reader(scrape.reader())
             .build();
-        let mut otel = Self::assemble(
+        Self::assemble(
             SdkTracerProvider::builder().build(),
             meters,
             SdkLoggerProvider::builder().build(),
             scrape,
-            None,
-        );
-        otel.telemetry.tracer = Arc::new(forge_core::telemetry::Noop);
-        otel.telemetry.logger = also;
-        otel
+            Some(also),
+            false,
+        )
     }
 
+    /// The providers, and the core's telemetry on them: spans only when `traced`, log records
+    /// exported only then too (without it, lines go to `also` alone).
     fn assemble(
         tracers: SdkTracerProvider,
         meters: SdkMeterProvider,
         loggers: SdkLoggerProvider,
         scrape: Scrape,
-        also: Option<Arc<dyn Logger>>,
+        also: Option<LineWriter>,
+        traced: bool,
     ) -> Self {
+        let tracer = traced.then(|| tracers.tracer(SCOPE));
+        let logs = logs::Logs {
+            otel: traced.then(|| loggers.logger(SCOPE)),
+            lines: also,
+        };
+        let registry = tracing_subscriber::registry();
+        let dispatch = match tracer {
+            Some(tracer) => Dispatch::new(
+                registry
+                    .with(trace::layer(tracer.clone()))
+                    .with(trace::Waits::new(tracer))
+                    .with(logs),
+            ),
+            None => Dispatch::new(registry.with(logs)),
+        };
         let telemetry = Telemetry {
-            tracer: Arc::new(trace::OtelTracer {
-                tracer: tracers.tracer(SCOPE),
-            }),
+            dispatch,
             meter: Arc::new(metrics::OtelMeter::new(&meters.meter(SCOPE))),
-            logger: Arc::new(logs::OtelLogger {
-                logger: loggers.logger(SCOPE),
-                also,
-            }),
+            ids: traced.then_some(trace::IDS),
         };
         Self {
             tracers,
@@ -284,6 +303,19 @@ impl Otel {
 mod memory;
 #[cfg(feature = "memory")]
 pub use memory::{RecordedMetric, RecordedSpan};
+
+/// Telemetry that writes log lines to `lines` and records nothing else: for a process (or a
+/// command) that has no pipeline but must still log in the vocabulary.
+pub fn lines_only(lines: LineWriter) -> Telemetry {
+    let subscriber = tracing_subscriber::registry().with(logs::Logs {
+        otel: None,
+        lines: Some(lines),
+    });
+    Telemetry {
+        dispatch: Dispatch::new(subscriber),
+        ..Telemetry::noop()
+    }
+}
 
 /// What [`Otel::in_memory`] produced.
 #[cfg(feature = "memory")]

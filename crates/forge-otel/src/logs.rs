@@ -1,20 +1,38 @@
-//! Logs: the core's [`Logger`] on the SDK's logger, exported as OTLP log records.
+//! Logs: the core's log lines — `tracing` events of target [`TARGET`] with an `event` field
+//! naming a [`LogEvent`] — written as JSON lines and exported as OTLP log records by one layer.
 //!
-//! A record is what [`log_records`] makes of a line — the sanitized fields and, when some were
-//! dropped, the `telemetry.fields_dropped` record naming them — so OTLP carries exactly what the
-//! JSON lines on standard error carry. The body is the event's name; there is no message text.
+//! Every other event is ignored (a dependency's `tracing` output can quote a query or a body),
+//! and so is an event whose name is not in the vocabulary. A line's fields go through the core's
+//! [`log_records`] — allowlisted keys, primitive values (a formatted `?`/`%` value is dropped
+//! as a structured one would be), strings capped, and a
+//! `telemetry.fields_dropped` record naming what was dropped — so the JSON lines on standard
+//! error and OTLP carry exactly the same thing. The body is the event's name; there is no
+//! message text.
 
-use std::sync::Arc;
+use std::io::Write;
+use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
-use forge_core::telemetry::{Attr, LogEvent, Logger, Value, log_records};
+use forge_core::telemetry::{Attr, LogEvent, TARGET, Value, log_lines, log_records};
 use opentelemetry::logs::{AnyValue, LogRecord as _, Logger as _, Severity};
 use opentelemetry_sdk::logs::SdkLogger;
+use tracing::Subscriber;
+use tracing::field::{Field, Visit};
+use tracing_subscriber::Layer;
+use tracing_subscriber::layer::Context;
 
-/// The core's logger on an SDK logger, also writing every line to `also` (standard error).
-pub(crate) struct OtelLogger {
-    pub(crate) logger: SdkLogger,
-    pub(crate) also: Option<Arc<dyn Logger>>,
+/// Where JSON log lines are written (standard error in the binaries, a buffer in tests).
+pub type LineWriter = Arc<Mutex<dyn Write + Send>>;
+
+/// JSON lines on standard error.
+pub fn stderr_lines() -> LineWriter {
+    Arc::new(Mutex::new(std::io::stderr()))
+}
+
+/// The layer: OTLP records through `otel`, JSON lines to `lines`, either or both.
+pub(crate) struct Logs {
+    pub(crate) otel: Option<SdkLogger>,
+    pub(crate) lines: Option<LineWriter>,
 }
 
 /// How severe a line is.
@@ -40,13 +58,60 @@ fn any(value: Value) -> Option<AnyValue> {
     })
 }
 
-impl Logger for OtelLogger {
-    fn log(&self, event: LogEvent, fields: Vec<Attr>) {
-        if let Some(also) = &self.also {
-            also.log(event, fields.clone());
+/// An event's `event` name and its other fields, as the core's values.
+#[derive(Default)]
+struct Fields {
+    event: Option<String>,
+    fields: Vec<Attr>,
+}
+
+impl Visit for Fields {
+    fn record_str(&mut self, field: &Field, value: &str) {
+        match field.name() {
+            "event" => self.event = Some(value.to_owned()),
+            name => self.fields.push((name, Value::from(value))),
         }
+    }
+
+    fn record_i64(&mut self, field: &Field, value: i64) {
+        self.fields.push((field.name(), Value::from(value)));
+    }
+
+    fn record_u64(&mut self, field: &Field, value: u64) {
+        self.fields.push((field.name(), Value::from(value)));
+    }
+
+    fn record_f64(&mut self, field: &Field, value: f64) {
+        self.fields.push((field.name(), Value::from(value)));
+    }
+
+    fn record_bool(&mut self, field: &Field, value: bool) {
+        self.fields.push((field.name(), Value::from(value)));
+    }
+
+    /// A formatted value (`?x`, `%x`) may be anything, a structure or a quoted input: it is
+    /// dropped like a structured one, and named as dropped.
+    fn record_debug(&mut self, field: &Field, _: &dyn std::fmt::Debug) {
+        self.fields
+            .push((field.name(), Value::Json(serde_json::Value::Null)));
+    }
+}
+
+impl Logs {
+    fn write_lines(&self, lines: &LineWriter, event: LogEvent, fields: Vec<Attr>) {
+        let ts = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+        let mut out = lines.lock().unwrap_or_else(|e| e.into_inner());
+        for line in log_lines(event, fields) {
+            // `{"event"…` becomes `{"ts":"…","event"…`. A log sink that cannot write has nowhere
+            // to report it.
+            let rest = line.strip_prefix('{').unwrap_or(&line);
+            let _ = writeln!(out, "{{\"ts\":\"{ts}\",{rest}");
+        }
+    }
+
+    fn export(logger: &SdkLogger, event: LogEvent, fields: Vec<Attr>) {
         for (event, fields) in log_records(event, fields) {
-            let mut record = self.logger.create_log_record();
+            let mut record = logger.create_log_record();
             record.set_event_name(event.as_str());
             record.set_body(AnyValue::from(event.as_str()));
             record.set_severity_number(severity(event));
@@ -56,7 +121,26 @@ impl Logger for OtelLogger {
                     record.add_attribute(key, value);
                 }
             }
-            self.logger.emit(record);
+            logger.emit(record);
+        }
+    }
+}
+
+impl<S: Subscriber> Layer<S> for Logs {
+    fn on_event(&self, event: &tracing::Event<'_>, _: Context<'_, S>) {
+        if event.metadata().target() != TARGET {
+            return;
+        }
+        let mut fields = Fields::default();
+        event.record(&mut fields);
+        let Some(event) = fields.event.as_deref().and_then(LogEvent::parse) else {
+            return;
+        };
+        if let Some(lines) = &self.lines {
+            self.write_lines(lines, event, fields.fields.clone());
+        }
+        if let Some(logger) = &self.otel {
+            Self::export(logger, event, fields.fields);
         }
     }
 }

@@ -1,9 +1,12 @@
-//! The adapter on the real SDK pipeline with in-memory exporters: span parentage from a
-//! `TraceContext`, recorded waits, failure status; every instrument with its unit and
+//! The adapter on the real SDK pipeline with in-memory exporters: span parentage from a span or
+//! a `TraceContext`, recorded waits, failure status; the span vocabulary enforced on any
+//! `tracing` span; every instrument with its unit and
 //! description; the metric attribute allowlist and dropped negative values; the Prometheus text;
 //! log records as sanitized as the JSON lines.
 
-use forge_core::telemetry::{Instrument, InstrumentKind, LogEvent, SpanName, TraceContext, Value};
+use forge_core::telemetry::{
+    Instrument, InstrumentKind, LogEvent, Parent, SpanName, TARGET, TraceContext, Value,
+};
 use forge_core::time::Timestamp;
 use forge_otel::Otel;
 use opentelemetry::trace::{SpanKind, Status};
@@ -18,35 +21,27 @@ fn metrics(rm: &[ResourceMetrics]) -> Vec<&opentelemetry_sdk::metrics::data::Met
 }
 
 #[test]
-fn spans_take_their_parent_from_the_context_given_and_waits_their_two_timestamps() {
+fn spans_take_their_parent_from_the_span_or_context_given_and_waits_their_two_timestamps() {
     let (otel, memory) = Otel::in_memory("test", None);
     let t = otel.telemetry();
     let parent = TraceContext::parse("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
         .expect("a traceparent");
-    let claim = t.tracer.start(
-        SpanName::RunClaim,
-        Some(&parent),
-        vec![
-            ("queue.trace_continued", Value::Bool(true)),
-            (
-                "payload",
-                Value::Json(serde_json::json!({"prompt": "secret"})),
-            ),
-        ],
+    let claim = t.span(SpanName::RunClaim, Parent::Remote(Some(&parent)));
+    claim.set("queue.trace_continued", Value::Bool(true));
+    claim.set(
+        "payload",
+        Value::Json(serde_json::json!({"prompt": "secret"})),
     );
     let claim_cx = claim.context().expect("a real span has a context");
     assert_eq!(claim_cx.trace_id, parent.trace_id);
-    let exec = t
-        .tracer
-        .start(SpanName::RunExecute, Some(&claim_cx), vec![]);
+    let exec = t.span(SpanName::RunExecute, Parent::Span(&claim));
     exec.fail("retryable");
-    exec.end();
-    claim.end();
     let start = Timestamp::from_unix_millis(1_700_000_000_000).expect("a time");
     let end = Timestamp::from_unix_millis(1_700_000_090_000).expect("a time");
-    t.tracer
-        .record(SpanName::ApprovalWait, Some(&claim_cx), start, end, vec![]);
-    let root = t.tracer.start(SpanName::HttpRequest, None, vec![]);
+    t.record_wait(SpanName::ApprovalWait, &claim, start, end, "r1", "approved");
+    exec.end();
+    claim.end();
+    let root = t.span(SpanName::HttpRequest, Parent::Remote(None));
     let root_cx = root.context().expect("a context");
     root.end();
 
@@ -77,6 +72,11 @@ fn spans_take_their_parent_from_the_context_given_and_waits_their_two_timestamps
     assert_eq!(exec.parent_span_id.to_bytes(), claim_cx.span_id);
     assert_eq!(exec.span_context.trace_id().to_bytes(), parent.trace_id);
     assert!(matches!(&exec.status, Status::Error { description } if description == "retryable"));
+    assert!(
+        exec.attributes
+            .iter()
+            .any(|kv| kv.key.as_str() == "error.type" && kv.value.as_str() == "retryable")
+    );
     let wait = by("approval.wait");
     let took = wait
         .end_time
@@ -84,9 +84,56 @@ fn spans_take_their_parent_from_the_context_given_and_waits_their_two_timestamps
         .expect("ends after it starts");
     assert_eq!(took.as_secs(), 90);
     assert_eq!(wait.parent_span_id.to_bytes(), claim_cx.span_id);
+    assert_eq!(wait.span_context.trace_id().to_bytes(), parent.trace_id);
+    assert!(
+        wait.attributes
+            .iter()
+            .any(|kv| kv.key.as_str() == "outcome" && kv.value.as_str() == "approved")
+    );
     let root = by("http.request");
     assert_eq!(root.span_kind, SpanKind::Server);
+    assert_eq!(root.parent_span_id.to_bytes(), [0; 8]);
     assert_ne!(root_cx.trace_id, parent.trace_id, "no parent: a new trace");
+}
+
+/// Whoever makes a span — another crate with `tracing`, a careless call — the vocabulary
+/// decides what leaves: an unknown name or another target is not exported at all, and a known
+/// span exports without the attributes it may not carry.
+#[test]
+fn a_span_exports_only_the_vocabulary_whoever_made_it() {
+    let (otel, memory) = Otel::in_memory("test", None);
+    let t = otel.telemetry();
+    t.in_scope(|| {
+        let model = tracing::info_span!(
+            target: TARGET,
+            "model.call",
+            model = "m1",
+            prompt = "tell me the secret",
+            http.url = "https://x/?key=sk-secret"
+        );
+        let long = "é".repeat(500);
+        let tool =
+            tracing::info_span!(target: TARGET, parent: &model, "tool.call", tool = long.as_str());
+        drop(tool);
+        drop(model);
+        drop(tracing::info_span!(target: TARGET, "prompt.render", text = "secret"));
+        drop(tracing::info_span!(target: "sqlx::query", "model.call", db.statement = "secret"));
+    });
+    let spans = memory.spans.get_finished_spans().expect("spans");
+    let names: Vec<&str> = spans.iter().map(|s| s.name.as_ref()).collect();
+    assert_eq!(names, ["tool.call", "model.call"], "{spans:?}");
+    let model = &spans[1];
+    let keys: Vec<&str> = model.attributes.iter().map(|kv| kv.key.as_str()).collect();
+    assert_eq!(keys, ["model"], "{model:?}");
+    assert_eq!(model.dropped_attributes_count, 2);
+    let tool = spans[0]
+        .attributes
+        .iter()
+        .find(|kv| kv.key.as_str() == "tool")
+        .map(|kv| kv.value.as_str().into_owned())
+        .expect("tool");
+    assert!(tool.ends_with(forge_core::telemetry::TRUNCATED), "{tool}");
+    assert_eq!(spans[0].parent_span_id, model.span_context.span_id());
 }
 
 #[test]
@@ -199,22 +246,26 @@ fn the_scrape_is_prometheus_text_of_the_same_pipeline() {
 
 #[test]
 fn log_records_carry_the_sanitized_fields_and_name_what_was_dropped() {
-    let (otel, memory) = Otel::in_memory("test", None);
+    let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::<u8>::new()));
+    let (otel, memory) = Otel::in_memory("test", Some(lines.clone()));
     let t = otel.telemetry();
-    t.logger.log(
-        LogEvent::WorkerStoreFailed,
-        vec![
-            ("worker", Value::from("w1")),
-            ("code", Value::from("x".repeat(500))),
-            ("prompt", Value::from("tell me the secret")),
-            (
-                "run_id",
-                Value::Json(serde_json::json!({"nested": "secret"})),
-            ),
-        ],
-    );
+    let json = serde_json::json!({"nested": "secret"});
+    t.in_scope(|| {
+        tracing::info!(
+            target: TARGET,
+            event = LogEvent::WorkerStoreFailed.as_str(),
+            worker = "w1",
+            code = "x".repeat(500),
+            prompt = "tell me the secret",
+            run_id = ?json,
+        );
+        // Not Forge's: a dependency's line, and a line outside the vocabulary.
+        tracing::info!(target: "sqlx::query", event = "worker.store_failed", db = "secret");
+        tracing::info!(target: TARGET, event = "prompt.logged", text = "secret");
+    });
+    forge_core::log!(t, WorkerTakenOver, worker = "w2", attempt = 3u32);
     let logs = memory.logs.get_emitted_logs().expect("logs");
-    assert_eq!(logs.len(), 2, "{logs:?}");
+    assert_eq!(logs.len(), 3, "{logs:?}");
     let first = &logs[0].record;
     assert_eq!(first.event_name(), Some("worker.store_failed"));
     let keys: Vec<&str> = first.attributes_iter().map(|(k, _)| k.as_str()).collect();
@@ -230,4 +281,23 @@ fn log_records_carry_the_sanitized_fields_and_name_what_was_dropped() {
     let dropped = format!("{:?}", second.attributes_iter().collect::<Vec<_>>());
     assert!(dropped.contains("prompt,run_id"), "{dropped}");
     assert!(!dropped.contains("secret"), "{dropped}");
+    assert_eq!(logs[2].record.event_name(), Some("worker.taken_over"));
+
+    // The JSON lines carry the same lines, each saying when it was logged.
+    let out = String::from_utf8(lines.lock().expect("lines").clone()).expect("utf-8");
+    assert!(!out.contains("secret"), "{out}");
+    let lines: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    assert_eq!(lines.len(), 3, "{out}");
+    assert_eq!(lines[0]["event"], "worker.store_failed");
+    assert_eq!(lines[0]["worker"], "w1");
+    assert_eq!(lines[1]["event"], "telemetry.fields_dropped");
+    assert_eq!(lines[2]["attempt"], 3);
+    let ts = lines[0]["ts"].as_str().unwrap_or_default();
+    assert!(
+        chrono::DateTime::parse_from_rfc3339(ts).is_ok() && ts.ends_with('Z'),
+        "{out}"
+    );
 }

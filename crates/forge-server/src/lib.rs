@@ -41,6 +41,7 @@ use axum::routing::get;
 use axum::{Json, Router};
 use forge_engine::Engine;
 use tokio_util::sync::CancellationToken;
+use tracing::instrument::WithSubscriber as _;
 
 pub use auth::{AuthError, Authenticated, Authenticator, ClaimsMode};
 pub use fair::FairUse;
@@ -178,7 +179,6 @@ impl Server {
     pub fn new(engine: Arc<Engine>, tail: Arc<LiveTail>, config: ServerConfig) -> Self {
         let shutdown = CancellationToken::new();
         let telemetry = engine.telemetry().clone();
-        schema::set_logger(telemetry.logger.clone());
         let state = Arc::new(AppState {
             engine,
             bus: tail.bus().clone(),
@@ -427,7 +427,11 @@ async fn count_request(
         .extensions()
         .get::<axum::extract::MatchedPath>()
         .map_or_else(|| "other".to_owned(), |p| p.as_str().to_owned());
-    let response = next.run(request).await;
+    // Whatever the request logs goes to this server's telemetry (`schema::internal`).
+    let response = next
+        .run(request)
+        .with_subscriber(shared.telemetry.dispatch.clone())
+        .await;
     let class = match response.status().as_u16() / 100 {
         1 => "1xx",
         2 => "2xx",
@@ -479,11 +483,11 @@ async fn graphql_http(
     body: axum::body::Body,
 ) -> Response {
     let parent = incoming_trace(&headers);
-    let span = shared.telemetry.tracer.start(
+    let span = shared.telemetry.span(
         forge_core::telemetry::SpanName::HttpRequest,
-        parent.as_ref(),
-        vec![("http.route", "/graphql".into())],
+        forge_core::telemetry::Parent::Remote(parent.as_ref()),
     );
+    span.set("http.route", "/graphql".into());
     let trace = RequestTrace(span.context().or(parent));
     let response = graphql_http_traced(&shared, headers, body, trace).await;
     span.set(
@@ -688,6 +692,7 @@ async fn graphql_ws(
                 shutdown: shared.shutdown.clone(),
             }
             .serve(socket)
+            .with_subscriber(shared.telemetry.dispatch.clone())
         })
 }
 

@@ -42,7 +42,7 @@ impl Engine {
             )),
             self.clock.as_ref(),
             &observer,
-            None,
+            forge_core::telemetry::Span::none(),
             None,
         );
         let failure = RunFailure {

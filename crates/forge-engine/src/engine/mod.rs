@@ -87,8 +87,9 @@ pub struct RunControl {
     pub cancel: CancellationToken,
     /// Stop after the step in progress is committed; the run stays `running` for another worker.
     pub drain: CancellationToken,
-    /// The span the execution's spans are children of (a worker's claim span).
-    pub trace: Option<forge_core::telemetry::TraceContext>,
+    /// The span the execution's spans are children of (a worker's claim span; none: the
+    /// execution's span starts a trace).
+    pub trace: forge_core::telemetry::Span,
     /// The queue's claim the run is executed under (a worker's): the commit that ends or parks
     /// the run completes it in the same write ([`forge_core::ports::store::StepCommit::job`]).
     /// A claim of another run or tenant is ignored.
@@ -471,11 +472,11 @@ impl Engine {
             .traceparent
             .as_deref()
             .and_then(forge_core::telemetry::TraceContext::parse);
-        let span = self.telemetry.tracer.start(
+        let span = self.telemetry.span(
             forge_core::telemetry::SpanName::RunEnqueue,
-            parent.as_ref(),
-            vec![("agent", new.agent.name.clone().into())],
+            forge_core::telemetry::Parent::Remote(parent.as_ref()),
         );
+        span.set("agent", new.agent.name.as_str().into());
         if let Some(ctx) = span.context() {
             new.traceparent = Some(ctx.traceparent());
         }

@@ -20,7 +20,7 @@ impl Engine {
         let control = RunControl {
             cancel: cancel.clone(),
             drain: CancellationToken::new(),
-            trace: None,
+            trace: forge_core::telemetry::Span::none(),
             job: None,
             leased: None,
             leased_at: None,
@@ -79,16 +79,13 @@ impl Engine {
         control: &RunControl,
         observer: &dyn RunObserver,
     ) -> Result<RunOutcome, EngineError> {
-        use forge_core::telemetry::{Instrument, SpanName};
+        use forge_core::telemetry::{Instrument, Parent, SpanName};
         let t = &self.telemetry;
         let started = std::time::Instant::now();
-        let span = t.tracer.start(
-            SpanName::RunExecute,
-            control.trace.as_ref(),
-            vec![("run_id", run_id.to_string().into())],
-        );
+        let span = t.span(SpanName::RunExecute, Parent::Span(&control.trace));
+        span.set("run_id", run_id.to_string().into());
         let control = &RunControl {
-            trace: span.context().or(control.trace),
+            trace: span.clone(),
             ..control.clone()
         };
         let result = self
@@ -250,7 +247,7 @@ impl Engine {
             held,
             self.clock.as_ref(),
             observer,
-            control.trace,
+            control.trace.clone(),
             control.job.clone(),
         );
         let Ok(agent) = self.agent(&cur.run().agent) else {
@@ -445,15 +442,13 @@ impl Engine {
                 }
                 _ => forge_core::telemetry::SpanName::QuestionWait,
             };
-            self.telemetry.tracer.record(
+            self.telemetry.record_wait(
                 name,
-                cur.trace().as_ref(),
+                cur.trace(),
                 i.created_at,
                 resolution.at,
-                vec![
-                    ("run_id", cur.run().id.to_string().into()),
-                    ("outcome", i.status.name().into()),
-                ],
+                &cur.run().id.to_string(),
+                i.status.name(),
             );
         }
     }

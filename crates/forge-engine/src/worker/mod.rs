@@ -26,7 +26,7 @@ use forge_core::ports::queue::{
 use forge_core::ports::store::LeasedRun;
 use forge_core::run::RunStatus;
 use forge_core::scope::SystemScope;
-use forge_core::telemetry::{Instrument, LogEvent, SpanName, TraceContext};
+use forge_core::telemetry::{Instrument, Parent, Span, SpanName, TraceContext};
 use tokio_util::sync::CancellationToken;
 
 use crate::engine::{Engine, RunControl, RunOutcome};
@@ -234,13 +234,12 @@ impl Worker {
         let code = forge_core::telemetry::error_code(e);
         t.meter
             .record(Instrument::StoreErrors, 1.0, &[("code", code)]);
-        t.logger.log(
-            LogEvent::WorkerStoreFailed,
-            vec![
-                ("worker", self.config.id.clone().into()),
-                ("code", code.into()),
-                ("outcome", what.into()),
-            ],
+        forge_core::log!(
+            t,
+            WorkerStoreFailed,
+            worker = &self.config.id,
+            code = code,
+            outcome = what,
         );
     }
 
@@ -284,20 +283,16 @@ impl Worker {
             }
             match (&result, failing) {
                 (Err(e), false) => {
-                    t.logger.log(
-                        LogEvent::WorkerStoreFailed,
-                        vec![
-                            ("worker", self.config.id.clone().into()),
-                            ("code", e.code().into()),
-                        ],
+                    forge_core::log!(
+                        t,
+                        WorkerStoreFailed,
+                        worker = &self.config.id,
+                        code = e.code()
                     );
                     failing = true;
                 }
                 (Ok(_), true) => {
-                    t.logger.log(
-                        LogEvent::WorkerStoreRecovered,
-                        vec![("worker", self.config.id.clone().into())],
-                    );
+                    forge_core::log!(t, WorkerStoreRecovered, worker = &self.config.id);
                     failing = false;
                 }
                 _ => {}
@@ -442,29 +437,23 @@ impl Worker {
         // A job from before traces, or with a damaged traceparent, starts its own trace, and the
         // claim says so: a missing link is told apart from a propagation bug.
         let parent = job.traceparent.as_deref().and_then(TraceContext::parse);
-        let span = t.tracer.start(
-            SpanName::RunClaim,
-            parent.as_ref(),
-            vec![
-                ("run_id", job.run_id.to_string().into()),
-                ("job_id", job.id.to_string().into()),
-                ("attempt", job.attempt.into()),
-                ("queue.trace_continued", parent.is_some().into()),
-            ],
-        );
+        let span = t.span(SpanName::RunClaim, Parent::Remote(parent.as_ref()));
+        span.set("run_id", job.run_id.to_string().into());
+        span.set("job_id", job.id.to_string().into());
+        span.set("attempt", job.attempt.into());
+        span.set("queue.trace_continued", parent.is_some().into());
         let result = tokio::select! {
             biased;
-            r = self.execute(&job, leased, asked, drain, span.context().or(parent)) => r,
+            r = self.execute(&job, leased, asked, drain, span.clone()) => r,
             e = self.keep_claim(&job) => Err(e),
         };
         let settled = match self.settle(&job, result).await {
             Err(EngineError::Store(Error::Fenced { .. })) => {
-                t.logger.log(
-                    LogEvent::WorkerTakenOver,
-                    vec![
-                        ("worker", self.config.id.clone().into()),
-                        ("run_id", job.run_id.to_string().into()),
-                    ],
+                forge_core::log!(
+                    t,
+                    WorkerTakenOver,
+                    worker = &self.config.id,
+                    run_id = job.run_id.to_string(),
                 );
                 Ok(JobOutcome::TakenOver)
             }
@@ -523,13 +512,12 @@ impl Worker {
                     let t = &self.engine.telemetry;
                     t.meter
                         .record(Instrument::DeadLetters, 1.0, &[("code", e.code())]);
-                    t.logger.log(
-                        LogEvent::JobDeadLettered,
-                        vec![
-                            ("job_id", job.id.to_string().into()),
-                            ("run_id", job.run_id.to_string().into()),
-                            ("code", e.code().into()),
-                        ],
+                    forge_core::log!(
+                        t,
+                        JobDeadLettered,
+                        job_id = job.id.to_string(),
+                        run_id = job.run_id.to_string(),
+                        code = e.code(),
                     );
                 }
                 JobOutcome::Failed(state)
@@ -574,7 +562,7 @@ impl Worker {
         leased: Option<LeasedRun>,
         asked: std::time::Instant,
         drain: &CancellationToken,
-        trace: Option<TraceContext>,
+        trace: Span,
     ) -> Result<RunOutcome, EngineError> {
         let control = RunControl {
             cancel: CancellationToken::new(),

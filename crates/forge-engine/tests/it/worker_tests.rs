@@ -1089,7 +1089,7 @@ fn sweeps(metrics: &crate::harness::Metrics) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_worker_of_a_fleet_sweeps_and_another_takes_over_when_it_stops() {
-    use forge_core::telemetry::{Noop, Telemetry};
+    use forge_core::telemetry::Telemetry;
     let clock = Arc::new(ManualClock::at_2026());
     let store = Arc::new(forge_store_memory::MemoryStore::new(
         clock.clone(),
@@ -1100,9 +1100,8 @@ async fn one_worker_of_a_fleet_sweeps_and_another_takes_over_when_it_stops() {
             .store(store.clone())
             .clock(clock.clone())
             .telemetry(Telemetry {
-                tracer: Arc::new(Noop),
                 meter: metrics,
-                logger: Arc::new(Noop),
+                ..Telemetry::noop()
             })
             .build()
             .unwrap();

@@ -178,29 +178,17 @@ pub(crate) fn client_error(e: EngineError) -> async_graphql::Error {
     }
 }
 
-/// Where the server logs what happens outside any request's telemetry (an internal error in a
-/// resolver): the engine's logger of the first server built in the process.
-static LOGGER: std::sync::OnceLock<Arc<dyn forge_core::telemetry::Logger>> =
-    std::sync::OnceLock::new();
-
-/// Sets the process's server logger (the first call wins).
-pub(crate) fn set_logger(logger: Arc<dyn forge_core::telemetry::Logger>) {
-    let _ = LOGGER.set(logger);
-}
-
 /// A fresh reference for an internal error of classified `code`, logged as
-/// `server.internal_error` with both.
+/// `server.internal_error` with both — into the telemetry of the request being answered, which
+/// every request and WebSocket session runs within (`count_request`, `graphql_ws`).
 pub(crate) fn internal(code: &'static str) -> String {
     let reference = uuid::Uuid::new_v4().simple().to_string();
-    if let Some(logger) = LOGGER.get() {
-        logger.log(
-            forge_core::telemetry::LogEvent::InternalError,
-            vec![
-                ("reference", reference.clone().into()),
-                ("code", code.into()),
-            ],
-        );
-    }
+    tracing::info!(
+        target: forge_core::telemetry::TARGET,
+        event = forge_core::telemetry::LogEvent::InternalError.as_str(),
+        reference = reference.as_str(),
+        code,
+    );
     reference
 }
 

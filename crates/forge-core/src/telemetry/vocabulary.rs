@@ -1,91 +1,7 @@
-//! The telemetry port: a [`Tracer`], a [`Meter`] and a [`Logger`], bundled as [`Telemetry`],
-//! with [`Telemetry::noop`] as the default so no call site asks whether telemetry is on.
-//! OpenTelemetry lives behind it in `forge-otel`, the only crate that knows it.
-//!
-//! What crosses a process boundary is a [`TraceContext`] — ids, nothing else — as a W3C
-//! `traceparent` stored with each job. [`TraceContext::parse`] treats a malformed value, and the
-//! all-zero ids, as absent: a run without a trace link starts its own trace (its claim span says
-//! `queue.trace_continued = false`), never joins a made-up one.
-//!
-//! Spans have closed names ([`SpanName`]); every run event maps to the span it opens, ends or
-//! folds into ([`span_for`], a total match: a new event kind without a decision does not
-//! compile). Instruments are a closed set ([`Instrument`]), each with its unit (also in its
-//! name), description and the operational question it answers; their attributes pass the
-//! allowlist [`METRIC_ATTRIBUTES`] in the adapter — no run, thread, tenant or user ids.
-//!
-//! Logs cannot carry content by construction: a line is a [`LogEvent`] (a closed enum, no
-//! message string) and fields; [`sanitize`] keeps only allowlisted keys ([`LOG_FIELDS`]) with
-//! primitive values (an object or array is dropped even under an allowed key), caps strings at
-//! [`MAX_LOG_STRING`] characters with a visible marker, and reports what it dropped as a
-//! [`LogEvent::FieldsDropped`] line naming keys, never values. Errors are logged as a
-//! classified code ([`error_code`]), never as their text.
-
-use std::sync::Arc;
+//! The closed vocabularies: every span ([`SpanName`]), instrument ([`Instrument`]) and log line
+//! ([`LogEvent`]) Forge produces, and the attribute keys each signal may carry.
 
 use crate::event::RunEventKind;
-use crate::time::Timestamp;
-
-/// A span's identity as it crosses a process boundary: trace id, span id, whether sampled.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct TraceContext {
-    /// The trace (never all zeros).
-    pub trace_id: [u8; 16],
-    /// The span (never all zeros).
-    pub span_id: [u8; 8],
-    /// Whether the trace is sampled.
-    pub sampled: bool,
-}
-
-fn hex_bytes<const N: usize>(s: &str) -> Option<[u8; N]> {
-    if s.len() != N * 2 || !s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
-        return None;
-    }
-    let mut out = [0u8; N];
-    for (i, byte) in out.iter_mut().enumerate() {
-        *byte = u8::from_str_radix(&s[i * 2..i * 2 + 2], 16).ok()?;
-    }
-    Some(out)
-}
-
-impl TraceContext {
-    /// A W3C `traceparent` (`00-{32 hex}-{16 hex}-{2 hex}`, lower case), or `None` when it is
-    /// malformed, of an unknown version's shape, or names the all-zero trace or span.
-    pub fn parse(traceparent: &str) -> Option<Self> {
-        let mut parts = traceparent.trim().split('-');
-        let (version, trace, span, flags) =
-            (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
-        if parts.next().is_some() || version != "00" {
-            return None;
-        }
-        let trace_id: [u8; 16] = hex_bytes(trace)?;
-        let span_id: [u8; 8] = hex_bytes(span)?;
-        let [flags]: [u8; 1] = hex_bytes(flags)?;
-        if trace_id == [0; 16] || span_id == [0; 8] {
-            return None;
-        }
-        Some(Self {
-            trace_id,
-            span_id,
-            sampled: flags & 1 == 1,
-        })
-    }
-
-    /// The `traceparent` of this context.
-    pub fn traceparent(&self) -> String {
-        let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
-        format!(
-            "00-{}-{}-{}",
-            hex(&self.trace_id),
-            hex(&self.span_id),
-            if self.sampled { "01" } else { "00" }
-        )
-    }
-
-    /// The trace id in hex.
-    pub fn trace_hex(&self) -> String {
-        self.trace_id.iter().map(|x| format!("{x:02x}")).collect()
-    }
-}
 
 /// What a span is, as a collector draws it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -126,6 +42,24 @@ pub enum SpanName {
 }
 
 impl SpanName {
+    /// Every span.
+    pub const ALL: [SpanName; 9] = [
+        SpanName::HttpRequest,
+        SpanName::RunEnqueue,
+        SpanName::RunClaim,
+        SpanName::RunExecute,
+        SpanName::StepExecute,
+        SpanName::ModelCall,
+        SpanName::ToolCall,
+        SpanName::ApprovalWait,
+        SpanName::QuestionWait,
+    ];
+
+    /// The span named `name`, if it is one of the vocabulary's.
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|s| s.as_str() == name)
+    }
+
     /// Its name, sharing its first word with the run events it stands for.
     pub fn as_str(&self) -> &'static str {
         match self {
@@ -187,99 +121,6 @@ pub fn span_for(kind: &RunEventKind) -> SpanFor {
         | RunEventKind::RunFailed { .. }
         | RunEventKind::RunCancelled { .. } => SpanFor::Ends(SpanName::RunExecute),
     }
-}
-
-/// A span or log attribute's value: primitives only.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Value {
-    /// Text.
-    Str(String),
-    /// An integer.
-    Int(i64),
-    /// A number.
-    Float(f64),
-    /// A flag.
-    Bool(bool),
-    /// Structured data — which [`sanitize`] drops from logs even under an allowed key.
-    Json(serde_json::Value),
-}
-
-impl From<&str> for Value {
-    fn from(s: &str) -> Self {
-        Value::Str(s.to_owned())
-    }
-}
-impl From<String> for Value {
-    fn from(s: String) -> Self {
-        Value::Str(s)
-    }
-}
-impl From<i64> for Value {
-    fn from(v: i64) -> Self {
-        Value::Int(v)
-    }
-}
-impl From<u64> for Value {
-    fn from(v: u64) -> Self {
-        Value::Int(i64::try_from(v).unwrap_or(i64::MAX))
-    }
-}
-impl From<u32> for Value {
-    fn from(v: u32) -> Self {
-        Value::Int(i64::from(v))
-    }
-}
-impl From<usize> for Value {
-    fn from(v: usize) -> Self {
-        Value::Int(i64::try_from(v).unwrap_or(i64::MAX))
-    }
-}
-impl From<f64> for Value {
-    fn from(v: f64) -> Self {
-        Value::Float(v)
-    }
-}
-impl From<bool> for Value {
-    fn from(v: bool) -> Self {
-        Value::Bool(v)
-    }
-}
-
-/// A key and its value.
-pub type Attr = (&'static str, Value);
-
-/// An open span; ended by [`Span::end`] (or when dropped).
-pub trait Span: Send + Sync {
-    /// Its identity, for children elsewhere (`None` from the no-op tracer).
-    fn context(&self) -> Option<TraceContext>;
-    /// Adds an attribute.
-    fn set(&self, key: &'static str, value: Value);
-    /// Marks it failed with a classified code.
-    fn fail(&self, code: &str);
-    /// Ends it now.
-    fn end(&self);
-}
-
-/// Port: spans.
-pub trait Tracer: Send + Sync {
-    /// Starts `name` as a child of `parent` (a new trace without one).
-    fn start(
-        &self,
-        name: SpanName,
-        parent: Option<&TraceContext>,
-        attrs: Vec<Attr>,
-    ) -> Box<dyn Span>;
-
-    /// Records a span that already happened, from `start` to `end` (a wait that outlived the
-    /// processes it crossed).
-    fn record(
-        &self,
-        name: SpanName,
-        parent: Option<&TraceContext>,
-        start: Timestamp,
-        end: Timestamp,
-        attrs: Vec<Attr>,
-    );
 }
 
 /// How an instrument aggregates.
@@ -481,6 +322,26 @@ impl Instrument {
     }
 }
 
+/// The attribute keys a span may carry — the union of what [`super::Telemetry::span`] declares
+/// per name, and the fields `tracing-opentelemetry` reads for a span's kind and status; the
+/// adapter drops every other key from every span. No content: ids, names, counts and codes.
+pub const SPAN_ATTRIBUTES: &[&str] = &[
+    "otel.kind",
+    "otel.status_description",
+    "error.type",
+    "http.route",
+    "http.status_code",
+    "agent",
+    "run_id",
+    "job_id",
+    "attempt",
+    "queue.trace_continued",
+    "outcome",
+    "step",
+    "model",
+    "tool",
+];
+
 /// The attribute keys an instrument may carry; every other key is dropped by the adapter. No
 /// ids: one time series per run is a cardinality incident.
 pub const METRIC_ATTRIBUTES: &[&str] = &[
@@ -496,12 +357,6 @@ pub const METRIC_ATTRIBUTES: &[&str] = &[
 ];
 
 /// Port: metrics. Values are recorded as given; an adapter drops attributes not in
-/// [`METRIC_ATTRIBUTES`] and a negative duration (clock skew), rather than clamping it.
-pub trait Meter: Send + Sync {
-    /// Adds `value` to a counter, or records it in a histogram, or sets a gauge.
-    fn record(&self, instrument: Instrument, value: f64, attrs: &[(&'static str, &str)]);
-}
-
 /// Every line Forge logs. There is no message string: a line is one of these and its fields.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum LogEvent {
@@ -521,11 +376,29 @@ pub enum LogEvent {
     FileScanUnavailable,
     /// An internal error answered with a reference.
     InternalError,
-    /// A line's fields were dropped by [`sanitize`].
+    /// A line's fields were dropped by [`sanitize`](super::sanitize).
     FieldsDropped,
 }
 
 impl LogEvent {
+    /// Every line.
+    pub const ALL: [LogEvent; 9] = [
+        LogEvent::WorkerStoreFailed,
+        LogEvent::WorkerStoreRecovered,
+        LogEvent::WorkerTakenOver,
+        LogEvent::JobDeadLettered,
+        LogEvent::McpServerProblem,
+        LogEvent::McpServerOutput,
+        LogEvent::FileScanUnavailable,
+        LogEvent::InternalError,
+        LogEvent::FieldsDropped,
+    ];
+
+    /// The line named `name`, if it is one of the vocabulary's.
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|e| e.as_str() == name)
+    }
+
     /// Its name.
     pub fn as_str(&self) -> &'static str {
         match self {
@@ -560,276 +433,9 @@ pub const LOG_FIELDS: &[&str] = &[
     "dropped",
 ];
 
-/// The longest string a log field keeps, in characters.
-pub const MAX_LOG_STRING: usize = 120;
-
-/// The marker a cut string ends with.
-pub const TRUNCATED: &str = "…[truncated]";
-
-/// A log line's fields made safe: allowlisted keys with primitive values, strings capped. The
-/// second value names the keys dropped (never their values), to be logged as
-/// [`LogEvent::FieldsDropped`].
-pub fn sanitize(fields: Vec<Attr>) -> (Vec<Attr>, Vec<&'static str>) {
-    let mut kept = Vec::new();
-    let mut dropped = Vec::new();
-    for (key, value) in fields {
-        if !LOG_FIELDS.contains(&key) {
-            dropped.push(key);
-            continue;
-        }
-        let value = match value {
-            Value::Json(serde_json::Value::String(s)) | Value::Str(s) => Value::Str(capped(s)),
-            Value::Json(serde_json::Value::Bool(b)) => Value::Bool(b),
-            Value::Json(serde_json::Value::Number(n)) => match n.as_i64() {
-                Some(i) => Value::Int(i),
-                None => Value::Float(n.as_f64().unwrap_or(0.0)),
-            },
-            Value::Json(_) => {
-                dropped.push(key);
-                continue;
-            }
-            other => other,
-        };
-        kept.push((key, value));
-    }
-    (kept, dropped)
-}
-
-/// `s`, cut at [`MAX_LOG_STRING`] characters with [`TRUNCATED`] at the end when longer.
-pub fn capped(s: String) -> String {
-    if crate::text::prefix_chars(&s, MAX_LOG_STRING).len() == s.len() {
-        return s;
-    }
-    crate::text::capped(&s, MAX_LOG_STRING, TRUNCATED)
-}
-
-/// What a sink writes for `event` and `fields`: the line after [`sanitize`], then the
-/// [`LogEvent::FieldsDropped`] line that reports what was dropped, if anything was.
-pub fn log_records(event: LogEvent, fields: Vec<Attr>) -> Vec<(LogEvent, Vec<Attr>)> {
-    let (kept, dropped) = sanitize(fields);
-    let mut records = vec![(event, kept)];
-    if !dropped.is_empty() {
-        records.push((
-            LogEvent::FieldsDropped,
-            vec![
-                ("count", Value::from(dropped.len())),
-                ("dropped", Value::Str(capped(dropped.join(",")))),
-            ],
-        ));
-    }
-    records
-}
-
-/// [`log_records`] as JSON lines: `{"event": …, fields…}`.
-pub fn log_lines(event: LogEvent, fields: Vec<Attr>) -> Vec<String> {
-    log_records(event, fields)
-        .into_iter()
-        .map(|(event, fields)| {
-            let mut map = serde_json::Map::new();
-            map.insert("event".into(), event.as_str().into());
-            for (k, v) in fields {
-                let v = match v {
-                    Value::Str(s) => serde_json::Value::String(s),
-                    Value::Int(i) => i.into(),
-                    Value::Float(f) => serde_json::Number::from_f64(f)
-                        .map_or(serde_json::Value::Null, serde_json::Value::Number),
-                    Value::Bool(b) => b.into(),
-                    Value::Json(_) => serde_json::Value::Null,
-                };
-                map.insert(k.into(), v);
-            }
-            serde_json::Value::Object(map).to_string()
-        })
-        .collect()
-}
-
-/// Port: logs.
-pub trait Logger: Send + Sync {
-    /// Logs `event` with `fields` (sanitized by the sink with [`sanitize`]).
-    fn log(&self, event: LogEvent, fields: Vec<Attr>);
-}
-
-/// A logger writing [`log_lines`] to `W` (standard error in the binaries), one line each, each
-/// starting with `"ts"`: when it was logged, UTC, RFC 3339 to the millisecond.
-pub struct JsonLines<W> {
-    out: std::sync::Mutex<W>,
-}
-
-impl<W> JsonLines<W> {
-    /// Logs to `out`.
-    pub fn new(out: W) -> Self {
-        Self {
-            out: std::sync::Mutex::new(out),
-        }
-    }
-
-    /// What it was writing to.
-    pub fn into_inner(self) -> W {
-        self.out.into_inner().unwrap_or_else(|e| e.into_inner())
-    }
-}
-
-impl<W: std::io::Write + Send> Logger for JsonLines<W> {
-    fn log(&self, event: LogEvent, fields: Vec<Attr>) {
-        let ts = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
-        let mut out = self.out.lock().unwrap_or_else(|e| e.into_inner());
-        for line in log_lines(event, fields) {
-            // `{"event"…` becomes `{"ts":"…","event"…`. A log sink that cannot write has nowhere
-            // to report it.
-            let rest = line.strip_prefix('{').unwrap_or(&line);
-            let _ = writeln!(out, "{{\"ts\":\"{ts}\",{rest}");
-        }
-    }
-}
-
-/// Two loggers, each given every line.
-pub struct Both(pub Arc<dyn Logger>, pub Arc<dyn Logger>);
-
-impl Logger for Both {
-    fn log(&self, event: LogEvent, fields: Vec<Attr>) {
-        self.0.log(event, fields.clone());
-        self.1.log(event, fields);
-    }
-}
-
-/// A classified code for an error, never its text: a Forge error's kind, else `error`. Text
-/// and cause chains carry URLs with tokens and the inputs that failed; a code carries neither.
-pub fn error_code(e: &crate::Error) -> &'static str {
-    use crate::ErrorKind::*;
-    match e.kind() {
-        NotFound => "not_found",
-        Conflict => "conflict",
-        Invalid => "invalid",
-        Retryable => "retryable",
-        Fatal => "fatal",
-        Cancelled => "cancelled",
-        Forbidden => "forbidden",
-    }
-}
-
-struct NoopSpan;
-
-impl Span for NoopSpan {
-    fn context(&self) -> Option<TraceContext> {
-        None
-    }
-    fn set(&self, _: &'static str, _: Value) {}
-    fn fail(&self, _: &str) {}
-    fn end(&self) {}
-}
-
-/// Telemetry that records nothing.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Noop;
-
-impl Tracer for Noop {
-    fn start(&self, _: SpanName, _: Option<&TraceContext>, _: Vec<Attr>) -> Box<dyn Span> {
-        Box::new(NoopSpan)
-    }
-    fn record(
-        &self,
-        _: SpanName,
-        _: Option<&TraceContext>,
-        _: Timestamp,
-        _: Timestamp,
-        _: Vec<Attr>,
-    ) {
-    }
-}
-
-impl Meter for Noop {
-    fn record(&self, _: Instrument, _: f64, _: &[(&'static str, &str)]) {}
-}
-
-impl Logger for Noop {
-    fn log(&self, _: LogEvent, _: Vec<Attr>) {}
-}
-
-/// The three together, as every component takes them.
-#[derive(Clone)]
-pub struct Telemetry {
-    /// Spans.
-    pub tracer: Arc<dyn Tracer>,
-    /// Metrics.
-    pub meter: Arc<dyn Meter>,
-    /// Logs.
-    pub logger: Arc<dyn Logger>,
-}
-
-impl std::fmt::Debug for Telemetry {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Telemetry")
-    }
-}
-
-impl Telemetry {
-    /// Telemetry that records nothing: the default.
-    pub fn noop() -> Self {
-        Self {
-            tracer: Arc::new(Noop),
-            meter: Arc::new(Noop),
-            logger: Arc::new(Noop),
-        }
-    }
-
-    /// The same, logging through `logger`.
-    pub fn with_logger(mut self, logger: Arc<dyn Logger>) -> Self {
-        self.logger = logger;
-        self
-    }
-}
-
-impl Default for Telemetry {
-    fn default() -> Self {
-        Self::noop()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    proptest::proptest! {
-        /// Any Unicode in a log field: kept whole within [`MAX_LOG_STRING`] characters, else
-        /// its first [`MAX_LOG_STRING`] characters and [`TRUNCATED`].
-        #[test]
-        fn any_unicode_log_string_is_capped_by_characters(
-            s in proptest::prop_oneof![
-                crate::text::strategy::unicode(400),
-                crate::text::strategy::unicode_runs(400),
-            ],
-        ) {
-            let out = capped(s.clone());
-            if s.chars().count() <= MAX_LOG_STRING {
-                proptest::prop_assert_eq!(out, s);
-            } else {
-                let kept = out.strip_suffix(TRUNCATED).unwrap_or_default();
-                proptest::prop_assert_eq!(kept.chars().count(), MAX_LOG_STRING);
-                proptest::prop_assert!(s.starts_with(kept));
-            }
-        }
-    }
-
-    #[test]
-    fn traceparents_are_strict() {
-        let ok = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
-        let ctx = TraceContext::parse(ok).expect("valid");
-        assert_eq!(ctx.traceparent(), ok);
-        assert!(ctx.sampled);
-        for bad in [
-            "",
-            "garbage",
-            "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
-            "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
-            "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
-            "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
-            "00-4bf92f3577b34da6a3ce929d0e0e473-00f067aa0ba902b7-01",
-            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra",
-            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-zz",
-        ] {
-            assert_eq!(TraceContext::parse(bad), None, "{bad:?}");
-        }
-    }
 
     /// The events without a span of their own, listed: an exception is documented here, not
     /// left out.
@@ -957,59 +563,6 @@ mod tests {
                 );
             }
         }
-    }
-
-    #[test]
-    fn logs_keep_allowlisted_primitives_capped_and_report_the_rest() {
-        let long = "x".repeat(500);
-        let (kept, dropped) = sanitize(vec![
-            ("worker", "w1".into()),
-            ("prompt", "Ignore all previous instructions".into()),
-            (
-                "code",
-                Value::Json(serde_json::json!({"input": {"card": "4111"}})),
-            ),
-            ("count", 3u64.into()),
-            ("reference", long.clone().into()),
-        ]);
-        assert_eq!(dropped, ["prompt", "code"]);
-        assert_eq!(kept[0], ("worker", Value::Str("w1".into())));
-        assert_eq!(kept[1], ("count", Value::Int(3)));
-        let Value::Str(cut) = &kept[2].1 else {
-            panic!()
-        };
-        assert!(
-            cut.ends_with(TRUNCATED)
-                && cut.chars().count() == MAX_LOG_STRING + TRUNCATED.chars().count()
-        );
-        let lines = log_lines(
-            LogEvent::WorkerStoreFailed,
-            vec![("prompt", "secret words".into())],
-        );
-        assert_eq!(lines.len(), 2);
-        assert_eq!(lines[0], r#"{"event":"worker.store_failed"}"#);
-        assert_eq!(
-            lines[1],
-            r#"{"event":"telemetry.fields_dropped","count":1,"dropped":"prompt"}"#
-        );
-    }
-
-    #[test]
-    fn each_json_line_says_when_it_was_logged() {
-        let logger = JsonLines::new(Vec::new());
-        logger.log(
-            LogEvent::InternalError,
-            vec![("reference", Value::Str("r1".into()))],
-        );
-        let out = String::from_utf8(logger.into_inner()).unwrap_or_default();
-        let line: serde_json::Value = serde_json::from_str(out.trim()).unwrap_or_default();
-        assert_eq!(line["event"], LogEvent::InternalError.as_str(), "{out}");
-        assert_eq!(line["reference"], "r1");
-        let ts = line["ts"].as_str().unwrap_or_default();
-        assert!(
-            chrono::DateTime::parse_from_rfc3339(ts).is_ok() && ts.ends_with('Z'),
-            "{out}"
-        );
     }
 
     #[test]

@@ -68,7 +68,17 @@ pub(crate) const CAPABILITIES: &[Capability] = &[
     },
     Capability {
         name: "citations: cite calls checked against retrieved spans",
-        provider: ("forge-engine/src/cite.rs", None, "answer"),
+        provider: ("forge-engine/src/cite.rs", Some("Cite"), "new"),
+        scope: Scope::Platform,
+        wired_in: (
+            "forge-engine/src/engine/builder.rs",
+            Some("EngineBuilder"),
+            "register_built_ins",
+        ),
+    },
+    Capability {
+        name: "citations: a passed citation is kept beside its result",
+        provider: ("forge-engine/src/cite.rs", None, "citation_of"),
         scope: Scope::Platform,
         wired_in: ("forge-engine/src/executor.rs", Some("ToolExecutor"), "one"),
     },
@@ -194,7 +204,7 @@ pub(crate) const CAPABILITIES: &[Capability] = &[
     },
     Capability {
         name: "session state: the built-in update_session_state tool",
-        provider: ("forge-engine/src/state.rs", None, "state_tool"),
+        provider: ("forge-engine/src/state.rs", Some("UpdateState"), "new"),
         scope: Scope::Platform,
         wired_in: (
             "forge-engine/src/engine/builder.rs",
@@ -561,6 +571,11 @@ pub(crate) const PORTS: &[(&str, &str, Site)] = &[
         "BlobStore",
         "FsBlobStore",
         ("forge-cli/src/files.rs", Some("FilesArgs"), "blobs"),
+    ),
+    (
+        "SessionDraft",
+        "StepDraft",
+        ("forge-engine/src/step.rs", Some("StepRunner"), "run_tools"),
     ),
     (
         "Scanner",

@@ -6,59 +6,76 @@
 
 use std::sync::Arc;
 
-use forge_core::part::{CitationPart, Part, Span, ToolCallPart};
+use async_trait::async_trait;
+use forge_core::part::{CitationPart, Part, Span};
 use forge_core::ports::citation::CitationCheck;
-use forge_core::ports::tool::{Tool, ToolClassification};
-use forge_core::scope::Scope;
+use forge_core::ports::tool::{Tool, ToolClassification, ToolContext, ToolError, ToolSpec};
 use serde_json::{Value, json};
 
-use crate::tools::BuiltIn;
+use crate::tools::built_in_spec;
 
 /// The built-in tool the model cites with.
 pub const CITE: &str = "cite";
 
-pub(crate) fn cite_tool() -> Arc<dyn Tool> {
-    BuiltIn::tool(
-        CITE,
-        "Cites the exact text that supports your answer: a source id and version \
-                      and the start and end offsets of a passage, as search results give them, \
-                      with the passage's text verbatim as the excerpt. Cite every passage you rely on.",
-        json!({
-            "type": "object",
-            "properties": {
-                "source_id": {"type": "string"},
-                "version": {"type": "string"},
-                "start": {"type": "integer", "minimum": 0},
-                "end": {"type": "integer", "minimum": 0},
-                "excerpt": {"type": "string", "minLength": 1}
-            },
-            "required": ["source_id", "version", "start", "end", "excerpt"],
-            "additionalProperties": false
-        }),
-        ToolClassification::Read,
-    )
+/// The built-in `cite`: checks a citation in the caller's scope through the deployment's
+/// [`CitationCheck`].
+pub(crate) struct Cite {
+    spec: ToolSpec,
+    check: Arc<dyn CitationCheck>,
 }
 
-/// What answering a call produced: its result, and the citation when it passed.
-pub(crate) type Cited = (Result<Value, (&'static str, String)>, Option<CitationPart>);
-
-/// Answers a call of [`CITE`] in `scope`, checking the citation with `check` (a deployment
-/// without one refuses every call).
-pub(crate) async fn answer(
-    check: Option<&dyn CitationCheck>,
-    scope: &Scope,
-    call: &ToolCallPart,
-) -> Cited {
-    let Some(check) = check else {
-        return (
-            Err((
-                "forbidden",
-                "citations are not configured in this deployment".into(),
-            )),
-            None,
+impl Cite {
+    pub(crate) fn new(check: Arc<dyn CitationCheck>) -> Self {
+        let spec = built_in_spec(
+            CITE,
+            "Cites the exact text that supports your answer: a source id and version \
+             and the start and end offsets of a passage, as search results give them, \
+             with the passage's text verbatim as the excerpt. Cite every passage you rely on.",
+            json!({
+                "type": "object",
+                "properties": {
+                    "source_id": {"type": "string"},
+                    "version": {"type": "string"},
+                    "start": {"type": "integer", "minimum": 0},
+                    "end": {"type": "integer", "minimum": 0},
+                    "excerpt": {"type": "string", "minLength": 1}
+                },
+                "required": ["source_id", "version", "start", "end", "excerpt"],
+                "additionalProperties": false
+            }),
+            ToolClassification::Read,
         );
-    };
-    let field = |k: &str| call.input.get(k);
+        Self { spec, check }
+    }
+}
+
+#[async_trait]
+impl Tool for Cite {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    async fn call(&self, ctx: &ToolContext, input: Value) -> Result<Value, ToolError> {
+        let citation = citation_of(&input);
+        match self.check.check(&ctx.scope, &citation).await {
+            Ok(Ok(())) => Ok(
+                json!({"cited": true, "source_id": citation.source_id, "start": citation.span.start, "end": citation.span.end}),
+            ),
+            Ok(Err(refusal)) => Err(ToolError::Refused {
+                code: "invalid_citation",
+                message: refusal.to_string(),
+            }),
+            Err(e) => Err(ToolError::Refused {
+                code: "tool_unavailable",
+                message: format!("the citation could not be checked ({:?})", e.kind()),
+            }),
+        }
+    }
+}
+
+/// The citation a call of [`CITE`] makes (its input is already valid against the schema).
+pub(crate) fn citation_of(input: &Value) -> CitationPart {
+    let field = |k: &str| input.get(k);
     let text = |k: &str| {
         field(k)
             .and_then(Value::as_str)
@@ -66,7 +83,7 @@ pub(crate) async fn answer(
             .to_owned()
     };
     let num = |k: &str| field(k).and_then(Value::as_u64).unwrap_or_default();
-    let citation = CitationPart {
+    CitationPart {
         source_id: text("source_id"),
         source_version: text("version"),
         span: Span {
@@ -77,22 +94,6 @@ pub(crate) async fn answer(
         line: None,
         page: None,
         heading: None,
-    };
-    match check.check(scope, &citation).await {
-        Ok(Ok(())) => (
-            Ok(
-                json!({"cited": true, "source_id": citation.source_id, "start": citation.span.start, "end": citation.span.end}),
-            ),
-            Some(citation),
-        ),
-        Ok(Err(refusal)) => (Err(("invalid_citation", refusal.to_string())), None),
-        Err(e) => (
-            Err((
-                "tool_unavailable",
-                format!("the citation could not be checked ({:?})", e.kind()),
-            )),
-            None,
-        ),
     }
 }
 

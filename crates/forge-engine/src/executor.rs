@@ -3,6 +3,7 @@
 //! acts; the built-ins the engine answers itself (session state, `cite`, the skills) answered
 //! here; every result scrubbed of secrets and marked untrusted.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use forge_core::agent::RunLimits;
@@ -10,9 +11,8 @@ use forge_core::audit::AuditRecord;
 use forge_core::id::IdempotencyKey;
 use forge_core::interaction::input_hash;
 use forge_core::part::{Part, ToolCallPart, ToolResultPart, Trust};
-use forge_core::ports::citation::CitationCheck;
 use forge_core::ports::store::RunStore;
-use forge_core::ports::tool::{ToolClassification, ToolContext};
+use forge_core::ports::tool::{Session, ToolClassification, ToolContext};
 use forge_core::redact::Redactor;
 use forge_core::scope::Scope;
 use forge_core::telemetry::Telemetry;
@@ -22,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::execution::Execution;
 use crate::plan::Prepared;
-use crate::skills::SkillLibrary;
+use crate::state::StepDraft;
 use crate::tools::ToolRegistry;
 
 /// Runs one run's tool calls in `scope`.
@@ -30,8 +30,9 @@ pub(crate) struct ToolExecutor<'a> {
     pub(crate) scope: &'a Scope,
     pub(crate) limits: &'a RunLimits,
     pub(crate) tools: &'a ToolRegistry,
-    pub(crate) citations: Option<&'a dyn CitationCheck>,
-    pub(crate) skills: &'a SkillLibrary,
+    /// Whether the deployment checks citations: a passed call of the built-in `cite` then adds
+    /// its citation to the tool message.
+    pub(crate) citations: bool,
     pub(crate) redactor: &'a Redactor,
     pub(crate) telemetry: &'a Telemetry,
     pub(crate) runs: &'a dyn RunStore,
@@ -116,7 +117,7 @@ impl ToolExecutor<'_> {
         &self,
         cur: &Execution<'_>,
         prepared: Vec<Prepared>,
-        draft: &std::sync::Mutex<crate::state::Draft>,
+        draft: &Arc<StepDraft>,
         lost: &std::sync::Mutex<Option<forge_core::Error>>,
     ) -> Option<Vec<Part>> {
         let futures = prepared.into_iter().map(|p| self.one(cur, p, draft, lost));
@@ -133,11 +134,10 @@ impl ToolExecutor<'_> {
         &self,
         cur: &Execution<'_>,
         p: Prepared,
-        draft: &std::sync::Mutex<crate::state::Draft>,
+        draft: &Arc<StepDraft>,
         lost: &std::sync::Mutex<Option<forge_core::Error>>,
     ) -> Vec<Part> {
         let t = self.telemetry;
-        let mut citation = None;
         let (tool, denied) = match &p {
             Prepared::Refused { call, .. }
             | Prepared::Answered { call, .. }
@@ -157,22 +157,8 @@ impl ToolExecutor<'_> {
             } => (call, Err((code, message)), None),
             Prepared::Denied { call, message, .. } => (call, Err(("forbidden", message)), None),
             Prepared::Answered { call, output } => (call, Ok(output), None),
-            Prepared::Run { call } if call.tool_name == crate::state::UPDATE_STATE => {
-                let result = draft
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .apply(&call.input);
-                let version = self.version(&call);
-                (call, result, version)
-            }
-            Prepared::Run { call } if call.tool_name == crate::cite::CITE => {
-                let (result, cited) = crate::cite::answer(self.citations, self.scope, &call).await;
-                citation = cited;
-                let version = self.version(&call);
-                (call, result, version)
-            }
             Prepared::Run { call } => {
-                let result = self.invoke(cur, &call, lost).await;
+                let result = self.invoke(cur, &call, draft, lost).await;
                 let version = self.version(&call);
                 (call, result, version)
             }
@@ -203,6 +189,9 @@ impl ToolExecutor<'_> {
         };
         // Secrets never enter the prompt, the store or an observer through a tool result.
         self.redactor.redact_json(&mut output);
+        // A citation the built-in `cite` checked is kept beside its result.
+        let citation = (self.citations && call.tool_name == crate::cite::CITE && !is_error)
+            .then(|| crate::cite::citation_of(&call.input));
         let result = Part::ToolResult(ToolResultPart {
             tool_call_id: call.tool_call_id,
             tool_name: call.tool_name,
@@ -214,12 +203,14 @@ impl ToolExecutor<'_> {
         crate::cite::with_citation(result, citation)
     }
 
-    /// Calls a tool (or a skill built-in) for `call` within the run's timeout and output limit,
-    /// its lease made sure of immediately before; a lost lease is put in `lost`.
+    /// Calls the tool `call` names within the run's timeout and output limit, with the step's
+    /// session `draft`, its lease made sure of immediately before; a lost lease is put in
+    /// `lost`.
     async fn invoke(
         &self,
         cur: &Execution<'_>,
         call: &ToolCallPart,
+        draft: &Arc<StepDraft>,
         lost: &std::sync::Mutex<Option<forge_core::Error>>,
     ) -> Result<serde_json::Value, (&'static str, String)> {
         let timeout = Duration::from_millis(self.limits.tool_timeout_ms);
@@ -231,24 +222,23 @@ impl ToolExecutor<'_> {
             tool_call_id: call.tool_call_id.clone(),
             idempotency_key: IdempotencyKey::for_tool_call(cur.run().id, &call.tool_call_id),
             lease_token: cur.lease().token,
+            timeout,
+            max_output_bytes: max_out,
+            session: Some(Session(draft.clone())),
         };
-        let skill = crate::skills::answer(self.skills, self.limits, call).await;
-        let result = match (skill, self.tools.get(&call.tool_name)) {
-            (Some(answered), _) => answered,
-            (None, None) => Err((
+        let result = match self.tools.get(&call.tool_name) {
+            None => Err((
                 "unknown_tool",
                 format!("there is no tool named {:?}", call.tool_name),
             )),
             // Immediately before the tool acts: a frozen process that lost the run
             // must not act a second time beside the new holder.
-            (None, Some(_))
-                if let Err(e) = cur.ensure_lease(self.runs, self.clock, self.scope).await =>
-            {
+            Some(_) if let Err(e) = cur.ensure_lease(self.runs, self.clock, self.scope).await => {
                 let mut first = lost.lock().unwrap_or_else(|p| p.into_inner());
                 first.get_or_insert(e);
                 Err(("lease_lost", "the run's lease was lost".to_owned()))
             }
-            (None, Some(r)) => {
+            Some(r) => {
                 match tokio::time::timeout(timeout, r.tool.call(&ctx, call.input.clone())).await {
                     Err(_) => Err((
                         "tool_timeout",

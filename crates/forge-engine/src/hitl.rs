@@ -25,7 +25,7 @@ use serde_json::{Value, json};
 
 use crate::execution::Execution;
 use crate::plan::Prepared;
-use crate::tools::{BuiltIn, ToolRegistry};
+use crate::tools::{GateAnswered, ToolRegistry};
 
 /// The built-in tool through which an agent asks its user a question (list it in the agent's
 /// `tools` to offer it). Input: `{"prompt": string, "answer_schema": JSON Schema}`; the run parks
@@ -35,7 +35,7 @@ pub const ASK_USER: &str = "ask_user";
 /// The `ask_user` declaration: the engine turns its calls into questions, so its `call` is
 /// never reached.
 pub(crate) fn ask_user_tool() -> Arc<dyn Tool> {
-    BuiltIn::tool(
+    GateAnswered::tool(
         ASK_USER,
         "Ask the user a question and wait for the answer. Give the question and \
                           a JSON Schema the answer must satisfy.",

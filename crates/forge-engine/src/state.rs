@@ -8,37 +8,95 @@
 //! the step's start and its commit refuses the commit instead, and the worker computes the step
 //! again from the new state. Either way no update is lost.
 
-use std::sync::Arc;
+use std::sync::Mutex;
 
+use async_trait::async_trait;
 use forge_core::ports::store::StateUpdate;
-use forge_core::ports::tool::{Tool, ToolClassification};
+use forge_core::ports::tool::{
+    SessionDraft, Tool, ToolClassification, ToolContext, ToolError, ToolSpec,
+};
 use forge_core::thread::SessionState;
 use serde_json::{Map, Value, json};
 
-use crate::tools::BuiltIn;
+use crate::tools::built_in_spec;
 
 /// The built-in tool a run changes its thread's session state with.
 pub const UPDATE_STATE: &str = "update_session_state";
 
-pub(crate) fn state_tool() -> Arc<dyn Tool> {
-    BuiltIn::tool(
-        UPDATE_STATE,
-        "Changes this conversation's session state, which persists across runs. \
+/// The built-in `update_session_state`: applies its input to the step's [`SessionDraft`].
+pub(crate) struct UpdateState(ToolSpec);
+
+#[async_trait]
+impl Tool for UpdateState {
+    fn spec(&self) -> &ToolSpec {
+        &self.0
+    }
+
+    async fn call(&self, ctx: &ToolContext, input: Value) -> Result<Value, ToolError> {
+        match &ctx.session {
+            Some(session) => session.0.update(&input),
+            None => Err(ToolError::Refused {
+                code: "forbidden",
+                message: "there is no session state outside a run's step".into(),
+            }),
+        }
+    }
+}
+
+impl UpdateState {
+    pub(crate) fn new() -> Self {
+        Self(built_in_spec(
+            UPDATE_STATE,
+            "Changes this conversation's session state, which persists across runs. \
                       State the version you were shown, the keys to set (with their new JSON \
                       values) and the keys to remove. A stale version is refused: read the \
                       state again and retry.",
-        json!({
-            "type": "object",
-            "properties": {
-                "expected_version": {"type": "integer", "minimum": 0},
-                "set": {"type": "object"},
-                "remove": {"type": "array", "items": {"type": "string"}}
-            },
-            "required": ["expected_version"],
-            "additionalProperties": false
-        }),
-        ToolClassification::Read,
-    )
+            json!({
+                "type": "object",
+                "properties": {
+                    "expected_version": {"type": "integer", "minimum": 0},
+                    "set": {"type": "object"},
+                    "remove": {"type": "array", "items": {"type": "string"}}
+                },
+                "required": ["expected_version"],
+                "additionalProperties": false
+            }),
+            ToolClassification::Read,
+        ))
+    }
+}
+
+/// A step's session state as its calls change it: the [`SessionDraft`] its tool calls receive.
+/// [`StepDraft::finish`] takes the outcome for the commit.
+pub(crate) struct StepDraft(Mutex<Option<Draft>>);
+
+impl StepDraft {
+    /// A draft over the state the step was shown.
+    pub(crate) fn new(state: &SessionState) -> Self {
+        Self(Mutex::new(Some(Draft::new(state))))
+    }
+
+    /// The update for the commit and the keys it changed, if any call succeeded; later calls
+    /// (none should come) change nothing.
+    pub(crate) fn finish(&self) -> Option<(StateUpdate, Vec<String>)> {
+        let draft = self.0.lock().unwrap_or_else(|p| p.into_inner()).take();
+        draft.and_then(Draft::finish)
+    }
+}
+
+impl SessionDraft for StepDraft {
+    fn update(&self, input: &Value) -> Result<Value, ToolError> {
+        let mut draft = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(draft) = draft.as_mut() else {
+            return Err(ToolError::Refused {
+                code: "state_conflict",
+                message: "the step's session state was already committed".into(),
+            });
+        };
+        draft
+            .apply(input)
+            .map_err(|(code, message)| ToolError::Refused { code, message })
+    }
 }
 
 /// A step's changes to the state it started from.

@@ -350,7 +350,7 @@ impl StepRunner<'_> {
             .engine
             .executor(self.scope, &self.agent.limits, self.cancel)
             .audit(cur, &prepared);
-        let draft = std::sync::Mutex::new(crate::state::Draft::new(cur.state()));
+        let draft = std::sync::Arc::new(crate::state::StepDraft::new(cur.state()));
         let lost = std::sync::Mutex::new(None);
         let executed = self
             .engine
@@ -363,7 +363,6 @@ impl StepRunner<'_> {
         Ok(match executed {
             Some(results) => {
                 cur.add_audit(audit);
-                let draft = draft.into_inner().unwrap_or_else(|p| p.into_inner());
                 if let Some((update, keys)) = draft.finish() {
                     cur.emit(RunEventKind::StateUpdated {
                         version: update.expected_version + 1,

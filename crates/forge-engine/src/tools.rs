@@ -221,33 +221,49 @@ where
     }
 }
 
-/// A tool the engine answers itself; its spec is registered so calls are validated like any
-/// other's.
-pub(crate) struct BuiltIn(pub(crate) ToolSpec);
+/// The spec of a built-in tool `name`: version 1, native, never needing approval on its own.
+pub(crate) fn built_in_spec(
+    name: &str,
+    description: &str,
+    input_schema: serde_json::Value,
+    classification: ToolClassification,
+) -> ToolSpec {
+    ToolSpec {
+        name: name.to_owned(),
+        description: description.to_owned(),
+        input_schema,
+        classification,
+        approval: ApprovalPolicy::Never,
+        version: "1".into(),
+        permission: None,
+        source: Default::default(),
+    }
+}
 
-impl BuiltIn {
-    /// The built-in `name` (version 1, never needing approval on its own) as a registrable tool.
+/// A tool whose call the approval gate answers before any tool runs (`ask_user`: the call
+/// becomes a question and the run waits); its spec is registered so calls are validated and
+/// offered like any other's, and calling it directly is refused.
+pub(crate) struct GateAnswered(pub(crate) ToolSpec);
+
+impl GateAnswered {
+    /// The built-in `name` as a registrable tool.
     pub(crate) fn tool(
         name: &str,
         description: &str,
         input_schema: serde_json::Value,
         classification: ToolClassification,
     ) -> Arc<dyn Tool> {
-        Arc::new(BuiltIn(ToolSpec {
-            name: name.to_owned(),
-            description: description.to_owned(),
+        Arc::new(GateAnswered(built_in_spec(
+            name,
+            description,
             input_schema,
             classification,
-            approval: ApprovalPolicy::Never,
-            version: "1".into(),
-            permission: None,
-            source: Default::default(),
-        }))
+        )))
     }
 }
 
 #[async_trait]
-impl Tool for BuiltIn {
+impl Tool for GateAnswered {
     fn spec(&self) -> &ToolSpec {
         &self.0
     }

@@ -29,6 +29,9 @@ fn ctx() -> ToolContext {
         idempotency_key: IdempotencyKey::for_tool_call(run_id, &call),
         tool_call_id: call,
         lease_token: 1,
+        timeout: std::time::Duration::from_secs(30),
+        max_output_bytes: 1 << 20,
+        session: None,
     }
 }
 

@@ -117,6 +117,9 @@ fn ctx(call: &str) -> ToolContext {
         idempotency_key: IdempotencyKey::for_tool_call(run_id, &tool_call_id),
         tool_call_id,
         lease_token: 1,
+        timeout: std::time::Duration::from_secs(30),
+        max_output_bytes: 1 << 20,
+        session: None,
     }
 }
 

@@ -1,5 +1,8 @@
 //! The tool port: something a model may call, with a JSON-Schema input.
 
+use std::sync::Arc;
+use std::time::Duration;
+
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
@@ -112,7 +115,43 @@ pub struct ToolContext {
     /// has seen per run and refuse a writer holding a smaller one (a worker that was frozen past
     /// its lease and woke to act).
     pub lease_token: u64,
+    /// How long the call may take: the engine abandons it then (a tool running a process of its
+    /// own stops it by then).
+    pub timeout: Duration,
+    /// The largest output, serialized, the engine accepts from the call.
+    pub max_output_bytes: usize,
+    /// The session state the step's calls change together (`None` outside a run's step).
+    pub session: Option<Session>,
 }
+
+/// The session state a run's step changes: the thread's state as the step was shown it, with
+/// the step's calls applied in order; the step's commit writes it only while the thread is still
+/// at the version the step was shown (the built-in `update_session_state` is its tool).
+pub trait SessionDraft: Send + Sync {
+    /// Applies a change — the `expected_version` read, the keys to `set` (with their values) and
+    /// to `remove` — and answers the new version and every key the step changed so far. A version
+    /// other than the one shown is refused with `state_conflict`.
+    fn update(&self, input: &serde_json::Value) -> Result<serde_json::Value, ToolError>;
+}
+
+/// A step's [`SessionDraft`], as a tool call receives it.
+#[derive(Clone)]
+pub struct Session(pub Arc<dyn SessionDraft>);
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Session")
+    }
+}
+
+/// The same draft: two handles are equal when they share it.
+impl PartialEq for Session {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for Session {}
 
 /// How a tool call failed. The message goes back to the model, so it must hold no secrets.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -127,6 +166,15 @@ pub enum ToolError {
     /// The tool failed transiently.
     #[error("temporarily unavailable: {0}")]
     Unavailable(String),
+    /// The tool refused the call for a reason it names with a stable code of its own
+    /// (`forbidden`, `state_conflict`, `invalid_citation`…); the message is shown as it is.
+    #[error("{message}")]
+    Refused {
+        /// The code.
+        code: &'static str,
+        /// What the model is told.
+        message: String,
+    },
 }
 
 impl ToolError {
@@ -136,6 +184,7 @@ impl ToolError {
             ToolError::InvalidInput(_) => "invalid_input",
             ToolError::Failed(_) => "tool_failed",
             ToolError::Unavailable(_) => "tool_unavailable",
+            ToolError::Refused { code, .. } => code,
         }
     }
 }

@@ -199,10 +199,11 @@ impl EngineBuilder {
 
     /// Checks every agent against the registered models and tools and builds the engine.
     pub fn build(mut self) -> Result<Engine, EngineError> {
-        self.register_built_ins()?;
+        let skills = Arc::new(std::mem::take(&mut self.skills));
+        self.register_built_ins(&skills)?;
         let mut agents = HashMap::new();
         for agent in std::mem::take(&mut self.agents) {
-            self.check_agent(&agent)?;
+            self.check_agent(&agent, &skills)?;
             let name = agent.agent.name.clone();
             let key = (name.clone(), agent.agent.version.clone());
             if agents.insert(key, Arc::new(agent)).is_some() {
@@ -234,7 +235,7 @@ impl EngineBuilder {
             audit: self.audit,
             models: self.models,
             tools: self.tools,
-            skills: Arc::new(self.skills),
+            skills,
             citations: self.citations,
             files: self.files,
             telemetry: self.telemetry.unwrap_or_default(),
@@ -256,21 +257,35 @@ impl EngineBuilder {
 
     /// Registers the built-in tools the configuration calls for: `ask_user` and session state
     /// always (unless replaced), `cite` with a citation check, the skill tools with a library.
-    fn register_built_ins(&mut self) -> Result<(), EngineError> {
+    fn register_built_ins(
+        &mut self,
+        skills: &Arc<crate::skills::SkillLibrary>,
+    ) -> Result<(), EngineError> {
         if !self.tools.contains(crate::hitl::ASK_USER) {
             self.tools.register(crate::hitl::ask_user_tool())?;
         }
         if !self.tools.contains(crate::state::UPDATE_STATE) {
-            self.tools.register(crate::state::state_tool())?;
+            self.tools
+                .register(Arc::new(crate::state::UpdateState::new()))?;
         }
-        if self.citations.is_some() && !self.tools.contains(crate::cite::CITE) {
-            self.tools.register(crate::cite::cite_tool())?;
+        // With citations checked, `cite` is the engine's: a passed call becomes a citation.
+        if let Some(check) = &self.citations {
+            if self.tools.contains(crate::cite::CITE) {
+                return Err(EngineError::InvalidTool {
+                    name: crate::cite::CITE.into(),
+                    reason: "the name is the built-in citation tool's when citations are checked"
+                        .into(),
+                });
+            }
+            self.tools
+                .register(Arc::new(crate::cite::Cite::new(check.clone())))?;
         }
-        if !self.skills.is_empty() {
-            self.tools.register(crate::skills::load_skill_tool())?;
-            if self.skills.scripts_enabled() {
+        if !skills.is_empty() {
+            self.tools
+                .register(Arc::new(crate::skills::LoadSkill::new(skills.clone())))?;
+            if skills.scripts_enabled() {
                 self.tools
-                    .register(crate::skills::run_skill_script_tool())?;
+                    .register(Arc::new(crate::skills::RunSkillScript::new(skills.clone())))?;
             }
         }
         Ok(())
@@ -279,7 +294,11 @@ impl EngineBuilder {
     /// Refuses an agent this engine could not run as configured: an invalid definition, a model
     /// provider, tool or skill it lacks, an unusable output schema, or an unpriced model under
     /// a cost ceiling or quota.
-    fn check_agent(&self, agent: &AgentDefinition) -> Result<(), EngineError> {
+    fn check_agent(
+        &self,
+        agent: &AgentDefinition,
+        skills: &crate::skills::SkillLibrary,
+    ) -> Result<(), EngineError> {
         let name = agent.agent.name.clone();
         let invalid = |reason: String| EngineError::InvalidAgent {
             name: name.clone(),
@@ -299,7 +318,7 @@ impl EngineBuilder {
         if let Some(missing) = agent.tools.iter().find(|t| !self.tools.contains(t)) {
             return Err(invalid(format!("tool {missing} is not registered")));
         }
-        if let Some(missing) = agent.skills.iter().find(|s| !self.skills.contains(s)) {
+        if let Some(missing) = agent.skills.iter().find(|s| !skills.contains(s)) {
             return Err(invalid(format!(
                 "skill {missing} is not in the skill library"
             )));

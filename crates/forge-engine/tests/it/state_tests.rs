@@ -199,3 +199,63 @@ async fn a_host_write_during_a_step_refuses_the_step_and_is_never_lost() {
         "the host's write stands and the run's change is on top of it"
     );
 }
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct PlanInput {
+    plan: String,
+}
+
+const HOST_TOOL_THEN_BUILT_IN: &str = r#"
+[[conversation]]
+[[conversation.turn]]
+tool_calls = [{ id = "p1", name = "choose_plan", input = { plan = "pro" } }, { id = "s1", name = "update_session_state", input = { expected_version = 0, set = { seats = 3 } } }]
+[[conversation.turn]]
+text = ["done"]
+"#;
+
+/// The session state is a port of the tool context, not something the engine keeps to its own
+/// built-in: a host's tool changes it through `ToolContext::session` the way
+/// `update_session_state` does, and both calls of the step land in its one commit.
+#[tokio::test]
+async fn a_hosts_tool_changes_session_state_through_its_context_like_the_built_in() {
+    let choose = forge_engine::native_tool(
+        "choose_plan",
+        "records the plan the user chose",
+        |ctx: forge_core::ports::tool::ToolContext, i: PlanInput| async move {
+            let session = ctx.session.ok_or_else(|| {
+                forge_core::ports::tool::ToolError::Failed("no session in a step".into())
+            })?;
+            session
+                .0
+                .update(&json!({"expected_version": 0, "set": {"plan": i.plan}}))
+        },
+    );
+    let h = harness_with(
+        HOST_TOOL_THEN_BUILT_IN,
+        vec![std::sync::Arc::new(choose)],
+        agent(
+            &["choose_plan", "update_session_state"],
+            RunLimits::default(),
+        ),
+    );
+    let f = h.run("pro, three seats").await;
+    assert_eq!(f.outcome.status, RunStatus::Completed);
+    let results = tool_results(&f.events);
+    assert_eq!(
+        results[0],
+        json!({"version": 1, "keys": ["plan"]}),
+        "{results:?}"
+    );
+    assert_eq!(
+        results[1],
+        json!({"version": 1, "keys": ["plan", "seats"]}),
+        "{results:?}"
+    );
+    let run = h.store.get_run(&h.scope, f.events[0].run_id).await.unwrap();
+    let thread = h.store.get_thread(&h.scope, run.thread_id).await.unwrap();
+    assert_eq!(thread.state.version, 1);
+    assert_eq!(
+        Value::Object(thread.state.values),
+        json!({"plan": "pro", "seats": 3})
+    );
+}

@@ -293,3 +293,91 @@ fn registry_refuses_bad_names_and_duplicates() {
             .contains("must be 1 to 64 characters")
     );
 }
+
+/// A citation check that accepts every citation whose excerpt is not `wrong`.
+struct ExcerptCheck;
+
+#[async_trait::async_trait]
+impl forge_core::ports::citation::CitationCheck for ExcerptCheck {
+    async fn check(
+        &self,
+        _: &forge_core::scope::Scope,
+        citation: &forge_core::part::CitationPart,
+    ) -> Result<Result<(), forge_core::ports::citation::CitationRefusal>, forge_core::Error> {
+        Ok(if citation.excerpt == "wrong" {
+            Err(forge_core::ports::citation::CitationRefusal::NoSource(
+                citation.source_id.clone(),
+            ))
+        } else {
+            Ok(())
+        })
+    }
+}
+
+const CITES: &str = r#"
+[[conversation]]
+[[conversation.turn]]
+tool_calls = [{ id = "c1", name = "cite", input = { source_id = "pay.md", version = "v1", start = 0, end = 5, excerpt = "Pay." } }, { id = "c2", name = "cite", input = { source_id = "pay.md", version = "v1", start = 0, end = 5, excerpt = "wrong" } }]
+[[conversation.turn]]
+text = ["done"]
+"#;
+
+/// `cite` is a tool like any other, called through the registry: a citation its check passes is
+/// kept beside the result, one it refuses is an error result and no citation.
+#[tokio::test]
+async fn the_built_in_cite_is_called_like_any_tool_and_keeps_only_a_passed_citation() {
+    let h = crate::harness::harness_built(
+        CITES,
+        vec![],
+        crate::harness::agent(&["cite"], RunLimits::default()),
+        |b| b.citations(Arc::new(ExcerptCheck)),
+    );
+    let f = h.run("cite it").await;
+    let parts: Vec<&forge_core::part::Part> = f
+        .events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            forge_core::event::RunEventKind::PartAdded { part, .. } => Some(part),
+            _ => None,
+        })
+        .collect();
+    let citations: Vec<_> = parts
+        .iter()
+        .filter_map(|p| match p {
+            forge_core::part::Part::Citation(c) => Some(c.excerpt.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(citations, ["Pay."], "{parts:?}");
+    let refused = parts.iter().any(|p| {
+        matches!(p, forge_core::part::Part::ToolResult(r)
+            if r.is_error && r.output["code"] == "invalid_citation")
+    });
+    assert!(refused, "{parts:?}");
+}
+
+/// With citations checked, `cite` is the engine's: a host tool of that name is refused at build
+/// rather than having its results turned into citations nobody checked.
+#[test]
+fn a_hosts_tool_named_cite_is_refused_when_citations_are_checked() {
+    let store = Arc::new(forge_store_memory::MemoryStore::new(
+        Arc::new(forge_core::time::SystemClock),
+        Arc::new(forge_core::id::UuidV7Generator),
+    ));
+    let cite = native_tool(
+        "cite",
+        "a host's own cite",
+        |_ctx, _i: CalcInput| async move { Ok(serde_json::json!({"cited": true})) },
+    );
+    let built = forge_engine::Engine::builder()
+        .store(store)
+        .citations(Arc::new(ExcerptCheck))
+        .tool(Arc::new(cite))
+        .and_then(|b| b.build());
+    assert!(
+        matches!(&built, Err(forge_engine::EngineError::InvalidTool { name, reason })
+            if name == "cite" && reason.contains("citation")),
+        "{:?}",
+        built.err()
+    );
+}

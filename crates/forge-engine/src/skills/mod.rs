@@ -14,13 +14,10 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::time::Duration;
 
-use forge_core::ports::tool::{ApprovalPolicy, Tool, ToolClassification, ToolSpec};
-use serde_json::{Value, json};
+use forge_core::ports::tool::ToolSpec;
+use serde_json::Value;
 
-use forge_core::agent::RunLimits;
 use forge_core::part::ToolCallPart;
 use forge_core::ports::policy::{
     Authorizer, PolicyAction, PolicyDecision, PolicyRequest, PolicyResource,
@@ -29,7 +26,10 @@ use forge_core::scope::Scope;
 
 use crate::error::EngineError;
 use crate::plan::Prepared;
-use crate::tools::BuiltIn;
+
+mod tools;
+
+pub(crate) use tools::{LoadSkill, RunSkillScript};
 
 /// The built-in tool that loads a skill's instructions or one of its resources.
 pub const LOAD_SKILL: &str = "load_skill";
@@ -256,130 +256,6 @@ impl SkillLibrary {
     }
 }
 
-pub(crate) fn load_skill_tool() -> Arc<dyn Tool> {
-    BuiltIn::tool(
-        LOAD_SKILL,
-        "Loads a skill: its instructions, or one of its resources. Skills you can load:",
-        json!({
-            "type": "object",
-            "properties": {
-                "name": {"type": "string", "description": "The skill's name."},
-                "resource": {"type": "string", "description": "A resource path the skill lists; omit for its instructions."}
-            },
-            "required": ["name"],
-            "additionalProperties": false
-        }),
-        ToolClassification::Read,
-    )
-}
-
-pub(crate) fn run_skill_script_tool() -> Arc<dyn Tool> {
-    Arc::new(BuiltIn(ToolSpec {
-        name: RUN_SKILL_SCRIPT.into(),
-        description:
-            "Runs one of a loaded skill's scripts with a JSON input and returns its output.".into(),
-        input_schema: json!({
-            "type": "object",
-            "properties": {
-                "skill": {"type": "string"},
-                "script": {"type": "string", "description": "A script path the skill lists, such as scripts/run.sh."},
-                "input": {"description": "JSON passed to the script on stdin."}
-            },
-            "required": ["skill", "script"],
-            "additionalProperties": false
-        }),
-        classification: ToolClassification::Write,
-        // A script is code the deployment ships but the model chooses to run: a person approves
-        // each run unless the agent says otherwise (`approvals = { run_skill_script = "never" }`).
-        approval: ApprovalPolicy::Always,
-        version: "1".into(),
-        permission: None,
-        source: Default::default(),
-    }))
-}
-
-/// A skill's script, run as described in the module docs. The error is `(code, message)`.
-pub(crate) async fn run_script(
-    skill: &Skill,
-    path: &Path,
-    input: &Value,
-    timeout: Duration,
-    max_output: usize,
-) -> Result<Value, (&'static str, String)> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut child = tokio::process::Command::new(path)
-        .current_dir(&skill.dir)
-        .env_clear()
-        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|e| ("tool_failed", format!("the script could not start: {e}")))?;
-    let mut stdin = child.stdin.take();
-    let input = input.to_string();
-    let mut stdout = child
-        .stdout
-        .take()
-        .ok_or(("tool_failed", "the script has no stdout".to_owned()))?;
-    let mut stderr = child
-        .stderr
-        .take()
-        .ok_or(("tool_failed", "the script has no stderr".to_owned()))?;
-    // The whole call is under the timeout, writing its input included: a script that never reads
-    // stdin cannot hold the step on a full pipe.
-    let work = async {
-        let mut out = Vec::new();
-        let mut err = Vec::new();
-        let limit = max_output as u64 + 1;
-        let mut stdout = (&mut stdout).take(limit);
-        let mut stderr = (&mut stderr).take(4096);
-        let write = async {
-            if let Some(mut stdin) = stdin.take() {
-                // A script that ignores its input may close stdin early; that is not an error.
-                let _ = stdin.write_all(input.as_bytes()).await;
-            }
-        };
-        let ((), a, b) = tokio::join!(
-            write,
-            stdout.read_to_end(&mut out),
-            stderr.read_to_end(&mut err)
-        );
-        a.and(b)?;
-        let status = child.wait().await?;
-        Ok::<_, std::io::Error>((status, out, err))
-    };
-    let (status, out, err) = match tokio::time::timeout(timeout, work).await {
-        Err(_) => {
-            return Err((
-                "tool_timeout",
-                format!(
-                    "the script did not finish within {} ms",
-                    timeout.as_millis()
-                ),
-            ));
-        }
-        Ok(Err(e)) => return Err(("tool_failed", format!("the script failed: {e}"))),
-        Ok(Ok(done)) => done,
-    };
-    if out.len() > max_output {
-        return Err((
-            "output_too_large",
-            format!("the script wrote more than {max_output} bytes"),
-        ));
-    }
-    if !status.success() {
-        let tail = String::from_utf8_lossy(&err);
-        return Err((
-            "tool_failed",
-            format!("the script exited with {status}: {}", tail.trim()),
-        ));
-    }
-    let text = String::from_utf8_lossy(&out);
-    Ok(serde_json::from_str(&text).unwrap_or_else(|_| Value::String(text.trim_end().to_owned())))
-}
-
 /// What a skill built-in's input names: the skill, and the part of the input policies see.
 fn skill_name(call: &ToolCallPart) -> Option<&str> {
     let key = if call.tool_name == LOAD_SKILL {
@@ -431,73 +307,6 @@ pub(crate) fn gate<'s>(
             denied(format!("using skill {name:?} is not permitted"), reason)
         }
     }
-}
-
-/// Answers a call of [`LOAD_SKILL`] or [`RUN_SKILL_SCRIPT`] that passed [`gate`], from `skills`
-/// within the run's `limits`; `None` for any other tool.
-pub(crate) async fn answer(
-    skills: &SkillLibrary,
-    limits: &RunLimits,
-    call: &ToolCallPart,
-) -> Option<Result<Value, (&'static str, String)>> {
-    let name = skill_name(call)?;
-    let Some(skill) = skills.get(name) else {
-        return Some(Err((
-            "forbidden",
-            format!("there is no skill named {name:?} available to this run"),
-        )));
-    };
-    if call.tool_name == LOAD_SKILL {
-        return Some(match call.input.get("resource").and_then(Value::as_str) {
-            None => Ok(json!({
-                "name": skill.name,
-                "version": skill.version,
-                "instructions": skill.instructions,
-                "resources": skill.resources.keys().collect::<Vec<_>>(),
-                "scripts": skill.scripts.keys().collect::<Vec<_>>(),
-                "scripts_enabled": skills.scripts_enabled(),
-            })),
-            Some(path) => match skill.resources.get(path) {
-                Some(content) => Ok(json!({
-                    "name": skill.name,
-                    "version": skill.version,
-                    "resource": path,
-                    "content": content,
-                })),
-                None => Err((
-                    "invalid_input",
-                    format!("skill {name:?} has no resource {path:?}"),
-                )),
-            },
-        });
-    }
-    if !skills.scripts_enabled() {
-        return Some(Err((
-            "forbidden",
-            "skill scripts are disabled in this deployment".into(),
-        )));
-    }
-    let script = call
-        .input
-        .get("script")
-        .and_then(Value::as_str)
-        .unwrap_or("");
-    let Some(path) = skill.scripts.get(script) else {
-        return Some(Err((
-            "invalid_input",
-            format!("skill {name:?} has no script {script:?}"),
-        )));
-    };
-    Some(
-        run_script(
-            skill,
-            path,
-            call.input.get("input").unwrap_or(&Value::Null),
-            Duration::from_millis(limits.tool_timeout_ms),
-            limits.max_tool_output_bytes,
-        )
-        .await,
-    )
 }
 
 #[cfg(test)]

@@ -173,6 +173,9 @@ impl<'ast> Visit<'ast> for File {
         syn::visit::visit_impl_item_fn(self, f);
     }
 
+    /// `pub(super)` and `pub(in path)` say who may see an item, not what it uses: no edge.
+    fn visit_visibility(&mut self, _: &'ast syn::Visibility) {}
+
     fn visit_path(&mut self, path: &'ast syn::Path) {
         self.paths
             .push(path.segments.iter().map(|s| s.ident.to_string()).collect());
@@ -430,6 +433,31 @@ mod tests {
             modules.circles(),
             vec![vec!["a".to_owned(), "c".to_owned()]]
         );
+    }
+
+    #[test]
+    fn a_visibility_restricted_to_a_parent_is_no_edge() {
+        let modules = Modules::parse([
+            (
+                "engine",
+                "//! e
+mod parts; use parts::P; pub struct E(P);",
+            ),
+            (
+                "engine::parts",
+                "//! p
+pub(crate) struct P { pub(super) x: u8, pub(in crate::engine) y: u8 }",
+            ),
+        ]);
+        assert!(
+            modules
+                .edges
+                .get("engine::parts")
+                .is_none_or(BTreeSet::is_empty),
+            "{:?}",
+            modules.edges
+        );
+        assert!(modules.circles().is_empty());
     }
 
     #[test]

@@ -84,7 +84,6 @@ mod assistant;
 mod cancels;
 mod cite;
 pub mod compaction;
-mod config_audit;
 pub mod context;
 pub mod discovery;
 mod engine;
@@ -107,8 +106,8 @@ pub mod worker;
 
 pub use cancels::DEFAULT_CANCEL_POLL;
 pub use cite::CITE;
-pub use config_audit::{CONFIG_ACTION, DEPLOYMENT_TENANT};
 pub use discovery::{SearchSignal, ToolEntry, ToolSearchHit};
+pub use engine::{CONFIG_ACTION, DEPLOYMENT_TENANT};
 pub use engine::{Engine, EngineBuilder, MAX_TITLE_CHARS, RunControl, RunOutcome};
 pub use error::EngineError;
 pub use hitl::ASK_USER;

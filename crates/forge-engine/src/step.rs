@@ -92,7 +92,7 @@ impl StepRunner<'_> {
     /// Opens a step's span and counts the step.
     pub(crate) fn begin_step(&self, cur: &mut Execution<'_>) -> forge_core::telemetry::Span {
         use forge_core::telemetry::{Parent, SpanName};
-        let t = &self.engine.telemetry;
+        let t = self.engine.telemetry();
         let span = t.span(SpanName::StepExecute, Parent::Span(cur.trace()));
         span.set("step", (cur.checkpoint().step + 1).into());
         cur.set_step_span(span.clone());
@@ -140,7 +140,7 @@ impl StepRunner<'_> {
                     name: self.agent.agent.name.clone(),
                     reason: e.to_string(),
                 })?;
-        let Some(provider) = self.engine.models.get(provider_name) else {
+        let Some(provider) = self.engine.model(provider_name) else {
             return Ok(StepEnd::Failed(RunFailure {
                 code: FailureCode::ModelUnavailable,
                 message: format!("model provider {provider_name} is not configured"),
@@ -198,15 +198,15 @@ impl StepRunner<'_> {
         };
 
         let mut msg = AssistantMessage::new(
-            MessageId::generate(self.engine.ids.as_ref()),
-            self.engine.redactor.clone(),
+            MessageId::generate(self.engine.services().ids.as_ref()),
+            self.engine.services().redactor.clone(),
         );
         // A process frozen since its lease was last vouched for may have lost the run: asking the
         // model now would send this step's call a second time beside the new holder's.
         self.ensure_lease(cur).await?;
         let model = self.agent.model.as_str();
         let parent = cur.step_span().clone();
-        let streamed = ModelCaller::new(provider, &self.engine.telemetry, self.cancel)
+        let streamed = ModelCaller::new(provider, self.engine.telemetry(), self.cancel)
             .stream(request, model, &parent, |chunk| msg.on_chunk(cur, chunk))
             .await;
         // Whatever ended the stream, what was held back is released (scrubbed) now.
@@ -238,7 +238,7 @@ impl StepRunner<'_> {
                 StepEnd::Failed(failure)
             }
         };
-        msg.keep(cur, self.engine.clock.now());
+        msg.keep(cur, self.engine.now());
         Ok(Err(end))
     }
 
@@ -257,13 +257,13 @@ impl StepRunner<'_> {
             if let Some(schema) = &self.agent.output_schema {
                 return Ok(self.structured_answer(cur, msg, &text, schema, step));
             }
-            msg.keep(cur, self.engine.clock.now());
+            msg.keep(cur, self.engine.now());
             // Built from the scrubbed parts, and scrubbed once more as a whole.
-            let text = self.engine.redactor.redact(&text).into_owned();
+            let text = self.engine.services().redactor.redact(&text).into_owned();
             return Ok(StepEnd::Completed { text });
         }
         if step >= self.agent.limits.max_steps {
-            msg.keep(cur, self.engine.clock.now());
+            msg.keep(cur, self.engine.now());
             return Ok(StepEnd::Failed(RunFailure {
                 code: FailureCode::StepLimitExceeded,
                 message: format!(
@@ -284,12 +284,12 @@ impl StepRunner<'_> {
                 msg.add_part(cur, crate::hitl::request_part(i));
                 crate::hitl::request_event(cur, i);
             }
-            msg.keep(cur, self.engine.clock.now());
+            msg.keep(cur, self.engine.now());
             let reason = crate::hitl::wait_reason(&raised);
             cur.park(raised);
             return Ok(StepEnd::Parked(reason));
         }
-        msg.keep(cur, self.engine.clock.now());
+        msg.keep(cur, self.engine.now());
         self.run_tools(cur, prepared).await
     }
 
@@ -306,8 +306,8 @@ impl StepRunner<'_> {
         let history = [cur.history(), cur.messages()].concat();
         let history = crate::compaction::with_summary(cur.summary(), history);
         let history = crate::files::expand(
-            self.engine.files.as_deref(),
-            &self.engine.redactor,
+            self.engine.files(),
+            &self.engine.services().redactor,
             self.scope,
             history,
         )
@@ -315,7 +315,7 @@ impl StepRunner<'_> {
         // Session state is application data: a secret stored in it never reaches the model.
         let mut state = cur.state().clone();
         let mut values = serde_json::Value::Object(std::mem::take(&mut state.values));
-        self.engine.redactor.redact_json(&mut values);
+        self.engine.services().redactor.redact_json(&mut values);
         if let serde_json::Value::Object(values) = values {
             state.values = values;
         }
@@ -331,8 +331,8 @@ impl StepRunner<'_> {
     /// Makes sure of the run's lease immediately before a model or tool call (`crate::lease`).
     pub(crate) async fn ensure_lease(&self, cur: &Execution<'_>) -> Result<(), forge_core::Error> {
         cur.ensure_lease(
-            self.engine.runs.as_ref(),
-            self.engine.clock.as_ref(),
+            self.engine.runs().as_ref(),
+            self.engine.services().clock.as_ref(),
             self.scope,
         )
         .await
@@ -370,7 +370,7 @@ impl StepRunner<'_> {
                     });
                     cur.set_state_update(update);
                 }
-                let id = MessageId::generate(self.engine.ids.as_ref());
+                let id = MessageId::generate(self.engine.services().ids.as_ref());
                 for (index, part) in results.iter().enumerate() {
                     cur.emit(RunEventKind::PartAdded {
                         message_id: id,
@@ -384,7 +384,7 @@ impl StepRunner<'_> {
                     run_id: cur.run().id,
                     role: Role::Tool,
                     parts: results,
-                    created_at: self.engine.clock.now(),
+                    created_at: self.engine.now(),
                 });
                 StepEnd::Continue
             }
@@ -414,12 +414,12 @@ impl StepRunner<'_> {
                     cur,
                     Part::StructuredOutput(forge_core::part::StructuredOutputPart { value }),
                 );
-                msg.keep(cur, self.engine.clock.now());
-                let text = self.engine.redactor.redact(text).into_owned();
+                msg.keep(cur, self.engine.now());
+                let text = self.engine.services().redactor.redact(text).into_owned();
                 StepEnd::Completed { text }
             }
             Err(why) => {
-                msg.keep(cur, self.engine.clock.now());
+                msg.keep(cur, self.engine.now());
                 if cur.checkpoint().repairs >= crate::structured::REPAIRS
                     || step >= self.agent.limits.max_steps
                 {
@@ -431,7 +431,7 @@ impl StepRunner<'_> {
                     });
                 }
                 cur.count_repair();
-                let id = MessageId::generate(self.engine.ids.as_ref());
+                let id = MessageId::generate(self.engine.services().ids.as_ref());
                 let part = Part::text(format!(
                     "Your answer does not match the required JSON Schema ({why}). Reply again \
                      with only a JSON value that matches it."
@@ -447,7 +447,7 @@ impl StepRunner<'_> {
                     run_id: cur.run().id,
                     role: Role::User,
                     parts: vec![part],
-                    created_at: self.engine.clock.now(),
+                    created_at: self.engine.now(),
                 });
                 StepEnd::Continue
             }
@@ -493,7 +493,7 @@ impl StepRunner<'_> {
             );
         }
         // A tool this run may not see is refused exactly like one that does not exist.
-        let registered = match self.engine.tools.get(&call.tool_name) {
+        let registered = match self.engine.tool(&call.tool_name) {
             Some(r) if callable.contains(&call.tool_name) => r,
             found => {
                 return Prepared::Denied {
@@ -533,7 +533,7 @@ impl StepRunner<'_> {
             );
         }
         // Asked again at execution, with the actual input.
-        let decision = self.engine.authorizer.decide(&PolicyRequest {
+        let decision = self.engine.authorizer().decide(&PolicyRequest {
             scope: self.scope,
             action: PolicyAction::Execute,
             resource: PolicyResource::Tool(registered.tool.spec()),
@@ -542,7 +542,7 @@ impl StepRunner<'_> {
         match decision {
             PolicyDecision::Allow => crate::skills::gate(
                 || self.engine.visible_skills(self.scope, self.agent),
-                self.engine.authorizer.as_ref(),
+                self.engine.authorizer(),
                 self.scope,
                 call,
             )

@@ -16,13 +16,14 @@ impl Engine {
     ) -> Result<RunOutcome, EngineError> {
         let asked = std::time::Instant::now();
         let lease = self
+            .stores
             .runs
-            .acquire_lease(scope, run_id, &self.worker_id, self.lease_ttl)
+            .acquire_lease(scope, run_id, &self.local.worker_id, self.local.lease_ttl)
             .await?;
-        let run = match self.runs.get_run(scope, run_id).await {
+        let run = match self.stores.runs.get_run(scope, run_id).await {
             Ok(run) if !run.status.is_terminal() => run,
             read => {
-                let _ = self.runs.release_lease(scope, &lease).await;
+                let _ = self.stores.runs.release_lease(scope, &lease).await;
                 let run = read?;
                 return Ok(RunOutcome {
                     status: run.status,
@@ -38,9 +39,9 @@ impl Engine {
             Arc::new(crate::lease::HeldLease::new(
                 lease.clone(),
                 Some(asked),
-                self.lease_ttl,
+                self.local.lease_ttl,
             )),
-            self.clock.as_ref(),
+            self.services.clock.as_ref(),
             &observer,
             forge_core::telemetry::Span::none(),
             None,
@@ -59,7 +60,7 @@ impl Engine {
             .map(|(outcome, _)| outcome);
         // The failing commit gave the lease up with it; a refused one did not.
         if result.is_err() {
-            let _ = self.runs.release_lease(scope, &lease).await;
+            let _ = self.stores.runs.release_lease(scope, &lease).await;
         }
         result
     }

@@ -214,7 +214,7 @@ impl EngineBuilder {
             }
         }
         let ids = self.ids.unwrap_or_else(|| Arc::new(UuidV7Generator));
-        Ok(Engine {
+        let stores = Stores {
             threads: self
                 .threads
                 .ok_or(EngineError::Incomplete("thread store"))?,
@@ -224,27 +224,29 @@ impl EngineBuilder {
                 .ok_or(EngineError::Incomplete("interaction store"))?,
             ledger: self.ledger.ok_or(EngineError::Incomplete("usage ledger"))?,
             erasure: self.erasure.ok_or(EngineError::Incomplete("erasure"))?,
-            prices: self.prices,
-            quotas: self.quotas,
-            approval_rule: self.approval_rule,
-            authorizer: self
-                .authorizer
-                .unwrap_or_else(|| Arc::new(forge_core::ports::policy::AllowAll)),
-            redactor: self.redactor.unwrap_or_default(),
-            allow_self_approval: self.allow_self_approval,
             audit: self.audit,
+        };
+        let catalog = Catalog {
+            agents,
             models: self.models,
             tools: self.tools,
             skills,
             citations: self.citations,
             files: self.files,
-            telemetry: self.telemetry.unwrap_or_default(),
-            agents,
-            clock: self.clock.unwrap_or_else(|| Arc::new(SystemClock)),
+            prices: self.prices,
+            quotas: self.quotas,
+        };
+        let guards = Guards {
+            authorizer: self
+                .authorizer
+                .unwrap_or_else(|| Arc::new(forge_core::ports::policy::AllowAll)),
+            approval_rule: self.approval_rule,
+            allow_self_approval: self.allow_self_approval,
+        };
+        let local = Local {
             worker_id: self
                 .worker_id
                 .unwrap_or_else(|| format!("worker-{}", ids.next_uuid())),
-            ids,
             lease_ttl: self.lease_ttl.unwrap_or(Duration::from_secs(60)),
             cancel_poll: self
                 .cancel_poll
@@ -252,7 +254,14 @@ impl EngineBuilder {
             settings: self.settings,
             cancels: Default::default(),
             work: Arc::default(),
-        })
+        };
+        let services = Services {
+            clock: self.clock.unwrap_or_else(|| Arc::new(SystemClock)),
+            ids,
+            redactor: self.redactor.unwrap_or_default(),
+            telemetry: self.telemetry.unwrap_or_default(),
+        };
+        Ok(Engine::new(stores, catalog, guards, services, local))
     }
 
     /// Registers the built-in tools the configuration calls for: `ask_user` and session state

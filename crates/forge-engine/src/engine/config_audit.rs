@@ -14,7 +14,7 @@ use forge_core::ports::audit::{AuditQuery, AuditRecord};
 use forge_core::scope::{Scope, TenantId};
 use serde_json::{Value, json};
 
-use crate::engine::Engine;
+use super::Engine;
 use crate::error::EngineError;
 
 /// The reserved tenant whose audit trail holds deployment-wide configuration.
@@ -31,7 +31,7 @@ impl Engine {
         scope: &Scope,
         query: &AuditQuery,
     ) -> Result<Vec<AuditRecord>, EngineError> {
-        match &self.audit {
+        match &self.stores.audit {
             Some(audit) => Ok(audit.query_audit(scope, query).await?),
             None => Ok(Vec::new()),
         }
@@ -55,6 +55,7 @@ impl Engine {
             })
             .collect();
         let mut tools: Vec<Value> = self
+            .catalog
             .tools
             .specs()
             .map(|t| {
@@ -68,6 +69,7 @@ impl Engine {
             .collect();
         tools.sort_by_key(|t| t["name"].to_string());
         let skills: Vec<Value> = self
+            .catalog
             .skills
             .all()
             .map(|s| json!({"name": s.name, "version": s.version}))
@@ -76,19 +78,19 @@ impl Engine {
             "agents": agents,
             "tools": tools,
             "skills": skills,
-            "skill_scripts_enabled": self.skills.scripts_enabled(),
-            "self_approval_allowed": self.allow_self_approval,
-            "policies": self.authorizer.fingerprint(),
-            "prices": self.prices,
-            "default_quota": self.quotas.default,
-            "settings": self.settings,
+            "skill_scripts_enabled": self.catalog.skills.scripts_enabled(),
+            "self_approval_allowed": self.guards.allow_self_approval,
+            "policies": self.guards.authorizer.fingerprint(),
+            "prices": self.catalog.prices,
+            "default_quota": self.catalog.quotas.default,
+            "settings": self.local.settings,
         })
     }
 
     /// Records the configuration where it changed since the last record (see the module docs);
     /// returns the number of records written. Without an audit store, nothing is recorded.
     pub async fn audit_configuration(&self, actor: &str) -> Result<usize, EngineError> {
-        let Some(audit) = &self.audit else {
+        let Some(audit) = &self.stores.audit else {
             return Ok(0);
         };
         let mut wanted = vec![(
@@ -96,7 +98,7 @@ impl Engine {
             "deployment".to_owned(),
             self.configuration(),
         )];
-        let mut tenants: Vec<_> = self.quotas.tenants.iter().collect();
+        let mut tenants: Vec<_> = self.catalog.quotas.tenants.iter().collect();
         tenants.sort_by(|a, b| a.0.cmp(b.0));
         for (tenant, quota) in tenants {
             wanted.push((
@@ -131,7 +133,7 @@ impl Engine {
                     &scope,
                     AuditRecord {
                         tenant_id: tenant,
-                        at: self.clock.now(),
+                        at: self.services.clock.now(),
                         actor: actor.to_owned(),
                         action: CONFIG_ACTION.into(),
                         subject,

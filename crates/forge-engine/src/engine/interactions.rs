@@ -12,7 +12,7 @@ impl Engine {
         scope: &Scope,
         id: forge_core::id::InteractionId,
     ) -> Result<Interaction, EngineError> {
-        Ok(self.interactions.get_interaction(scope, id).await?)
+        Ok(self.stores.interactions.get_interaction(scope, id).await?)
     }
 
     /// The tenant's pending interactions this caller may act on: every question, and the
@@ -22,6 +22,7 @@ impl Engine {
         scope: &Scope,
     ) -> Result<Vec<Interaction>, EngineError> {
         let pending = self
+            .stores
             .interactions
             .list_interactions(scope, InteractionFilter::Pending)
             .await?;
@@ -50,6 +51,7 @@ impl Engine {
         let mut mine = Vec::with_capacity(limit);
         loop {
             let page = self
+                .stores
                 .interactions
                 .list_interactions(
                     scope,
@@ -93,20 +95,22 @@ impl Engine {
         let InteractionRequest::Approval { tool_name, .. } = &interaction.request else {
             return Ok(PolicyDecision::Allow);
         };
-        let run = self.runs.get_run(scope, interaction.run_id).await?;
+        let run = self.stores.runs.get_run(scope, interaction.run_id).await?;
         let thread = self
+            .stores
             .threads
             .get_thread(scope, interaction.thread_id)
             .await?;
         // A tool this process does not know counts as the riskiest kind.
         let classification = self
+            .catalog
             .tools
             .get(tool_name)
             .map_or(ToolClassification::ExternalWrite, |t| {
                 t.tool.spec().classification
             });
         if classification == ToolClassification::ExternalWrite
-            && !self.allow_self_approval
+            && !self.guards.allow_self_approval
             && run.principal_id == *scope.principal_id()
         {
             return Ok(PolicyDecision::Deny {
@@ -115,7 +119,7 @@ impl Engine {
         }
         let id = interaction.id.to_string();
         let thread_id = thread.id.to_string();
-        Ok(self.authorizer.decide(&PolicyRequest {
+        Ok(self.guards.authorizer.decide(&PolicyRequest {
             scope,
             action: PolicyAction::Approve,
             resource: PolicyResource::Approval {
@@ -137,6 +141,7 @@ impl Engine {
         run: RunId,
     ) -> Result<Vec<Interaction>, EngineError> {
         Ok(self
+            .stores
             .interactions
             .list_interactions(scope, InteractionFilter::Run(run))
             .await?)
@@ -153,7 +158,11 @@ impl Engine {
         forge_core::input::check("the decision", &req.decision)?;
         forge_core::input::check_text("the key", &req.key)?;
         if let Decision::Approve = &req.decision {
-            let current = self.interactions.get_interaction(scope, req.id).await?;
+            let current = self
+                .stores
+                .interactions
+                .get_interaction(scope, req.id)
+                .await?;
             if let forge_core::ports::policy::PolicyDecision::Deny { reason } =
                 self.may_approve(scope, &current).await?
             {
@@ -167,7 +176,11 @@ impl Engine {
             }
         }
         if let Decision::Answer { answer } = &req.decision {
-            let current = self.interactions.get_interaction(scope, req.id).await?;
+            let current = self
+                .stores
+                .interactions
+                .get_interaction(scope, req.id)
+                .await?;
             if let InteractionRequest::Question { answer_schema, .. } = &current.request {
                 let problems = crate::hitl::schema_violations(answer_schema, answer);
                 if !problems.is_empty() {
@@ -179,9 +192,13 @@ impl Engine {
                 }
             }
         }
-        let resolved = self.interactions.resolve_interaction(scope, req).await?;
+        let resolved = self
+            .stores
+            .interactions
+            .resolve_interaction(scope, req)
+            .await?;
         if resolved.resumed {
-            self.work.notify_one();
+            self.local.work.notify_one();
         }
         Ok(resolved)
     }

@@ -1,14 +1,17 @@
 //! The engine: registries of agents, models and tools over the storage ports, and the run loop.
 //!
-//! `builder` assembles it; `run_loop` runs a run step by step under its lease and commits each
-//! step; `abandon` ends a dead-lettered run; `interactions` is the human-in-the-loop API
-//! (listing, who may approve, resolving).
+//! `parts` is what an `Engine` is made of (five private parts, one concern each); `builder`
+//! assembles it; `components` is what it hands the rest of the crate (the process services and
+//! the components of a run); `run_loop` runs a run step by step under its lease and commits
+//! each step; `abandon` ends a dead-lettered run; `interactions` is the human-in-the-loop API
+//! (listing, who may approve, resolving); `discovery` is what a scope may learn of its tools and
+//! skills; `config_audit` puts the configuration on record.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use forge_core::agent::{AgentDefinition, AgentRef, RunLimits};
+use forge_core::agent::{AgentDefinition, AgentRef};
 use forge_core::event::RunEventKind;
 use forge_core::id::{IdGenerator, MessageId, RunId, ThreadId, UuidV7Generator};
 use forge_core::interaction::{
@@ -28,18 +31,22 @@ use forge_core::scope::{PrincipalId, Scope, TenantId};
 use forge_core::time::{Clock, SystemClock};
 use tokio_util::sync::CancellationToken;
 
-use crate::compaction::Compactor;
 use crate::error::EngineError;
-use crate::executor::ToolExecutor;
-use crate::hitl::ApprovalGate;
-use crate::meter::{Meter, Quotas};
+use crate::meter::Quotas;
 use crate::observer::RunObserver;
 use crate::tools::ToolRegistry;
+use parts::{Catalog, Guards, Local, Services, Stores};
 
 mod abandon;
 mod builder;
+mod components;
+mod config_audit;
+mod discovery;
 mod interactions;
+mod parts;
 mod run_loop;
+
+pub use config_audit::{CONFIG_ACTION, DEPLOYMENT_TENANT};
 
 pub use builder::EngineBuilder;
 
@@ -126,125 +133,41 @@ fn check_range(
     Ok(())
 }
 
-/// Executes runs. Cheap to share behind an `Arc`.
+/// Executes runs. Cheap to share behind an `Arc`. Its parts, one concern each, are in
+/// `engine::parts`.
 pub struct Engine {
-    pub(crate) threads: Arc<dyn ThreadStore>,
-    pub(crate) runs: Arc<dyn RunStore>,
-    pub(crate) interactions: Arc<dyn InteractionStore>,
-    pub(crate) ledger: Arc<dyn UsageLedger>,
-    pub(crate) audit: Option<Arc<dyn forge_core::ports::audit::AuditLog>>,
-    pub(crate) erasure: Arc<dyn forge_core::ports::erasure::DataErasure>,
-    pub(crate) prices: Prices,
-    pub(crate) quotas: Quotas,
-    pub(crate) approval_rule: Option<Arc<dyn ApprovalRule>>,
-    pub(crate) authorizer: Arc<dyn Authorizer>,
-    pub(crate) redactor: forge_core::redact::Redactor,
-    /// Whether a person may approve an external write in a run they started.
-    pub(crate) allow_self_approval: bool,
-    pub(crate) models: HashMap<String, Arc<dyn ModelProvider>>,
-    pub(crate) tools: ToolRegistry,
-    pub(crate) skills: Arc<crate::skills::SkillLibrary>,
-    /// Checks citations before they are committed; without it `cite` refuses every call.
-    pub(crate) citations: Option<Arc<dyn forge_core::ports::citation::CitationCheck>>,
-    /// Stored files runs may be given; without it a file part is refused.
-    pub(crate) files: Option<Arc<dyn forge_core::ports::files::FileContents>>,
-    /// Spans, metrics and logs (no-op unless set).
-    pub(crate) telemetry: forge_core::telemetry::Telemetry,
-    agents: HashMap<(String, String), Arc<AgentDefinition>>,
-    pub(crate) clock: Arc<dyn Clock>,
-    pub(crate) ids: Arc<dyn IdGenerator>,
-    pub(crate) worker_id: String,
-    pub(crate) lease_ttl: Duration,
-    /// How often an executing run polls for a cancel requested through another process.
-    pub(crate) cancel_poll: Duration,
-    /// The process's own settings, for the configuration's audit record.
-    pub(crate) settings: serde_json::Value,
-    /// The runs executing here, each stoppable at once by a cancel requested here.
-    pub(crate) cancels: crate::cancels::Cancels,
-    /// Signalled when this engine queued work (a run submitted, a run resumed by a decision):
-    /// this process's idle workers claim it at once instead of at their next poll.
-    pub(crate) work: Arc<tokio::sync::Notify>,
+    stores: Stores,
+    catalog: Catalog,
+    guards: Guards,
+    services: Services,
+    local: Local,
 }
 
 impl std::fmt::Debug for Engine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Engine")
-            .field("worker_id", &self.worker_id)
-            .field("models", &self.models.keys().collect::<Vec<_>>())
-            .field("tools", &self.tools)
+            .field("worker_id", &self.local.worker_id)
+            .field("models", &self.catalog.models.keys().collect::<Vec<_>>())
+            .field("tools", &self.catalog.tools)
             .finish_non_exhaustive()
     }
 }
 
 impl Engine {
-    /// The meter of a run of `scope` within `limits`: the engine's prices, quotas and ledger.
-    pub(crate) fn meter<'a>(&'a self, scope: &'a Scope, limits: &'a RunLimits) -> Meter<'a> {
-        Meter {
-            scope,
-            limits,
-            prices: &self.prices,
-            quotas: &self.quotas,
-            ledger: self.ledger.as_ref(),
-            clock: self.clock.as_ref(),
-            ids: self.ids.as_ref(),
-            telemetry: &self.telemetry,
-        }
-    }
-
-    /// The compactor of a run of `agent` in `scope`, metering its calls with the run's meter.
-    pub(crate) fn compactor<'a>(
-        &'a self,
-        scope: &'a Scope,
-        agent: &'a AgentDefinition,
-        cancel: &'a CancellationToken,
-    ) -> Compactor<'a> {
-        Compactor {
-            scope,
-            agent,
-            models: &self.models,
-            meter: self.meter(scope, &agent.limits),
-            runs: self.runs.as_ref(),
-            redactor: &self.redactor,
-            clock: self.clock.as_ref(),
-            ids: self.ids.as_ref(),
-            telemetry: &self.telemetry,
-            cancel,
-        }
-    }
-
-    /// The tool executor of a run in `scope` within `limits`.
-    pub(crate) fn executor<'a>(
-        &'a self,
-        scope: &'a Scope,
-        limits: &'a RunLimits,
-        cancel: &'a CancellationToken,
-    ) -> ToolExecutor<'a> {
-        ToolExecutor {
-            scope,
-            limits,
-            tools: &self.tools,
-            citations: self.citations.is_some(),
-            redactor: &self.redactor,
-            telemetry: &self.telemetry,
-            runs: self.runs.as_ref(),
-            clock: self.clock.as_ref(),
-            cancel,
-        }
-    }
-
-    /// The approval gate of a run of `agent` in `scope`.
-    pub(crate) fn approvals<'a>(
-        &'a self,
-        scope: &'a Scope,
-        agent: &'a AgentDefinition,
-    ) -> ApprovalGate<'a> {
-        ApprovalGate {
-            scope,
-            agent,
-            tools: &self.tools,
-            rule: self.approval_rule.as_deref(),
-            clock: self.clock.as_ref(),
-            ids: self.ids.as_ref(),
+    /// The engine of these parts (the builder checks them first).
+    fn new(
+        stores: Stores,
+        catalog: Catalog,
+        guards: Guards,
+        services: Services,
+        local: Local,
+    ) -> Self {
+        Self {
+            stores,
+            catalog,
+            guards,
+            services,
+            local,
         }
     }
 
@@ -255,7 +178,8 @@ impl Engine {
 
     /// The registered agent version.
     pub fn agent(&self, agent: &AgentRef) -> Result<Arc<AgentDefinition>, EngineError> {
-        self.agents
+        self.catalog
+            .agents
             .get(&(agent.name.clone(), agent.version.clone()))
             .cloned()
             .ok_or_else(|| EngineError::UnknownAgent {
@@ -270,17 +194,17 @@ impl Engine {
         &self,
         request: &forge_core::ports::policy::PolicyRequest<'_>,
     ) -> forge_core::ports::policy::PolicyDecision {
-        self.authorizer.decide(request)
+        self.guards.authorizer.decide(request)
     }
 
     /// The engine's clock's time (what leases and deadlines are measured against).
     pub fn now(&self) -> forge_core::time::Timestamp {
-        self.clock.now()
+        self.services.clock.now()
     }
 
     /// Every registered agent version, by name then version.
     pub fn agents(&self) -> Vec<Arc<AgentDefinition>> {
-        let mut all: Vec<_> = self.agents.values().cloned().collect();
+        let mut all: Vec<_> = self.catalog.agents.values().cloned().collect();
         all.sort_by(|a, b| {
             a.agent
                 .name
@@ -292,17 +216,17 @@ impl Engine {
 
     /// The thread store.
     pub fn threads(&self) -> &Arc<dyn ThreadStore> {
-        &self.threads
+        &self.stores.threads
     }
 
     /// Its telemetry.
     pub fn telemetry(&self) -> &forge_core::telemetry::Telemetry {
-        &self.telemetry
+        &self.services.telemetry
     }
 
     /// The run store (and event log).
     pub fn runs(&self) -> &Arc<dyn RunStore> {
-        &self.runs
+        &self.stores.runs
     }
 
     /// Asks a run to cancel ([`RunStore::request_cancel`]): a step in flight in this process
@@ -311,8 +235,8 @@ impl Engine {
     /// that engine's cancel poll. Returns whether this call asked: `false` when the run had
     /// ended or was already asked.
     pub async fn request_cancel(&self, scope: &Scope, run: RunId) -> Result<bool, EngineError> {
-        let asked = self.runs.request_cancel(scope, run).await?;
-        self.cancels.fire(run);
+        let asked = self.stores.runs.request_cancel(scope, run).await?;
+        self.local.cancels.fire(run);
         Ok(asked)
     }
 
@@ -336,7 +260,7 @@ impl Engine {
         new: forge_core::ports::store::NewThread,
     ) -> Result<forge_core::thread::Thread, EngineError> {
         check_new_thread(&new)?;
-        Ok(self.threads.create_thread(scope, new).await?)
+        Ok(self.stores.threads.create_thread(scope, new).await?)
     }
 
     /// Retitles, archives or restores a thread. A title is at most [`MAX_TITLE_CHARS`]
@@ -350,7 +274,11 @@ impl Engine {
         if let Some(Some(title)) = &change.title {
             check_title(title)?;
         }
-        Ok(self.threads.update_thread(scope, thread, change).await?)
+        Ok(self
+            .stores
+            .threads
+            .update_thread(scope, thread, change)
+            .await?)
     }
 
     /// Replaces a thread's session state if it is still at `expected_version`, the version
@@ -367,6 +295,7 @@ impl Engine {
     ) -> Result<forge_core::thread::SessionState, EngineError> {
         forge_core::input::check("the session state", &values)?;
         Ok(self
+            .stores
             .threads
             .put_session_state(scope, thread, expected_version, values)
             .await?)
@@ -446,7 +375,7 @@ impl Engine {
                 Part::File(f) => {
                     // The store's description, never the caller's: a file the tenant does not
                     // have is refused, and its name, type and size are what inspection found.
-                    let files = self.files.as_ref().ok_or_else(|| {
+                    let files = self.catalog.files.as_ref().ok_or_else(|| {
                         forge_core::Error::invalid("this deployment does not accept files")
                     })?;
                     *f = files.describe(scope, &f.file_id).await?;
@@ -454,10 +383,12 @@ impl Engine {
                 }
                 Part::ToolResult(r) => {
                     r.trust = forge_core::part::Trust::Untrusted;
-                    self.redactor.redact_json(&mut r.output);
+                    self.services.redactor.redact_json(&mut r.output);
                 }
                 Part::Text(t) => {
-                    if let std::borrow::Cow::Owned(scrubbed) = self.redactor.redact(&t.text) {
+                    if let std::borrow::Cow::Owned(scrubbed) =
+                        self.services.redactor.redact(&t.text)
+                    {
                         t.text = scrubbed;
                     }
                 }
@@ -471,7 +402,7 @@ impl Engine {
             .traceparent
             .as_deref()
             .and_then(forge_core::telemetry::TraceContext::parse);
-        let span = self.telemetry.span(
+        let span = self.services.telemetry.span(
             forge_core::telemetry::SpanName::RunEnqueue,
             forge_core::telemetry::Parent::Remote(parent.as_ref()),
         );
@@ -480,18 +411,20 @@ impl Engine {
             new.traceparent = Some(ctx.traceparent());
         }
         let created = if lease {
-            self.runs
+            self.stores
+                .runs
                 .create_run_leased(
                     scope,
                     new,
-                    &self.worker_id,
-                    self.lease_ttl,
+                    &self.local.worker_id,
+                    self.local.lease_ttl,
                     crate::compaction::HISTORY_PAGE,
                 )
                 .await
                 .map(|leased| (leased.run.clone(), Some(leased)))
         } else {
-            self.runs
+            self.stores
+                .runs
                 .create_run(scope, new)
                 .await
                 .map(|run| (run, None))
@@ -501,11 +434,11 @@ impl Engine {
                 span.set("run_id", run.id.to_string().into());
                 // The store asked the thread's runs to cancel; those executing here stop now.
                 if interrupts {
-                    self.cancels.fire_thread(run.thread_id, run.id);
+                    self.local.cancels.fire_thread(run.thread_id, run.id);
                 }
                 // A run leased here is executed here: no worker is woken to find it held.
                 if leased.is_none() {
-                    self.work.notify_one();
+                    self.local.work.notify_one();
                 }
             }
             Err(e) => span.fail(forge_core::telemetry::error_code(e)),
@@ -523,6 +456,7 @@ impl Engine {
         target: forge_core::ports::erasure::Erase,
     ) -> Result<forge_core::ports::erasure::Erased, EngineError> {
         Ok(self
+            .stores
             .erasure
             .erase(scope, target, scope.principal_id().as_str())
             .await?)
@@ -534,7 +468,11 @@ impl Engine {
         scope: &Scope,
         run: RunId,
     ) -> Result<Vec<ModelCall>, EngineError> {
-        Ok(self.ledger.model_calls(scope, CallFilter::Run(run)).await?)
+        Ok(self
+            .stores
+            .ledger
+            .model_calls(scope, CallFilter::Run(run))
+            .await?)
     }
 
     /// The tenant's calls in `[from, to)` rolled up per UTC day and model.
@@ -546,6 +484,7 @@ impl Engine {
     ) -> Result<Vec<forge_core::metering::Rollup>, EngineError> {
         check_range(from, to)?;
         let calls = self
+            .stores
             .ledger
             .model_calls(scope, CallFilter::Between(from, to))
             .await?;
@@ -562,6 +501,7 @@ impl Engine {
     ) -> Result<Vec<forge_core::metering::Drift>, EngineError> {
         check_range(from, to)?;
         let calls = self
+            .stores
             .ledger
             .model_calls(scope, CallFilter::Between(from, to))
             .await?;

@@ -54,7 +54,7 @@ impl Engine {
         // Store access needs only the tenant; the run itself says who it acts for.
         let reader = Scope::new(
             tenant.clone(),
-            PrincipalId::new(self.worker_id.clone())?,
+            PrincipalId::new(self.local.worker_id.clone())?,
             vec![],
         );
         let derive = |run: &Run| {
@@ -80,7 +80,7 @@ impl Engine {
         observer: &dyn RunObserver,
     ) -> Result<RunOutcome, EngineError> {
         use forge_core::telemetry::{Instrument, Parent, SpanName};
-        let t = &self.telemetry;
+        let t = &self.services.telemetry;
         let started = std::time::Instant::now();
         let span = t.span(SpanName::RunExecute, Parent::Span(&control.trace));
         span.set("run_id", run_id.to_string().into());
@@ -132,12 +132,13 @@ impl Engine {
                 (leased, control.leased_at)
             }
             _ => (
-                self.runs
+                self.stores
+                    .runs
                     .lease_run_with_history(
                         scope,
                         run_id,
-                        &self.worker_id,
-                        self.lease_ttl,
+                        &self.local.worker_id,
+                        self.local.lease_ttl,
                         crate::compaction::HISTORY_PAGE,
                     )
                     .await?,
@@ -147,7 +148,7 @@ impl Engine {
         let held = Arc::new(crate::lease::HeldLease::new(
             lease.clone(),
             asked,
-            self.lease_ttl,
+            self.local.lease_ttl,
         ));
         // Read with another run's thread, it would not be this run's history.
         let history = history.filter(|(thread, _)| thread.id == run.thread_id);
@@ -162,7 +163,7 @@ impl Engine {
             }
             let run_scope = derive(&run)?;
             // A cancel request stops the step in flight (see `crate::cancels`).
-            let watch = self.cancels.watch(run.id, run.thread_id, &control.cancel);
+            let watch = self.local.cancels.watch(run.id, run.thread_id, &control.cancel);
             let control = &RunControl {
                 cancel: watch.token().clone(),
                 ..control.clone()
@@ -173,7 +174,7 @@ impl Engine {
                 biased;
                 r = self.execute_leased(&run_scope, run, held.clone(), history, control, observer) => r,
                 e = self.keep_lease(scope, &held) => self.lost_lease(scope, &lease, e).await,
-                never = crate::cancels::Cancels::poll(self.runs.as_ref(), scope, run_id, watch.token(), self.cancel_poll) => match never {},
+                never = crate::cancels::Cancels::poll(self.stores.runs.as_ref(), scope, run_id, watch.token(), self.local.cancel_poll) => match never {},
             }
         }
         .await;
@@ -182,7 +183,7 @@ impl Engine {
         let released =
             matches!(&result, Ok(o) if forge_core::ports::store::releases_lease(o.status));
         if !released {
-            let _ = self.runs.release_lease(scope, &lease).await;
+            let _ = self.stores.runs.release_lease(scope, &lease).await;
         }
         result
     }
@@ -199,7 +200,7 @@ impl Engine {
         e: EngineError,
     ) -> Result<RunOutcome, EngineError> {
         if let EngineError::Store(forge_core::Error::Fenced { .. }) = &e
-            && let Ok(run) = self.runs.get_run(scope, lease.run_id).await
+            && let Ok(run) = self.stores.runs.get_run(scope, lease.run_id).await
             && run.lease.is_none()
             && run.fence == lease.token
             && forge_core::ports::store::releases_lease(run.status)
@@ -218,11 +219,12 @@ impl Engine {
     /// vouched for until (from when each renewal was asked for); returns only when renewal fails.
     async fn keep_lease(&self, scope: &Scope, held: &crate::lease::HeldLease) -> EngineError {
         loop {
-            tokio::time::sleep(self.lease_ttl / 3).await;
+            tokio::time::sleep(self.local.lease_ttl / 3).await;
             let asked = std::time::Instant::now();
             match self
+                .stores
                 .runs
-                .renew_lease(scope, &held.lease(), self.lease_ttl)
+                .renew_lease(scope, &held.lease(), self.local.lease_ttl)
                 .await
             {
                 Ok(renewed) => held.renewed(renewed, asked),
@@ -245,7 +247,7 @@ impl Engine {
         let mut cur = Execution::new(
             run,
             held,
-            self.clock.as_ref(),
+            self.services.clock.as_ref(),
             observer,
             control.trace.clone(),
             control.job.clone(),
@@ -314,11 +316,11 @@ impl Engine {
         cur.apply(RunInput::Start)?;
         if cur.checkpoint().purpose == RunPurpose::Turn {
             cur.push_message(Message {
-                id: MessageId::generate(self.ids.as_ref()),
+                id: MessageId::generate(self.services.ids.as_ref()),
                 run_id: cur.run().id,
                 role: Role::User,
                 parts: cur.run().input.clone(),
-                created_at: self.clock.now(),
+                created_at: self.services.clock.now(),
             });
         }
         cur.emit(RunEventKind::RunStarted {
@@ -341,7 +343,8 @@ impl Engine {
         let (thread, first) = match history {
             Some(read) => read,
             None => {
-                self.threads
+                self.stores
+                    .threads
                     .thread_with_history(
                         scope,
                         cur.run().thread_id,
@@ -351,7 +354,7 @@ impl Engine {
             }
         };
         let history = crate::compaction::continue_history(
-            self.threads.as_ref(),
+            self.stores.threads.as_ref(),
             scope,
             cur.run().thread_id,
             thread.summary.as_ref().map(|s| s.through),
@@ -373,6 +376,7 @@ impl Engine {
         cur: &mut Execution<'_>,
     ) -> Result<ControlFlow<RunOutcome, bool>, EngineError> {
         let raised: Vec<Interaction> = self
+            .stores
             .interactions
             .list_interactions(scope, InteractionFilter::Run(cur.run().id))
             .await?
@@ -442,7 +446,7 @@ impl Engine {
                 }
                 _ => forge_core::telemetry::SpanName::QuestionWait,
             };
-            self.telemetry.record_wait(
+            self.services.telemetry.record_wait(
                 name,
                 cur.trace(),
                 i.created_at,
@@ -546,9 +550,9 @@ impl Engine {
         let state = commit.state.clone();
         // Timed whatever the outcome: a commit that fails slowly is the one to see.
         let started = std::time::Instant::now();
-        let committed = self.runs.commit_step(scope, commit).await;
+        let committed = self.stores.runs.commit_step(scope, commit).await;
         let ms = started.elapsed().as_secs_f64() * 1000.0;
-        let meter = &self.telemetry.meter;
+        let meter = &self.services.telemetry.meter;
         match &committed {
             Ok(_) => meter.record(Instrument::StepCommitDuration, ms, &[("outcome", "ok")]),
             Err(e) => meter.record(

@@ -157,8 +157,8 @@ impl Worker {
         filter.run = config.only_run;
         // The run's lease is taken with the claim where the queue can (one write fewer).
         let lease = LeaseRequest {
-            holder: engine.worker_id.clone(),
-            ttl: engine.lease_ttl,
+            holder: engine.holder().0.to_owned(),
+            ttl: engine.holder().1,
             history: Some(crate::compaction::HISTORY_PAGE),
         };
         let claims = claims::ClaimGroup::new(
@@ -230,7 +230,7 @@ impl Worker {
 
     /// Says and counts a store error of the sweep (retried at the next tick, not swallowed).
     fn store_failed(&self, e: &Error, what: &'static str) {
-        let t = &self.engine.telemetry;
+        let t = self.engine.telemetry();
         let code = forge_core::telemetry::error_code(e);
         t.meter
             .record(Instrument::StoreErrors, 1.0, &[("code", code)]);
@@ -276,7 +276,7 @@ impl Worker {
             let result = self.run_next(&shutdown, idled).await;
             idled = false;
             // Store errors are reported when they start and when they stop, not every poll.
-            let t = &self.engine.telemetry;
+            let t = self.engine.telemetry();
             if let Err(e) = &result {
                 t.meter
                     .record(Instrument::StoreErrors, 1.0, &[("code", e.code())]);
@@ -327,7 +327,7 @@ impl Worker {
     async fn idle(&self, shutdown: &CancellationToken) {
         tokio::select! {
             _ = shutdown.cancelled() => {}
-            _ = self.engine.work.notified() => {}
+            _ = self.engine.work().notified() => {}
             _ = async {
                 let _turn = self.polling.lock().await;
                 tokio::time::sleep(self.config.poll_interval).await;
@@ -339,7 +339,7 @@ impl Worker {
     /// the claim loops are, so their runs go on (as refused) instead of waiting forever; and
     /// releases usage reservations orphaned for longer than `metering::ORPHANED_AFTER`.
     async fn sweep_loop(&self, shutdown: CancellationToken) {
-        let t = &self.engine.telemetry;
+        let t = self.engine.telemetry();
         let failed = |e: &forge_core::Error, what: &'static str| self.store_failed(e, what);
         let mut held = None;
         while !shutdown.is_cancelled() {
@@ -352,7 +352,7 @@ impl Worker {
             }
             if let Err(e) = self
                 .engine
-                .interactions
+                .interaction_store()
                 .expire_interactions(&system())
                 .await
             {
@@ -360,10 +360,14 @@ impl Worker {
             }
             let before = self
                 .engine
-                .clock
                 .now()
                 .minus(forge_core::metering::ORPHANED_AFTER);
-            if let Err(e) = self.engine.ledger.release_orphans(&system(), before).await {
+            if let Err(e) = self
+                .engine
+                .ledger()
+                .release_orphans(&system(), before)
+                .await
+            {
                 failed(&e, "releasing orphaned reservations");
             }
             match self.queue.job_counts(&system()).await {
@@ -407,7 +411,7 @@ impl Worker {
             return Ok(None);
         };
         if idled {
-            self.engine.work.notify_one();
+            self.engine.work().notify_one();
         }
         self.run_claimed(claimed, asked, drain).await.map(Some)
     }
@@ -427,10 +431,10 @@ impl Worker {
         drain: &CancellationToken,
     ) -> Result<JobOutcome, EngineError> {
         let Claimed { job, lease: leased } = claimed;
-        let t = &self.engine.telemetry;
+        let t = self.engine.telemetry();
         // Recorded before the run is executed, so a backlog shows even when runs fail; a
         // negative wait (clock skew between hosts) is dropped, not clamped to zero.
-        let waited = (self.engine.clock.now().0 - job.available_at.0).num_milliseconds();
+        let waited = (self.engine.now().0 - job.available_at.0).num_milliseconds();
         if waited >= 0 {
             t.meter.record(Instrument::ClaimLatency, waited as f64, &[]);
         }
@@ -474,7 +478,7 @@ impl Worker {
         result: Result<RunOutcome, EngineError>,
     ) -> Result<JobOutcome, EngineError> {
         let (sys, job) = (system(), job.clone());
-        let now = self.engine.clock.now();
+        let now = self.engine.now();
         let outcome = match result.map(|o| (o.status, o.job_completed)) {
             Ok((status, done)) if status.is_terminal() => {
                 self.complete(&job, done).await?;
@@ -509,7 +513,7 @@ impl Worker {
                     .fail(&sys, &job, self.backoff(&job), &reason)
                     .await?;
                 if state == forge_core::ports::queue::JobState::Dead {
-                    let t = &self.engine.telemetry;
+                    let t = self.engine.telemetry();
                     t.meter
                         .record(Instrument::DeadLetters, 1.0, &[("code", e.code())]);
                     forge_core::log!(

@@ -25,8 +25,16 @@ use crate::score::{CaseResult, ScoringRun, ScoringRunId};
 #[async_trait]
 pub trait EvalStore: Send + Sync {
     /// Stores a new scoring run (of the caller's tenant, `running`); an id already stored is a
-    /// conflict.
-    async fn start_scoring(&self, scope: &Scope, run: &ScoringRun) -> Result<(), Error>;
+    /// conflict. A run of another tenant than the scope's is refused here
+    /// ([`rows::check_tenant`]), for every adapter.
+    async fn start_scoring(&self, scope: &Scope, run: &ScoringRun) -> Result<(), Error> {
+        rows::check_tenant(scope, run)?;
+        self.insert_scoring(scope, run).await
+    }
+
+    /// The adapter's write of [`EvalStore::start_scoring`], given a run already checked to be of
+    /// the scope's tenant. Callers use `start_scoring`.
+    async fn insert_scoring(&self, scope: &Scope, run: &ScoringRun) -> Result<(), Error>;
 
     /// Records a case's result by upsert on (run, case), re-opening a completed run.
     /// `NotFound` when the run is not the tenant's.

@@ -17,8 +17,17 @@ use crate::model::{FileId, FileRecord};
 #[async_trait]
 pub trait FileStore: Send + Sync {
     /// Stores a new record and its `file.accepted` audit record by `actor`, in one
-    /// transaction; an id already stored is a conflict.
-    async fn put_file(&self, scope: &Scope, file: &FileRecord, actor: &str) -> Result<(), Error>;
+    /// transaction; an id already stored is a conflict. A record of another tenant than the
+    /// scope's is refused here ([`rows::check_tenant`]), for every adapter.
+    async fn put_file(&self, scope: &Scope, file: &FileRecord, actor: &str) -> Result<(), Error> {
+        rows::check_tenant(scope, file)?;
+        self.insert_file(scope, file, actor).await
+    }
+
+    /// The adapter's write of [`FileStore::put_file`], given a record already checked to be of
+    /// the scope's tenant. Callers use `put_file`.
+    async fn insert_file(&self, scope: &Scope, file: &FileRecord, actor: &str)
+    -> Result<(), Error>;
 
     /// A record, or `None`.
     async fn file(&self, scope: &Scope, id: &FileId) -> Result<Option<FileRecord>, Error>;

@@ -29,8 +29,7 @@ fn missing(run: ScoringRunId) -> Error {
 
 #[async_trait]
 impl EvalStore for MemoryStore {
-    async fn start_scoring(&self, scope: &Scope, run: &ScoringRun) -> Result<(), Error> {
-        rows::check_tenant(scope, run)?;
+    async fn insert_scoring(&self, scope: &Scope, run: &ScoringRun) -> Result<(), Error> {
         let mut st = self.lock();
         let key = (scope.tenant_id().clone(), run.id);
         if st.evals.runs.contains_key(&key) {

@@ -10,8 +10,12 @@ use crate::MemoryStore;
 
 #[async_trait]
 impl FileStore for MemoryStore {
-    async fn put_file(&self, scope: &Scope, file: &FileRecord, actor: &str) -> Result<(), Error> {
-        rows::check_tenant(scope, file)?;
+    async fn insert_file(
+        &self,
+        scope: &Scope,
+        file: &FileRecord,
+        actor: &str,
+    ) -> Result<(), Error> {
         let mut st = self.lock();
         let key = (scope.tenant_id().clone(), file.id.clone());
         if st.files.contains_key(&key) {

@@ -134,12 +134,11 @@ impl MemoryStore {
 
 #[async_trait]
 impl AuditLog for MemoryStore {
-    async fn query_audit(
+    async fn read_audit(
         &self,
         scope: &Scope,
         query: &forge_core::ports::audit::AuditQuery,
     ) -> Result<Vec<AuditRecord>, Error> {
-        query.check()?;
         let st = self.lock();
         Ok(st
             .audit
@@ -151,8 +150,7 @@ impl AuditLog for MemoryStore {
             .collect())
     }
 
-    async fn record_audit(&self, scope: &Scope, record: AuditRecord) -> Result<(), Error> {
-        forge_core::ports::audit::check_tenant(scope, &record)?;
+    async fn append_audit(&self, _: &Scope, record: AuditRecord) -> Result<(), Error> {
         self.lock().audit.push(record);
         Ok(())
     }

@@ -72,8 +72,7 @@ fn decode(row: &PgRow) -> Result<ScoringRun, Error> {
 
 #[async_trait]
 impl EvalStore for PostgresStore {
-    async fn start_scoring(&self, scope: &Scope, run: &ScoringRun) -> Result<(), Error> {
-        rows::check_tenant(scope, run)?;
+    async fn insert_scoring(&self, scope: &Scope, run: &ScoringRun) -> Result<(), Error> {
         let mut tx = self.tenant_tx(scope).await?;
         let inserted = sqlx::query(forge_sql_pool::statements::EVAL_START_RUN)
             .bind(scope.tenant_id().as_str())

@@ -12,8 +12,12 @@ use crate::rows::db_error;
 
 #[async_trait]
 impl FileStore for PostgresStore {
-    async fn put_file(&self, scope: &Scope, file: &FileRecord, actor: &str) -> Result<(), Error> {
-        rows::check_tenant(scope, file)?;
+    async fn insert_file(
+        &self,
+        scope: &Scope,
+        file: &FileRecord,
+        actor: &str,
+    ) -> Result<(), Error> {
         let mut tx = self.tenant_tx(scope).await?;
         let inserted = sqlx::query(
             "INSERT INTO forge_files (tenant_id, id, created_at, body) VALUES ($1, $2, $3, $4::jsonb)

@@ -492,7 +492,7 @@ impl PostgresStore {
 
 #[async_trait]
 impl AuditLog for PostgresStore {
-    async fn query_audit(
+    async fn read_audit(
         &self,
         scope: &Scope,
         query: &AuditQuery,
@@ -531,8 +531,7 @@ impl AuditLog for PostgresStore {
             .collect()
     }
 
-    async fn record_audit(&self, scope: &Scope, record: AuditRecord) -> Result<(), Error> {
-        forge_core::ports::audit::check_tenant(scope, &record)?;
+    async fn append_audit(&self, scope: &Scope, record: AuditRecord) -> Result<(), Error> {
         let mut tx = self.tenant_tx(scope).await?;
         crate::interactions::audit(&mut tx, &record).await?;
         tx.commit().await.map_err(db_error)?;

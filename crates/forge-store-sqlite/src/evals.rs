@@ -69,8 +69,7 @@ fn decode(row: &SqliteRow) -> Result<ScoringRun, Error> {
 
 #[async_trait]
 impl EvalStore for SqliteStore {
-    async fn start_scoring(&self, scope: &Scope, run: &ScoringRun) -> Result<(), Error> {
-        rows::check_tenant(scope, run)?;
+    async fn insert_scoring(&self, scope: &Scope, run: &ScoringRun) -> Result<(), Error> {
         let inserted = sqlx::query(forge_sql_pool::statements::EVAL_START_RUN)
             .bind(scope.tenant_id().as_str())
             .bind(run.id.to_string())

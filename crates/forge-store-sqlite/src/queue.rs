@@ -547,7 +547,7 @@ impl SqliteStore {
 
 #[async_trait]
 impl AuditLog for SqliteStore {
-    async fn query_audit(
+    async fn read_audit(
         &self,
         scope: &Scope,
         query: &AuditQuery,
@@ -586,10 +586,8 @@ impl AuditLog for SqliteStore {
             .collect()
     }
 
-    async fn record_audit(&self, scope: &Scope, record: AuditRecord) -> Result<(), Error> {
-        forge_core::ports::audit::check_tenant(scope, &record)?;
+    async fn append_audit(&self, _: &Scope, record: AuditRecord) -> Result<(), Error> {
         let (_gate, mut tx) = self.write_tx().await?;
-
         crate::interactions::audit(&mut tx, &record).await?;
         tx.commit().await.map_err(db_error)?;
 

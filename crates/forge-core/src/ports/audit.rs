@@ -69,19 +69,39 @@ pub trait AuditLog: Send + Sync {
         self.query_audit(scope, &AuditQuery::latest(limit)).await
     }
 
-    /// The scope's tenant's audit entries that pass `query`, newest first.
+    /// The scope's tenant's audit entries that pass `query`, newest first. A query
+    /// [`AuditQuery::check`] refuses is refused here, for every adapter.
     async fn query_audit(
+        &self,
+        scope: &Scope,
+        query: &AuditQuery,
+    ) -> Result<Vec<AuditRecord>, Error> {
+        query.check()?;
+        self.read_audit(scope, query).await
+    }
+
+    /// Appends `record` to the scope's tenant's trail. A record of another tenant is refused
+    /// here ([`check_tenant`]), for every adapter.
+    async fn record_audit(&self, scope: &Scope, record: AuditRecord) -> Result<(), Error> {
+        check_tenant(scope, &record)?;
+        self.append_audit(scope, record).await
+    }
+
+    /// The adapter's read of [`AuditLog::query_audit`], given a query already checked. Callers
+    /// use `query_audit`.
+    async fn read_audit(
         &self,
         scope: &Scope,
         query: &AuditQuery,
     ) -> Result<Vec<AuditRecord>, Error>;
 
-    /// Appends `record` to the scope's tenant's trail (its `tenant_id` must be the scope's).
-    async fn record_audit(&self, scope: &Scope, record: AuditRecord) -> Result<(), Error>;
+    /// The adapter's append of [`AuditLog::record_audit`], given a record already checked to be
+    /// of the scope's tenant. Callers use `record_audit`.
+    async fn append_audit(&self, scope: &Scope, record: AuditRecord) -> Result<(), Error>;
 }
 
-/// Refuses a record for another tenant than the scope's (what every adapter's `record_audit`
-/// checks first).
+/// Refuses a record for another tenant than the scope's ([`AuditLog::record_audit`] checks it
+/// before any adapter sees the record).
 pub fn check_tenant(scope: &Scope, record: &AuditRecord) -> Result<(), Error> {
     if &record.tenant_id != scope.tenant_id() {
         return Err(Error::invalid(format!(

@@ -41,6 +41,7 @@ use axum::routing::get;
 use axum::{Json, Router};
 use forge_engine::Engine;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
 use tracing::instrument::WithSubscriber as _;
 
 pub use auth::{AuthError, Authenticated, Authenticator, ClaimsMode};
@@ -472,8 +473,10 @@ fn incoming_trace(headers: &HeaderMap) -> Option<forge_core::telemetry::TraceCon
         .and_then(forge_core::telemetry::TraceContext::parse)
 }
 
-/// The `http.request` span of the GraphQL request being executed (its context, for the runs it
-/// starts).
+/// The caller's trace for the runs a GraphQL request starts when this server makes no spans of
+/// its own: its `traceparent` goes on to the job as it came, so a traced worker still continues
+/// the caller's trace. A tracing server runs the request within its `http.request` span, and
+/// the runs' enqueue spans hang under that instead.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct RequestTrace(pub(crate) Option<forge_core::telemetry::TraceContext>);
 
@@ -488,8 +491,14 @@ async fn graphql_http(
         forge_core::telemetry::Parent::Remote(parent.as_ref()),
     );
     span.set("http.route", "/graphql".into());
-    let trace = RequestTrace(span.context().or(parent));
-    let response = graphql_http_traced(&shared, headers, body, trace).await;
+    let trace = RequestTrace(if span.context().is_some() {
+        None
+    } else {
+        parent
+    });
+    let response = graphql_http_traced(&shared, headers, body, trace)
+        .instrument(span.as_tracing().clone())
+        .await;
     span.set(
         "http.status_code",
         i64::from(response.status().as_u16()).into(),

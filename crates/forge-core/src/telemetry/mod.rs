@@ -172,6 +172,9 @@ impl Default for Span {
 pub enum Parent<'a> {
     /// Under a span of this process.
     Span(&'a Span),
+    /// Under the span of this telemetry the code is running in (a request's, which the server
+    /// runs the request within), or at the root of a trace of its own when there is none.
+    Current,
     /// Under a span of another process (a job's or a request's `traceparent`), or, with `None`,
     /// at the root of a trace of its own.
     Remote(Option<&'a TraceContext>),
@@ -212,11 +215,14 @@ impl Telemetry {
 
     /// Opens `name` under `parent`, with its attribute fields declared.
     pub fn span(&self, name: SpanName, parent: Parent<'_>) -> Span {
-        let parent_id = match parent {
-            Parent::Span(span) => span.inner.id(),
-            Parent::Remote(_) => None,
-        };
-        let inner = self.in_scope(|| open(name, parent_id));
+        let inner = self.in_scope(|| {
+            let parent_id = match parent {
+                Parent::Span(span) => span.inner.id(),
+                Parent::Current => tracing::Span::current().id(),
+                Parent::Remote(_) => None,
+            };
+            open(name, parent_id)
+        });
         if let (Parent::Remote(Some(remote)), Some(ids)) = (parent, self.ids) {
             (ids.set_remote_parent)(&inner, remote);
         }

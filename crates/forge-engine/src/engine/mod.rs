@@ -402,9 +402,13 @@ impl Engine {
             .traceparent
             .as_deref()
             .and_then(forge_core::telemetry::TraceContext::parse);
+        // Without a caller's traceparent, the span the caller runs in (a server's request).
         let span = self.services.telemetry.span(
             forge_core::telemetry::SpanName::RunEnqueue,
-            forge_core::telemetry::Parent::Remote(parent.as_ref()),
+            match &parent {
+                Some(remote) => forge_core::telemetry::Parent::Remote(Some(remote)),
+                None => forge_core::telemetry::Parent::Current,
+            },
         );
         span.set("agent", new.agent.name.as_str().into());
         if let Some(ctx) = span.context() {

@@ -132,7 +132,8 @@ impl Mutation {
             })
         }));
         let mut new = NewRun::new(thread, agent, parts).strategy(strategy);
-        // The run's enqueue (and the worker's spans after it) continue this request's trace.
+        // The run's enqueue (and the worker's spans after it) continue this request's trace:
+        // under its span when this server traces, else as the caller's traceparent.
         new.traceparent = ctx
             .data_opt::<crate::RequestTrace>()
             .and_then(|t| t.0)

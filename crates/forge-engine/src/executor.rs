@@ -1,7 +1,8 @@
 //! Running a step's tool calls ([`ToolExecutor`]): concurrently, each in a `tool.call` span,
 //! within the run's timeout and output limits, the lease made sure of immediately before a tool
-//! acts; the built-ins the engine answers itself (session state, `cite`, the skills) answered
-//! here; every result scrubbed of secrets and marked untrusted.
+//! acts. Every registered tool — the built-ins too — is called the same way, with a
+//! `ToolContext` carrying the step's session state; a citation the built-in `cite` passed is
+//! kept beside its result; every result is scrubbed of secrets and marked untrusted.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -6,6 +6,9 @@
 //! statement's columns from when it was prepared, so a `*` that a migration widens afterwards
 //! reads past the end of the row.
 
+use forge_core::ports::audit::AuditQuery;
+use forge_core::time::Timestamp;
+
 /// Reads one thread: binds the id and the tenant.
 pub const THREAD_ROW: &str = "SELECT id, tenant_id, created_by, title, state, \
      state_version, active_run, summary, created_at, archived_at FROM forge_threads \
@@ -67,3 +70,76 @@ pub const EVAL_UPSERT_CASE: &str = "INSERT INTO forge_eval_cases (tenant_id, run
 pub const EVAL_PUT_VERDICT: &str = "INSERT INTO forge_eval_judgements (tenant_id, case_id,
         input_sha256, prompt, model, verdict, created_at)
     VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING";
+
+/// The audit trail's filter for `query`: the `WHERE` conditions after the tenant's (`$1`), as
+/// text to append, and the values to bind from `$2` on, in order. The query is already checked
+/// (`AuditLog::query_audit` refuses what `AuditQuery::check` refuses before an adapter reads).
+pub fn audit_filter(query: &AuditQuery) -> (String, Vec<AuditValue>) {
+    let mut clause = String::new();
+    let mut values = Vec::new();
+    if let Some(action) = &query.action {
+        values.push(AuditValue::Text(format!("{}%", escape_like(action))));
+        clause.push_str(&format!(
+            " AND action LIKE ${} ESCAPE '\\'",
+            values.len() + 1
+        ));
+    }
+    if let Some(subject) = &query.subject {
+        values.push(AuditValue::Text(subject.clone()));
+        clause.push_str(&format!(" AND subject = ${}", values.len() + 1));
+    }
+    if let Some(since) = query.since {
+        values.push(AuditValue::Time(since));
+        clause.push_str(&format!(" AND at >= ${}", values.len() + 1));
+    }
+    (clause, values)
+}
+
+/// A value [`audit_filter`] binds.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AuditValue {
+    /// Text.
+    Text(String),
+    /// A time.
+    Time(Timestamp),
+}
+
+/// `s` as a `LIKE` pattern's literal text: its `\`, `%` and `_` escaped with `\`.
+fn escape_like(s: &str) -> String {
+    s.replace('\\', "\\\\")
+        .replace('%', "\\%")
+        .replace('_', "\\_")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_audit_filter_numbers_its_values_after_the_tenant_and_escapes_the_prefix() {
+        let since = Timestamp::from_unix_millis(1_700_000_000_000).expect("a time");
+        let query = AuditQuery {
+            action: Some("tool_%x\\".into()),
+            subject: Some("run 1".into()),
+            since: Some(since),
+            ..AuditQuery::latest(10)
+        };
+        let (clause, values) = audit_filter(&query);
+        assert_eq!(
+            clause,
+            " AND action LIKE $2 ESCAPE '\\' AND subject = $3 AND at >= $4"
+        );
+        assert_eq!(
+            values,
+            [
+                AuditValue::Text("tool\\_\\%x\\\\%".into()),
+                AuditValue::Text("run 1".into()),
+                AuditValue::Time(since),
+            ]
+        );
+        assert_eq!(
+            audit_filter(&AuditQuery::latest(10)),
+            (String::new(), vec![])
+        );
+    }
+}

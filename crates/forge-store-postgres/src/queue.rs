@@ -6,7 +6,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use forge_core::Error;
 use forge_core::id::{JobId, RunId};
-use forge_core::ports::audit::{AuditLog, AuditQuery, AuditRecord, SqlValue};
+use forge_core::ports::audit::{AuditLog, AuditQuery, AuditRecord};
 use forge_core::ports::queue::{
     ClaimFilter, Claimed, ClaimedJob, JobInfo, JobQueue, JobState, LeaseRequest, NewJob,
     claim_leased_each,
@@ -14,6 +14,7 @@ use forge_core::ports::queue::{
 use forge_core::ports::store::{LeasedRun, RunStore};
 use forge_core::scope::{Scope, SystemScope, TenantId};
 use forge_core::time::Timestamp;
+use forge_sql_pool::statements::{AuditValue, audit_filter};
 use sqlx::postgres::PgRow;
 
 use crate::PostgresStore;
@@ -497,7 +498,7 @@ impl AuditLog for PostgresStore {
         scope: &Scope,
         query: &AuditQuery,
     ) -> Result<Vec<AuditRecord>, Error> {
-        let (filter, values) = forge_core::ports::audit::sql_filter(query)?;
+        let (filter, values) = audit_filter(query);
         let sql = format!(
             "SELECT * FROM forge_audit WHERE tenant_id = $1{filter} ORDER BY seq DESC LIMIT ${}",
             values.len() + 2
@@ -506,8 +507,8 @@ impl AuditLog for PostgresStore {
         let mut q = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(scope.tenant_id().as_str());
         for v in values {
             q = match v {
-                SqlValue::Text(t) => q.bind(t),
-                SqlValue::Time(v) => q.bind(v.0),
+                AuditValue::Text(t) => q.bind(t),
+                AuditValue::Time(v) => q.bind(v.0),
             };
         }
         let found = q

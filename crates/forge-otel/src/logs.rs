@@ -126,7 +126,33 @@ impl Logs {
     }
 }
 
+/// Whether a callsite is Forge's (target `forge` or `forge::…`): the rest — a dependency's
+/// `tracing` output, a driver's or an HTTP stack's, which a request runs beside — is disabled at
+/// its callsite for the whole pipeline, so it is neither built nor dispatched.
+pub(crate) fn forge_callsite(meta: &tracing::Metadata<'_>) -> bool {
+    let target = meta.target();
+    target == TARGET
+        || target
+            .strip_prefix(TARGET)
+            .is_some_and(|rest| rest.starts_with("::"))
+}
+
 impl<S: Subscriber> Layer<S> for Logs {
+    fn register_callsite(
+        &self,
+        meta: &'static tracing::Metadata<'static>,
+    ) -> tracing::subscriber::Interest {
+        if forge_callsite(meta) {
+            tracing::subscriber::Interest::always()
+        } else {
+            tracing::subscriber::Interest::never()
+        }
+    }
+
+    fn enabled(&self, meta: &tracing::Metadata<'_>, _: Context<'_, S>) -> bool {
+        forge_callsite(meta)
+    }
+
     fn on_event(&self, event: &tracing::Event<'_>, _: Context<'_, S>) {
         if event.metadata().target() != TARGET {
             return;

@@ -301,3 +301,27 @@ fn log_records_carry_the_sanitized_fields_and_name_what_was_dropped() {
         "{out}"
     );
 }
+
+/// A dependency's `tracing` output, which a request's code runs beside once the server runs it
+/// within Forge's dispatch, is disabled at its callsite: its fields are not even evaluated.
+#[test]
+fn a_dependencys_events_are_never_built() {
+    let (otel, memory) = Otel::in_memory("test", None);
+    let t = otel.telemetry();
+    let built = std::sync::atomic::AtomicUsize::new(0);
+    let count = || built.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    t.in_scope(|| {
+        tracing::trace!(target: "h2::codec", frame = count());
+        tracing::info!(target: "sqlx::query", summary = count());
+        drop(tracing::info_span!(target: "hyper::client", "connect", n = count()));
+    });
+    assert_eq!(built.load(std::sync::atomic::Ordering::SeqCst), 0);
+    forge_core::log!(
+        t,
+        WorkerTakenOver,
+        attempt = u32::try_from(count()).unwrap_or(0)
+    );
+    assert_eq!(built.load(std::sync::atomic::Ordering::SeqCst), 1);
+    let logs = memory.logs.get_emitted_logs().expect("logs");
+    assert_eq!(logs.len(), 1, "{logs:?}");
+}

@@ -20,7 +20,8 @@ use std::sync::OnceLock;
 use std::time::{Duration, SystemTime};
 
 use forge_core::telemetry::{
-    SPAN_ATTRIBUTES, SpanKind, SpanName, TARGET, TraceContext, TraceIds, WAIT_TARGET, capped,
+    MAX_LOG_STRING, SPAN_ATTRIBUTES, SpanKind, SpanName, TARGET, TraceContext, TraceIds,
+    WAIT_TARGET, capped,
 };
 use opentelemetry::trace::{
     Span as _, SpanContext, SpanId, TraceContextExt as _, TraceFlags, TraceId, TraceState,
@@ -124,7 +125,10 @@ impl<P: SpanProcessor> SpanProcessor for Allowlist<P> {
         let dropped = u32::try_from(before - span.attributes.len()).unwrap_or(u32::MAX);
         span.dropped_attributes_count = span.dropped_attributes_count.saturating_add(dropped);
         for kv in &mut span.attributes {
-            if let Value::String(s) = &kv.value {
+            // No longer in bytes than the cap in characters: short enough, nothing to copy.
+            if let Value::String(s) = &kv.value
+                && s.as_str().len() > MAX_LOG_STRING
+            {
                 let cut = capped(s.as_str().to_owned());
                 if cut.len() != s.as_str().len() {
                     kv.value = Value::from(cut);

@@ -250,7 +250,7 @@ impl Telemetry {
                 parent: parent,
                 span = name.as_str(),
                 start_ms = start.unix_millis(),
-                end_ms = end.unix_millis().max(start.unix_millis()),
+                end_ms = end.unix_millis(),
                 run_id,
                 outcome,
             );

@@ -156,9 +156,10 @@ impl Worker {
         let mut filter = ClaimFilter::agents(engine.agents().iter().map(|a| a.agent.clone()));
         filter.run = config.only_run;
         // The run's lease is taken with the claim where the queue can (one write fewer).
+        let (holder, ttl) = engine.holder();
         let lease = LeaseRequest {
-            holder: engine.holder().0.to_owned(),
-            ttl: engine.holder().1,
+            holder: holder.to_owned(),
+            ttl,
             history: Some(crate::compaction::HISTORY_PAGE),
         };
         let claims = claims::ClaimGroup::new(

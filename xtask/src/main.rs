@@ -3,7 +3,7 @@
 //! - `tidy`: every Rust file starts with `//!`, every crate uses the workspace lints, every library
 //!   denies `missing_docs`, no `#[should_panic]`, no `#[ignore]` without a reason, ARCHITECTURE.md
 //!   names every crate; no module circle in `forge-core`, no SQL outside the stores and
-//!   `forge-sql-pool`, no I/O in `forge-core`, no file over 600 lines unless listed with its
+//!   `forge-sql`, no I/O in `forge-core`, no file over 600 lines unless listed with its
 //!   reason (`shape`);
 //! - `modules CRATE…`: prints each crate's module import graph, its circles and its longest
 //!   functions;

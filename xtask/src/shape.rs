@@ -19,7 +19,7 @@ pub(crate) const ACYCLIC: &[&str] = &["forge-core", "forge-engine"];
 const SQL_HOMES: &[(&str, &str)] = &[
     ("crates/forge-store-", "the stores"),
     (
-        "crates/forge-sql-pool/",
+        "crates/forge-sql/",
         "the statement text and pool the SQL stores share",
     ),
     (
@@ -189,7 +189,7 @@ pub(crate) fn check(root: &Path) -> Vec<String> {
             {
                 for line in sql_lines(&text) {
                     problems.push(format!(
-                        "{shown}:{line}: SQL belongs in a store or `forge-sql-pool::statements`"
+                        "{shown}:{line}: SQL belongs in a store or `forge-sql::statements`"
                     ));
                 }
             }

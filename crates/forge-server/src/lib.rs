@@ -581,7 +581,7 @@ async fn graphql_http_traced(
     // tenant's share of the pool.
     let tenant = scope.tenant_id().clone();
     let executing = shared.schema.execute(request.data(scope).data(trace));
-    let response = forge_sql_pool::on_behalf_of(tenant.as_str(), executing).await;
+    let response = forge_sql::on_behalf_of(tenant.as_str(), executing).await;
     match serde_json::to_vec(&response) {
         Ok(bytes) if bytes.len() <= shared.http.response_bytes => {
             // A tenant past its spending is told so in HTTP's terms too.

@@ -13,7 +13,7 @@
 //!   stays. Cost, deadline, response budget and error codes are the schema's `guard`, the same
 //!   for both transports.
 //! - What the operations do is done on behalf of the connection's tenant: their store reads
-//!   take its share of the pool (`forge_sql_pool::on_behalf_of`), never all of it.
+//!   take its share of the pool (`forge_sql::on_behalf_of`), never all of it.
 //! - A client that takes no message for [`WsLimits::send_timeout`] is disconnected: a reader
 //!   that stopped reading holds nothing for longer.
 //! - On server shutdown the connection closes with `1001` ("going away"), never by completing its
@@ -325,7 +325,7 @@ impl Session {
                 // connection's tenant, within its share of the store.
                 out = async {
                     match &caller {
-                        Some(t) => forge_sql_pool::on_behalf_of(t.tenant_id().as_str(), graphql.next()).await,
+                        Some(t) => forge_sql::on_behalf_of(t.tenant_id().as_str(), graphql.next()).await,
                         None => graphql.next().await,
                     }
                 } => out,

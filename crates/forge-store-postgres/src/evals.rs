@@ -74,7 +74,7 @@ fn decode(row: &PgRow) -> Result<ScoringRun, Error> {
 impl EvalStore for PostgresStore {
     async fn insert_scoring(&self, scope: &Scope, run: &ScoringRun) -> Result<(), Error> {
         let mut tx = self.tenant_tx(scope).await?;
-        let inserted = sqlx::query(forge_sql_pool::statements::EVAL_START_RUN)
+        let inserted = sqlx::query(forge_sql::statements::EVAL_START_RUN)
             .bind(scope.tenant_id().as_str())
             .bind(run.id.0)
             .bind(&run.dataset)
@@ -101,7 +101,7 @@ impl EvalStore for PostgresStore {
         let result = rows::normalize(result);
         let mut tx = self.tenant_tx(scope).await?;
         // Recording re-opens the run: its totals must agree with its rows.
-        let reopened = sqlx::query(forge_sql_pool::statements::EVAL_REOPEN_RUN)
+        let reopened = sqlx::query(forge_sql::statements::EVAL_REOPEN_RUN)
             .bind(scope.tenant_id().as_str())
             .bind(run.0)
             .execute(&mut *tx)
@@ -111,7 +111,7 @@ impl EvalStore for PostgresStore {
         if reopened == 0 {
             return Err(Error::not_found("scoring run", run));
         }
-        sqlx::query(forge_sql_pool::statements::EVAL_UPSERT_CASE)
+        sqlx::query(forge_sql::statements::EVAL_UPSERT_CASE)
             .bind(scope.tenant_id().as_str())
             .bind(run.0)
             .bind(&result.case_id)
@@ -256,7 +256,7 @@ impl EvalStore for PostgresStore {
         verdict: &JudgeVerdict,
     ) -> Result<(), Error> {
         let mut tx = self.tenant_tx(scope).await?;
-        sqlx::query(forge_sql_pool::statements::EVAL_PUT_VERDICT)
+        sqlx::query(forge_sql::statements::EVAL_PUT_VERDICT)
             .bind(scope.tenant_id().as_str())
             .bind(&key.case_id)
             .bind(&key.input_sha256)

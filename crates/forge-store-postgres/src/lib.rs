@@ -62,7 +62,7 @@ pub use steps::{DEFAULT_STEP_WRITERS, MAX_GROUP, StepGroups};
 use crate::rows::db_error;
 
 /// A transaction confined to a tenant, on a connection of the hot pool.
-pub(crate) type Tx = forge_sql_pool::Tx<PgConnection>;
+pub(crate) type Tx = forge_sql::Tx<PgConnection>;
 
 /// How tenant isolation is enforced in the database.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -147,8 +147,8 @@ pub struct PostgresStore {
     /// sqlx's pool, for what needs one: the NOTIFY listener, migrations and the cold paths.
     pool: PgPool,
     /// Forge's own pool for the paths every run takes (transactions, claims): no ping when a
-    /// connection is handed out or given back (`forge-sql-pool`).
-    hot: forge_sql_pool::Pool<PgConnection>,
+    /// connection is handed out or given back (`forge-sql`).
+    hot: forge_sql::Pool<PgConnection>,
     /// The writers of the common step, which group the steps that wait for one (RLS mode; none
     /// when group commit is off).
     steps: Option<Arc<steps::StepWriters>>,
@@ -237,7 +237,7 @@ impl PostgresStore {
         ]);
         let hot = {
             let options = options.clone();
-            forge_sql_pool::Pool::new(16, forge_sql_pool::Checks::NETWORK, move || {
+            forge_sql::Pool::new(16, forge_sql::Checks::NETWORK, move || {
                 let options = options.clone();
                 Box::pin(async move { PgConnection::connect_with(&options).await })
             })
@@ -397,20 +397,20 @@ impl PostgresStore {
         }
     }
 
-    /// A connection from the pool of the hot paths; [`forge_sql_pool::Conn::release`] it
+    /// A connection from the pool of the hot paths; [`forge_sql::Conn::release`] it
     /// after a successful use.
     pub(crate) async fn conn(
         &self,
-    ) -> Result<forge_sql_pool::Conn<PgConnection>, forge_core::Error> {
+    ) -> Result<forge_sql::Conn<PgConnection>, forge_core::Error> {
         self.hot.acquire().await.map_err(db_error)
     }
 }
 
 /// `query`'s rows, sent in autocommit on a connection of `pool`, and sent again on another when
-/// the server had closed the one it met ([`forge_sql_pool::Pool::retries`]: for a statement
+/// the server had closed the one it met ([`forge_sql::Pool::retries`]: for a statement
 /// harmless to repeat, such as a write gated on the version it changes).
 pub(crate) async fn autocommit<'q>(
-    pool: &forge_sql_pool::Pool<PgConnection>,
+    pool: &forge_sql::Pool<PgConnection>,
     query: impl Fn() -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
 ) -> Result<Vec<sqlx::postgres::PgRow>, sqlx::Error> {
     let mut attempts = 0;

@@ -14,7 +14,7 @@ use forge_core::ports::queue::{
 use forge_core::ports::store::{LeasedRun, RunStore};
 use forge_core::scope::{Scope, SystemScope, TenantId};
 use forge_core::time::Timestamp;
-use forge_sql_pool::statements::{AuditValue, audit_filter};
+use forge_sql::statements::{AuditValue, audit_filter};
 use sqlx::postgres::PgRow;
 
 use crate::PostgresStore;

@@ -305,7 +305,7 @@ pub const DEFAULT_STEP_WRITERS: usize = 4;
 type Answer = Result<Option<PgRow>, sqlx::Error>;
 
 /// The writers' pool.
-type Pool = forge_sql_pool::Pool<PgConnection>;
+type Pool = forge_sql::Pool<PgConnection>;
 
 /// How the store's steps have been grouped since it connected.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -355,7 +355,7 @@ impl StepWriters {
         let writers = writers.max(1);
         Self {
             writers,
-            pool: forge_sql_pool::Pool::new(writers, forge_sql_pool::Checks::NETWORK, move || {
+            pool: forge_sql::Pool::new(writers, forge_sql::Checks::NETWORK, move || {
                 let options = options.clone();
                 Box::pin(async move { PgConnection::connect_with(&options).await })
             }),

@@ -250,7 +250,7 @@ impl ThreadStore for PostgresStore {
         let mut bounds = [0i64, i64::MAX];
         for (bound, cursor) in bounds.iter_mut().zip([window.after, window.before]) {
             let Some(cursor) = cursor else { continue };
-            let seq: Option<i64> = sqlx::query_scalar(forge_sql_pool::statements::MESSAGE_CURSOR)
+            let seq: Option<i64> = sqlx::query_scalar(forge_sql::statements::MESSAGE_CURSOR)
                 .bind(cursor.0)
                 .bind(id.0)
                 .bind(scope.tenant_id().as_str())
@@ -259,7 +259,7 @@ impl ThreadStore for PostgresStore {
                 .map_err(db_error)?;
             *bound = seq.ok_or_else(|| MessageWindow::unknown_cursor(id, cursor))?;
         }
-        let found = sqlx::query(forge_sql_pool::statements::message_page(window.from_end))
+        let found = sqlx::query(forge_sql::statements::message_page(window.from_end))
             .bind(id.0)
             .bind(scope.tenant_id().as_str())
             .bind(bounds[0])
@@ -300,7 +300,7 @@ impl ThreadStore for PostgresStore {
             }
             None => None,
         };
-        let found = sqlx::query(forge_sql_pool::statements::THREAD_PAGE)
+        let found = sqlx::query(forge_sql::statements::THREAD_PAGE)
             .bind(scope.tenant_id().as_str())
             .bind(window.archived)
             .bind(cursor.map(|c| c.0))

@@ -70,7 +70,7 @@ fn decode(row: &SqliteRow) -> Result<ScoringRun, Error> {
 #[async_trait]
 impl EvalStore for SqliteStore {
     async fn insert_scoring(&self, scope: &Scope, run: &ScoringRun) -> Result<(), Error> {
-        let inserted = sqlx::query(forge_sql_pool::statements::EVAL_START_RUN)
+        let inserted = sqlx::query(forge_sql::statements::EVAL_START_RUN)
             .bind(scope.tenant_id().as_str())
             .bind(run.id.to_string())
             .bind(&run.dataset)
@@ -97,7 +97,7 @@ impl EvalStore for SqliteStore {
         let result = rows::normalize(result);
         let (_gate, mut tx) = self.write_tx().await?;
         // Recording re-opens the run: its totals must agree with its rows.
-        let reopened = sqlx::query(forge_sql_pool::statements::EVAL_REOPEN_RUN)
+        let reopened = sqlx::query(forge_sql::statements::EVAL_REOPEN_RUN)
             .bind(scope.tenant_id().as_str())
             .bind(run.to_string())
             .execute(&mut *tx)
@@ -107,7 +107,7 @@ impl EvalStore for SqliteStore {
         if reopened == 0 {
             return Err(Error::not_found("scoring run", run));
         }
-        sqlx::query(forge_sql_pool::statements::EVAL_UPSERT_CASE)
+        sqlx::query(forge_sql::statements::EVAL_UPSERT_CASE)
             .bind(scope.tenant_id().as_str())
             .bind(run.to_string())
             .bind(&result.case_id)
@@ -238,7 +238,7 @@ impl EvalStore for SqliteStore {
         key: &JudgeKey,
         verdict: &JudgeVerdict,
     ) -> Result<(), Error> {
-        sqlx::query(forge_sql_pool::statements::EVAL_PUT_VERDICT)
+        sqlx::query(forge_sql::statements::EVAL_PUT_VERDICT)
             .bind(scope.tenant_id().as_str())
             .bind(&key.case_id)
             .bind(&key.input_sha256)

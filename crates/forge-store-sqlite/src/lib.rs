@@ -61,12 +61,12 @@ use forge_core::time::{Clock, SystemClock};
 use sqlx::ConnectOptions;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqliteSynchronous};
 
-/// The store's connections (`forge-sql-pool`): handed out and given back without a hop to a
+/// The store's connections (`forge-sql`): handed out and given back without a hop to a
 /// connection's thread.
-pub(crate) type Pool = forge_sql_pool::Pool<SqliteConnection>;
+pub(crate) type Pool = forge_sql::Pool<SqliteConnection>;
 
 /// A transaction on one of the store's connections.
-pub(crate) type Tx = forge_sql_pool::Tx<SqliteConnection>;
+pub(crate) type Tx = forge_sql::Tx<SqliteConnection>;
 
 pub use checkpoint::CheckpointStats;
 pub use migrate::{MIGRATIONS, Migration};
@@ -176,7 +176,7 @@ impl SqliteStore {
             .connect()
             .await
             .map_err(|e| failed(rows::db_error(e)))?;
-        let pool = Pool::new(4, forge_sql_pool::Checks::EMBEDDED, move || {
+        let pool = Pool::new(4, forge_sql::Checks::EMBEDDED, move || {
             let options = options.clone();
             Box::pin(async move { options.connect().await })
         });
@@ -228,7 +228,7 @@ impl SqliteStore {
     /// A connection of the store's pool.
     pub(crate) async fn conn(
         &self,
-    ) -> Result<forge_sql_pool::Conn<SqliteConnection>, forge_core::Error> {
+    ) -> Result<forge_sql::Conn<SqliteConnection>, forge_core::Error> {
         self.pool.acquire().await.map_err(rows::db_error)
     }
 

@@ -12,7 +12,7 @@ use forge_core::ports::queue::{
 };
 use forge_core::scope::{Scope, SystemScope, TenantId};
 use forge_core::time::Timestamp;
-use forge_sql_pool::statements::{AuditValue, audit_filter};
+use forge_sql::statements::{AuditValue, audit_filter};
 use sqlx::sqlite::SqliteRow;
 
 use crate::SqliteStore;

@@ -136,7 +136,7 @@ impl SqliteStore {
         scope: &Scope,
         id: ThreadId,
     ) -> Result<Thread, Error> {
-        let row = sqlx::query(forge_sql_pool::statements::THREAD_ROW)
+        let row = sqlx::query(forge_sql::statements::THREAD_ROW)
             .bind(id.to_string())
             .bind(scope.tenant_id().as_str())
             .fetch_optional(ex)
@@ -159,7 +159,7 @@ impl SqliteStore {
         use futures_util::TryStreamExt;
         let sql = format!(
             "{statement}; {}",
-            forge_sql_pool::statements::message_page(window.from_end)
+            forge_sql::statements::message_page(window.from_end)
         );
         let mut conn = self.conn().await?;
         let query = sqlx::query(sqlx::AssertSqlSafe(sql))
@@ -308,7 +308,7 @@ impl SqliteStore {
 }
 
 /// Writes `lease` on its run (and the fence, when taken anew), then commits when `then_commit`
-/// (the transaction's last statement, sent in the same trip: [`forge_sql_pool::Tx::commit_with`]).
+/// (the transaction's last statement, sent in the same trip: [`forge_sql::Tx::commit_with`]).
 async fn set_lease(
     conn: &mut sqlx::SqliteConnection,
     lease: &RunLease,
@@ -411,7 +411,7 @@ impl ThreadStore for SqliteStore {
         let mut bounds = [0i64, i64::MAX];
         for (bound, cursor) in bounds.iter_mut().zip([window.after, window.before]) {
             let Some(cursor) = cursor else { continue };
-            let seq: Option<i64> = sqlx::query_scalar(forge_sql_pool::statements::MESSAGE_CURSOR)
+            let seq: Option<i64> = sqlx::query_scalar(forge_sql::statements::MESSAGE_CURSOR)
                 .bind(cursor.to_string())
                 .bind(id.to_string())
                 .bind(scope.tenant_id().as_str())
@@ -420,7 +420,7 @@ impl ThreadStore for SqliteStore {
                 .map_err(db_error)?;
             *bound = seq.ok_or_else(|| MessageWindow::unknown_cursor(id, cursor))?;
         }
-        let found = sqlx::query(forge_sql_pool::statements::message_page(window.from_end))
+        let found = sqlx::query(forge_sql::statements::message_page(window.from_end))
             .bind(id.to_string())
             .bind(scope.tenant_id().as_str())
             .bind(bounds[0])
@@ -446,7 +446,7 @@ impl ThreadStore for SqliteStore {
             }
             None => None,
         };
-        let found = sqlx::query(forge_sql_pool::statements::THREAD_PAGE)
+        let found = sqlx::query(forge_sql::statements::THREAD_PAGE)
             .bind(scope.tenant_id().as_str())
             .bind(window.archived)
             .bind(cursor.as_ref().map(|c| c.0))
@@ -647,7 +647,7 @@ fn thread_and_first_page(
     use crate::lane::db;
     let thread = {
         let mut statement = conn
-            .prepare_cached(forge_sql_pool::statements::THREAD_ROW)
+            .prepare_cached(forge_sql::statements::THREAD_ROW)
             .map_err(db)?;
         let mut found = statement
             .query(rusqlite::params![id.to_string(), tenant])
@@ -661,7 +661,7 @@ fn thread_and_first_page(
     if thread.summary.is_none() {
         let window = MessageWindow::after(None, limit);
         let mut statement = conn
-            .prepare_cached(forge_sql_pool::statements::message_page(window.from_end))
+            .prepare_cached(forge_sql::statements::message_page(window.from_end))
             .map_err(db)?;
         let mut found = statement
             .query(rusqlite::params![

@@ -82,7 +82,7 @@ async fn subscriptions_come_and_go_and_the_store_answers(store: Arc<dyn Store>) 
 }
 
 /// Issue 63, item 1, on SQLite. Sabotage: a pool connection dropped mid-read that never gives its
-/// place back (`forge_sql_pool::Conn::drop` forgetting the permit when not released) fails it.
+/// place back (`forge_sql::Conn::drop` forgetting the permit when not released) fails it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_thousand_subscriptions_come_and_go_and_sqlite_answers_at_once() {
     let (store, dir) = sqlite_store().await;

@@ -76,10 +76,6 @@ const LONG_FILES: &[(&str, &str)] = &[
         "the PostgreSQL store's connection and modes; the storage layer (issue 65) thins it",
     ),
     (
-        "crates/forge-store-postgres/src/migrate.rs",
-        "the migration list and runner; sqlx's migrator (issue 65) replaces it",
-    ),
-    (
         "crates/forge-store-postgres/src/runs.rs",
         "the run store on PostgreSQL; the storage layer (issue 65) shares it with SQLite",
     ),

@@ -119,9 +119,7 @@ pub(crate) async fn open(args: &StoreArgs) -> anyhow::Result<Opened> {
         let applied = store.applied_on_open();
         let store = Arc::new(store);
         let probed = store.clone();
-        let latest = forge_store_sqlite::MIGRATIONS
-            .last()
-            .map_or(0, |m| m.version);
+        let latest = forge_store_sqlite::migrations().latest();
         let probe: Probe = Arc::new(move || {
             let store = probed.clone();
             Box::pin(async move { current(store.applied_migrations().await, latest) })
@@ -150,9 +148,7 @@ pub(crate) async fn open(args: &StoreArgs) -> anyhow::Result<Opened> {
         let applied = store.applied_on_connect();
         let store = Arc::new(store);
         let probed = store.clone();
-        let latest = forge_store_postgres::migrations(mode)
-            .last()
-            .map_or(0, |m| m.version);
+        let latest = forge_store_postgres::migrations(mode).latest();
         let probe: Probe = Arc::new(move || {
             let store = probed.clone();
             Box::pin(async move { current(store.applied_migrations().await, latest) })

@@ -27,6 +27,8 @@
 
 #![deny(missing_docs)]
 
+pub mod dialect;
+pub mod migrations;
 pub mod statements;
 
 use std::fmt;

@@ -35,5 +35,5 @@ GRANT SELECT, INSERT, UPDATE ON forge_interactions, forge_model_calls TO forge_t
 GRANT EXECUTE ON FUNCTION forge_current_tenant(), forge_system_scope() TO forge_tenant;
 
 REVOKE ALL ON forge_threads, forge_messages, forge_runs, forge_run_events, forge_jobs, forge_audit,
-    forge_interactions, forge_model_calls, forge_locks, forge_schema_migrations FROM authenticated,
+    forge_interactions, forge_model_calls, forge_locks, forge_migrations FROM authenticated,
     anon;

@@ -16,7 +16,7 @@ BEGIN
     LOOP
         IF r.relkind = 'S' THEN
             EXECUTE format('GRANT USAGE, SELECT, UPDATE ON SEQUENCE %s TO %I', r.obj, app);
-        ELSIF r.relname = 'forge_schema_migrations' THEN
+        ELSIF r.relname = 'forge_migrations' THEN
             EXECUTE format('GRANT SELECT ON TABLE %s TO %I', r.obj, app);
         ELSE
             EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE %s TO %I', r.obj, app);

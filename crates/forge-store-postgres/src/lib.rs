@@ -56,7 +56,8 @@ pub const IDLE_IN_TRANSACTION: std::time::Duration = std::time::Duration::from_s
 use sqlx::{Connection, PgConnection};
 
 pub use application::provision_application;
-pub use migrate::{Migration, migrations};
+pub use forge_sql::migrations::{Migration, Migrations};
+pub use migrate::migrations;
 pub use steps::{DEFAULT_STEP_WRITERS, MAX_GROUP, StepGroups};
 
 use crate::rows::db_error;
@@ -399,9 +400,7 @@ impl PostgresStore {
 
     /// A connection from the pool of the hot paths; [`forge_sql::Conn::release`] it
     /// after a successful use.
-    pub(crate) async fn conn(
-        &self,
-    ) -> Result<forge_sql::Conn<PgConnection>, forge_core::Error> {
+    pub(crate) async fn conn(&self) -> Result<forge_sql::Conn<PgConnection>, forge_core::Error> {
         self.hot.acquire().await.map_err(db_error)
     }
 }

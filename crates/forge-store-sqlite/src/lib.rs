@@ -69,7 +69,8 @@ pub(crate) type Pool = forge_sql::Pool<SqliteConnection>;
 pub(crate) type Tx = forge_sql::Tx<SqliteConnection>;
 
 pub use checkpoint::CheckpointStats;
-pub use migrate::{MIGRATIONS, Migration};
+pub use forge_sql::migrations::{Migration, Migrations};
+pub use migrate::migrations;
 
 /// Why the store could not be opened.
 #[derive(Debug, thiserror::Error)]

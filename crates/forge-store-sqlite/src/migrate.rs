@@ -1,200 +1,119 @@
-//! Versioned, reversible migrations embedded in the binary, applied in `BEGIN IMMEDIATE`
-//! transactions so that concurrent openers apply each one exactly once.
+//! The store's migrations, each listed once, applied through the shared layer
+//! ([`forge_sql::migrations`]) in one `BEGIN IMMEDIATE` transaction, so that concurrent openers
+//! apply each one exactly once.
+
+use std::sync::LazyLock;
 
 use forge_core::Error;
-use sqlx::Row;
+use forge_sql::dialect::Dialect;
+use forge_sql::migrations::{Migration, MigrationError, Migrations};
+use sqlx::Connection;
 
 use crate::rows::db_error;
 
-/// One migration: its version, name, and the SQL that applies and reverts it.
-#[derive(Debug, Clone, Copy)]
-pub struct Migration {
-    /// Version, ascending from 1.
-    pub version: i64,
-    /// Short name.
-    pub name: &'static str,
-    /// SQL that applies it.
-    pub up: &'static str,
-    /// SQL that reverts it.
-    pub down: &'static str,
+/// SQLite's differences, as the shared SQL layer needs them.
+pub(crate) struct Sqlite;
+
+impl Dialect for Sqlite {
+    type Database = sqlx::Sqlite;
+
+    fn table_exists(table: &str) -> String {
+        format!(
+            "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = '{table}')"
+        )
+    }
 }
 
-/// Every migration, in order.
-pub const MIGRATIONS: &[Migration] = &[
-    Migration {
-        version: 1,
-        name: "init",
-        up: include_str!("../migrations/0001_init.up.sql"),
-        down: include_str!("../migrations/0001_init.down.sql"),
-    },
-    Migration {
-        version: 2,
-        name: "interactions",
-        up: include_str!("../migrations/0002_interactions.up.sql"),
-        down: include_str!("../migrations/0002_interactions.down.sql"),
-    },
-    Migration {
-        version: 3,
-        name: "usage",
-        up: include_str!("../migrations/0003_usage.up.sql"),
-        down: include_str!("../migrations/0003_usage.down.sql"),
-    },
-    Migration {
-        version: 4,
-        name: "run_roles",
-        up: include_str!("../migrations/0004_run_roles.up.sql"),
-        down: include_str!("../migrations/0004_run_roles.down.sql"),
-    },
-    Migration {
-        version: 5,
-        name: "job_holder",
-        up: include_str!("../migrations/0005_job_holder.up.sql"),
-        down: include_str!("../migrations/0005_job_holder.down.sql"),
-    },
-    Migration {
-        version: 6,
-        name: "sources",
-        up: include_str!("../migrations/0006_sources.up.sql"),
-        down: include_str!("../migrations/0006_sources.down.sql"),
-    },
-    Migration {
-        version: 7,
-        name: "chunk_vectors",
-        up: include_str!("../migrations/0007_chunk_vectors.up.sql"),
-        down: include_str!("../migrations/0007_chunk_vectors.down.sql"),
-    },
-    Migration {
-        version: 8,
-        name: "erasure",
-        up: include_str!("../migrations/0008_erasure.up.sql"),
-        down: include_str!("../migrations/0008_erasure.down.sql"),
-    },
-    Migration {
-        version: 9,
-        name: "chunk_vectors_by_source",
-        up: include_str!("../migrations/0009_chunk_vectors_by_source.up.sql"),
-        down: include_str!("../migrations/0009_chunk_vectors_by_source.down.sql"),
-    },
-    Migration {
-        version: 10,
-        name: "files",
-        up: include_str!("../migrations/0010_files.up.sql"),
-        down: include_str!("../migrations/0010_files.down.sql"),
-    },
-    Migration {
-        version: 11,
-        name: "job_trace",
-        up: include_str!("../migrations/0011_job_trace.up.sql"),
-        down: include_str!("../migrations/0011_job_trace.down.sql"),
-    },
-    Migration {
-        version: 12,
-        name: "thread_summary",
-        up: include_str!("../migrations/0012_thread_summary.up.sql"),
-        down: include_str!("../migrations/0012_thread_summary.down.sql"),
-    },
-    Migration {
-        version: 13,
-        name: "evals",
-        up: include_str!("../migrations/0013_evals.up.sql"),
-        down: include_str!("../migrations/0013_evals.down.sql"),
-    },
-    Migration {
-        version: 14,
-        name: "thread_archive",
-        up: include_str!("../migrations/0014_thread_archive.up.sql"),
-        down: include_str!("../migrations/0014_thread_archive.down.sql"),
-    },
-    Migration {
-        version: 15,
-        name: "open_jobs",
-        up: include_str!("../migrations/0015_open_jobs.up.sql"),
-        down: include_str!("../migrations/0015_open_jobs.down.sql"),
-    },
-    Migration {
-        version: 16,
-        name: "refusals",
-        up: include_str!("../migrations/0016_refusals.up.sql"),
-        down: include_str!("../migrations/0016_refusals.down.sql"),
-    },
-    Migration {
-        version: 17,
-        name: "runs_in_flight",
-        up: include_str!("../migrations/0017_runs_in_flight.up.sql"),
-        down: include_str!("../migrations/0017_runs_in_flight.down.sql"),
-    },
-];
+/// Migration `$version` named `$name`, from `migrations/{$version:04}_{$name}.{up,down}.sql`.
+macro_rules! migration {
+    ($version:literal, $file:literal, $name:literal) => {
+        Migration {
+            version: $version,
+            name: std::borrow::Cow::Borrowed($name),
+            up: std::borrow::Cow::Borrowed(include_str!(concat!(
+                "../migrations/",
+                $file,
+                "_",
+                $name,
+                ".up.sql"
+            ))),
+            down: std::borrow::Cow::Borrowed(include_str!(concat!(
+                "../migrations/",
+                $file,
+                "_",
+                $name,
+                ".down.sql"
+            ))),
+        }
+    };
+}
 
-const LEDGER: &str = "CREATE TABLE IF NOT EXISTS forge_schema_migrations (
-    version INTEGER PRIMARY KEY,
-    name TEXT NOT NULL,
-    applied_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
-) STRICT";
+static MIGRATIONS: LazyLock<Migrations> = LazyLock::new(|| {
+    Migrations::new(vec![
+        migration!(1, "0001", "init"),
+        migration!(2, "0002", "interactions"),
+        migration!(3, "0003", "usage"),
+        migration!(4, "0004", "run_roles"),
+        migration!(5, "0005", "job_holder"),
+        migration!(6, "0006", "sources"),
+        migration!(7, "0007", "chunk_vectors"),
+        migration!(8, "0008", "erasure"),
+        migration!(9, "0009", "chunk_vectors_by_source"),
+        migration!(10, "0010", "files"),
+        migration!(11, "0011", "job_trace"),
+        migration!(12, "0012", "thread_summary"),
+        migration!(13, "0013", "evals"),
+        migration!(14, "0014", "thread_archive"),
+        migration!(15, "0015", "open_jobs"),
+        migration!(16, "0016", "refusals"),
+        migration!(17, "0017", "runs_in_flight"),
+    ])
+});
+
+/// Every migration, in order.
+pub fn migrations() -> &'static Migrations {
+    &MIGRATIONS
+}
+
+fn failed(e: MigrationError) -> Error {
+    match e {
+        MigrationError::Database(e) => db_error(e),
+        other => Error::backend(false, other),
+    }
+}
 
 /// Applies pending migrations; returns how many this call applied.
 pub(crate) async fn up(pool: &crate::Pool) -> Result<usize, Error> {
-    sqlx::query(LEDGER)
-        .execute(&mut *pool.acquire().await.map_err(db_error)?)
+    let mut conn = pool.acquire().await.map_err(db_error)?;
+    let mut tx = conn.begin_with("BEGIN IMMEDIATE").await.map_err(db_error)?;
+    let applied = MIGRATIONS
+        .apply::<Sqlite, _>(&mut *tx)
         .await
-        .map_err(db_error)?;
-    let mut count = 0;
-    for m in MIGRATIONS {
-        let mut tx = pool.begin("BEGIN IMMEDIATE").await.map_err(db_error)?;
-        let done: Option<i64> =
-            sqlx::query_scalar("SELECT version FROM forge_schema_migrations WHERE version = $1")
-                .bind(m.version)
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(db_error)?;
-        if done.is_none() {
-            sqlx::raw_sql(m.up)
-                .execute(&mut *tx)
-                .await
-                .map_err(db_error)?;
-            sqlx::query("INSERT INTO forge_schema_migrations (version, name) VALUES ($1, $2)")
-                .bind(m.version)
-                .bind(m.name)
-                .execute(&mut *tx)
-                .await
-                .map_err(db_error)?;
-            count += 1;
-        }
-        tx.commit().await.map_err(db_error)?;
-    }
-    Ok(count)
+        .map_err(failed)?;
+    tx.commit().await.map_err(db_error)?;
+    conn.release();
+    Ok(applied)
 }
 
+/// Versions of the applied migrations, ascending.
 pub(crate) async fn applied(pool: &crate::Pool) -> Result<Vec<i64>, Error> {
-    let rows = sqlx::query("SELECT version FROM forge_schema_migrations ORDER BY version")
-        .fetch_all(&mut *pool.acquire().await.map_err(db_error)?)
+    let mut conn = pool.acquire().await.map_err(db_error)?;
+    let applied = Migrations::applied::<Sqlite, _>(&mut *conn)
         .await
         .map_err(db_error)?;
-    rows.iter()
-        .map(|r| r.try_get::<i64, _>(0).map_err(db_error))
-        .collect()
+    conn.release();
+    Ok(applied.into_iter().map(|(version, _)| version).collect())
 }
 
+/// Reverts every applied migration, newest first.
 pub(crate) async fn down_all(pool: &crate::Pool) -> Result<(), Error> {
-    for m in MIGRATIONS.iter().rev() {
-        let mut tx = pool.begin("BEGIN IMMEDIATE").await.map_err(db_error)?;
-        let done: Option<i64> =
-            sqlx::query_scalar("SELECT version FROM forge_schema_migrations WHERE version = $1")
-                .bind(m.version)
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(db_error)?;
-        if done.is_some() {
-            sqlx::raw_sql(m.down)
-                .execute(&mut *tx)
-                .await
-                .map_err(db_error)?;
-            sqlx::query("DELETE FROM forge_schema_migrations WHERE version = $1")
-                .bind(m.version)
-                .execute(&mut *tx)
-                .await
-                .map_err(db_error)?;
-        }
-        tx.commit().await.map_err(db_error)?;
-    }
+    let mut conn = pool.acquire().await.map_err(db_error)?;
+    let mut tx = conn.begin_with("BEGIN IMMEDIATE").await.map_err(db_error)?;
+    MIGRATIONS
+        .revert_all::<Sqlite, _>(&mut *tx)
+        .await
+        .map_err(failed)?;
+    tx.commit().await.map_err(db_error)?;
+    conn.release();
     Ok(())
 }

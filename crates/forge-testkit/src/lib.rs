@@ -41,6 +41,7 @@ pub mod sources;
 pub mod state;
 pub mod store;
 pub mod streams;
+pub mod upgrade;
 pub mod usage;
 pub mod wire;
 

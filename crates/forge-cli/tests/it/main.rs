@@ -272,10 +272,7 @@ mod stores {
                 .unwrap()
                 .parse()
                 .unwrap();
-            let latest = forge_store_postgres::migrations(forge_store_postgres::Mode::Rls)
-                .last()
-                .unwrap()
-                .version;
+            let latest = forge_store_postgres::migrations(forge_store_postgres::Mode::Rls).latest();
             assert!(
                 stdout
                     .trim_end()
@@ -284,7 +281,7 @@ mod stores {
             );
             applied += n;
         }
-        let expected = forge_store_postgres::migrations(forge_store_postgres::Mode::Rls);
+        let expected = forge_store_postgres::migrations(forge_store_postgres::Mode::Rls).list();
         assert_eq!(
             applied,
             expected.len(),
@@ -292,13 +289,13 @@ mod stores {
         );
         let pool = sqlx::PgPool::connect(db.admin_url()).await.unwrap();
         let ledger: Vec<(i64, String)> =
-            sqlx::query_as("SELECT version, name FROM forge_schema_migrations ORDER BY version")
+            sqlx::query_as("SELECT version, description FROM forge_migrations ORDER BY version")
                 .fetch_all(&pool)
                 .await
                 .unwrap();
         let names: Vec<(i64, String)> = expected
             .iter()
-            .map(|m| (m.version, m.name.to_owned()))
+            .map(|m| (m.version, m.name.to_string()))
             .collect();
         assert_eq!(ledger, names);
         pool.close().await;
@@ -576,7 +573,7 @@ mod stores {
             text(&out.stdout).trim(),
             format!(
                 "applied 0 migration(s); schema at version {}",
-                forge_store_sqlite::MIGRATIONS.last().unwrap().version
+                forge_store_sqlite::migrations().latest()
             )
         );
         std::fs::remove_dir_all(&dir).unwrap();

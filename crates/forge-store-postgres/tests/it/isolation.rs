@@ -488,7 +488,7 @@ async fn refuses_to_start_where_the_system_role_is_forgeable_or_missing() {
     // With what the application role is granted (the ledger, read before the roles are checked).
     sqlx::raw_sql(
         "GRANT ALL ON SCHEMA public TO forge_test_member;
-         GRANT SELECT ON forge_schema_migrations TO forge_test_member",
+         GRANT SELECT ON forge_migrations TO forge_test_member",
     )
     .execute(&mut member_admin)
     .await
@@ -673,7 +673,7 @@ async fn a_signed_in_supabase_user_cannot_touch_forge_tables_directly() {
     let own = "SELECT set_config('role', 'authenticated', true), set_config('request.jwt.claims', '{\"role\":\"authenticated\",\"sub\":\"u\",\"tenant_id\":\"tenant-a\"}', true)";
     let mut statements: Vec<String> = TABLES
         .iter()
-        .chain(&["forge_locks", "forge_schema_migrations", "forge_listeners"])
+        .chain(&["forge_locks", "forge_migrations", "forge_listeners"])
         .map(|t| format!("SELECT count(*) FROM {t}"))
         .collect();
     statements.extend(

@@ -1,7 +1,11 @@
 //! Migrations: up from empty, down, up again leaves an identical catalog.
 
-use forge_store_postgres::PostgresStore;
+use std::sync::Arc;
+
+use forge_core::time::ManualClock;
 use forge_store_postgres::testing::{APP_ROLE, Flavor, TestDatabase};
+use forge_store_postgres::{Mode, PostgresStore};
+use forge_testkit::upgrade::{fill, readback};
 use sqlx::{Connection, PgConnection};
 
 /// Everything the migrations create, as the catalog describes it, one line an object, sorted. In
@@ -27,7 +31,7 @@ async fn catalog(admin_url: &str, flavor: Flavor) -> String {
         let rows: Vec<String> = sqlx::query_scalar(q).fetch_all(&mut conn).await.unwrap();
         lines.extend(
             rows.into_iter()
-                .filter(|l| !l.contains("forge_schema_migrations"))
+                .filter(|l| !l.contains("forge_migrations"))
                 .filter(|l| flavor == Flavor::Supabase || !l.starts_with("function forge_sys_")),
         );
     }
@@ -115,4 +119,110 @@ async fn migrations_up_down_up_leave_an_identical_schema() {
 #[tokio::test]
 async fn supabase_migrations_up_down_up_leave_an_identical_schema() {
     up_down_up(Flavor::Supabase).await;
+}
+
+/// The migration ledger turned back into the one builds before sqlx's migrator kept
+/// (`forge_schema_migrations`: version, name, applied at; same owner, the application role
+/// reading it in RLS mode). The schema is the same scripts' either way, so this is the database
+/// such a build left.
+async fn back_to_the_legacy_ledger(admin_url: &str, flavor: Flavor) {
+    let mut conn = PgConnection::connect(admin_url).await.unwrap();
+    sqlx::raw_sql(
+        "DO $$
+         DECLARE owner text := (SELECT tableowner FROM pg_tables WHERE tablename = 'forge_migrations');
+         BEGIN
+             CREATE TABLE forge_schema_migrations (
+                 version bigint PRIMARY KEY,
+                 name text NOT NULL,
+                 applied_at timestamptz NOT NULL DEFAULT now()
+             );
+             INSERT INTO forge_schema_migrations (version, name)
+                 SELECT version, description FROM forge_migrations;
+             EXECUTE format('ALTER TABLE forge_schema_migrations OWNER TO %I', owner);
+             DROP TABLE forge_migrations;
+         END $$",
+    )
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    if flavor == Flavor::Plain {
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+            "GRANT SELECT ON forge_schema_migrations TO {APP_ROLE}"
+        )))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    }
+    conn.close().await.unwrap();
+}
+
+/// The ledger tables the database has.
+async fn ledgers(admin_url: &str) -> Vec<String> {
+    let mut conn = PgConnection::connect(admin_url).await.unwrap();
+    let names = sqlx::query_scalar(
+        "SELECT tablename::text FROM pg_tables WHERE tablename LIKE 'forge%migrations' ORDER BY 1",
+    )
+    .fetch_all(&mut conn)
+    .await
+    .unwrap();
+    conn.close().await.unwrap();
+    names
+}
+
+/// A database an earlier build migrated and filled keeps everything when this build migrates it:
+/// the earlier ledger is adopted (each name checked), nothing is applied twice.
+async fn upgrades_in_place(flavor: Flavor) {
+    let clock = Arc::new(ManualClock::at_2026());
+    let (store, url, admin) = crate::fresh(flavor, clock.clone()).await;
+    let store = Arc::new(store);
+    fill::<crate::Postgres>(store.clone(), clock).await;
+    let expected = readback(&*store).await;
+    back_to_the_legacy_ledger(&admin, flavor).await;
+    assert_eq!(ledgers(&admin).await, ["forge_schema_migrations"]);
+    let all: Vec<i64> =
+        (1..=forge_store_postgres::migrations(crate::mode_of(flavor)).latest()).collect();
+    let upgraded = match flavor {
+        Flavor::Plain => {
+            // The application role starts on the earlier ledger (it reads it), and the
+            // administrator's next provisioning adopts it, applying nothing.
+            let before = PostgresStore::connect(&url, Mode::Rls).await.unwrap();
+            assert_eq!(before.applied_migrations().await.unwrap(), all);
+            before.close().await;
+            assert_eq!(
+                forge_store_postgres::provision_system(&admin, APP_ROLE)
+                    .await
+                    .unwrap(),
+                0
+            );
+            PostgresStore::connect(&url, Mode::Rls).await.unwrap()
+        }
+        Flavor::Supabase => {
+            let upgraded = PostgresStore::connect(&url, Mode::Supabase).await.unwrap();
+            assert_eq!(upgraded.applied_on_connect(), 0);
+            upgraded
+        }
+    };
+    assert_eq!(ledgers(&admin).await, ["forge_migrations"]);
+    assert_eq!(upgraded.applied_migrations().await.unwrap(), all);
+    assert_eq!(readback(&upgraded).await, expected);
+    if flavor == Flavor::Supabase {
+        // The other mode's ledger is refused by name, not run over.
+        let err = PostgresStore::connect(&url, Mode::Rls).await.unwrap_err();
+        assert!(
+            matches!(err, forge_store_postgres::OpenError::ModeMismatch { .. }),
+            "{err}"
+        );
+    }
+    upgraded.close().await;
+    store.close().await;
+}
+
+#[tokio::test]
+async fn an_rls_database_of_an_earlier_build_upgrades_in_place() {
+    upgrades_in_place(Flavor::Plain).await;
+}
+
+#[tokio::test]
+async fn a_supabase_database_of_an_earlier_build_upgrades_in_place() {
+    upgrades_in_place(Flavor::Supabase).await;
 }

@@ -12,6 +12,8 @@ use forge_core::ports::store::{NewRun, NewThread, RunStore, ThreadStore};
 use forge_core::time::ManualClock;
 use forge_store_sqlite::SqliteStore;
 
+mod upgrade;
+
 /// A fresh database file under the test target directory.
 fn fresh_path(tag: &str) -> PathBuf {
     static N: AtomicU32 = AtomicU32::new(0);
@@ -88,7 +90,8 @@ async fn data_survives_closing_and_reopening_the_file() {
     );
     assert_eq!(
         reopened.applied_migrations().await.unwrap(),
-        forge_store_sqlite::MIGRATIONS
+        forge_store_sqlite::migrations()
+            .list()
             .iter()
             .map(|m| m.version)
             .collect::<Vec<_>>(),

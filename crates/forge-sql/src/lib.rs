@@ -29,6 +29,7 @@
 
 pub mod dialect;
 pub mod migrations;
+pub mod rows;
 pub mod statements;
 
 use std::fmt;

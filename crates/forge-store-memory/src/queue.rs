@@ -7,7 +7,7 @@ use forge_core::Error;
 use forge_core::id::{JobId, RunId};
 use forge_core::ports::audit::{AuditLog, AuditRecord};
 use forge_core::ports::queue::{
-    ClaimFilter, Claimed, ClaimedJob, JobInfo, JobQueue, JobState, LeaseRequest, NewJob,
+    ClaimFilter, Claimed, ClaimedJob, DeadJob, JobInfo, JobQueue, JobState, LeaseRequest, NewJob,
 };
 use forge_core::scope::{Scope, SystemScope, TenantId};
 use forge_core::time::Timestamp;
@@ -92,13 +92,8 @@ impl JobRow {
 
 impl MemoryStore {
     /// Moves a dead job to `to` (a replay resets its attempts) and audits it, atomically.
-    fn operate(
-        &self,
-        id: JobId,
-        actor: &str,
-        action: &str,
-        to: JobState,
-    ) -> Result<JobInfo, Error> {
+    fn operate_dead(&self, id: JobId, actor: &str, operation: DeadJob) -> Result<JobInfo, Error> {
+        let (action, to) = (operation.action(), operation.to());
         let now = self.clock.now();
         let mut st = self.lock();
         let row = st
@@ -159,9 +154,7 @@ impl AuditLog for MemoryStore {
 #[async_trait]
 impl JobQueue for MemoryStore {
     async fn enqueue(&self, scope: &Scope, job: NewJob) -> Result<JobId, Error> {
-        if job.max_attempts == 0 {
-            return Err(Error::invalid("max_attempts must be at least 1"));
-        }
+        forge_core::ports::rules::check_attempts(job.max_attempts)?;
         let id = JobId::generate(self.ids.as_ref());
         let now = self.clock.now();
         let mut st = self.lock();
@@ -370,30 +363,14 @@ impl JobQueue for MemoryStore {
             .ok_or_else(|| Error::not_found("job", id))
     }
 
-    async fn replay(
+    async fn operate(
         &self,
         _system: &SystemScope,
         id: JobId,
         actor: &str,
+        operation: DeadJob,
     ) -> Result<JobInfo, Error> {
-        self.operate(id, actor, "job.replayed", JobState::Ready)
-    }
-
-    async fn discard(
-        &self,
-        _system: &SystemScope,
-        id: JobId,
-        actor: &str,
-    ) -> Result<JobInfo, Error> {
-        self.operate(id, actor, "job.discarded", JobState::Discarded)
-    }
-
-    async fn job_state(&self, _system: &SystemScope, id: JobId) -> Result<JobState, Error> {
-        self.lock()
-            .jobs
-            .get(&id)
-            .map(|r| r.state)
-            .ok_or_else(|| Error::not_found("job", id))
+        self.operate_dead(id, actor, operation)
     }
 }
 

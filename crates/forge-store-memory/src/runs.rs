@@ -115,14 +115,7 @@ impl ThreadStore for MemoryStore {
 #[async_trait]
 impl RunStore for MemoryStore {
     async fn create_run(&self, scope: &Scope, new: NewRun) -> Result<Run, Error> {
-        if new.input.is_empty() {
-            return Err(Error::invalid(
-                "a run needs an input message with at least one part",
-            ));
-        }
-        if new.max_attempts == 0 {
-            return Err(Error::invalid("max_attempts must be at least 1"));
-        }
+        forge_core::ports::rules::check_new_run(&new)?;
         let now = self.clock.now();
         let mut st = self.lock();
         // A thread created for the run is admitted to as it will be, and added (or refused, as

@@ -17,9 +17,7 @@ impl UsageLedger for MemoryStore {
         call: ModelCall,
         quota: Option<Quota>,
     ) -> Result<(), Error> {
-        if &call.tenant_id != scope.tenant_id() {
-            return Err(Error::invalid("a call is reserved in its own tenant"));
-        }
+        forge_core::ports::rules::check_reservation(scope, &call)?;
         let mut st = self.lock();
         st.run(scope, call.run_id)?;
         let earlier: Vec<ModelCall> = st

@@ -8,7 +8,7 @@ use forge_core::Error;
 use forge_core::id::{JobId, RunId};
 use forge_core::ports::audit::{AuditLog, AuditQuery, AuditRecord};
 use forge_core::ports::queue::{
-    ClaimFilter, Claimed, ClaimedJob, JobInfo, JobQueue, JobState, LeaseRequest, NewJob,
+    ClaimFilter, Claimed, ClaimedJob, DeadJob, JobInfo, JobQueue, JobState, LeaseRequest, NewJob,
     claim_leased_each,
 };
 use forge_core::ports::store::{LeasedRun, RunStore};
@@ -183,9 +183,7 @@ impl PostgresStore {
 #[async_trait]
 impl JobQueue for PostgresStore {
     async fn enqueue(&self, scope: &Scope, job: NewJob) -> Result<JobId, Error> {
-        if job.max_attempts == 0 {
-            return Err(Error::invalid("max_attempts must be at least 1"));
-        }
+        forge_core::ports::rules::check_attempts(job.max_attempts)?;
         let id = JobId::generate(self.ids.as_ref());
         let now = self.clock.now();
         let mut tx = self.tenant_tx(scope).await?;
@@ -418,28 +416,14 @@ impl JobQueue for PostgresStore {
         info(&row)
     }
 
-    async fn replay(
+    async fn operate(
         &self,
         _system: &SystemScope,
         id: JobId,
         actor: &str,
+        operation: DeadJob,
     ) -> Result<JobInfo, Error> {
-        self.operate(id, actor, "job.replayed", JobState::Ready)
-            .await
-    }
-
-    async fn discard(
-        &self,
-        _system: &SystemScope,
-        id: JobId,
-        actor: &str,
-    ) -> Result<JobInfo, Error> {
-        self.operate(id, actor, "job.discarded", JobState::Discarded)
-            .await
-    }
-
-    async fn job_state(&self, system: &SystemScope, id: JobId) -> Result<JobState, Error> {
-        Ok(self.job(system, id).await?.state)
+        self.operate_dead(id, actor, operation).await
     }
 }
 
@@ -459,13 +443,13 @@ fn info(row: &PgRow) -> Result<JobInfo, Error> {
 
 impl PostgresStore {
     /// Moves a dead job to `to` (a replay resets its attempts) and audits it, in one transaction.
-    async fn operate(
+    async fn operate_dead(
         &self,
         id: JobId,
         actor: &str,
-        action: &str,
-        to: JobState,
+        operation: DeadJob,
     ) -> Result<JobInfo, Error> {
+        let (action, to) = (operation.action(), operation.to());
         let row = sqlx::query("SELECT * FROM forge_sys_operate($1, $2, $3, $4, $5)")
             .bind(id.0)
             .bind(actor)

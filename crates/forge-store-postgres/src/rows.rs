@@ -2,13 +2,12 @@
 
 use chrono::{DateTime, Utc};
 use forge_core::Error;
-use forge_core::agent::AgentRef;
-use forge_core::id::{MessageId, RunId, ThreadId};
+use forge_core::id::{MessageId, RunId};
 use forge_core::message::{Message, Role};
-use forge_core::run::{Run, RunLease, RunStatus};
-use forge_core::scope::{PrincipalId, TenantId};
-use forge_core::thread::{SessionState, Thread};
+use forge_core::run::Run;
+use forge_core::thread::Thread;
 use forge_core::time::Timestamp;
+use forge_sql::rows::Columns;
 use sqlx::Row;
 use sqlx::postgres::PgRow;
 use sqlx::types::Json;
@@ -29,12 +28,7 @@ pub(crate) fn db_error(e: sqlx::Error) -> Error {
     Error::backend(retryable, e)
 }
 
-pub(crate) fn corrupt(what: &str, detail: impl std::fmt::Display) -> Error {
-    Error::backend(
-        false,
-        std::io::Error::other(format!("stored {what} is unreadable: {detail}")),
-    )
-}
+pub(crate) use forge_sql::rows::{corrupt, signed as i64_of, unsigned as u64_of};
 
 pub(crate) fn get<'r, T: sqlx::Decode<'r, sqlx::Postgres> + sqlx::Type<sqlx::Postgres>>(
     row: &'r PgRow,
@@ -72,63 +66,50 @@ fn unencodable(e: serde_json::Error) -> Error {
 /// serialized again; a statement sent twice sends the same text).
 pub(crate) type Encoded = Json<Box<serde_json::value::RawValue>>;
 
-pub(crate) fn u64_of(v: i64, col: &str) -> Result<u64, Error> {
-    u64::try_from(v).map_err(|_| corrupt(col, v))
-}
+/// A PostgreSQL row as the shared mappers ([`forge_sql::rows`]) read it, in its native types.
+pub(crate) struct Pg<'r>(pub(crate) &'r PgRow);
 
-pub(crate) fn i64_of(v: u64) -> Result<i64, Error> {
-    i64::try_from(v).map_err(|_| Error::invalid(format!("{v} is too large to store")))
+impl Columns for Pg<'_> {
+    fn text(&self, col: &str) -> Result<Option<String>, Error> {
+        get(self.0, col)
+    }
+
+    fn int(&self, col: &str) -> Result<Option<i64>, Error> {
+        match self.0.try_get::<Option<i64>, _>(col) {
+            // An `integer` column.
+            Err(sqlx::Error::ColumnDecode { .. }) => {
+                Ok(get::<Option<i32>>(self.0, col)?.map(i64::from))
+            }
+            read => read.map_err(db_error),
+        }
+    }
+
+    fn uuid(&self, col: &str) -> Result<Option<uuid::Uuid>, Error> {
+        get(self.0, col)
+    }
+
+    fn time(&self, col: &str) -> Result<Option<Timestamp>, Error> {
+        Ok(get::<Option<DateTime<Utc>>>(self.0, col)?.map(Timestamp))
+    }
+
+    fn json<T: serde::de::DeserializeOwned>(&self, col: &str) -> Result<Option<T>, Error> {
+        get::<Option<serde_json::Value>>(self.0, col)?
+            .map(|v| serde_json::from_value(v).map_err(|e| corrupt(col, e)))
+            .transpose()
+    }
+
+    fn flag(&self, col: &str) -> Result<Option<bool>, Error> {
+        get(self.0, col)
+    }
 }
 
 pub(crate) fn thread(row: &PgRow) -> Result<Thread, Error> {
-    thread_as(
-        row,
-        &[
-            "id",
-            "tenant_id",
-            "created_by",
-            "title",
-            "state_version",
-            "state",
-            "active_run",
-            "summary",
-            "created_at",
-            "archived_at",
-        ],
-    )
+    forge_sql::rows::thread(&Pg(row))
 }
 
-/// A thread from its columns named as `names`: id, tenant, creator, title, state version, state,
-/// active run, summary, creation and archival.
+/// A thread from its columns named as `names` ([`forge_sql::rows::thread_as`]).
 pub(crate) fn thread_as(row: &PgRow, names: &[&str; 10]) -> Result<Thread, Error> {
-    let [
-        id,
-        tenant,
-        creator,
-        title,
-        version,
-        state,
-        active,
-        summary,
-        created,
-        archived,
-    ] = *names;
-    Ok(Thread {
-        id: ThreadId(get(row, id)?),
-        tenant_id: TenantId::new(get::<String>(row, tenant)?)?,
-        created_by: PrincipalId::new(get::<String>(row, creator)?)?,
-        title: get(row, title)?,
-        state: SessionState {
-            version: u64_of(get(row, version)?, version)?,
-            values: json(row, state)?,
-        },
-        active_run: get::<Option<uuid::Uuid>>(row, active)?.map(RunId),
-        summary: get::<Option<serde_json::Value>>(row, summary)?
-            .map(|v| serde_json::from_value(v).map_err(|e| corrupt(summary, e)))
-            .transpose()?,
-        created_at: ts(row, created)?,
-        archived_at: get::<Option<DateTime<Utc>>>(row, archived)?.map(Timestamp),
-    })
+    forge_sql::rows::thread_as(&Pg(row), names)
 }
 
 /// Messages from one row's parallel arrays named as `names` (ids, runs, roles, parts, creation
@@ -161,57 +142,14 @@ pub(crate) fn messages_of_arrays(row: &PgRow, names: &[&str; 5]) -> Result<Vec<M
 }
 
 pub(crate) fn message(row: &PgRow) -> Result<Message, Error> {
-    message_as(row, &["id", "run_id", "role", "parts", "created_at"])
+    forge_sql::rows::message(&Pg(row))
 }
 
-/// A message from its columns named as `names`: id, run, role, parts and creation time.
+/// A message from its columns named as `names` ([`forge_sql::rows::message_as`]).
 pub(crate) fn message_as(row: &PgRow, names: &[&str; 5]) -> Result<Message, Error> {
-    let [id, run, role, parts, created] = *names;
-    Ok(Message {
-        id: MessageId(get(row, id)?),
-        run_id: RunId(get(row, run)?),
-        role: Role::from_name(&get::<String>(row, role)?)?,
-        parts: json(row, parts)?,
-        created_at: ts(row, created)?,
-    })
+    forge_sql::rows::message_as(&Pg(row), names)
 }
 
 pub(crate) fn run(row: &PgRow) -> Result<Run, Error> {
-    let id = RunId(get(row, "id")?);
-    let status_name: String = get(row, "status")?;
-    let waiting_for: Option<String> = get(row, "waiting_for")?;
-    let lease = match get::<Option<String>>(row, "lease_holder")? {
-        None => None,
-        Some(holder) => Some(RunLease {
-            run_id: id,
-            holder,
-            token: u64_of(get(row, "lease_token")?, "lease_token")?,
-            expires_at: ts(row, "lease_expires_at")?,
-        }),
-    };
-    let failure: Option<serde_json::Value> = get(row, "failure")?;
-    Ok(Run {
-        id,
-        tenant_id: TenantId::new(get::<String>(row, "tenant_id")?)?,
-        principal_id: PrincipalId::new(get::<String>(row, "principal_id")?)?,
-        role_ids: json(row, "role_ids")?,
-        thread_id: ThreadId(get(row, "thread_id")?),
-        agent: AgentRef {
-            name: get(row, "agent_name")?,
-            version: get(row, "agent_version")?,
-        },
-        input: json(row, "input")?,
-        status: RunStatus::from_stored(&status_name, waiting_for.as_deref())?,
-        version: u64_of(get(row, "version")?, "version")?,
-        last_seq: u64_of(get(row, "last_seq")?, "last_seq")?,
-        checkpoint: json(row, "checkpoint")?,
-        failure: failure
-            .map(|f| serde_json::from_value(f).map_err(|e| corrupt("failure", e)))
-            .transpose()?,
-        lease,
-        cancel_requested: get::<bool>(row, "cancel_requested")?,
-        fence: u64_of(get(row, "fence")?, "fence")?,
-        created_at: ts(row, "created_at")?,
-        updated_at: ts(row, "updated_at")?,
-    })
+    forge_sql::rows::run(&Pg(row))
 }

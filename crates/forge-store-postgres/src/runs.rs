@@ -149,14 +149,7 @@ struct Start {
 impl Start {
     /// `new` checked and made a queued run of `scope` now.
     fn of(store: &PostgresStore, scope: &Scope, new: &NewRun) -> Result<Self, Error> {
-        if new.input.is_empty() {
-            return Err(Error::invalid(
-                "a run needs an input message with at least one part",
-            ));
-        }
-        if new.max_attempts == 0 {
-            return Err(Error::invalid("max_attempts must be at least 1"));
-        }
+        forge_core::ports::rules::check_new_run(new)?;
         let now = store.clock.now();
         let run = new.queued(RunId::generate(store.ids.as_ref()), scope, now);
         Ok(Self {

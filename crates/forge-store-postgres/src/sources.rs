@@ -3,10 +3,8 @@
 //! vectors are found by pgvector where the database has it, by brute force here otherwise.
 
 use async_trait::async_trait;
-use chrono::{DateTime, Utc};
 use forge_core::Error;
 use forge_core::scope::Scope;
-use forge_core::time::Timestamp;
 use forge_rag::SourceStore;
 use forge_rag::model::{
     Candidates, Chunk, IngestedSource, PutOutcome, SearchHit, Source, SourceId, SourceRef,
@@ -28,29 +26,11 @@ macro_rules! source_columns {
 }
 
 fn source_of(r: &PgRow) -> Result<Source, Error> {
-    rows::source(
-        r.get::<&str, _>("id"),
-        r.get("version"),
-        r.get("title"),
-        r.get("label"),
-        r.get::<&str, _>("format"),
-        r.get::<&str, _>("metadata"),
-        r.get("text_bytes"),
-        r.get("chunks"),
-        Timestamp(r.get::<DateTime<Utc>, _>("updated_at")).unix_millis(),
-    )
+    forge_sql::rows::source(&crate::rows::Pg(r))
 }
 
 fn chunk_of(r: &PgRow) -> Result<Chunk, Error> {
-    rows::chunk(
-        r.get::<&str, _>("source_id"),
-        r.get("version"),
-        i64::from(r.get::<i32, _>("idx")),
-        r.get("start_byte"),
-        r.get("end_byte"),
-        r.get("text"),
-        r.get("heading"),
-    )
+    forge_sql::rows::chunk(&crate::rows::Pg(r))
 }
 
 #[async_trait]

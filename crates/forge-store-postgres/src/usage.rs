@@ -20,9 +20,7 @@ impl UsageLedger for PostgresStore {
         call: ModelCall,
         quota: Option<Quota>,
     ) -> Result<(), Error> {
-        if &call.tenant_id != scope.tenant_id() {
-            return Err(Error::invalid("a call is reserved in its own tenant"));
-        }
+        forge_core::ports::rules::check_reservation(scope, &call)?;
         let tenant = scope.tenant_id().as_str();
         let mut tx = self.tenant_tx(scope).await?;
         let run: Option<i32> =

@@ -8,7 +8,7 @@ use forge_core::Error;
 use forge_core::id::{JobId, RunId};
 use forge_core::ports::audit::{AuditLog, AuditQuery, AuditRecord};
 use forge_core::ports::queue::{
-    ClaimFilter, Claimed, ClaimedJob, JobInfo, JobQueue, JobState, LeaseRequest, NewJob,
+    ClaimFilter, Claimed, ClaimedJob, DeadJob, JobInfo, JobQueue, JobState, LeaseRequest, NewJob,
 };
 use forge_core::scope::{Scope, SystemScope, TenantId};
 use forge_core::time::Timestamp;
@@ -187,9 +187,7 @@ impl SqliteStore {
 #[async_trait]
 impl JobQueue for SqliteStore {
     async fn enqueue(&self, scope: &Scope, job: NewJob) -> Result<JobId, Error> {
-        if job.max_attempts == 0 {
-            return Err(Error::invalid("max_attempts must be at least 1"));
-        }
+        forge_core::ports::rules::check_attempts(job.max_attempts)?;
         let id = JobId::generate(self.ids.as_ref());
         let now = self.clock.now();
         let (_gate, mut tx) = self.write_tx().await?;
@@ -358,34 +356,14 @@ impl JobQueue for SqliteStore {
         info(&row)
     }
 
-    async fn replay(
+    async fn operate(
         &self,
         _system: &SystemScope,
         id: JobId,
         actor: &str,
+        operation: DeadJob,
     ) -> Result<JobInfo, Error> {
-        self.operate(id, actor, "job.replayed", JobState::Ready)
-            .await
-    }
-
-    async fn discard(
-        &self,
-        _system: &SystemScope,
-        id: JobId,
-        actor: &str,
-    ) -> Result<JobInfo, Error> {
-        self.operate(id, actor, "job.discarded", JobState::Discarded)
-            .await
-    }
-
-    async fn job_state(&self, _system: &SystemScope, id: JobId) -> Result<JobState, Error> {
-        let state: Option<String> =
-            sqlx::query_scalar("SELECT state FROM forge_jobs WHERE id = $1")
-                .bind(id.to_string())
-                .fetch_optional(&mut *self.conn().await?)
-                .await
-                .map_err(db_error)?;
-        JobState::from_name(&state.ok_or_else(|| Error::not_found("job", id))?)
+        self.operate_dead(id, actor, operation).await
     }
 }
 
@@ -488,13 +466,13 @@ fn info(row: &SqliteRow) -> Result<JobInfo, Error> {
 
 impl SqliteStore {
     /// Moves a dead job to `to` (a replay resets its attempts) and audits it, in one transaction.
-    async fn operate(
+    async fn operate_dead(
         &self,
         id: JobId,
         actor: &str,
-        action: &str,
-        to: JobState,
+        operation: DeadJob,
     ) -> Result<JobInfo, Error> {
+        let (action, to) = (operation.action(), operation.to());
         let now = self.clock.now();
         let (_gate, mut tx) = self.write_tx().await?;
         let row = sqlx::query(concat!(

@@ -1,17 +1,16 @@
 //! Mapping between rows and domain types, and between sqlx errors and `forge_core::Error`.
 //!
-//! The domain rows (threads, messages, runs) are read through [`Cols`], which both drivers'
-//! rows implement: the sqlx pool's and the writer lane's (rusqlite), one mapping for both.
+//! The domain rows (threads, messages, runs, sources, chunks) are read through [`Cols`], which
+//! both drivers' rows implement (the sqlx pool's and the writer lane's, rusqlite), by the shared
+//! mappers of [`forge_sql::rows`]: one mapping for both drivers and both SQL stores.
 
 use forge_core::Error;
-use forge_core::agent::AgentRef;
-use forge_core::id::{MessageId, RunId, ThreadId};
-use forge_core::message::{Message, Role};
-use forge_core::run::{Run, RunLease, RunStatus};
-use forge_core::scope::{PrincipalId, TenantId};
-use forge_core::thread::{SessionState, Thread};
+use forge_core::message::Message;
+use forge_core::run::Run;
+use forge_core::thread::Thread;
 use forge_core::time::Timestamp;
-use sqlx::Row;
+use forge_sql::rows::Columns;
+use sqlx::Row as _;
 use sqlx::sqlite::SqliteRow;
 
 /// Classifies a sqlx error: lock contention and pool exhaustion may succeed later.
@@ -24,12 +23,7 @@ pub(crate) fn db_error(e: sqlx::Error) -> Error {
     Error::backend(retryable, e)
 }
 
-pub(crate) fn corrupt(what: &str, detail: impl std::fmt::Display) -> Error {
-    Error::backend(
-        false,
-        std::io::Error::other(format!("stored {what} is unreadable: {detail}")),
-    )
-}
+pub(crate) use forge_sql::rows::{corrupt, signed as i64_of, unsigned as u64_of};
 
 pub(crate) fn get<'r, T: sqlx::Decode<'r, sqlx::Sqlite> + sqlx::Type<sqlx::Sqlite>>(
     row: &'r SqliteRow,
@@ -96,97 +90,30 @@ pub(crate) fn to_json<T: serde::Serialize>(value: &T) -> Result<String, Error> {
     serde_json::to_string(value).map_err(|e| Error::invalid(format!("cannot encode as JSON: {e}")))
 }
 
-pub(crate) fn u64_of(v: i64, col: &str) -> Result<u64, Error> {
-    u64::try_from(v).map_err(|_| corrupt(col, v))
-}
+/// A row of either driver as the shared mappers ([`forge_sql::rows`]) read it: SQLite's storage
+/// classes are what [`Columns`]' provided methods read.
+pub(crate) struct Row<'r, C: ?Sized>(pub(crate) &'r C);
 
-pub(crate) fn i64_of(v: u64) -> Result<i64, Error> {
-    i64::try_from(v).map_err(|_| Error::invalid(format!("{v} is too large to store")))
+impl<C: Cols + ?Sized> Columns for Row<'_, C> {
+    fn text(&self, col: &str) -> Result<Option<String>, Error> {
+        self.0.text(col)
+    }
+
+    fn int(&self, col: &str) -> Result<Option<i64>, Error> {
+        self.0.int(col)
+    }
 }
 
 pub(crate) fn thread(row: &impl Cols) -> Result<Thread, Error> {
-    let active = row.text("active_run")?;
-    Ok(Thread {
-        id: ThreadId(uuid(row, "id")?),
-        tenant_id: TenantId::new(text(row, "tenant_id")?)?,
-        created_by: PrincipalId::new(text(row, "created_by")?)?,
-        title: row.text("title")?,
-        state: SessionState {
-            version: u64_of(int(row, "state_version")?, "state_version")?,
-            values: json(row, "state")?,
-        },
-        active_run: active
-            .map(|s| {
-                uuid::Uuid::parse_str(&s)
-                    .map(RunId)
-                    .map_err(|e| corrupt("active_run", e))
-            })
-            .transpose()?,
-        summary: row
-            .text("summary")?
-            .map(|s| serde_json::from_str(&s).map_err(|e| corrupt("summary", e)))
-            .transpose()?,
-        created_at: ts(row, "created_at")?,
-        archived_at: row
-            .int("archived_at")?
-            .map(|ms| Timestamp::from_unix_millis(ms).ok_or_else(|| corrupt("archived_at", ms)))
-            .transpose()?,
-    })
+    forge_sql::rows::thread(&Row(row))
 }
 
 pub(crate) fn message(row: &impl Cols) -> Result<Message, Error> {
-    Ok(Message {
-        id: MessageId(uuid(row, "id")?),
-        run_id: RunId(uuid(row, "run_id")?),
-        role: Role::from_name(&text(row, "role")?)?,
-        parts: json(row, "parts")?,
-        created_at: ts(row, "created_at")?,
-    })
+    forge_sql::rows::message(&Row(row))
 }
 
 pub(crate) fn run(row: &impl Cols) -> Result<Run, Error> {
-    let id = RunId(uuid(row, "id")?);
-    let status_name = text(row, "status")?;
-    let waiting_for = row.text("waiting_for")?;
-    let lease = match row.text("lease_holder")? {
-        None => None,
-        Some(holder) => {
-            let token = int(row, "lease_token")?;
-            let expires = int(row, "lease_expires_at")?;
-            Some(RunLease {
-                run_id: id,
-                holder,
-                token: u64_of(token, "lease_token")?,
-                expires_at: Timestamp::from_unix_millis(expires)
-                    .ok_or_else(|| corrupt("lease_expires_at", expires))?,
-            })
-        }
-    };
-    Ok(Run {
-        id,
-        tenant_id: TenantId::new(text(row, "tenant_id")?)?,
-        principal_id: PrincipalId::new(text(row, "principal_id")?)?,
-        role_ids: json(row, "role_ids")?,
-        thread_id: ThreadId(uuid(row, "thread_id")?),
-        agent: AgentRef {
-            name: text(row, "agent_name")?,
-            version: text(row, "agent_version")?,
-        },
-        input: json(row, "input")?,
-        status: RunStatus::from_stored(&status_name, waiting_for.as_deref())?,
-        version: u64_of(int(row, "version")?, "version")?,
-        last_seq: u64_of(int(row, "last_seq")?, "last_seq")?,
-        checkpoint: json(row, "checkpoint")?,
-        failure: row
-            .text("failure")?
-            .map(|f| serde_json::from_str(&f).map_err(|e| corrupt("failure", e)))
-            .transpose()?,
-        lease,
-        cancel_requested: int(row, "cancel_requested")? != 0,
-        fence: u64_of(int(row, "fence")?, "fence")?,
-        created_at: ts(row, "created_at")?,
-        updated_at: ts(row, "updated_at")?,
-    })
+    forge_sql::rows::run(&Row(row))
 }
 
 /// `value` as an SQLite string literal (single quotes doubled; SQLite has no backslash escapes).

@@ -698,14 +698,7 @@ pub(crate) const SET_STATE_SQL: &str =
 #[async_trait]
 impl RunStore for SqliteStore {
     async fn create_run(&self, scope: &Scope, new: NewRun) -> Result<Run, Error> {
-        if new.input.is_empty() {
-            return Err(Error::invalid(
-                "a run needs an input message with at least one part",
-            ));
-        }
-        if new.max_attempts == 0 {
-            return Err(Error::invalid("max_attempts must be at least 1"));
-        }
+        forge_core::ports::rules::check_new_run(&new)?;
         let now = self.clock.now();
         let run = new.queued(RunId::generate(self.ids.as_ref()), scope, now);
         let job = forge_core::id::JobId::generate(self.ids.as_ref());

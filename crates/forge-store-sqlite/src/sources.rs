@@ -26,29 +26,11 @@ macro_rules! source_columns {
 }
 
 fn source_of(r: &SqliteRow) -> Result<Source, Error> {
-    rows::source(
-        r.get::<&str, _>("id"),
-        r.get("version"),
-        r.get("title"),
-        r.get("label"),
-        r.get::<&str, _>("format"),
-        r.get::<&str, _>("metadata"),
-        r.get("text_bytes"),
-        r.get("chunks"),
-        r.get("updated_at"),
-    )
+    forge_sql::rows::source(&crate::rows::Row(r))
 }
 
 fn chunk_of(r: &SqliteRow) -> Result<Chunk, Error> {
-    rows::chunk(
-        r.get::<&str, _>("source_id"),
-        r.get("version"),
-        r.get("idx"),
-        r.get("start_byte"),
-        r.get("end_byte"),
-        r.get("text"),
-        r.get("heading"),
-    )
+    forge_sql::rows::chunk(&crate::rows::Row(r))
 }
 
 #[async_trait]

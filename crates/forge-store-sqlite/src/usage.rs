@@ -23,9 +23,7 @@ impl UsageLedger for SqliteStore {
         call: ModelCall,
         quota: Option<Quota>,
     ) -> Result<(), Error> {
-        if &call.tenant_id != scope.tenant_id() {
-            return Err(Error::invalid("a call is reserved in its own tenant"));
-        }
+        forge_core::ports::rules::check_reservation(scope, &call)?;
         self.lane
             .run(move |conn| reserve_on(conn, call, quota))
             .await

@@ -421,7 +421,8 @@ macro_rules! runs_conformance {
         $crate::__conformance_suite!(runs_conformance, "runs", $factory;
             run_round_trip_and_history, commit_step_single_writer, commit_step_fencing,
             refused_commit_writes_nothing, illegal_status_change_is_refused,
-            runs_are_queried_by_status_and_thread_newest_first);
+            runs_are_queried_by_status_and_thread_newest_first,
+            runs_and_jobs_without_input_or_attempts_are_refused);
     };
 }
 

@@ -1150,3 +1150,52 @@ pub async fn request_cancel_flags_live_runs_only<F: StoreFactory>() {
         "cancel across tenants",
     );
 }
+
+/// A new run without input or attempts, and a job without attempts, are refused as `Invalid`
+/// before anything is written.
+pub async fn runs_and_jobs_without_input_or_attempts_are_refused<F: StoreFactory>() {
+    let f = fixture::<F>().await;
+    let thread = f
+        .store
+        .create_thread(&f.scope, NewThread::default())
+        .await
+        .expect("create thread");
+    expect_kind(
+        f.store
+            .create_run(&f.scope, NewRun::new(thread.id, agent_ref(), vec![]))
+            .await,
+        ErrorKind::Invalid,
+        "a run without input",
+    );
+    let mut no_attempts = NewRun::new(thread.id, agent_ref(), vec![Part::text("hi")]);
+    no_attempts.max_attempts = 0;
+    expect_kind(
+        f.store.create_run(&f.scope, no_attempts).await,
+        ErrorKind::Invalid,
+        "a run without attempts",
+    );
+    assert!(
+        f.store
+            .list_runs(&f.scope, thread.id)
+            .await
+            .expect("runs")
+            .is_empty(),
+        "a refused run wrote nothing"
+    );
+    let run = f.run().await;
+    expect_kind(
+        f.store
+            .enqueue(
+                &f.scope,
+                NewJob {
+                    run_id: run.id,
+                    not_before: None,
+                    max_attempts: 0,
+                    traceparent: None,
+                },
+            )
+            .await,
+        ErrorKind::Invalid,
+        "a job without attempts",
+    );
+}

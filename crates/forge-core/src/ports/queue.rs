@@ -316,14 +316,33 @@ pub trait JobQueue: Send + Sync {
     /// One job as an operator sees it.
     async fn job(&self, system: &SystemScope, id: JobId) -> Result<JobInfo, Error>;
 
+    /// Does `operation` to a dead job, recording its audit entry ([`DeadJob::action`]) for
+    /// `actor` in the same transaction. Any other state is `Invalid`. What [`JobQueue::replay`]
+    /// and [`JobQueue::discard`] call.
+    async fn operate(
+        &self,
+        system: &SystemScope,
+        id: JobId,
+        actor: &str,
+        operation: DeadJob,
+    ) -> Result<JobInfo, Error>;
+
     /// Makes a dead job ready again with a fresh attempt budget, recording an audit entry for
     /// `actor` in the same transaction. Any other state is `Invalid`.
-    async fn replay(&self, system: &SystemScope, id: JobId, actor: &str) -> Result<JobInfo, Error>;
+    async fn replay(&self, system: &SystemScope, id: JobId, actor: &str) -> Result<JobInfo, Error> {
+        self.operate(system, id, actor, DeadJob::Replay).await
+    }
 
     /// Gives a dead job up for good, recording an audit entry for `actor` in the same transaction.
     /// Any other state is `Invalid`.
-    async fn discard(&self, system: &SystemScope, id: JobId, actor: &str)
-    -> Result<JobInfo, Error>;
+    async fn discard(
+        &self,
+        system: &SystemScope,
+        id: JobId,
+        actor: &str,
+    ) -> Result<JobInfo, Error> {
+        self.operate(system, id, actor, DeadJob::Discard).await
+    }
 
     /// Gives a claimed job back without spending an attempt (a worker draining for shutdown, or a
     /// run still leased by a crashed worker): ready again at `not_before`.
@@ -335,5 +354,34 @@ pub trait JobQueue: Send + Sync {
     ) -> Result<(), Error>;
 
     /// The state of a job.
-    async fn job_state(&self, system: &SystemScope, id: JobId) -> Result<JobState, Error>;
+    async fn job_state(&self, system: &SystemScope, id: JobId) -> Result<JobState, Error> {
+        Ok(self.job(system, id).await?.state)
+    }
+}
+
+/// What an operator does to a dead job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeadJob {
+    /// Ready again, with a fresh attempt budget.
+    Replay,
+    /// Given up for good.
+    Discard,
+}
+
+impl DeadJob {
+    /// The audit action recorded.
+    pub fn action(self) -> &'static str {
+        match self {
+            Self::Replay => "job.replayed",
+            Self::Discard => "job.discarded",
+        }
+    }
+
+    /// The state the job is left in.
+    pub fn to(self) -> JobState {
+        match self {
+            Self::Replay => JobState::Ready,
+            Self::Discard => JobState::Discarded,
+        }
+    }
 }

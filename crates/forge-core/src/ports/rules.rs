@@ -134,6 +134,37 @@ pub fn foreign_settlement<'c>(
         .find(|c| c.run_id != commit.run_id || &c.tenant_id != tenant)
 }
 
+/// The check every adapter applies to a new run before anything is written: it has an input
+/// message with at least one part, and at least one attempt.
+pub fn check_new_run(new: &crate::ports::store::NewRun) -> Result<(), Error> {
+    if new.input.is_empty() {
+        return Err(Error::invalid(
+            "a run needs an input message with at least one part",
+        ));
+    }
+    check_attempts(new.max_attempts)
+}
+
+/// The check every adapter applies to a job's `max_attempts` (a new job's or a new run's): at
+/// least one.
+pub fn check_attempts(max_attempts: u32) -> Result<(), Error> {
+    if max_attempts == 0 {
+        return Err(Error::invalid("max_attempts must be at least 1"));
+    }
+    Ok(())
+}
+
+/// The check every adapter applies to a model call it reserves: the call is of `scope`'s tenant.
+pub fn check_reservation(
+    scope: &crate::scope::Scope,
+    call: &crate::metering::ModelCall,
+) -> Result<(), Error> {
+    if &call.tenant_id != scope.tenant_id() {
+        return Err(Error::invalid("a call is reserved in its own tenant"));
+    }
+    Ok(())
+}
+
 /// The check every adapter applies to a step's summary before the version rule: it is the
 /// committing run's own.
 pub fn check_summary(run: &Run, summary: &ThreadSummary) -> Result<(), Error> {

@@ -224,21 +224,14 @@ impl JobQueue for CountingQueue {
     ) -> Result<forge_core::ports::queue::JobInfo, forge_core::Error> {
         self.store.job(system, id).await
     }
-    async fn replay(
+    async fn operate(
         &self,
         system: &SystemScope,
         id: forge_core::id::JobId,
         actor: &str,
+        operation: forge_core::ports::queue::DeadJob,
     ) -> Result<forge_core::ports::queue::JobInfo, forge_core::Error> {
-        self.store.replay(system, id, actor).await
-    }
-    async fn discard(
-        &self,
-        system: &SystemScope,
-        id: forge_core::id::JobId,
-        actor: &str,
-    ) -> Result<forge_core::ports::queue::JobInfo, forge_core::Error> {
-        self.store.discard(system, id, actor).await
+        self.store.operate(system, id, actor, operation).await
     }
     async fn release(
         &self,
@@ -247,13 +240,6 @@ impl JobQueue for CountingQueue {
         not_before: forge_core::time::Timestamp,
     ) -> Result<(), forge_core::Error> {
         self.store.release(system, job, not_before).await
-    }
-    async fn job_state(
-        &self,
-        system: &SystemScope,
-        id: forge_core::id::JobId,
-    ) -> Result<JobState, forge_core::Error> {
-        self.store.job_state(system, id).await
     }
 }
 

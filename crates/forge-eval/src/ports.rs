@@ -26,9 +26,9 @@ use crate::score::{CaseResult, ScoringRun, ScoringRunId};
 pub trait EvalStore: Send + Sync {
     /// Stores a new scoring run (of the caller's tenant, `running`); an id already stored is a
     /// conflict. A run of another tenant than the scope's is refused here
-    /// ([`rows::check_tenant`]), for every adapter.
+    /// ([`rules::check_tenant`]), for every adapter.
     async fn start_scoring(&self, scope: &Scope, run: &ScoringRun) -> Result<(), Error> {
-        rows::check_tenant(scope, run)?;
+        rules::check_tenant(scope, run)?;
         self.insert_scoring(scope, run).await
     }
 
@@ -96,30 +96,13 @@ pub trait EvalStore: Send + Sync {
     ) -> Result<(), Error>;
 }
 
-/// Row mapping every adapter shares: a scoring run's columns, and results and verdicts stored
-/// whole as JSON beside the columns completion derives totals from.
-pub mod rows {
-    use std::collections::BTreeMap;
-
+/// The rules every adapter applies (memory and SQL alike), written once; the SQL stores' row
+/// mapping is `forge_sql::eval`'s.
+pub mod rules {
     use forge_core::Error;
-    use forge_core::scope::{Scope, TenantId};
-    use forge_core::time::Timestamp;
+    use forge_core::scope::Scope;
 
-    use crate::dimension::Dimension;
-    use crate::judge::JudgeVerdict;
-    use crate::score::{
-        CaseResult, DimensionScore, ScoringRun, ScoringRunId, ScoringStatus, Totals,
-    };
-
-    /// A result as the JSON value stored beside its columns.
-    pub fn case_value(result: &CaseResult) -> Result<serde_json::Value, Error> {
-        serde_json::to_value(result).map_err(|e| Error::invalid(format!("case result: {e}")))
-    }
-
-    /// A verdict as the JSON value stored.
-    pub fn verdict_value(v: &JudgeVerdict) -> Result<serde_json::Value, Error> {
-        serde_json::to_value(v).map_err(|e| Error::invalid(format!("judge verdict: {e}")))
-    }
+    use crate::score::{CaseResult, ScoringRun};
 
     /// Refuses a run of another tenant than `scope`'s.
     pub fn check_tenant(scope: &Scope, run: &ScoringRun) -> Result<(), Error> {
@@ -139,95 +122,5 @@ pub mod rows {
         r.dimensions.sort();
         r.dimensions.dedup();
         r
-    }
-
-    /// A result's stored body.
-    pub fn encode_case(result: &CaseResult) -> Result<String, Error> {
-        serde_json::to_string(result).map_err(|e| Error::invalid(format!("case result: {e}")))
-    }
-
-    /// A stored result.
-    pub fn decode_case(body: &str) -> Result<CaseResult, Error> {
-        serde_json::from_str(body).map_err(|e| Error::invalid(format!("stored case result: {e}")))
-    }
-
-    /// A result's dimensions, as the JSON array the derivation reads.
-    pub fn encode_dimensions(result: &CaseResult) -> Result<String, Error> {
-        serde_json::to_string(&result.dimensions)
-            .map_err(|e| Error::invalid(format!("case dimensions: {e}")))
-    }
-
-    /// A verdict's stored body.
-    pub fn encode_verdict(v: &JudgeVerdict) -> Result<String, Error> {
-        serde_json::to_string(v).map_err(|e| Error::invalid(format!("judge verdict: {e}")))
-    }
-
-    /// A stored verdict.
-    pub fn decode_verdict(body: &str) -> Result<JudgeVerdict, Error> {
-        serde_json::from_str(body).map_err(|e| Error::invalid(format!("stored judge verdict: {e}")))
-    }
-
-    /// A scoring run's columns, as read back.
-    #[derive(Debug, Clone)]
-    pub struct RunColumns {
-        /// `id`.
-        pub id: uuid::Uuid,
-        /// `tenant_id`.
-        pub tenant_id: String,
-        /// `dataset`.
-        pub dataset: String,
-        /// `dataset_version`.
-        pub dataset_version: i64,
-        /// `dataset_sha256`.
-        pub dataset_sha256: String,
-        /// `label`.
-        pub label: String,
-        /// `started_at`.
-        pub started_at: Timestamp,
-        /// `completed_at`.
-        pub completed_at: Option<Timestamp>,
-        /// `status`.
-        pub status: String,
-        /// `totals`, JSON.
-        pub totals: Option<String>,
-        /// `dimensions`, JSON.
-        pub dimensions: Option<String>,
-    }
-
-    /// The run the columns describe.
-    pub fn decode_run(c: RunColumns) -> Result<ScoringRun, Error> {
-        let bad = |what: &str, e: String| Error::invalid(format!("stored scoring run {what}: {e}"));
-        let status = match c.status.as_str() {
-            "running" => ScoringStatus::Running,
-            "completed" => ScoringStatus::Completed,
-            other => return Err(bad("status", other.to_owned())),
-        };
-        let totals: Option<Totals> = c
-            .totals
-            .as_deref()
-            .map(serde_json::from_str)
-            .transpose()
-            .map_err(|e| bad("totals", e.to_string()))?;
-        let dimensions: BTreeMap<Dimension, DimensionScore> = c
-            .dimensions
-            .as_deref()
-            .map(serde_json::from_str)
-            .transpose()
-            .map_err(|e| bad("dimensions", e.to_string()))?
-            .unwrap_or_default();
-        Ok(ScoringRun {
-            id: ScoringRunId(c.id),
-            tenant_id: TenantId::new(c.tenant_id).map_err(|e| bad("tenant", e.to_string()))?,
-            dataset: c.dataset,
-            dataset_version: u32::try_from(c.dataset_version)
-                .map_err(|e| bad("dataset version", e.to_string()))?,
-            dataset_sha256: c.dataset_sha256,
-            label: c.label,
-            started_at: c.started_at,
-            completed_at: c.completed_at,
-            status,
-            totals,
-            dimensions,
-        })
     }
 }

@@ -18,9 +18,9 @@ use crate::model::{FileId, FileRecord};
 pub trait FileStore: Send + Sync {
     /// Stores a new record and its `file.accepted` audit record by `actor`, in one
     /// transaction; an id already stored is a conflict. A record of another tenant than the
-    /// scope's is refused here ([`rows::check_tenant`]), for every adapter.
+    /// scope's is refused here ([`rules::check_tenant`]), for every adapter.
     async fn put_file(&self, scope: &Scope, file: &FileRecord, actor: &str) -> Result<(), Error> {
-        rows::check_tenant(scope, file)?;
+        rules::check_tenant(scope, file)?;
         self.insert_file(scope, file, actor).await
     }
 
@@ -110,25 +110,15 @@ pub trait Scanner: Send + Sync {
     }
 }
 
-/// Row mapping every SQL adapter shares: the record is stored whole as JSON beside the columns
-/// queries filter on.
-pub mod rows {
+/// The rules every adapter applies (memory and SQL alike), written once; the SQL stores' row
+/// mapping is `forge_sql::files`'s.
+pub mod rules {
     use forge_core::Error;
     use forge_core::ports::audit::AuditRecord;
     use forge_core::scope::Scope;
     use forge_core::time::Timestamp;
 
     use crate::model::{FILE_ACCEPTED, FILE_DELETED, FILE_DOWNLOADED, FileRecord};
-
-    /// The record as stored.
-    pub fn encode(file: &FileRecord) -> Result<String, Error> {
-        serde_json::to_string(file).map_err(|e| Error::invalid(format!("file record: {e}")))
-    }
-
-    /// A stored record.
-    pub fn decode(body: &str) -> Result<FileRecord, Error> {
-        serde_json::from_str(body).map_err(|e| Error::invalid(format!("stored file record: {e}")))
-    }
 
     /// Refuses a record of another tenant than `scope`'s.
     pub fn check_tenant(scope: &Scope, file: &FileRecord) -> Result<(), Error> {

@@ -505,7 +505,7 @@ impl Files {
             _ => return Err(Rejected),
         };
         if let Some(audit) = &self.parts.audit {
-            let entry = crate::ports::rows::downloaded(caller, &record, self.parts.clock.now());
+            let entry = crate::ports::rules::downloaded(caller, &record, self.parts.clock.now());
             audit
                 .record_audit(caller, entry)
                 .await

@@ -112,14 +112,15 @@ pub trait SourceStore: Send + Sync {
     ) -> Result<Vec<SearchHit>, Error>;
 }
 
-/// Row mapping and rules every adapter shares, so the SQL adapters differ only in their SQL.
-pub mod rows {
+/// The rules every adapter applies (memory and SQL alike), written once; the SQL stores' row
+/// mapping is `forge_sql::rag`'s.
+pub mod rules {
     use forge_core::Error;
     use forge_core::ports::audit::AuditRecord;
     use forge_core::scope::Scope;
     use forge_core::time::Timestamp;
 
-    use crate::model::{Chunk, Format, PutOutcome, Source, SourceId};
+    use crate::model::{PutOutcome, SourceId};
     use crate::ports::SOURCE_DELETED;
 
     /// What storing a version over `existing` (the stored version, if any) does.
@@ -146,154 +147,6 @@ pub mod rows {
             ));
         }
         Ok(())
-    }
-
-    /// The hits of `top` (source id and chunk index, with similarity, best first) from `chunks`
-    /// (those chunks, in any order); a key whose chunk is missing is dropped.
-    pub fn ordered_hits(
-        top: Vec<((String, u32), f32)>,
-        chunks: Vec<Chunk>,
-    ) -> Vec<crate::model::SearchHit> {
-        let mut by_key: std::collections::HashMap<(String, u32), Chunk> = chunks
-            .into_iter()
-            .map(|c| ((c.source_id.as_str().to_owned(), c.index), c))
-            .collect();
-        top.into_iter()
-            .filter_map(|(k, score)| {
-                by_key
-                    .remove(&k)
-                    .map(|chunk| crate::model::SearchHit { chunk, score })
-            })
-            .collect()
-    }
-
-    /// `top`'s keys as one JSON array of `[source_id, index]` pairs, for a single statement.
-    pub fn keys_json(top: &[((String, u32), f32)]) -> String {
-        serde_json::Value::Array(
-            top.iter()
-                .map(|((id, idx), _)| serde_json::json!([id, idx]))
-                .collect(),
-        )
-        .to_string()
-    }
-
-    /// The words a chunk counts for ranking.
-    pub fn chunk_words(text: &str) -> i64 {
-        crate::rank::words(text).len() as i64
-    }
-
-    /// A source from its columns.
-    #[allow(clippy::too_many_arguments)]
-    pub fn source(
-        id: &str,
-        version: String,
-        title: String,
-        label: String,
-        format: &str,
-        metadata: &str,
-        text_bytes: i64,
-        chunks: i64,
-        updated_at_millis: i64,
-    ) -> Result<Source, Error> {
-        Ok(Source {
-            id: SourceId::new(id)?,
-            version,
-            title,
-            label,
-            format: Format::parse(format)
-                .ok_or_else(|| Error::invalid(format!("stored format {format:?} is unknown")))?,
-            metadata: serde_json::from_str(metadata)
-                .map_err(|e| Error::invalid(format!("stored metadata: {e}")))?,
-            text_bytes: text_bytes.max(0) as u64,
-            chunks: chunks.max(0) as u32,
-            updated_at: Timestamp::from_unix_millis(updated_at_millis)
-                .ok_or_else(|| Error::invalid("stored time is out of range"))?,
-        })
-    }
-
-    /// A chunk from its columns.
-    pub fn chunk(
-        source_id: &str,
-        version: String,
-        index: i64,
-        start: i64,
-        end: i64,
-        text: String,
-        heading: Option<String>,
-    ) -> Result<Chunk, Error> {
-        Ok(Chunk {
-            source_id: SourceId::new(source_id)?,
-            version,
-            index: index.max(0) as u32,
-            start: start.max(0) as u64,
-            end: end.max(0) as u64,
-            text,
-            heading,
-        })
-    }
-
-    /// The JSON-quoted id, which every stored event or message quoting the source contains: a
-    /// cheap filter before each candidate is parsed and checked by structure.
-    pub fn quoted_id(id: &SourceId) -> String {
-        serde_json::Value::String(id.as_str().to_owned()).to_string()
-    }
-
-    /// `body` (a stored event) with the quotes of `id` removed, when it had any.
-    pub fn event_forgetting(body: &str, id: &SourceId) -> Result<Option<String>, Error> {
-        let mut event: forge_core::event::RunEvent =
-            serde_json::from_str(body).map_err(|e| Error::invalid(e.to_string()))?;
-        if !event.forget_source(id.as_str()) {
-            return Ok(None);
-        }
-        serde_json::to_string(&event)
-            .map(Some)
-            .map_err(|e| Error::invalid(e.to_string()))
-    }
-
-    /// `parts` (a stored message's) with the quotes of `id` removed, when they had any.
-    pub fn parts_forgetting(parts: &str, id: &SourceId) -> Result<Option<String>, Error> {
-        let mut parts: Vec<forge_core::part::Part> =
-            serde_json::from_str(parts).map_err(|e| Error::invalid(e.to_string()))?;
-        let mut changed = false;
-        for part in &mut parts {
-            changed |= part.forget_source(id.as_str());
-        }
-        if !changed {
-            return Ok(None);
-        }
-        serde_json::to_string(&parts)
-            .map(Some)
-            .map_err(|e| Error::invalid(e.to_string()))
-    }
-
-    /// Of stored events keyed by `K` (those whose body contains [`quoted_id`]), the ones that
-    /// quote `id`, with their bodies rewritten: what an adapter writes back.
-    pub fn events_to_rewrite<K>(
-        rows: Vec<(K, String)>,
-        id: &SourceId,
-    ) -> Result<Vec<(K, String)>, Error> {
-        rewrites(rows, |body| event_forgetting(body, id))
-    }
-
-    /// [`events_to_rewrite`] for stored messages' parts.
-    pub fn messages_to_rewrite<K>(
-        rows: Vec<(K, String)>,
-        id: &SourceId,
-    ) -> Result<Vec<(K, String)>, Error> {
-        rewrites(rows, |parts| parts_forgetting(parts, id))
-    }
-
-    fn rewrites<K>(
-        rows: Vec<(K, String)>,
-        rewrite: impl Fn(&str) -> Result<Option<String>, Error>,
-    ) -> Result<Vec<(K, String)>, Error> {
-        let mut out = Vec::new();
-        for (key, text) in rows {
-            if let Some(new) = rewrite(&text)? {
-                out.push((key, new));
-            }
-        }
-        Ok(out)
     }
 
     /// The audit record of a deletion that also removed `quotes` copies of the source's text

@@ -28,7 +28,10 @@
 #![deny(missing_docs)]
 
 pub mod dialect;
+pub mod eval;
+pub mod files;
 pub mod migrations;
+pub mod rag;
 pub mod rows;
 pub mod statements;
 

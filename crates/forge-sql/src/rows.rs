@@ -14,7 +14,7 @@ use forge_core::run::{Run, RunLease, RunStatus};
 use forge_core::scope::{PrincipalId, TenantId};
 use forge_core::thread::{SessionState, Thread};
 use forge_core::time::Timestamp;
-use forge_rag::model::{Chunk, Source};
+use forge_rag::model::{Chunk, Format, Source, SourceId};
 use serde::de::DeserializeOwned;
 
 /// A row read by column name, as the domain rows' columns are kept in one dialect. Each read is
@@ -204,30 +204,31 @@ pub fn run(row: &impl Columns) -> Result<Run, Error> {
 /// A retrieval source from its columns: `id`, `version`, `title`, `label`, `format`, `metadata`
 /// (JSON text), `text_bytes`, `chunks` and `updated_at`.
 pub fn source(row: &impl Columns) -> Result<Source, Error> {
-    let updated = time(row, "updated_at")?;
-    forge_rag::ports::rows::source(
-        &text(row, "id")?,
-        text(row, "version")?,
-        text(row, "title")?,
-        text(row, "label")?,
-        &text(row, "format")?,
-        &text(row, "metadata")?,
-        int(row, "text_bytes")?,
-        int(row, "chunks")?,
-        updated.unix_millis(),
-    )
+    let format = text(row, "format")?;
+    Ok(Source {
+        id: SourceId::new(text(row, "id")?)?,
+        version: text(row, "version")?,
+        title: text(row, "title")?,
+        label: text(row, "label")?,
+        format: Format::parse(&format).ok_or_else(|| corrupt("format", &format))?,
+        metadata: serde_json::from_str(&text(row, "metadata")?)
+            .map_err(|e| corrupt("metadata", e))?,
+        text_bytes: int(row, "text_bytes")?.max(0) as u64,
+        chunks: int(row, "chunks")?.max(0) as u32,
+        updated_at: time(row, "updated_at")?,
+    })
 }
 
 /// A chunk from its columns: `source_id`, `version`, `idx`, `start_byte`, `end_byte`, `text` and
 /// `heading`.
 pub fn chunk(row: &impl Columns) -> Result<Chunk, Error> {
-    forge_rag::ports::rows::chunk(
-        &text(row, "source_id")?,
-        text(row, "version")?,
-        int(row, "idx")?,
-        int(row, "start_byte")?,
-        int(row, "end_byte")?,
-        text(row, "text")?,
-        row.text("heading")?,
-    )
+    Ok(Chunk {
+        source_id: SourceId::new(text(row, "source_id")?)?,
+        version: text(row, "version")?,
+        index: int(row, "idx")?.max(0) as u32,
+        start: int(row, "start_byte")?.max(0) as u64,
+        end: int(row, "end_byte")?.max(0) as u64,
+        text: text(row, "text")?,
+        heading: row.text("heading")?,
+    })
 }

@@ -9,7 +9,7 @@ use forge_core::Error;
 use forge_core::scope::{Scope, TenantId};
 use forge_core::time::Timestamp;
 use forge_eval::judge::{JudgeKey, JudgeVerdict};
-use forge_eval::ports::{EvalStore, rows};
+use forge_eval::ports::{EvalStore, rules};
 use forge_eval::score::{CaseResult, ScoringRun, ScoringRunId, ScoringStatus, derive};
 
 use crate::MemoryStore;
@@ -57,7 +57,7 @@ impl EvalStore for MemoryStore {
         stored.reopen();
         st.evals.cases.insert(
             (tenant, run, result.case_id.clone()),
-            rows::normalize(result),
+            rules::normalize(result),
         );
         Ok(())
     }

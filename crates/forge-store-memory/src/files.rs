@@ -3,7 +3,7 @@
 use async_trait::async_trait;
 use forge_core::Error;
 use forge_core::scope::Scope;
-use forge_files::ports::rows;
+use forge_files::ports::rules;
 use forge_files::{FileId, FileRecord, FileStore};
 
 use crate::MemoryStore;
@@ -22,7 +22,7 @@ impl FileStore for MemoryStore {
             return Err(Error::invalid(format!("file {} exists", file.id)));
         }
         st.files.insert(key, file.clone());
-        st.audit.push(rows::accepted(scope, file, actor));
+        st.audit.push(rules::accepted(scope, file, actor));
         Ok(())
     }
 
@@ -57,7 +57,7 @@ impl FileStore for MemoryStore {
         let mut st = self.lock();
         let removed = st.files.remove(&(scope.tenant_id().clone(), id.clone()));
         if let Some(file) = &removed {
-            st.audit.push(rows::deleted(scope, file, actor, now));
+            st.audit.push(rules::deleted(scope, file, actor, now));
         }
         Ok(removed)
     }

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use forge_rag::model::{
     Candidates, Chunk, IngestedSource, PutOutcome, SearchHit, Source, SourceId, SourceRef,
 };
-use forge_rag::ports::rows;
+use forge_rag::ports::rules;
 use forge_rag::vector::{self, TopK};
 use forge_rag::{SourceStore, rank};
 
@@ -40,7 +40,7 @@ impl SourceStore for MemoryStore {
         let k = key(scope, &s.id);
         // As on the SQL adapters, the row is rewritten either way (title, label and metadata may
         // change without the text, and the time is the last ingestion's).
-        let outcome = rows::put_outcome(
+        let outcome = rules::put_outcome(
             st.sources.get(&k).map(|r| r.source.version.as_str()),
             &s.version,
         );
@@ -165,7 +165,7 @@ impl SourceStore for MemoryStore {
                     .count() as u64;
             }
         }
-        st.audit.push(rows::deleted(
+        st.audit.push(rules::deleted(
             scope,
             id,
             actor,
@@ -219,7 +219,7 @@ impl SourceStore for MemoryStore {
         else {
             return Ok(false);
         };
-        rows::check_vectors(row.chunks.len(), vectors)?;
+        rules::check_vectors(row.chunks.len(), vectors)?;
         row.vectors.insert(model.to_owned(), vectors.to_vec());
         Ok(true)
     }

@@ -4,18 +4,18 @@
 //! `forge_eval::score::derive` states.
 
 use async_trait::async_trait;
-use chrono::{DateTime, Utc};
 use forge_core::Error;
 use forge_core::scope::Scope;
 use forge_core::time::Timestamp;
 use forge_eval::judge::{JudgeKey, JudgeVerdict};
-use forge_eval::ports::{EvalStore, rows};
+use forge_eval::ports::{EvalStore, rules};
 use forge_eval::score::{CaseResult, ScoringRun, ScoringRunId};
+use forge_sql::eval;
 use sqlx::postgres::PgRow;
 use sqlx::types::Json;
 
 use crate::PostgresStore;
-use crate::rows::{db_error, get, ts};
+use crate::rows::db_error;
 
 const COLUMNS: &str = "id, tenant_id, dataset, dataset_version, dataset_sha256, label, started_at, \
                        completed_at, status, totals::text AS totals, dimensions::text AS dimensions";
@@ -54,20 +54,7 @@ const COMPLETE: &str = "UPDATE forge_eval_runs SET status = 'completed', complet
         completed_at, status, totals::text AS totals, dimensions::text AS dimensions";
 
 fn decode(row: &PgRow) -> Result<ScoringRun, Error> {
-    let completed: Option<DateTime<Utc>> = get(row, "completed_at")?;
-    rows::decode_run(rows::RunColumns {
-        id: get(row, "id")?,
-        tenant_id: get(row, "tenant_id")?,
-        dataset: get(row, "dataset")?,
-        dataset_version: get(row, "dataset_version")?,
-        dataset_sha256: get(row, "dataset_sha256")?,
-        label: get(row, "label")?,
-        started_at: ts(row, "started_at")?,
-        completed_at: completed.map(Timestamp),
-        status: get(row, "status")?,
-        totals: get(row, "totals")?,
-        dimensions: get(row, "dimensions")?,
-    })
+    eval::scoring_run(&crate::rows::Pg(row))
 }
 
 #[async_trait]
@@ -98,7 +85,7 @@ impl EvalStore for PostgresStore {
         run: ScoringRunId,
         result: &CaseResult,
     ) -> Result<(), Error> {
-        let result = rows::normalize(result);
+        let result = rules::normalize(result);
         let mut tx = self.tenant_tx(scope).await?;
         // Recording re-opens the run: its totals must agree with its rows.
         let reopened = sqlx::query(forge_sql::statements::EVAL_REOPEN_RUN)
@@ -121,7 +108,7 @@ impl EvalStore for PostgresStore {
             .bind(i64::try_from(result.run_cost_micros).unwrap_or(i64::MAX))
             .bind(i64::try_from(result.judge_cost_micros).unwrap_or(i64::MAX))
             .bind(i64::from(result.paid_calls))
-            .bind(Json(rows::case_value(&result)?))
+            .bind(Json(eval::case_value(&result)?))
             .execute(&mut *tx)
             .await
             .map_err(db_error)?;
@@ -182,7 +169,7 @@ impl EvalStore for PostgresStore {
         .await
         .map_err(db_error)?;
         tx.commit().await.map_err(db_error)?;
-        bodies.iter().map(|b| rows::decode_case(b)).collect()
+        bodies.iter().map(|b| eval::decode_case(b)).collect()
     }
 
     async fn latest_scoring(
@@ -246,7 +233,7 @@ impl EvalStore for PostgresStore {
         .await
         .map_err(db_error)?;
         tx.commit().await.map_err(db_error)?;
-        body.as_deref().map(rows::decode_verdict).transpose()
+        body.as_deref().map(eval::decode_verdict).transpose()
     }
 
     async fn put_judgement(
@@ -262,7 +249,7 @@ impl EvalStore for PostgresStore {
             .bind(&key.input_sha256)
             .bind(&key.prompt)
             .bind(&key.model)
-            .bind(Json(rows::verdict_value(verdict)?))
+            .bind(Json(eval::verdict_value(verdict)?))
             .bind(self.clock.now().0)
             .execute(&mut *tx)
             .await

@@ -9,8 +9,9 @@ use forge_rag::SourceStore;
 use forge_rag::model::{
     Candidates, Chunk, IngestedSource, PutOutcome, SearchHit, Source, SourceId, SourceRef,
 };
-use forge_rag::ports::rows;
+use forge_rag::ports::rules;
 use forge_rag::vector::{self, TopK};
+use forge_sql::rag;
 use futures_util::TryStreamExt;
 use sqlx::Row;
 use sqlx::postgres::PgRow;
@@ -46,7 +47,7 @@ impl SourceStore for PostgresStore {
         .fetch_optional(&mut *tx)
         .await
         .map_err(db_error)?;
-        let outcome = rows::put_outcome(existing.as_deref(), &s.version);
+        let outcome = rules::put_outcome(existing.as_deref(), &s.version);
         sqlx::query(
             "INSERT INTO forge_sources (tenant_id, id, version, title, label, format, metadata, text, chunks, updated_at)
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
@@ -87,7 +88,7 @@ impl SourceStore for PostgresStore {
             let words: Vec<i32> = s
                 .chunks
                 .iter()
-                .map(|c| rows::chunk_words(&c.text) as i32)
+                .map(|c| rag::chunk_words(&c.text) as i32)
                 .collect();
             let text: Vec<String> = s.chunks.iter().map(|c| c.text.clone()).collect();
             sqlx::query(
@@ -221,7 +222,7 @@ impl SourceStore for PostgresStore {
         // The chunks (and their index entries) and vectors went with the source (ON DELETE
         // CASCADE). The copies of its text the tenant's runs made are found by the quoted id and
         // checked by structure.
-        let quoted = rows::quoted_id(id);
+        let quoted = rag::quoted_id(id);
         let events: Vec<((uuid::Uuid, i64), String)> =
             sqlx::query_as::<_, (uuid::Uuid, i64, String)>(
                 "SELECT run_id, seq, body::text FROM forge_run_events \
@@ -235,7 +236,7 @@ impl SourceStore for PostgresStore {
             .into_iter()
             .map(|(run, seq, body)| ((run, seq), body))
             .collect();
-        let events = rows::events_to_rewrite(events, id)?;
+        let events = rag::events_to_rewrite(events, id)?;
         for ((run, seq), body) in &events {
             sqlx::query(
                 "UPDATE forge_run_events SET body = $3::json WHERE run_id = $1 AND seq = $2",
@@ -256,7 +257,7 @@ impl SourceStore for PostgresStore {
         .fetch_all(&mut *tx)
         .await
         .map_err(db_error)?;
-        let messages = rows::messages_to_rewrite(messages, id)?;
+        let messages = rag::messages_to_rewrite(messages, id)?;
         for (seq, parts) in &messages {
             sqlx::query("UPDATE forge_messages SET parts = $2::jsonb WHERE seq = $1")
                 .bind(seq)
@@ -266,7 +267,7 @@ impl SourceStore for PostgresStore {
                 .map_err(db_error)?;
         }
         let quotes = (events.len() + messages.len()) as u64;
-        let record = rows::deleted(
+        let record = rules::deleted(
             scope,
             id,
             actor,
@@ -351,7 +352,7 @@ impl SourceStore for PostgresStore {
         let Some(chunks) = chunks else {
             return Ok(false);
         };
-        rows::check_vectors(chunks.max(0) as usize, vectors)?;
+        rules::check_vectors(chunks.max(0) as usize, vectors)?;
         sqlx::query(
             "DELETE FROM forge_chunk_vectors WHERE tenant_id = $1 AND model = $2 AND source_id = $3",
         )
@@ -494,6 +495,6 @@ impl SourceStore for PostgresStore {
         .map_err(db_error)?;
         tx.commit().await.map_err(db_error)?;
         let chunks = found.iter().map(chunk_of).collect::<Result<Vec<_>, _>>()?;
-        Ok(rows::ordered_hits(top, chunks))
+        Ok(rag::ordered_hits(top, chunks))
     }
 }

@@ -7,12 +7,13 @@ use forge_core::Error;
 use forge_core::scope::Scope;
 use forge_core::time::Timestamp;
 use forge_eval::judge::{JudgeKey, JudgeVerdict};
-use forge_eval::ports::{EvalStore, rows};
+use forge_eval::ports::{EvalStore, rules};
 use forge_eval::score::{CaseResult, ScoringRun, ScoringRunId};
+use forge_sql::eval;
 use sqlx::sqlite::SqliteRow;
 
 use crate::SqliteStore;
-use crate::rows::{corrupt, db_error, get, ts, uuid};
+use crate::rows::db_error;
 
 const COLUMNS: &str = "id, tenant_id, dataset, dataset_version, dataset_sha256, label, started_at, \
                        completed_at, status, totals, dimensions";
@@ -49,22 +50,7 @@ const COMPLETE: &str = "UPDATE forge_eval_runs SET status = 'completed', complet
         completed_at, status, totals, dimensions";
 
 fn decode(row: &SqliteRow) -> Result<ScoringRun, Error> {
-    let completed: Option<i64> = get(row, "completed_at")?;
-    rows::decode_run(rows::RunColumns {
-        id: uuid(row, "id")?,
-        tenant_id: get(row, "tenant_id")?,
-        dataset: get(row, "dataset")?,
-        dataset_version: get(row, "dataset_version")?,
-        dataset_sha256: get(row, "dataset_sha256")?,
-        label: get(row, "label")?,
-        started_at: ts(row, "started_at")?,
-        completed_at: completed
-            .map(|ms| Timestamp::from_unix_millis(ms).ok_or_else(|| corrupt("completed_at", ms)))
-            .transpose()?,
-        status: get(row, "status")?,
-        totals: get(row, "totals")?,
-        dimensions: get(row, "dimensions")?,
-    })
+    eval::scoring_run(&crate::rows::Row(row))
 }
 
 #[async_trait]
@@ -94,7 +80,7 @@ impl EvalStore for SqliteStore {
         run: ScoringRunId,
         result: &CaseResult,
     ) -> Result<(), Error> {
-        let result = rows::normalize(result);
+        let result = rules::normalize(result);
         let (_gate, mut tx) = self.write_tx().await?;
         // Recording re-opens the run: its totals must agree with its rows.
         let reopened = sqlx::query(forge_sql::statements::EVAL_REOPEN_RUN)
@@ -113,11 +99,11 @@ impl EvalStore for SqliteStore {
             .bind(&result.case_id)
             .bind(result.verdict.name())
             .bind(i64::from(result.score_ppm))
-            .bind(rows::encode_dimensions(&result)?)
+            .bind(eval::encode_dimensions(&result)?)
             .bind(i64::try_from(result.run_cost_micros).unwrap_or(i64::MAX))
             .bind(i64::try_from(result.judge_cost_micros).unwrap_or(i64::MAX))
             .bind(i64::from(result.paid_calls))
-            .bind(rows::encode_case(&result)?)
+            .bind(eval::encode_case(&result)?)
             .execute(&mut *tx)
             .await
             .map_err(db_error)?;
@@ -171,7 +157,7 @@ impl EvalStore for SqliteStore {
         .fetch_all(&mut *self.conn().await?)
         .await
         .map_err(db_error)?;
-        bodies.iter().map(|b| rows::decode_case(b)).collect()
+        bodies.iter().map(|b| eval::decode_case(b)).collect()
     }
 
     async fn latest_scoring(
@@ -229,7 +215,7 @@ impl EvalStore for SqliteStore {
         .fetch_optional(&mut *self.conn().await?)
         .await
         .map_err(db_error)?;
-        body.as_deref().map(rows::decode_verdict).transpose()
+        body.as_deref().map(eval::decode_verdict).transpose()
     }
 
     async fn put_judgement(
@@ -244,7 +230,7 @@ impl EvalStore for SqliteStore {
             .bind(&key.input_sha256)
             .bind(&key.prompt)
             .bind(&key.model)
-            .bind(rows::encode_verdict(verdict)?)
+            .bind(eval::encode_verdict(verdict)?)
             .bind(self.clock.now().unix_millis())
             .execute(&mut *self.conn().await?)
             .await

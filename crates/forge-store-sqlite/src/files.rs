@@ -4,8 +4,9 @@
 use async_trait::async_trait;
 use forge_core::Error;
 use forge_core::scope::Scope;
-use forge_files::ports::rows;
+use forge_files::ports::rules;
 use forge_files::{FileId, FileRecord, FileStore};
+use forge_sql::files;
 
 use crate::SqliteStore;
 use crate::rows::db_error;
@@ -26,7 +27,7 @@ impl FileStore for SqliteStore {
         .bind(scope.tenant_id().as_str())
         .bind(file.id.as_str())
         .bind(file.created_at.unix_millis())
-        .bind(rows::encode(file)?)
+        .bind(files::encode(file)?)
         .execute(&mut *tx)
         .await
         .map_err(db_error)?
@@ -34,7 +35,7 @@ impl FileStore for SqliteStore {
         if inserted == 0 {
             return Err(Error::invalid(format!("file {} exists", file.id)));
         }
-        crate::interactions::audit(&mut tx, &rows::accepted(scope, file, actor)).await?;
+        crate::interactions::audit(&mut tx, &rules::accepted(scope, file, actor)).await?;
         tx.commit().await.map_err(db_error)
     }
 
@@ -46,7 +47,7 @@ impl FileStore for SqliteStore {
                 .fetch_optional(&mut *self.conn().await?)
                 .await
                 .map_err(db_error)?;
-        body.as_deref().map(rows::decode).transpose()
+        body.as_deref().map(files::decode).transpose()
     }
 
     async fn list_files(&self, scope: &Scope, limit: usize) -> Result<Vec<FileRecord>, Error> {
@@ -59,7 +60,7 @@ impl FileStore for SqliteStore {
         .fetch_all(&mut *self.conn().await?)
         .await
         .map_err(db_error)?;
-        bodies.iter().map(|b| rows::decode(b)).collect()
+        bodies.iter().map(|b| files::decode(b)).collect()
     }
 
     async fn delete_file(
@@ -77,10 +78,10 @@ impl FileStore for SqliteStore {
         .fetch_optional(&mut *tx)
         .await
         .map_err(db_error)?;
-        let Some(file) = body.as_deref().map(rows::decode).transpose()? else {
+        let Some(file) = body.as_deref().map(files::decode).transpose()? else {
             return Ok(None);
         };
-        let record = rows::deleted(scope, &file, actor, self.clock.now());
+        let record = rules::deleted(scope, &file, actor, self.clock.now());
         crate::interactions::audit(&mut tx, &record).await?;
         tx.commit().await.map_err(db_error)?;
         Ok(Some(file))

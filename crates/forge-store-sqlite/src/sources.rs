@@ -9,8 +9,9 @@ use forge_rag::SourceStore;
 use forge_rag::model::{
     Candidates, Chunk, IngestedSource, PutOutcome, SearchHit, Source, SourceId, SourceRef,
 };
-use forge_rag::ports::rows;
+use forge_rag::ports::rules;
 use forge_rag::vector::{self, TopK};
+use forge_sql::rag;
 use futures_util::TryStreamExt;
 use sqlx::Row;
 use sqlx::sqlite::SqliteRow;
@@ -46,7 +47,7 @@ impl SourceStore for SqliteStore {
         .fetch_optional(&mut *tx)
         .await
         .map_err(db_error)?;
-        let outcome = rows::put_outcome(existing.as_deref(), &s.version);
+        let outcome = rules::put_outcome(existing.as_deref(), &s.version);
         sqlx::query(
             "INSERT INTO forge_sources (tenant_id, id, version, title, label, format, metadata, text, chunks, updated_at)
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
@@ -91,7 +92,7 @@ impl SourceStore for SqliteStore {
                 .bind(c.start as i64)
                 .bind(c.end as i64)
                 .bind(&c.heading)
-                .bind(rows::chunk_words(&c.text))
+                .bind(rag::chunk_words(&c.text))
                 .bind(&c.text)
                 .execute(&mut *tx)
                 .await
@@ -213,7 +214,7 @@ impl SourceStore for SqliteStore {
         }
         // The copies of its text the tenant's runs made, found by the quoted id and checked by
         // structure.
-        let quoted = rows::quoted_id(id);
+        let quoted = rag::quoted_id(id);
         let events: Vec<((String, i64), String)> = sqlx::query_as::<_, (String, i64, String)>(
             "SELECT run_id, seq, body FROM forge_run_events WHERE tenant_id = $1 AND instr(body, $2) > 0",
         )
@@ -225,7 +226,7 @@ impl SourceStore for SqliteStore {
         .into_iter()
         .map(|(run, seq, body)| ((run, seq), body))
         .collect();
-        let events = rows::events_to_rewrite(events, id)?;
+        let events = rag::events_to_rewrite(events, id)?;
         for ((run, seq), body) in &events {
             sqlx::query("UPDATE forge_run_events SET body = $3 WHERE run_id = $1 AND seq = $2")
                 .bind(run)
@@ -243,7 +244,7 @@ impl SourceStore for SqliteStore {
         .fetch_all(&mut *tx)
         .await
         .map_err(db_error)?;
-        let messages = rows::messages_to_rewrite(messages, id)?;
+        let messages = rag::messages_to_rewrite(messages, id)?;
         for (seq, parts) in &messages {
             sqlx::query("UPDATE forge_messages SET parts = $2 WHERE seq = $1")
                 .bind(seq)
@@ -253,7 +254,7 @@ impl SourceStore for SqliteStore {
                 .map_err(db_error)?;
         }
         let quotes = (events.len() + messages.len()) as u64;
-        let record = rows::deleted(scope, id, actor, self.clock.now(), &version, chunks, quotes);
+        let record = rules::deleted(scope, id, actor, self.clock.now(), &version, chunks, quotes);
         crate::interactions::audit(&mut tx, &record).await?;
         tx.commit().await.map_err(db_error)?;
         Ok(true)
@@ -335,7 +336,7 @@ impl SourceStore for SqliteStore {
         let Some(chunks) = chunks else {
             return Ok(false);
         };
-        rows::check_vectors(chunks.max(0) as usize, vectors)?;
+        rules::check_vectors(chunks.max(0) as usize, vectors)?;
         sqlx::query(
             "DELETE FROM forge_chunk_vectors WHERE tenant_id = $1 AND model = $2 AND source_id = $3",
         )
@@ -430,13 +431,13 @@ impl SourceStore for SqliteStore {
              (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each($2))",
         )
         .bind(tenant)
-        .bind(rows::keys_json(&top))
+        .bind(rag::keys_json(&top))
         .fetch_all(&mut *self.conn().await?)
         .await
         .map_err(db_error)?
         .iter()
         .map(chunk_of)
         .collect::<Result<Vec<_>, _>>()?;
-        Ok(rows::ordered_hits(top, chunks))
+        Ok(rag::ordered_hits(top, chunks))
     }
 }

@@ -8,8 +8,9 @@
 
 use forge_core::Error;
 use forge_core::agent::AgentRef;
-use forge_core::id::{MessageId, RunId, ThreadId};
+use forge_core::id::{JobId, MessageId, RunId, ThreadId};
 use forge_core::message::{Message, Role};
+use forge_core::ports::queue::{JobInfo, JobState};
 use forge_core::run::{Run, RunLease, RunStatus};
 use forge_core::scope::{PrincipalId, TenantId};
 use forge_core::thread::{SessionState, Thread};
@@ -198,6 +199,21 @@ pub fn run(row: &impl Columns) -> Result<Run, Error> {
         fence: unsigned(int(row, "fence")?, "fence")?,
         created_at: time(row, "created_at")?,
         updated_at: time(row, "updated_at")?,
+    })
+}
+
+/// A job as an operator sees it, from its columns as `forge_jobs` names them.
+pub fn job_info(row: &impl Columns) -> Result<JobInfo, Error> {
+    let count =
+        |col: &str| -> Result<u32, Error> { Ok(u32::try_from(int(row, col)?).unwrap_or(0)) };
+    Ok(JobInfo {
+        id: JobId(uuid(row, "id")?),
+        tenant_id: TenantId::new(text(row, "tenant_id")?)?,
+        run_id: RunId(uuid(row, "run_id")?),
+        state: JobState::from_name(&text(row, "state")?)?,
+        attempts: count("attempts")?,
+        max_attempts: count("max_attempts")?,
+        last_error: row.text("last_error")?,
     })
 }
 

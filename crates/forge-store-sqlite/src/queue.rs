@@ -451,17 +451,7 @@ fn claim_next(
 }
 
 fn info(row: &SqliteRow) -> Result<JobInfo, Error> {
-    let attempts: i64 = rows::get(row, "attempts")?;
-    let max: i64 = rows::get(row, "max_attempts")?;
-    Ok(JobInfo {
-        id: JobId(rows::uuid(row, "id")?),
-        tenant_id: TenantId::new(rows::get::<String>(row, "tenant_id")?)?,
-        run_id: RunId(rows::uuid(row, "run_id")?),
-        state: JobState::from_name(&rows::get::<String>(row, "state")?)?,
-        attempts: u32::try_from(attempts).unwrap_or(0),
-        max_attempts: u32::try_from(max).unwrap_or(0),
-        last_error: rows::get(row, "last_error")?,
-    })
+    forge_sql::rows::job_info(&crate::rows::Row(row))
 }
 
 impl SqliteStore {

@@ -480,6 +480,12 @@ pub async fn dead_letters_are_replayed_or_discarded_and_audited<F: StoreFactory>
         .await
         .expect("replay");
     assert_eq!((replayed.state, replayed.attempts), (JobState::Ready, 0));
+    let read = f.store.job(&sys, job.id).await.expect("job");
+    assert_eq!(
+        (read.state, read.attempts, read.max_attempts, read.run_id),
+        (JobState::Ready, 0, 1, run.id),
+        "the job as an operator reads it"
+    );
     assert!(f.store.dead_jobs(&sys, 10).await.expect("dead").is_empty());
     let again = f
         .store

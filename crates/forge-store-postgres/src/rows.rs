@@ -75,12 +75,12 @@ impl Columns for Pg<'_> {
     }
 
     fn int(&self, col: &str) -> Result<Option<i64>, Error> {
-        match self.0.try_get::<Option<i64>, _>(col) {
-            // An `integer` column.
-            Err(sqlx::Error::ColumnDecode { .. }) => {
-                Ok(get::<Option<i32>>(self.0, col)?.map(i64::from))
-            }
-            read => read.map_err(db_error),
+        use sqlx::{Column as _, TypeInfo as _};
+        // Decoded as the column's own width: sqlx refuses an `integer` read as `i64`.
+        match self.0.try_column(col).map_err(db_error)?.type_info().name() {
+            "INT4" => Ok(get::<Option<i32>>(self.0, col)?.map(i64::from)),
+            "INT2" => Ok(get::<Option<i16>>(self.0, col)?.map(i64::from)),
+            _ => get(self.0, col),
         }
     }
 

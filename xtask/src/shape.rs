@@ -80,10 +80,6 @@ const LONG_FILES: &[(&str, &str)] = &[
         "the run store on PostgreSQL; the storage layer (issue 65) shares it with SQLite",
     ),
     (
-        "crates/forge-store-sqlite/src/runs.rs",
-        "the run store on SQLite; the storage layer (issue 65) shares it with PostgreSQL",
-    ),
-    (
         "crates/forge-testkit/src/history.rs",
         "one conformance suite: a thread's history, scenario by scenario",
     ),

@@ -47,9 +47,10 @@ pub struct Shares {
     tenants: Mutex<HashMap<Arc<str>, Arc<Semaphore>>>,
 }
 
-/// The places a connection taken on behalf of a tenant holds while it is out.
+/// The places a connection taken on behalf of a tenant holds while it is out; given back when
+/// dropped.
 #[derive(Debug)]
-pub(crate) struct Held {
+pub struct Held {
     _own: OwnedSemaphorePermit,
     _shared: OwnedSemaphorePermit,
 }
@@ -109,8 +110,17 @@ impl Shares {
         })
     }
 
+    /// When the current task works on behalf of a tenant ([`on_behalf_of`]), waits for a place
+    /// of that tenant's own and one of those tenants share, to hold while it holds a connection;
+    /// `None` outside [`on_behalf_of`] (the system's work takes a connection directly), and
+    /// `Some(None)` once closed. For a store whose connections are not a [`crate::Pool`]'s.
+    pub async fn enter_current(&self) -> Option<Option<Held>> {
+        let tenant = current()?;
+        Some(self.enter(tenant).await)
+    }
+
     /// Stops handing out places (the pool is closed).
-    pub(crate) fn close(&self) {
+    pub fn close(&self) {
         self.tenant_work.close();
     }
 }

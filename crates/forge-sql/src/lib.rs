@@ -1,11 +1,13 @@
 //! What Forge's SQL stores (SQLite and PostgreSQL) share: the statement text both run as it is
-//! ([`statements`]), and the connection pool, which hands a connection out and takes it back
-//! without a round trip to the database.
+//! ([`statements`]), rows to domain values ([`rows`]), migrations through sqlx's migrator
+//! ([`migrations`]), fair shares of connections between tenants ([`Shares`]), and the connection
+//! pool of a sqlx driver (PostgreSQL's), which hands a connection out and takes it back without a
+//! round trip to the database.
 //!
 //! sqlx's own pool checks a connection with a ping when it hands it out (unless told not to) and
-//! always when it takes it back. On PostgreSQL a ping is a network round trip; on SQLite it is a
-//! hop to the connection's own thread and back. A store operation is one to three trips of its
-//! own (a step commit: `BEGIN`, the step, `COMMIT`), so those two pings were 40% of all trips.
+//! always when it takes it back. On PostgreSQL a ping is a network round trip. A store operation
+//! is one to three trips of its own (a step commit: `BEGIN`, the step, `COMMIT`), so those two
+//! pings were 40% of all trips.
 //!
 //! This pool trusts what it knows to be sound and checks only what it cannot know:
 //!
@@ -45,7 +47,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 mod fair;
 
-pub use fair::{Shares, on_behalf_of};
+pub use fair::{Held, Shares, on_behalf_of};
 
 /// How long [`Pool::acquire`] waits for a free connection before it fails with
 /// [`sqlx::Error::PoolTimedOut`] (sqlx's own default).
@@ -69,12 +71,6 @@ impl Checks {
     pub const NETWORK: Self = Self {
         idle_after: Some(Duration::from_secs(10)),
         after_failure: true,
-    };
-
-    /// For an embedded database (SQLite), whose connection cannot be closed under it: no pings.
-    pub const EMBEDDED: Self = Self {
-        idle_after: None,
-        after_failure: false,
     };
 }
 
@@ -232,23 +228,14 @@ where
     /// fails its `BEGIN` with an I/O error: that is retried on another connection, up to the
     /// pool's size, as nothing can have been done on a connection that is gone.
     pub async fn begin(&self, begin: impl sqlx::SqlSafeStr) -> Result<Tx<C>, sqlx::Error> {
-        self.begin_reading(begin).await.map(|(tx, _)| tx)
-    }
-
-    /// Like [`Pool::begin`], with reads after the `BEGIN` in the same message (so with their
-    /// values inlined as literals): the transaction, and the reads' rows.
-    pub async fn begin_reading(
-        &self,
-        begin_and_reads: impl sqlx::SqlSafeStr,
-    ) -> Result<(Tx<C>, Vec<<C::Database as sqlx::Database>::Row>), sqlx::Error> {
-        let sql = begin_and_reads.into_sql_str();
+        let sql = begin.into_sql_str();
         let mut attempts = 0;
         loop {
             let mut conn = self.acquire().await?;
             // Marked first: a `BEGIN` that failed half way is rolled back when `conn` is dropped.
             conn.in_tx = true;
-            match sqlx::raw_sql(sql.clone()).fetch_all(&mut *conn).await {
-                Ok(rows) => return Ok((Tx { conn }, rows)),
+            match sqlx::raw_sql(sql.clone()).execute(&mut *conn).await {
+                Ok(_) => return Ok(Tx { conn }),
                 Err(e) if self.retries(&e, &mut attempts) => {}
                 Err(e) => return Err(e),
             }
@@ -427,21 +414,6 @@ where
         self.end("COMMIT").await
     }
 
-    /// Runs `writes` on the transaction's connection as its last step: their statements end
-    /// with `COMMIT`, so the writes and the commit take one trip. On success the connection goes
-    /// back sound; on an error the transaction is rolled back as when it is dropped. (A `writes`
-    /// that does not commit leaves the transaction open on a connection marked sound: SQLite
-    /// then refuses the next `BEGIN`, but PostgreSQL would only warn, so this is for SQLite.)
-    pub async fn commit_with<R, E>(
-        mut self,
-        writes: impl AsyncFnOnce(&mut C) -> Result<R, E>,
-    ) -> Result<R, E> {
-        let out = writes(&mut self.conn).await?;
-        self.conn.in_tx = false;
-        self.conn.sound = true;
-        Ok(out)
-    }
-
     /// Rolls back, and gives the connection back.
     pub async fn rollback(self) -> Result<(), sqlx::Error> {
         self.end("ROLLBACK").await
@@ -482,6 +454,12 @@ mod tests {
     use super::*;
     use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection};
     use sqlx::{ConnectOptions, Row};
+
+    /// Checks for a connection that cannot be closed under the pool (the tests' SQLite): none.
+    const NO_CHECKS: Checks = Checks {
+        idle_after: None,
+        after_failure: false,
+    };
 
     /// A pool over one shared in-memory database, and how many connections it opened.
     fn pool(
@@ -531,7 +509,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_released_connection_is_reused_and_a_committed_write_stays() {
-        let (pool, opened) = pool("reuse", 2, Checks::EMBEDDED);
+        let (pool, opened) = pool("reuse", 2, NO_CHECKS);
         run(&pool, "CREATE TABLE t (x INTEGER)").await;
         let mut tx = pool.begin("BEGIN IMMEDIATE").await.expect("begin");
         insert(&mut tx, 1).await;
@@ -543,7 +521,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_dropped_transaction_is_rolled_back_before_reuse() {
-        let (pool, _) = pool("rollback", 1, Checks::EMBEDDED);
+        let (pool, _) = pool("rollback", 1, NO_CHECKS);
         run(&pool, "CREATE TABLE t (x INTEGER)").await;
         {
             let mut tx = pool.begin("BEGIN IMMEDIATE").await.expect("begin");
@@ -561,55 +539,8 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_transaction_begun_with_a_read_sees_its_rows_and_holds_the_lock() {
-        let (pool, _) = pool("reading", 2, Checks::EMBEDDED);
-        run(
-            &pool,
-            "CREATE TABLE t (x INTEGER); INSERT INTO t VALUES (7)",
-        )
-        .await;
-        let (mut tx, rows) = pool
-            .begin_reading("BEGIN IMMEDIATE; SELECT x FROM t")
-            .await
-            .expect("begin");
-        assert_eq!(rows.len(), 1);
-        assert_eq!(rows[0].get::<i64, _>(0), 7);
-        insert(&mut tx, 8).await;
-        // Dropped: the insert is rolled back, and the connection comes back usable.
-        drop(tx);
-        let tx = pool.begin("BEGIN IMMEDIATE").await.expect("begin again");
-        tx.commit().await.expect("commit");
-        assert_eq!(count(&pool).await, 1);
-    }
-
-    #[tokio::test]
-    async fn writes_that_end_with_their_commit_stay_and_a_failed_one_rolls_back() {
-        let (pool, _) = pool("commit-with", 1, Checks::EMBEDDED);
-        run(&pool, "CREATE TABLE t (x INTEGER PRIMARY KEY)").await;
-        let tx = pool.begin("BEGIN IMMEDIATE").await.expect("begin");
-        tx.commit_with(async |c| {
-            sqlx::raw_sql("INSERT INTO t VALUES (1); COMMIT")
-                .execute(c)
-                .await
-        })
-        .await
-        .expect("insert and commit");
-        let tx = pool.begin("BEGIN IMMEDIATE").await.expect("begin");
-        let failed = tx
-            .commit_with(async |c| {
-                sqlx::raw_sql("INSERT INTO t VALUES (2); INSERT INTO t VALUES (1); COMMIT")
-                    .execute(c)
-                    .await
-            })
-            .await;
-        assert!(failed.is_err(), "a duplicate key");
-        // The one connection comes back after its rollback: the first row alone stays.
-        assert_eq!(count(&pool).await, 1);
-    }
-
-    #[tokio::test]
     async fn a_whole_transaction_in_one_message_stays_and_one_stopped_half_way_rolls_back() {
-        let (pool, _) = pool("whole", 1, Checks::EMBEDDED);
+        let (pool, _) = pool("whole", 1, NO_CHECKS);
         run(&pool, "CREATE TABLE t (x INTEGER PRIMARY KEY)").await;
         let mut conn = pool.acquire().await.expect("acquire");
         conn.begins_transaction();
@@ -636,7 +567,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_pool_never_holds_more_than_its_size() {
-        let (pool, opened) = pool("size", 2, Checks::EMBEDDED);
+        let (pool, opened) = pool("size", 2, NO_CHECKS);
         let a = pool.acquire().await.expect("a");
         let b = pool.acquire().await.expect("b");
         let waiting = tokio::time::timeout(Duration::from_millis(50), pool.acquire()).await;
@@ -666,7 +597,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_tenant_holds_its_share_others_get_theirs_and_the_system_its_reserve() {
-        let (pool, _) = pool("shares", 8, Checks::EMBEDDED);
+        let (pool, _) = pool("shares", 8, NO_CHECKS);
         let shares = (pool.shares().per_tenant(), pool.shares().reserved());
         assert_eq!(shares, (3, 2));
         let mut held = Vec::new();

@@ -5,6 +5,10 @@
 //! success, times) in the table [`LEDGER`]; sqlx refuses a database whose applied migration's
 //! script changed since (its checksum), or one a failed migration left dirty.
 //!
+//! They run on a [`Ledger`]: sqlx's [`Migrate`] and three statements more. A sqlx connection is
+//! one through [`Sqlx`] and its store's [`Dialect`]; a store on another driver (SQLite's, on
+//! rusqlite) implements both traits on its connection, and sqlx's migrator does the rest.
+//!
 //! The caller owns the transaction and the lock: it begins a transaction, takes its dialect's
 //! lock (PostgreSQL's `pg_advisory_xact_lock`; SQLite's `BEGIN IMMEDIATE` is one), and calls
 //! [`Migrations::apply`] or [`Migrations::revert_all`] inside it. Each migration runs within a
@@ -16,8 +20,12 @@
 //! build's migration of that version — and the old table dropped, in the same transaction.
 
 use std::borrow::Cow;
+use std::marker::PhantomData;
+use std::time::Duration;
 
-use sqlx::migrate::{Migrate, MigrateError, Migration as Script, MigrationType, Migrator};
+use futures_util::future::BoxFuture;
+pub use sqlx::migrate::{AppliedMigration, Migrate, MigrateError, Migration as Script};
+use sqlx::migrate::{MigrationType, Migrator};
 use sqlx::{AssertSqlSafe, Database, Executor, FromRow, IntoArguments, SqlSafeStr};
 
 use crate::dialect::Dialect;
@@ -107,37 +115,21 @@ impl Migrations {
 
     /// Applies the pending migrations on `conn`, which is in a transaction holding the
     /// dialect's migration lock, adopting a legacy ledger first; returns how many it applied.
-    pub async fn apply<D, C>(&self, conn: &mut C) -> Result<usize, MigrationError>
-    where
-        D: Dialect,
-        C: Migrate + Send,
-        for<'c> &'c mut C: Executor<'c, Database = D::Database>,
-        for<'r> (i64, String): FromRow<'r, <D::Database as Database>::Row>,
-        for<'r> (bool,): FromRow<'r, <D::Database as Database>::Row>,
-        <D::Database as Database>::Arguments: IntoArguments<D::Database>,
-    {
+    pub async fn apply<L: Ledger>(&self, conn: &mut L) -> Result<usize, MigrationError> {
         conn.ensure_migrations_table(LEDGER).await?;
-        self.adopt_legacy::<D, C>(conn).await?;
-        self.check_names(&read(&mut *conn, LEDGER).await?)?;
-        let before = conn.list_applied_migrations(LEDGER).await?.len();
+        self.adopt_legacy(conn).await?;
+        let recorded = conn.ledger_rows(LEDGER).await?;
+        self.check_names(&recorded)?;
         self.migrator.run_direct(None, conn, false).await?;
         let after = conn.list_applied_migrations(LEDGER).await?.len();
-        Ok(after.saturating_sub(before))
+        Ok(after.saturating_sub(recorded.len()))
     }
 
     /// Reverts every applied migration on `conn`, newest first, within the caller's transaction
     /// holding the migration lock.
-    pub async fn revert_all<D, C>(&self, conn: &mut C) -> Result<(), MigrationError>
-    where
-        D: Dialect,
-        C: Migrate + Send,
-        for<'c> &'c mut C: Executor<'c, Database = D::Database>,
-        for<'r> (i64, String): FromRow<'r, <D::Database as Database>::Row>,
-        for<'r> (bool,): FromRow<'r, <D::Database as Database>::Row>,
-        <D::Database as Database>::Arguments: IntoArguments<D::Database>,
-    {
+    pub async fn revert_all<L: Ledger>(&self, conn: &mut L) -> Result<(), MigrationError> {
         conn.ensure_migrations_table(LEDGER).await?;
-        self.adopt_legacy::<D, C>(conn).await?;
+        self.adopt_legacy(conn).await?;
         let applied = conn.list_applied_migrations(LEDGER).await?;
         for script in self.migrator.iter().rev() {
             if script.migration_type.is_down_migration()
@@ -151,17 +143,10 @@ impl Migrations {
 
     /// The applied migrations (version, name) as the ledger — or a legacy ledger not adopted
     /// yet — records them, ascending; empty on a database never migrated.
-    pub async fn applied<D, C>(conn: &mut C) -> Result<Vec<(i64, String)>, sqlx::Error>
-    where
-        D: Dialect,
-        for<'c> &'c mut C: Executor<'c, Database = D::Database>,
-        for<'r> (i64, String): FromRow<'r, <D::Database as Database>::Row>,
-        for<'r> (bool,): FromRow<'r, <D::Database as Database>::Row>,
-        <D::Database as Database>::Arguments: IntoArguments<D::Database>,
-    {
+    pub async fn applied<L: Ledger>(conn: &mut L) -> Result<Vec<(i64, String)>, MigrationError> {
         for table in [LEDGER, LEGACY_LEDGER] {
-            if exists::<D, C>(conn, table).await? {
-                return read(conn, table).await;
+            if conn.table_exists(table).await? {
+                return conn.ledger_rows(table).await;
             }
         }
         Ok(Vec::new())
@@ -195,19 +180,11 @@ impl Migrations {
     }
 
     /// Moves a legacy ledger's rows into the ledger (each name checked) and drops it.
-    async fn adopt_legacy<D, C>(&self, conn: &mut C) -> Result<(), MigrationError>
-    where
-        D: Dialect,
-        C: Migrate + Send,
-        for<'c> &'c mut C: Executor<'c, Database = D::Database>,
-        for<'r> (i64, String): FromRow<'r, <D::Database as Database>::Row>,
-        for<'r> (bool,): FromRow<'r, <D::Database as Database>::Row>,
-        <D::Database as Database>::Arguments: IntoArguments<D::Database>,
-    {
-        if !exists::<D, C>(&mut *conn, LEGACY_LEDGER).await? {
+    async fn adopt_legacy<L: Ledger>(&self, conn: &mut L) -> Result<(), MigrationError> {
+        if !conn.table_exists(LEGACY_LEDGER).await? {
             return Ok(());
         }
-        let legacy = read(&mut *conn, LEGACY_LEDGER).await?;
+        let legacy = conn.ledger_rows(LEGACY_LEDGER).await?;
         self.check_names(&legacy)?;
         let adopted = conn.list_applied_migrations(LEDGER).await?;
         for (version, _) in &legacy {
@@ -225,43 +202,159 @@ impl Migrations {
                 None => return Err(MigrateError::VersionMissing(*version).into()),
             }
         }
-        (&mut *conn)
-            .execute(AssertSqlSafe(format!("DROP TABLE {LEGACY_LEDGER}")))
-            .await?;
-        Ok(())
+        conn.drop_table(LEGACY_LEDGER).await
     }
 }
 
-/// Whether `table` exists.
-async fn exists<D, C>(conn: &mut C, table: &str) -> Result<bool, sqlx::Error>
-where
-    D: Dialect,
-    for<'c> &'c mut C: Executor<'c, Database = D::Database>,
-    for<'r> (bool,): FromRow<'r, <D::Database as Database>::Row>,
-    <D::Database as Database>::Arguments: IntoArguments<D::Database>,
-{
-    let (exists,): (bool,) = sqlx::query_as(AssertSqlSafe(D::table_exists(table)))
-        .fetch_one(conn)
-        .await?;
-    Ok(exists)
+/// A connection migrations run on: sqlx's [`Migrate`] (the ledger's bookkeeping and each
+/// script's run), and the few statements around it this layer needs — whether a ledger exists,
+/// what a ledger records, and dropping the legacy one. Only names this crate writes ([`LEDGER`],
+/// [`LEGACY_LEDGER`]) are passed, never input.
+pub trait Ledger: Migrate + Send {
+    /// Whether `table` exists in the schema Forge uses.
+    fn table_exists<'e>(
+        &'e mut self,
+        table: &'e str,
+    ) -> BoxFuture<'e, Result<bool, MigrationError>>;
+
+    /// The (version, name) rows of the ledger `table` — [`LEDGER`] (its `description`) or
+    /// [`LEGACY_LEDGER`] (its `name`) — ascending.
+    fn ledger_rows<'e>(
+        &'e mut self,
+        table: &'e str,
+    ) -> BoxFuture<'e, Result<Vec<(i64, String)>, MigrationError>>;
+
+    /// Drops `table`.
+    fn drop_table<'e>(&'e mut self, table: &'e str) -> BoxFuture<'e, Result<(), MigrationError>>;
 }
 
-/// A ledger's (version, name) rows, ascending.
-async fn read<DB, C>(conn: &mut C, table: &str) -> Result<Vec<(i64, String)>, sqlx::Error>
-where
-    DB: Database,
-    for<'c> &'c mut C: Executor<'c, Database = DB>,
-    for<'r> (i64, String): FromRow<'r, DB::Row>,
-    DB::Arguments: IntoArguments<DB>,
-{
+/// The statement reading a ledger's (version, name) rows, ascending.
+pub fn ledger_rows_sql(table: &str) -> String {
     let name = if table == LEDGER {
         "description"
     } else {
         "name"
     };
-    sqlx::query_as(AssertSqlSafe(format!(
-        "SELECT version, {name} FROM {table} ORDER BY version"
-    )))
-    .fetch_all(conn)
-    .await
+    format!("SELECT version, {name} FROM {table} ORDER BY version")
+}
+
+/// A sqlx connection of the dialect `D` as a [`Ledger`]: sqlx's own [`Migrate`] for the
+/// bookkeeping, `D`'s statements for the rest.
+pub struct Sqlx<'c, D, C> {
+    conn: &'c mut C,
+    dialect: PhantomData<fn() -> D>,
+}
+
+impl<'c, D, C> Sqlx<'c, D, C> {
+    /// `conn` (in the caller's transaction) as a ledger.
+    pub fn new(conn: &'c mut C) -> Self {
+        Self {
+            conn,
+            dialect: PhantomData,
+        }
+    }
+}
+
+impl<D, C: Migrate + Send> Migrate for Sqlx<'_, D, C> {
+    fn create_schema_if_not_exists<'e>(
+        &'e mut self,
+        schema: &'e str,
+    ) -> BoxFuture<'e, Result<(), MigrateError>> {
+        self.conn.create_schema_if_not_exists(schema)
+    }
+
+    fn ensure_migrations_table<'e>(
+        &'e mut self,
+        table: &'e str,
+    ) -> BoxFuture<'e, Result<(), MigrateError>> {
+        self.conn.ensure_migrations_table(table)
+    }
+
+    fn dirty_version<'e>(
+        &'e mut self,
+        table: &'e str,
+    ) -> BoxFuture<'e, Result<Option<i64>, MigrateError>> {
+        self.conn.dirty_version(table)
+    }
+
+    fn list_applied_migrations<'e>(
+        &'e mut self,
+        table: &'e str,
+    ) -> BoxFuture<'e, Result<Vec<AppliedMigration>, MigrateError>> {
+        self.conn.list_applied_migrations(table)
+    }
+
+    fn lock(&mut self) -> BoxFuture<'_, Result<(), MigrateError>> {
+        self.conn.lock()
+    }
+
+    fn unlock(&mut self) -> BoxFuture<'_, Result<(), MigrateError>> {
+        self.conn.unlock()
+    }
+
+    fn apply<'e>(
+        &'e mut self,
+        table: &'e str,
+        migration: &'e Script,
+    ) -> BoxFuture<'e, Result<Duration, MigrateError>> {
+        self.conn.apply(table, migration)
+    }
+
+    fn revert<'e>(
+        &'e mut self,
+        table: &'e str,
+        migration: &'e Script,
+    ) -> BoxFuture<'e, Result<Duration, MigrateError>> {
+        self.conn.revert(table, migration)
+    }
+
+    fn skip<'e>(
+        &'e mut self,
+        table: &'e str,
+        migration: &'e Script,
+    ) -> BoxFuture<'e, Result<(), MigrateError>> {
+        self.conn.skip(table, migration)
+    }
+}
+
+impl<D, C> Ledger for Sqlx<'_, D, C>
+where
+    D: Dialect,
+    C: Migrate + Send,
+    for<'c> &'c mut C: Executor<'c, Database = D::Database>,
+    for<'r> (i64, String): FromRow<'r, <D::Database as Database>::Row>,
+    for<'r> (bool,): FromRow<'r, <D::Database as Database>::Row>,
+    <D::Database as Database>::Arguments: IntoArguments<D::Database>,
+{
+    fn table_exists<'e>(
+        &'e mut self,
+        table: &'e str,
+    ) -> BoxFuture<'e, Result<bool, MigrationError>> {
+        Box::pin(async move {
+            let (exists,): (bool,) = sqlx::query_as(AssertSqlSafe(D::table_exists(table)))
+                .fetch_one(&mut *self.conn)
+                .await?;
+            Ok(exists)
+        })
+    }
+
+    fn ledger_rows<'e>(
+        &'e mut self,
+        table: &'e str,
+    ) -> BoxFuture<'e, Result<Vec<(i64, String)>, MigrationError>> {
+        Box::pin(async move {
+            Ok(sqlx::query_as(AssertSqlSafe(ledger_rows_sql(table)))
+                .fetch_all(&mut *self.conn)
+                .await?)
+        })
+    }
+
+    fn drop_table<'e>(&'e mut self, table: &'e str) -> BoxFuture<'e, Result<(), MigrationError>> {
+        Box::pin(async move {
+            (&mut *self.conn)
+                .execute(AssertSqlSafe(format!("DROP TABLE {table}")))
+                .await?;
+            Ok(())
+        })
+    }
 }

@@ -13,7 +13,7 @@ use std::sync::LazyLock;
 
 use forge_core::Error;
 use forge_sql::dialect::Dialect;
-use forge_sql::migrations::{Migration, MigrationError, Migrations};
+use forge_sql::migrations::{Migration, MigrationError, Migrations, Sqlx};
 use sqlx::{Connection, PgConnection, PgPool};
 
 use crate::rows::db_error;
@@ -401,7 +401,7 @@ pub(crate) async fn up(conn: &mut PgConnection, mode: Mode) -> Result<usize, Ope
 /// how many it applied.
 pub(crate) async fn apply(tx: &mut PgConnection, mode: Mode) -> Result<usize, OpenError> {
     migrations(mode)
-        .apply::<Pg, _>(tx)
+        .apply(&mut Sqlx::<Pg, _>::new(tx))
         .await
         .map_err(|e| refused(e, mode))
 }
@@ -419,17 +419,16 @@ fn refused(e: MigrationError, mode: Mode) -> OpenError {
             .into(),
             wanted: mode.name(),
         },
-        MigrationError::Database(e) => OpenError::Migrate(db_error(e)),
-        other => OpenError::Migrate(Error::backend(false, other)),
+        other => OpenError::Migrate(failed(other)),
     }
 }
 
 /// How many of the mode's migrations are not applied (all of them on an empty database), or the
 /// mode the database was provisioned for when it is the other.
 pub(crate) async fn pending(conn: &mut PgConnection, mode: Mode) -> Result<usize, OpenError> {
-    let applied = Migrations::applied::<Pg, _>(conn)
+    let applied = Migrations::applied(&mut Sqlx::<Pg, _>::new(conn))
         .await
-        .map_err(|e| OpenError::Connect(db_error(e)))?;
+        .map_err(|e| OpenError::Connect(failed(e)))?;
     migrations(mode)
         .pending(&applied)
         .map_err(|e| refused(e, mode))
@@ -474,9 +473,9 @@ $$;
 /// Versions of the applied migrations, ascending.
 pub(crate) async fn applied(pool: &PgPool) -> Result<Vec<i64>, Error> {
     let mut conn = pool.acquire().await.map_err(db_error)?;
-    let applied = Migrations::applied::<Pg, _>(&mut *conn)
+    let applied = Migrations::applied(&mut Sqlx::<Pg, _>::new(&mut *conn))
         .await
-        .map_err(db_error)?;
+        .map_err(failed)?;
     Ok(applied.into_iter().map(|(version, _)| version).collect())
 }
 
@@ -494,10 +493,15 @@ pub(crate) async fn revert_all(tx: &mut PgConnection, mode: Mode) -> Result<(), 
         .await
         .map_err(db_error)?;
     migrations(mode)
-        .revert_all::<Pg, _>(tx)
+        .revert_all(&mut Sqlx::<Pg, _>::new(tx))
         .await
-        .map_err(|e| match e {
-            MigrationError::Database(e) => db_error(e),
-            other => Error::backend(false, other),
-        })
+        .map_err(failed)
+}
+
+/// A migration error as the store's: the database's, classified, or the migrator's.
+fn failed(e: MigrationError) -> Error {
+    match e {
+        MigrationError::Database(e) => db_error(e),
+        other => Error::backend(false, other),
+    }
 }

@@ -75,7 +75,7 @@ struct State {
 impl Checkpointer {
     /// Opens the checkpointer's connection to the database file at `path` and starts its thread.
     pub(crate) fn start(path: &Path) -> Result<Self, forge_core::Error> {
-        let conn = Connection::open(path).map_err(crate::lane::db)?;
+        let conn = Connection::open(path).map_err(crate::db::error)?;
         let (nudge, nudged) = std::sync::mpsc::sync_channel(1);
         let state = Arc::new(State::default());
         let shared = Arc::clone(&state);

@@ -8,7 +8,7 @@
 //! group it was committed with is on disk.
 
 use forge_core::Error;
-use forge_core::id::{RunId, ThreadId};
+use forge_core::id::ThreadId;
 use forge_core::metering::ModelCall;
 use forge_core::ports::store::{
     Committed, StepCommit, check_commit, check_summary, foreign_settlement, not_an_open_call,
@@ -17,11 +17,12 @@ use forge_core::run::Run;
 use forge_core::scope::{Scope, TenantId};
 use forge_core::thread::SessionState;
 use forge_core::time::Timestamp;
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{Connection, params};
 
 use crate::SqliteStore;
-use crate::lane::db;
+use crate::db::{self, execute};
 use crate::rows::{self, i64_of, to_json};
+use crate::threads::{SET_STATE_SQL, SET_SUMMARY_SQL, STATE_VERSION_SQL, SUMMARY_SQL};
 
 /// Appends one event to a run's log (`$1` run, `$2` seq, `$3` tenant, `$4` time, `$5` body).
 pub(crate) const INSERT_EVENT: &str =
@@ -42,8 +43,7 @@ impl SqliteStore {
     ) -> Result<Committed, Error> {
         let tenant = scope.tenant_id().clone();
         let now = self.clock.now();
-        self.lane
-            .run(move |conn| write_step(conn, &tenant, &commit, now))
+        self.write(move |conn| write_step(conn, &tenant, &commit, now))
             .await
     }
 }
@@ -55,7 +55,7 @@ fn write_step(
     commit: &StepCommit,
     now: Timestamp,
 ) -> Result<Committed, Error> {
-    let run = read_run(conn, tenant, commit.run_id)?
+    let run = crate::runs::read_run(conn, tenant.as_str(), commit.run_id)?
         .ok_or_else(|| Error::not_found("run", commit.run_id))?;
     let committed = check_commit(&run, commit, now)?;
     if let Some(update) = &commit.state {
@@ -69,14 +69,12 @@ fn write_step(
     }
     if let Some(summary) = &commit.summary {
         check_summary(&run, summary)?;
-        let current: Option<Option<String>> = conn
-            .prepare_cached(crate::runs::SUMMARY_SQL)
-            .map_err(db)?
-            .query_row(params![run.thread_id.to_string(), tenant.as_str()], |r| {
-                r.get(0)
-            })
-            .optional()
-            .map_err(db)?;
+        let current: Option<Option<String>> = db::first(
+            conn,
+            SUMMARY_SQL,
+            params![run.thread_id.to_string(), tenant.as_str()],
+            |row| row.get(0).map_err(db::error),
+        )?;
         let current = current
             .ok_or_else(|| Error::not_found("thread", run.thread_id))?
             .map(|s| serde_json::from_str(&s).map_err(|e| rows::corrupt("summary", e)))
@@ -84,7 +82,7 @@ fn write_step(
         forge_core::thread::check_summary_version(run.thread_id, current.as_ref(), summary)?;
         execute(
             conn,
-            crate::runs::SET_SUMMARY_SQL,
+            SET_SUMMARY_SQL,
             params![
                 to_json(summary)?,
                 run.thread_id.to_string(),
@@ -108,18 +106,7 @@ fn write_step(
         )?;
     }
     for r in &commit.audit {
-        execute(
-            conn,
-            crate::interactions::AUDIT_SQL,
-            params![
-                r.tenant_id.as_str(),
-                r.at.unix_millis(),
-                r.actor,
-                r.action,
-                r.subject,
-                r.detail.to_string()
-            ],
-        )?;
+        crate::interactions::audit(conn, r)?;
     }
     if let Some(call) = foreign_settlement(commit, tenant) {
         return Err(not_an_open_call(call.id));
@@ -129,15 +116,12 @@ fn write_step(
         return Err(not_an_open_call(call.id));
     }
     for call in &commit.settlements {
-        let open: Option<i64> = conn
-            .prepare_cached(
-                "SELECT 1 FROM forge_model_calls WHERE id = ?1 \
-                 AND NOT (status = 'reserved' AND tenant_id = ?2)",
-            )
-            .map_err(db)?
-            .query_row(params![call.id.to_string(), tenant.as_str()], |r| r.get(0))
-            .optional()
-            .map_err(db)?;
+        let open: Option<i64> = db::value(
+            conn,
+            "SELECT 1 FROM forge_model_calls WHERE id = ?1 \
+             AND NOT (status = 'reserved' AND tenant_id = ?2)",
+            params![call.id.to_string(), tenant.as_str()],
+        )?;
         if open.is_some() {
             return Err(not_an_open_call(call.id));
         }
@@ -238,32 +222,6 @@ fn write_step(
     })
 }
 
-/// The run `id` of `tenant` as it now stands in the lane's transaction.
-pub(crate) fn read_run(
-    conn: &Connection,
-    tenant: &TenantId,
-    id: RunId,
-) -> Result<Option<Run>, Error> {
-    static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-        format!(
-            "SELECT {} FROM forge_runs WHERE id = ?1 AND tenant_id = ?2",
-            crate::runs::RUN_COLUMNS
-        )
-    });
-    one_run(conn, &SQL, params![id.to_string(), tenant.as_str()])
-}
-
-/// The run row `sql` reads or returns, if any (the statement prepared once per connection).
-pub(crate) fn one_run(
-    conn: &Connection,
-    sql: &str,
-    values: impl rusqlite::Params,
-) -> Result<Option<Run>, Error> {
-    let mut statement = conn.prepare_cached(sql).map_err(db)?;
-    let mut found = statement.query(values).map_err(db)?;
-    found.next().map_err(db)?.map(rows::run).transpose()
-}
-
 /// Replaces a thread's session state if it is still at `expected_version` (a step's, or
 /// `put_session_state`), on the lane's connection.
 pub(crate) fn set_state(
@@ -273,12 +231,11 @@ pub(crate) fn set_state(
     expected_version: u64,
     values: serde_json::Map<String, serde_json::Value>,
 ) -> Result<SessionState, Error> {
-    let actual: Option<i64> = conn
-        .prepare_cached(crate::runs::STATE_VERSION_SQL)
-        .map_err(db)?
-        .query_row(params![thread.to_string(), tenant.as_str()], |r| r.get(0))
-        .optional()
-        .map_err(db)?;
+    let actual: Option<i64> = db::value(
+        conn,
+        STATE_VERSION_SQL,
+        params![thread.to_string(), tenant.as_str()],
+    )?;
     let actual = rows::u64_of(
         actual.ok_or_else(|| Error::not_found("thread", thread))?,
         "state_version",
@@ -286,7 +243,7 @@ pub(crate) fn set_state(
     forge_core::thread::check_state_version(thread, expected_version, actual)?;
     execute(
         conn,
-        crate::runs::SET_STATE_SQL,
+        SET_STATE_SQL,
         params![
             to_json(&values)?,
             i64_of(actual + 1)?,
@@ -328,16 +285,4 @@ fn end_run(conn: &Connection, tenant: &TenantId, run: &Run, now: Timestamp) -> R
         params![now.unix_millis(), thread, tenant],
     )?;
     Ok(())
-}
-
-/// Runs one statement (prepared once per connection); the rows it changed.
-pub(crate) fn execute(
-    conn: &Connection,
-    sql: &str,
-    values: impl rusqlite::Params,
-) -> Result<usize, Error> {
-    conn.prepare_cached(sql)
-        .map_err(db)?
-        .execute(values)
-        .map_err(db)
 }

@@ -10,13 +10,18 @@ use forge_eval::judge::{JudgeKey, JudgeVerdict};
 use forge_eval::ports::{EvalStore, rules};
 use forge_eval::score::{CaseResult, ScoringRun, ScoringRunId};
 use forge_sql::eval;
-use sqlx::sqlite::SqliteRow;
+use rusqlite::params;
 
 use crate::SqliteStore;
-use crate::rows::db_error;
+use crate::db;
 
-const COLUMNS: &str = "id, tenant_id, dataset, dataset_version, dataset_sha256, label, started_at, \
-                       completed_at, status, totals, dimensions";
+/// The columns [`decode`] reads.
+macro_rules! columns {
+    () => {
+        "id, tenant_id, dataset, dataset_version, dataset_sha256, label, started_at, \
+         completed_at, status, totals, dimensions"
+    };
+}
 
 /// Derives a run's totals from its case rows: `$1` tenant, `$2` run, `$3` completion time.
 const COMPLETE: &str = "UPDATE forge_eval_runs SET status = 'completed', completed_at = $3,
@@ -49,29 +54,40 @@ const COMPLETE: &str = "UPDATE forge_eval_runs SET status = 'completed', complet
     RETURNING id, tenant_id, dataset, dataset_version, dataset_sha256, label, started_at,
         completed_at, status, totals, dimensions";
 
-fn decode(row: &SqliteRow) -> Result<ScoringRun, Error> {
+fn decode(row: &rusqlite::Row<'_>) -> Result<ScoringRun, Error> {
     eval::scoring_run(&crate::rows::Row(row))
+}
+
+/// The limit `limit` binds as.
+fn limit_of(limit: usize) -> i64 {
+    i64::try_from(limit).unwrap_or(i64::MAX)
 }
 
 #[async_trait]
 impl EvalStore for SqliteStore {
     async fn insert_scoring(&self, scope: &Scope, run: &ScoringRun) -> Result<(), Error> {
-        let inserted = sqlx::query(forge_sql::statements::EVAL_START_RUN)
-            .bind(scope.tenant_id().as_str())
-            .bind(run.id.to_string())
-            .bind(&run.dataset)
-            .bind(i64::from(run.dataset_version))
-            .bind(&run.dataset_sha256)
-            .bind(&run.label)
-            .bind(run.started_at.unix_millis())
-            .execute(&mut *self.conn().await?)
-            .await
-            .map_err(db_error)?
-            .rows_affected();
-        if inserted == 0 {
-            return Err(Error::invalid(format!("scoring run {} exists", run.id)));
-        }
-        Ok(())
+        let tenant = scope.tenant_id().to_string();
+        let run = run.clone();
+        self.write(move |conn| {
+            let inserted = db::execute(
+                conn,
+                forge_sql::statements::EVAL_START_RUN,
+                params![
+                    tenant,
+                    run.id.to_string(),
+                    run.dataset,
+                    i64::from(run.dataset_version),
+                    run.dataset_sha256,
+                    run.label,
+                    run.started_at.unix_millis()
+                ],
+            )?;
+            if inserted == 0 {
+                return Err(Error::invalid(format!("scoring run {} exists", run.id)));
+            }
+            Ok(())
+        })
+        .await
     }
 
     async fn record_case(
@@ -81,33 +97,41 @@ impl EvalStore for SqliteStore {
         result: &CaseResult,
     ) -> Result<(), Error> {
         let result = rules::normalize(result);
-        let (_gate, mut tx) = self.write_tx().await?;
-        // Recording re-opens the run: its totals must agree with its rows.
-        let reopened = sqlx::query(forge_sql::statements::EVAL_REOPEN_RUN)
-            .bind(scope.tenant_id().as_str())
-            .bind(run.to_string())
-            .execute(&mut *tx)
-            .await
-            .map_err(db_error)?
-            .rows_affected();
-        if reopened == 0 {
-            return Err(Error::not_found("scoring run", run));
-        }
-        sqlx::query(forge_sql::statements::EVAL_UPSERT_CASE)
-            .bind(scope.tenant_id().as_str())
-            .bind(run.to_string())
-            .bind(&result.case_id)
-            .bind(result.verdict.name())
-            .bind(i64::from(result.score_ppm))
-            .bind(eval::encode_dimensions(&result)?)
-            .bind(i64::try_from(result.run_cost_micros).unwrap_or(i64::MAX))
-            .bind(i64::try_from(result.judge_cost_micros).unwrap_or(i64::MAX))
-            .bind(i64::from(result.paid_calls))
-            .bind(eval::encode_case(&result)?)
-            .execute(&mut *tx)
-            .await
-            .map_err(db_error)?;
-        tx.commit().await.map_err(db_error)
+        let tenant = scope.tenant_id().to_string();
+        let (dimensions, body) = (
+            eval::encode_dimensions(&result)?,
+            eval::encode_case(&result)?,
+        );
+        self.write(move |conn| {
+            let run_id = run.to_string();
+            // Recording re-opens the run: its totals must agree with its rows.
+            let reopened = db::execute(
+                conn,
+                forge_sql::statements::EVAL_REOPEN_RUN,
+                params![tenant, run_id],
+            )?;
+            if reopened == 0 {
+                return Err(Error::not_found("scoring run", run));
+            }
+            db::execute(
+                conn,
+                forge_sql::statements::EVAL_UPSERT_CASE,
+                params![
+                    tenant,
+                    run_id,
+                    result.case_id,
+                    result.verdict.name(),
+                    i64::from(result.score_ppm),
+                    dimensions,
+                    i64::try_from(result.run_cost_micros).unwrap_or(i64::MAX),
+                    i64::try_from(result.judge_cost_micros).unwrap_or(i64::MAX),
+                    i64::from(result.paid_calls),
+                    body
+                ],
+            )?;
+            Ok(())
+        })
+        .await
     }
 
     async fn complete_scoring(
@@ -116,15 +140,17 @@ impl EvalStore for SqliteStore {
         run: ScoringRunId,
         at: Timestamp,
     ) -> Result<ScoringRun, Error> {
-        let row = sqlx::query(COMPLETE)
-            .bind(scope.tenant_id().as_str())
-            .bind(run.to_string())
-            .bind(at.unix_millis())
-            .fetch_optional(&mut *self.conn().await?)
-            .await
-            .map_err(db_error)?
-            .ok_or_else(|| Error::not_found("scoring run", run))?;
-        decode(&row)
+        let tenant = scope.tenant_id().to_string();
+        self.write(move |conn| {
+            db::first(
+                conn,
+                COMPLETE,
+                params![tenant, run.to_string(), at.unix_millis()],
+                decode,
+            )?
+            .ok_or_else(|| Error::not_found("scoring run", run))
+        })
+        .await
     }
 
     async fn scoring_run(
@@ -132,15 +158,20 @@ impl EvalStore for SqliteStore {
         scope: &Scope,
         run: ScoringRunId,
     ) -> Result<Option<ScoringRun>, Error> {
-        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {COLUMNS} FROM forge_eval_runs WHERE tenant_id = $1 AND id = $2"
-        )))
-        .bind(scope.tenant_id().as_str())
-        .bind(run.to_string())
-        .fetch_optional(&mut *self.conn().await?)
+        let tenant = scope.tenant_id().to_string();
+        self.read(move |conn| {
+            db::first(
+                conn,
+                concat!(
+                    "SELECT ",
+                    columns!(),
+                    " FROM forge_eval_runs WHERE tenant_id = ?1 AND id = ?2"
+                ),
+                params![tenant, run.to_string()],
+                decode,
+            )
+        })
         .await
-        .map_err(db_error)?;
-        row.as_ref().map(decode).transpose()
     }
 
     async fn case_results(
@@ -148,16 +179,17 @@ impl EvalStore for SqliteStore {
         scope: &Scope,
         run: ScoringRunId,
     ) -> Result<Vec<CaseResult>, Error> {
-        let bodies: Vec<String> = sqlx::query_scalar(
-            "SELECT body FROM forge_eval_cases WHERE tenant_id = $1 AND run_id = $2
-             ORDER BY case_id",
-        )
-        .bind(scope.tenant_id().as_str())
-        .bind(run.to_string())
-        .fetch_all(&mut *self.conn().await?)
+        let tenant = scope.tenant_id().to_string();
+        self.read(move |conn| {
+            db::all(
+                conn,
+                "SELECT body FROM forge_eval_cases WHERE tenant_id = ?1 AND run_id = ?2 \
+                 ORDER BY case_id",
+                params![tenant, run.to_string()],
+                |row| eval::decode_case(&crate::rows::text(row, "body")?),
+            )
+        })
         .await
-        .map_err(db_error)?;
-        bodies.iter().map(|b| eval::decode_case(b)).collect()
     }
 
     async fn latest_scoring(
@@ -165,17 +197,21 @@ impl EvalStore for SqliteStore {
         scope: &Scope,
         dataset: &str,
     ) -> Result<Option<ScoringRun>, Error> {
-        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {COLUMNS} FROM forge_eval_runs
-             WHERE tenant_id = $1 AND dataset = $2 AND status = 'completed'
-             ORDER BY completed_at DESC, started_at DESC, id DESC LIMIT 1"
-        )))
-        .bind(scope.tenant_id().as_str())
-        .bind(dataset)
-        .fetch_optional(&mut *self.conn().await?)
+        let (tenant, dataset) = (scope.tenant_id().to_string(), dataset.to_owned());
+        self.read(move |conn| {
+            db::first(
+                conn,
+                concat!(
+                    "SELECT ",
+                    columns!(),
+                    " FROM forge_eval_runs WHERE tenant_id = ?1 AND dataset = ?2 \
+                     AND status = 'completed' ORDER BY completed_at DESC, started_at DESC, id DESC LIMIT 1"
+                ),
+                params![tenant, dataset],
+                decode,
+            )
+        })
         .await
-        .map_err(db_error)?;
-        row.as_ref().map(decode).transpose()
     }
 
     async fn list_scoring(
@@ -184,18 +220,21 @@ impl EvalStore for SqliteStore {
         dataset: Option<&str>,
         limit: usize,
     ) -> Result<Vec<ScoringRun>, Error> {
-        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {COLUMNS} FROM forge_eval_runs
-             WHERE tenant_id = $1 AND ($2 IS NULL OR dataset = $2)
-             ORDER BY started_at DESC, id DESC LIMIT $3"
-        )))
-        .bind(scope.tenant_id().as_str())
-        .bind(dataset)
-        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-        .fetch_all(&mut *self.conn().await?)
+        let (tenant, dataset) = (scope.tenant_id().to_string(), dataset.map(str::to_owned));
+        self.read(move |conn| {
+            db::all(
+                conn,
+                concat!(
+                    "SELECT ",
+                    columns!(),
+                    " FROM forge_eval_runs WHERE tenant_id = ?1 AND (?2 IS NULL OR dataset = ?2) \
+                     ORDER BY started_at DESC, id DESC LIMIT ?3"
+                ),
+                params![tenant, dataset, limit_of(limit)],
+                decode,
+            )
+        })
         .await
-        .map_err(db_error)?;
-        rows.iter().map(decode).collect()
     }
 
     async fn judgement(
@@ -203,18 +242,17 @@ impl EvalStore for SqliteStore {
         scope: &Scope,
         key: &JudgeKey,
     ) -> Result<Option<JudgeVerdict>, Error> {
-        let body: Option<String> = sqlx::query_scalar(
-            "SELECT verdict FROM forge_eval_judgements WHERE tenant_id = $1 AND case_id = $2
-                 AND input_sha256 = $3 AND prompt = $4 AND model = $5",
-        )
-        .bind(scope.tenant_id().as_str())
-        .bind(&key.case_id)
-        .bind(&key.input_sha256)
-        .bind(&key.prompt)
-        .bind(&key.model)
-        .fetch_optional(&mut *self.conn().await?)
-        .await
-        .map_err(db_error)?;
+        let (tenant, key) = (scope.tenant_id().to_string(), key.clone());
+        let body: Option<String> = self
+            .read(move |conn| {
+                db::value(
+                    conn,
+                    "SELECT verdict FROM forge_eval_judgements WHERE tenant_id = ?1 AND case_id = ?2 \
+                     AND input_sha256 = ?3 AND prompt = ?4 AND model = ?5",
+                    params![tenant, key.case_id, key.input_sha256, key.prompt, key.model],
+                )
+            })
+            .await?;
         body.as_deref().map(eval::decode_verdict).transpose()
     }
 
@@ -224,17 +262,27 @@ impl EvalStore for SqliteStore {
         key: &JudgeKey,
         verdict: &JudgeVerdict,
     ) -> Result<(), Error> {
-        sqlx::query(forge_sql::statements::EVAL_PUT_VERDICT)
-            .bind(scope.tenant_id().as_str())
-            .bind(&key.case_id)
-            .bind(&key.input_sha256)
-            .bind(&key.prompt)
-            .bind(&key.model)
-            .bind(eval::encode_verdict(verdict)?)
-            .bind(self.clock.now().unix_millis())
-            .execute(&mut *self.conn().await?)
-            .await
-            .map_err(db_error)?;
-        Ok(())
+        let (tenant, key) = (scope.tenant_id().to_string(), key.clone());
+        let (verdict, now) = (
+            eval::encode_verdict(verdict)?,
+            self.clock.now().unix_millis(),
+        );
+        self.write(move |conn| {
+            db::execute(
+                conn,
+                forge_sql::statements::EVAL_PUT_VERDICT,
+                params![
+                    tenant,
+                    key.case_id,
+                    key.input_sha256,
+                    key.prompt,
+                    key.model,
+                    verdict,
+                    now
+                ],
+            )?;
+            Ok(())
+        })
+        .await
     }
 }

@@ -7,9 +7,10 @@ use forge_core::scope::Scope;
 use forge_files::ports::rules;
 use forge_files::{FileId, FileRecord, FileStore};
 use forge_sql::files;
+use rusqlite::params;
 
 use crate::SqliteStore;
-use crate::rows::db_error;
+use crate::db;
 
 #[async_trait]
 impl FileStore for SqliteStore {
@@ -19,47 +20,52 @@ impl FileStore for SqliteStore {
         file: &FileRecord,
         actor: &str,
     ) -> Result<(), Error> {
-        let (_gate, mut tx) = self.write_tx().await?;
-        let inserted = sqlx::query(
-            "INSERT INTO forge_files (tenant_id, id, created_at, body) VALUES ($1, $2, $3, $4)
-             ON CONFLICT DO NOTHING",
-        )
-        .bind(scope.tenant_id().as_str())
-        .bind(file.id.as_str())
-        .bind(file.created_at.unix_millis())
-        .bind(files::encode(file)?)
-        .execute(&mut *tx)
+        let (tenant, id) = (scope.tenant_id().to_string(), file.id.to_string());
+        let (at, body) = (file.created_at.unix_millis(), files::encode(file)?);
+        let record = rules::accepted(scope, file, actor);
+        self.write(move |conn| {
+            let inserted = db::execute(
+                conn,
+                "INSERT INTO forge_files (tenant_id, id, created_at, body) VALUES (?1, ?2, ?3, ?4) \
+                 ON CONFLICT DO NOTHING",
+                params![tenant, id, at, body],
+            )?;
+            if inserted == 0 {
+                return Err(Error::invalid(format!("file {id} exists")));
+            }
+            crate::interactions::audit(conn, &record)
+        })
         .await
-        .map_err(db_error)?
-        .rows_affected();
-        if inserted == 0 {
-            return Err(Error::invalid(format!("file {} exists", file.id)));
-        }
-        crate::interactions::audit(&mut tx, &rules::accepted(scope, file, actor)).await?;
-        tx.commit().await.map_err(db_error)
     }
 
     async fn file(&self, scope: &Scope, id: &FileId) -> Result<Option<FileRecord>, Error> {
-        let body: Option<String> =
-            sqlx::query_scalar("SELECT body FROM forge_files WHERE tenant_id = $1 AND id = $2")
-                .bind(scope.tenant_id().as_str())
-                .bind(id.as_str())
-                .fetch_optional(&mut *self.conn().await?)
-                .await
-                .map_err(db_error)?;
+        let (tenant, id) = (scope.tenant_id().to_string(), id.to_string());
+        let body: Option<String> = self
+            .read(move |conn| {
+                db::value(
+                    conn,
+                    "SELECT body FROM forge_files WHERE tenant_id = ?1 AND id = ?2",
+                    params![tenant, id],
+                )
+            })
+            .await?;
         body.as_deref().map(files::decode).transpose()
     }
 
     async fn list_files(&self, scope: &Scope, limit: usize) -> Result<Vec<FileRecord>, Error> {
-        let bodies: Vec<String> = sqlx::query_scalar(
-            "SELECT body FROM forge_files WHERE tenant_id = $1
-             ORDER BY created_at DESC, id DESC LIMIT $2",
-        )
-        .bind(scope.tenant_id().as_str())
-        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-        .fetch_all(&mut *self.conn().await?)
-        .await
-        .map_err(db_error)?;
+        let tenant = scope.tenant_id().to_string();
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let bodies: Vec<String> = self
+            .read(move |conn| {
+                db::all(
+                    conn,
+                    "SELECT body FROM forge_files WHERE tenant_id = ?1 \
+                     ORDER BY created_at DESC, id DESC LIMIT ?2",
+                    params![tenant, limit],
+                    |row| row.get(0).map_err(db::error),
+                )
+            })
+            .await?;
         bodies.iter().map(|b| files::decode(b)).collect()
     }
 
@@ -69,21 +75,20 @@ impl FileStore for SqliteStore {
         id: &FileId,
         actor: &str,
     ) -> Result<Option<FileRecord>, Error> {
-        let (_gate, mut tx) = self.write_tx().await?;
-        let body: Option<String> = sqlx::query_scalar(
-            "DELETE FROM forge_files WHERE tenant_id = $1 AND id = $2 RETURNING body",
-        )
-        .bind(scope.tenant_id().as_str())
-        .bind(id.as_str())
-        .fetch_optional(&mut *tx)
+        let (scope, id, actor) = (scope.clone(), id.to_string(), actor.to_owned());
+        let now = self.clock.now();
+        self.write(move |conn| {
+            let body: Option<String> = db::value(
+                conn,
+                "DELETE FROM forge_files WHERE tenant_id = ?1 AND id = ?2 RETURNING body",
+                params![scope.tenant_id().as_str(), id],
+            )?;
+            let Some(file) = body.as_deref().map(files::decode).transpose()? else {
+                return Ok(None);
+            };
+            crate::interactions::audit(conn, &rules::deleted(&scope, &file, &actor, now))?;
+            Ok(Some(file))
+        })
         .await
-        .map_err(db_error)?;
-        let Some(file) = body.as_deref().map(files::decode).transpose()? else {
-            return Ok(None);
-        };
-        let record = rules::deleted(scope, &file, actor, self.clock.now());
-        crate::interactions::audit(&mut tx, &record).await?;
-        tx.commit().await.map_err(db_error)?;
-        Ok(Some(file))
     }
 }

@@ -1,5 +1,5 @@
-//! The store's writer lane: one connection (rusqlite) on a thread of its own, which runs the hot
-//! operations (step commits, claims, leases, completions) and commits them in groups.
+//! The store's writer lane: one connection (rusqlite) on a thread of its own, which runs every
+//! write of the store and commits them in groups.
 //!
 //! Through sqlx every statement is a trip to its connection's thread, and every result and row a
 //! message back; the thread wake-ups of those messages cost far more CPU than SQLite's work on the
@@ -14,27 +14,24 @@
 //! The lane does not checkpoint the log as it commits: it tells the store's checkpointer (see
 //! `checkpoint`), which does that on a thread of its own.
 //!
-//! The lane takes the store's write gate for each group, so the store's other writers (sqlx,
-//! queued as tasks on the same gate) take turns with it; other processes on the file meet
-//! SQLite's lock and its busy timeout.
+//! Every write of the store is the lane's, so within a process writers never meet SQLite's
+//! lock; other processes on the file (and a migration run after open) meet it and its busy
+//! timeout.
 
 use std::panic::AssertUnwindSafe;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::mpsc::{Receiver, Sender, TryRecvError};
-use std::time::Duration;
 
 use forge_core::Error;
 use rusqlite::Connection;
 
-use crate::checkpoint::{BACKSTOP_PAGES, CheckpointStats, Checkpointer, LOG_LIMIT_BYTES};
+use crate::checkpoint::{CheckpointStats, Checkpointer};
+use crate::db::stopped;
 
 /// The most operations one group commits together.
 pub(crate) const MAX_GROUP: usize = 64;
-
-/// How long the lane's connection waits for another process's write lock.
-const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// An operation sent to the lane: run once, then answered once the group's fate is known.
 trait Work: Send {
@@ -74,7 +71,7 @@ where
             // The operation's own error is the more precise one (it was rolled back either way).
             (Some(Err(e)), _) => Err(e),
             (Some(Ok(value)), None) => Ok(value),
-            (_, Some(e)) => Err(lane_error(e)),
+            (_, Some(e)) => Err(group_error(e)),
             (None, None) => Err(stopped("the operation was never run")),
         };
         // A caller that went away (a cancelled future) has nothing to be told.
@@ -105,10 +102,9 @@ struct Counts {
 }
 
 impl Lane {
-    /// Opens the lane's connection on the database file at `path` (migrated already) and starts
-    /// its thread.
-    pub(crate) fn open(path: &Path, gate: Arc<tokio::sync::Mutex<()>>) -> Result<Self, Error> {
-        let conn = Self::connect(path).map_err(db)?;
+    /// Starts the lane's thread on `conn`, a writer's connection (`db::connect`) to the file at
+    /// `path`, migrated already.
+    pub(crate) fn start(conn: Connection, path: &Path) -> Result<Self, Error> {
         let checkpointer = Arc::new(Checkpointer::start(path)?);
         let (jobs, inbox) = std::sync::mpsc::channel();
         let counts = Arc::new(Counts::default());
@@ -116,29 +112,13 @@ impl Lane {
         let told = Arc::clone(&checkpointer);
         std::thread::Builder::new()
             .name("forge-sqlite-lane".into())
-            .spawn(move || serve(&conn, &inbox, &gate, &kept, &told))
+            .spawn(move || serve(&conn, &inbox, &kept, &told))
             .map_err(|e| Error::backend(false, e))?;
         Ok(Self {
             jobs: std::sync::Mutex::new(Some(jobs)),
             counts,
             checkpointer,
         })
-    }
-
-    /// The lane's connection to the file at `path`, set up as the pool's are.
-    fn connect(path: &Path) -> Result<Connection, rusqlite::Error> {
-        let conn = Connection::open(path)?;
-        conn.busy_timeout(BUSY_TIMEOUT)?;
-        // Each operation's savepoint keeps a statement journal; in memory (`temp_store`), not in
-        // a temporary file opened, written and removed per group (a tenth of the lane's CPU).
-        // The log is checkpointed by the checkpointer, this connection's own only a backstop.
-        conn.execute_batch(&format!(
-            "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON; \
-             PRAGMA temp_store = MEMORY; PRAGMA wal_autocheckpoint = {BACKSTOP_PAGES}; \
-             PRAGMA journal_size_limit = {LOG_LIMIT_BYTES};"
-        ))?;
-        conn.set_prepared_statement_cache_capacity(64);
-        Ok(conn)
     }
 
     /// What the lane has done so far.
@@ -206,7 +186,6 @@ impl Drop for Lane {
 fn serve(
     conn: &Connection,
     inbox: &Receiver<Message>,
-    gate: &tokio::sync::Mutex<()>,
     counts: &Counts,
     checkpointer: &Checkpointer,
 ) {
@@ -218,8 +197,7 @@ fn serve(
             Message::Work(work) => group.push(work),
             Message::Stop => return,
         }
-        let _gate = gate.blocking_lock();
-        // What arrived meanwhile (while waiting for the gate, too) joins the group.
+        // What arrived meanwhile joins the group.
         while group.len() < MAX_GROUP {
             match inbox.try_recv() {
                 Ok(Message::Work(work)) => group.push(work),
@@ -292,19 +270,9 @@ fn savepoint(conn: &Connection, sql: &str) -> Result<(), rusqlite::Error> {
     conn.prepare_cached(sql)?.execute([]).map(|_| ())
 }
 
-/// Classifies an error of the lane's connection: lock contention may succeed later.
-pub(crate) fn lane_error(e: &rusqlite::Error) -> Error {
+/// The error of a group that did not commit, as each of its operations is told it.
+fn group_error(e: &rusqlite::Error) -> Error {
     use rusqlite::ErrorCode::{DatabaseBusy, DatabaseLocked};
     let retryable = matches!(e.sqlite_error_code(), Some(DatabaseBusy | DatabaseLocked));
     Error::backend(retryable, std::io::Error::other(e.to_string()))
-}
-
-/// A rusqlite error as the store's error.
-pub(crate) fn db(e: rusqlite::Error) -> Error {
-    lane_error(&e)
-}
-
-/// The lane cannot take or answer an operation.
-fn stopped(why: &str) -> Error {
-    Error::backend(false, std::io::Error::other(why.to_owned()))
 }

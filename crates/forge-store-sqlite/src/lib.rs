@@ -3,11 +3,12 @@
 //!
 //! The file runs in WAL mode with a busy timeout; every write is one `BEGIN IMMEDIATE`
 //! transaction, so writers queue on SQLite's lock instead of failing, and `commit_step` is atomic.
-//! The hot operations (step commits, claims, leases, completions) run on the store's writer lane,
-//! one connection on a thread of its own that commits them in groups (`lane`); the rest on a
-//! small pool of sqlx connections. The log is checkpointed into the file by a thread of its own
-//! (`checkpoint`), not by the commits. An in-memory URL (`sqlite::memory:`) is a private temporary
-//! file, removed when the store is dropped, so that both see one database.
+//! The store speaks to the file through one driver, rusqlite (`db`). Every write runs on the
+//! store's writer lane, one connection on a thread of its own that commits what waits for it in
+//! groups (`lane`); reads on a few reader connections. The log is checkpointed into the file by a
+//! thread of its own (`checkpoint`), not by the commits. An in-memory URL (`sqlite::memory:`) is
+//! a private temporary file, removed when the store is dropped, so that all of them see one
+//! database.
 //! The schema is provisioned on open from the embedded migrations. SQLite has no row-level
 //! security: tenant isolation is the `tenant_id` filter every query carries.
 //!
@@ -39,6 +40,7 @@
 
 mod checkpoint;
 mod commit;
+mod db;
 mod erasure;
 mod evals;
 mod files;
@@ -50,23 +52,14 @@ mod queue;
 mod rows;
 mod runs;
 mod sources;
+mod threads;
 mod usage;
 
-use std::str::FromStr;
+use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use forge_core::id::{IdGenerator, UuidV7Generator};
 use forge_core::time::{Clock, SystemClock};
-use sqlx::ConnectOptions;
-use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqliteSynchronous};
-
-/// The store's connections (`forge-sql`): handed out and given back without a hop to a
-/// connection's thread.
-pub(crate) type Pool = forge_sql::Pool<SqliteConnection>;
-
-/// A transaction on one of the store's connections.
-pub(crate) type Tx = forge_sql::Tx<SqliteConnection>;
 
 pub use checkpoint::CheckpointStats;
 pub use forge_sql::migrations::{Migration, Migrations};
@@ -76,14 +69,14 @@ pub use migrate::migrations;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum OpenError {
-    /// The URL is not a SQLite URL sqlx understands.
-    #[error("invalid SQLite URL {url:?}")]
+    /// The URL is not a SQLite URL: `sqlite://PATH` or `sqlite:PATH`, optionally with
+    /// `?mode=rwc` (the default: create if missing) or `?mode=rw`, or `sqlite::memory:`.
+    #[error("invalid SQLite URL {url:?}: {reason}")]
     Url {
         /// The URL.
         url: String,
         /// Why.
-        #[source]
-        source: sqlx::Error,
+        reason: String,
     },
     /// The database could not be opened or migrated.
     #[error("could not open SQLite database {url:?}")]
@@ -99,11 +92,10 @@ pub enum OpenError {
 /// The SQLite store.
 #[derive(Debug, Clone)]
 pub struct SqliteStore {
-    pool: Pool,
-    /// Taken before every `BEGIN IMMEDIATE` of this store: its writers queue here, parked as
-    /// tasks, instead of on SQLite's lock, where each waiting connection's thread sleeps and
-    /// retries. Other processes on the file still meet the lock and its busy timeout.
-    write_gate: Arc<tokio::sync::Mutex<()>>,
+    /// The reader connections (see the `db` module).
+    readers: Arc<db::Readers>,
+    /// The file, for the connections a migration run after open takes.
+    path: Arc<PathBuf>,
     clock: Arc<dyn Clock>,
     ids: Arc<dyn IdGenerator>,
     applied_on_open: usize,
@@ -137,57 +129,42 @@ impl SqliteStore {
         clock: Arc<dyn Clock>,
         ids: Arc<dyn IdGenerator>,
     ) -> Result<Self, OpenError> {
-        if !url.starts_with("sqlite:") {
-            let source = sqlx::Error::Configuration("the URL must start with sqlite:".into());
-            return Err(OpenError::Url {
-                url: url.to_owned(),
-                source,
-            });
-        }
-        let invalid = |source| OpenError::Url {
+        let invalid = |reason: &str| OpenError::Url {
             url: url.to_owned(),
-            source,
+            reason: reason.to_owned(),
         };
         let failed = |source| OpenError::Open {
             url: url.to_owned(),
             source,
         };
-        // An in-memory database exists per connection; the lane and the pool must share one.
-        let scratch = (url.contains(":memory:") || url.contains("mode=memory"))
+        let target = Target::parse(url).map_err(invalid)?;
+        // An in-memory database exists per connection; the lane and the readers must share one.
+        let scratch = matches!(target, Target::Memory)
             .then(Scratch::new)
             .map(Arc::new);
-        let options = match &scratch {
-            Some(scratch) => SqliteConnectOptions::new().filename(&scratch.path),
-            None => SqliteConnectOptions::from_str(url).map_err(invalid)?,
-        }
-        .create_if_missing(true)
-        .journal_mode(SqliteJournalMode::Wal)
-        .synchronous(SqliteSynchronous::Normal)
-        .busy_timeout(Duration::from_secs(10))
-        .foreign_keys(true)
-        // The checkpointer checkpoints the log (see `checkpoint`); a commit only as a backstop.
-        .pragma("wal_autocheckpoint", checkpoint::BACKSTOP_PAGES.to_string())
-        .pragma(
-            "journal_size_limit",
-            checkpoint::LOG_LIMIT_BYTES.to_string(),
-        );
-        let path = options.get_filename().to_owned();
-        // The first connection is opened here, so that a bad path fails `open` with its reason.
-        let first = options
-            .connect()
-            .await
-            .map_err(|e| failed(rows::db_error(e)))?;
-        let pool = Pool::new(4, forge_sql::Checks::EMBEDDED, move || {
-            let options = options.clone();
-            Box::pin(async move { options.connect().await })
-        });
-        pool.give(first);
-        let applied_on_open = migrate::up(&pool).await.map_err(failed)?;
-        let write_gate = Arc::default();
-        let lane = lane::Lane::open(&path, Arc::clone(&write_gate)).map_err(failed)?;
+        let path = match (&target, &scratch) {
+            (Target::File { path, create }, _) => {
+                if !create && !path.exists() {
+                    return Err(invalid("mode=rw and the file does not exist"));
+                }
+                path.clone()
+            }
+            (Target::Memory, Some(scratch)) => scratch.path.clone(),
+            (Target::Memory, None) => return Err(invalid("no file for the in-memory database")),
+        };
+        let opened = path.clone();
+        // The lane's connection is opened and migrated first, so that a bad path fails `open`
+        // with its reason, and no reader sees a schema half made.
+        let (conn, applied_on_open) = tokio::task::spawn_blocking(move || {
+            migrate::up(db::connect(&opened, db::Role::Writer)?)
+        })
+        .await
+        .map_err(|_| failed(db::stopped("opening the SQLite database did not finish")))?
+        .map_err(failed)?;
+        let lane = lane::Lane::start(conn, &path).map_err(failed)?;
         Ok(Self {
-            pool,
-            write_gate,
+            readers: Arc::new(db::Readers::new(path.clone())),
+            path: Arc::new(path),
             clock,
             ids,
             applied_on_open,
@@ -213,31 +190,104 @@ impl SqliteStore {
 
     /// Versions of the migrations applied to this database, ascending.
     pub async fn applied_migrations(&self) -> Result<Vec<i64>, forge_core::Error> {
-        migrate::applied(&self.pool).await
+        self.own_connection(db::Role::Reader, migrate::applied)
+            .await
     }
 
-    /// Reverts every applied migration (for tests and `forge migrate --down`).
+    /// Reverts every applied migration (for tests and `forge migrate --down`), on a connection
+    /// of its own.
     pub async fn migrate_down_all(&self) -> Result<(), forge_core::Error> {
-        migrate::down_all(&self.pool).await
+        self.own_connection(db::Role::Writer, migrate::down_all)
+            .await
     }
 
-    /// Applies pending migrations (done by `open`; idempotent).
+    /// Applies pending migrations (done by `open`; idempotent), on a connection of its own.
     pub async fn migrate_up(&self) -> Result<(), forge_core::Error> {
-        migrate::up(&self.pool).await.map(|_| ())
+        self.own_connection(db::Role::Writer, |conn| migrate::up(conn).map(|_| ()))
+            .await
     }
 
-    /// A connection of the store's pool.
-    pub(crate) async fn conn(
+    /// Runs `step` on a connection of its own for `role`, on a blocking thread.
+    async fn own_connection<T: Send + 'static>(
         &self,
-    ) -> Result<forge_sql::Conn<SqliteConnection>, forge_core::Error> {
-        self.pool.acquire().await.map_err(rows::db_error)
+        role: db::Role,
+        step: impl FnOnce(rusqlite::Connection) -> Result<T, forge_core::Error> + Send + 'static,
+    ) -> Result<T, forge_core::Error> {
+        let path = Arc::clone(&self.path);
+        tokio::task::spawn_blocking(move || step(db::connect(&path, role)?))
+            .await
+            .map_err(|_| db::stopped("a migration of the SQLite store did not finish"))?
     }
 
-    /// Closes the store: the writer lane once what was sent to it is answered, the pool's idle
-    /// connections now and those in use when they are given back.
+    /// Runs `read` on one of the store's reader connections (see `db::Readers`).
+    pub(crate) async fn read<T, F>(&self, read: F) -> Result<T, forge_core::Error>
+    where
+        T: Send + 'static,
+        F: FnOnce(&rusqlite::Connection) -> Result<T, forge_core::Error> + Send + 'static,
+    {
+        self.readers.run(read).await
+    }
+
+    /// Runs `write` on the writer lane, inside the transaction of its group, and answers once
+    /// that committed (see `lane::Lane::run`).
+    pub(crate) async fn write<T, F>(&self, write: F) -> Result<T, forge_core::Error>
+    where
+        T: Send + 'static,
+        F: FnOnce(&rusqlite::Connection) -> Result<T, forge_core::Error> + Send + 'static,
+    {
+        self.lane.run(write).await
+    }
+
+    /// Closes the store: the writer lane once what was sent to it is answered, the idle reader
+    /// connections now and those in use when their read ends.
     pub async fn close(&self) {
         self.lane.stop();
-        self.pool.close().await;
+        self.readers.close();
+    }
+}
+
+/// Where a URL says the database is.
+#[derive(Debug)]
+enum Target {
+    /// A file, created if missing when `create`.
+    File { path: PathBuf, create: bool },
+    /// A private database (`sqlite::memory:`, `mode=memory`).
+    Memory,
+}
+
+impl Target {
+    /// `sqlite://PATH`, `sqlite:PATH`, `sqlite::memory:`, each with an optional
+    /// `?mode=rwc|rw|memory`.
+    fn parse(url: &str) -> Result<Self, &'static str> {
+        let rest = url
+            .strip_prefix("sqlite:")
+            .ok_or("the URL must start with sqlite:")?;
+        let rest = rest.strip_prefix("//").unwrap_or(rest);
+        let (file, query) = rest.split_once('?').unwrap_or((rest, ""));
+        let mut create = true;
+        let mut memory = file == ":memory:";
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            match pair {
+                "mode=rwc" => create = true,
+                "mode=rw" => create = false,
+                "mode=memory" => memory = true,
+                _ => {
+                    return Err(
+                        "the only parameter understood is mode=rwc, mode=rw or mode=memory",
+                    );
+                }
+            }
+        }
+        if memory {
+            return Ok(Self::Memory);
+        }
+        if file.is_empty() {
+            return Err("the URL names no file");
+        }
+        Ok(Self::File {
+            path: PathBuf::from(file),
+            create,
+        })
     }
 }
 
@@ -279,7 +329,7 @@ mod tests {
 
     /// Every connection of the store leaves the log to the checkpointer (SQLite's own checkpoint
     /// at a commit only at the backstop) and truncates its file when it restarts, on the lane and
-    /// on the pool alike.
+    /// on the readers alike.
     #[tokio::test]
     async fn commits_checkpoint_only_at_the_backstop() {
         let store = SqliteStore::open("sqlite::memory:").await.expect("opens");
@@ -290,26 +340,82 @@ mod tests {
                 i64::try_from(checkpoint::LOG_LIMIT_BYTES).expect("fits"),
             ),
         ];
-        let mut conn = store.conn().await.expect("a pool connection");
         for (pragma, value) in expected {
             let sql = format!("PRAGMA {pragma}");
             let on_lane = sql.clone();
             let lane: i64 = store
-                .lane
-                .run(move |c| {
+                .write(move |c| {
                     c.query_row(&on_lane, [], |row| row.get(0))
-                        .map_err(lane::db)
+                        .map_err(db::error)
                 })
                 .await
                 .expect("the lane answers");
             assert_eq!(lane, value, "{pragma} on the lane's connection");
-            let pool: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
-                .fetch_one(&mut *conn)
+            let reader: i64 = store
+                .read(move |c| c.query_row(&sql, [], |row| row.get(0)).map_err(db::error))
                 .await
-                .expect("the pool answers");
-            assert_eq!(pool, value, "{pragma} on a pool connection");
+                .expect("a reader answers");
+            assert_eq!(reader, value, "{pragma} on a reader's connection");
         }
-        drop(conn);
         store.close().await;
+    }
+
+    /// Only the lane writes: a reader connection refuses to.
+    #[tokio::test]
+    async fn a_reader_refuses_to_write() {
+        let store = SqliteStore::open("sqlite::memory:").await.expect("opens");
+        let wrote = store
+            .read(|c| {
+                db::execute(
+                    c,
+                    "INSERT INTO forge_audit (tenant_id, at, actor, action, subject, detail) \
+                     VALUES ('acme', 0, 'a', 'b', 'c', '{}')",
+                    rusqlite::params![],
+                )
+            })
+            .await;
+        let err = wrote.expect_err("a reader is query-only");
+        assert!(
+            err.to_string().contains("readonly") || format!("{err:?}").contains("ReadOnly"),
+            "{err:?}"
+        );
+        store.close().await;
+    }
+
+    #[test]
+    fn a_url_names_a_file_or_a_private_database() {
+        let file = |url: &str| match Target::parse(url) {
+            Ok(Target::File { path, create }) => (path.display().to_string(), create),
+            other => panic!("{url}: {other:?}"),
+        };
+        assert_eq!(file("sqlite://forge.db"), ("forge.db".into(), true));
+        assert_eq!(file("sqlite:forge.db"), ("forge.db".into(), true));
+        assert_eq!(
+            file("sqlite:///var/x.db?mode=rwc"),
+            ("/var/x.db".into(), true)
+        );
+        assert_eq!(file("sqlite://x.db?mode=rw"), ("x.db".into(), false));
+        for memory in ["sqlite::memory:", "sqlite://x.db?mode=memory"] {
+            assert!(
+                matches!(Target::parse(memory), Ok(Target::Memory)),
+                "{memory}"
+            );
+        }
+        for bad in ["postgres://x", "sqlite://", "sqlite://x.db?cache=shared"] {
+            assert!(Target::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    /// A URL the store cannot use says why, naming the URL.
+    #[tokio::test]
+    async fn a_bad_url_is_refused_with_its_reason() {
+        let err = SqliteStore::open("sqlite://no-such-file.db?mode=rw")
+            .await
+            .expect_err("mode=rw does not create");
+        assert!(err.to_string().contains("does not exist"), "{err}");
+        let err = SqliteStore::open("sqlite://x.db?journal=off")
+            .await
+            .expect_err("an unknown parameter");
+        assert!(err.to_string().contains("mode=rwc"), "{err}");
     }
 }

@@ -1,28 +1,21 @@
-//! The store's migrations, each listed once, applied through the shared layer
+//! The store's migrations, each listed once, applied by sqlx's migrator through the shared layer
 //! ([`forge_sql::migrations`]) in one `BEGIN IMMEDIATE` transaction, so that concurrent openers
-//! apply each one exactly once.
+//! apply each one exactly once. sqlx's migrator runs on a rusqlite connection here: [`Migrating`]
+//! is sqlx's `Migrate` on it, keeping sqlx's ledger as sqlx's SQLite driver lays it out.
 
+use std::borrow::Cow;
 use std::sync::LazyLock;
+use std::time::{Duration, Instant};
 
 use forge_core::Error;
-use forge_sql::dialect::Dialect;
-use forge_sql::migrations::{Migration, MigrationError, Migrations};
-use sqlx::Connection;
+use forge_sql::migrations::{
+    AppliedMigration, Ledger, Migrate, MigrateError, Migration, MigrationError, Migrations, Script,
+    ledger_rows_sql,
+};
+use futures_util::future::BoxFuture;
+use rusqlite::Connection;
 
-use crate::rows::db_error;
-
-/// SQLite's differences, as the shared SQL layer needs them.
-pub(crate) struct Sqlite;
-
-impl Dialect for Sqlite {
-    type Database = sqlx::Sqlite;
-
-    fn table_exists(table: &str) -> String {
-        format!(
-            "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = '{table}')"
-        )
-    }
-}
+use crate::db;
 
 /// Migration `$version` named `$name`, from `migrations/{$version:04}_{$name}.{up,down}.sql`.
 macro_rules! migration {
@@ -75,45 +68,260 @@ pub fn migrations() -> &'static Migrations {
     &MIGRATIONS
 }
 
+/// A connection migrations run on, inside the caller's `BEGIN IMMEDIATE` transaction.
+pub(crate) struct Migrating(pub(crate) Connection);
+
+/// A rusqlite error as sqlx's migrator reports a database's.
+fn refused(e: rusqlite::Error) -> MigrateError {
+    MigrateError::Execute(sqlx_error(e))
+}
+
+fn sqlx_error(e: rusqlite::Error) -> sqlx::Error {
+    sqlx::Error::AnyDriverError(Box::new(e))
+}
+
+impl Migrating {
+    /// Runs `work` in a savepoint: kept if it succeeds, undone if it fails.
+    fn savepoint<T>(
+        &self,
+        work: impl FnOnce(&Connection) -> rusqlite::Result<T>,
+    ) -> rusqlite::Result<T> {
+        self.0.execute_batch("SAVEPOINT forge_migration")?;
+        match work(&self.0) {
+            Ok(out) => {
+                self.0.execute_batch("RELEASE forge_migration")?;
+                Ok(out)
+            }
+            Err(e) => {
+                let _ = self
+                    .0
+                    .execute_batch("ROLLBACK TO forge_migration; RELEASE forge_migration");
+                Err(e)
+            }
+        }
+    }
+
+    fn record(&self, table: &str, migration: &Script) -> rusqlite::Result<()> {
+        self.0
+            .execute(
+                &format!(
+                    "INSERT INTO {table} (version, description, success, checksum, execution_time)                      VALUES (?1, ?2, TRUE, ?3, -1)"
+                ),
+                rusqlite::params![
+                    migration.version,
+                    migration.description.as_ref(),
+                    migration.checksum.as_ref()
+                ],
+            )
+            .map(|_| ())
+    }
+}
+
+impl Migrate for Migrating {
+    fn create_schema_if_not_exists<'e>(
+        &'e mut self,
+        schema: &'e str,
+    ) -> BoxFuture<'e, Result<(), MigrateError>> {
+        let schema = schema.to_owned();
+        Box::pin(async move { Err(MigrateError::CreateSchemasNotSupported(schema)) })
+    }
+
+    fn ensure_migrations_table<'e>(
+        &'e mut self,
+        table: &'e str,
+    ) -> BoxFuture<'e, Result<(), MigrateError>> {
+        let created = self.0.execute_batch(&format!(
+            "CREATE TABLE IF NOT EXISTS {table} (version BIGINT PRIMARY KEY,              description TEXT NOT NULL, installed_on TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP,              success BOOLEAN NOT NULL, checksum BLOB NOT NULL, execution_time BIGINT NOT NULL)"
+        ));
+        Box::pin(async move { created.map_err(refused) })
+    }
+
+    fn dirty_version<'e>(
+        &'e mut self,
+        table: &'e str,
+    ) -> BoxFuture<'e, Result<Option<i64>, MigrateError>> {
+        let sql =
+            format!("SELECT version FROM {table} WHERE success = false ORDER BY version LIMIT 1");
+        let dirty = db::value(&self.0, &sql, rusqlite::params![]);
+        Box::pin(async move { dirty.map_err(unavailable) })
+    }
+
+    fn list_applied_migrations<'e>(
+        &'e mut self,
+        table: &'e str,
+    ) -> BoxFuture<'e, Result<Vec<AppliedMigration>, MigrateError>> {
+        let sql = format!("SELECT version, checksum FROM {table} ORDER BY version");
+        let applied = db::all(&self.0, &sql, rusqlite::params![], |row| {
+            Ok(AppliedMigration {
+                version: row.get(0).map_err(db::error)?,
+                checksum: Cow::Owned(row.get(1).map_err(db::error)?),
+            })
+        });
+        Box::pin(async move { applied.map_err(unavailable) })
+    }
+
+    fn lock(&mut self) -> BoxFuture<'_, Result<(), MigrateError>> {
+        // The caller's `BEGIN IMMEDIATE` holds the write lock.
+        Box::pin(async { Ok(()) })
+    }
+
+    fn unlock(&mut self) -> BoxFuture<'_, Result<(), MigrateError>> {
+        Box::pin(async { Ok(()) })
+    }
+
+    fn apply<'e>(
+        &'e mut self,
+        table: &'e str,
+        migration: &'e Script,
+    ) -> BoxFuture<'e, Result<Duration, MigrateError>> {
+        let start = Instant::now();
+        let applied = self
+            .savepoint(|conn| conn.execute_batch(migration.sql.as_str()))
+            .map_err(|e| MigrateError::ExecuteMigration(sqlx_error(e), migration.version))
+            .and_then(|()| self.record(table, migration).map_err(refused));
+        let elapsed = start.elapsed();
+        let timed = applied.and_then(|()| {
+            self.0
+                .execute(
+                    &format!("UPDATE {table} SET execution_time = ?1 WHERE version = ?2"),
+                    rusqlite::params![
+                        i64::try_from(elapsed.as_nanos()).unwrap_or(i64::MAX),
+                        migration.version
+                    ],
+                )
+                .map_err(refused)
+        });
+        Box::pin(async move { timed.map(|_| elapsed) })
+    }
+
+    fn revert<'e>(
+        &'e mut self,
+        table: &'e str,
+        migration: &'e Script,
+    ) -> BoxFuture<'e, Result<Duration, MigrateError>> {
+        let start = Instant::now();
+        let reverted = self
+            .savepoint(|conn| {
+                conn.execute_batch(migration.sql.as_str())?;
+                conn.execute(
+                    &format!("DELETE FROM {table} WHERE version = ?1"),
+                    [migration.version],
+                )
+            })
+            .map_err(|e| MigrateError::ExecuteMigration(sqlx_error(e), migration.version));
+        let elapsed = start.elapsed();
+        Box::pin(async move { reverted.map(|_| elapsed) })
+    }
+
+    fn skip<'e>(
+        &'e mut self,
+        table: &'e str,
+        migration: &'e Script,
+    ) -> BoxFuture<'e, Result<(), MigrateError>> {
+        let skipped = self.record(table, migration).map_err(refused);
+        Box::pin(async move { skipped })
+    }
+}
+
+impl Ledger for Migrating {
+    fn table_exists<'e>(
+        &'e mut self,
+        table: &'e str,
+    ) -> BoxFuture<'e, Result<bool, MigrationError>> {
+        let exists = db::value(
+            &self.0,
+            "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1)",
+            rusqlite::params![table],
+        );
+        Box::pin(async move { Ok(exists.map_err(other)?.unwrap_or(false)) })
+    }
+
+    fn ledger_rows<'e>(
+        &'e mut self,
+        table: &'e str,
+    ) -> BoxFuture<'e, Result<Vec<(i64, String)>, MigrationError>> {
+        let rows = db::all(
+            &self.0,
+            &ledger_rows_sql(table),
+            rusqlite::params![],
+            |row| {
+                Ok((
+                    row.get(0).map_err(db::error)?,
+                    row.get(1).map_err(db::error)?,
+                ))
+            },
+        );
+        Box::pin(async move { rows.map_err(other) })
+    }
+
+    fn drop_table<'e>(&'e mut self, table: &'e str) -> BoxFuture<'e, Result<(), MigrationError>> {
+        let dropped = self.0.execute_batch(&format!("DROP TABLE {table}"));
+        Box::pin(async move { dropped.map_err(|e| MigrationError::Database(sqlx_error(e))) })
+    }
+}
+
+/// A store error as the shared layer's.
+fn other(e: Error) -> MigrationError {
+    MigrationError::Database(sqlx::Error::AnyDriverError(Box::new(e)))
+}
+
+/// A store error as sqlx's migrator's.
+fn unavailable(e: Error) -> MigrateError {
+    MigrateError::Execute(sqlx::Error::AnyDriverError(Box::new(e)))
+}
+
+/// A migration error as the store's: a database's (classified), or the migrator's refusal.
 fn failed(e: MigrationError) -> Error {
     match e {
-        MigrationError::Database(e) => db_error(e),
+        MigrationError::Database(sqlx::Error::AnyDriverError(e)) => match e.downcast::<Error>() {
+            Ok(e) => *e,
+            Err(e) => match e.downcast::<rusqlite::Error>() {
+                Ok(e) => db::error(*e),
+                Err(e) => Error::backend(false, std::io::Error::other(e)),
+            },
+        },
         other => Error::backend(false, other),
     }
 }
 
-/// Applies pending migrations; returns how many this call applied.
-pub(crate) async fn up(pool: &crate::Pool) -> Result<usize, Error> {
-    let mut conn = pool.acquire().await.map_err(db_error)?;
-    let mut tx = conn.begin_with("BEGIN IMMEDIATE").await.map_err(db_error)?;
-    let applied = MIGRATIONS
-        .apply::<Sqlite, _>(&mut *tx)
-        .await
-        .map_err(failed)?;
-    tx.commit().await.map_err(db_error)?;
-    conn.release();
-    Ok(applied)
+/// Runs `step` on `conn` inside one `BEGIN IMMEDIATE` transaction, committed if it succeeds.
+/// sqlx's migrator is async, but everything it awaits here is done when asked: it is driven to
+/// its end on this (blocking) thread.
+fn in_transaction<T>(
+    conn: Connection,
+    step: impl for<'c> FnOnce(&'c mut Migrating) -> BoxFuture<'c, Result<T, MigrationError>>,
+) -> Result<(Connection, T), Error> {
+    let mut migrating = Migrating(conn);
+    migrating
+        .0
+        .execute_batch("BEGIN IMMEDIATE")
+        .map_err(db::error)?;
+    let outcome = tokio::runtime::Handle::current().block_on(step(&mut migrating));
+    let ended = match &outcome {
+        Ok(_) => migrating.0.execute_batch("COMMIT"),
+        Err(_) => migrating.0.execute_batch("ROLLBACK"),
+    };
+    let out = outcome.map_err(failed)?;
+    ended.map_err(db::error)?;
+    Ok((migrating.0, out))
 }
 
-/// Versions of the applied migrations, ascending.
-pub(crate) async fn applied(pool: &crate::Pool) -> Result<Vec<i64>, Error> {
-    let mut conn = pool.acquire().await.map_err(db_error)?;
-    let applied = Migrations::applied::<Sqlite, _>(&mut *conn)
-        .await
-        .map_err(db_error)?;
-    conn.release();
+/// Applies pending migrations on `conn` (a writer's); the connection back, and how many this
+/// call applied. Run on a blocking thread.
+pub(crate) fn up(conn: Connection) -> Result<(Connection, usize), Error> {
+    in_transaction(conn, |m| Box::pin(MIGRATIONS.apply(m)))
+}
+
+/// Versions of the applied migrations, ascending. Run on a blocking thread.
+pub(crate) fn applied(conn: Connection) -> Result<Vec<i64>, Error> {
+    let mut migrating = Migrating(conn);
+    let applied = tokio::runtime::Handle::current()
+        .block_on(Migrations::applied(&mut migrating))
+        .map_err(failed)?;
     Ok(applied.into_iter().map(|(version, _)| version).collect())
 }
 
-/// Reverts every applied migration, newest first.
-pub(crate) async fn down_all(pool: &crate::Pool) -> Result<(), Error> {
-    let mut conn = pool.acquire().await.map_err(db_error)?;
-    let mut tx = conn.begin_with("BEGIN IMMEDIATE").await.map_err(db_error)?;
-    MIGRATIONS
-        .revert_all::<Sqlite, _>(&mut *tx)
-        .await
-        .map_err(failed)?;
-    tx.commit().await.map_err(db_error)?;
-    conn.release();
-    Ok(())
+/// Reverts every applied migration, newest first. Run on a blocking thread.
+pub(crate) fn down_all(conn: Connection) -> Result<(), Error> {
+    in_transaction(conn, |m| Box::pin(MIGRATIONS.revert_all(m))).map(|_| ())
 }

@@ -12,14 +12,17 @@ use forge_core::ports::queue::{
 };
 use forge_core::scope::{Scope, SystemScope, TenantId};
 use forge_core::time::Timestamp;
+use forge_sql::rows::Columns;
 use forge_sql::statements::{AuditValue, audit_filter};
-use sqlx::sqlite::SqliteRow;
+use rusqlite::types::ToSql;
+use rusqlite::{Connection, params};
 
 use crate::SqliteStore;
-use crate::rows::{self, db_error, i64_of};
+use crate::db;
+use crate::rows::{self, i64_of, int, text};
 
-/// The columns a job row is read with, named rather than `*`: sqlx keeps a prepared
-/// statement's columns from when it was prepared, and migrations 5 and 11 widened this table.
+/// The columns a job row is read with, named rather than `*` (migrations 5 and 11 widened this
+/// table).
 macro_rules! job_columns {
     () => {
         "id, tenant_id, run_id, state, available_at, attempts, max_attempts, token, expires_at, \
@@ -30,16 +33,16 @@ macro_rules! job_columns {
 /// Completes the job in the lane's transaction if `job` is its current, unexpired claim;
 /// whether it did. Shared by `complete` and the step that ends or parks the job's run.
 pub(crate) fn complete_claim(
-    conn: &rusqlite::Connection,
+    conn: &Connection,
     job: &ClaimedJob,
     now: Timestamp,
 ) -> Result<bool, Error> {
-    let changed = crate::commit::execute(
+    let changed = db::execute(
         conn,
         "UPDATE forge_jobs SET state = 'completed', expires_at = NULL \
          WHERE id = ?1 AND tenant_id = ?2 AND run_id = ?3 AND state = 'claimed' AND token = ?4 \
          AND expires_at > ?5",
-        rusqlite::params![
+        params![
             job.id.to_string(),
             job.tenant_id.as_str(),
             job.run_id.to_string(),
@@ -66,8 +69,7 @@ impl SqliteStore {
         let (worker_name, expires_at) = (worker.to_owned(), now.plus(ttl));
         let wanted = lease.map(|l| (l.holder.clone(), now.plus(l.ttl), l.history));
         let (holders, claimed) = self
-            .lane
-            .run(move |conn| {
+            .write(move |conn| {
                 let (holders, job) = claim_next(
                     conn,
                     now,
@@ -102,60 +104,36 @@ impl SqliteStore {
             .filter(|h| crate::holder::is_dead_here(h))
             .collect();
         if !dead.is_empty() {
-            let (gate, mut tx) = self.write_tx().await?;
-            for holder in dead {
-                sqlx::query(
-                    "UPDATE forge_jobs SET expires_at = $1 WHERE state = 'claimed' AND holder = $2",
-                )
-                .bind(now.unix_millis())
-                .bind(holder)
-                .execute(&mut *tx)
-                .await
-                .map_err(db_error)?;
-            }
-            tx.commit().await.map_err(db_error)?;
-            drop(gate);
+            let dead: Vec<String> = dead.into_iter().cloned().collect();
+            self.write(move |conn| {
+                for holder in &dead {
+                    db::execute(
+                        conn,
+                        "UPDATE forge_jobs SET expires_at = ?1 WHERE state = 'claimed' AND holder = ?2",
+                        params![now.unix_millis(), holder],
+                    )?;
+                }
+                Ok(())
+            })
+            .await?;
             if claimed.is_none() {
                 return Box::pin(self.claim_with(system, worker, ttl, filter, lease)).await;
             }
         }
-        // A history read with the lease is completed with the page after a summary, read
-        // under the run's tenant.
-        let Some(request) = lease else {
-            return Ok(claimed);
-        };
-        let Some(mut claimed) = claimed else {
-            return Ok(None);
-        };
-        if let (Some(limit), Ok(scope)) = (request.history, request.reader(&claimed.job.tenant_id))
-            && let Some(leased) = claimed.lease.take()
-        {
-            claimed.lease = Some(self.with_page_after_summary(&scope, leased, limit).await);
-        }
-        Ok(Some(claimed))
+        Ok(claimed)
     }
 
-    /// Applies `set` (which may use `?4`, bound to `value`) to the job if `job` is its current,
-    /// unexpired claim, in one statement on the writer lane; `Fenced` otherwise.
+    /// Runs `sql` — an update of job `?1` that holds only while its claim is current: token
+    /// `?2`, unexpired at `?3` — binding `value` as `?4`; `Fenced` when the claim is not.
     async fn update_claim(
         &self,
         job: &ClaimedJob,
-        set: &'static str,
+        sql: &'static str,
         value: Option<i64>,
     ) -> Result<(), Error> {
-        let sql = format!(
-            "UPDATE forge_jobs SET {set} WHERE id = ?1 AND state = 'claimed' AND token = ?2 AND expires_at > ?3"
-        );
         let (id, token, now) = (job.id, i64_of(job.token)?, self.clock.now().unix_millis());
         let changed = self
-            .lane
-            .run(move |conn| {
-                crate::commit::execute(
-                    conn,
-                    &sql,
-                    rusqlite::params![id.to_string(), token, now, value],
-                )
-            })
+            .write(move |conn| db::execute(conn, sql, params![id.to_string(), token, now, value]))
             .await?;
         if changed == 1 {
             Ok(())
@@ -165,23 +143,23 @@ impl SqliteStore {
             })
         }
     }
+}
 
-    /// The job's row if `job` is its current, unexpired claim; `Fenced` otherwise.
-    async fn current_claim(
-        &self,
-        tx: &mut crate::Tx,
-        job: &ClaimedJob,
-    ) -> Result<SqliteRow, Error> {
-        let now = self.clock.now().unix_millis();
-        sqlx::query(concat!("SELECT ", job_columns!(), " FROM forge_jobs WHERE id = $1 AND state = 'claimed' AND token = $2 AND expires_at > $3"))
-            .bind(job.id.to_string())
-            .bind(i64_of(job.token)?)
-            .bind(now)
-            .fetch_optional(&mut **tx)
-            .await
-            .map_err(db_error)?
-            .ok_or_else(|| Error::Fenced { resource: format!("job {}", job.id) })
-    }
+/// The job's row if `job` is its current, unexpired claim at `now`; `Fenced` otherwise.
+fn current_claim(conn: &Connection, job: &ClaimedJob, now: Timestamp) -> Result<JobInfo, Error> {
+    db::first(
+        conn,
+        concat!(
+            "SELECT ",
+            job_columns!(),
+            " FROM forge_jobs WHERE id = ?1 AND state = 'claimed' AND token = ?2 AND expires_at > ?3"
+        ),
+        params![job.id.to_string(), i64_of(job.token)?, now.unix_millis()],
+        info,
+    )?
+    .ok_or_else(|| Error::Fenced {
+        resource: format!("job {}", job.id),
+    })
 }
 
 #[async_trait]
@@ -190,30 +168,31 @@ impl JobQueue for SqliteStore {
         forge_core::ports::rules::check_attempts(job.max_attempts)?;
         let id = JobId::generate(self.ids.as_ref());
         let now = self.clock.now();
-        let (_gate, mut tx) = self.write_tx().await?;
-        let found: Option<i64> =
-            sqlx::query_scalar("SELECT 1 FROM forge_runs WHERE id = $1 AND tenant_id = $2")
-                .bind(job.run_id.to_string())
-                .bind(scope.tenant_id().as_str())
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(db_error)?;
-        found.ok_or_else(|| Error::not_found("run", job.run_id))?;
-        sqlx::query(
-            "INSERT INTO forge_jobs (id, tenant_id, run_id, state, available_at, attempts, max_attempts, token, traceparent) \
-             VALUES ($1, $2, $3, 'ready', $4, 0, $5, 0, $6)",
-        )
-        .bind(id.to_string())
-        .bind(scope.tenant_id().as_str())
-        .bind(job.run_id.to_string())
-        .bind(job.not_before.unwrap_or(now).unix_millis())
-        .bind(i64::from(job.max_attempts))
-        .bind(&job.traceparent)
-        .execute(&mut *tx)
+        let tenant = scope.tenant_id().to_string();
+        self.write(move |conn| {
+            let run = job.run_id.to_string();
+            let found: Option<i64> = db::value(
+                conn,
+                "SELECT 1 FROM forge_runs WHERE id = ?1 AND tenant_id = ?2",
+                params![run, tenant],
+            )?;
+            found.ok_or_else(|| Error::not_found("run", job.run_id))?;
+            db::execute(
+                conn,
+                "INSERT INTO forge_jobs (id, tenant_id, run_id, state, available_at, attempts, max_attempts, token, traceparent) \
+                 VALUES (?1, ?2, ?3, 'ready', ?4, 0, ?5, 0, ?6)",
+                params![
+                    id.to_string(),
+                    tenant,
+                    run,
+                    job.not_before.unwrap_or(now).unix_millis(),
+                    i64::from(job.max_attempts),
+                    job.traceparent
+                ],
+            )?;
+            Ok(id)
+        })
         .await
-        .map_err(db_error)?;
-        tx.commit().await.map_err(db_error)?;
-        Ok(id)
     }
 
     async fn claim(
@@ -248,8 +227,13 @@ impl JobQueue for SqliteStore {
         ttl: Duration,
     ) -> Result<ClaimedJob, Error> {
         let expires_at = self.clock.now().plus(ttl);
-        self.update_claim(job, "expires_at = ?4", Some(expires_at.unix_millis()))
-            .await?;
+        self.update_claim(
+            job,
+            "UPDATE forge_jobs SET expires_at = ?4 \
+             WHERE id = ?1 AND state = 'claimed' AND token = ?2 AND expires_at > ?3",
+            Some(expires_at.unix_millis()),
+        )
+        .await?;
         Ok(ClaimedJob {
             expires_at,
             ..job.clone()
@@ -259,8 +243,7 @@ impl JobQueue for SqliteStore {
     async fn complete(&self, _system: &SystemScope, job: &ClaimedJob) -> Result<(), Error> {
         let (claim, now) = (job.clone(), self.clock.now());
         let done = self
-            .lane
-            .run(move |conn| complete_claim(conn, &claim, now))
+            .write(move |conn| complete_claim(conn, &claim, now))
             .await?;
         if done {
             Ok(())
@@ -278,27 +261,30 @@ impl JobQueue for SqliteStore {
         retry_in: Duration,
         reason: &str,
     ) -> Result<JobState, Error> {
-        let (_gate, mut tx) = self.write_tx().await?;
-        let row = self.current_claim(&mut tx, job).await?;
-        let attempts: i64 = rows::get(&row, "attempts")?;
-        let max: i64 = rows::get(&row, "max_attempts")?;
-        let next = if attempts >= max {
-            JobState::Dead
-        } else {
-            JobState::Ready
-        };
-        sqlx::query(
-            "UPDATE forge_jobs SET state = $1, expires_at = NULL, available_at = $2, last_error = $4 WHERE id = $3",
-        )
-        .bind(next.name())
-        .bind(self.clock.now().plus(retry_in).unix_millis())
-        .bind(job.id.to_string())
-        .bind(reason)
-        .execute(&mut *tx)
+        let (claim, reason) = (job.clone(), reason.to_owned());
+        let clock = std::sync::Arc::clone(&self.clock);
+        self.write(move |conn| {
+            let now = clock.now();
+            let row = current_claim(conn, &claim, now)?;
+            let next = if row.attempts >= row.max_attempts {
+                JobState::Dead
+            } else {
+                JobState::Ready
+            };
+            db::execute(
+                conn,
+                "UPDATE forge_jobs SET state = ?1, expires_at = NULL, available_at = ?2, last_error = ?4 \
+                 WHERE id = ?3",
+                params![
+                    next.name(),
+                    now.plus(retry_in).unix_millis(),
+                    claim.id.to_string(),
+                    reason
+                ],
+            )?;
+            Ok(next)
+        })
         .await
-        .map_err(db_error)?;
-        tx.commit().await.map_err(db_error)?;
-        Ok(next)
     }
 
     async fn release(
@@ -309,51 +295,52 @@ impl JobQueue for SqliteStore {
     ) -> Result<(), Error> {
         self.update_claim(
             job,
-            "state = 'ready', attempts = MAX(attempts - 1, 0), expires_at = NULL, available_at = ?4",
+            "UPDATE forge_jobs SET state = 'ready', attempts = MAX(attempts - 1, 0), \
+             expires_at = NULL, available_at = ?4 \
+             WHERE id = ?1 AND state = 'claimed' AND token = ?2 AND expires_at > ?3",
             Some(not_before.unix_millis()),
         )
         .await
     }
 
     async fn dead_jobs(&self, _system: &SystemScope, limit: usize) -> Result<Vec<JobInfo>, Error> {
-        let found = sqlx::query(concat!(
-            "SELECT ",
-            job_columns!(),
-            " FROM forge_jobs WHERE state = 'dead' ORDER BY id LIMIT $1"
-        ))
-        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-        .fetch_all(&mut *self.conn().await?)
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.read(move |conn| {
+            db::all(
+                conn,
+                concat!(
+                    "SELECT ",
+                    job_columns!(),
+                    " FROM forge_jobs WHERE state = 'dead' ORDER BY id LIMIT ?1"
+                ),
+                params![limit],
+                info,
+            )
+        })
         .await
-        .map_err(db_error)?;
-        found.iter().map(info).collect()
     }
 
     async fn job_counts(
         &self,
         _system: &SystemScope,
     ) -> Result<std::collections::BTreeMap<&'static str, u64>, Error> {
-        let rows: Vec<(String, i64)> =
-            sqlx::query_as("SELECT state, count(*) FROM forge_jobs GROUP BY state")
-                .fetch_all(&mut *self.conn().await?)
-                .await
-                .map_err(db_error)?;
-        rows.into_iter()
-            .map(|(state, n)| Ok((JobState::from_name(&state)?.name(), n.max(0) as u64)))
-            .collect()
+        self.read(|conn| {
+            db::all(
+                conn,
+                "SELECT state, count(*) AS n FROM forge_jobs GROUP BY state",
+                params![],
+                |row| {
+                    let state = JobState::from_name(&text(row, "state")?)?;
+                    Ok((state.name(), u64::try_from(int(row, "n")?).unwrap_or(0)))
+                },
+            )
+            .map(|counts| counts.into_iter().collect())
+        })
+        .await
     }
 
     async fn job(&self, _system: &SystemScope, id: JobId) -> Result<JobInfo, Error> {
-        let row = sqlx::query(concat!(
-            "SELECT ",
-            job_columns!(),
-            " FROM forge_jobs WHERE id = $1"
-        ))
-        .bind(id.to_string())
-        .fetch_optional(&mut *self.conn().await?)
-        .await
-        .map_err(db_error)?
-        .ok_or_else(|| Error::not_found("job", id))?;
-        info(&row)
+        self.read(move |conn| job(conn, id)).await
     }
 
     async fn operate(
@@ -378,32 +365,23 @@ impl JobQueue for SqliteStore {
 /// stands. When it found none, lapsed claims with no attempts left become dead letters (the claim
 /// never takes them): only while the queue is idle.
 fn claim_next(
-    conn: &rusqlite::Connection,
+    conn: &Connection,
     now: Timestamp,
     run: Option<&str>,
     agents: Option<&str>,
     expires_at: Timestamp,
     worker: &str,
 ) -> Result<(Vec<String>, Option<ClaimedJob>), Error> {
-    use crate::lane::db;
-    use crate::rows::{Cols, int, text};
-    let mut holders = Vec::new();
-    {
-        let mut statement = conn
-            .prepare_cached(
-                "SELECT DISTINCT holder FROM forge_jobs WHERE state = 'claimed' AND expires_at > ?1 \
-                 AND holder IS NOT NULL AND holder <> ?2",
-            )
-            .map_err(db)?;
-        let mut found = statement
-            .query(rusqlite::params![now.unix_millis(), worker])
-            .map_err(db)?;
-        while let Some(row) = found.next().map_err(db)? {
-            holders.push(text(row, "holder")?);
-        }
-    }
-    let mut statement = conn
-        .prepare_cached(concat!(
+    let holders = db::all(
+        conn,
+        "SELECT DISTINCT holder FROM forge_jobs WHERE state = 'claimed' AND expires_at > ?1 \
+         AND holder IS NOT NULL AND holder <> ?2",
+        params![now.unix_millis(), worker],
+        |row| text(row, "holder"),
+    )?;
+    let claimed = db::first(
+        conn,
+        concat!(
             "UPDATE forge_jobs SET state = 'claimed', attempts = attempts + 1, token = token + 1, \
              expires_at = ?4, holder = ?5 WHERE id = (SELECT id FROM forge_jobs j INDEXED BY forge_jobs_open \
              WHERE state IN ('ready', 'claimed') \
@@ -413,45 +391,51 @@ fn claim_next(
                   AND r.agent_name = json_extract(a.value, '$[0]') AND r.agent_version = json_extract(a.value, '$[1]'))) \
              ORDER BY id LIMIT 1) RETURNING ",
             job_columns!()
-        ))
-        .map_err(db)?;
-    let mut found = statement
-        .query(rusqlite::params![
+        ),
+        params![
             now.unix_millis(),
             run,
             agents,
             expires_at.unix_millis(),
             worker
-        ])
-        .map_err(db)?;
-    let claimed = match found.next().map_err(db)? {
-        Some(row) => Some(ClaimedJob {
-            id: JobId(rows::uuid(row, "id")?),
-            tenant_id: TenantId::new(text(row, "tenant_id")?)?,
-            run_id: RunId(rows::uuid(row, "run_id")?),
-            attempt: u32::try_from(int(row, "attempts")?).unwrap_or(u32::MAX),
-            token: rows::u64_of(int(row, "token")?, "token")?,
-            expires_at,
-            available_at: rows::ts(row, "available_at")?,
-            traceparent: row.text("traceparent")?,
-        }),
-        None => None,
-    };
-    drop(found);
-    drop(statement);
+        ],
+        |row| {
+            Ok(ClaimedJob {
+                id: JobId(rows::uuid(row, "id")?),
+                tenant_id: TenantId::new(text(row, "tenant_id")?)?,
+                run_id: RunId(rows::uuid(row, "run_id")?),
+                attempt: u32::try_from(int(row, "attempts")?).unwrap_or(u32::MAX),
+                token: rows::u64_of(int(row, "token")?, "token")?,
+                expires_at,
+                available_at: rows::ts(row, "available_at")?,
+                traceparent: rows::Row(row).text("traceparent")?,
+            })
+        },
+    )?;
     if claimed.is_none() {
-        crate::commit::execute(
+        db::execute(
             conn,
             "UPDATE forge_jobs SET state = 'dead', expires_at = NULL, last_error = ?2 \
              WHERE state = 'claimed' AND expires_at <= ?1 AND attempts >= max_attempts",
-            rusqlite::params![now.unix_millis(), forge_core::ports::queue::WORKER_LOST],
+            params![now.unix_millis(), forge_core::ports::queue::WORKER_LOST],
         )?;
     }
     Ok((holders, claimed))
 }
 
-fn info(row: &SqliteRow) -> Result<JobInfo, Error> {
-    forge_sql::rows::job_info(&crate::rows::Row(row))
+fn info(row: &rusqlite::Row<'_>) -> Result<JobInfo, Error> {
+    forge_sql::rows::job_info(&rows::Row(row))
+}
+
+/// Job `id`, of any tenant.
+fn job(conn: &Connection, id: JobId) -> Result<JobInfo, Error> {
+    db::first(
+        conn,
+        concat!("SELECT ", job_columns!(), " FROM forge_jobs WHERE id = ?1"),
+        params![id.to_string()],
+        info,
+    )?
+    .ok_or_else(|| Error::not_found("job", id))
 }
 
 impl SqliteStore {
@@ -464,53 +448,41 @@ impl SqliteStore {
     ) -> Result<JobInfo, Error> {
         let (action, to) = (operation.action(), operation.to());
         let now = self.clock.now();
-        let (_gate, mut tx) = self.write_tx().await?;
-        let row = sqlx::query(concat!(
-            "SELECT ",
-            job_columns!(),
-            " FROM forge_jobs WHERE id = $1"
-        ))
-        .bind(id.to_string())
-        .fetch_optional(&mut *tx)
+        let actor = actor.to_owned();
+        self.write(move |conn| {
+            let mut found = job(conn, id)?;
+            if found.state != JobState::Dead {
+                return Err(Error::invalid(format!(
+                    "job {id} is {}, not dead",
+                    found.state.name()
+                )));
+            }
+            let reset = to == JobState::Ready;
+            db::execute(
+                conn,
+                "UPDATE forge_jobs SET state = ?1, attempts = CASE WHEN ?2 THEN 0 ELSE attempts END, \
+                 available_at = CASE WHEN ?2 THEN ?3 ELSE available_at END WHERE id = ?4",
+                params![to.name(), reset, now.unix_millis(), id.to_string()],
+            )?;
+            let detail = serde_json::json!({ "run_id": found.run_id, "last_error": found.last_error });
+            crate::interactions::audit(
+                conn,
+                &AuditRecord {
+                    tenant_id: found.tenant_id.clone(),
+                    at: now,
+                    actor,
+                    action: action.to_owned(),
+                    subject: format!("job {id}"),
+                    detail,
+                },
+            )?;
+            found.state = to;
+            if reset {
+                found.attempts = 0;
+            }
+            Ok(found)
+        })
         .await
-        .map_err(db_error)?
-        .ok_or_else(|| Error::not_found("job", id))?;
-        let mut job = info(&row)?;
-        if job.state != JobState::Dead {
-            return Err(Error::invalid(format!(
-                "job {id} is {}, not dead",
-                job.state.name()
-            )));
-        }
-        let reset = to == JobState::Ready;
-        sqlx::query(
-            "UPDATE forge_jobs SET state = $1, attempts = CASE WHEN $2 THEN 0 ELSE attempts END, \
-             available_at = CASE WHEN $2 THEN $3 ELSE available_at END WHERE id = $4",
-        )
-        .bind(to.name())
-        .bind(reset)
-        .bind(now.unix_millis())
-        .bind(id.to_string())
-        .execute(&mut *tx)
-        .await
-        .map_err(db_error)?;
-        let detail = serde_json::json!({ "run_id": job.run_id, "last_error": job.last_error });
-        sqlx::query("INSERT INTO forge_audit (tenant_id, at, actor, action, subject, detail) VALUES ($1, $2, $3, $4, $5, $6)")
-            .bind(job.tenant_id.as_str())
-            .bind(now.unix_millis())
-            .bind(actor)
-            .bind(action)
-            .bind(format!("job {id}"))
-            .bind(detail.to_string())
-            .execute(&mut *tx)
-            .await
-            .map_err(db_error)?;
-        tx.commit().await.map_err(db_error)?;
-        job.state = to;
-        if reset {
-            job.attempts = 0;
-        }
-        Ok(job)
     }
 }
 
@@ -526,40 +498,32 @@ impl AuditLog for SqliteStore {
             "SELECT * FROM forge_audit WHERE tenant_id = $1{filter} ORDER BY seq DESC LIMIT ${}",
             values.len() + 2
         );
-
-        let mut q = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(scope.tenant_id().as_str());
+        let mut bound: Vec<Box<dyn ToSql + Send>> = vec![Box::new(scope.tenant_id().to_string())];
         for v in values {
-            q = match v {
-                AuditValue::Text(t) => q.bind(t),
-                AuditValue::Time(v) => q.bind(v.unix_millis()),
-            };
+            bound.push(match v {
+                AuditValue::Text(t) => Box::new(t),
+                AuditValue::Time(t) => Box::new(t.unix_millis()),
+            });
         }
-        let found = q
-            .bind(i64::try_from(query.limit).unwrap_or(i64::MAX))
-            .fetch_all(&mut *self.conn().await?)
-            .await
-            .map_err(db_error)?;
-
-        found
-            .iter()
-            .map(|r| {
+        bound.push(Box::new(i64::try_from(query.limit).unwrap_or(i64::MAX)));
+        self.read(move |conn| {
+            let values: Vec<&dyn ToSql> = bound.iter().map(|v| v.as_ref() as &dyn ToSql).collect();
+            db::all(conn, &sql, &values, |row| {
                 Ok(AuditRecord {
-                    tenant_id: TenantId::new(rows::get::<String>(r, "tenant_id")?)?,
-                    at: rows::ts(r, "at")?,
-                    actor: rows::get(r, "actor")?,
-                    action: rows::get(r, "action")?,
-                    subject: rows::get(r, "subject")?,
-                    detail: rows::json(r, "detail")?,
+                    tenant_id: TenantId::new(text(row, "tenant_id")?)?,
+                    at: rows::ts(row, "at")?,
+                    actor: text(row, "actor")?,
+                    action: text(row, "action")?,
+                    subject: text(row, "subject")?,
+                    detail: rows::json(row, "detail")?,
                 })
             })
-            .collect()
+        })
+        .await
     }
 
     async fn append_audit(&self, _: &Scope, record: AuditRecord) -> Result<(), Error> {
-        let (_gate, mut tx) = self.write_tx().await?;
-        crate::interactions::audit(&mut tx, &record).await?;
-        tx.commit().await.map_err(db_error)?;
-
-        Ok(())
+        self.write(move |conn| crate::interactions::audit(conn, &record))
+            .await
     }
 }

@@ -9,11 +9,11 @@ use forge_core::ports::usage::{CallFilter, UsageLedger, apply_settlement};
 use forge_core::scope::{Scope, SystemScope};
 use forge_core::time::Timestamp;
 
-use rusqlite::{Connection, OptionalExtension};
+use rusqlite::{Connection, params};
 
 use crate::SqliteStore;
-use crate::lane::db;
-use crate::rows::{db_error, json, text, to_json};
+use crate::db::{self, Values};
+use crate::rows::{json, text, to_json};
 
 #[async_trait]
 impl UsageLedger for SqliteStore {
@@ -24,9 +24,7 @@ impl UsageLedger for SqliteStore {
         quota: Option<Quota>,
     ) -> Result<(), Error> {
         forge_core::ports::rules::check_reservation(scope, &call)?;
-        self.lane
-            .run(move |conn| reserve_on(conn, call, quota))
-            .await
+        self.write(move |conn| reserve_on(conn, call, quota)).await
     }
 
     async fn release_orphans(
@@ -34,49 +32,41 @@ impl UsageLedger for SqliteStore {
         _system: &SystemScope,
         before: Timestamp,
     ) -> Result<usize, Error> {
-        self.lane
-            .run(move |conn| {
-                let mut found = Vec::new();
-                {
-                    let mut statement = conn
-                        .prepare_cached(
-                            "SELECT tenant_id, body FROM forge_model_calls \
-                             WHERE status = 'reserved' AND at < ?1",
-                        )
-                        .map_err(db)?;
-                    let mut rows = statement.query([before.unix_millis()]).map_err(db)?;
-                    while let Some(row) = rows.next().map_err(db)? {
-                        found.push((text(row, "tenant_id")?, json(row, "body")?));
-                    }
+        self.write(move |conn| {
+            let found: Vec<(String, ModelCall)> = db::all(
+                conn,
+                "SELECT tenant_id, body FROM forge_model_calls \
+                     WHERE status = 'reserved' AND at < ?1",
+                params![before.unix_millis()],
+                |row| Ok((text(row, "tenant_id")?, json(row, "body")?)),
+            )?;
+            let mut released = 0;
+            for (tenant, call) in found {
+                if let Some(r) = orphaned(&call, before) {
+                    update_call(conn, &tenant, &r)?;
+                    released += 1;
                 }
-                let mut released = 0;
-                for (tenant, call) in found {
-                    if let Some(r) = orphaned(&call, before) {
-                        update_call(conn, &tenant, &r)?;
-                        released += 1;
-                    }
-                }
-                Ok(released)
-            })
-            .await
+            }
+            Ok(released)
+        })
+        .await
     }
 
     async fn settle(&self, scope: &Scope, settlement: Settlement) -> Result<ModelCall, Error> {
         let tenant = scope.tenant_id().as_str().to_owned();
-        self.lane
-            .run(move |conn| {
-                let call = bodies(
-                    conn,
-                    "SELECT body FROM forge_model_calls WHERE id = ?1 AND tenant_id = ?2",
-                    rusqlite::params![settlement.id.to_string(), tenant],
-                )?
-                .pop()
-                .ok_or_else(|| Error::not_found("model call", settlement.id))?;
-                let settled = apply_settlement(call, &settlement)?;
-                update_call(conn, &tenant, &settled)?;
-                Ok(settled)
-            })
-            .await
+        self.write(move |conn| {
+            let call = bodies(
+                conn,
+                "SELECT body FROM forge_model_calls WHERE id = ?1 AND tenant_id = ?2",
+                params![settlement.id.to_string(), tenant],
+            )?
+            .pop()
+            .ok_or_else(|| Error::not_found("model call", settlement.id))?;
+            let settled = apply_settlement(call, &settlement)?;
+            update_call(conn, &tenant, &settled)?;
+            Ok(settled)
+        })
+        .await
     }
 
     async fn model_calls(
@@ -84,26 +74,20 @@ impl UsageLedger for SqliteStore {
         scope: &Scope,
         filter: CallFilter,
     ) -> Result<Vec<ModelCall>, Error> {
-        let tenant = scope.tenant_id().as_str();
-        let rows = match filter {
-            CallFilter::Run(run) => sqlx::query(
-                "SELECT body FROM forge_model_calls WHERE tenant_id = $1 AND run_id = $2 ORDER BY at, id",
-            )
-            .bind(tenant)
-            .bind(run.to_string())
-            .fetch_all(&mut *self.conn().await?)
-            .await,
-            CallFilter::Between(from, to) => sqlx::query(
-                "SELECT body FROM forge_model_calls WHERE tenant_id = $1 AND at >= $2 AND at < $3 ORDER BY at, id",
-            )
-            .bind(tenant)
-            .bind(from.unix_millis())
-            .bind(to.unix_millis())
-            .fetch_all(&mut *self.conn().await?)
-            .await,
-        }
-        .map_err(db_error)?;
-        rows.iter().map(|r| json(r, "body")).collect()
+        let tenant = scope.tenant_id().to_string();
+        self.read(move |conn| match filter {
+            CallFilter::Run(run) => bodies(
+                conn,
+                "SELECT body FROM forge_model_calls WHERE tenant_id = ?1 AND run_id = ?2 ORDER BY at, id",
+                params![tenant, run.to_string()],
+            ),
+            CallFilter::Between(from, to) => bodies(
+                conn,
+                "SELECT body FROM forge_model_calls WHERE tenant_id = ?1 AND at >= ?2 AND at < ?3 ORDER BY at, id",
+                params![tenant, from.unix_millis(), to.unix_millis()],
+            ),
+        })
+        .await
     }
 }
 
@@ -112,17 +96,16 @@ impl UsageLedger for SqliteStore {
 /// every call of the period, under the write lock the lane holds.
 fn reserve_on(conn: &Connection, call: ModelCall, quota: Option<Quota>) -> Result<(), Error> {
     let (tenant, run) = (call.tenant_id.as_str(), call.run_id.to_string());
-    let found: Option<i64> = conn
-        .prepare_cached("SELECT 1 FROM forge_runs WHERE id = ?1 AND tenant_id = ?2")
-        .map_err(db)?
-        .query_row(rusqlite::params![run, tenant], |r| r.get(0))
-        .optional()
-        .map_err(db)?;
+    let found: Option<i64> = db::value(
+        conn,
+        "SELECT 1 FROM forge_runs WHERE id = ?1 AND tenant_id = ?2",
+        params![run, tenant],
+    )?;
     found.ok_or_else(|| Error::not_found("run", call.run_id))?;
     let reserved = bodies(
         conn,
         "SELECT body FROM forge_model_calls WHERE tenant_id = ?1 AND run_id = ?2 AND status = 'reserved'",
-        rusqlite::params![tenant, run],
+        params![tenant, run],
     )?;
     for released in superseded(&reserved, &call) {
         update_call(conn, tenant, &released)?;
@@ -131,15 +114,15 @@ fn reserve_on(conn: &Connection, call: ModelCall, quota: Option<Quota>) -> Resul
         let existing = bodies(
             conn,
             "SELECT body FROM forge_model_calls WHERE tenant_id = ?1 AND period_start = ?2",
-            rusqlite::params![tenant, call.period_start.unix_millis()],
+            params![tenant, call.period_start.unix_millis()],
         )?;
         check_quota(&existing, &call, &quota).map_err(Error::QuotaExceeded)?;
     }
-    crate::commit::execute(
+    db::execute(
         conn,
         "INSERT INTO forge_model_calls (id, tenant_id, run_id, period_start, at, status, body) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-        rusqlite::params![
+        params![
             call.id.to_string(),
             tenant,
             run,
@@ -153,26 +136,16 @@ fn reserve_on(conn: &Connection, call: ModelCall, quota: Option<Quota>) -> Resul
 }
 
 /// The calls (their `body` column) a query finds.
-fn bodies(
-    conn: &Connection,
-    sql: &str,
-    values: impl rusqlite::Params,
-) -> Result<Vec<ModelCall>, Error> {
-    let mut statement = conn.prepare_cached(sql).map_err(db)?;
-    let mut rows = statement.query(values).map_err(db)?;
-    let mut found = Vec::new();
-    while let Some(row) = rows.next().map_err(db)? {
-        found.push(json(row, "body")?);
-    }
-    Ok(found)
+fn bodies(conn: &Connection, sql: &str, values: Values<'_>) -> Result<Vec<ModelCall>, Error> {
+    db::all(conn, sql, values, |row| json(row, "body"))
 }
 
 /// Writes a call's new state (its status column and body).
 fn update_call(conn: &Connection, tenant: &str, call: &ModelCall) -> Result<(), Error> {
-    crate::commit::execute(
+    db::execute(
         conn,
         "UPDATE forge_model_calls SET status = ?1, body = ?2 WHERE id = ?3 AND tenant_id = ?4",
-        rusqlite::params![
+        params![
             call.status.name(),
             to_json(call)?,
             call.id.to_string(),

@@ -101,13 +101,15 @@ async fn data_survives_closing_and_reopening_the_file() {
 
 /// The schema from SQLite's catalog, one object a line, sorted (internal tables left out).
 async fn schema(path: &std::path::Path) -> String {
-    let pool = sqlx::SqlitePool::connect(&url(path)).await.unwrap();
-    let rows: Vec<(String, String, Option<String>)> =
-        sqlx::query_as("SELECT type, name, sql FROM sqlite_master WHERE name NOT LIKE 'sqlite_%' ORDER BY type, name")
-            .fetch_all(&pool)
-            .await
-            .unwrap();
-    pool.close().await;
+    let conn = rusqlite::Connection::open(path).unwrap();
+    let mut statement = conn
+        .prepare("SELECT type, name, sql FROM sqlite_master WHERE name NOT LIKE 'sqlite_%' ORDER BY type, name")
+        .unwrap();
+    let rows: Vec<(String, String, Option<String>)> = statement
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
     rows.iter()
         .map(|(t, n, s)| format!("{t} {n}: {}", s.clone().unwrap_or_default()))
         .collect::<Vec<_>>()
@@ -251,17 +253,17 @@ async fn leased_runs(
 /// Holds SQLite's write lock on `path` from a connection of its own until the returned sender is
 /// used (or dropped), so that what the store's lane is sent meanwhile queues up as one group.
 async fn hold_write_lock(path: &std::path::Path) -> tokio::sync::oneshot::Sender<()> {
-    use sqlx::Connection;
-    let mut conn = sqlx::SqliteConnection::connect(&url(path)).await.unwrap();
-    sqlx::raw_sql("BEGIN IMMEDIATE")
-        .execute(&mut conn)
-        .await
-        .unwrap();
+    let path = path.to_owned();
     let (release, released) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(async move {
-        let _ = released.await;
-        sqlx::raw_sql("COMMIT").execute(&mut conn).await.unwrap();
+    let (held, holding) = tokio::sync::oneshot::channel::<()>();
+    std::thread::spawn(move || {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute_batch("BEGIN IMMEDIATE").unwrap();
+        held.send(()).unwrap();
+        let _ = released.blocking_recv();
+        conn.execute_batch("COMMIT").unwrap();
     });
+    holding.await.expect("the lock is taken");
     release
 }
 

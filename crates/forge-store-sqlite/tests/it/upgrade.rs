@@ -19,15 +19,17 @@ const FIXTURE: &str = concat!(
 );
 
 async fn tables(path: &Path) -> Vec<String> {
-    let pool = sqlx::SqlitePool::connect(&url(path)).await.unwrap();
-    let names = sqlx::query_scalar(
-        "SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE 'forge%migrations' ORDER BY name",
-    )
-    .fetch_all(&pool)
-    .await
-    .unwrap();
-    pool.close().await;
-    names
+    let conn = rusqlite::Connection::open(path).unwrap();
+    let mut statement = conn
+        .prepare(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE 'forge%migrations' ORDER BY name",
+        )
+        .unwrap();
+    statement
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap()
 }
 
 #[tokio::test]
@@ -68,12 +70,7 @@ async fn write_upgrade_fixture() {
     fill::<Sqlite>(store.clone(), clock).await;
     std::fs::write(format!("{dir}/upgrade.expected"), readback(&*store).await).unwrap();
     store.close().await;
-    let pool = sqlx::SqlitePool::connect(&url(&path)).await.unwrap();
-    sqlx::query(sqlx::AssertSqlSafe(format!(
-        "VACUUM INTO '{dir}/upgrade.db'"
-    )))
-    .execute(&pool)
-    .await
-    .unwrap();
-    pool.close().await;
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.execute("VACUUM INTO ?1", [format!("{dir}/upgrade.db")])
+        .unwrap();
 }

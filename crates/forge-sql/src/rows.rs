@@ -10,6 +10,7 @@ use forge_core::Error;
 use forge_core::agent::AgentRef;
 use forge_core::id::{JobId, MessageId, RunId, ThreadId};
 use forge_core::message::{Message, Role};
+use forge_core::ports::audit::AuditRecord;
 use forge_core::ports::queue::{JobInfo, JobState};
 use forge_core::run::{Run, RunLease, RunStatus};
 use forge_core::scope::{PrincipalId, TenantId};
@@ -214,6 +215,19 @@ pub fn job_info(row: &impl Columns) -> Result<JobInfo, Error> {
         attempts: count("attempts")?,
         max_attempts: count("max_attempts")?,
         last_error: row.text("last_error")?,
+    })
+}
+
+/// An audit record from its columns: `tenant_id`, `at`, `actor`, `action`, `subject` and
+/// `detail` (JSON).
+pub fn audit_record(row: &impl Columns) -> Result<AuditRecord, Error> {
+    Ok(AuditRecord {
+        tenant_id: TenantId::new(text(row, "tenant_id")?)?,
+        at: required(row.time("at")?, "at")?,
+        actor: text(row, "actor")?,
+        action: text(row, "action")?,
+        subject: text(row, "subject")?,
+        detail: required(row.json("detail")?, "detail")?,
     })
 }
 

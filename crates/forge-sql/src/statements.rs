@@ -71,10 +71,11 @@ pub const EVAL_PUT_VERDICT: &str = "INSERT INTO forge_eval_judgements (tenant_id
         input_sha256, prompt, model, verdict, created_at)
     VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING";
 
-/// The audit trail's filter for `query`: the `WHERE` conditions after the tenant's (`$1`), as
-/// text to append, and the values to bind from `$2` on, in order. The query is already checked
-/// (`AuditLog::query_audit` refuses what `AuditQuery::check` refuses before an adapter reads).
-pub fn audit_filter(query: &AuditQuery) -> (String, Vec<AuditValue>) {
+/// Reads a page of tenant `$1`'s audit trail as `query` asks, newest first: the statement, and
+/// the values to bind from `$2` on, in order (the filter's, then the limit). The query is already
+/// checked (`AuditLog::query_audit` refuses what `AuditQuery::check` refuses before an adapter
+/// reads).
+pub fn audit_page(query: &AuditQuery) -> (String, Vec<AuditValue>) {
     let mut clause = String::new();
     let mut values = Vec::new();
     if let Some(action) = &query.action {
@@ -92,16 +93,26 @@ pub fn audit_filter(query: &AuditQuery) -> (String, Vec<AuditValue>) {
         values.push(AuditValue::Time(since));
         clause.push_str(&format!(" AND at >= ${}", values.len() + 1));
     }
-    (clause, values)
+    values.push(AuditValue::Limit(
+        i64::try_from(query.limit).unwrap_or(i64::MAX),
+    ));
+    let sql = format!(
+        "SELECT tenant_id, at, actor, action, subject, detail FROM forge_audit \
+         WHERE tenant_id = $1{clause} ORDER BY seq DESC LIMIT ${}",
+        values.len() + 1
+    );
+    (sql, values)
 }
 
-/// A value [`audit_filter`] binds.
+/// A value [`audit_page`] binds.
 #[derive(Debug, Clone, PartialEq)]
 pub enum AuditValue {
     /// Text.
     Text(String),
     /// A time.
     Time(Timestamp),
+    /// How many rows at most.
+    Limit(i64),
 }
 
 /// `s` as a `LIKE` pattern's literal text: its `\`, `%` and `_` escaped with `\`.
@@ -116,7 +127,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_audit_filter_numbers_its_values_after_the_tenant_and_escapes_the_prefix() {
+    fn the_audit_page_numbers_its_values_after_the_tenant_and_escapes_the_prefix() {
         let since = Timestamp::from_unix_millis(1_700_000_000_000).expect("a time");
         let query = AuditQuery {
             action: Some("tool_%x\\".into()),
@@ -124,10 +135,13 @@ mod tests {
             since: Some(since),
             ..AuditQuery::latest(10)
         };
-        let (clause, values) = audit_filter(&query);
-        assert_eq!(
-            clause,
-            " AND action LIKE $2 ESCAPE '\\' AND subject = $3 AND at >= $4"
+        let (sql, values) = audit_page(&query);
+        assert!(
+            sql.ends_with(
+                "WHERE tenant_id = $1 AND action LIKE $2 ESCAPE '\\' AND subject = $3 \
+                 AND at >= $4 ORDER BY seq DESC LIMIT $5"
+            ),
+            "{sql}"
         );
         assert_eq!(
             values,
@@ -135,11 +149,14 @@ mod tests {
                 AuditValue::Text("tool\\_\\%x\\\\%".into()),
                 AuditValue::Text("run 1".into()),
                 AuditValue::Time(since),
+                AuditValue::Limit(10),
             ]
         );
-        assert_eq!(
-            audit_filter(&AuditQuery::latest(10)),
-            (String::new(), vec![])
+        let (sql, values) = audit_page(&AuditQuery::latest(3));
+        assert!(
+            sql.ends_with("WHERE tenant_id = $1 ORDER BY seq DESC LIMIT $2"),
+            "{sql}"
         );
+        assert_eq!(values, [AuditValue::Limit(3)]);
     }
 }

@@ -14,7 +14,7 @@ use forge_core::ports::queue::{
 use forge_core::ports::store::{LeasedRun, RunStore};
 use forge_core::scope::{Scope, SystemScope, TenantId};
 use forge_core::time::Timestamp;
-use forge_sql::statements::{AuditValue, audit_filter};
+use forge_sql::statements::{AuditValue, audit_page};
 use sqlx::postgres::PgRow;
 
 use crate::PostgresStore;
@@ -472,37 +472,21 @@ impl AuditLog for PostgresStore {
         scope: &Scope,
         query: &AuditQuery,
     ) -> Result<Vec<AuditRecord>, Error> {
-        let (filter, values) = audit_filter(query);
-        let sql = format!(
-            "SELECT * FROM forge_audit WHERE tenant_id = $1{filter} ORDER BY seq DESC LIMIT ${}",
-            values.len() + 2
-        );
+        let (sql, values) = audit_page(query);
         let mut tx = self.tenant_tx(scope).await?;
         let mut q = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(scope.tenant_id().as_str());
         for v in values {
             q = match v {
                 AuditValue::Text(t) => q.bind(t),
                 AuditValue::Time(v) => q.bind(v.0),
+                AuditValue::Limit(n) => q.bind(n),
             };
         }
-        let found = q
-            .bind(i64::try_from(query.limit).unwrap_or(i64::MAX))
-            .fetch_all(&mut *tx)
-            .await
-            .map_err(db_error)?;
+        let found = q.fetch_all(&mut *tx).await.map_err(db_error)?;
         tx.commit().await.map_err(db_error)?;
         found
             .iter()
-            .map(|r| {
-                Ok(AuditRecord {
-                    tenant_id: TenantId::new(rows::get::<String>(r, "tenant_id")?)?,
-                    at: rows::ts(r, "at")?,
-                    actor: rows::get(r, "actor")?,
-                    action: rows::get(r, "action")?,
-                    subject: rows::get(r, "subject")?,
-                    detail: rows::get(r, "detail")?,
-                })
-            })
+            .map(|r| forge_sql::rows::audit_record(&rows::Pg(r)))
             .collect()
     }
 

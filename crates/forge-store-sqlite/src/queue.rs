@@ -13,7 +13,7 @@ use forge_core::ports::queue::{
 use forge_core::scope::{Scope, SystemScope, TenantId};
 use forge_core::time::Timestamp;
 use forge_sql::rows::Columns;
-use forge_sql::statements::{AuditValue, audit_filter};
+use forge_sql::statements::{AuditValue, audit_page};
 use rusqlite::types::ToSql;
 use rusqlite::{Connection, params};
 
@@ -493,30 +493,19 @@ impl AuditLog for SqliteStore {
         scope: &Scope,
         query: &AuditQuery,
     ) -> Result<Vec<AuditRecord>, Error> {
-        let (filter, values) = audit_filter(query);
-        let sql = format!(
-            "SELECT * FROM forge_audit WHERE tenant_id = $1{filter} ORDER BY seq DESC LIMIT ${}",
-            values.len() + 2
-        );
+        let (sql, values) = audit_page(query);
         let mut bound: Vec<Box<dyn ToSql + Send>> = vec![Box::new(scope.tenant_id().to_string())];
         for v in values {
             bound.push(match v {
                 AuditValue::Text(t) => Box::new(t),
                 AuditValue::Time(t) => Box::new(t.unix_millis()),
+                AuditValue::Limit(n) => Box::new(n),
             });
         }
-        bound.push(Box::new(i64::try_from(query.limit).unwrap_or(i64::MAX)));
         self.read(move |conn| {
             let values: Vec<&dyn ToSql> = bound.iter().map(|v| v.as_ref() as &dyn ToSql).collect();
             db::all(conn, &sql, &values, |row| {
-                Ok(AuditRecord {
-                    tenant_id: TenantId::new(text(row, "tenant_id")?)?,
-                    at: rows::ts(row, "at")?,
-                    actor: text(row, "actor")?,
-                    action: text(row, "action")?,
-                    subject: text(row, "subject")?,
-                    detail: rows::json(row, "detail")?,
-                })
+                forge_sql::rows::audit_record(&rows::Row(row))
             })
         })
         .await

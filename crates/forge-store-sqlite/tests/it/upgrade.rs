@@ -18,6 +18,13 @@ const FIXTURE: &str = concat!(
     "/tests/fixtures/upgrade-56d57d6"
 );
 
+/// A database written by `write_upgrade_fixture` at commit c30518a (the last build on sqlx's
+/// SQLite driver, whose `Migrate` wrote the ledger), and its readback by that build.
+const SQLX_FIXTURE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/fixtures/upgrade-c30518a"
+);
+
 async fn tables(path: &Path) -> Vec<String> {
     let conn = rusqlite::Connection::open(path).unwrap();
     let mut statement = conn
@@ -52,6 +59,32 @@ async fn a_database_of_an_earlier_build_upgrades_in_place() {
     assert_eq!(tables(&path).await, ["forge_migrations"]);
     let expected = std::fs::read_to_string(format!("{FIXTURE}.expected")).unwrap();
     assert_eq!(readback(&store).await, expected);
+}
+
+#[tokio::test]
+async fn a_database_of_the_last_sqlx_build_opens_with_its_ledger_and_data_intact() {
+    let path = fresh_path("upgrade-sqlx");
+    std::fs::copy(format!("{SQLX_FIXTURE}.db"), &path).unwrap();
+    assert_eq!(tables(&path).await, ["forge_migrations"]);
+    let store = SqliteStore::open(&url(&path)).await.unwrap();
+    assert_eq!(
+        store.applied_on_open(),
+        0,
+        "sqlx's ledger is read as sqlx wrote it: nothing applied again, no checksum refused"
+    );
+    let all: Vec<i64> = forge_store_sqlite::migrations()
+        .list()
+        .iter()
+        .map(|m| m.version)
+        .collect();
+    assert_eq!(store.applied_migrations().await.unwrap(), all);
+    let expected = std::fs::read_to_string(format!("{SQLX_FIXTURE}.expected")).unwrap();
+    assert_eq!(readback(&store).await, expected);
+    // The ledger this build writes is the one sqlx's driver reads: down and up again.
+    store.migrate_down_all().await.unwrap();
+    assert!(store.applied_migrations().await.unwrap().is_empty());
+    store.migrate_up().await.unwrap();
+    assert_eq!(store.applied_migrations().await.unwrap(), all);
 }
 
 /// Writes the fixture `a_database_of_an_earlier_build_upgrades_in_place` upgrades: run with the

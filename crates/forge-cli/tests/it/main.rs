@@ -412,13 +412,15 @@ mod stores {
             "What is 12 times 7?",
         ]);
         assert!(out.status.success(), "{}", text(&out.stderr));
-        let pool = sqlx::SqlitePool::connect(&url).await.unwrap();
-        let statuses: Vec<(String, String)> =
-            sqlx::query_as("SELECT id, status FROM forge_runs ORDER BY created_at")
-                .fetch_all(&pool)
-                .await
-                .unwrap();
-        pool.close().await;
+        let db = rusqlite::Connection::open(url.trim_start_matches("sqlite://")).unwrap();
+        let statuses: Vec<(String, String)> = db
+            .prepare("SELECT id, status FROM forge_runs ORDER BY created_at")
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        drop(db);
         std::fs::remove_dir_all(&dir).unwrap();
         assert_eq!(statuses.len(), 2, "{statuses:?}");
         assert_eq!(

@@ -71,7 +71,7 @@ impl StreamClient {
     /// that went away).
     pub(crate) async fn next(&mut self) -> Option<StreamItem> {
         loop {
-            let m = tokio::time::timeout(Duration::from_secs(60), self.ws.next())
+            let m = tokio::time::timeout(crate::patience(Duration::from_secs(60)), self.ws.next())
                 .await
                 .expect("an item within 60 s")?;
             let Ok(Message::Text(t)) = m else {

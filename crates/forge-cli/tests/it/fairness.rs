@@ -114,7 +114,7 @@ async fn post(http: &reqwest::Client, addr: &str, token: &str, query: &str, vars
 }
 
 async fn completed(addr: &str, token: &str, run: &str) {
-    let deadline = Instant::now() + Duration::from_secs(120);
+    let deadline = Instant::now() + crate::patience(Duration::from_secs(120));
     loop {
         let d = gql(
             addr,

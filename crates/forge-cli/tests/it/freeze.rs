@@ -128,7 +128,7 @@ async fn a_worker_resumed_after_its_runs_were_taken_over_delivers_no_tool_call()
         &admin,
         "SELECT count(*) FROM forge_runs WHERE lease_holder IS NOT NULL AND last_seq = 0",
         RUNS as i64,
-        Duration::from_secs(20),
+        crate::patience(Duration::from_secs(20)),
         "worker A leases every run (its first step is not committed before the model answers)",
     )
     .await;
@@ -140,7 +140,7 @@ async fn a_worker_resumed_after_its_runs_were_taken_over_delivers_no_tool_call()
         &admin,
         "SELECT count(*) FROM forge_runs WHERE status = 'completed'",
         RUNS as i64,
-        Duration::from_secs(30),
+        crate::patience(Duration::from_secs(30)),
         "worker B completes every run",
     )
     .await;
@@ -155,7 +155,7 @@ async fn a_worker_resumed_after_its_runs_were_taken_over_delivers_no_tool_call()
             .count()
     };
     let woke = Instant::now();
-    while takeovers() < RUNS && woke.elapsed() < Duration::from_secs(20) {
+    while takeovers() < RUNS && woke.elapsed() < crate::patience(Duration::from_secs(20)) {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     signal(&a, "-TERM");

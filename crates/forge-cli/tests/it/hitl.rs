@@ -95,7 +95,7 @@ async fn an_approval_survives_a_worker_kill_and_the_call_takes_effect_once() {
     let pending = || forge(&["interactions", "list", "--store", &url, "--json"]);
     wait_for(
         "the approval request",
-        Duration::from_secs(30),
+        crate::patience(Duration::from_secs(30)),
         async || !text(&pending().stdout).trim().is_empty(),
     )
     .await;
@@ -198,7 +198,7 @@ async fn an_approval_survives_a_worker_kill_and_the_call_takes_effect_once() {
     // The first worker claims the resumed run and makes the external write, then is killed.
     wait_for(
         "the approved call's effect",
-        Duration::from_secs(30),
+        crate::patience(Duration::from_secs(30)),
         async || effects().await == 1,
     )
     .await;
@@ -210,7 +210,7 @@ async fn an_approval_survives_a_worker_kill_and_the_call_takes_effect_once() {
     let mut second = spawn(&worker_args, &[]);
     wait_for(
         "the resumed run to complete",
-        Duration::from_secs(60),
+        crate::patience(Duration::from_secs(60)),
         async || {
             let status: String = sqlx::query_scalar("SELECT status FROM forge_runs WHERE id = $1")
                 .bind(run.0)

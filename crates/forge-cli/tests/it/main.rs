@@ -7,6 +7,19 @@ use std::process::{Command, Output};
 
 use forge_core::event::{RunEvent, RunEventKind};
 
+/// How long a test waits for something before it gives up, given how long it would take at most
+/// on an idle machine: `idle` times `FORGE_TEST_PATIENCE` (default 4). A deadline only bounds a
+/// failure — a test returns as soon as what it waits for happens — so a generous one costs a
+/// passing run nothing, and a machine whose cores are busy with other work still passes.
+pub(crate) fn patience(idle: std::time::Duration) -> std::time::Duration {
+    let factor = std::env::var("FORGE_TEST_PATIENCE")
+        .ok()
+        .and_then(|f| f.parse::<u32>().ok())
+        .filter(|f| *f >= 1)
+        .unwrap_or(4);
+    idle * factor
+}
+
 pub(crate) fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
 }

@@ -238,7 +238,7 @@ async fn an_event_from_a_worker_process_reaches_a_subscriber_of_another_server_p
             .spawn()
             .unwrap(),
     );
-    let seqs = tokio::time::timeout(Duration::from_secs(60), subscriber)
+    let seqs = tokio::time::timeout(crate::patience(Duration::from_secs(60)), subscriber)
         .await
         .expect("the subscriber got the whole run within 60 s (NOTIFY, not polling)")
         .unwrap();
@@ -382,7 +382,7 @@ async fn huge_responses_are_refused_while_they_resolve_and_memory_stays_bounded(
     // The server still answers once they are refused. No time is asserted beyond a generous
     // bound for a wedged server: a machine under load (a parallel build) took 175 ms here.
     let health = tokio::time::timeout(
-        std::time::Duration::from_secs(10),
+        crate::patience(std::time::Duration::from_secs(10)),
         reqwest::get(format!("http://{addr}/healthz")),
     )
     .await
@@ -661,3 +661,4 @@ fn forge_serve_says_when_the_scripted_provider_is_in_use() {
         "{before:#?}"
     );
 }
+

@@ -62,7 +62,7 @@ impl Forge {
 
     /// The address `forge serve` listens on, once it says.
     fn listening(&self) -> String {
-        let deadline = Instant::now() + Duration::from_secs(60);
+        let deadline = Instant::now() + crate::patience(Duration::from_secs(60));
         loop {
             let text = String::from_utf8_lossy(&self.stderr()).into_owned();
             if let Some(rest) = text.split("listening on http://").nth(1) {
@@ -208,7 +208,9 @@ async fn serve_and_a_separate_worker_on_postgres_export_one_trace_over_otlp_http
     .await;
     assert_eq!(wait_ended(&addr, &t, &run).await, "completed");
 
-    let spans = receiver.wait_for(Duration::from_secs(30), |r| chain(&r.spans(), caller_trace));
+    let spans = receiver.wait_for(crate::patience(Duration::from_secs(30)), |r| {
+        chain(&r.spans(), caller_trace)
+    });
     let [request, enqueue, claim, execute, step, model] = &spans[..] else {
         unreachable!()
     };
@@ -233,7 +235,7 @@ async fn serve_and_a_separate_worker_on_postgres_export_one_trace_over_otlp_http
     for s in [claim, execute, step, model] {
         assert_eq!(s.service, "forge-worker", "{}", s.name);
     }
-    let metrics = receiver.wait_for(Duration::from_secs(30), |r| {
+    let metrics = receiver.wait_for(crate::patience(Duration::from_secs(30)), |r| {
         let m = r.metrics();
         m.iter()
             .any(|(svc, name, _)| svc == "forge-worker" && name == "forge.run.duration_ms")
@@ -276,7 +278,9 @@ async fn serve_exports_over_grpc_when_the_protocol_says_so() {
     )
     .await;
     assert_eq!(wait_ended(&addr, &t, &run).await, "completed");
-    let spans = receiver.wait_for(Duration::from_secs(30), |r| chain(&r.spans(), trace));
+    let spans = receiver.wait_for(crate::patience(Duration::from_secs(30)), |r| {
+        chain(&r.spans(), trace)
+    });
     assert!(spans.iter().all(|s| s.service == "forge-serve"));
     let exports = receiver.exports();
     assert!(exports.iter().any(|e| e.signal == "traces"));
@@ -441,7 +445,7 @@ model = "broken:mock-steps-0"
         .unwrap();
     // Everything reached the receiver: the failed run's model call, and the refusal's log line.
     let failed_trace = &tp[3..35];
-    receiver.wait_for(Duration::from_secs(30), |r| {
+    receiver.wait_for(crate::patience(Duration::from_secs(30)), |r| {
         let spans = r.spans();
         let failed_call = spans.iter().any(|s| {
             s.trace_id == failed_trace

@@ -78,7 +78,7 @@ fn a_compaction_asked_for_is_queued_executed_by_a_worker_and_shown() {
             break v;
         }
         assert!(
-            started.elapsed() < Duration::from_secs(60),
+            started.elapsed() < crate::patience(Duration::from_secs(60)),
             "the compaction never landed: {v}"
         );
         std::thread::sleep(Duration::from_millis(100));

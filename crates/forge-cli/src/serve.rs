@@ -214,9 +214,14 @@ pub(crate) struct BrowserArgs {
     #[arg(long, env = "FORGE_GRAPHIQL")]
     graphiql: bool,
     /// Development sign-in: `POST /auth/dev` hands out tokens for any tenant, principal and
-    /// roles, signed with the HS256 secret. Never in production.
+    /// roles, signed with the HS256 secret. Never in production. Refused on a listener that is
+    /// not a loopback address unless `--dev-sign-in-anywhere`.
     #[arg(long, env = "FORGE_DEV_SIGN_IN")]
     dev_sign_in: bool,
+    /// With `--dev-sign-in`: serve it on any listener, not only a loopback one (anyone who
+    /// reaches the server can then sign in as anyone).
+    #[arg(long, env = "FORGE_DEV_SIGN_IN_ANYWHERE", requires = "dev_sign_in")]
+    dev_sign_in_anywhere: bool,
 }
 
 impl BrowserArgs {
@@ -239,6 +244,7 @@ impl BrowserArgs {
             Some(forge_server::DevSignIn {
                 secret: auth.secret()?.into_bytes(),
                 ttl_secs: 12 * 3600,
+                anywhere: self.dev_sign_in_anywhere,
             })
         } else {
             None
@@ -414,12 +420,17 @@ pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         poll: std::time::Duration::from_millis(args.poll_ms.max(10)),
         ..StreamSettings::default()
     };
+    let dev_sign_in = config.web.dev_sign_in.clone();
     let server = Server::new(engine.clone(), tail.clone(), config);
 
     let listener = tokio::net::TcpListener::bind(&args.listen)
         .await
         .with_context(|| format!("failed to listen on {}", args.listen))?;
     let addr = listener.local_addr()?;
+    // Before a worker starts or anything says it listens (`Server::serve` checks it too).
+    if let Some(dev) = &dev_sign_in {
+        dev.check_listener(addr)?;
+    }
     let on_signal = stop.clone();
     tokio::spawn(async move {
         crate::shutdown_signal().await;

@@ -272,7 +272,8 @@ impl Server {
     /// Serves on `listener` until `stop` fires, then stops accepting, closes WebSockets with
     /// "going away" (clients resume elsewhere), and waits for requests in flight at most the
     /// configured drain time. A connection that does not send a request's headers within the
-    /// header timeout is closed.
+    /// header timeout is closed. Development sign-in on a listener that is not a loopback
+    /// address is refused at once (`InvalidInput`), unless forced ([`DevSignIn::anywhere`]).
     pub async fn serve(
         self,
         listener: tokio::net::TcpListener,
@@ -292,6 +293,9 @@ impl Server {
         listener: tokio::net::TcpListener,
         stop: CancellationToken,
     ) -> std::io::Result<()> {
+        if let Some(dev) = &self.shared.web.dev_sign_in {
+            dev.check_listener(listener.local_addr()?)?;
+        }
         let router = self
             .router()
             .merge(routes)

@@ -34,19 +34,42 @@ pub struct WebConfig {
     pub dev_sign_in: Option<DevSignIn>,
 }
 
-/// Development sign-in.
+/// Development sign-in: `POST /auth/dev` hands out a token for any tenant, principal and roles.
+/// The server refuses to serve it on a listener that is not a loopback address unless
+/// [`DevSignIn::anywhere`] forces it (see [`crate::Server::serve`]).
 #[derive(Clone)]
 pub struct DevSignIn {
     /// The HS256 secret the server verifies with.
     pub secret: Vec<u8>,
     /// How long a token lives, in seconds.
     pub ttl_secs: i64,
+    /// Serve it on any listener, not only a loopback one: anyone who reaches the server can
+    /// then sign in as anyone.
+    pub anywhere: bool,
+}
+
+impl DevSignIn {
+    /// Refuses development sign-in on a listener at `at` that is not a loopback address, unless
+    /// forced ([`DevSignIn::anywhere`]).
+    pub fn check_listener(&self, at: std::net::SocketAddr) -> std::io::Result<()> {
+        if self.anywhere || at.ip().is_loopback() {
+            return Ok(());
+        }
+        Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!(
+                "development sign-in lets anyone sign in as anyone: refused on {at}, which is \
+                 not a loopback address (listen on 127.0.0.1, or force it)"
+            ),
+        ))
+    }
 }
 
 impl std::fmt::Debug for DevSignIn {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DevSignIn")
             .field("ttl_secs", &self.ttl_secs)
+            .field("anywhere", &self.anywhere)
             .finish_non_exhaustive()
     }
 }
@@ -277,5 +300,28 @@ mod tests {
         assert!(index.contains("/assets/app.css"), "{index}");
         assert!(!index.contains("http://") && !index.contains("https://"));
         assert!(ASSETS.iter().all(|a| !a.bytes.is_empty()));
+    }
+
+    #[test]
+    fn development_sign_in_is_for_loopback_listeners_unless_forced() {
+        let dev = |anywhere| DevSignIn {
+            secret: vec![],
+            ttl_secs: 1,
+            anywhere,
+        };
+        for ok in ["127.0.0.1:8080", "[::1]:8080", "127.0.0.2:1"] {
+            assert!(
+                dev(false)
+                    .check_listener(ok.parse().expect("an address"))
+                    .is_ok(),
+                "{ok}"
+            );
+        }
+        for refused in ["0.0.0.0:8080", "[::]:8080", "192.168.1.5:80"] {
+            let at = refused.parse().expect("an address");
+            let err = dev(false).check_listener(at).expect_err(refused);
+            assert!(err.to_string().contains("not a loopback address"), "{err}");
+            assert!(dev(true).check_listener(at).is_ok(), "forced: {refused}");
+        }
     }
 }

@@ -18,3 +18,17 @@ pub mod run;
 pub use app::{Crm, CrmError};
 pub use db::{CrmDb, Note, Opportunity};
 pub use run::{Options, Running, StoreChoice};
+
+/// `serve`'s development sign-in switches: off unless asked for.
+#[derive(Debug, Clone, Copy, Default, clap::Args)]
+pub struct DevSignInArgs {
+    /// Development sign-in in the web client: `POST /auth/dev` hands out a token for any
+    /// tenant, principal and roles. For development only; refused on a listener that is not a
+    /// loopback address unless `--dev-sign-in-anywhere`.
+    #[arg(long, env = "CRM_DEV_SIGN_IN")]
+    pub dev_sign_in: bool,
+    /// With `--dev-sign-in`: serve it on any listener (anyone who reaches the server can then
+    /// sign in as anyone).
+    #[arg(long, env = "CRM_DEV_SIGN_IN_ANYWHERE", requires = "dev_sign_in")]
+    pub dev_sign_in_anywhere: bool,
+}

@@ -45,8 +45,11 @@ pub struct Options {
     pub crm_command: PathBuf,
     /// The HS256 secret tokens are signed with.
     pub secret: Vec<u8>,
-    /// Development sign-in in the web client.
+    /// Development sign-in in the web client: anyone who reaches the server signs in as anyone.
+    /// Refused on a listener that is not a loopback address unless `dev_sign_in_anywhere`.
     pub dev_sign_in: bool,
+    /// With `dev_sign_in`, serve it on any listener.
+    pub dev_sign_in_anywhere: bool,
 }
 
 /// The CRM, running.
@@ -124,15 +127,17 @@ impl Running {
             Authenticator::hs256(&options.secret)
                 .map_err(|e| config("the token secret")(e.to_string()))
         };
+        let dev_sign_in = options.dev_sign_in.then(|| DevSignIn {
+            secret: options.secret.clone(),
+            ttl_secs: 12 * 3600,
+            anywhere: options.dev_sign_in_anywhere,
+        });
         let mut server_config = ServerConfig::new(auth()?);
         server_config.web = WebConfig {
             ui: true,
             cors_origins: vec![],
             graphiql: false,
-            dev_sign_in: options.dev_sign_in.then(|| DevSignIn {
-                secret: options.secret.clone(),
-                ttl_secs: 12 * 3600,
-            }),
+            dev_sign_in: dev_sign_in.clone(),
         };
         server_config.retriever = Some(crm.retriever().clone());
         let server = Server::new(crm.engine().clone(), tail.clone(), server_config);
@@ -143,6 +148,10 @@ impl Running {
         let addr = listener
             .local_addr()
             .map_err(|e| config("the server's address")(e.to_string()))?;
+        if let Some(dev) = &dev_sign_in {
+            dev.check_listener(addr)
+                .map_err(|e| config("development sign-in")(e.to_string()))?;
+        }
         let until = stop.clone();
         tasks.push(tokio::spawn(async move {
             // Forge's routes and the application's, with Forge's header timeout and drain.

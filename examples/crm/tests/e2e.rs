@@ -37,6 +37,7 @@ impl Env {
             crm_command: env!("CARGO_BIN_EXE_crm").into(),
             secret: SECRET.to_vec(),
             dev_sign_in: false,
+            dev_sign_in_anywhere: false,
         })
         .await
         .unwrap_or_else(|e| {

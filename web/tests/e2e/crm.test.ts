@@ -53,7 +53,7 @@ async function gql<T>(auth: string, query: string, variables: Record<string, unk
 beforeAll(async () => {
   const port = await freePort();
   base = `http://127.0.0.1:${port}`;
-  child = spawn(crmBin(), ["serve", "--data", dir, "--listen", `127.0.0.1:${port}`], {
+  child = spawn(crmBin(), ["serve", "--dev-sign-in", "--data", dir, "--listen", `127.0.0.1:${port}`], {
     cwd: dir,
     env: { ...process.env, CRM_JWT_SECRET: "crm-e2e-secret-crm-e2e-secret-0123456789" },
     stdio: ["ignore", "pipe", "pipe"],

@@ -55,7 +55,7 @@ beforeAll(async () => {
   base = `http://127.0.0.1:${port}`;
   child = spawn(
     shareflowBin(),
-    ["serve", "--data", dir, "--listen", `127.0.0.1:${port}`, "--publisher-listen", `127.0.0.1:${publisher}`],
+    ["serve", "--dev-sign-in", "--data", dir, "--listen", `127.0.0.1:${port}`, "--publisher-listen", `127.0.0.1:${publisher}`],
     {
       cwd: dir,
       env: { ...process.env, SHAREFLOW_JWT_SECRET: "shareflow-e2e-secret-shareflow-e2e-secret-0123" },

@@ -662,3 +662,35 @@ fn forge_serve_says_when_the_scripted_provider_is_in_use() {
     );
 }
 
+/// `forge serve --dev-sign-in` on a listener every interface reaches stops before it listens and
+/// says why; `--dev-sign-in-anywhere` forces it.
+#[test]
+fn development_sign_in_off_loopback_is_refused_unless_forced() {
+    let dir = workdir("dev-sign-in-anywhere");
+    let agent = repo().join("examples/agents/calculator.toml");
+    let forge = |extra: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_forge"))
+            .args(["serve", "--listen", "0.0.0.0:0", "--dev-sign-in", "--agent"])
+            .arg(&agent)
+            .args(extra)
+            .env("FORGE_JWT_SECRET", SECRET)
+            .current_dir(&dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let refused = forge(&[]).wait_with_output().unwrap();
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "{said}");
+    assert!(said.contains("not a loopback address"), "{said}");
+    assert!(!said.contains("listening on"), "{said}");
+
+    let mut forced = Proc(forge(&["--dev-sign-in-anywhere"]));
+    let stderr = forced.0.stderr.take().unwrap();
+    let listening = BufReader::new(stderr)
+        .lines()
+        .map(|l| l.unwrap())
+        .find(|l| l.contains("listening on"));
+    assert!(listening.is_some(), "forced, it serves");
+}

@@ -158,6 +158,7 @@ async fn development_sign_in_answers_only_when_enabled() {
             c.web.dev_sign_in = Some(forge_server::DevSignIn {
                 secret: crate::support::SECRET.as_bytes().to_vec(),
                 ttl_secs: 600,
+                anywhere: false,
             });
         }),
         ..Opts::default()
@@ -197,4 +198,55 @@ async fn graphiql_is_served_on_a_plain_get_only_when_enabled() {
     assert_eq!(r.status(), 200);
     let page = r.text().await.unwrap();
     assert!(page.contains("GraphiQL.createFetcher"), "{page}");
+}
+
+/// Development sign-in hands out tokens for anyone: a server refuses to start it on a listener
+/// that is not a loopback address unless forced, and says why.
+#[tokio::test]
+async fn development_sign_in_is_refused_off_loopback_unless_forced() {
+    fn dev(anywhere: bool) -> forge_server::DevSignIn {
+        forge_server::DevSignIn {
+            secret: crate::support::SECRET.as_bytes().to_vec(),
+            ttl_secs: 600,
+            anywhere,
+        }
+    }
+    let refused = start(Opts {
+        tune: Some(|c| c.web.dev_sign_in = Some(dev(false))),
+        listen: "0.0.0.0:0",
+        ..Opts::default()
+    })
+    .await;
+    // Stopped at once: a server that (wrongly) served would end cleanly now, not hang the test.
+    refused.stop.cancel();
+    let panic = refused
+        .task
+        .await
+        .expect_err("serve refuses to start")
+        .into_panic();
+    let why = panic
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .unwrap_or_default();
+    assert!(why.contains("not a loopback address"), "{why}");
+
+    let forced = start(Opts {
+        tune: Some(|c| c.web.dev_sign_in = Some(dev(true))),
+        listen: "0.0.0.0:0",
+        ..Opts::default()
+    })
+    .await;
+    let config: serde_json::Value = forced
+        .http
+        .get(format!(
+            "http://127.0.0.1:{}/auth/config",
+            forced.addr.port()
+        ))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(config["dev_sign_in"], true, "forced, it serves");
 }

@@ -94,6 +94,8 @@ pub struct Opts {
     pub telemetry: Option<forge_core::telemetry::Telemetry>,
     /// What `GET /metrics` serves.
     pub metrics: Option<forge_server::MetricsText>,
+    /// Where the server listens.
+    pub listen: &'static str,
     /// A host application's own routes, served beside Forge's (`Server::serve_with`).
     pub host_routes: Option<axum::Router>,
 }
@@ -117,6 +119,7 @@ impl Default for Opts {
             telemetry: None,
             metrics: None,
             host_routes: None,
+            listen: "127.0.0.1:0",
         }
     }
 }
@@ -217,7 +220,7 @@ pub async fn start(opts: Opts) -> Srv {
         tune(&mut config);
     }
     let server = Server::new(engine.clone(), tail.clone(), config);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let listener = tokio::net::TcpListener::bind(opts.listen).await.unwrap();
     let addr = listener.local_addr().unwrap();
     let stop = CancellationToken::new();
     if opts.worker {

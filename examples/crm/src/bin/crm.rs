@@ -2,7 +2,7 @@
 //!
 //! - `crm serve`: the server (Forge's GraphQL API and web client, the CRM's API), a worker, and
 //!   the CRM's MCP server as a child process; SQLite in `./crm-data`, or PostgreSQL with
-//!   `--postgres`; development sign-in on.
+//!   `--postgres`; development sign-in only with `--dev-sign-in`.
 //! - `crm mcp --db PATH | --memory`: the CRM's MCP server on stdio (what `serve` starts, and what
 //!   `forge gate` and `forge mcp pin` start from `mcp/crm.toml`).
 //! - `crm token`: a token for the API.
@@ -46,6 +46,9 @@ enum Command {
         /// The PostgreSQL database to create and use.
         #[arg(long, default_value = "crm")]
         database: String,
+        /// Development sign-in.
+        #[command(flatten)]
+        dev: crm::DevSignInArgs,
         /// Where the server listens.
         #[arg(long, default_value = "127.0.0.1:8095")]
         listen: SocketAddr,
@@ -95,6 +98,7 @@ async fn main() -> anyhow::Result<()> {
             data,
             postgres,
             database,
+            dev,
             listen,
         }) => {
             let store = match postgres {
@@ -110,12 +114,18 @@ async fn main() -> anyhow::Result<()> {
                 listen,
                 crm_command: std::env::current_exe()?,
                 secret: secret(),
-                dev_sign_in: true,
+                dev_sign_in: dev.dev_sign_in,
+                dev_sign_in_anywhere: dev.dev_sign_in_anywhere,
             })
             .await?;
             eprintln!(
-                "crm: listening on {url}/ (web client, development sign-in on), {url}/graphql, {url}/crm/…",
-                url = running.url
+                "crm: listening on {url}/ (web client{signin}), {url}/graphql, {url}/crm/…",
+                url = running.url,
+                signin = if dev.dev_sign_in {
+                    ", development sign-in on"
+                } else {
+                    ""
+                },
             );
             tokio::signal::ctrl_c().await?;
             running.stop().await;
@@ -169,6 +179,7 @@ async fn bench(n: usize) -> anyhow::Result<()> {
         crm_command: std::env::current_exe()?,
         secret: secret(),
         dev_sign_in: false,
+        dev_sign_in_anywhere: false,
     })
     .await?;
     let alice = Scope::parse("acme", "alice", &["sales"])?;
@@ -229,6 +240,7 @@ async fn demo() -> anyhow::Result<()> {
         crm_command: std::env::current_exe()?,
         secret: secret(),
         dev_sign_in: false,
+        dev_sign_in_anywhere: false,
     })
     .await?;
     let outcome = demo_steps(&running).await;

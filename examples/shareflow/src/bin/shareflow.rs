@@ -2,7 +2,7 @@
 //!
 //! - `shareflow serve`: the server (Forge's GraphQL API and web client, ShareFlow's API), a worker
 //!   and the bundled publishing service, on SQLite in `./shareflow-data` (or PostgreSQL with
-//!   `--postgres`), development sign-in on.
+//!   `--postgres`); development sign-in only with `--dev-sign-in`.
 //! - `shareflow token`: a token for the API.
 //! - `shareflow` alone: a demonstration in a temporary directory that drops the sample documents
 //!   on both workflows, approves as a reviewer, rolls the flag back, prints the deliveries and
@@ -43,6 +43,9 @@ enum Command {
         /// The PostgreSQL database to create and use.
         #[arg(long, default_value = "shareflow")]
         database: String,
+        /// Development sign-in.
+        #[command(flatten)]
+        dev: shareflow::DevSignInArgs,
         /// Where the server listens.
         #[arg(long, default_value = "127.0.0.1:8090")]
         listen: SocketAddr,
@@ -90,6 +93,7 @@ async fn main() -> anyhow::Result<()> {
             data,
             postgres,
             database,
+            dev,
             listen,
             publisher_listen,
             publisher_url,
@@ -108,13 +112,19 @@ async fn main() -> anyhow::Result<()> {
                 publisher_listen,
                 publisher_url,
                 secret: secret(),
-                dev_sign_in: true,
+                dev_sign_in: dev.dev_sign_in,
+                dev_sign_in_anywhere: dev.dev_sign_in_anywhere,
             })
             .await?;
             eprintln!(
-                "shareflow: listening on {url}/ (web client, development sign-in on), {url}/graphql, {url}/app/…; publisher at {}",
+                "shareflow: listening on {url}/ (web client{signin}), {url}/graphql, {url}/app/…; publisher at {}",
                 running.publisher_url,
-                url = running.url
+                url = running.url,
+                signin = if dev.dev_sign_in {
+                    ", development sign-in on"
+                } else {
+                    ""
+                },
             );
             tokio::signal::ctrl_c().await?;
             running.stop().await;
@@ -158,6 +168,7 @@ async fn bench(n: usize) -> anyhow::Result<()> {
         publisher_url: None,
         secret: secret(),
         dev_sign_in: false,
+        dev_sign_in_anywhere: false,
     })
     .await?;
     let outcome = bench_steps(&running, n).await;
@@ -263,6 +274,7 @@ async fn demo() -> anyhow::Result<()> {
         publisher_url: None,
         secret: secret(),
         dev_sign_in: false,
+        dev_sign_in_anywhere: false,
     })
     .await?;
     let result = demo_steps(&running).await;

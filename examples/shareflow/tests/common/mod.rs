@@ -37,6 +37,7 @@ impl Env {
             publisher_url: None,
             secret: SECRET.to_vec(),
             dev_sign_in: false,
+            dev_sign_in_anywhere: false,
         })
         .await
         .unwrap_or_else(|e| {

@@ -54,6 +54,11 @@ pub(crate) fn connect(path: &Path, role: Role) -> Result<Connection, Error> {
     Ok(conn)
 }
 
+/// `n` as SQLite's integer, `i64::MAX` past it (a limit, a count, a cursor).
+pub(crate) fn saturating(n: impl TryInto<i64>) -> i64 {
+    n.try_into().unwrap_or(i64::MAX)
+}
+
 /// Classifies a rusqlite error: lock contention may succeed later.
 pub(crate) fn error(e: rusqlite::Error) -> Error {
     use rusqlite::ErrorCode::{DatabaseBusy, DatabaseLocked};

@@ -58,11 +58,6 @@ fn decode(row: &rusqlite::Row<'_>) -> Result<ScoringRun, Error> {
     eval::scoring_run(&crate::rows::Row(row))
 }
 
-/// The limit `limit` binds as.
-fn limit_of(limit: usize) -> i64 {
-    i64::try_from(limit).unwrap_or(i64::MAX)
-}
-
 #[async_trait]
 impl EvalStore for SqliteStore {
     async fn insert_scoring(&self, scope: &Scope, run: &ScoringRun) -> Result<(), Error> {
@@ -123,8 +118,8 @@ impl EvalStore for SqliteStore {
                     result.verdict.name(),
                     i64::from(result.score_ppm),
                     dimensions,
-                    i64::try_from(result.run_cost_micros).unwrap_or(i64::MAX),
-                    i64::try_from(result.judge_cost_micros).unwrap_or(i64::MAX),
+                    db::saturating(result.run_cost_micros),
+                    db::saturating(result.judge_cost_micros),
                     i64::from(result.paid_calls),
                     body
                 ],
@@ -230,7 +225,7 @@ impl EvalStore for SqliteStore {
                     " FROM forge_eval_runs WHERE tenant_id = ?1 AND (?2 IS NULL OR dataset = ?2) \
                      ORDER BY started_at DESC, id DESC LIMIT ?3"
                 ),
-                params![tenant, dataset, limit_of(limit)],
+                params![tenant, dataset, db::saturating(limit)],
                 decode,
             )
         })

@@ -54,7 +54,7 @@ impl FileStore for SqliteStore {
 
     async fn list_files(&self, scope: &Scope, limit: usize) -> Result<Vec<FileRecord>, Error> {
         let tenant = scope.tenant_id().to_string();
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let limit = db::saturating(limit);
         let bodies: Vec<String> = self
             .read(move |conn| {
                 db::all(

@@ -167,23 +167,17 @@ impl InteractionStore for SqliteStore {
                     conn,
                     "SELECT body FROM forge_interactions WHERE tenant_id = ?1 AND status = 'pending' \
                      AND (?2 IS NULL OR (created_at, id) > (?2, ?3)) ORDER BY created_at, id LIMIT ?4",
-                    params![tenant, at, id, i64::try_from(limit).unwrap_or(i64::MAX)],
+                    params![tenant, at, id, db::saturating(limit)],
                     body,
                 )
             }),
             InteractionFilter::Run(run) => db::snapshot(conn, |conn| {
-                let run = run.to_string();
-                let found: Option<i64> = db::value(
-                    conn,
-                    "SELECT 1 FROM forge_runs WHERE id = ?1 AND tenant_id = ?2",
-                    params![run, tenant],
-                )?;
-                found.ok_or_else(|| Error::not_found("run", &run))?;
+                crate::runs::exists(conn, &tenant, run)?;
                 db::all(
                     conn,
                     "SELECT body FROM forge_interactions WHERE tenant_id = ?1 AND run_id = ?2 \
                      ORDER BY created_at, id",
-                    params![tenant, run],
+                    params![tenant, run.to_string()],
                     body,
                 )
             }),

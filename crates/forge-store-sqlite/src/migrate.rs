@@ -184,10 +184,7 @@ impl Migrate for Migrating {
             self.0
                 .execute(
                     &format!("UPDATE {table} SET execution_time = ?1 WHERE version = ?2"),
-                    rusqlite::params![
-                        i64::try_from(elapsed.as_nanos()).unwrap_or(i64::MAX),
-                        migration.version
-                    ],
+                    rusqlite::params![db::saturating(elapsed.as_nanos()), migration.version],
                 )
                 .map_err(refused)
         });

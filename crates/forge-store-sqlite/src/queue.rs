@@ -170,13 +170,8 @@ impl JobQueue for SqliteStore {
         let now = self.clock.now();
         let tenant = scope.tenant_id().to_string();
         self.write(move |conn| {
+            crate::runs::exists(conn, &tenant, job.run_id)?;
             let run = job.run_id.to_string();
-            let found: Option<i64> = db::value(
-                conn,
-                "SELECT 1 FROM forge_runs WHERE id = ?1 AND tenant_id = ?2",
-                params![run, tenant],
-            )?;
-            found.ok_or_else(|| Error::not_found("run", job.run_id))?;
             db::execute(
                 conn,
                 "INSERT INTO forge_jobs (id, tenant_id, run_id, state, available_at, attempts, max_attempts, token, traceparent) \
@@ -304,7 +299,7 @@ impl JobQueue for SqliteStore {
     }
 
     async fn dead_jobs(&self, _system: &SystemScope, limit: usize) -> Result<Vec<JobInfo>, Error> {
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let limit = db::saturating(limit);
         self.read(move |conn| {
             db::all(
                 conn,

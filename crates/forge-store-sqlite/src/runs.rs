@@ -44,6 +44,16 @@ pub(crate) fn read_run(conn: &Connection, tenant: &str, id: RunId) -> Result<Opt
     db::first(conn, RUN_ROW, params![id.to_string(), tenant], rows::run)
 }
 
+/// Refuses a run that is not `tenant`'s.
+pub(crate) fn exists(conn: &Connection, tenant: &str, id: RunId) -> Result<(), Error> {
+    let found: Option<i64> = db::value(
+        conn,
+        "SELECT 1 FROM forge_runs WHERE id = ?1 AND tenant_id = ?2",
+        params![id.to_string(), tenant],
+    )?;
+    found.map(|_| ()).ok_or_else(|| Error::not_found("run", id))
+}
+
 /// The run `id` of `tenant`; `NotFound` if it is not the tenant's.
 fn run(conn: &Connection, tenant: &str, id: RunId) -> Result<Run, Error> {
     read_run(conn, tenant, id)?.ok_or_else(|| Error::not_found("run", id))
@@ -368,7 +378,7 @@ impl RunStore for SqliteStore {
                         tenant,
                         query.status,
                         query.thread_id.map(|t| t.to_string()),
-                        i64::try_from(query.limit).unwrap_or(i64::MAX),
+                        db::saturating(query.limit),
                         at,
                         id
                     ],
@@ -384,7 +394,7 @@ impl RunStore for SqliteStore {
             scope.tenant_id().to_string(),
             scope.principal_id().to_string(),
         );
-        let at_most = i64::try_from(at_most).unwrap_or(i64::MAX);
+        let at_most = db::saturating(at_most);
         // Over `forge_runs_in_flight`, which holds only the runs queued or running.
         let (tenant, principal) = self
             .read(move |conn| {
@@ -510,8 +520,8 @@ impl RunStore for SqliteStore {
                     params![
                         id.to_string(),
                         tenant,
-                        i64::try_from(after_seq).unwrap_or(i64::MAX),
-                        i64::try_from(limit).unwrap_or(i64::MAX)
+                        db::saturating(after_seq),
+                        db::saturating(limit)
                     ],
                     |row| rows::json(row, "body"),
                 )

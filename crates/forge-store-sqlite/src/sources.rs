@@ -156,7 +156,7 @@ impl SourceStore for SqliteStore {
 
     async fn list_sources(&self, scope: &Scope, limit: usize) -> Result<Vec<Source>, Error> {
         let tenant = scope.tenant_id().to_string();
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let limit = db::saturating(limit);
         self.read(move |conn| {
             db::all(
                 conn,
@@ -276,7 +276,7 @@ impl SourceStore for SqliteStore {
                 .collect::<Vec<_>>()
                 .join(" OR ")
         });
-        let cap = i64::try_from(cap).unwrap_or(i64::MAX);
+        let cap = db::saturating(cap);
         self.read(move |conn| {
             db::snapshot(conn, |conn| {
                 let (corpus_chunks, corpus_words) = db::first(

@@ -80,7 +80,7 @@ fn page(
             tenant,
             bounds[0],
             bounds[1],
-            i64::try_from(window.limit).unwrap_or(i64::MAX)
+            db::saturating(window.limit)
         ],
         rows::message,
     )
@@ -226,7 +226,7 @@ impl ThreadStore for SqliteStore {
                         window.archived,
                         at,
                         id,
-                        i64::try_from(window.limit).unwrap_or(i64::MAX),
+                        db::saturating(window.limit),
                         window.created_by.as_ref().map(|p| p.as_str())
                     ],
                     rows::thread,

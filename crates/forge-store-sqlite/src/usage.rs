@@ -96,12 +96,7 @@ impl UsageLedger for SqliteStore {
 /// every call of the period, under the write lock the lane holds.
 fn reserve_on(conn: &Connection, call: ModelCall, quota: Option<Quota>) -> Result<(), Error> {
     let (tenant, run) = (call.tenant_id.as_str(), call.run_id.to_string());
-    let found: Option<i64> = db::value(
-        conn,
-        "SELECT 1 FROM forge_runs WHERE id = ?1 AND tenant_id = ?2",
-        params![run, tenant],
-    )?;
-    found.ok_or_else(|| Error::not_found("run", call.run_id))?;
+    crate::runs::exists(conn, tenant, call.run_id)?;
     let reserved = bodies(
         conn,
         "SELECT body FROM forge_model_calls WHERE tenant_id = ?1 AND run_id = ?2 AND status = 'reserved'",

@@ -158,6 +158,77 @@ pub struct AgentDefinition {
 pub const SKILL_SCRIPT_TOOL: &str = "run_skill_script";
 
 impl AgentDefinition {
+    /// An agent defined in code: version `1`, no instructions, tools or skills, default limits.
+    /// The same definition an agent file holds, built with the methods below.
+    ///
+    /// ```
+    /// use forge_core::agent::AgentDefinition;
+    ///
+    /// let agent = AgentDefinition::new("order-desk", "openai:gpt-4o-mini")
+    ///     .instructions("Answer questions about orders; look every order up.")
+    ///     .tool("order_status");
+    /// assert!(agent.validate().is_ok());
+    /// assert_eq!(agent.agent.version, "1");
+    /// ```
+    pub fn new(name: impl Into<String>, model: impl Into<String>) -> Self {
+        Self {
+            agent: AgentRef {
+                name: name.into(),
+                version: "1".into(),
+            },
+            instructions: String::new(),
+            model: model.into(),
+            tools: Vec::new(),
+            skills: Vec::new(),
+            output_schema: None,
+            limits: RunLimits::default(),
+            approvals: Default::default(),
+            compaction: None,
+        }
+    }
+
+    /// This definition as version `version`.
+    pub fn version(mut self, version: impl Into<String>) -> Self {
+        self.agent.version = version.into();
+        self
+    }
+
+    /// This definition with `text` as its system instructions.
+    pub fn instructions(mut self, text: impl Into<String>) -> Self {
+        self.instructions = text.into();
+        self
+    }
+
+    /// This definition with the tool `name` among those it may be offered.
+    pub fn tool(mut self, name: impl Into<String>) -> Self {
+        self.tools.push(name.into());
+        self
+    }
+
+    /// This definition with the skill `name` among those it may load.
+    pub fn skill(mut self, name: impl Into<String>) -> Self {
+        self.skills.push(name.into());
+        self
+    }
+
+    /// This definition with its final answer bound to the JSON Schema `schema`.
+    pub fn output_schema(mut self, schema: serde_json::Value) -> Self {
+        self.output_schema = Some(schema);
+        self
+    }
+
+    /// This definition with `limits`.
+    pub fn limits(mut self, limits: RunLimits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// This definition with calls of `tool` approved as `policy` says, overriding the tool's own.
+    pub fn approval(mut self, tool: impl Into<String>, policy: ApprovalPolicy) -> Self {
+        self.approvals.insert(tool.into(), policy);
+        self
+    }
+
     /// Checks the definition is usable: names present, model in `provider:model` form, limits sane.
     pub fn validate(&self) -> Result<(), Error> {
         if self.agent.name.trim().is_empty() {
@@ -283,6 +354,29 @@ mod tests {
         .unwrap();
         assert_eq!(parsed.compaction, Some(CompactionConfig::new(500)));
         assert_eq!(parsed.summary_model(), "scripted:x");
+    }
+
+    #[test]
+    fn a_definition_built_in_code_equals_the_same_definition_read_from_a_file() {
+        let built = AgentDefinition::new("desk", "scripted:x")
+            .version("2")
+            .instructions("be brief")
+            .tool("lookup")
+            .skill("tone")
+            .approval("lookup", ApprovalPolicy::Always)
+            .output_schema(serde_json::json!({"type": "object"}));
+        let read: AgentDefinition = serde_json::from_value(serde_json::json!({
+            "name": "desk", "version": "2", "instructions": "be brief", "model": "scripted:x",
+            "tools": ["lookup"], "skills": ["tone"], "approvals": {"lookup": "always"},
+            "output_schema": {"type": "object"}
+        }))
+        .unwrap();
+        assert_eq!(built, read);
+        assert!(built.validate().is_ok());
+        assert_eq!(
+            AgentDefinition::new("a", "scripted:x"),
+            agent("scripted:x").instructions("")
+        );
     }
 
     #[test]

@@ -461,6 +461,18 @@ pub(crate) const CAPABILITIES: &[Capability] = &[
         wired_in: ("crm/src/app.rs", Some("Crm"), "new"),
     },
     Capability {
+        name: "facade: an embedder waits for a run its deployment started",
+        provider: ("forge/src/run.rs", Some("RunHandle"), "wait"),
+        scope: Scope::Host,
+        wired_in: ("embed/src/main.rs", None, "main"),
+    },
+    Capability {
+        name: "facade: an embedder serves GraphQL over its deployment",
+        provider: ("forge/src/deployment.rs", Some("Forge"), "serve"),
+        scope: Scope::Host,
+        wired_in: ("graphql/src/main.rs", None, "main"),
+    },
+    Capability {
         name: "PostgreSQL: a host sets up its own role and database with row-level security",
         provider: (
             "forge-store-postgres/src/application.rs",
@@ -477,57 +489,57 @@ pub(crate) const PORTS: &[(&str, &str, Site)] = &[
     (
         "ThreadStore",
         "SqliteStore",
-        ("forge-cli/src/store.rs", None, "open"),
+        ("forge/src/stores.rs", Some("Stores"), "open"),
     ),
     (
         "RunStore",
         "SqliteStore",
-        ("forge-cli/src/store.rs", None, "open"),
+        ("forge/src/stores.rs", Some("Stores"), "open"),
     ),
     (
         "Store",
         "SqliteStore",
-        ("forge-cli/src/store.rs", None, "open"),
+        ("forge/src/stores.rs", Some("Stores"), "open"),
     ),
     (
         "JobQueue",
         "PostgresStore",
-        ("forge-cli/src/store.rs", None, "open"),
+        ("forge/src/stores.rs", Some("Stores"), "open_postgres"),
     ),
     (
         "InteractionStore",
         "PostgresStore",
-        ("forge-cli/src/store.rs", None, "open"),
+        ("forge/src/stores.rs", Some("Stores"), "open_postgres"),
     ),
     (
         "UsageLedger",
         "PostgresStore",
-        ("forge-cli/src/store.rs", None, "open"),
+        ("forge/src/stores.rs", Some("Stores"), "open_postgres"),
     ),
     (
         "AuditLog",
         "PostgresStore",
-        ("forge-cli/src/store.rs", None, "open"),
+        ("forge/src/stores.rs", Some("Stores"), "open_postgres"),
     ),
     (
         "DataErasure",
         "PostgresStore",
-        ("forge-cli/src/store.rs", None, "open"),
+        ("forge/src/stores.rs", Some("Stores"), "open_postgres"),
     ),
     (
         "SourceStore",
         "SqliteStore",
-        ("forge-cli/src/store.rs", None, "open"),
+        ("forge/src/stores.rs", Some("Stores"), "open"),
     ),
     (
         "FileStore",
         "SqliteStore",
-        ("forge-cli/src/store.rs", None, "open"),
+        ("forge/src/stores.rs", Some("Stores"), "open"),
     ),
     (
         "EvalStore",
         "SqliteStore",
-        ("forge-cli/src/store.rs", None, "open"),
+        ("forge/src/stores.rs", Some("Stores"), "open"),
     ),
     (
         "CaseRunner",

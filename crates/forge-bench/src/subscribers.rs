@@ -113,18 +113,9 @@ pub(crate) struct ServerArgs {
     channel: String,
 }
 
+/// The store `url` names: `memory`, `sqlite://…` or `postgres://…` (RLS mode).
 async fn open_store(url: &str) -> anyhow::Result<Arc<dyn Store>> {
-    Ok(match url {
-        "memory" => Arc::new(forge_store_memory::MemoryStore::default()),
-        u if u.starts_with("sqlite://") => {
-            Arc::new(forge_store_sqlite::SqliteStore::open(u).await?)
-        }
-        u if u.starts_with("postgres") => Arc::new(
-            forge_store_postgres::PostgresStore::connect(u, forge_store_postgres::Mode::Rls)
-                .await?,
-        ),
-        other => bail!("unsupported store {other}"),
-    })
+    Ok(forge::Stores::open(url).await?.store)
 }
 
 /// A live-tail publisher to Redis, if configured.

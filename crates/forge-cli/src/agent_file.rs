@@ -1,13 +1,10 @@
 //! Agent files: an agent definition in TOML, and the model providers its `model` needs.
 
-use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use anyhow::Context;
-use forge_core::agent::AgentDefinition;
 use forge_core::ports::model::ModelProvider;
-use forge_providers::{ProvidersConfig, Script, ScriptedProvider};
+use forge_providers::ProvidersConfig;
 
 /// Where model providers are configured.
 #[derive(Debug, Clone, Default, clap::Args)]
@@ -27,26 +24,9 @@ impl ProviderArgs {
     /// The redactor for this process: the named variables' values, the provider keys, and every
     /// credential the providers file references (`env:` or `file:`).
     pub(crate) fn redactor(&self) -> forge_core::redact::Redactor {
-        let names = [
-            "OPENAI_API_KEY",
-            "ANTHROPIC_API_KEY",
-            "OPENAI_COMPATIBLE_API_KEY",
-        ]
-        .into_iter()
-        .map(str::to_owned)
-        .chain(self.redact_env.iter().cloned());
-        let mut values: Vec<String> = names.filter_map(|n| std::env::var(n).ok()).collect();
         // A providers file that does not load is reported when its providers are built.
-        if let Ok(config) = self.config() {
-            let env = |name: &str| std::env::var(name).ok();
-            values.extend(
-                config
-                    .secret_values(&env)
-                    .into_iter()
-                    .map(|s| s.expose().to_owned()),
-            );
-        }
-        forge_core::redact::Redactor::new(values)
+        let config = self.config().unwrap_or_default();
+        forge::redactor(&config, &self.redact_env, &|name| std::env::var(name).ok())
     }
 
     fn config(&self) -> anyhow::Result<ProvidersConfig> {
@@ -57,19 +37,13 @@ impl ProviderArgs {
     }
 }
 
-/// An agent definition with what its model needs.
-pub(crate) struct LoadedAgent {
-    pub(crate) definition: AgentDefinition,
-    /// The script to play, for a `scripted:` model (keyed by its model name).
-    pub(crate) script: Option<(String, Script)>,
-    /// Whether the model is the scripted provider (output says so).
-    pub(crate) scripted: bool,
-}
+/// An agent definition with the script its `scripted:` model plays.
+pub(crate) use forge::LoadedAgent;
 
 /// Says on stderr which agents run on the scripted provider: whenever it is in use, `forge` says
 /// so (README, "Agent files"), in `run`, `serve` and `worker` alike.
 pub(crate) fn note_scripted(loaded: &[LoadedAgent]) {
-    for agent in loaded.iter().filter(|a| a.scripted) {
+    for agent in loaded.iter().filter(|a| a.scripted()) {
         eprintln!(
             "note: model {} of agent {} is the scripted provider: deterministic output from a script, no model account used",
             agent.definition.model, agent.definition.agent.name
@@ -83,55 +57,13 @@ pub(crate) fn providers(
     agents: &[LoadedAgent],
     args: &ProviderArgs,
 ) -> anyhow::Result<Vec<Arc<dyn ModelProvider>>> {
-    let mut out: Vec<Arc<dyn ModelProvider>> = Vec::new();
-    let scripts: Vec<&(String, Script)> = agents.iter().filter_map(|a| a.script.as_ref()).collect();
-    if !scripts.is_empty() {
-        let provider = scripts
-            .into_iter()
-            .fold(ScriptedProvider::empty(), |p, (model, script)| {
-                p.with_script(model.clone(), script.clone())
-            });
-        out.push(Arc::new(provider));
-    }
-    let prefixes: BTreeSet<&str> = agents
-        .iter()
-        .filter(|a| !a.scripted)
-        .filter_map(|a| a.definition.model_parts().ok().map(|(p, _)| p))
-        .collect();
-    if !prefixes.is_empty() {
-        let config = args.config()?;
-        for prefix in prefixes {
-            let provider = config
-                .provider(prefix, &|name| std::env::var(name).ok())
-                .with_context(|| format!("model provider {prefix} cannot be used"))?;
-            out.push(provider);
-        }
-    }
-    Ok(out)
+    let config = args.config()?;
+    Ok(forge::model_providers(agents, &[], &config, &|name| {
+        std::env::var(name).ok()
+    })?)
 }
 
 /// Reads an agent file. A `scripted:<file>` model's script is resolved next to the agent file.
 pub(crate) fn load(path: &Path) -> anyhow::Result<LoadedAgent> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("failed to read agent file {}", path.display()))?;
-    let definition: AgentDefinition = toml::from_str(&text)
-        .with_context(|| format!("failed to parse agent file {}", path.display()))?;
-    definition
-        .validate()
-        .with_context(|| format!("agent file {} is invalid", path.display()))?;
-    let (provider, model) = definition.model_parts()?;
-    if provider != "scripted" {
-        return Ok(LoadedAgent {
-            script: None,
-            scripted: false,
-            definition,
-        });
-    }
-    let script_path = path.parent().unwrap_or(Path::new(".")).join(model);
-    let script = Script::load(&script_path)?;
-    Ok(LoadedAgent {
-        script: Some((model.to_owned(), script)),
-        scripted: true,
-        definition,
-    })
+    Ok(LoadedAgent::load(path)?)
 }

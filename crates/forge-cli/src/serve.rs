@@ -332,10 +332,13 @@ pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     });
 
     let mut readiness = Vec::new();
-    let probe = opened.probe.clone();
+    let stores = opened.clone();
     readiness.push(ReadinessCheck {
         name: "store".into(),
-        probe: Box::new(move || probe()),
+        probe: Box::new(move || {
+            let stores = stores.clone();
+            Box::pin(async move { stores.check().await })
+        }),
     });
     for provider in providers {
         let name = format!("provider {}", provider.name());

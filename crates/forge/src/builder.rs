@@ -1,0 +1,256 @@
+//! [`ForgeBuilder`]: a deployment assembled from its parts, the way `forge serve` assembles one.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use forge_core::ports::model::ModelProvider;
+use forge_core::ports::tool::Tool;
+use forge_engine::{Engine, EngineBuilder, LiveObserver, SkillLibrary, Worker, WorkerConfig};
+use forge_live::{EventBus, LiveTail, LogCache, StreamContext, StreamSettings};
+use forge_providers::ProvidersConfig;
+use tokio_util::sync::CancellationToken;
+
+use crate::agents::{self, AgentSource, LoadedAgent};
+use crate::deployment::Forge;
+use crate::{Error, Stores};
+
+/// Changes the engine builder in ways [`ForgeBuilder`] has no method for.
+type Customize = Box<dyn FnOnce(EngineBuilder) -> Result<EngineBuilder, Error> + Send>;
+
+/// Assembles a [`Forge`]: a store, agents, models, tools, policies and skills in; an engine, a
+/// worker and live streams out. Start with [`Forge::builder`].
+#[must_use]
+pub struct ForgeBuilder {
+    store: String,
+    #[cfg(feature = "postgres")]
+    pg_mode: crate::PgMode,
+    agents: Vec<AgentSource>,
+    models: Vec<Arc<dyn ModelProvider>>,
+    tools: Vec<Arc<dyn Tool>>,
+    providers: Option<PathBuf>,
+    policies: Option<PathBuf>,
+    skills: Option<PathBuf>,
+    worker: Option<WorkerConfig>,
+    streams: StreamSettings,
+    customize: Vec<Customize>,
+}
+
+impl std::fmt::Debug for ForgeBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ForgeBuilder")
+            .field("store", &crate::redact(&self.store))
+            .field("agents", &self.agents.len())
+            .field("tools", &self.tools.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for ForgeBuilder {
+    fn default() -> Self {
+        Self {
+            store: "sqlite://forge.db".into(),
+            #[cfg(feature = "postgres")]
+            pg_mode: crate::PgMode::Rls,
+            agents: Vec::new(),
+            models: Vec::new(),
+            tools: Vec::new(),
+            providers: None,
+            policies: None,
+            skills: None,
+            worker: Some(WorkerConfig {
+                id: holder("embedded"),
+                concurrency: 4,
+                ..WorkerConfig::default()
+            }),
+            streams: StreamSettings::default(),
+            customize: Vec::new(),
+        }
+    }
+}
+
+/// The name this process's worker holds claims and leases under: on SQLite, one that says which
+/// process it is, so a crashed one's runs are taken over at once.
+fn holder(role: &str) -> String {
+    #[cfg(feature = "sqlite")]
+    return forge_store_sqlite::holder::this_process(role);
+    #[cfg(not(feature = "sqlite"))]
+    return format!("{role}-{}", std::process::id());
+}
+
+impl ForgeBuilder {
+    /// Where data lives: `sqlite://PATH` (the default is `sqlite://forge.db`, created if
+    /// missing), `postgres://…` (feature `postgres`) or `memory`.
+    pub fn store(mut self, url: impl Into<String>) -> Self {
+        self.store = url.into();
+        self
+    }
+
+    /// How PostgreSQL isolates tenants (RLS by default).
+    #[cfg(feature = "postgres")]
+    pub fn pg_mode(mut self, mode: crate::PgMode) -> Self {
+        self.pg_mode = mode;
+        self
+    }
+
+    /// Registers an agent: an [`AgentDefinition`](forge_core::agent::AgentDefinition) built in
+    /// code, or the path of a TOML agent file.
+    pub fn agent(mut self, agent: impl Into<AgentSource>) -> Self {
+        self.agents.push(agent.into());
+        self
+    }
+
+    /// Gives a model provider for the agents whose model names its prefix (`scripted`,
+    /// `openai`, …). Prefixes no given provider covers are built from the providers file (or the
+    /// built-in defaults) with credentials from the environment.
+    pub fn model(mut self, provider: impl ModelProvider + 'static) -> Self {
+        self.models.push(Arc::new(provider));
+        self
+    }
+
+    /// Adds a tool agents may be offered ([`native_tool`](forge_engine::native_tool) wraps an
+    /// async function).
+    pub fn tool(mut self, tool: impl Tool + 'static) -> Self {
+        self.tools.push(Arc::new(tool));
+        self
+    }
+
+    /// The providers file (TOML): base URLs, credential references, headers, timeouts.
+    pub fn providers(mut self, path: impl Into<PathBuf>) -> Self {
+        self.providers = Some(path.into());
+        self
+    }
+
+    /// Cedar policies (a `.cedar` file or a directory of them): who may use which agent and
+    /// tool, and which calls need no approval. Without them every principal may use everything.
+    pub fn policies(mut self, path: impl Into<PathBuf>) -> Self {
+        self.policies = Some(path.into());
+        self
+    }
+
+    /// A skills directory: one subdirectory per skill, each with a `SKILL.md`.
+    pub fn skills(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.skills = Some(dir.into());
+        self
+    }
+
+    /// Runs the worker executes at once (4 by default).
+    pub fn concurrency(mut self, runs: usize) -> Self {
+        if let Some(worker) = &mut self.worker {
+            worker.concurrency = runs.max(1);
+        }
+        self
+    }
+
+    /// No worker in this process: runs are queued here and executed by `forge worker`
+    /// processes (or another deployment) on the same store.
+    pub fn without_worker(mut self) -> Self {
+        self.worker = None;
+        self
+    }
+
+    /// How streams read the log: the longest wait between reads without a wake-up (runs
+    /// executed by another process on SQLite are seen at that pace), and the batch size.
+    pub fn streams(mut self, settings: StreamSettings) -> Self {
+        self.streams = settings;
+        self
+    }
+
+    /// Anything else the engine builder offers (prices, quotas, retrieval, files, telemetry),
+    /// applied after everything above.
+    pub fn engine(
+        mut self,
+        customize: impl FnOnce(EngineBuilder) -> Result<EngineBuilder, Error> + Send + 'static,
+    ) -> Self {
+        self.customize.push(Box::new(customize));
+        self
+    }
+
+    /// Opens the store (applying its migrations), loads the agents, builds the providers they
+    /// need, the engine and its live streams, and starts the worker.
+    ///
+    /// ```
+    /// use forge::prelude::*;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), forge::Error> {
+    /// // An agent whose model provider nothing configures is refused before anything runs.
+    /// let refused = Forge::builder()
+    ///     .store("memory")
+    ///     .agent(AgentDefinition::new("desk", "nowhere:model"))
+    ///     .build()
+    ///     .await;
+    /// assert!(refused.is_err());
+    /// # Ok(()) }
+    /// ```
+    pub async fn build(self) -> Result<Forge, Error> {
+        let stores = match self.store.as_str() {
+            #[cfg(feature = "postgres")]
+            url if url.starts_with("postgres") => Stores::open_postgres(url, self.pg_mode).await?,
+            url => Stores::open(url).await?,
+        };
+        let loaded = self
+            .agents
+            .iter()
+            .map(LoadedAgent::from_source)
+            .collect::<Result<Vec<_>, _>>()?;
+        let config = match &self.providers {
+            Some(path) => ProvidersConfig::load(path)
+                .map_err(|e| crate::Error::file("invalid providers file", path, e))?,
+            None => ProvidersConfig::default(),
+        };
+        let env = |name: &str| std::env::var(name).ok();
+        let mut models = self.models;
+        models.extend(agents::model_providers(&loaded, &models, &config, &env)?);
+
+        let worker_id = self
+            .worker
+            .as_ref()
+            .map_or_else(|| holder("embedded"), |w| w.id.clone());
+        let mut builder = Engine::builder()
+            .dyn_store(stores.store.clone())
+            .worker_id(worker_id)
+            .redactor(agents::redactor(&config, &[], &env));
+        for agent in loaded {
+            builder = builder.agent(agent.definition);
+        }
+        for model in models {
+            builder = builder.model(model);
+        }
+        for tool in self.tools {
+            builder = builder.tool(tool)?;
+        }
+        if let Some(path) = &self.policies {
+            let cedar = Arc::new(
+                forge_policy::CedarAuthorizer::from_path(path)
+                    .map_err(|e| Error::file("failed to load policies", path, e))?,
+            );
+            builder = builder.authorizer(cedar.clone()).approval_rule(cedar);
+        }
+        if let Some(dir) = &self.skills {
+            let library = SkillLibrary::load_dir(dir)
+                .map_err(|e| Error::file("failed to load skills", dir, e))?;
+            builder = builder.skills(library);
+        }
+        for customize in self.customize {
+            builder = customize(builder)?;
+        }
+        let engine = Arc::new(builder.build()?);
+
+        let tail = Arc::new(LiveTail::new(EventBus::default()));
+        let stop = CancellationToken::new();
+        let streams = StreamContext {
+            runs: engine.runs().clone(),
+            cache: Arc::new(LogCache::default()),
+            tail: Some(tail.clone()),
+            settings: self.streams,
+            shutdown: stop.clone(),
+        };
+        let worker = self.worker.map(|config| {
+            let worker = Worker::new(engine.clone(), stores.store.clone(), config)
+                .with_observer(Arc::new(LiveObserver::default().with(tail.clone())));
+            let stop = stop.clone();
+            tokio::spawn(async move { worker.run(stop).await })
+        });
+        Ok(Forge::new(engine, stores, tail, streams, stop, worker))
+    }
+}

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Makes sure the services the tests talk to answer: PostgreSQL on 127.0.0.1:5432 (an
-# administrator `postgres` with trust authentication) and Redis on 127.0.0.1:6379.
+# administrator `postgres` with trust authentication) and Redis on 127.0.0.1:6379; and that
+# `clamd` is installed (the malware scanner's tests start their own throwaway instances of it,
+# each with a signature database they generate).
 #
 # For each one that does not answer: a packaged cluster (Debian's pg_ctlcluster) is started; else,
 # where the server binaries are installed, a throwaway instance is started under
@@ -63,4 +65,21 @@ if ! redis_up; then
   fi
 fi
 redis_up && echo "Redis answers on 127.0.0.1:6379"
+
+clamd_bin() { command -v clamd 2>/dev/null || ls /usr/sbin/clamd 2>/dev/null; }
+if [ -z "$(clamd_bin)" ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "installing clamd (Debian's clamav-daemon)"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q clamav-daemon >/dev/null 2>&1 \
+      || { apt-get update -q >/dev/null 2>&1 \
+        && DEBIAN_FRONTEND=noninteractive apt-get install -y -q clamav-daemon >/dev/null 2>&1; } \
+      || true
+  fi
+  if [ -z "$(clamd_bin)" ]; then
+    echo "clamd is not installed and could not be installed here:" >&2
+    echo "  install it (Debian: apt-get install clamav-daemon) and run this script again" >&2
+    failed=1
+  fi
+fi
+[ -n "$(clamd_bin)" ] && echo "clamd is installed: $(clamd_bin) (the tests start their own)"
 exit "$failed"

@@ -55,7 +55,7 @@ impl Clamd {
             .find(|p| Path::new(p).is_file())
             .unwrap_or_else(|| {
                 panic!(
-                    "clamd is not installed: apt-get install clamav-daemon (.ci/run does); the \
+                    "clamd is not installed: run `bash scripts/test-services.sh` (or apt-get install clamav-daemon); the \
                      malware scanner's tests need a real daemon"
                 )
             });

@@ -1,4 +1,4 @@
-import { defineConfig } from "vitest/config";
+import { defineConfig } from "vite";
 import react from "@vitejs/plugin-react";
 
 // The production bundle goes where forge-server compiles it in from, under fixed names (the
@@ -27,9 +27,5 @@ export default defineConfig({
       "/auth": "http://127.0.0.1:8080",
       "/files": "http://127.0.0.1:8080",
     },
-  },
-  test: {
-    include: ["src/**/*.test.ts"],
-    benchmark: { include: ["src/**/*.bench.ts"] },
   },
 });

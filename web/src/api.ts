@@ -1,22 +1,9 @@
-// The GraphQL API over plain fetch, with the error classes the screens branch on.
+// The page's client of the server that served it (the client package's, with the tab's token),
+// the error classes the screens branch on, and development sign-in.
 
-import type { JsonValue } from "./generated/wire";
+import { ApiError, type JsonValue, SignInRequired, createForgeClient } from "@forge/client";
 
-/** A GraphQL error as the server classifies it. */
-export class ApiError extends Error {
-  readonly code: string;
-  constructor(code: string, message: string) {
-    super(message);
-    this.code = code;
-  }
-}
-
-/** The token is missing, malformed or expired: the user must sign in again. */
-export class SignInRequired extends Error {
-  constructor() {
-    super("sign in again");
-  }
-}
+export { ApiError, SignInRequired } from "@forge/client";
 
 let onSignInRequired: () => void = () => {};
 
@@ -53,37 +40,16 @@ export function claims(t: string | null = token()): { sub?: string; tenant_id?: 
   }
 }
 
+/** The page's client: threads, runs, approvals and questions. */
+export const forge = createForgeClient({
+  url: "/graphql",
+  token,
+  onSignInRequired: () => onSignInRequired(),
+});
+
 /** Runs a query or mutation. */
-export async function gql<T>(query: string, variables: Record<string, JsonValue | undefined> = {}): Promise<T> {
-  const t = token();
-  if (!t) {
-    onSignInRequired();
-    throw new SignInRequired();
-  }
-  const response = await fetch("/graphql", {
-    method: "POST",
-    headers: { "content-type": "application/json", authorization: `Bearer ${t}` },
-    body: JSON.stringify({ query, variables }),
-  });
-  if (response.status === 401) {
-    onSignInRequired();
-    throw new SignInRequired();
-  }
-  const body = (await response.json()) as {
-    data?: T;
-    errors?: { message: string; extensions?: { code?: string } }[];
-  };
-  if (body.errors?.length) {
-    const e = body.errors[0];
-    const code = e.extensions?.code ?? "ERROR";
-    if (code === "UNAUTHENTICATED") {
-      onSignInRequired();
-      throw new SignInRequired();
-    }
-    throw new ApiError(code, e.message);
-  }
-  if (!body.data) throw new ApiError("ERROR", "the server answered nothing");
-  return body.data;
+export function gql<T>(query: string, variables: Record<string, JsonValue | undefined> = {}): Promise<T> {
+  return forge.gql<T>(query, variables);
 }
 
 /** A message for people from any error. */

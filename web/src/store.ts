@@ -3,7 +3,7 @@
 
 import { useSyncExternalStore } from "react";
 
-import { type Action, type ThreadState, emptyThread, reduce } from "./reducer";
+import { type Action, type ThreadState, emptyThread, reduce } from "@forge/client";
 
 const threads = new Map<string, ThreadState>();
 const listeners = new Set<() => void>();

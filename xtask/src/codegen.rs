@@ -1,9 +1,10 @@
-//! `codegen`: the web client's TypeScript types, generated from the committed wire schemas —
-//! `schemas/run-event.schema.json` and `schemas/run-stream.schema.json` (the events, parts and
-//! stream items, as JSON Schema) into `web/src/generated/wire.ts`, and `schemas/forge.graphql`
-//! (the API) into `web/src/generated/graphql.ts`. `cargo xtask codegen` writes them; the check
-//! (also a `#[test]`) fails when the files differ from what the schemas generate, so a schema
-//! change that the client has not been regenerated for fails CI.
+//! `codegen`: the TypeScript client package's types, generated from the committed wire schemas
+//! — `schemas/run-event.schema.json` and `schemas/run-stream.schema.json` (the events, parts and
+//! stream items, as JSON Schema) into `clients/typescript/src/generated/wire.ts`, and
+//! `schemas/forge.graphql` (the API) into `clients/typescript/src/generated/graphql.ts`.
+//! `cargo xtask codegen` writes them; the check (also a `#[test]`) fails when the files differ
+//! from what the schemas generate, so a schema change that the client has not been regenerated
+//! for fails CI.
 
 use std::collections::BTreeSet;
 use std::fmt::Write;
@@ -27,8 +28,11 @@ pub(crate) fn generate(root: &Path) -> Result<Vec<(String, String)>, String> {
     let wire = wire_ts(&[("RunEvent", &events), ("StreamItem", &stream)])?;
     let graphql = graphql_ts(&read("schemas/forge.graphql")?)?;
     Ok(vec![
-        ("web/src/generated/wire.ts".into(), wire),
-        ("web/src/generated/graphql.ts".into(), graphql),
+        ("clients/typescript/src/generated/wire.ts".into(), wire),
+        (
+            "clients/typescript/src/generated/graphql.ts".into(),
+            graphql,
+        ),
     ])
 }
 

@@ -1,18 +1,8 @@
 import { type FormEvent, useRef, useState } from "react";
 
-import { describe, gql } from "../api";
-import type { JsonValue } from "../generated/wire";
-import type { ApprovalView, QuestionView } from "../reducer";
+import { type ApprovalView, type JsonValue, newKey, type QuestionView } from "@forge/client";
 
-function newKey(): string {
-  return typeof crypto.randomUUID === "function"
-    ? crypto.randomUUID()
-    : `${Date.now()}-${Math.random().toString(16).slice(2)}`;
-}
-
-const RESOLVE = `mutation Resolve($id: ID!, $approve: Boolean!, $key: String!, $hash: String, $reason: String) {
-  resolveApproval(interactionId: $id, approve: $approve, key: $key, inputHash: $hash, reason: $reason) { id status }
-}`;
+import { describe, forge } from "../api";
 
 /**
  * An approval: the exact input the call will run with, and approve / reject. One idempotency
@@ -39,12 +29,11 @@ export function ApprovalCard({
     setState("sending");
     setError(null);
     try {
-      await gql(RESOLVE, {
-        id: approval.interactionId,
+      await forge.resolveApproval(approval.interactionId, {
         approve,
         key: key.current,
-        hash: approval.inputHash,
-        reason: approve ? null : "rejected in the web client",
+        inputHash: approval.inputHash,
+        reason: approve ? undefined : "rejected in the web client",
       });
       setState(approve ? "approved" : "rejected");
     } catch (e) {
@@ -201,12 +190,7 @@ export function QuestionForm({ question }: { question: QuestionView }) {
     setBusy(true);
     setError(null);
     try {
-      await gql(
-        `mutation Answer($id: ID!, $answer: JSON!, $key: String!) {
-          answerQuestion(interactionId: $id, answer: $answer, key: $key) { id status }
-        }`,
-        { id: question.interactionId, answer: answer(), key: key.current },
-      );
+      await forge.answerQuestion(question.interactionId, answer(), key.current);
       setSent(true);
     } catch (err) {
       setError(err instanceof SyntaxError ? "The answer is not valid JSON." : describe(err));

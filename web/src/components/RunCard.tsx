@@ -1,9 +1,8 @@
 import { useEffect, useRef, useState } from "react";
 
+import { type CitationPart, type PartView, type RunModel, type RunStatus, toolCall } from "@forge/client";
+
 import { describe, gql } from "../api";
-import type { CitationPart } from "../generated/wire";
-import type { PartView, RunModel, RunStatus } from "../reducer";
-import { toolCall } from "../reducer";
 import { ApprovalCard, QuestionForm } from "./Interactions";
 
 const STATUS: Record<RunStatus, string> = {

@@ -1,10 +1,11 @@
 import { type FormEvent, useCallback, useEffect, useMemo, useState } from "react";
 
+import { cursors, hasGap } from "@forge/client";
+
 import { ApiError, describe, gql, signInRequired } from "../api";
 import { RunCard, type RunMeta } from "../components/RunCard";
 import { follow } from "../live";
 import { usePending } from "../pending";
-import { cursors, hasGap } from "../reducer";
 import { navigate } from "../router";
 import { dispatch, threadState, useThread } from "../store";
 

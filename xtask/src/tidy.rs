@@ -39,8 +39,23 @@ pub(crate) fn check(root: &Path) -> Result<(), Vec<String>> {
             problems.extend(check_source(&shown, &text));
         }
     }
+    for (file, most) in SHORT_DOCS {
+        let text = std::fs::read_to_string(root.join(file)).unwrap_or_default();
+        problems.extend(check_length(file, &text, *most));
+    }
     problems.extend(crate::shape::check(root));
     crate::verdict(problems)
+}
+
+/// Top-level documents a newcomer reads first, and the most lines each may have: the README is a
+/// quickstart (the manual is `docs/`), ARCHITECTURE a map (the long form is `docs/internals.md`).
+const SHORT_DOCS: &[(&str, usize)] = &[("README.md", 250), ("ARCHITECTURE.md", 400)];
+
+/// `file` (with `text`) has at most `most` lines.
+fn check_length(file: &str, text: &str, most: usize) -> Option<String> {
+    let lines = text.lines().count();
+    (lines > most)
+        .then(|| format!("{file} has {lines} lines, more than {most}: move the detail into docs/"))
 }
 
 /// Package metadata every crate declares (its own, or the workspace's), so a release needs no
@@ -165,6 +180,11 @@ mod tests {
         assert_eq!(
             check_manifest("x", "[package]\nname = \"x\"\n").len(),
             1 + METADATA.len()
+        );
+        assert_eq!(check_length("R.md", "a\nb\n", 2), None);
+        assert_eq!(
+            check_length("R.md", "a\nb\nc\n", 2).as_deref(),
+            Some("R.md has 3 lines, more than 2: move the detail into docs/")
         );
     }
 }

@@ -41,7 +41,7 @@ impl ProviderArgs {
 pub(crate) use forge::LoadedAgent;
 
 /// Says on stderr which agents run on the scripted provider: whenever it is in use, `forge` says
-/// so (README, "Agent files"), in `run`, `serve` and `worker` alike.
+/// so (docs/agents.md), in `run`, `serve` and `worker` alike.
 pub(crate) fn note_scripted(loaded: &[LoadedAgent]) {
     for agent in loaded.iter().filter(|a| a.scripted()) {
         eprintln!(

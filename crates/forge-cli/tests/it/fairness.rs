@@ -387,7 +387,7 @@ async fn tenant_a_floods_and_tenant_b_is_served(store_args: &[&str], name: &str)
         latencies.last().copied().unwrap_or_default(),
     );
     // The figures are printed, not asserted (a debug build beside the flood's own client on two
-    // cores; README, "Fair use", gives them for a release build). What is asserted is that B
+    // cores; docs/server.md, "Fair use", gives them for a release build). What is asserted is that B
     // was never starved: every read answered, none waited anywhere near the store's 30 s.
     assert!(
         b_errors.is_empty(),

@@ -5,11 +5,10 @@
 //! the files the package includes, its manifest normalized to version requirements). Each is
 //! unpacked under the target directory, and every example under `examples/*/` that is a crate
 //! (its own workspace, depending on `forge-*` by version) is copied beside them, linted (clippy,
-//! warnings denied), built and run with a `[patch.crates-io]` that points those versions at the
-//! unpacked sources; an example with a `tests/` directory (an application) has its tests run
-//! there too. A file the
-//! package leaves out, an item the example uses that went private, or a signature that changed
-//! fails it.
+//! warnings denied) and built with a `[patch.crates-io]` that points those versions at the
+//! unpacked sources; an example with a `tests/` directory (an application, a server) has its
+//! tests run there, any other is run to its end. A file the package leaves out, an item the
+//! example uses that went private, or a signature that changed fails it.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -178,18 +177,20 @@ fn inner(root: &Path) -> Result<(), String> {
                 .args(["--", "-D", "warnings"]),
             &format!("example {name}'s lints"),
         )?;
-        run(
-            Command::new(cargo())
-                .current_dir(&scratch)
-                .arg("run")
-                .arg("--quiet")
-                .arg("--config")
-                .arg(&patch),
-            &format!("example {name}"),
-        )?;
-        // An application's own suites (its end-to-end and rollout tests) run here too: the
+        // An example without tests is a program that runs to its end; one with tests (an
+        // application, a server) is run by its own suites (end-to-end, rollout), here too: the
         // examples are outside the workspace, so `cargo test --workspace` never sees them.
-        if scratch.join("tests").is_dir() {
+        if !scratch.join("tests").is_dir() {
+            run(
+                Command::new(cargo())
+                    .current_dir(&scratch)
+                    .arg("run")
+                    .arg("--quiet")
+                    .arg("--config")
+                    .arg(&patch),
+                &format!("example {name}"),
+            )?;
+        } else {
             run(
                 Command::new(cargo())
                     .current_dir(&scratch)

@@ -504,7 +504,7 @@ impl RunObserver for WithTail {
 /// Counts finished runs; records when the first text of a run arrives.
 struct Watch {
     ended: AtomicUsize,
-    first_text: std::sync::Mutex<Option<Instant>>,
+    first_text: parking_lot::Mutex<Option<Instant>>,
 }
 
 impl RunObserver for Watch {
@@ -517,7 +517,7 @@ impl RunObserver for Watch {
                 part: Part::Text(_),
                 ..
             } => {
-                let mut first = self.first_text.lock().unwrap_or_else(|p| p.into_inner());
+                let mut first = self.first_text.lock();
                 first.get_or_insert_with(Instant::now);
             }
             _ => {}
@@ -527,7 +527,7 @@ impl RunObserver for Watch {
 
 /// The step commit times the engine records (`StepCommitDuration`), in ms, until taken.
 #[derive(Default)]
-struct CommitTimes(std::sync::Mutex<Vec<f64>>);
+struct CommitTimes(parking_lot::Mutex<Vec<f64>>);
 
 impl forge_core::telemetry::Meter for CommitTimes {
     fn record(
@@ -537,7 +537,7 @@ impl forge_core::telemetry::Meter for CommitTimes {
         _: &[(&'static str, &str)],
     ) {
         if instrument == forge_core::telemetry::Instrument::StepCommitDuration {
-            self.0.lock().unwrap_or_else(|p| p.into_inner()).push(value);
+            self.0.lock().push(value);
         }
     }
 }
@@ -545,7 +545,7 @@ impl forge_core::telemetry::Meter for CommitTimes {
 impl CommitTimes {
     /// The times recorded since the last take.
     fn take(&self) -> Vec<f64> {
-        std::mem::take(&mut *self.0.lock().unwrap_or_else(|p| p.into_inner()))
+        std::mem::take(&mut *self.0.lock())
     }
 }
 
@@ -638,11 +638,7 @@ async fn forge(args: &OneArgs) -> anyhow::Result<Value> {
         };
         let started = Instant::now();
         run_inline(&streamed, &watch).await?;
-        let first = watch
-            .first_text
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .context("no text arrived")?;
+        let first = watch.first_text.lock().context("no text arrived")?;
         ttft.push(first - started);
     }
     ttft.sort();

@@ -1,10 +1,11 @@
 //! Native tools that ship with the `forge` binary, so example agents work out of the box.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use forge_core::ports::tool::{ApprovalPolicy, Tool, ToolClassification, ToolError};
 use forge_engine::native_tool;
+use parking_lot::Mutex;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -95,7 +96,7 @@ struct Paid {
 
 impl Ledger {
     fn pay(&self, key: &str, input: PayInput) -> Paid {
-        let mut payments = self.payments.lock().unwrap_or_else(|p| p.into_inner());
+        let mut payments = self.payments.lock();
         let n = payments.len() + 1;
         let entry = payments.entry(key.to_owned()).or_insert_with(|| Payment {
             receipt: format!("rcpt-{n:04}"),

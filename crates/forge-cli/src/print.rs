@@ -6,12 +6,12 @@
 //! re-execution prints again.
 
 use std::io::Write;
-use std::sync::Mutex;
 
 use forge_core::event::{RunEvent, RunEventKind};
 use forge_core::message::Role;
 use forge_core::part::{Part, PartUpdate};
 use forge_core::stream::StreamItem;
+use parking_lot::Mutex;
 
 /// Prints stream items as they arrive.
 pub(crate) struct Printer {
@@ -39,7 +39,7 @@ impl Printer {
 
     /// Ends any half-printed line.
     pub(crate) fn finish(&self) {
-        let mut mid = self.mid_line.lock().unwrap_or_else(|p| p.into_inner());
+        let mut mid = self.mid_line.lock();
         if *mid {
             println!();
             *mid = false;
@@ -52,7 +52,7 @@ impl Printer {
     }
 
     fn stream(&self, text: &str) {
-        let mut mid = self.mid_line.lock().unwrap_or_else(|p| p.into_inner());
+        let mut mid = self.mid_line.lock();
         print!("{}", self.redactor.redact(text));
         let _ = std::io::stdout().flush();
         *mid = !text.ends_with('\n');

@@ -16,8 +16,9 @@
 //! prefix that can no longer become part of a secret or a credential, and holds the rest back.
 
 use std::borrow::Cow;
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::Arc;
 
+use parking_lot::RwLock;
 use regex::Regex;
 
 /// What a redacted span is replaced with.
@@ -36,7 +37,7 @@ pub fn register_secret(value: &str) {
     if value.len() < MIN_SECRET_LEN {
         return;
     }
-    let mut registered = REGISTERED.write().unwrap_or_else(PoisonError::into_inner);
+    let mut registered = REGISTERED.write();
     let known = registered
         .as_deref()
         .is_some_and(|r| r.iter().any(|s| s == value));
@@ -50,11 +51,7 @@ pub fn register_secret(value: &str) {
 
 /// The secrets registered so far.
 fn registered() -> Arc<Vec<String>> {
-    REGISTERED
-        .read()
-        .unwrap_or_else(PoisonError::into_inner)
-        .clone()
-        .unwrap_or_default()
+    REGISTERED.read().clone().unwrap_or_default()
 }
 
 /// Scrubs secrets from text and JSON. Cheap to clone.

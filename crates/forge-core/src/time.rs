@@ -4,10 +4,10 @@
 //! [`ManualClock`].
 
 use std::fmt;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use chrono::{DateTime, SubsecRound, Utc};
+use parking_lot::Mutex;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -100,14 +100,14 @@ impl ManualClock {
 
     /// Moves the clock forward by `d`.
     pub fn advance(&self, d: Duration) {
-        let mut now = self.now.lock().unwrap_or_else(|p| p.into_inner());
+        let mut now = self.now.lock();
         *now = now.plus(d);
     }
 }
 
 impl Clock for ManualClock {
     fn now(&self) -> Timestamp {
-        *self.now.lock().unwrap_or_else(|p| p.into_inner())
+        *self.now.lock()
     }
 }
 

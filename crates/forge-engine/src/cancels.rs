@@ -15,12 +15,13 @@
 //! reported and the run ends `cancelled`.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use forge_core::id::{RunId, ThreadId};
 use forge_core::ports::store::RunStore;
 use forge_core::scope::Scope;
+use parking_lot::Mutex;
 use tokio_util::sync::CancellationToken;
 
 /// How often an executing run asks the store whether someone asked it to cancel, by default.
@@ -67,11 +68,9 @@ impl Drop for Watch {
 }
 
 impl Cancels {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Executing> {
+    fn lock(&self) -> parking_lot::MutexGuard<'_, Executing> {
         // The map stays consistent whatever panicked while it was held: every change is one call.
-        self.executing
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+        self.executing.lock()
     }
 
     /// Registers an execution of `run` on `thread`, stopped by `parent` or by a cancel request.

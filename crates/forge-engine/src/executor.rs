@@ -119,7 +119,7 @@ impl ToolExecutor<'_> {
         cur: &Execution<'_>,
         prepared: Vec<Prepared>,
         draft: &Arc<StepDraft>,
-        lost: &std::sync::Mutex<Option<forge_core::Error>>,
+        lost: &parking_lot::Mutex<Option<forge_core::Error>>,
     ) -> Option<Vec<Part>> {
         let futures = prepared.into_iter().map(|p| self.one(cur, p, draft, lost));
         tokio::select! {
@@ -136,7 +136,7 @@ impl ToolExecutor<'_> {
         cur: &Execution<'_>,
         p: Prepared,
         draft: &Arc<StepDraft>,
-        lost: &std::sync::Mutex<Option<forge_core::Error>>,
+        lost: &parking_lot::Mutex<Option<forge_core::Error>>,
     ) -> Vec<Part> {
         let t = self.telemetry;
         let (tool, denied) = match &p {
@@ -212,7 +212,7 @@ impl ToolExecutor<'_> {
         cur: &Execution<'_>,
         call: &ToolCallPart,
         draft: &Arc<StepDraft>,
-        lost: &std::sync::Mutex<Option<forge_core::Error>>,
+        lost: &parking_lot::Mutex<Option<forge_core::Error>>,
     ) -> Result<serde_json::Value, (&'static str, String)> {
         let timeout = Duration::from_millis(self.limits.tool_timeout_ms);
         let max_out = self.limits.max_tool_output_bytes;
@@ -235,7 +235,7 @@ impl ToolExecutor<'_> {
             // Immediately before the tool acts: a frozen process that lost the run
             // must not act a second time beside the new holder.
             Some(_) if let Err(e) = cur.ensure_lease(self.runs, self.clock, self.scope).await => {
-                let mut first = lost.lock().unwrap_or_else(|p| p.into_inner());
+                let mut first = lost.lock();
                 first.get_or_insert(e);
                 Err(("lease_lost", "the run's lease was lost".to_owned()))
             }

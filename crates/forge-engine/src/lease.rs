@@ -13,13 +13,13 @@
 //! it costs nothing; past either, the lease is renewed in the store first, and a lease another
 //! worker took makes the step stop before it acts.
 
-use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use forge_core::ports::store::RunStore;
 use forge_core::run::RunLease;
 use forge_core::scope::Scope;
 use forge_core::time::Clock;
+use parking_lot::Mutex;
 
 /// The lease an execution holds and the deadline this process vouches for it until.
 #[derive(Debug)]
@@ -89,8 +89,8 @@ impl HeldLease {
         Ok(())
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Held> {
-        self.held.lock().unwrap_or_else(PoisonError::into_inner)
+    fn lock(&self) -> parking_lot::MutexGuard<'_, Held> {
+        self.held.lock()
     }
 }
 

@@ -8,7 +8,7 @@
 //! the step's start and its commit refuses the commit instead, and the worker computes the step
 //! again from the new state. Either way no update is lost.
 
-use std::sync::Mutex;
+use parking_lot::Mutex;
 
 use async_trait::async_trait;
 use forge_core::ports::store::StateUpdate;
@@ -79,14 +79,14 @@ impl StepDraft {
     /// The update for the commit and the keys it changed, if any call succeeded; later calls
     /// (none should come) change nothing.
     pub(crate) fn finish(&self) -> Option<(StateUpdate, Vec<String>)> {
-        let draft = self.0.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let draft = self.0.lock().take();
         draft.and_then(Draft::finish)
     }
 }
 
 impl SessionDraft for StepDraft {
     fn update(&self, input: &Value) -> Result<Value, ToolError> {
-        let mut draft = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut draft = self.0.lock();
         let Some(draft) = draft.as_mut() else {
             return Err(ToolError::Refused {
                 code: "state_conflict",

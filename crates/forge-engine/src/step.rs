@@ -351,13 +351,13 @@ impl StepRunner<'_> {
             .executor(self.scope, &self.agent.limits, self.cancel)
             .audit(cur, &prepared);
         let draft = std::sync::Arc::new(crate::state::StepDraft::new(cur.state()));
-        let lost = std::sync::Mutex::new(None);
+        let lost = parking_lot::Mutex::new(None);
         let executed = self
             .engine
             .executor(self.scope, &self.agent.limits, self.cancel)
             .execute(cur, prepared, &draft, &lost)
             .await;
-        if let Some(e) = lost.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        if let Some(e) = lost.into_inner() {
             return Err(EngineError::Store(e));
         }
         Ok(match executed {

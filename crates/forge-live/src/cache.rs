@@ -54,7 +54,7 @@ fn size_of(event: &RunEvent) -> usize {
 /// (`CACHE_BYTES` by default; no run holds more than an eighth of it): past it the least
 /// recently used runs are dropped, and a reader further behind than the cache reads the store.
 pub struct LogCache {
-    runs: std::sync::Mutex<HashMap<(TenantId, RunId), SharedTail>>,
+    runs: parking_lot::Mutex<HashMap<(TenantId, RunId), SharedTail>>,
     /// Bytes of events held, across runs.
     bytes: std::sync::atomic::AtomicUsize,
     budget: usize,
@@ -78,7 +78,7 @@ impl LogCache {
     /// A cache holding at most `bytes` of events (as JSON) across runs.
     pub fn with_budget(bytes: usize) -> Self {
         Self {
-            runs: std::sync::Mutex::default(),
+            runs: parking_lot::Mutex::default(),
             bytes: std::sync::atomic::AtomicUsize::new(0),
             budget: bytes,
         }
@@ -92,7 +92,7 @@ impl LogCache {
     /// Drops the least recently used runs nobody is reading until the cache is within budget.
     fn shrink(&self) {
         use std::sync::atomic::Ordering::Relaxed;
-        let mut runs = self.runs.lock().unwrap_or_else(|p| p.into_inner());
+        let mut runs = self.runs.lock();
         while self.bytes.load(Relaxed) > self.budget {
             // Only a tail no reader holds (the map's is the only reference; readers take theirs
             // under the map's lock), so no bytes are added to a tail after it is dropped.
@@ -120,7 +120,7 @@ impl LogCache {
     /// logs), as [`LogCache::forget`] does.
     pub fn forget_tenant(&self, tenant: &TenantId) {
         let runs: Vec<RunId> = {
-            let held = self.runs.lock().unwrap_or_else(|p| p.into_inner());
+            let held = self.runs.lock();
             held.keys()
                 .filter(|(t, _)| t == tenant)
                 .map(|(_, run)| *run)
@@ -133,7 +133,7 @@ impl LogCache {
     /// holds at this moment stays until it is dropped for the budget; its reader finds the run
     /// gone in the store.
     pub fn forget(&self, tenant: &TenantId, runs: &[RunId]) {
-        let mut held = self.runs.lock().unwrap_or_else(|p| p.into_inner());
+        let mut held = self.runs.lock();
         for run in runs {
             let key = (tenant.clone(), *run);
             let idle = held
@@ -150,7 +150,7 @@ impl LogCache {
     }
 
     fn tail(&self, tenant: &TenantId, run: RunId) -> SharedTail {
-        let mut runs = self.runs.lock().unwrap_or_else(|p| p.into_inner());
+        let mut runs = self.runs.lock();
         if runs.len() >= TAIL_RUNS && !runs.contains_key(&(tenant.clone(), run)) {
             // Drop the least recently used entry that nobody is reading right now.
             let victim = runs

@@ -9,13 +9,13 @@
 //! worker's step).
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use forge_core::event::RunEvent;
 use forge_core::id::RunId;
 use forge_core::ports::live::{LiveMessage, LiveSink};
 use forge_core::scope::TenantId;
+use parking_lot::Mutex;
 
 use super::bus::{EventBus, Wake};
 
@@ -96,7 +96,7 @@ impl LiveTail {
         run: RunId,
         after: impl FnOnce(u64) -> u64,
     ) -> Option<(u64, Vec<RunEvent>)> {
-        let runs = self.runs.lock().unwrap_or_else(|p| p.into_inner());
+        let runs = self.runs.lock();
         let tail = runs.get(&(tenant.clone(), run))?;
         if tail.events.is_empty() {
             return None;
@@ -112,13 +112,13 @@ impl LiveTail {
 
     /// Runs with a tail held (for tests and metrics).
     pub fn runs_held(&self) -> usize {
-        self.runs.lock().unwrap_or_else(|p| p.into_inner()).len()
+        self.runs.lock().len()
     }
 
     fn make_room(&self, runs: &mut HashMap<(TenantId, RunId), RunTail>) {
         let now = Instant::now();
         let sweep = {
-            let mut n = self.inserts.lock().unwrap_or_else(|p| p.into_inner());
+            let mut n = self.inserts.lock();
             *n += 1;
             n.is_multiple_of(256)
         };
@@ -139,7 +139,7 @@ impl LiveTail {
     }
 
     fn on_event(&self, tenant: &TenantId, attempt: u64, event: &RunEvent) {
-        let mut runs = self.runs.lock().unwrap_or_else(|p| p.into_inner());
+        let mut runs = self.runs.lock();
         let key = (tenant.clone(), event.run_id);
         if !runs.contains_key(&key) {
             self.make_room(&mut runs);
@@ -175,7 +175,7 @@ impl LiveTail {
     }
 
     fn on_commit(&self, tenant: &TenantId, run: RunId, last_seq: u64) {
-        let mut runs = self.runs.lock().unwrap_or_else(|p| p.into_inner());
+        let mut runs = self.runs.lock();
         if let Some(tail) = runs.get_mut(&(tenant.clone(), run)) {
             tail.committed = tail.committed.max(last_seq);
             while tail.events.front().is_some_and(|e| e.seq <= last_seq) {

@@ -10,8 +10,9 @@
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::str::FromStr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
+use parking_lot::Mutex;
 use reqwest::Url;
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 use serde::Deserialize;
@@ -341,8 +342,8 @@ impl EgressResolver {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+fn lock<T>(m: &Mutex<T>) -> parking_lot::MutexGuard<'_, T> {
+    m.lock()
 }
 
 impl Resolve for EgressResolver {

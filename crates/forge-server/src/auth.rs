@@ -15,12 +15,13 @@
 //! WebSocket session ends when its token expires ([`Authenticated::expires_at`]).
 
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use forge_core::scope::Scope;
 use jsonwebtoken::jwk::JwkSet;
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
+use parking_lot::{Mutex, RwLock};
 use serde::Deserialize;
 
 /// Why a request was not authenticated. The message is safe to show to the caller.
@@ -172,7 +173,7 @@ impl Authenticator {
         let Some(source) = &self.source else {
             return;
         };
-        let mut source = source.lock().unwrap_or_else(|p| p.into_inner());
+        let mut source = source.lock();
         if !force && source.checked.elapsed() < JWKS_RECHECK {
             return;
         }
@@ -190,7 +191,7 @@ impl Authenticator {
             .map_err(|e| AuthConfigError::Jwks(e.to_string()))
             .and_then(|d| parse_jwks(&d))
         {
-            *self.keys.write().unwrap_or_else(|p| p.into_inner()) = keys;
+            *self.keys.write() = keys;
             source.modified = modified;
         }
     }
@@ -286,7 +287,7 @@ impl Authenticator {
     fn verify_with_current_keys(&self, token: &str) -> Result<Authenticated, AuthError> {
         let header = jsonwebtoken::decode_header(token)
             .map_err(|_| AuthError::Invalid("malformed token".into()))?;
-        let keys = self.keys.read().unwrap_or_else(|p| p.into_inner());
+        let keys = self.keys.read();
         let (alg, key) = match &*keys {
             Keys::Secret(key) => (Algorithm::HS256, key.as_ref()),
             Keys::Jwks(keys) => keys

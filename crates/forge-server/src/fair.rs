@@ -12,10 +12,10 @@
 
 use std::collections::HashMap;
 use std::hash::Hash;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use forge_core::scope::{PrincipalId, Scope, TenantId};
+use parking_lot::Mutex;
 
 /// What each tenant may spend, per second and at once, and what one principal of it may.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -253,8 +253,8 @@ impl Ledger {
         }
     }
 
-    fn books(&self) -> std::sync::MutexGuard<'_, Books> {
-        self.books.lock().unwrap_or_else(|p| p.into_inner())
+    fn books(&self) -> parking_lot::MutexGuard<'_, Books> {
+        self.books.lock()
     }
 
     /// Takes `cost` (plus what every document costs) from the tenant's and the principal's

@@ -14,7 +14,7 @@
 //!
 //! Every refusal is counted in `forge.server.refusals_total` by `limit`.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_graphql::extensions::{
@@ -26,6 +26,7 @@ use forge_core::scope::Scope;
 use forge_core::telemetry::{Instrument, Meter};
 use futures_util::StreamExt;
 use futures_util::stream::BoxStream;
+use parking_lot::Mutex;
 
 use crate::budget::{ResponseBudget, is_scalar, json_size};
 use crate::fair::{Ledger, Refused};
@@ -97,10 +98,7 @@ pub(crate) fn count_refusal(meter: &dyn Meter, limit: &str) {
 
 impl Guarded {
     fn budget(&self) -> Option<Arc<ResponseBudget>> {
-        self.budget
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.budget.lock().clone()
     }
 }
 
@@ -148,7 +146,7 @@ impl Extension for Guarded {
         next: NextExecute<'_>,
     ) -> Response {
         let budget = ResponseBudget::new(self.settings.response_bytes);
-        *self.budget.lock().unwrap_or_else(|p| p.into_inner()) = Some(budget.clone());
+        *self.budget.lock() = Some(budget.clone());
         let executing = next.run(ctx, operation_name);
         let response = match tokio::time::timeout(self.settings.execute_timeout, executing).await {
             Ok(_) if budget.exceeded() => {

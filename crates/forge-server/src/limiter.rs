@@ -8,11 +8,12 @@
 
 use std::collections::HashMap;
 use std::hash::Hash;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use forge_core::ports::store::InFlight;
 use forge_core::scope::{PrincipalId, Scope, TenantId};
 use forge_core::telemetry::{Instrument, Meter};
+use parking_lot::Mutex;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::fair::{FairUse, Ledger};
@@ -78,7 +79,7 @@ impl<K: Hash + Eq + Clone> Semaphores<K> {
 
     fn try_acquire(&self, key: &K) -> Option<OwnedSemaphorePermit> {
         let semaphore = {
-            let mut by = self.by.lock().unwrap_or_else(|p| p.into_inner());
+            let mut by = self.by.lock();
             if by.len() > KEPT {
                 let full = self.size;
                 by.retain(|_, s| s.available_permits() < full);
@@ -92,7 +93,7 @@ impl<K: Hash + Eq + Clone> Semaphores<K> {
 
     /// The largest share of its places any one key holds now, from 0 to 1.
     fn busiest(&self) -> f64 {
-        let by = self.by.lock().unwrap_or_else(|p| p.into_inner());
+        let by = self.by.lock();
         let held = by
             .values()
             .map(|s| self.size.saturating_sub(s.available_permits()))
@@ -277,7 +278,7 @@ impl RunsInFlight {
         F: AsyncFnOnce(usize) -> Result<InFlight, E>,
     {
         let lock = {
-            let mut tenants = self.tenants.lock().unwrap_or_else(|p| p.into_inner());
+            let mut tenants = self.tenants.lock();
             if tenants.len() > KEPT {
                 tenants.retain(|_, (lock, _)| Arc::strong_count(lock) > 1);
             }
@@ -289,12 +290,7 @@ impl RunsInFlight {
         };
         let turn = lock.lock_owned().await;
         let n = count(self.limit).await?;
-        if let Some(entry) = self
-            .tenants
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get_mut(tenant)
-        {
+        if let Some(entry) = self.tenants.lock().get_mut(tenant) {
             entry.1 = n;
         }
         let refused = if n.tenant >= self.limit {
@@ -316,7 +312,7 @@ impl RunsInFlight {
     /// The largest share of the limit any one tenant, and of its part any one principal
     /// asking, had in flight when last counted.
     fn busiest(&self) -> (f64, f64) {
-        let tenants = self.tenants.lock().unwrap_or_else(|p| p.into_inner());
+        let tenants = self.tenants.lock();
         let tenant = tenants.values().map(|(_, n)| n.tenant).max().unwrap_or(0);
         let principal = tenants
             .values()

@@ -18,8 +18,9 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
+use parking_lot::Mutex;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 tokio::task_local! {
@@ -89,7 +90,7 @@ impl Shares {
     }
 
     fn queue(&self, tenant: Arc<str>) -> Arc<Semaphore> {
-        let mut tenants = self.tenants.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut tenants = self.tenants.lock();
         if tenants.len() >= TENANTS_KEPT {
             let full = self.per_tenant;
             tenants.retain(|_, s| s.available_permits() < full);

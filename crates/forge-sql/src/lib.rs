@@ -38,10 +38,11 @@ pub mod rows;
 pub mod statements;
 
 use std::fmt;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::future::BoxFuture;
+use parking_lot::Mutex;
 use sqlx::{Connection, Executor};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
@@ -113,8 +114,8 @@ struct Idle<C> {
 }
 
 impl<C> Inner<C> {
-    fn idle_list(&self) -> std::sync::MutexGuard<'_, Vec<Idle<C>>> {
-        self.idle.lock().unwrap_or_else(PoisonError::into_inner)
+    fn idle_list(&self) -> parking_lot::MutexGuard<'_, Vec<Idle<C>>> {
+        self.idle.lock()
     }
 
     fn idle_count(&self) -> usize {

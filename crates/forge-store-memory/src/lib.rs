@@ -17,7 +17,7 @@ mod sources;
 mod usage;
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
 use forge_core::Error;
 use forge_core::event::RunEvent;
@@ -27,6 +27,7 @@ use forge_core::run::Run;
 use forge_core::scope::Scope;
 use forge_core::thread::Thread;
 use forge_core::time::{Clock, SystemClock};
+use parking_lot::{Mutex, MutexGuard};
 
 /// The in-memory store: threads, messages, runs, event logs and the job queue.
 #[derive(Debug)]
@@ -81,7 +82,7 @@ impl MemoryStore {
     fn lock(&self) -> MutexGuard<'_, State> {
         // A panic while holding the lock cannot leave a half-applied commit: every mutation is
         // computed first and applied with infallible assignments.
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.state.lock()
     }
 }
 

@@ -17,8 +17,8 @@
 //! With a writer free, a step goes at once, alone, in the caller's task: a sequential run pays
 //! nothing for the queue.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
 
 use forge_core::Error;
 use forge_core::event::RunEvent;
@@ -27,6 +27,7 @@ use forge_core::ports::store::{
     Committed, StepCommit, check_commit, check_commit_alone, not_an_open_call, statuses_reaching,
 };
 use forge_core::scope::Scope;
+use parking_lot::Mutex;
 use sqlx::postgres::PgConnectOptions;
 use sqlx::postgres::PgRow;
 use sqlx::{Connection, PgConnection};
@@ -398,8 +399,8 @@ impl StepWriters {
         }
     }
 
-    fn queue(&self) -> std::sync::MutexGuard<'_, Queue> {
-        self.queue.lock().unwrap_or_else(PoisonError::into_inner)
+    fn queue(&self) -> parking_lot::MutexGuard<'_, Queue> {
+        self.queue.lock()
     }
 
     /// Writes the step: at once and alone when a writer is free, else with the steps that wait

@@ -7,9 +7,10 @@
 //! so a module writes its statements in order, as it would on one connection.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
 use forge_core::Error;
+use parking_lot::Mutex;
 use rusqlite::types::FromSql;
 use rusqlite::{Connection, OpenFlags, Row, Statement, ToSql};
 
@@ -174,7 +175,7 @@ impl Readers {
             .await
             .map_err(|_| closed())?;
         let idle = Arc::clone(&self.idle);
-        let taken = idle.lock().unwrap_or_else(PoisonError::into_inner).pop();
+        let taken = idle.lock().pop();
         let conn = match taken {
             Some(conn) => conn,
             None => {
@@ -189,9 +190,7 @@ impl Readers {
                 .unwrap_or_else(|_| Err(stopped("a read of the SQLite store panicked")));
             // A closed store's permits are closed: its connection is not kept.
             if !permit.semaphore().is_closed() {
-                idle.lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .push(conn);
+                idle.lock().push(conn);
             }
             drop((permit, share));
             outcome
@@ -204,10 +203,7 @@ impl Readers {
     pub(crate) fn close(&self) {
         self.permits.close();
         self.shares.close();
-        self.idle
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clear();
+        self.idle.lock().clear();
     }
 }
 

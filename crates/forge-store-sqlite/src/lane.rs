@@ -88,7 +88,7 @@ enum Message {
 /// The lane: the sending half, shared by the store's clones.
 #[derive(Debug)]
 pub(crate) struct Lane {
-    jobs: std::sync::Mutex<Option<Sender<Message>>>,
+    jobs: parking_lot::Mutex<Option<Sender<Message>>>,
     counts: Arc<Counts>,
     /// Told of each group committed; stops when the lane's thread and this are gone.
     checkpointer: Arc<Checkpointer>,
@@ -115,7 +115,7 @@ impl Lane {
             .spawn(move || serve(&conn, &inbox, &kept, &told))
             .map_err(|e| Error::backend(false, e))?;
         Ok(Self {
-            jobs: std::sync::Mutex::new(Some(jobs)),
+            jobs: parking_lot::Mutex::new(Some(jobs)),
             counts,
             checkpointer,
         })
@@ -148,10 +148,7 @@ impl Lane {
             reply,
         };
         {
-            let jobs = self
-                .jobs
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let jobs = self.jobs.lock();
             let sent = jobs
                 .as_ref()
                 .map(|jobs| jobs.send(Message::Work(Box::new(task))));
@@ -166,10 +163,7 @@ impl Lane {
 
     /// Stops the lane once the operations sent before are answered; later ones fail.
     pub(crate) fn stop(&self) {
-        let mut jobs = self
-            .jobs
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut jobs = self.jobs.lock();
         if let Some(jobs) = jobs.take() {
             let _ = jobs.send(Message::Stop);
         }

@@ -17,8 +17,8 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::Router;
@@ -27,6 +27,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use parking_lot::Mutex;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 
@@ -172,7 +173,7 @@ impl MockModelServer {
         self.shared
             .recorded
             .as_ref()
-            .map(|r| r.lock().unwrap_or_else(|p| p.into_inner()).clone())
+            .map(|r| r.lock().clone())
             .unwrap_or_default()
     }
 
@@ -244,10 +245,7 @@ async fn models(State(shared): State<Arc<Shared>>) -> Response {
 async fn embeddings(State(shared): State<Arc<Shared>>, body: Bytes) -> Response {
     shared.counters.requests.fetch_add(1, Ordering::Relaxed);
     if let Some(recorded) = &shared.recorded {
-        recorded
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(body.clone());
+        recorded.lock().push(body.clone());
     }
     let request = serde_json::from_slice::<Value>(&body).unwrap_or(Value::Null);
     let inputs: Option<Vec<&str>> = match request.get("input") {
@@ -314,10 +312,7 @@ async fn chat(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Bytes
     c.requests.fetch_add(1, Ordering::Relaxed);
     c.chat.fetch_add(1, Ordering::Relaxed);
     if let Some(recorded) = &shared.recorded {
-        recorded
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(body.clone());
+        recorded.lock().push(body.clone());
     }
     let Ok(request) = serde_json::from_slice::<Value>(&body) else {
         c.bad.fetch_add(1, Ordering::Relaxed);

@@ -9,9 +9,10 @@
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
+use parking_lot::Mutex;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -192,10 +193,7 @@ impl WireServer {
 
     /// Every request received so far.
     pub fn requests(&self) -> Vec<RecordedRequest> {
-        self.requests
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.requests.lock().clone()
     }
 }
 
@@ -213,13 +211,9 @@ async fn serve(
     let Some(request) = read_request(&mut socket).await? else {
         return Ok(());
     };
-    recorded
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .push(request);
+    recorded.lock().push(request);
     let reply = queue
         .lock()
-        .unwrap_or_else(|p| p.into_inner())
         .pop_front()
         .unwrap_or_else(|| Reply::json(500, r#"{"error":"the wire server has no reply left"}"#));
     tokio::time::sleep(reply.head_delay).await;

@@ -10,12 +10,13 @@
 //! worker's job is.
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use forge_core::Error;
 use forge_core::ports::queue::{ClaimFilter, Claimed, JobQueue, LeaseRequest};
 use forge_core::scope::SystemScope;
+use parking_lot::Mutex;
 use tokio::sync::oneshot;
 
 /// A claim and when it was asked for (before the round trip): its run's lease is vouched for
@@ -118,8 +119,8 @@ impl ClaimGroup {
 }
 
 impl Inner {
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    fn lock(&self) -> parking_lot::MutexGuard<'_, State> {
+        self.state.lock()
     }
 
     /// Claims a batch for the loops waiting (the longest waiting first, at most `most`), and

@@ -72,11 +72,36 @@ fn invalid(path: &Path, reason: impl std::fmt::Display) -> EngineError {
     }
 }
 
-/// Splits `SKILL.md` into its front-matter fields and body.
-fn front_matter(
-    path: &Path,
-    text: &str,
-) -> Result<(BTreeMap<String, String>, String), EngineError> {
+/// What a skill's front matter says (YAML; keys Forge does not use, such as `license` or
+/// `metadata`, are allowed and ignored).
+#[derive(Debug, Default, serde::Deserialize)]
+struct FrontMatter {
+    name: Option<String>,
+    description: Option<String>,
+    version: Option<Scalar>,
+}
+
+/// A scalar written as text or as a number (`version: 3` and `version: "3"` alike).
+#[derive(Debug, serde::Deserialize)]
+#[serde(untagged)]
+enum Scalar {
+    Text(String),
+    Integer(i64),
+    Number(f64),
+}
+
+impl Scalar {
+    fn text(self) -> String {
+        match self {
+            Scalar::Text(t) => t,
+            Scalar::Integer(n) => n.to_string(),
+            Scalar::Number(n) => n.to_string(),
+        }
+    }
+}
+
+/// Splits `SKILL.md` into its front matter (YAML between `---` lines) and body.
+fn front_matter(path: &Path, text: &str) -> Result<(FrontMatter, String), EngineError> {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let rest = text
         .strip_prefix("---\n")
@@ -85,21 +110,13 @@ fn front_matter(
     let end = rest
         .find("\n---")
         .ok_or_else(|| invalid(path, "front matter is not closed by '---'"))?;
-    let mut fields = BTreeMap::new();
-    for line in rest[..end].lines() {
-        let line = line.trim();
-        if line.is_empty() || line.starts_with('#') {
-            continue;
-        }
-        let (k, v) = line.split_once(':').ok_or_else(|| {
-            invalid(
-                path,
-                format!("front matter line {line:?} is not 'key: value'"),
-            )
-        })?;
-        let v = v.trim().trim_matches('"').trim_matches('\'');
-        fields.insert(k.trim().to_owned(), v.to_owned());
-    }
+    let yaml = &rest[..end];
+    let fields = if yaml.trim().is_empty() {
+        FrontMatter::default()
+    } else {
+        serde_saphyr::from_str(yaml)
+            .map_err(|e| invalid(path, format!("front matter is not valid YAML: {e}")))?
+    };
     let body = rest[end + 4..].trim_start_matches(['-', '\r', '\n']);
     Ok((fields, body.to_owned()))
 }
@@ -155,13 +172,11 @@ impl Skill {
         let manifest = dir.join("SKILL.md");
         let (fields, instructions) = front_matter(&manifest, &read_text(&manifest)?)?;
         let name = fields
-            .get("name")
-            .cloned()
+            .name
             .ok_or_else(|| invalid(&manifest, "front matter has no name"))?;
         ToolSpec::validate_name(&name).map_err(|e| invalid(&manifest, e))?;
         let description = fields
-            .get("description")
-            .cloned()
+            .description
             .ok_or_else(|| invalid(&manifest, "front matter has no description"))?;
         let mut all = Vec::new();
         files(dir, dir, &mut all)?;
@@ -179,7 +194,7 @@ impl Skill {
         }
         Ok(Self {
             name,
-            version: fields.get("version").cloned().unwrap_or_else(|| "1".into()),
+            version: fields.version.map_or_else(|| "1".into(), Scalar::text),
             description,
             instructions,
             resources,
@@ -320,13 +335,38 @@ mod tests {
             "---\nname: refunds\ndescription: \"How to refund\"\nversion: 3\n---\n# Steps\n1. Check.\n",
         )
         .unwrap();
-        assert_eq!(f["name"], "refunds");
-        assert_eq!(f["description"], "How to refund");
-        assert_eq!(f["version"], "3");
+        assert_eq!(f.name.as_deref(), Some("refunds"));
+        assert_eq!(f.description.as_deref(), Some("How to refund"));
+        assert_eq!(f.version.map(Scalar::text).as_deref(), Some("3"));
         assert_eq!(body, "# Steps\n1. Check.\n");
         let e = front_matter(Path::new("SKILL.md"), "# no front matter").unwrap_err();
         assert!(e.to_string().contains("front matter"), "{e}");
-        let e = front_matter(Path::new("SKILL.md"), "---\nname refunds\n---\n").unwrap_err();
-        assert!(e.to_string().contains("key: value"), "{e}");
+        let e = front_matter(Path::new("SKILL.md"), "---\nname: [refunds\n---\n").unwrap_err();
+        assert!(e.to_string().contains("not valid YAML"), "{e}");
+    }
+
+    #[test]
+    fn front_matter_takes_multi_line_and_quoted_values_and_ignores_other_keys() {
+        let text = "---\n\
+            name: refunds\n\
+            description: >\n  How to refund an order:\n  check the receipt, then refund.\n\
+            version: '2.1'\n\
+            license: 'Apache-2.0'\n\
+            metadata:\n  owner: \"payments: team\"\n\
+            ---\nBody.\n";
+        let (f, body) = front_matter(Path::new("SKILL.md"), text).unwrap();
+        assert_eq!(
+            f.description.as_deref(),
+            Some("How to refund an order: check the receipt, then refund.\n")
+        );
+        assert_eq!(f.version.map(Scalar::text).as_deref(), Some("2.1"));
+        assert_eq!(body, "Body.\n");
+        let (f, _) = front_matter(
+            Path::new("SKILL.md"),
+            "---\nname: \"it's\"\ndescription: 'Say \"no\": politely'\n---\n",
+        )
+        .unwrap();
+        assert_eq!(f.name.as_deref(), Some("it's"));
+        assert_eq!(f.description.as_deref(), Some("Say \"no\": politely"));
     }
 }

@@ -266,7 +266,7 @@ impl Server {
             ))
             .with_state(self.shared.clone())
             .merge(browser)
-            .layer(axum::middleware::from_fn_with_state(web, web::cors))
+            .layer(web::cors(&web))
     }
 
     /// Serves on `listener` until `stop` fires, then stops accepting, closes WebSockets with

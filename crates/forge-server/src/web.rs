@@ -5,8 +5,9 @@
 //! - `GET /` and every path no other route claims: the client's `index.html` (it routes in the
 //!   browser); `GET /assets/…`: its script and styles. Strict headers: a same-origin CSP, no
 //!   sniffing, no framing; `ETag`s over the content so a reload revalidates cheaply.
-//! - CORS: an `Origin` in [`WebConfig::cors_origins`] gets the `Access-Control-*` answers,
-//!   preflights included; any other origin gets none (the browser then refuses the response).
+//! - CORS (`tower-http`): an `Origin` in [`WebConfig::cors_origins`] gets the
+//!   `Access-Control-*` answers, preflights included; any other origin gets none (the browser
+//!   then refuses the response).
 //! - `GET /auth/config` says whether development sign-in is on; `POST /auth/dev` with
 //!   `{"tenant", "principal", "roles"}` answers `{"token"}` signed with the server's HS256
 //!   secret — only when [`WebConfig::dev_sign_in`] is set, never in production.
@@ -15,9 +16,8 @@
 use std::sync::Arc;
 
 use axum::body::Body;
-use axum::extract::{Request, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use sha2::{Digest, Sha256};
 
@@ -168,48 +168,26 @@ pub(crate) async fn ui(
     asset_response(&ASSETS[0], &headers)
 }
 
-/// CORS for the configured origins: preflights answered here, other requests annotated.
-pub(crate) async fn cors(
-    State(web): State<Arc<WebConfig>>,
-    request: Request,
-    next: Next,
-) -> Response {
-    let origin = request
-        .headers()
-        .get(header::ORIGIN)
-        .and_then(|v| v.to_str().ok())
-        .filter(|o| web.cors_origins.iter().any(|allowed| allowed == o))
-        .and_then(|o| HeaderValue::from_str(o).ok());
-    let preflight = request.method() == Method::OPTIONS
-        && request
-            .headers()
-            .contains_key(header::ACCESS_CONTROL_REQUEST_METHOD);
-    let mut response = if preflight {
-        match &origin {
-            Some(_) => StatusCode::NO_CONTENT.into_response(),
-            None => StatusCode::FORBIDDEN.into_response(),
-        }
-    } else {
-        next.run(request).await
-    };
-    let h = response.headers_mut();
-    h.append(header::VARY, HeaderValue::from_static("origin"));
-    if let Some(origin) = origin {
-        h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin);
-        h.insert(
-            header::ACCESS_CONTROL_ALLOW_HEADERS,
-            HeaderValue::from_static("authorization, content-type, traceparent"),
-        );
-        h.insert(
-            header::ACCESS_CONTROL_ALLOW_METHODS,
-            HeaderValue::from_static("GET, POST, OPTIONS"),
-        );
-        h.insert(
-            header::ACCESS_CONTROL_MAX_AGE,
-            HeaderValue::from_static("600"),
-        );
-    }
-    response
+/// CORS for the configured origins (`tower-http`'s layer): preflights from them answered with
+/// the methods and headers the API takes, their requests annotated; any other origin gets no
+/// `Access-Control-*` header, so the browser refuses the response. An origin that is not a valid
+/// header value matches nothing.
+pub(crate) fn cors(web: &WebConfig) -> tower_http::cors::CorsLayer {
+    use tower_http::cors::{AllowOrigin, CorsLayer};
+    let origins: Vec<HeaderValue> = web
+        .cors_origins
+        .iter()
+        .filter_map(|o| HeaderValue::from_str(o).ok())
+        .collect();
+    CorsLayer::new()
+        .allow_origin(AllowOrigin::list(origins))
+        .allow_methods([Method::GET, Method::POST, Method::OPTIONS])
+        .allow_headers([
+            header::AUTHORIZATION,
+            header::CONTENT_TYPE,
+            header::HeaderName::from_static("traceparent"),
+        ])
+        .max_age(std::time::Duration::from_secs(600))
 }
 
 /// Whether development sign-in is on.

@@ -5,21 +5,30 @@ use std::fmt;
 use std::path::PathBuf;
 use std::str::FromStr;
 
-/// A credential's value. `Debug` shows no part of it.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Secret(String);
+/// A credential's value: held in `secrecy`'s `SecretString`, so its memory is wiped when it is
+/// dropped. `Debug` shows no part of it.
+#[derive(Clone)]
+pub struct Secret(secrecy::SecretString);
 
 impl Secret {
     /// Wraps a value.
     pub fn new(value: impl Into<String>) -> Self {
-        Self(value.into())
+        Self(secrecy::SecretString::from(value.into()))
     }
 
     /// The value, for the one place that sends it.
     pub fn expose(&self) -> &str {
-        &self.0
+        secrecy::ExposeSecret::expose_secret(&self.0)
     }
 }
+
+impl PartialEq for Secret {
+    fn eq(&self, other: &Self) -> bool {
+        self.expose() == other.expose()
+    }
+}
+
+impl Eq for Secret {}
 
 impl fmt::Debug for Secret {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -212,6 +212,22 @@ mod tests {
         assert_eq!(redact("sqlite://forge.db"), "sqlite://forge.db");
     }
 
+    proptest::proptest! {
+        /// Any Unicode around `://` and `@`: never a panic (the cuts are at ASCII characters),
+        /// and nothing between the scheme and the last `@` survives.
+        #[test]
+        fn any_unicode_url_is_redacted_without_a_panic(
+            scheme in forge_core::text::strategy::unicode(20),
+            secret in forge_core::text::strategy::unicode_runs(40),
+            host in forge_core::text::strategy::unicode(40),
+        ) {
+            let host = host.replace('@', "");
+            let shown = redact(&format!("{scheme}://{secret}@{host}"));
+            let _ = redact(&secret);
+            proptest::prop_assert!(shown.ends_with(&format!("…@{host}")), "{shown}");
+        }
+    }
+
     #[tokio::test]
     async fn an_unknown_url_says_what_this_build_opens_and_never_prints_a_password() {
         let err = Stores::open("mysql://app:s3cret@db/forge")

@@ -345,6 +345,24 @@ mod tests {
         assert!(e.to_string().contains("not valid YAML"), "{e}");
     }
 
+    proptest::proptest! {
+        /// Any Unicode as the file, and as the body after a valid front matter: never a panic
+        /// (the cuts are at ASCII `---` lines), and the body comes back whole.
+        #[test]
+        fn any_unicode_splits_without_a_panic_and_keeps_the_body(
+            text in forge_core::text::strategy::unicode(400),
+            body in forge_core::text::strategy::unicode_runs(400),
+        ) {
+            let _ = front_matter(Path::new("SKILL.md"), &text);
+            let _ = front_matter(Path::new("SKILL.md"), &format!("---\n{text}\n---\n"));
+            let body = body.trim_start_matches(['-', '\r', '\n']);
+            let file = format!("---\nname: n\ndescription: d\n---\n{body}");
+            let (f, got) = front_matter(Path::new("SKILL.md"), &file).unwrap();
+            proptest::prop_assert_eq!(f.name.as_deref(), Some("n"));
+            proptest::prop_assert_eq!(got, body);
+        }
+    }
+
     #[test]
     fn front_matter_takes_multi_line_and_quoted_values_and_ignores_other_keys() {
         let text = "---\n\

@@ -211,10 +211,7 @@ pub(crate) async fn download(
     if let Ok(v) = HeaderValue::from_str(&format!("attachment; filename*=UTF-8''{encoded}")) {
         h.insert(header::CONTENT_DISPOSITION, v);
     }
-    h.insert(
-        header::X_CONTENT_TYPE_OPTIONS,
-        HeaderValue::from_static("nosniff"),
-    );
+    // `nosniff` comes with every response (`web::strict_headers`).
     h.insert(
         header::CONTENT_SECURITY_POLICY,
         HeaderValue::from_static("sandbox; default-src 'none'"),

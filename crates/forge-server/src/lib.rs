@@ -251,7 +251,8 @@ impl Server {
             .route("/auth/dev", axum::routing::post(web::dev_sign_in))
             .fallback(web::ui)
             .with_state(web.clone());
-        Router::new()
+        let browser = web::page_headers(browser);
+        let api = Router::new()
             .route("/graphql", get(graphql_ws).post(graphql_http))
             .route("/healthz", get(healthz))
             .route("/readyz", get(readyz))
@@ -265,8 +266,8 @@ impl Server {
                 count_request,
             ))
             .with_state(self.shared.clone())
-            .merge(browser)
-            .layer(web::cors(&web))
+            .merge(browser);
+        web::strict_headers(api).layer(web::cors(&web))
     }
 
     /// Serves on `listener` until `stop` fires, then stops accepting, closes WebSockets with

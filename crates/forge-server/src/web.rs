@@ -3,8 +3,9 @@
 //! served from another origin, a development sign-in, and GraphiQL.
 //!
 //! - `GET /` and every path no other route claims: the client's `index.html` (it routes in the
-//!   browser); `GET /assets/…`: its script and styles. Strict headers: a same-origin CSP, no
-//!   sniffing, no framing; `ETag`s over the content so a reload revalidates cheaply.
+//!   browser); `GET /assets/…`: its script and styles (`rust-embed`). The pages get a
+//!   same-origin CSP and `ETag`s over the content so a reload revalidates cheaply; every
+//!   response, the API's too, gets no sniffing, no framing and no referrer (`tower-http`).
 //! - CORS (`tower-http`): an `Origin` in [`WebConfig::cors_origins`] gets the
 //!   `Access-Control-*` answers, preflights included; any other origin gets none (the browser
 //!   then refuses the response).
@@ -15,11 +16,12 @@
 
 use std::sync::Arc;
 
+use axum::Router;
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use sha2::{Digest, Sha256};
+use tower_http::set_header::SetResponseHeaderLayer;
 
 /// Settings for browsers.
 #[derive(Debug, Clone, Default)]
@@ -74,31 +76,11 @@ impl std::fmt::Debug for DevSignIn {
     }
 }
 
-/// One file of the bundle.
-struct Asset {
-    path: &'static str,
-    media_type: &'static str,
-    bytes: &'static [u8],
-}
-
-/// The bundle, as `npm run build` in `web/` writes it (fixed names: the binary holds one).
-const ASSETS: [Asset; 3] = [
-    Asset {
-        path: "/index.html",
-        media_type: "text/html; charset=utf-8",
-        bytes: include_bytes!("../ui/index.html"),
-    },
-    Asset {
-        path: "/assets/app.js",
-        media_type: "text/javascript; charset=utf-8",
-        bytes: include_bytes!("../ui/assets/app.js"),
-    },
-    Asset {
-        path: "/assets/app.css",
-        media_type: "text/css; charset=utf-8",
-        bytes: include_bytes!("../ui/assets/app.css"),
-    },
-];
+/// The bundle, as `npm run build` in `web/` writes it under `ui/`, compiled into the binary
+/// (`rust-embed`, in debug builds too): each file's SHA-256 and media type come with it.
+#[derive(rust_embed::Embed)]
+#[folder = "ui/"]
+struct Bundle;
 
 /// The content security policy of the client's pages: its own scripts and styles only, its
 /// own API (HTTP and WebSocket), nothing framed.
@@ -106,24 +88,63 @@ const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; img-
                    connect-src 'self' ws: wss:; frame-ancestors 'none'; base-uri 'none'; \
                    form-action 'self'";
 
-fn etag(bytes: &[u8]) -> String {
-    let digest = Sha256::digest(bytes);
-    let hex: String = digest.iter().take(12).map(|b| format!("{b:02x}")).collect();
+/// Headers every response carries unless its handler chose its own (`tower-http`): no type
+/// sniffing, no framing, no referrer.
+pub(crate) fn strict_headers<S: Clone + Send + Sync + 'static>(router: Router<S>) -> Router<S> {
+    router
+        .layer(SetResponseHeaderLayer::if_not_present(
+            header::X_CONTENT_TYPE_OPTIONS,
+            HeaderValue::from_static("nosniff"),
+        ))
+        .layer(SetResponseHeaderLayer::if_not_present(
+            header::X_FRAME_OPTIONS,
+            HeaderValue::from_static("DENY"),
+        ))
+        .layer(SetResponseHeaderLayer::if_not_present(
+            header::REFERRER_POLICY,
+            HeaderValue::from_static("no-referrer"),
+        ))
+}
+
+/// The browser's pages get the client's content security policy on top.
+pub(crate) fn page_headers<S: Clone + Send + Sync + 'static>(router: Router<S>) -> Router<S> {
+    router.layer(SetResponseHeaderLayer::if_not_present(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(CSP),
+    ))
+}
+
+/// A strong `ETag` from the file's SHA-256 (its first 12 bytes are plenty to tell versions apart).
+fn etag(file: &rust_embed::EmbeddedFile) -> String {
+    let hex: String = file.metadata.sha256_hash()[..12]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
     format!("\"{hex}\"")
 }
 
-fn asset_response(asset: &Asset, headers: &HeaderMap) -> Response {
-    let tag = etag(asset.bytes);
+/// The media type, with the charset for text (the bundle is UTF-8).
+fn media_type(file: &rust_embed::EmbeddedFile) -> String {
+    let media = file.metadata.mimetype();
+    if media.starts_with("text/") || media == "application/json" {
+        format!("{media}; charset=utf-8")
+    } else {
+        media.to_owned()
+    }
+}
+
+fn asset_response(file: rust_embed::EmbeddedFile, headers: &HeaderMap) -> Response {
+    let tag = etag(&file);
     let fresh = headers
         .get(header::IF_NONE_MATCH)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v == tag);
+        .is_some_and(|v| v.split(',').any(|t| t.trim() == tag || t.trim() == "*"));
     let mut response = if fresh {
         StatusCode::NOT_MODIFIED.into_response()
     } else {
         (
-            [(header::CONTENT_TYPE, asset.media_type)],
-            Body::from(asset.bytes),
+            [(header::CONTENT_TYPE, media_type(&file))],
+            Body::from(file.data.into_owned()),
         )
             .into_response()
     };
@@ -132,19 +153,6 @@ fn asset_response(asset: &Asset, headers: &HeaderMap) -> Response {
         h.insert(header::ETAG, v);
     }
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    h.insert(
-        header::X_CONTENT_TYPE_OPTIONS,
-        HeaderValue::from_static("nosniff"),
-    );
-    h.insert(
-        header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static(CSP),
-    );
-    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
-    h.insert(
-        header::REFERRER_POLICY,
-        HeaderValue::from_static("no-referrer"),
-    );
     response
 }
 
@@ -158,14 +166,17 @@ pub(crate) async fn ui(
     if !web.ui || !(method == Method::GET || method == Method::HEAD) {
         return StatusCode::NOT_FOUND.into_response();
     }
-    let path = uri.path();
-    if let Some(asset) = ASSETS.iter().find(|a| a.path == path) {
-        return asset_response(asset, &headers);
+    let path = uri.path().trim_start_matches('/');
+    if let Some(file) = Bundle::get(path).filter(|_| !path.is_empty()) {
+        return asset_response(file, &headers);
     }
-    if path.starts_with("/assets/") || path.contains('.') {
+    if path.starts_with("assets/") || path.contains('.') {
         return StatusCode::NOT_FOUND.into_response();
     }
-    asset_response(&ASSETS[0], &headers)
+    match Bundle::get("index.html") {
+        Some(index) => asset_response(index, &headers),
+        None => StatusCode::NOT_FOUND.into_response(),
+    }
 }
 
 /// CORS for the configured origins (`tower-http`'s layer): preflights from them answered with
@@ -273,11 +284,15 @@ mod tests {
 
     #[test]
     fn every_asset_is_in_the_binary_and_the_page_loads_only_its_own() {
-        let index = std::str::from_utf8(ASSETS[0].bytes).expect("utf-8");
+        let index = Bundle::get("index.html").expect("index.html is embedded");
+        let index = std::str::from_utf8(&index.data).expect("utf-8");
         assert!(index.contains("/assets/app.js"), "{index}");
         assert!(index.contains("/assets/app.css"), "{index}");
         assert!(!index.contains("http://") && !index.contains("https://"));
-        assert!(ASSETS.iter().all(|a| !a.bytes.is_empty()));
+        for name in Bundle::iter() {
+            let file = Bundle::get(&name).expect("listed files are embedded");
+            assert!(!file.data.is_empty(), "{name}");
+        }
     }
 
     #[test]

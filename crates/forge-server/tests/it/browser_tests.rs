@@ -24,6 +24,8 @@ async fn the_client_is_served_at_every_page_path_with_strict_headers() {
             "{csp}"
         );
         assert_eq!(h["x-content-type-options"], "nosniff");
+        assert_eq!(h["x-frame-options"], "DENY");
+        assert_eq!(h["referrer-policy"], "no-referrer");
         let body = r.text().await.unwrap();
         assert!(body.contains("/assets/app.js"), "{body}");
     }
@@ -53,6 +55,14 @@ async fn the_client_is_served_at_every_page_path_with_strict_headers() {
         let r = srv.http.get(srv.url(missing)).send().await.unwrap();
         assert_eq!(r.status(), 404, "{missing}");
     }
+    // The API's answers carry the strict headers too, but not the pages' policy; a download
+    // keeps the sandboxing policy its handler sets.
+    let api = srv.http.get(srv.url("/healthz")).send().await.unwrap();
+    let h = api.headers();
+    assert_eq!(h["x-content-type-options"], "nosniff");
+    assert_eq!(h["x-frame-options"], "DENY");
+    assert_eq!(h["referrer-policy"], "no-referrer");
+    assert!(h.get("content-security-policy").is_none(), "{h:?}");
     // The API keeps its routes: a plain GET of /graphql is not the page.
     let r = srv.http.get(srv.url("/graphql")).send().await.unwrap();
     assert_eq!(r.status(), 400);

@@ -1,9 +1,11 @@
-//! Stream decoding cost: SSE framing alone, and whole provider responses decoded into model
-//! chunks, on the contract-test transcripts. `cargo bench -p forge-providers` reports bytes/s.
+//! Stream decoding cost: SSE framing alone (Forge's decoder and `eventsource-stream`'s), and whole
+//! provider responses decoded into model chunks, on the contract-test transcripts. `cargo bench -p forge-providers` reports bytes/s.
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use eventsource_stream::Eventsource;
 use forge_providers::Dialect;
 use forge_providers::sse::SseDecoder;
+use futures_util::StreamExt;
 
 fn body(name: &str) -> Vec<u8> {
     let path = format!("{}/tests/transcripts/{name}", env!("CARGO_MANIFEST_DIR"));
@@ -47,6 +49,23 @@ fn decoding(c: &mut Criterion) {
                 }
                 d.finish(&mut out).expect("valid");
                 out.len()
+            })
+        });
+        // The same framing by `eventsource-stream`, the crate the decoder was weighed against
+        // (docs/dependencies.md), driven by a current-thread runtime as a provider stream is.
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("a runtime");
+        group.bench_function(format!("sse_eventsource_stream/{label}"), |b| {
+            b.iter(|| {
+                let pieces: Vec<Result<&[u8], std::convert::Infallible>> =
+                    bytes.chunks(64).map(Ok).collect();
+                runtime.block_on(
+                    futures_util::stream::iter(pieces)
+                        .eventsource()
+                        .filter(|e| std::future::ready(e.is_ok()))
+                        .count(),
+                )
             })
         });
         group.bench_function(format!("chunks/{label}"), |b| {

@@ -7,4 +7,5 @@ mod embeddings;
 mod recorded;
 mod robustness;
 mod scenarios;
+mod sse_reference;
 mod support;

@@ -22,6 +22,7 @@ type Customize = Box<dyn FnOnce(EngineBuilder) -> Result<EngineBuilder, Error> +
 #[must_use]
 pub struct ForgeBuilder {
     store: String,
+    opened: Option<Stores>,
     #[cfg(feature = "postgres")]
     pg_mode: crate::PgMode,
     agents: Vec<AgentSource>,
@@ -49,6 +50,7 @@ impl Default for ForgeBuilder {
     fn default() -> Self {
         Self {
             store: "sqlite://forge.db".into(),
+            opened: None,
             #[cfg(feature = "postgres")]
             pg_mode: crate::PgMode::Rls,
             agents: Vec::new(),
@@ -85,6 +87,14 @@ impl ForgeBuilder {
         self
     }
 
+    /// Stores opened already ([`Stores::open`]): an application that needs them before the
+    /// engine exists (its retrieval over `stores.sources`, say) opens them first. Takes the
+    /// place of [`ForgeBuilder::store`].
+    pub fn stores(mut self, stores: Stores) -> Self {
+        self.opened = Some(stores);
+        self
+    }
+
     /// How PostgreSQL isolates tenants (RLS by default).
     #[cfg(feature = "postgres")]
     pub fn pg_mode(mut self, mode: crate::PgMode) -> Self {
@@ -111,6 +121,12 @@ impl ForgeBuilder {
     /// async function).
     pub fn tool(mut self, tool: impl Tool + 'static) -> Self {
         self.tools.push(Arc::new(tool));
+        self
+    }
+
+    /// Adds tools built elsewhere, already shared (an MCP server's imported tools, say).
+    pub fn tools(mut self, tools: impl IntoIterator<Item = Arc<dyn Tool>>) -> Self {
+        self.tools.extend(tools);
         self
     }
 
@@ -183,10 +199,13 @@ impl ForgeBuilder {
     /// # Ok(()) }
     /// ```
     pub async fn build(self) -> Result<Forge, Error> {
-        let stores = match self.store.as_str() {
+        let stores = match (self.opened, self.store.as_str()) {
+            (Some(opened), _) => opened,
             #[cfg(feature = "postgres")]
-            url if url.starts_with("postgres") => Stores::open_postgres(url, self.pg_mode).await?,
-            url => Stores::open(url).await?,
+            (None, url) if url.starts_with("postgres") => {
+                Stores::open_postgres(url, self.pg_mode).await?
+            }
+            (None, url) => Stores::open(url).await?,
         };
         let loaded = self
             .agents
@@ -238,6 +257,23 @@ impl ForgeBuilder {
 
         let tail = Arc::new(LiveTail::new(EventBus::default()));
         let stop = CancellationToken::new();
+        // On PostgreSQL, runs other processes execute wake this one's streams too.
+        #[cfg(feature = "postgres")]
+        if let Some(pg) = &stores.postgres {
+            let bus = tail.bus().clone();
+            let listening = pg.listen_run_events(move |wake| {
+                bus.publish(match wake {
+                    Some((run_id, thread_id)) => forge_live::Wake::Run { run_id, thread_id },
+                    None => forge_live::Wake::All,
+                });
+                true
+            });
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                stop.cancelled().await;
+                listening.abort();
+            });
+        }
         let streams = StreamContext {
             runs: engine.runs().clone(),
             cache: Arc::new(LogCache::default()),

@@ -144,13 +144,28 @@ impl Forge {
 
     /// Serves the GraphQL API, its subscriptions and the web client on `listener` with
     /// `config` (feature `server`), until the deployment shuts down. The store is one of its
-    /// readiness checks.
+    /// readiness checks. The future borrows nothing: spawn it, and [`Forge::shutdown`] ends it.
+    ///
+    /// The configuration's stream settings are replaced by the deployment's
+    /// ([`ForgeBuilder::streams`]): the server and [`RunHandle::subscribe`] read the log alike.
     #[cfg(feature = "server")]
-    pub async fn serve(
+    pub fn serve(
+        &self,
+        listener: tokio::net::TcpListener,
+        config: forge_server::ServerConfig,
+    ) -> impl Future<Output = Result<(), Error>> + Send + 'static {
+        self.serve_with(listener, config, axum::Router::new())
+    }
+
+    /// [`Forge::serve`] with the application's own routes beside Forge's (its REST API, say),
+    /// under the same header timeout, drain and panic handling.
+    #[cfg(feature = "server")]
+    pub fn serve_with(
         &self,
         listener: tokio::net::TcpListener,
         mut config: forge_server::ServerConfig,
-    ) -> Result<(), Error> {
+        routes: axum::Router,
+    ) -> impl Future<Output = Result<(), Error>> + Send + 'static {
         let stores = self.stores.clone();
         config.readiness.push(forge_server::ReadinessCheck {
             name: "store".into(),
@@ -161,8 +176,11 @@ impl Forge {
         });
         config.streams = self.streams.settings;
         let server = forge_server::Server::new(self.engine.clone(), self.tail.clone(), config);
-        server.serve(listener, self.stop.clone()).await?;
-        Ok(())
+        let stop = self.stop.clone();
+        async move {
+            server.serve_with(routes, listener, stop).await?;
+            Ok(())
+        }
     }
 
     /// Shuts the deployment down on Ctrl-C or, on Unix, SIGTERM.

@@ -6,16 +6,16 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use forge_core::agent::{AgentDefinition, AgentRef, RunLimits};
-use forge_core::ports::store::Store;
-use forge_core::scope::Scope;
-use forge_engine::{Engine, SkillLibrary};
-use forge_mcp::{CatalogDiff, LockFile, McpConfig, McpRuntime, Reporter};
-use forge_policy::CedarAuthorizer;
-use forge_providers::{Script, ScriptedProvider};
-use forge_rag::ingest::ingest;
-use forge_rag::model::{Format, SourceId};
-use forge_rag::{Retriever, SearchDocuments, SourceStore};
+use forge::Forge;
+use forge::core::agent::{AgentDefinition, AgentRef, RunLimits};
+use forge::core::scope::Scope;
+use forge::engine::Engine;
+use forge::mcp::{CatalogDiff, LockFile, McpConfig, McpRuntime, Reporter};
+use forge::policy::CedarAuthorizer;
+use forge::providers::{Script, ScriptedProvider};
+use forge::rag::ingest::ingest;
+use forge::rag::model::{Format, SourceId};
+use forge::rag::{Retriever, SearchDocuments};
 
 use crate::db::{CrmDb, Note};
 
@@ -108,7 +108,7 @@ pub async fn import_tools(command: &Path, db: &Path) -> Result<McpRuntime, CrmEr
         server.args = vec!["mcp".into(), "--db".into(), db.display().to_string()];
     }
     let lock = LockFile::load(&manifest_dir().join("mcp/mcp.lock")).map_err(config)?;
-    McpRuntime::start(&mcp, &lock, forge_mcp::process_env(), Arc::new(Stderr))
+    McpRuntime::start(&mcp, &lock, forge::mcp::process_env(), Arc::new(Stderr))
         .await
         .map_err(config)
 }
@@ -137,42 +137,41 @@ pub fn note_label(note: &Note) -> &str {
 }
 
 impl Crm {
-    /// Builds the CRM over Forge's store and sources, its database and its imported MCP tools.
-    pub fn new(
-        store: Arc<dyn Store>,
-        sources: Arc<dyn SourceStore>,
+    /// Assembles the CRM's Forge deployment on `stores` (its engine, worker and live streams)
+    /// and the CRM around it.
+    pub async fn start(
+        stores: forge::Stores,
         db: CrmDb,
         mcp: McpRuntime,
-        worker_id: &str,
-    ) -> Result<Self, CrmError> {
+    ) -> Result<(Self, Forge), CrmError> {
         let policies =
             Arc::new(CedarAuthorizer::from_sources([("crm.cedar", POLICIES)]).map_err(config)?);
-        let retriever = Retriever::new(sources, policies.clone());
+        let retriever = Retriever::new(stores.sources.clone(), policies.clone());
         let script = Script::parse(ASSISTANT_SCRIPT, "assistant").map_err(config)?;
-        let skills = SkillLibrary::load_dir(&manifest_dir().join("skills")).map_err(config)?;
-        let mut builder = Engine::builder()
-            .dyn_store(store)
-            .model(Arc::new(ScriptedProvider::new(script)))
-            .tool(Arc::new(SearchDocuments::new(retriever.clone())))
-            .map_err(config)?;
-        for tool in mcp.tools() {
-            builder = builder.tool(tool).map_err(config)?;
-        }
-        let engine = builder
-            .citations(Arc::new(retriever.clone()))
-            .authorizer(policies.clone())
-            .approval_rule(policies)
-            .skills(skills)
+        let cites = retriever.clone();
+        let forge = Forge::builder()
+            .stores(stores)
             .agent(assistant())
-            .worker_id(worker_id)
+            .model(ScriptedProvider::new(script))
+            .tool(SearchDocuments::new(retriever.clone()))
+            .tools(mcp.tools())
+            .skills(manifest_dir().join("skills"))
+            .engine(move |engine| {
+                Ok(engine
+                    .citations(Arc::new(cites))
+                    .authorizer(policies.clone())
+                    .approval_rule(policies))
+            })
             .build()
+            .await
             .map_err(config)?;
-        Ok(Self {
-            engine: Arc::new(engine),
+        let crm = Self {
+            engine: forge.engine().clone(),
             retriever,
             db,
             mcp,
-        })
+        };
+        Ok((crm, forge))
     }
 
     /// Forge's engine.

@@ -12,7 +12,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use forge_server::Authenticator;
+use forge::server::Authenticator;
 use serde::Deserialize;
 
 use crate::app::{Crm, CrmError};

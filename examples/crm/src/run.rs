@@ -6,13 +6,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use forge_core::ports::store::Store;
-use forge_engine::{LiveObserver, Worker, WorkerConfig};
-use forge_rag::SourceStore;
-use forge_server::{Authenticator, DevSignIn, EventBus, LiveTail, Server, ServerConfig, WebConfig};
-use forge_store_postgres::{Mode, PostgresStore};
-use forge_store_sqlite::SqliteStore;
-use tokio_util::sync::CancellationToken;
+use forge::Forge;
+use forge::server::{Authenticator, DevSignIn, ServerConfig, WebConfig};
 
 use crate::app::{Crm, CrmError};
 use crate::db::CrmDb;
@@ -58,8 +53,8 @@ pub struct Running {
     pub url: String,
     /// The application.
     pub crm: Arc<Crm>,
-    stop: CancellationToken,
-    tasks: Vec<tokio::task::JoinHandle<()>>,
+    forge: Forge,
+    serving: tokio::task::JoinHandle<Result<(), forge::Error>>,
 }
 
 impl std::fmt::Debug for Running {
@@ -74,35 +69,29 @@ fn config(what: &'static str) -> impl Fn(String) -> CrmError {
     move |e| CrmError::Config(format!("{what}: {e}"))
 }
 
-/// Opens Forge's store as `options` say.
-async fn open_store(options: &Options) -> Result<(Arc<dyn Store>, Arc<dyn SourceStore>), CrmError> {
+/// Opens Forge's stores as `options` say.
+async fn open_stores(options: &Options) -> Result<forge::Stores, CrmError> {
     match &options.store {
         StoreChoice::Sqlite => {
             let url = format!("sqlite://{}", options.data.join("forge.db").display());
-            let s = Arc::new(
-                SqliteStore::open(&url)
-                    .await
-                    .map_err(|e| config("the SQLite store")(e.to_string()))?,
-            );
-            Ok((s.clone(), s))
+            forge::Stores::open(&url)
+                .await
+                .map_err(|e| config("the SQLite store")(e.to_string()))
         }
         StoreChoice::Postgres {
             admin_url,
             database,
         } => {
-            let url = forge_store_postgres::provision_application(admin_url, "crm", database)
+            let url = forge::store::postgres::provision_application(admin_url, "crm", database)
                 .await
                 .map_err(|e| {
                     config("PostgreSQL set-up")(format!(
                         "{e} (is PostgreSQL running at the administrator URL?)"
                     ))
                 })?;
-            let s = Arc::new(
-                PostgresStore::connect(&url, Mode::Rls)
-                    .await
-                    .map_err(|e| config("the PostgreSQL store")(e.to_string()))?,
-            );
-            Ok((s.clone(), s))
+            forge::Stores::open_postgres(&url, forge::PgMode::Rls)
+                .await
+                .map_err(|e| config("the PostgreSQL store")(e.to_string()))
         }
     }
 }
@@ -115,14 +104,11 @@ impl Running {
         let db_path = options.data.join("crm.db");
         let db = CrmDb::open(Some(&db_path)).await?;
         let mcp = crate::app::import_tools(&options.crm_command, &db_path).await?;
-        let (store, sources) = open_store(&options).await?;
-        let worker_id = format!("crm-{}", std::process::id());
-        let crm = Arc::new(Crm::new(store.clone(), sources, db, mcp, &worker_id)?);
+        let stores = open_stores(&options).await?;
+        let (crm, forge) = Crm::start(stores, db, mcp).await?;
+        let crm = Arc::new(crm);
         crm.index_notes().await?;
 
-        let stop = CancellationToken::new();
-        let mut tasks = Vec::new();
-        let tail = Arc::new(LiveTail::new(EventBus::default()));
         let auth = || {
             Authenticator::hs256(&options.secret)
                 .map_err(|e| config("the token secret")(e.to_string()))
@@ -140,7 +126,6 @@ impl Running {
             dev_sign_in: dev_sign_in.clone(),
         };
         server_config.retriever = Some(crm.retriever().clone());
-        let server = Server::new(crm.engine().clone(), tail.clone(), server_config);
         let routes = crate::http::router(crm.clone(), Arc::new(auth()?));
         let listener = tokio::net::TcpListener::bind(options.listen)
             .await
@@ -152,38 +137,20 @@ impl Running {
             dev.check_listener(addr)
                 .map_err(|e| config("development sign-in")(e.to_string()))?;
         }
-        let until = stop.clone();
-        tasks.push(tokio::spawn(async move {
-            // Forge's routes and the application's, with Forge's header timeout and drain.
-            let _ = server.serve_with(routes, listener, until).await;
-        }));
-        let worker = Worker::new(
-            crm.engine().clone(),
-            store,
-            WorkerConfig {
-                id: worker_id,
-                poll_interval: std::time::Duration::from_millis(50),
-                ..WorkerConfig::default()
-            },
-        )
-        .with_observer(Arc::new(LiveObserver::default().with(tail)));
-        let until = stop.clone();
-        tasks.push(tokio::spawn(async move {
-            worker.run(until).await;
-        }));
+        // Forge's routes and the application's, with Forge's header timeout and drain; it ends
+        // when the deployment shuts down.
+        let serving = tokio::spawn(forge.serve_with(listener, server_config, routes));
         Ok(Running {
             url: format!("http://{addr}"),
             crm,
-            stop,
-            tasks,
+            forge,
+            serving,
         })
     }
 
     /// Stops, letting the worker drain.
     pub async fn stop(self) {
-        self.stop.cancel();
-        for task in self.tasks {
-            let _ = task.await;
-        }
+        self.forge.shutdown().await;
+        let _ = self.serving.await;
     }
 }

@@ -72,7 +72,7 @@ fn serve(listen: &str, args: &[&str]) -> Result<Serving, String> {
 }
 
 async fn sign_in(url: &str) -> reqwest::StatusCode {
-    forge_providers::http::install_crypto_provider();
+    forge::providers::http::install_crypto_provider();
     reqwest::Client::new()
         .post(format!("{url}/auth/dev"))
         .json(&serde_json::json!({"tenant": "acme", "principal": "mallory", "roles": ["admin"]}))

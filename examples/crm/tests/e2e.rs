@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use crm::{Options, Running, StoreChoice};
-use forge_core::scope::Scope;
+use forge::core::scope::Scope;
 use serde_json::{Value, json};
 
 const SECRET: &[u8] = b"crm-test-secret-crm-test-secret-0123456789";
@@ -49,7 +49,7 @@ impl Env {
         Env {
             running,
             http: {
-                forge_providers::http::install_crypto_provider();
+                forge::providers::http::install_crypto_provider();
                 reqwest::Client::new()
             },
             dir,
@@ -68,7 +68,7 @@ impl Env {
     fn token_in(&self, tenant: &str, principal: &str, roles: &[&str]) -> String {
         let scope = Scope::parse(tenant, principal, roles).unwrap();
         let now = chrono::Utc::now().timestamp();
-        forge_server::auth::sign_hs256(SECRET, &scope, 3600, now).unwrap()
+        forge::server::auth::sign_hs256(SECRET, &scope, 3600, now).unwrap()
     }
 
     async fn gql(&self, token: &str, query: &str, variables: Value) -> Result<Value, String> {

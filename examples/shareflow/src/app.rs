@@ -15,17 +15,18 @@
 
 use std::sync::Arc;
 
-use forge_core::agent::{AgentDefinition, AgentRef, RunLimits};
-use forge_core::part::Part;
-use forge_core::ports::store::{NewRun, NewThread, Store};
-use forge_core::ports::tool::{ApprovalPolicy, ToolClassification, ToolContext, ToolError};
-use forge_core::scope::Scope;
-use forge_engine::{Engine, SkillLibrary, native_tool};
-use forge_policy::CedarAuthorizer;
-use forge_providers::{Script, ScriptedProvider};
-use forge_rag::ingest::ingest;
-use forge_rag::model::{Format, SourceId};
-use forge_rag::{Retriever, SearchDocuments, SourceStore};
+use forge::Forge;
+use forge::core::agent::{AgentDefinition, AgentRef, RunLimits};
+use forge::core::part::Part;
+use forge::core::ports::store::{NewRun, NewThread};
+use forge::core::ports::tool::{ApprovalPolicy, ToolClassification, ToolContext, ToolError};
+use forge::core::scope::Scope;
+use forge::engine::{Engine, native_tool};
+use forge::policy::CedarAuthorizer;
+use forge::providers::{Script, ScriptedProvider};
+use forge::rag::ingest::ingest;
+use forge::rag::model::{Format, SourceId};
+use forge::rag::{Retriever, SearchDocuments};
 use serde::{Deserialize, Serialize};
 
 use crate::client::{PublisherClient, delivery_key};
@@ -137,8 +138,8 @@ pub fn drafter() -> AgentDefinition {
             .into(),
         model: "scripted:drafter".into(),
         tools: vec![
-            forge_rag::SEARCH_DOCUMENTS.into(),
-            forge_engine::CITE.into(),
+            forge::rag::SEARCH_DOCUMENTS.into(),
+            forge::engine::CITE.into(),
             PUBLISH_POST.into(),
         ],
         skills: vec![POST_STYLE.into()],
@@ -208,22 +209,21 @@ pub fn legacy_text(doc: &Document) -> String {
 }
 
 impl ShareFlow {
-    /// Builds ShareFlow over Forge's `store` (threads, runs, approvals) and `sources` (its
-    /// documents for retrieval), its own `db`, the publishing service's client, and the skills
-    /// (the `post-style` skill, [`skills_dir`]).
-    pub fn new(
-        store: Arc<dyn Store>,
-        sources: Arc<dyn SourceStore>,
+    /// Assembles ShareFlow's Forge deployment on `stores` (threads, runs, approvals, and its
+    /// documents for retrieval) — engine, worker and live streams — and ShareFlow around it:
+    /// its own `db`, the publishing service's client, and the skills in `skills` (the
+    /// `post-style` skill, [`skills_dir`]).
+    pub async fn start(
+        stores: forge::Stores,
         db: AppDb,
         publisher: PublisherClient,
-        skills: SkillLibrary,
-        worker_id: &str,
-    ) -> Result<Self, AppError> {
+        skills: &std::path::Path,
+    ) -> Result<(Self, Forge), AppError> {
         let policies = Arc::new(
             CedarAuthorizer::from_sources([("shareflow.cedar", POLICIES)])
                 .map_err(|e| AppError::Config(e.to_string()))?,
         );
-        let retriever = Retriever::new(sources, policies.clone());
+        let retriever = Retriever::new(stores.sources.clone(), policies.clone());
         let script = Script::parse(DRAFTER_SCRIPT, "drafter")
             .map_err(|e| AppError::Config(e.to_string()))?;
         let tool = {
@@ -260,27 +260,30 @@ impl ShareFlow {
             .approval(ApprovalPolicy::Always)
             .permission("posts.publish")
         };
-        let engine = Engine::builder()
-            .dyn_store(store)
-            .model(Arc::new(ScriptedProvider::new(script)))
-            .tool(Arc::new(SearchDocuments::new(retriever.clone())))
-            .map_err(forge)?
-            .tool(Arc::new(tool))
-            .map_err(forge)?
-            .citations(Arc::new(retriever.clone()))
-            .authorizer(policies.clone())
-            .approval_rule(policies)
-            .skills(skills)
+        let cites = retriever.clone();
+        let forge = Forge::builder()
+            .stores(stores)
             .agent(drafter())
-            .worker_id(worker_id)
+            .model(ScriptedProvider::new(script))
+            .tool(SearchDocuments::new(retriever.clone()))
+            .tool(tool)
+            .skills(skills)
+            .engine(move |engine| {
+                Ok(engine
+                    .citations(Arc::new(cites))
+                    .authorizer(policies.clone())
+                    .approval_rule(policies))
+            })
             .build()
+            .await
             .map_err(forge)?;
-        Ok(Self {
-            engine: Arc::new(engine),
+        let app = Self {
+            engine: forge.engine().clone(),
             retriever,
             db,
             publisher,
-        })
+        };
+        Ok((app, forge))
     }
 
     /// Forge's engine (for the server and the worker).

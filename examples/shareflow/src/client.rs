@@ -53,7 +53,7 @@ impl PublisherClient {
     /// times.
     pub fn new(base: impl Into<String>) -> Self {
         // The workspace's reqwest leaves the TLS provider to the application.
-        forge_providers::http::install_crypto_provider();
+        forge::providers::http::install_crypto_provider();
         let http = reqwest::Client::builder()
             .timeout(Duration::from_secs(10))
             .build()

@@ -16,7 +16,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
-use forge_server::Authenticator;
+use forge::server::Authenticator;
 use serde::Deserialize;
 
 use crate::app::{AppError, NewDocument, ShareFlow};

@@ -6,14 +6,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use forge_core::ports::store::Store;
-use forge_engine::{LiveObserver, Worker, WorkerConfig};
-use forge_rag::SourceStore;
-use forge_server::{
-    Authenticator, DevSignIn, EventBus, LiveTail, Server, ServerConfig, Wake, WebConfig,
-};
-use forge_store_postgres::{Mode, PostgresStore};
-use forge_store_sqlite::SqliteStore;
+use forge::Forge;
+use forge::server::{Authenticator, DevSignIn, ServerConfig, WebConfig};
 use tokio_util::sync::CancellationToken;
 
 use crate::app::{AppError, ShareFlow};
@@ -69,6 +63,9 @@ pub struct Running {
     pub publisher: Option<Publisher>,
     /// The application.
     pub app: Arc<ShareFlow>,
+    forge: Forge,
+    serving: tokio::task::JoinHandle<Result<(), forge::Error>>,
+    /// Stops the bundled publishing service.
     stop: CancellationToken,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
@@ -81,13 +78,6 @@ impl std::fmt::Debug for Running {
             .finish_non_exhaustive()
     }
 }
-
-/// Forge's store, its retrieval sources, and the PostgreSQL store itself (for `LISTEN`).
-type Opened = (
-    Arc<dyn Store>,
-    Arc<dyn SourceStore>,
-    Option<Arc<PostgresStore>>,
-);
 
 fn config(what: &str) -> impl Fn(String) -> AppError + '_ {
     move |e| AppError::Config(format!("{what}: {e}"))
@@ -125,66 +115,43 @@ impl Running {
         };
 
         let db = AppDb::open(&options.data.join("shareflow.db")).await?;
-        let (store, sources, pg): Opened = match &options.store {
+        let stores = match &options.store {
             StoreChoice::Sqlite => {
                 let url = format!("sqlite://{}", options.data.join("forge.db").display());
-                let s = Arc::new(
-                    SqliteStore::open(&url)
-                        .await
-                        .map_err(|e| config("the SQLite store")(e.to_string()))?,
-                );
-                (s.clone(), s, None)
+                forge::Stores::open(&url)
+                    .await
+                    .map_err(|e| config("the SQLite store")(e.to_string()))?
             }
             StoreChoice::Postgres {
                 admin_url,
                 database,
             } => {
                 let url =
-                    forge_store_postgres::provision_application(admin_url, "shareflow", database)
+                    forge::store::postgres::provision_application(admin_url, "shareflow", database)
                         .await
                         .map_err(|e| {
                             config("PostgreSQL set-up")(format!(
                                 "{e} (is PostgreSQL running at the administrator URL?)"
                             ))
                         })?;
-                let s = Arc::new(
-                    PostgresStore::connect(&url, Mode::Rls)
-                        .await
-                        .map_err(|e| config("the PostgreSQL store")(e.to_string()))?,
-                );
-                (s.clone(), s.clone(), Some(s))
+                forge::Stores::open_postgres(&url, forge::PgMode::Rls)
+                    .await
+                    .map_err(|e| config("the PostgreSQL store")(e.to_string()))?
             }
         };
-        let worker_id = format!("shareflow-{}", std::process::id());
-        let app = Arc::new(ShareFlow::new(
-            store.clone(),
-            sources,
+        // PostgreSQL's notifications wake the deployment's streams for runs other processes
+        // execute (the facade listens).
+        let (app, forge) = ShareFlow::start(
+            stores,
             db,
             PublisherClient::new(publisher_url.clone()),
-            forge_engine::SkillLibrary::load_dir(&crate::app::skills_dir())
-                .map_err(|e| config("the skills")(e.to_string()))?,
-            &worker_id,
-        )?);
+            &crate::app::skills_dir(),
+        )
+        .await?;
+        let app = Arc::new(app);
 
         let auth = Authenticator::hs256(&options.secret)
             .map_err(|e| config("the token secret")(e.to_string()))?;
-        let bus = EventBus::default();
-        let tail = Arc::new(LiveTail::new(bus.clone()));
-        if let Some(pg) = &pg {
-            let bus = bus.clone();
-            let listening = pg.listen_run_events(move |wake| {
-                bus.publish(match wake {
-                    Some((run_id, thread_id)) => Wake::Run { run_id, thread_id },
-                    None => Wake::All,
-                });
-                true
-            });
-            let until = stop.clone();
-            tasks.push(tokio::spawn(async move {
-                until.cancelled().await;
-                listening.abort();
-            }));
-        }
         let dev_sign_in = options.dev_sign_in.then(|| DevSignIn {
             secret: options.secret.clone(),
             ttl_secs: 12 * 3600,
@@ -201,7 +168,6 @@ impl Running {
             dev_sign_in: dev_sign_in.clone(),
         };
         server_config.retriever = Some(app.retriever().clone());
-        let server = Server::new(app.engine().clone(), tail.clone(), server_config);
         let routes = crate::http::router(app.clone(), Arc::new(auth));
         let listener = tokio::net::TcpListener::bind(options.listen)
             .await
@@ -213,32 +179,17 @@ impl Running {
             dev.check_listener(addr)
                 .map_err(|e| config("development sign-in")(e.to_string()))?;
         }
-        let until = stop.clone();
-        tasks.push(tokio::spawn(async move {
-            // Forge's routes and the application's, with Forge's header timeout and drain.
-            let _ = server.serve_with(routes, listener, until).await;
-        }));
-
-        let worker = Worker::new(
-            app.engine().clone(),
-            store,
-            WorkerConfig {
-                id: worker_id,
-                poll_interval: std::time::Duration::from_millis(50),
-                ..WorkerConfig::default()
-            },
-        )
-        .with_observer(Arc::new(LiveObserver::default().with(tail)));
-        let until = stop.clone();
-        tasks.push(tokio::spawn(async move {
-            worker.run(until).await;
-        }));
+        // Forge's routes and the application's, with Forge's header timeout and drain; it ends
+        // when the deployment shuts down.
+        let serving = tokio::spawn(forge.serve_with(listener, server_config, routes));
 
         Ok(Running {
             url: format!("http://{addr}"),
             publisher_url,
             publisher,
             app,
+            forge,
+            serving,
             stop,
             tasks,
         })
@@ -246,6 +197,8 @@ impl Running {
 
     /// Stops accepting work, lets the worker drain, and waits for everything to end.
     pub async fn stop(self) {
+        self.forge.shutdown().await;
+        let _ = self.serving.await;
         self.stop.cancel();
         for task in self.tasks {
             let _ = task.await;
@@ -259,10 +212,10 @@ impl Running {
         principal: &str,
         roles: &[&str],
     ) -> Result<String, AppError> {
-        let scope = forge_core::scope::Scope::parse(tenant, principal, roles)
+        let scope = forge::core::scope::Scope::parse(tenant, principal, roles)
             .map_err(|e| AppError::Invalid(e.to_string()))?;
         let now = chrono::Utc::now().timestamp();
-        forge_server::auth::sign_hs256(secret, &scope, 3600, now)
+        forge::server::auth::sign_hs256(secret, &scope, 3600, now)
             .map_err(|e| config("the token secret")(e.to_string()))
     }
 }

@@ -8,9 +8,9 @@
 mod common;
 
 use common::{Env, per_document};
-use forge_core::event::RunEventKind;
-use forge_core::part::Part;
-use forge_core::scope::Scope;
+use forge::core::event::RunEventKind;
+use forge::core::part::Part;
+use forge::core::scope::Scope;
 use shareflow::StoreChoice;
 
 /// The agent workflow's token envelope per document (the scripted model's metered usage, with

@@ -16,10 +16,10 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
 use crm::{CrmDb, Options, Running, StoreChoice};
-use forge_core::interaction::{Decision, Resolve};
-use forge_core::part::Part;
-use forge_core::ports::store::{NewRun, NewThread};
-use forge_core::scope::Scope;
+use forge::core::interaction::{Decision, Resolve};
+use forge::core::part::Part;
+use forge::core::ports::store::{NewRun, NewThread};
+use forge::core::scope::Scope;
 
 #[derive(Parser)]
 #[command(
@@ -149,7 +149,7 @@ async fn main() -> anyhow::Result<()> {
             let now = chrono::Utc::now().timestamp();
             println!(
                 "{}",
-                forge_server::auth::sign_hs256(&secret(), &scope, 3600, now)?
+                forge::server::auth::sign_hs256(&secret(), &scope, 3600, now)?
             );
             Ok(())
         }
@@ -253,7 +253,7 @@ async fn ask(
     running: &Running,
     scope: &Scope,
     message: &str,
-) -> anyhow::Result<forge_core::run::Run> {
+) -> anyhow::Result<forge::core::run::Run> {
     let engine = running.crm.engine();
     let thread = engine.create_thread(scope, NewThread::default()).await?;
     let run = engine
@@ -273,9 +273,9 @@ async fn ask(
 async fn settled(
     running: &Running,
     scope: &Scope,
-    run: &forge_core::run::Run,
+    run: &forge::core::run::Run,
     waiting: bool,
-) -> anyhow::Result<forge_core::run::Run> {
+) -> anyhow::Result<forge::core::run::Run> {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
         let now = running.crm.engine().runs().get_run(scope, run.id).await?;
@@ -320,9 +320,9 @@ async fn demo_steps(running: &Running) -> anyhow::Result<()> {
 
 /// Approves `id` as `reviewer`, once per `key`.
 async fn approve(
-    engine: &forge_engine::Engine,
+    engine: &forge::engine::Engine,
     reviewer: &Scope,
-    id: forge_core::id::InteractionId,
+    id: forge::core::id::InteractionId,
     key: impl Into<String>,
 ) -> anyhow::Result<()> {
     let decision = Resolve {

@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
-use forge_core::interaction::{Decision, Resolve};
-use forge_core::scope::Scope;
+use forge::core::interaction::{Decision, Resolve};
+use forge::core::scope::Scope;
 use shareflow::{NewDocument, Options, Running, StoreChoice, Workflow};
 
 #[derive(Parser)]
@@ -366,7 +366,7 @@ async fn wait_for_approvals(
     running: &Running,
     reviewer: &Scope,
     n: usize,
-) -> anyhow::Result<Vec<forge_core::interaction::Interaction>> {
+) -> anyhow::Result<Vec<forge::core::interaction::Interaction>> {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
         let pending = running.app.engine().pending_interactions(reviewer).await?;
@@ -382,9 +382,9 @@ async fn wait_for_approvals(
 
 /// Approves `id` as `reviewer`, once per `key`.
 async fn approve(
-    engine: &forge_engine::Engine,
+    engine: &forge::engine::Engine,
     reviewer: &Scope,
-    id: forge_core::id::InteractionId,
+    id: forge::core::id::InteractionId,
     key: impl Into<String>,
 ) -> anyhow::Result<()> {
     let decision = Resolve {

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use forge_core::ports::model::ModelProvider;
 use forge_core::ports::tool::Tool;
-use forge_engine::{Engine, EngineBuilder, LiveObserver, SkillLibrary, Worker, WorkerConfig};
+use forge_engine::{Engine, EngineBuilder, SkillLibrary, WorkerConfig};
 use forge_live::{EventBus, LiveTail, LogCache, StreamContext, StreamSettings};
 use forge_providers::ProvidersConfig;
 use tokio_util::sync::CancellationToken;
@@ -31,7 +31,9 @@ pub struct ForgeBuilder {
     providers: Option<PathBuf>,
     policies: Option<PathBuf>,
     skills: Option<PathBuf>,
-    worker: Option<WorkerConfig>,
+    base: Option<EngineBuilder>,
+    worker: WorkerConfig,
+    start_worker: bool,
     streams: StreamSettings,
     customize: Vec<Customize>,
 }
@@ -59,11 +61,13 @@ impl Default for ForgeBuilder {
             providers: None,
             policies: None,
             skills: None,
-            worker: Some(WorkerConfig {
+            base: None,
+            worker: WorkerConfig {
                 id: holder("embedded"),
                 concurrency: 4,
                 ..WorkerConfig::default()
-            }),
+            },
+            start_worker: true,
             streams: StreamSettings::default(),
             customize: Vec::new(),
         }
@@ -151,16 +155,23 @@ impl ForgeBuilder {
 
     /// Runs the worker executes at once (4 by default).
     pub fn concurrency(mut self, runs: usize) -> Self {
-        if let Some(worker) = &mut self.worker {
-            worker.concurrency = runs.max(1);
-        }
+        self.worker.concurrency = runs.max(1);
+        self
+    }
+
+    /// The worker's settings in full (its id, which is also the engine's lease holder; its
+    /// poll; the one run it may execute…). The default holds claims under a name that says
+    /// which process it is, and runs 4 at once.
+    pub fn worker(mut self, config: WorkerConfig) -> Self {
+        self.worker = config;
         self
     }
 
     /// No worker in this process: runs are queued here and executed by `forge worker`
-    /// processes (or another deployment) on the same store.
+    /// processes (or another deployment) on the same store — or by a worker started later with
+    /// [`Forge::start_worker`].
     pub fn without_worker(mut self) -> Self {
-        self.worker = None;
+        self.start_worker = false;
         self
     }
 
@@ -168,6 +179,14 @@ impl ForgeBuilder {
     /// executed by another process on SQLite are seen at that pace), and the batch size.
     pub fn streams(mut self, settings: StreamSettings) -> Self {
         self.streams = settings;
+        self
+    }
+
+    /// Starts from this engine builder instead of an empty one: a composition root that
+    /// already assembles engines its own way (`forge-cli` does) keeps doing so and gets the
+    /// deployment around it. The deployment's store and lease holder replace the builder's.
+    pub fn base(mut self, engine: EngineBuilder) -> Self {
+        self.base = Some(engine);
         self
     }
 
@@ -221,13 +240,11 @@ impl ForgeBuilder {
         let mut models = self.models;
         models.extend(agents::model_providers(&loaded, &models, &config, &env)?);
 
-        let worker_id = self
-            .worker
-            .as_ref()
-            .map_or_else(|| holder("embedded"), |w| w.id.clone());
-        let mut builder = Engine::builder()
+        let mut builder = self
+            .base
+            .unwrap_or_else(Engine::builder)
             .dyn_store(stores.store.clone())
-            .worker_id(worker_id)
+            .worker_id(self.worker.id.clone())
             .redactor(agents::redactor(&config, &[], &env));
         for agent in loaded {
             builder = builder.agent(agent.definition);
@@ -281,12 +298,10 @@ impl ForgeBuilder {
             settings: self.streams,
             shutdown: stop.clone(),
         };
-        let worker = self.worker.map(|config| {
-            let worker = Worker::new(engine.clone(), stores.store.clone(), config)
-                .with_observer(Arc::new(LiveObserver::default().with(tail.clone())));
-            let stop = stop.clone();
-            tokio::spawn(async move { worker.run(stop).await })
-        });
-        Ok(Forge::new(engine, stores, tail, streams, stop, worker))
+        let mut forge = Forge::new(engine, stores, tail, streams, stop);
+        if self.start_worker {
+            forge.start_worker(self.worker)?;
+        }
+        Ok(forge)
     }
 }

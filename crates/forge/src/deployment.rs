@@ -7,7 +7,7 @@ use forge_core::id::{RunId, ThreadId, UuidV7Generator};
 use forge_core::part::Part;
 use forge_core::ports::store::{NewRun, NewThread};
 use forge_core::scope::Scope;
-use forge_engine::{Engine, WorkerReport};
+use forge_engine::{Engine, LiveObserver, Worker, WorkerConfig, WorkerReport};
 use forge_live::{LiveTail, StreamContext};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -47,7 +47,6 @@ impl Forge {
         tail: Arc<LiveTail>,
         streams: StreamContext,
         stop: CancellationToken,
-        worker: Option<JoinHandle<WorkerReport>>,
     ) -> Self {
         Self {
             engine,
@@ -55,8 +54,24 @@ impl Forge {
             tail,
             streams,
             stop,
-            worker,
+            worker: None,
         }
+    }
+
+    /// Starts this deployment's worker with `config`: for one built
+    /// [`without_worker`](ForgeBuilder::without_worker) that queues work first (`forge run`
+    /// starts one for the run it just queued, `only_run`). Its commits wake this deployment's
+    /// waiters and streams; [`Forge::shutdown`] drains it. A deployment has one worker: a second
+    /// is refused.
+    pub fn start_worker(&mut self, config: WorkerConfig) -> Result<(), Error> {
+        if self.worker.is_some() {
+            return Err(Error::Config("this deployment's worker is running already".into()));
+        }
+        let worker = Worker::new(self.engine.clone(), self.stores.store.clone(), config)
+            .with_observer(Arc::new(LiveObserver::default().with(self.tail.clone())));
+        let stop = self.stop.clone();
+        self.worker = Some(tokio::spawn(async move { worker.run(stop).await }));
+        Ok(())
     }
 
     /// The engine: threads, runs, approvals and answers, tools, usage, erasure.

@@ -255,3 +255,35 @@ async fn another_tenant_cannot_follow_a_run_and_unknown_agents_are_named() {
     assert!(refused.is_err());
     forge.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_started_later_executes_only_the_run_it_was_given() {
+    // As `forge run` does: queue first, then a worker for that run alone (another queued run,
+    // perhaps of an agent this process does not have, is left for its own worker).
+    let mut forge = builder("memory", desk())
+        .worker(forge::engine::WorkerConfig {
+            id: "later".into(),
+            poll_interval: Duration::from_millis(20),
+            ..forge::engine::WorkerConfig::default()
+        })
+        .without_worker()
+        .build()
+        .await
+        .unwrap();
+    let scope = Scope::parse("acme", "alice", &[]).unwrap();
+    let left = forge.start(&scope, "order-desk", "Not now").await.unwrap();
+    let mine = forge.start(&scope, "order-desk", "Where is A-1042?").await.unwrap();
+    forge
+        .start_worker(forge::engine::WorkerConfig {
+            id: "later".into(),
+            only_run: Some(mine.id()),
+            ..forge::engine::WorkerConfig::default()
+        })
+        .unwrap();
+    let again = forge.start_worker(forge::engine::WorkerConfig::default());
+    assert!(again.is_err(), "a deployment has one worker");
+    assert!(mine.wait().await.unwrap().answer().is_some());
+    let untouched = forge.engine().runs().get_run(&scope, left.id()).await.unwrap();
+    assert_eq!(untouched.status, forge::core::run::RunStatus::Queued);
+    assert_eq!(forge.shutdown().await.finished, 1);
+}

@@ -37,7 +37,6 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use forge_core::part::Part;
 use forge_core::ports::store::{NewRun, NewThread};
-use forge_core::run::RunStatus;
 use tokio_util::sync::CancellationToken;
 
 /// Forge: run AI agents durably, inside each tenant's walls.
@@ -360,7 +359,7 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let loaded = agent_file::load(&args.agent)?;
     let scope = args.scope.scope()?;
     let opened = store::open(&args.store).await?;
-    let store = opened.store;
+    let store = opened.store.clone();
     let mcp = mcp::start(args.access.mcp.as_deref(), Some(store.clone())).await?;
     let settings = compose::EngineSettings {
         agents: std::slice::from_ref(&loaded),
@@ -372,12 +371,30 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     };
     // Named so that a later process on this host can tell it died (forge_store_sqlite::holder).
     let holder = forge_store_sqlite::holder::this_process("forge-run");
-    let builder = compose::builder(store.clone(), &settings)?.worker_id(holder.clone());
-    let engine = builder.build().context("failed to build the engine")?;
+    let worker = forge_engine::WorkerConfig {
+        id: holder,
+        concurrency: 1,
+        poll_interval: std::time::Duration::from_millis(20),
+        ..forge_engine::WorkerConfig::default()
+    };
+    // The CLI's engine (built-in tools, metering, policies, MCP) in the facade's deployment; its
+    // worker starts once the run is queued, for that run only.
+    let mut forge = forge::Forge::builder()
+        .stores(opened)
+        .base(compose::builder(store, &settings)?)
+        .worker(worker.clone())
+        .without_worker()
+        .streams(forge_live::StreamSettings {
+            poll: std::time::Duration::from_millis(250),
+            ..Default::default()
+        })
+        .build()
+        .await
+        .context("failed to build the engine")?;
     agent_file::note_scripted(std::slice::from_ref(&loaded));
 
     // The run and its thread are created together (no empty thread is left if it is refused).
-    let run = engine
+    let run = forge
         .submit(
             &scope,
             NewRun::on_new_thread(
@@ -389,23 +406,15 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         )
         .await?;
 
-    // Executed by an in-process worker through the queue, like any other run: if this process is
-    // killed, the next `forge run` (or a `forge worker`) on the same store resumes it. Printed
+    // Executed by the deployment's worker through the queue, like any other run: if this process
+    // is killed, the next `forge run` (or a `forge worker`) on the same store resumes it. Printed
     // through the same live stream a GraphQL subscriber reads.
-    let engine = std::sync::Arc::new(engine);
+    forge.start_worker(forge_engine::WorkerConfig {
+        only_run: Some(run.id()),
+        ..worker
+    })?;
     let printer = print::Printer::new(args.json).redactor(args.providers.redactor());
-    let tail = std::sync::Arc::new(forge_live::LiveTail::new(forge_live::EventBus::default()));
-    let config = forge_engine::WorkerConfig {
-        id: holder,
-        concurrency: 1,
-        poll_interval: std::time::Duration::from_millis(20),
-        only_run: Some(run.id),
-        ..forge_engine::WorkerConfig::default()
-    };
-    let worker = forge_engine::Worker::new(engine.clone(), store.clone(), config).with_observer(
-        std::sync::Arc::new(forge_engine::LiveObserver::new(vec![tail.clone()])),
-    );
-    let (cancel_engine, cancel_scope, run_id) = (engine.clone(), scope.clone(), run.id);
+    let (cancel_engine, cancel_scope, run_id) = (forge.engine().clone(), scope.clone(), run.id());
     tokio::spawn(async move {
         if tokio::signal::ctrl_c().await.is_ok() {
             // Durable: the step in flight stops (here at once, in another process within its
@@ -413,50 +422,16 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             let _ = cancel_engine.request_cancel(&cancel_scope, run_id).await;
         }
     });
-    let drain = CancellationToken::new();
-    let executing = {
-        let (store, scope, drain) = (store.clone(), scope.clone(), drain.clone());
-        tokio::spawn(async move {
-            loop {
-                let current = store.get_run(&scope, run_id).await?;
-                if current.status.is_terminal() || drain.is_cancelled() {
-                    return anyhow::Ok(());
-                }
-                if worker.run_one(&drain).await?.is_none() {
-                    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-                }
-            }
-        })
-    };
-    let streams = forge_live::StreamContext {
-        runs: store.clone(),
-        cache: std::sync::Arc::new(forge_live::LogCache::default()),
-        tail: Some(tail.clone()),
-        settings: forge_live::StreamSettings {
-            poll: std::time::Duration::from_millis(250),
-            ..Default::default()
-        },
-        shutdown: CancellationToken::new(),
-    };
-    let mut items = std::pin::pin!(forge_live::run_events(
-        streams,
-        tail.bus(),
-        scope.clone(),
-        run.id,
-        0
-    ));
+    let mut items = run.subscribe();
     while let Some(item) = futures_util::StreamExt::next(&mut items).await {
         printer.item(&item.context("failed to read the run's events")?);
     }
-    drain.cancel();
-    executing
-        .await
-        .context("the in-process worker panicked")??;
-    let outcome = store.get_run(&scope, run.id).await?;
+    let outcome = run.wait().await?;
+    forge.shutdown().await;
     printer.finish();
-    Ok(match outcome.status {
-        RunStatus::Completed => ExitCode::SUCCESS,
-        RunStatus::Cancelled => ExitCode::from(130),
+    Ok(match outcome {
+        forge::Outcome::Completed { .. } => ExitCode::SUCCESS,
+        forge::Outcome::Cancelled { .. } => ExitCode::from(130),
         _ => ExitCode::from(1),
     })
 }

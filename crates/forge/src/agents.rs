@@ -55,6 +55,16 @@ pub struct LoadedAgent {
 
 impl LoadedAgent {
     /// Reads an agent file; a `scripted:<file>` model's script is read next to it.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), forge::Error> {
+    /// let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+    ///     .join("../../examples/agents/calculator.toml");
+    /// let agent = forge::LoadedAgent::load(&path)?;
+    /// assert_eq!(agent.definition.agent.name, "calculator");
+    /// assert!(agent.scripted(), "its model is a script beside the file");
+    /// # Ok(()) }
+    /// ```
     pub fn load(path: &Path) -> Result<Self, Error> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| Error::file("failed to read agent file", path, e))?;

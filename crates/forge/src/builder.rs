@@ -94,6 +94,19 @@ impl ForgeBuilder {
     /// Stores opened already ([`Stores::open`]): an application that needs them before the
     /// engine exists (its retrieval over `stores.sources`, say) opens them first. Takes the
     /// place of [`ForgeBuilder::store`].
+    ///
+    /// ```
+    /// use forge::prelude::*;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), forge::Error> {
+    /// let stores = forge::Stores::open("memory").await?;
+    /// let sources = stores.sources.clone(); // for the application's own retrieval
+    /// let forge = Forge::builder().stores(stores).build().await?;
+    /// # drop(sources);
+    /// forge.shutdown().await;
+    /// # Ok(()) }
+    /// ```
     pub fn stores(mut self, stores: Stores) -> Self {
         self.opened = Some(stores);
         self

@@ -63,9 +63,35 @@ impl Forge {
     /// starts one for the run it just queued, `only_run`). Its commits wake this deployment's
     /// waiters and streams; [`Forge::shutdown`] drains it. A deployment has one worker: a second
     /// is refused.
+    ///
+    /// ```
+    /// use forge::prelude::*;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), forge::Error> {
+    /// # let script = "[[conversation]]\n[[conversation.turn]]\ntext = [\"Hi.\"]\n";
+    /// let mut forge = Forge::builder()
+    ///     .store("memory")
+    ///     .agent(AgentDefinition::new("greeter", "scripted:hello"))
+    ///     .model(ScriptedProvider::new(Script::parse(script, "hello")?))
+    ///     .without_worker()
+    ///     .build()
+    ///     .await?;
+    /// let scope = Scope::parse("acme", "alice", &[])?;
+    /// let run = forge.start(&scope, "greeter", "Hi!").await?;
+    /// forge.start_worker(forge::engine::WorkerConfig {
+    ///     only_run: Some(run.id()),
+    ///     ..Default::default()
+    /// })?;
+    /// assert_eq!(run.wait().await?.answer(), Some("Hi."));
+    /// forge.shutdown().await;
+    /// # Ok(()) }
+    /// ```
     pub fn start_worker(&mut self, config: WorkerConfig) -> Result<(), Error> {
         if self.worker.is_some() {
-            return Err(Error::Config("this deployment's worker is running already".into()));
+            return Err(Error::Config(
+                "this deployment's worker is running already".into(),
+            ));
         }
         let worker = Worker::new(self.engine.clone(), self.stores.store.clone(), config)
             .with_observer(Arc::new(LiveObserver::default().with(self.tail.clone())));
@@ -174,6 +200,18 @@ impl Forge {
 
     /// [`Forge::serve`] with the application's own routes beside Forge's (its REST API, say),
     /// under the same header timeout, drain and panic handling.
+    ///
+    /// ```no_run
+    /// # async fn serve(forge: forge::Forge) -> Result<(), Box<dyn std::error::Error>> {
+    /// use forge::server::{Authenticator, ServerConfig};
+    ///
+    /// let auth = Authenticator::hs256(std::env::var("FORGE_JWT_SECRET")?.as_bytes())?;
+    /// let routes = axum::Router::new().route("/app/ping", axum::routing::get(|| async { "pong" }));
+    /// let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
+    /// tokio::spawn(forge.serve_with(listener, ServerConfig::new(auth), routes));
+    /// // …until `forge.shutdown()` ends it.
+    /// # Ok(()) }
+    /// ```
     #[cfg(feature = "server")]
     pub fn serve_with(
         &self,

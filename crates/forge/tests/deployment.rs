@@ -272,7 +272,10 @@ async fn a_worker_started_later_executes_only_the_run_it_was_given() {
         .unwrap();
     let scope = Scope::parse("acme", "alice", &[]).unwrap();
     let left = forge.start(&scope, "order-desk", "Not now").await.unwrap();
-    let mine = forge.start(&scope, "order-desk", "Where is A-1042?").await.unwrap();
+    let mine = forge
+        .start(&scope, "order-desk", "Where is A-1042?")
+        .await
+        .unwrap();
     forge
         .start_worker(forge::engine::WorkerConfig {
             id: "later".into(),
@@ -283,7 +286,12 @@ async fn a_worker_started_later_executes_only_the_run_it_was_given() {
     let again = forge.start_worker(forge::engine::WorkerConfig::default());
     assert!(again.is_err(), "a deployment has one worker");
     assert!(mine.wait().await.unwrap().answer().is_some());
-    let untouched = forge.engine().runs().get_run(&scope, left.id()).await.unwrap();
+    let untouched = forge
+        .engine()
+        .runs()
+        .get_run(&scope, left.id())
+        .await
+        .unwrap();
     assert_eq!(untouched.status, forge::core::run::RunStatus::Queued);
     assert_eq!(forge.shutdown().await.finished, 1);
 }

@@ -380,19 +380,15 @@ pub(crate) const CAPABILITIES: &[Capability] = &[
     // `examples/` (ShareFlow, the CRM) through the published crates only.
     Capability {
         name: "embedding: a host composes an engine with its own tools, agents and policies",
-        provider: (
-            "forge-engine/src/engine/builder.rs",
-            Some("EngineBuilder"),
-            "build",
-        ),
+        provider: ("forge/src/builder.rs", Some("ForgeBuilder"), "build"),
         scope: Scope::Host,
-        wired_in: ("shareflow/src/app.rs", Some("ShareFlow"), "new"),
+        wired_in: ("shareflow/src/app.rs", Some("ShareFlow"), "start"),
     },
     Capability {
         name: "embedding: a host's own function as a tool",
         provider: ("forge-engine/src/tools.rs", None, "native_tool"),
         scope: Scope::Host,
-        wired_in: ("shareflow/src/app.rs", Some("ShareFlow"), "new"),
+        wired_in: ("shareflow/src/app.rs", Some("ShareFlow"), "start"),
     },
     Capability {
         name: "embedding: a host submits runs",
@@ -401,10 +397,10 @@ pub(crate) const CAPABILITIES: &[Capability] = &[
         wired_in: ("shareflow/src/app.rs", Some("ShareFlow"), "start_drafting"),
     },
     Capability {
-        name: "embedding: a host runs a durable worker",
+        name: "embedding: a host's deployment runs a durable worker",
         provider: ("forge-engine/src/worker/mod.rs", Some("Worker"), "run"),
         scope: Scope::Host,
-        wired_in: ("shareflow/src/run.rs", Some("Running"), "start"),
+        wired_in: ("forge/src/deployment.rs", Some("Forge"), "start_worker"),
     },
     Capability {
         name: "embedding: a host resolves an approval",
@@ -430,7 +426,7 @@ pub(crate) const CAPABILITIES: &[Capability] = &[
             "from_sources",
         ),
         scope: Scope::Host,
-        wired_in: ("shareflow/src/app.rs", Some("ShareFlow"), "new"),
+        wired_in: ("shareflow/src/app.rs", Some("ShareFlow"), "start"),
     },
     Capability {
         name: "server: a host serves its own routes beside Forge's API and web client",
@@ -458,7 +454,7 @@ pub(crate) const CAPABILITIES: &[Capability] = &[
         name: "MCP: a host offers the imported tools to its engine",
         provider: ("forge-mcp/src/lib.rs", Some("McpRuntime"), "tools"),
         scope: Scope::Host,
-        wired_in: ("crm/src/app.rs", Some("Crm"), "new"),
+        wired_in: ("crm/src/app.rs", Some("Crm"), "start"),
     },
     Capability {
         name: "facade: an embedder waits for a run its deployment started",

@@ -8,7 +8,8 @@
 //! | its parents: `Forge::Role::"<role>"` for each role, and `Forge::Tenant::"<tenant>"` | the scope's roles and tenant |
 //! | `action`: `Forge::Action::"discover"`, `"execute"`, `"read"`, `"approve"`, `"act_unreviewed"` or `"administer"` | [`PolicyAction`] |
 //! | `resource`: `Forge::Tool::"<name>"` with `name`, `classification` (`read` / `write` / `external_write`), `version` and, when set, `permission` | the tool's spec |
-//! | `resource`: `Forge::Skill::"<name>"` (`name`, `version`), `Forge::Source::"<id>"`, `Forge::Thread::"<id>"` (`id`, `tenant`) | |
+//! | `resource`: `Forge::Skill::"<name>"` (`name`, `version`), `Forge::Thread::"<id>"` (`id`, `tenant`) | |
+//! | `resource`: `Forge::Source::"<id>"` with `id`, `label`, `tenant`, and `owner` when the source is someone's own | the source's record |
 //! | `resource`: `Forge::File::"<file id>"` with `id`, `owner`, `label`, `tenant` — asked only for someone other than its uploader, and only when it has a label | the file's record |
 //! | `resource`: `Forge::Administration::"<power>"` with `name`, `tenant` — for `administer`: `erase_threads`, `erase_runs`, `delete_threads`, `delete_files`, `delete_sources`, `audit_trail` | the server |
 //! | `resource`: `Forge::Approval::"<interaction id>"` with `id`, `tenant`, `thread`, `thread_created_by`, `run_initiator`, `tool`, `classification` — for `approve` | the interaction, its run and thread |
@@ -306,13 +307,18 @@ fn resource(scope: &Scope, r: &PolicyResource<'_>) -> Result<Entity, Error> {
                 ("classification".to_owned(), string(classification(*c))),
             ]),
         ),
-        PolicyResource::Source { id, label } => (
+        PolicyResource::Source { id, label, owner } => (
             uid("Forge::Source", id)?,
-            HashMap::from([
-                ("id".to_owned(), string(id)),
-                ("label".to_owned(), string(label)),
-                ("tenant".to_owned(), string(scope.tenant_id().as_str())),
-            ]),
+            HashMap::from_iter(
+                [
+                    ("id".to_owned(), string(id)),
+                    ("label".to_owned(), string(label)),
+                    ("tenant".to_owned(), string(scope.tenant_id().as_str())),
+                ]
+                .into_iter()
+                // Absent for a source nobody owns: policies test `resource has owner`.
+                .chain(owner.map(|o| ("owner".to_owned(), string(o)))),
+            ),
         ),
         PolicyResource::Thread(id) => (
             uid("Forge::Thread", id)?,
@@ -643,6 +649,7 @@ mod tests {
             resource: PolicyResource::Source {
                 id: "handbook",
                 label: "internal",
+                owner: None,
             },
             input: None,
         };
@@ -652,6 +659,36 @@ mod tests {
                 reason: "no policy permits it".into()
             }
         );
+    }
+
+    #[test]
+    fn a_sources_owner_is_an_attribute_only_when_it_has_one() {
+        let a = CedarAuthorizer::from_sources([(
+            "notes.cedar",
+            r#"permit (principal, action == Forge::Action::"read", resource is Forge::Source)
+               when { resource.label == "team" ||
+                      (resource has owner && resource.owner == principal.id) };"#,
+        )])
+        .unwrap();
+        let read = |principal: &str, label, owner| {
+            let scope = Scope::parse("acme", principal, &[]).unwrap();
+            a.decide(&PolicyRequest {
+                scope: &scope,
+                action: PolicyAction::Read,
+                resource: PolicyResource::Source {
+                    id: "note-1",
+                    label,
+                    owner,
+                },
+                input: None,
+            })
+            .is_allowed()
+        };
+        assert!(read("alice", "private", Some("alice")));
+        assert!(!read("bob", "private", Some("alice")));
+        // A principal named like a label gains nothing from it.
+        assert!(!read("team", "private", None));
+        assert!(read("bob", "team", None));
     }
 
     #[test]

@@ -236,6 +236,7 @@ pub fn ingest(
         id,
         title: title.into(),
         label: label.into(),
+        owner: None,
         format,
         metadata,
         text,

@@ -96,6 +96,10 @@ pub struct Source {
     pub title: String,
     /// The access label policies read (`resource.label` on `Forge::Source`).
     pub label: String,
+    /// The principal it belongs to, when it is someone's own (`resource.owner` on
+    /// `Forge::Source`, absent otherwise): a private note's author, say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
     /// What it was ingested from.
     pub format: Format,
     /// Caller metadata (never read when authorizing).
@@ -137,6 +141,8 @@ pub struct IngestedSource {
     pub title: String,
     /// Its access label.
     pub label: String,
+    /// Its owner, when it is someone's own ([`IngestedSource::owned_by`]).
+    pub owner: Option<String>,
     /// What it was ingested from.
     pub format: Format,
     /// Caller metadata.
@@ -147,6 +153,16 @@ pub struct IngestedSource {
     pub version: String,
     /// The chunks, in order, covering the text.
     pub chunks: Vec<Chunk>,
+}
+
+impl IngestedSource {
+    /// The source as `owner`'s own: policies read the principal id as `resource.owner` (a
+    /// private note's author), rather than a label that some principal's id could equal.
+    #[must_use]
+    pub fn owned_by(mut self, owner: impl Into<String>) -> Self {
+        self.owner = Some(owner.into());
+        self
+    }
 }
 
 /// What [`crate::SourceStore::put_source`] did.
@@ -161,13 +177,15 @@ pub enum PutOutcome {
     Unchanged,
 }
 
-/// A source's id and label: what authorization reads.
+/// A source's id, label and owner: what authorization reads.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SourceRef {
     /// Its id.
     pub id: SourceId,
     /// Its access label.
     pub label: String,
+    /// Its owner, when it has one.
+    pub owner: Option<String>,
 }
 
 /// Chunks that match a query among allowed sources, with the allowed corpus's size for ranking.

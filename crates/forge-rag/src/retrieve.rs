@@ -170,6 +170,7 @@ impl Retriever {
                 resource: PolicyResource::Source {
                     id: r.id.as_str(),
                     label: &r.label,
+                    owner: r.owner.as_deref(),
                 },
                 input: None,
             })
@@ -270,6 +271,7 @@ impl Retriever {
         let r = SourceRef {
             id: source.id.clone(),
             label: source.label.clone(),
+            owner: source.owner.clone(),
         };
         Ok(self.may_read(scope, &r).then_some(source))
     }

@@ -231,8 +231,8 @@ pub fn audit_record(row: &impl Columns) -> Result<AuditRecord, Error> {
     })
 }
 
-/// A retrieval source from its columns: `id`, `version`, `title`, `label`, `format`, `metadata`
-/// (JSON text), `text_bytes`, `chunks` and `updated_at`.
+/// A retrieval source from its columns: `id`, `version`, `title`, `label`, `owner` (null when
+/// nobody owns it), `format`, `metadata` (JSON text), `text_bytes`, `chunks` and `updated_at`.
 pub fn source(row: &impl Columns) -> Result<Source, Error> {
     let format = text(row, "format")?;
     Ok(Source {
@@ -240,6 +240,7 @@ pub fn source(row: &impl Columns) -> Result<Source, Error> {
         version: text(row, "version")?,
         title: text(row, "title")?,
         label: text(row, "label")?,
+        owner: row.text("owner")?,
         format: Format::parse(&format).ok_or_else(|| corrupt("format", &format))?,
         metadata: serde_json::from_str(&text(row, "metadata")?)
             .map_err(|e| corrupt("metadata", e))?,

@@ -55,6 +55,7 @@ impl SourceStore for MemoryStore {
                 version: s.version.clone(),
                 title: s.title.clone(),
                 label: s.label.clone(),
+                owner: s.owner.clone(),
                 format: s.format,
                 metadata: s.metadata.clone(),
                 text_bytes: s.text.len() as u64,
@@ -102,6 +103,7 @@ impl SourceStore for MemoryStore {
             .map(|(_, r)| SourceRef {
                 id: r.source.id.clone(),
                 label: r.source.label.clone(),
+                owner: r.source.owner.clone(),
             })
             .collect())
     }

@@ -308,6 +308,12 @@ const ENTRIES: &[Entry] = &[
         scripts: scripts!("0034_runs_in_flight"),
         supabase: Same,
     },
+    Entry {
+        version: 35,
+        name: "source_owner",
+        scripts: scripts!("0035_source_owner"),
+        supabase: Same,
+    },
 ];
 
 /// The migrations of a mode, in order.

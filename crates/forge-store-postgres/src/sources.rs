@@ -22,7 +22,7 @@ use crate::rows::db_error;
 /// The columns [`source_of`] reads.
 macro_rules! source_columns {
     () => {
-        "id, version, title, label, format, metadata::text AS metadata, octet_length(text)::bigint AS text_bytes, chunks::bigint AS chunks, updated_at"
+        "id, version, title, label, owner, format, metadata::text AS metadata, octet_length(text)::bigint AS text_bytes, chunks::bigint AS chunks, updated_at"
     };
 }
 
@@ -49,10 +49,10 @@ impl SourceStore for PostgresStore {
         .map_err(db_error)?;
         let outcome = rules::put_outcome(existing.as_deref(), &s.version);
         sqlx::query(
-            "INSERT INTO forge_sources (tenant_id, id, version, title, label, format, metadata, text, chunks, updated_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+            "INSERT INTO forge_sources (tenant_id, id, version, title, label, format, metadata, text, chunks, updated_at, owner)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
              ON CONFLICT (tenant_id, id) DO UPDATE SET version = excluded.version, title = excluded.title,
-                 label = excluded.label, format = excluded.format, metadata = excluded.metadata,
+                 label = excluded.label, owner = excluded.owner, format = excluded.format, metadata = excluded.metadata,
                  text = excluded.text, chunks = excluded.chunks, updated_at = excluded.updated_at",
         )
         .bind(tenant)
@@ -65,6 +65,7 @@ impl SourceStore for PostgresStore {
         .bind(&s.text)
         .bind(s.chunks.len() as i32)
         .bind(self.clock.now().0)
+        .bind(s.owner.as_deref())
         .execute(&mut *tx)
         .await
         .map_err(db_error)?;
@@ -147,12 +148,13 @@ impl SourceStore for PostgresStore {
 
     async fn source_refs(&self, scope: &Scope) -> Result<Vec<SourceRef>, Error> {
         let mut tx = self.tenant_tx(scope).await?;
-        let found =
-            sqlx::query("SELECT id, label FROM forge_sources WHERE tenant_id = $1 ORDER BY id")
-                .bind(scope.tenant_id().as_str())
-                .fetch_all(&mut *tx)
-                .await
-                .map_err(db_error)?;
+        let found = sqlx::query(
+            "SELECT id, label, owner FROM forge_sources WHERE tenant_id = $1 ORDER BY id",
+        )
+        .bind(scope.tenant_id().as_str())
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(db_error)?;
         tx.commit().await.map_err(db_error)?;
         found
             .iter()
@@ -160,6 +162,7 @@ impl SourceStore for PostgresStore {
                 Ok(SourceRef {
                     id: SourceId::new(r.get::<&str, _>("id"))?,
                     label: r.get("label"),
+                    owner: r.get("owner"),
                 })
             })
             .collect()

@@ -60,6 +60,7 @@ static MIGRATIONS: LazyLock<Migrations> = LazyLock::new(|| {
         migration!(15, "0015", "open_jobs"),
         migration!(16, "0016", "refusals"),
         migration!(17, "0017", "runs_in_flight"),
+        migration!(18, "0018", "source_owner"),
     ])
 });
 

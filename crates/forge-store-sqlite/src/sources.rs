@@ -21,7 +21,7 @@ use crate::rows::{self, text};
 /// The columns [`rows::source`] reads.
 macro_rules! source_columns {
     () => {
-        "id, version, title, label, format, metadata, length(CAST(text AS BLOB)) AS text_bytes, chunks, updated_at"
+        "id, version, title, label, owner, format, metadata, length(CAST(text AS BLOB)) AS text_bytes, chunks, updated_at"
     };
 }
 
@@ -91,10 +91,10 @@ impl SourceStore for SqliteStore {
             let outcome = rules::put_outcome(existing.as_deref(), &s.version);
             db::execute(
                 conn,
-                "INSERT INTO forge_sources (tenant_id, id, version, title, label, format, metadata, text, chunks, updated_at) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) \
+                "INSERT INTO forge_sources (tenant_id, id, version, title, label, format, metadata, text, chunks, updated_at, owner) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) \
                  ON CONFLICT (tenant_id, id) DO UPDATE SET version = excluded.version, title = excluded.title, \
-                     label = excluded.label, format = excluded.format, metadata = excluded.metadata, \
+                     label = excluded.label, owner = excluded.owner, format = excluded.format, metadata = excluded.metadata, \
                      text = excluded.text, chunks = excluded.chunks, updated_at = excluded.updated_at",
                 params![
                     tenant,
@@ -106,7 +106,8 @@ impl SourceStore for SqliteStore {
                     s.metadata.to_string(),
                     s.text,
                     s.chunks.len() as i64,
-                    now
+                    now,
+                    s.owner
                 ],
             )?;
             if outcome != PutOutcome::Unchanged {
@@ -177,12 +178,13 @@ impl SourceStore for SqliteStore {
         self.read(move |conn| {
             db::all(
                 conn,
-                "SELECT id, label FROM forge_sources WHERE tenant_id = ?1 ORDER BY id",
+                "SELECT id, label, owner FROM forge_sources WHERE tenant_id = ?1 ORDER BY id",
                 params![tenant],
                 |row| {
                     Ok(SourceRef {
                         id: SourceId::new(text(row, "id")?)?,
                         label: text(row, "label")?,
+                        owner: forge_sql::rows::Columns::text(&rows::Row(row), "owner")?,
                     })
                 },
             )

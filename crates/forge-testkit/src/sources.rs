@@ -116,6 +116,30 @@ pub async fn sources_round_trip_and_versions<F: StoreFactory>() {
     let listed = s.list_sources(&a, 10).await.expect("list");
     assert_eq!(listed.len(), 1);
     assert_eq!(listed[0].version, v2.version);
+    assert_eq!(listed[0].owner, None, "nobody owns it");
+
+    // An owned source keeps its owner wherever it is read, authorization's refs included; the
+    // owner follows a rewrite (unchanged text or not).
+    let mine = doc("notes/alice.md", "private", "Alice's own note.").owned_by("alice");
+    s.put_source(&a, &mine).await.expect("put");
+    let got = s.source(&a, &mine.id).await.expect("get").expect("stored");
+    assert_eq!(got.owner.as_deref(), Some("alice"));
+    let refs = s.source_refs(&a).await.expect("refs");
+    let owners: Vec<_> = refs
+        .iter()
+        .map(|r| (r.id.as_str(), r.owner.as_deref()))
+        .collect();
+    assert_eq!(
+        owners,
+        [
+            ("handbook/leave.md", None),
+            ("notes/alice.md", Some("alice"))
+        ]
+    );
+    let given = doc("notes/alice.md", "private", "Alice's own note.").owned_by("bob");
+    s.put_source(&a, &given).await.expect("put");
+    let got = s.source(&a, &mine.id).await.expect("get").expect("stored");
+    assert_eq!(got.owner.as_deref(), Some("bob"));
 }
 
 /// Candidates come only from the allowed sources, and the corpus counts only them.

@@ -62,6 +62,8 @@ pub enum PolicyResource<'a> {
         id: &'a str,
         /// Its access label.
         label: &'a str,
+        /// The principal it belongs to, when it is someone's own.
+        owner: Option<&'a str>,
     },
     /// A thread, by id.
     Thread(&'a str),

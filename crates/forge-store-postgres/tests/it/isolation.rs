@@ -514,7 +514,7 @@ async fn refuses_to_start_where_the_system_role_is_forgeable_or_missing() {
         .await
         .unwrap_err();
     assert!(
-        matches!(&err, OpenError::Unmigrated { pending: 34 }),
+        matches!(&err, OpenError::Unmigrated { pending: 35 }),
         "{err}"
     );
     assert!(err.to_string().contains("forge migrate"), "{err}");

@@ -1,0 +1,1 @@
+ALTER TABLE forge_sources DROP COLUMN owner;

@@ -236,25 +236,11 @@ impl Forge {
         }
     }
 
-    /// Shuts the deployment down on Ctrl-C or, on Unix, SIGTERM.
+    /// Shuts the deployment down on Ctrl-C or, on Unix, SIGTERM ([`shutdown_signal`]).
     pub fn shutdown_on_signal(&self) {
         let stop = self.stop.clone();
         tokio::spawn(async move {
-            #[cfg(unix)]
-            {
-                use tokio::signal::unix::{SignalKind, signal};
-                match signal(SignalKind::terminate()) {
-                    Ok(mut term) => tokio::select! {
-                        _ = term.recv() => {}
-                        _ = tokio::signal::ctrl_c() => {}
-                    },
-                    Err(_) => {
-                        let _ = tokio::signal::ctrl_c().await;
-                    }
-                }
-            }
-            #[cfg(not(unix))]
-            let _ = tokio::signal::ctrl_c().await;
+            shutdown_signal().await;
             stop.cancel();
         });
     }
@@ -274,4 +260,25 @@ impl Drop for Forge {
     fn drop(&mut self) {
         self.stop.cancel();
     }
+}
+
+/// Resolves when the process is asked to stop: Ctrl-C or, on Unix, SIGTERM (what a service
+/// manager or `docker stop` sends first). An application awaits it, then shuts its deployment
+/// down so the runs in flight reach a checkpoint instead of being killed mid-step.
+pub async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            },
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = tokio::signal::ctrl_c().await;
 }

@@ -45,7 +45,7 @@ mod stores;
 
 pub use agents::{AgentSource, LoadedAgent, model_providers, redactor};
 pub use builder::ForgeBuilder;
-pub use deployment::Forge;
+pub use deployment::{Forge, shutdown_signal};
 pub use run::{Outcome, RunHandle};
 #[cfg(feature = "postgres")]
 pub use stores::PgMode;

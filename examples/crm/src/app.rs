@@ -127,10 +127,12 @@ impl std::fmt::Debug for Crm {
     }
 }
 
-/// The retrieval source of a note: its label is `team`, or its author's id for a private note.
-pub fn note_label(note: &Note) -> &str {
+/// The access label of a note's retrieval source: `team`, or `private` for a private note, which
+/// is also owned by its author (`resource.owner`: whoever a principal's id is, it is never
+/// mistaken for the label).
+pub fn note_label(note: &Note) -> &'static str {
     if note.visibility == "private" {
-        &note.author
+        "private"
     } else {
         "team"
     }
@@ -213,6 +215,11 @@ impl Crm {
             serde_json::json!({ "author": note.author, "record": note.record_id }),
             &note.body,
         );
+        let source = if note.visibility == "private" {
+            source.owned_by(&note.author)
+        } else {
+            source
+        };
         self.retriever
             .index(scope, &source)
             .await

@@ -315,6 +315,27 @@ async fn notes_are_cited_and_private_notes_stay_private() {
         !readable("bob").await.contains(&id),
         "bob may read alice's private note"
     );
+
+    // A principal whose id is the team label's text: a private note is still its author's
+    // alone (ownership is the source's owner, not a label an id could equal).
+    let team = env.token("team", &["sales"]);
+    let added: Value = env
+        .http
+        .post(format!("{}/crm/notes", env.running.url))
+        .bearer_auth(&team)
+        .json(&json!({ "record_kind": "company", "record_id": "co-initech", "body": "Initech's CFO is leaving.", "visibility": "private" }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = added["id"].as_str().unwrap().to_owned();
+    assert!(readable("team").await.contains(&id));
+    assert!(
+        !readable("alice").await.contains(&id),
+        "a private note by the principal `team` is readable by everyone"
+    );
     env.stop().await;
 }
 

@@ -48,6 +48,9 @@ pub enum CrmError {
     /// The request is malformed.
     #[error("{0}")]
     Invalid(String),
+    /// What the request names does not exist.
+    #[error("{0}")]
+    NotFound(String),
 }
 
 fn config(e: impl std::fmt::Display) -> CrmError {
@@ -237,6 +240,16 @@ impl Crm {
         }
         if note.body.trim().is_empty() || note.body.len() > 20_000 {
             return Err(CrmError::Invalid("a note is 1 to 20,000 bytes".into()));
+        }
+        if !self
+            .db
+            .record_exists(&note.record_kind, &note.record_id)
+            .await?
+        {
+            return Err(CrmError::NotFound(format!(
+                "no {} {} to add a note to (record_kind is company or opportunity)",
+                note.record_kind, note.record_id
+            )));
         }
         note.id = format!("note-{}", uuid::Uuid::new_v4().simple());
         note.author = scope.principal_id().as_str().to_owned();

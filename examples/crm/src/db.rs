@@ -307,6 +307,20 @@ impl CrmDb {
             .collect()
     }
 
+    /// Whether the record a note would be on exists: a `company` or an `opportunity` by id.
+    pub async fn record_exists(&self, kind: &str, id: &str) -> Result<bool, sqlx::Error> {
+        let sql = match kind {
+            "company" => "SELECT 1 FROM companies WHERE id = ?",
+            "opportunity" => "SELECT 1 FROM opportunities WHERE id = ?",
+            _ => return Ok(false),
+        };
+        Ok(sqlx::query(sql)
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?
+            .is_some())
+    }
+
     /// Adds a note.
     pub async fn add_note(&self, n: &Note) -> Result<(), sqlx::Error> {
         sqlx::query("INSERT INTO notes VALUES (?, ?, ?, ?, ?, ?)")

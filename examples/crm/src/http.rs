@@ -8,9 +8,10 @@
 use std::sync::Arc;
 
 use axum::extract::State;
+use axum::extract::rejection::JsonRejection;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{any, get, post};
 use axum::{Json, Router};
 use forge::server::Authenticator;
 use serde::Deserialize;
@@ -29,7 +30,14 @@ pub fn router(crm: Arc<Crm>, auth: Arc<Authenticator>) -> Router {
     Router::new()
         .route("/crm/opportunities", get(opportunities))
         .route("/crm/notes", post(add_note))
+        // The CRM's namespace answers in JSON: an unknown path is not the web client's page.
+        .route("/crm", any(not_found))
+        .route("/crm/{*rest}", any(not_found))
         .with_state(Api { crm, auth })
+}
+
+async fn not_found() -> Response {
+    error(StatusCode::NOT_FOUND, "no such CRM route".into())
 }
 
 fn error(status: StatusCode, message: String) -> Response {
@@ -40,6 +48,7 @@ impl IntoResponse for CrmError {
     fn into_response(self) -> Response {
         let status = match self {
             CrmError::Invalid(_) => StatusCode::BAD_REQUEST,
+            CrmError::NotFound(_) => StatusCode::NOT_FOUND,
             _ => StatusCode::SERVICE_UNAVAILABLE,
         };
         error(status, self.to_string())
@@ -72,11 +81,16 @@ struct NewNote {
 async fn add_note(
     State(api): State<Api>,
     headers: HeaderMap,
-    Json(new): Json<NewNote>,
+    body: Result<Json<NewNote>, JsonRejection>,
 ) -> Response {
     let scope = match api.auth.authenticate_request(&headers) {
         Ok(s) => s,
         Err(r) => return r.into_response(),
+    };
+    // A body that is not the note's JSON is answered in JSON too, like every other error.
+    let Json(new) = match body {
+        Ok(body) => body,
+        Err(e) => return error(e.status(), e.body_text()),
     };
     let note = Note {
         id: String::new(),

@@ -339,6 +339,71 @@ async fn notes_are_cited_and_private_notes_stay_private() {
     env.stop().await;
 }
 
+/// The CRM's own API answers in JSON, every time: an unknown path under `/crm` is a JSON 404
+/// (not the web client's page), a body that is not a note is a JSON 4xx, and a note on a record
+/// that does not exist is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_crm_api_answers_every_request_in_json() {
+    let env = Env::start(StoreChoice::Sqlite).await;
+    let alice = env.token("alice", &["sales"]);
+    let url = |path: &str| format!("{}{path}", env.running.url);
+    let is_json = |r: &reqwest::Response| {
+        r.headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("application/json"))
+    };
+    for path in ["/crm/nope", "/crm/opportunities/extra", "/crm"] {
+        let r = env
+            .http
+            .get(url(path))
+            .bearer_auth(&alice)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 404, "{path}");
+        assert!(is_json(&r), "{path}: {:?}", r.headers());
+    }
+    let r = env
+        .http
+        .post(url("/crm/notes"))
+        .bearer_auth(&alice)
+        .header("content-type", "application/json")
+        .body("{\"record_kind\": 1}")
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_client_error(), "{}", r.status());
+    assert!(is_json(&r), "{:?}", r.headers());
+    assert!(r.json::<Value>().await.unwrap()["error"].is_string());
+    let r = env
+        .http
+        .post(url("/crm/notes"))
+        .bearer_auth(&alice)
+        .json(&json!({ "record_kind": "company", "record_id": "co-nowhere", "body": "Hello.", "visibility": "team" }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    let body: Value = r.json().await.unwrap();
+    assert!(
+        body["error"].as_str().unwrap().contains("co-nowhere"),
+        "{body}"
+    );
+    assert!(
+        !env.running
+            .crm
+            .db()
+            .notes()
+            .await
+            .unwrap()
+            .iter()
+            .any(|n| n.record_id == "co-nowhere"),
+        "the note was stored anyway"
+    );
+    env.stop().await;
+}
+
 /// A record update is an external write: it waits for a manager (not the rep who asked, not
 /// another rep), then applies once through the MCP server, under the call's idempotency key.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{any, get};
 use axum::{Json, Router};
 use forge::server::Authenticator;
 use serde::Deserialize;
@@ -34,7 +34,15 @@ pub fn router(app: Arc<ShareFlow>, auth: Arc<Authenticator>) -> Router {
         .route("/app/documents", get(documents).post(drop_document))
         .route("/app/workflow", get(workflow).put(set_workflow))
         .route("/app/posts", get(posts))
+        // The application's namespace answers in JSON: an unknown path is not the web client's
+        // page.
+        .route("/app", any(not_found))
+        .route("/app/{*rest}", any(not_found))
         .with_state(Api { app, auth })
+}
+
+async fn not_found() -> Response {
+    error(StatusCode::NOT_FOUND, "no such ShareFlow route".into())
 }
 
 fn error(status: StatusCode, message: String) -> Response {

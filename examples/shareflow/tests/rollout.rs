@@ -419,3 +419,19 @@ async fn drop_database(name: &str) {
     .await
     .unwrap();
 }
+
+/// ShareFlow's own API answers in JSON: an unknown path under `/app` is a JSON 404, never the
+/// web client's page with a 200.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_application_paths_are_json_404s() {
+    let env = Env::sqlite().await;
+    let editor = env.token("acme", "erin", &["editor"]);
+    for path in ["/app/nope", "/app/documents/extra", "/app"] {
+        let (status, body) = env
+            .api(reqwest::Method::GET, path, Some(&editor), None)
+            .await;
+        assert_eq!(status, 404, "{path}");
+        assert!(body["error"].is_string(), "{path}: {body}");
+    }
+    env.stop().await;
+}

@@ -1,5 +1,5 @@
 //! `crm serve` hands out development tokens only when asked (`--dev-sign-in`), and only on a
-//! loopback listener unless forced (`--dev-sign-in-anywhere`).
+//! loopback listener unless forced (`--dev-sign-in-anywhere`); and it stops cleanly on SIGTERM.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
@@ -102,4 +102,18 @@ async fn development_sign_in_is_refused_off_loopback_unless_forced() {
         sign_in(&format!("http://127.0.0.1:{port}")).await,
         reqwest::StatusCode::OK
     );
+}
+
+#[tokio::test]
+async fn sigterm_drains_and_exits_cleanly() {
+    let mut serving = serve("127.0.0.1:0", &[]).expect("serves");
+    let pid = serving.child.id().to_string();
+    let sent = Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("kill runs");
+    assert!(sent.success());
+    // Killed by the signal, the process would have no exit code; drained, it exits 0.
+    let status = serving.child.wait().expect("it exits");
+    assert_eq!(status.code(), Some(0), "{status}");
 }

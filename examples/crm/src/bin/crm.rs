@@ -127,8 +127,11 @@ async fn main() -> anyhow::Result<()> {
                     ""
                 },
             );
-            tokio::signal::ctrl_c().await?;
+            // Ctrl-C or SIGTERM: the worker drains (runs in flight reach a checkpoint) and the
+            // server answers what it has in flight before the process exits.
+            forge::shutdown_signal().await;
             running.stop().await;
+            eprintln!("crm: stopped");
             Ok(())
         }
         Some(Command::Mcp { db, memory }) => {

@@ -353,16 +353,19 @@ impl ShareFlow {
             serde_json::json!({ "dropped_by": scope.principal_id().as_str() }),
             &new.body,
         );
-        if let Some(existing) = self.db.document(&tenant, &new.id).await? {
+        let taken = |existing: Document| {
             if existing.version == source.version {
-                return Ok(existing);
+                Ok(existing)
+            } else {
+                Err(AppError::Conflict(format!(
+                    "document {} exists with other text; give the new one its own id",
+                    new.id
+                )))
             }
-            return Err(AppError::Conflict(format!(
-                "document {} exists with other text; give the new one its own id",
-                new.id
-            )));
+        };
+        if let Some(existing) = self.db.document(&tenant, &new.id).await? {
+            return taken(existing);
         }
-        self.retriever.index(scope, &source).await.map_err(forge)?;
         let doc = Document {
             tenant: tenant.clone(),
             id: new.id.clone(),
@@ -377,13 +380,21 @@ impl ShareFlow {
             delivery_id: None,
             submitted_by: scope.principal_id().as_str().to_owned(),
         };
+        // The row claims the id before anything is indexed: of drops racing for one id, one
+        // inserts and indexes its text; the others find its row, and only the same text is
+        // the same document (so the index never holds a version the application does not).
         if !self.db.insert_document(&doc).await? {
-            // Dropped twice at once: the other drop routes it.
-            return self
+            let existing = self
                 .db
                 .document(&tenant, &doc.id)
                 .await?
-                .ok_or_else(|| AppError::Conflict("the document vanished".into()));
+                .ok_or_else(|| AppError::Conflict("the document vanished".into()))?;
+            return taken(existing);
+        }
+        if let Err(e) = self.retriever.index(scope, &source).await {
+            // Not indexed: the id is free again for a retry.
+            self.db.delete_document(&tenant, &doc.id).await?;
+            return Err(forge(e));
         }
         match self.db.workflow(&tenant).await? {
             Workflow::Legacy => self.publish_legacy(&doc).await?,

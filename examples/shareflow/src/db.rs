@@ -129,7 +129,10 @@ impl AppDb {
         workflow: Workflow,
         by: &str,
     ) -> Result<Workflow, sqlx::Error> {
-        let mut tx = self.pool.begin().await?;
+        // Write-locked from the start: a transaction that reads first and then writes cannot be
+        // upgraded while another change commits, and SQLite refuses it at once ("database is
+        // locked") instead of waiting its busy timeout.
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
         let before: Option<(String,)> =
             sqlx::query_as("SELECT workflow FROM flags WHERE tenant = ?")
                 .bind(tenant)
@@ -148,6 +151,16 @@ impl AppDb {
         .await?;
         tx.commit().await?;
         Ok(before.map_or(Workflow::Legacy, |(w,)| Workflow::parse(&w)))
+    }
+
+    /// Forgets a document whose drop did not finish (its text was not indexed).
+    pub async fn delete_document(&self, tenant: &str, id: &str) -> Result<(), sqlx::Error> {
+        sqlx::query("DELETE FROM documents WHERE tenant = ? AND id = ?")
+            .bind(tenant)
+            .bind(id)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
     }
 
     /// Records a dropped document; `false` when the tenant already has one with this id.

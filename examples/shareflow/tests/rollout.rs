@@ -435,3 +435,88 @@ async fn unknown_application_paths_are_json_404s() {
     }
     env.stop().await;
 }
+
+/// Six editors drop one id at once with six different texts: one drop wins, the others are told
+/// the id is taken (`409`), and the document the application keeps is the version retrieval
+/// indexed, so its citations resolve.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_drops_of_one_id_keep_one_version_everywhere() {
+    let env = Env::sqlite().await;
+    let admin = env.token("acme", "ada", &["admin"]);
+    env.set_workflow(&admin, "agent").await;
+    let editor = env.token("acme", "eve", &["editor"]);
+    let drops = (0..6).map(|i| {
+        let (env, editor) = (&env, &editor);
+        async move {
+            env.api(
+                reqwest::Method::POST,
+                "/app/documents",
+                Some(editor),
+                Some(serde_json::json!({
+                    "id": "launch-notes",
+                    "title": "Launch notes",
+                    "body": format!("# Launch notes\n\nVersion {i} of the launch notes."),
+                })),
+            )
+            .await
+        }
+    });
+    let answers = futures_util::future::join_all(drops).await;
+    let statuses: Vec<u16> = answers.iter().map(|(s, _)| *s).collect();
+    assert_eq!(
+        statuses.iter().filter(|s| **s == 201 || **s == 200).count(),
+        1,
+        "{statuses:?}"
+    );
+    assert_eq!(
+        statuses.iter().filter(|s| **s == 409).count(),
+        5,
+        "{statuses:?}"
+    );
+    let kept = env.document(&editor, "launch-notes").await;
+    let scope = Scope::parse("acme", "eve", &["editor"]).unwrap();
+    let indexed = env
+        .running
+        .app
+        .retriever()
+        .store()
+        .source(
+            &scope,
+            &forge::rag::model::SourceId::new("launch-notes").unwrap(),
+        )
+        .await
+        .unwrap()
+        .expect("indexed");
+    assert_eq!(
+        indexed.version, kept.version,
+        "the index holds another version"
+    );
+    env.stop().await;
+}
+
+/// Eight administrators turn the flag at once: every change is applied in turn, none is refused
+/// because the database was busy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_flag_changes_all_apply() {
+    let env = Env::sqlite().await;
+    let admin = env.token("acme", "ada", &["admin"]);
+    let changes = (0..8).map(|i| {
+        let (env, admin) = (&env, &admin);
+        async move {
+            env.api(
+                reqwest::Method::PUT,
+                "/app/workflow",
+                Some(admin),
+                Some(
+                    serde_json::json!({ "workflow": if i % 2 == 0 { "agent" } else { "legacy" } }),
+                ),
+            )
+            .await
+        }
+    });
+    let answers = futures_util::future::join_all(changes).await;
+    for (status, body) in &answers {
+        assert_eq!(*status, 200, "{body}");
+    }
+    env.stop().await;
+}

@@ -20,6 +20,10 @@
 //! without one) denies the request instead of being skipped, so a broken `forbid` never opens a
 //! door.
 //!
+//! An application decides its own actions with the same policies ([`CedarAuthorizer::decide_app`]):
+//! `App::Action::"<name>"` on `App::<Type>::"<id>"` with the attributes it gives, the caller as
+//! above — role checks in the policies rather than in application code.
+//!
 //! Call inputs enter the context as data: JSON `null`s are dropped (Cedar has none), numbers that
 //! are not 64-bit integers become strings, and nothing in an input can name an entity — Cedar's
 //! JSON escapes (`__entity`, `__extn`) are never interpreted, because the conversion builds
@@ -379,9 +383,74 @@ impl Authorizer for CedarAuthorizer {
     }
 
     fn authorize(&self, req: &PolicyRequest<'_>) -> Result<PolicyDecision, Error> {
-        let scope = req.scope;
+        let resource = resource(req.scope, &req.resource)?;
+        let action = uid("Forge::Action", req.action.as_str())?;
+        self.evaluate(req.scope, action, resource, req.input)
+    }
+}
+
+/// An application's own action on one of its own resources, decided by the same policies as
+/// Forge's: `App::Action::"add_note"` on `App::Note::"<id>"`, with the caller as
+/// `Forge::Principal` (its roles and tenant as parents) — so role checks live in the policies,
+/// not in application code. The application's namespace may not be `Forge`.
+#[derive(Debug, Clone, Copy)]
+pub struct AppRequest<'a> {
+    /// The caller.
+    pub scope: &'a Scope,
+    /// The application's Cedar namespace (`Crm`).
+    pub namespace: &'a str,
+    /// The action's name (`add_note` is `Crm::Action::"add_note"`).
+    pub action: &'a str,
+    /// The resource's type in the namespace (`Note` is `Crm::Note`).
+    pub resource_type: &'a str,
+    /// The resource's id.
+    pub resource_id: &'a str,
+    /// The resource's attributes, a JSON object (`null` values are left out); `tenant` is added.
+    pub attributes: &'a serde_json::Value,
+}
+
+impl CedarAuthorizer {
+    /// Decides an application's own action ([`AppRequest`]). A malformed request (a namespace
+    /// or name Cedar refuses, the `Forge` namespace, attributes that are not an object) is an
+    /// error, never an allow.
+    pub fn decide_app(&self, req: &AppRequest<'_>) -> Result<PolicyDecision, Error> {
+        if req.namespace == "Forge" {
+            return Err(Error::invalid(
+                "an application's actions are in its own namespace, not Forge's",
+            ));
+        }
+        let serde_json::Value::Object(fields) = req.attributes else {
+            return Err(Error::invalid(
+                "an application resource's attributes are an object",
+            ));
+        };
+        let mut attrs: HashMap<String, RestrictedExpression> = fields
+            .iter()
+            .filter_map(|(k, v)| to_cedar(v).map(|v| (k.clone(), v)))
+            .collect();
+        attrs.insert("tenant".to_owned(), string(req.scope.tenant_id().as_str()));
+        let resource = Entity::new(
+            uid(
+                &format!("{}::{}", req.namespace, req.resource_type),
+                req.resource_id,
+            )?,
+            attrs,
+            HashSet::new(),
+        )
+        .map_err(|e| Error::invalid(format!("resource entity: {e}")))?;
+        let action = uid(&format!("{}::Action", req.namespace), req.action)?;
+        self.evaluate(req.scope, action, resource, None)
+    }
+
+    /// The decision for `scope` doing `action` on `resource`, with `input` in the context.
+    fn evaluate(
+        &self,
+        scope: &Scope,
+        action: EntityUid,
+        resource: Entity,
+        input: Option<&serde_json::Value>,
+    ) -> Result<PolicyDecision, Error> {
         let principal = principal(scope)?;
-        let resource = resource(scope, &req.resource)?;
         let mut context = vec![
             ("tenant".to_owned(), string(scope.tenant_id().as_str())),
             (
@@ -393,19 +462,13 @@ impl Authorizer for CedarAuthorizer {
                 RestrictedExpression::new_set(scope.role_ids().iter().map(|r| string(r.as_str()))),
             ),
         ];
-        if let Some(input) = req.input.and_then(to_cedar) {
+        if let Some(input) = input.and_then(to_cedar) {
             context.push(("input".to_owned(), input));
         }
         let context = Context::from_pairs(context)
             .map_err(|e| Error::invalid(format!("policy context: {e}")))?;
-        let request = Request::new(
-            principal.uid(),
-            uid("Forge::Action", req.action.as_str())?,
-            resource.uid(),
-            context,
-            None,
-        )
-        .map_err(|e| Error::invalid(format!("policy request: {e}")))?;
+        let request = Request::new(principal.uid(), action, resource.uid(), context, None)
+            .map_err(|e| Error::invalid(format!("policy request: {e}")))?;
         let entities = Entities::from_entities([principal, resource], None)
             .map_err(|e| Error::invalid(format!("policy entities: {e}")))?;
         let response = self
@@ -659,6 +722,55 @@ mod tests {
                 reason: "no policy permits it".into()
             }
         );
+    }
+
+    #[test]
+    fn an_applications_own_actions_are_decided_by_the_same_policies() {
+        let a = CedarAuthorizer::from_sources([(
+            "crm.cedar",
+            r#"permit (principal, action == Crm::Action::"add_note", resource is Crm::Note)
+               when { principal in Forge::Role::"sales" &&
+                      (resource.visibility == "private" || resource.record != "") };"#,
+        )])
+        .unwrap();
+        let add = |roles: &[&str], visibility: &str| {
+            let scope = Scope::parse("acme", "alice", roles).unwrap();
+            a.decide_app(&AppRequest {
+                scope: &scope,
+                namespace: "Crm",
+                action: "add_note",
+                resource_type: "Note",
+                resource_id: "note-1",
+                attributes: &json!({"visibility": visibility, "record": "co-1", "gone": null}),
+            })
+            .unwrap()
+            .is_allowed()
+        };
+        assert!(add(&["sales"], "team"));
+        assert!(!add(&["viewer"], "team"), "a viewer adds no note");
+        assert!(!add(&["viewer"], "private"));
+        let scope = Scope::parse("acme", "alice", &["sales"]).unwrap();
+        let forged = a.decide_app(&AppRequest {
+            scope: &scope,
+            namespace: "Forge",
+            action: "approve",
+            resource_type: "Approval",
+            resource_id: "x",
+            attributes: &json!({}),
+        });
+        assert!(
+            forged.is_err(),
+            "an application cannot ask for Forge's actions"
+        );
+        let not_an_object = a.decide_app(&AppRequest {
+            scope: &scope,
+            namespace: "Crm",
+            action: "add_note",
+            resource_type: "Note",
+            resource_id: "x",
+            attributes: &json!(["visibility"]),
+        });
+        assert!(not_an_object.is_err());
     }
 
     #[test]

@@ -8,10 +8,11 @@ use std::sync::Arc;
 
 use forge::Forge;
 use forge::core::agent::{AgentDefinition, AgentRef, RunLimits};
+use forge::core::ports::policy::PolicyDecision;
 use forge::core::scope::Scope;
 use forge::engine::Engine;
 use forge::mcp::{CatalogDiff, LockFile, McpConfig, McpRuntime, Reporter};
-use forge::policy::CedarAuthorizer;
+use forge::policy::{AppRequest, CedarAuthorizer};
 use forge::providers::{Script, ScriptedProvider};
 use forge::rag::ingest::ingest;
 use forge::rag::model::{Format, SourceId};
@@ -51,6 +52,9 @@ pub enum CrmError {
     /// What the request names does not exist.
     #[error("{0}")]
     NotFound(String),
+    /// The policies do not let the caller do it.
+    #[error("{0}")]
+    Forbidden(String),
 }
 
 fn config(e: impl std::fmt::Display) -> CrmError {
@@ -119,6 +123,7 @@ pub async fn import_tools(command: &Path, db: &Path) -> Result<McpRuntime, CrmEr
 /// The CRM: its database, its MCP tools, and Forge's engine.
 pub struct Crm {
     engine: Arc<Engine>,
+    policies: Arc<CedarAuthorizer>,
     retriever: Retriever,
     db: CrmDb,
     mcp: McpRuntime,
@@ -153,7 +158,7 @@ impl Crm {
             Arc::new(CedarAuthorizer::from_sources([("crm.cedar", POLICIES)]).map_err(config)?);
         let retriever = Retriever::new(stores.sources.clone(), policies.clone());
         let script = Script::parse(ASSISTANT_SCRIPT, "assistant").map_err(config)?;
-        let cites = retriever.clone();
+        let (cites, kept) = (retriever.clone(), policies.clone());
         let forge = Forge::builder()
             .stores(stores)
             .agent(assistant())
@@ -172,6 +177,7 @@ impl Crm {
             .map_err(config)?;
         let crm = Self {
             engine: forge.engine().clone(),
+            policies: kept,
             retriever,
             db,
             mcp,
@@ -237,6 +243,28 @@ impl Crm {
         }
         if !["team", "private"].contains(&note.visibility.as_str()) {
             return Err(CrmError::Invalid("visibility is team or private".into()));
+        }
+        // Who may add which note is the policies' to say (`Crm::Action::"add_note"`), as who
+        // may read it is: no role check here to drift from them.
+        let decision = self
+            .policies
+            .decide_app(&AppRequest {
+                scope,
+                namespace: "Crm",
+                action: "add_note",
+                resource_type: "Note",
+                resource_id: "new",
+                attributes: &serde_json::json!({
+                    "visibility": note.visibility,
+                    "record_kind": note.record_kind,
+                    "record_id": note.record_id,
+                }),
+            })
+            .map_err(config)?;
+        if let PolicyDecision::Deny { reason } = decision {
+            return Err(CrmError::Forbidden(format!(
+                "you may not add this note: {reason}"
+            )));
         }
         if note.body.trim().is_empty() || note.body.len() > 20_000 {
             return Err(CrmError::Invalid("a note is 1 to 20,000 bytes".into()));

@@ -49,6 +49,7 @@ impl IntoResponse for CrmError {
         let status = match self {
             CrmError::Invalid(_) => StatusCode::BAD_REQUEST,
             CrmError::NotFound(_) => StatusCode::NOT_FOUND,
+            CrmError::Forbidden(_) => StatusCode::FORBIDDEN,
             _ => StatusCode::SERVICE_UNAVAILABLE,
         };
         error(status, self.to_string())

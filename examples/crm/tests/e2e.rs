@@ -390,6 +390,19 @@ async fn the_crm_api_answers_every_request_in_json() {
         body["error"].as_str().unwrap().contains("co-nowhere"),
         "{body}"
     );
+    // Who may add a note is the policies' decision: a viewer adds no team note for the
+    // assistant to cite to everyone.
+    let viewer = env.token("vic", &["viewer"]);
+    let r = env
+        .http
+        .post(url("/crm/notes"))
+        .bearer_auth(&viewer)
+        .json(&json!({ "record_kind": "company", "record_id": "co-initech", "body": "Initech is churning.", "visibility": "team" }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+    assert!(is_json(&r));
     assert!(
         !env.running
             .crm
@@ -398,8 +411,8 @@ async fn the_crm_api_answers_every_request_in_json() {
             .await
             .unwrap()
             .iter()
-            .any(|n| n.record_id == "co-nowhere"),
-        "the note was stored anyway"
+            .any(|n| n.record_id == "co-nowhere" || n.author == "vic"),
+        "a refused note was stored anyway"
     );
     env.stop().await;
 }

@@ -17,9 +17,11 @@ use std::sync::Arc;
 
 use forge::Forge;
 use forge::core::agent::{AgentDefinition, AgentRef, RunLimits};
+use forge::core::interaction::{Decision, InteractionStatus};
 use forge::core::part::Part;
 use forge::core::ports::store::{NewRun, NewThread};
 use forge::core::ports::tool::{ApprovalPolicy, ToolClassification, ToolContext, ToolError};
+use forge::core::run::RunStatus;
 use forge::core::scope::Scope;
 use forge::engine::{Engine, native_tool};
 use forge::policy::CedarAuthorizer;
@@ -364,7 +366,14 @@ impl ShareFlow {
             }
         };
         if let Some(existing) = self.db.document(&tenant, &new.id).await? {
-            return taken(existing);
+            let existing = taken(existing)?;
+            // The same text dropped again after its draft failed, was cancelled or rejected:
+            // a person is trying again, so it is routed again (a fresh draft, or the legacy
+            // post), not answered with the dead run.
+            if self.db.reopen(&tenant, &existing.id).await? {
+                return self.route(scope, &tenant, &existing.id).await;
+            }
+            return Ok(existing);
         }
         let doc = Document {
             tenant: tenant.clone(),
@@ -396,11 +405,81 @@ impl ShareFlow {
             self.db.delete_document(&tenant, &doc.id).await?;
             return Err(forge(e));
         }
-        match self.db.workflow(&tenant).await? {
+        self.route(scope, &tenant, &doc.id).await
+    }
+
+    /// Sends a new document down the tenant's workflow: a draft for review, or the legacy post.
+    async fn route(&self, scope: &Scope, tenant: &str, id: &str) -> Result<Document, AppError> {
+        let doc = self
+            .db
+            .document(tenant, id)
+            .await?
+            .ok_or_else(|| AppError::Conflict("the document vanished".into()))?;
+        match self.db.workflow(tenant).await? {
             Workflow::Legacy => self.publish_legacy(&doc).await?,
             Workflow::Agent => self.start_drafting(scope, &doc).await?,
         }
-        Ok(self.db.document(&tenant, &doc.id).await?.unwrap_or(doc))
+        Ok(self.db.document(tenant, id).await?.unwrap_or(doc))
+    }
+
+    /// Gives a drafting document whose run has ended the state a person can act on: `rejected`
+    /// (a reviewer, or the approval's deadline, said no), `cancelled`, or `failed` (the run
+    /// failed, or ended without the post being recorded — a rollback or a new drop retries
+    /// it, under the same delivery key). A run still going, or a document no longer drafting,
+    /// is left alone. Returns whether it changed the document.
+    pub async fn settle(&self, doc: &Document) -> Result<bool, AppError> {
+        if doc.status != "drafting" {
+            return Ok(false);
+        }
+        let Some(run_id) = doc.run_id.as_deref().and_then(|r| r.parse().ok()) else {
+            return Ok(false);
+        };
+        let scope = Scope::parse(&doc.tenant, "shareflow", &["system"])
+            .map_err(|e| AppError::Config(e.to_string()))?;
+        let run = self
+            .engine
+            .runs()
+            .get_run(&scope, run_id)
+            .await
+            .map_err(forge)?;
+        let ended = match run.status {
+            RunStatus::Cancelled => "cancelled",
+            RunStatus::Completed | RunStatus::Failed => {
+                let refused = self
+                    .engine
+                    .run_interactions(&scope, run_id)
+                    .await
+                    .map_err(forge)?
+                    .iter()
+                    .any(|i| {
+                        i.status == InteractionStatus::Expired
+                            || i.resolution
+                                .as_ref()
+                                .is_some_and(|r| matches!(r.decision, Decision::Reject { .. }))
+                    });
+                if refused { "rejected" } else { "failed" }
+            }
+            _ => return Ok(false),
+        };
+        Ok(self.db.end_draft(&doc.tenant, &doc.id, ended).await?)
+    }
+
+    /// Settles the document the run `run` drafts, if any.
+    pub async fn settle_run(&self, run: &str) -> Result<bool, AppError> {
+        match self.db.document_of_run(run).await? {
+            Some(doc) => self.settle(&doc).await,
+            None => Ok(false),
+        }
+    }
+
+    /// Settles every drafting document (at start: runs that ended while this process was not
+    /// there to see them).
+    pub async fn settle_all(&self) -> Result<usize, AppError> {
+        let mut settled = 0;
+        for doc in self.db.drafting().await? {
+            settled += usize::from(self.settle(&doc).await?);
+        }
+        Ok(settled)
     }
 
     async fn start_drafting(&self, scope: &Scope, doc: &Document) -> Result<(), AppError> {
@@ -497,6 +576,15 @@ impl ShareFlow {
             ..FlagChange::default()
         };
         for doc in self.db.unpublished(&tenant).await? {
+            // A draft that ended is settled first; what a reviewer rejected is never posted by
+            // the other workflow behind their back.
+            self.settle(&doc).await?;
+            let Some(doc) = self.db.document(&tenant, &doc.id).await? else {
+                continue;
+            };
+            if doc.status == "rejected" || doc.status == "cancelled" {
+                continue;
+            }
             let drafting = doc.status == "drafting";
             if drafting && workflow == Workflow::Agent {
                 continue;

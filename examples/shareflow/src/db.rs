@@ -239,6 +239,63 @@ impl AppDb {
         .collect()
     }
 
+    /// Every document being drafted, in every tenant (to settle the ones whose runs ended).
+    pub async fn drafting(&self) -> Result<Vec<Document>, sqlx::Error> {
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "{SELECT} WHERE status = 'drafting' ORDER BY created_at, id"
+        )))
+        .fetch_all(&self.pool)
+        .await?
+        .iter()
+        .map(document)
+        .collect()
+    }
+
+    /// The document drafted by the run `run` (run ids are unique across tenants).
+    pub async fn document_of_run(&self, run: &str) -> Result<Option<Document>, sqlx::Error> {
+        sqlx::query(sqlx::AssertSqlSafe(format!("{SELECT} WHERE run_id = ?")))
+            .bind(run)
+            .fetch_optional(&self.pool)
+            .await?
+            .map(|r| document(&r))
+            .transpose()
+    }
+
+    /// Ends a draft that did not publish: `status` is `failed`, `cancelled` or `rejected`. Only
+    /// a document still `drafting` changes (a publish that got there first stays).
+    pub async fn end_draft(
+        &self,
+        tenant: &str,
+        id: &str,
+        status: &str,
+    ) -> Result<bool, sqlx::Error> {
+        Ok(sqlx::query(
+            "UPDATE documents SET status = ? WHERE tenant = ? AND id = ? AND status = 'drafting'",
+        )
+        .bind(status)
+        .bind(tenant)
+        .bind(id)
+        .execute(&self.pool)
+        .await?
+        .rows_affected()
+            == 1)
+    }
+
+    /// Opens a document whose draft ended without a post (`failed`, `cancelled`, `rejected`)
+    /// again, as new; `false` when it was not in one of those states.
+    pub async fn reopen(&self, tenant: &str, id: &str) -> Result<bool, sqlx::Error> {
+        Ok(sqlx::query(
+            "UPDATE documents SET status = 'new', thread_id = NULL, run_id = NULL
+             WHERE tenant = ? AND id = ? AND status IN ('failed', 'cancelled', 'rejected')",
+        )
+        .bind(tenant)
+        .bind(id)
+        .execute(&self.pool)
+        .await?
+        .rows_affected()
+            == 1)
+    }
+
     /// Marks a document as being drafted by `run` on `thread`.
     pub async fn set_drafting(
         &self,

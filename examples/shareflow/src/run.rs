@@ -79,6 +79,35 @@ impl std::fmt::Debug for Running {
     }
 }
 
+/// Settles the document of every run whose log grows (its end among those commits); when the
+/// bus has dropped wake-ups, every drafting document.
+async fn settle_drafts(
+    app: Arc<ShareFlow>,
+    mut wakes: tokio::sync::broadcast::Receiver<forge::live::Wake>,
+    stop: CancellationToken,
+) {
+    use tokio::sync::broadcast::error::RecvError;
+    loop {
+        let wake = tokio::select! {
+            _ = stop.cancelled() => return,
+            wake = wakes.recv() => wake,
+        };
+        let settled = match wake {
+            Ok(forge::live::Wake::Run { run_id, .. }) => {
+                app.settle_run(&run_id.to_string()).await.map(drop)
+            }
+            Ok(forge::live::Wake::All) | Err(RecvError::Lagged(_)) => {
+                app.settle_all().await.map(drop)
+            }
+            Ok(_) => Ok(()),
+            Err(RecvError::Closed) => return,
+        };
+        if let Err(e) = settled {
+            eprintln!("shareflow: settling drafts: {e}");
+        }
+    }
+}
+
 fn config(what: &str) -> impl Fn(String) -> AppError + '_ {
     move |e| AppError::Config(format!("{what}: {e}"))
 }
@@ -149,6 +178,14 @@ impl Running {
         )
         .await?;
         let app = Arc::new(app);
+        // Drafts that ended while no process watched get their state now; from here on each
+        // is settled as its run commits its end.
+        app.settle_all().await?;
+        tasks.push(tokio::spawn(settle_drafts(
+            app.clone(),
+            forge.tail().bus().subscribe(),
+            forge.stopping(),
+        )));
 
         let auth = Authenticator::hs256(&options.secret)
             .map_err(|e| config("the token secret")(e.to_string()))?;

@@ -47,10 +47,15 @@ async fn feature_flag_rollback_mid_flight_loses_and_duplicates_nothing() {
     env.approve(&reviewer, &b).await.unwrap();
     let b_run = env.document(&editor, "holiday-hours").await.run_id.unwrap();
     env.run_ends(&editor, &b_run).await;
-    assert_eq!(
-        env.document(&editor, "holiday-hours").await.status,
-        "drafting"
-    );
+    // The run ended without the post recorded: the document says so (the rollback retries it).
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    while env.document(&editor, "holiday-hours").await.status != "failed" {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "holiday-hours never failed"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
     assert_eq!(
         per_document(&env.deliveries("acme").await)["holiday-hours"],
         1
@@ -518,5 +523,89 @@ async fn concurrent_flag_changes_all_apply() {
     for (status, body) in &answers {
         assert_eq!(*status, 200, "{body}");
     }
+    env.stop().await;
+}
+
+/// Waits until `document` is in `status`.
+async fn until_status(env: &Env, token: &str, document: &str, status: &str) -> shareflow::Document {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let doc = env.document(token, document).await;
+        if doc.status == status {
+            return doc;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{document} is still {} after 30 s, never {status}",
+            doc.status
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+/// A draft that ends without a post is never left `drafting`: one the reviewer rejects ends
+/// `rejected` (and the rollback does not post it through the legacy workflow behind their back),
+/// one cancelled ends `cancelled`; dropping it again routes it afresh instead of returning the
+/// dead run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ended_drafts_get_a_state_a_person_can_act_on() {
+    let env = Env::sqlite().await;
+    let admin = env.token("acme", "ada", &["admin"]);
+    let editor = env.token("acme", "eve", &["editor"]);
+    let reviewer = env.token("acme", "rita", &["reviewer"]);
+    env.set_workflow(&admin, "agent").await;
+
+    env.drop(&editor, "spring-launch").await;
+    let approval = env.approval_for(&reviewer, &editor, "spring-launch").await;
+    env.gql(
+        &reviewer,
+        "mutation($id: ID!) { resolveApproval(interactionId: $id, approve: false, key: \"no\") { status } }",
+        serde_json::json!({ "id": approval }),
+    )
+    .await
+    .unwrap();
+    let rejected = until_status(&env, &editor, "spring-launch", "rejected").await;
+
+    env.drop(&editor, "holiday-hours").await;
+    let run = until_status(&env, &editor, "holiday-hours", "drafting")
+        .await
+        .run_id
+        .filter(|r| !r.is_empty());
+    let run = match run {
+        Some(run) => run,
+        None => {
+            // The run id is recorded a moment after the status.
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            env.document(&editor, "holiday-hours").await.run_id.unwrap()
+        }
+    };
+    env.gql(
+        &editor,
+        "mutation($id: ID!) { cancelRun(runId: $id) }",
+        serde_json::json!({ "id": run }),
+    )
+    .await
+    .unwrap();
+    until_status(&env, &editor, "holiday-hours", "cancelled").await;
+
+    // The rollback posts neither: a person said no to one and stopped the other.
+    env.set_workflow(&admin, "legacy").await;
+    assert_eq!(
+        env.document(&editor, "spring-launch").await.status,
+        "rejected"
+    );
+    assert_eq!(
+        env.document(&editor, "holiday-hours").await.status,
+        "cancelled"
+    );
+    assert!(
+        env.deliveries("acme").await.is_empty(),
+        "something was posted"
+    );
+
+    // Dropped again, the rejected document is routed afresh (the legacy post, now).
+    let again = env.drop(&editor, "spring-launch").await;
+    assert_ne!(again.run_id, rejected.run_id, "the dead run came back");
+    until_status(&env, &editor, "spring-launch", "published").await;
     env.stop().await;
 }

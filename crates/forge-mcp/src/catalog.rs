@@ -119,12 +119,17 @@ impl LockFile {
                 )));
             }
         };
-        let lock: Self = serde_json::from_str(&text)
-            .map_err(|e| McpError::Config(format!("{} is not a lock file: {e}", path.display())))?;
+        Self::parse(&path.display().to_string(), &text)
+    }
+
+    /// A lock file from its text — one compiled into an application (`include_str!`), so the
+    /// binary reads no pins from the machine it was built on; `origin` names it in errors.
+    pub fn parse(origin: &str, text: &str) -> Result<Self, McpError> {
+        let lock: Self = serde_json::from_str(text)
+            .map_err(|e| McpError::Config(format!("{origin} is not a lock file: {e}")))?;
         if lock.version != 1 {
             return Err(McpError::Config(format!(
-                "{} has lock format {}; this build reads 1",
-                path.display(),
+                "{origin} has lock format {}; this build reads 1",
                 lock.version
             )));
         }
@@ -132,8 +137,7 @@ impl LockFile {
             for (name, pin) in &pins.tools {
                 if pin.definition.hash() != pin.hash || pin.definition.name != *name {
                     return Err(McpError::Config(format!(
-                        "{}: the pin of {server}/{name} does not match its definition (edited by hand?); run `forge mcp pin`",
-                        path.display()
+                        "{origin}: the pin of {server}/{name} does not match its definition (edited by hand?); run `forge mcp pin`"
                     )));
                 }
             }
@@ -271,6 +275,13 @@ mod tests {
         lock.servers.insert("s".into(), pins);
         lock.save(&path).unwrap();
         assert!(LockFile::load(&path).is_err());
+        // Compiled in, the same text is refused the same way, named by its origin.
+        let text = std::fs::read_to_string(&path).unwrap();
+        let err = LockFile::parse("app/mcp.lock", &text).unwrap_err();
+        assert!(
+            err.to_string().contains("app/mcp.lock: the pin of s/echo"),
+            "{err}"
+        );
         assert_eq!(
             LockFile::load(&dir.join("absent")).unwrap(),
             LockFile::default()

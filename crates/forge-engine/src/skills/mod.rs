@@ -167,6 +167,30 @@ fn files(root: &Path, dir: &Path, out: &mut Vec<(String, PathBuf)>) -> Result<()
 }
 
 impl Skill {
+    /// A skill from its `SKILL.md` text alone — one compiled into an application
+    /// (`include_str!`), so the binary reads nothing from the machine it was built on. It has
+    /// no resources and no scripts; `origin` names it in errors.
+    pub fn from_manifest(origin: &str, text: &str) -> Result<Self, EngineError> {
+        let path = Path::new(origin);
+        let (fields, instructions) = front_matter(path, text)?;
+        let name = fields
+            .name
+            .ok_or_else(|| invalid(path, "front matter has no name"))?;
+        ToolSpec::validate_name(&name).map_err(|e| invalid(path, e))?;
+        let description = fields
+            .description
+            .ok_or_else(|| invalid(path, "front matter has no description"))?;
+        Ok(Self {
+            name,
+            version: fields.version.map_or_else(|| "1".into(), Scalar::text),
+            description,
+            instructions,
+            resources: BTreeMap::new(),
+            scripts: BTreeMap::new(),
+            dir: PathBuf::new(),
+        })
+    }
+
     /// Reads a skill from its directory.
     pub fn load(dir: &Path) -> Result<Self, EngineError> {
         let manifest = dir.join("SKILL.md");
@@ -327,6 +351,32 @@ pub(crate) fn gate<'s>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_compiled_in_manifest_is_the_skill_its_directory_holds() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/skills/refunds");
+        let text = std::fs::read_to_string(dir.join("SKILL.md")).expect("the example skill");
+        let loaded = Skill::load(&dir).expect("loads");
+        let compiled = Skill::from_manifest("refunds/SKILL.md", &text).expect("parses");
+        assert_eq!(
+            (
+                &compiled.name,
+                &compiled.version,
+                &compiled.description,
+                &compiled.instructions
+            ),
+            (
+                &loaded.name,
+                &loaded.version,
+                &loaded.description,
+                &loaded.instructions
+            )
+        );
+        assert!(compiled.resources.is_empty() && compiled.scripts.is_empty());
+        let err = Skill::from_manifest("nameless/SKILL.md", "---\ndescription: x\n---\nBody\n")
+            .expect_err("no name");
+        assert!(err.to_string().contains("nameless/SKILL.md"), "{err}");
+    }
 
     #[test]
     fn front_matter_and_body_are_split() {

@@ -43,8 +43,40 @@ pub(crate) fn check(root: &Path) -> Result<(), Vec<String>> {
         let text = std::fs::read_to_string(root.join(file)).unwrap_or_default();
         problems.extend(check_length(file, &text, *most));
     }
+    for app in APPLICATIONS {
+        for file in rust_files(&root.join(app).join("src")) {
+            let text = std::fs::read_to_string(&file).unwrap_or_default();
+            let shown = file
+                .strip_prefix(root)
+                .unwrap_or(&file)
+                .display()
+                .to_string();
+            problems.extend(check_application_source(&shown, &text));
+        }
+    }
     problems.extend(crate::shape::check(root));
     crate::verdict(problems)
+}
+
+/// The applications a team copies: their binaries run where they are deployed, not where they
+/// were built.
+const APPLICATIONS: &[&str] = &["examples/shareflow", "examples/crm"];
+
+/// An application's code reads nothing through the build machine's checkout: what its binary
+/// needs (skills, pins, sample documents) is compiled in. (Spelled in pieces, so this file
+/// passes its own rule were it ever checked.)
+pub(crate) fn check_application_source(path: &str, text: &str) -> Vec<String> {
+    let build_dir = concat!("CARGO_", "MANIFEST_DIR");
+    text.lines()
+        .enumerate()
+        .filter(|(_, l)| l.contains(build_dir))
+        .map(|(i, _)| {
+            format!(
+                "{path}:{}: reads the build machine's checkout at run time; compile it in (include_str!)",
+                i + 1
+            )
+        })
+        .collect()
 }
 
 /// Top-level documents a newcomer reads first, and the most lines each may have: the README is a
@@ -163,6 +195,23 @@ mod tests {
                 "a.rs:3: #[should_panic] is banned; assert on the error value",
                 "a.rs:5: #[ignore] needs a reason: #[ignore = \"why\"]"
             ]
+        );
+        let built = concat!(
+            "//! d\nfn skills() -> PathBuf { PathBuf::from(env!(\"CARGO_",
+            "MANIFEST_DIR\")) }\n"
+        );
+        assert_eq!(
+            check_application_source("app.rs", built),
+            [
+                "app.rs:2: reads the build machine's checkout at run time; compile it in (include_str!)"
+            ]
+        );
+        assert!(
+            check_application_source(
+                "app.rs",
+                "//! d\nconst S: &str = include_str!(\"../s.md\");\n"
+            )
+            .is_empty()
         );
         let outside = format!("//! d\nconst F: &str = \"{}/fixtures\";\n", OUTSIDE[0]);
         assert_eq!(

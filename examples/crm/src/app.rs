@@ -3,14 +3,14 @@
 //! span, and whose record updates are external writes a manager approves. Cedar decides who sees
 //! which pipeline and which notes.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use forge::Forge;
 use forge::core::agent::{AgentDefinition, AgentRef, RunLimits};
 use forge::core::ports::policy::PolicyDecision;
 use forge::core::scope::Scope;
-use forge::engine::Engine;
+use forge::engine::{Engine, Skill, SkillLibrary};
 use forge::mcp::{CatalogDiff, LockFile, McpConfig, McpRuntime, Reporter};
 use forge::policy::{AppRequest, CedarAuthorizer};
 use forge::providers::{Script, ScriptedProvider};
@@ -29,10 +29,11 @@ pub const MCP_CONFIG: &str = include_str!("../mcp/crm.toml");
 /// The tenant the CRM belongs to.
 pub const TENANT: &str = "acme";
 
-/// The CRM's files beside its manifest: `skills/`, `mcp/mcp.lock`.
-pub fn manifest_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
+/// The MCP server's pins, compiled in (`forge mcp pin` rewrites `mcp/mcp.lock` in the
+/// checkout): the binary reads no pins from the machine it was built on.
+pub const MCP_LOCK: &str = include_str!("../mcp/mcp.lock");
+/// The deal-stages skill's manifest, compiled in.
+pub const DEAL_STAGES_SKILL: &str = include_str!("../skills/deal-stages/SKILL.md");
 
 /// What went wrong.
 #[derive(Debug, thiserror::Error)]
@@ -109,12 +110,13 @@ impl Reporter for Stderr {
 
 /// Starts the CRM's MCP server as `command mcp --db <db>` and imports its pinned tools.
 pub async fn import_tools(command: &Path, db: &Path) -> Result<McpRuntime, CrmError> {
-    let mut mcp = McpConfig::parse(MCP_CONFIG, &manifest_dir().join("mcp")).map_err(config)?;
+    // Nothing in the configuration is a relative path: the base directory is never read.
+    let mut mcp = McpConfig::parse(MCP_CONFIG, Path::new(".")).map_err(config)?;
     for server in &mut mcp.servers {
         server.command = Some(command.display().to_string());
         server.args = vec!["mcp".into(), "--db".into(), db.display().to_string()];
     }
-    let lock = LockFile::load(&manifest_dir().join("mcp/mcp.lock")).map_err(config)?;
+    let lock = LockFile::parse("mcp/mcp.lock", MCP_LOCK).map_err(config)?;
     McpRuntime::start(&mcp, &lock, forge::mcp::process_env(), Arc::new(Stderr))
         .await
         .map_err(config)
@@ -159,15 +161,22 @@ impl Crm {
         let retriever = Retriever::new(stores.sources.clone(), policies.clone());
         let script = Script::parse(ASSISTANT_SCRIPT, "assistant").map_err(config)?;
         let (cites, kept) = (retriever.clone(), policies.clone());
+        let mut library = SkillLibrary::new();
+        library
+            .insert(
+                Skill::from_manifest("skills/deal-stages/SKILL.md", DEAL_STAGES_SKILL)
+                    .map_err(config)?,
+            )
+            .map_err(config)?;
         let forge = Forge::builder()
             .stores(stores)
             .agent(assistant())
             .model(ScriptedProvider::new(script))
             .tool(SearchDocuments::new(retriever.clone()))
             .tools(mcp.tools())
-            .skills(manifest_dir().join("skills"))
             .engine(move |engine| {
                 Ok(engine
+                    .skills(library)
                     .citations(Arc::new(cites))
                     .authorizer(policies.clone())
                     .approval_rule(policies))

@@ -23,7 +23,7 @@ use forge::core::ports::store::{NewRun, NewThread};
 use forge::core::ports::tool::{ApprovalPolicy, ToolClassification, ToolContext, ToolError};
 use forge::core::run::RunStatus;
 use forge::core::scope::Scope;
-use forge::engine::{Engine, native_tool};
+use forge::engine::{Engine, Skill, SkillLibrary, native_tool};
 use forge::policy::CedarAuthorizer;
 use forge::providers::{Script, ScriptedProvider};
 use forge::rag::ingest::ingest;
@@ -48,9 +48,20 @@ pub const POST_STYLE: &str = "post-style";
 /// The label documents are ingested under (the policies let the tenant's people read it).
 pub const LABEL: &str = "team";
 
-/// Where ShareFlow's skills are: `skills/` beside its manifest.
-pub fn skills_dir() -> std::path::PathBuf {
-    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("skills")
+/// The house-style skill's manifest, compiled in: the binary reads no skill from the machine it
+/// was built on (`forge gate --skills skills` reads the same file from the checkout).
+pub const POST_STYLE_SKILL: &str = include_str!("../skills/post-style/SKILL.md");
+
+/// ShareFlow's skills: the house style.
+pub fn skills() -> Result<SkillLibrary, AppError> {
+    let mut library = SkillLibrary::new();
+    library
+        .insert(
+            Skill::from_manifest("skills/post-style/SKILL.md", POST_STYLE_SKILL)
+                .map_err(|e| AppError::Config(e.to_string()))?,
+        )
+        .map_err(|e| AppError::Config(e.to_string()))?;
+    Ok(library)
 }
 
 /// What went wrong, in terms a caller can act on.
@@ -213,14 +224,14 @@ pub fn legacy_text(doc: &Document) -> String {
 impl ShareFlow {
     /// Assembles ShareFlow's Forge deployment on `stores` (threads, runs, approvals, and its
     /// documents for retrieval) — engine, worker and live streams — and ShareFlow around it:
-    /// its own `db`, the publishing service's client, and the skills in `skills` (the
-    /// `post-style` skill, [`skills_dir`]).
+    /// its own `db`, the publishing service's client, and its [`skills`] (the `post-style`
+    /// skill).
     pub async fn start(
         stores: forge::Stores,
         db: AppDb,
         publisher: PublisherClient,
-        skills: &std::path::Path,
     ) -> Result<(Self, Forge), AppError> {
+        let library = skills()?;
         let policies = Arc::new(
             CedarAuthorizer::from_sources([("shareflow.cedar", POLICIES)])
                 .map_err(|e| AppError::Config(e.to_string()))?,
@@ -269,9 +280,9 @@ impl ShareFlow {
             .model(ScriptedProvider::new(script))
             .tool(SearchDocuments::new(retriever.clone()))
             .tool(tool)
-            .skills(skills)
             .engine(move |engine| {
                 Ok(engine
+                    .skills(library)
                     .citations(Arc::new(cites))
                     .authorizer(policies.clone())
                     .approval_rule(policies))

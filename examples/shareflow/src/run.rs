@@ -170,13 +170,8 @@ impl Running {
         };
         // PostgreSQL's notifications wake the deployment's streams for runs other processes
         // execute (the facade listens).
-        let (app, forge) = ShareFlow::start(
-            stores,
-            db,
-            PublisherClient::new(publisher_url.clone()),
-            &crate::app::skills_dir(),
-        )
-        .await?;
+        let (app, forge) =
+            ShareFlow::start(stores, db, PublisherClient::new(publisher_url.clone())).await?;
         let app = Arc::new(app);
         // Drafts that ended while no process watched get their state now; from here on each
         // is settled as its run commits its end.

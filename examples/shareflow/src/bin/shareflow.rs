@@ -180,12 +180,39 @@ async fn bench(n: usize) -> anyhow::Result<()> {
     outcome
 }
 
+/// The sample documents (`documents/`), compiled in: the demo and the benchmark read nothing
+/// from the machine the binary was built on.
+const SAMPLES: [(&str, &str); 4] = [
+    (
+        "globex-merger",
+        include_str!("../../documents/globex-merger.md"),
+    ),
+    (
+        "holiday-hours",
+        include_str!("../../documents/holiday-hours.md"),
+    ),
+    (
+        "recycled-packaging",
+        include_str!("../../documents/recycled-packaging.md"),
+    ),
+    (
+        "spring-launch",
+        include_str!("../../documents/spring-launch.md"),
+    ),
+];
+
+fn sample_document(id: &str) -> anyhow::Result<&'static str> {
+    SAMPLES
+        .iter()
+        .find(|(name, _)| *name == id)
+        .map(|(_, text)| *text)
+        .with_context(|| format!("no sample document {id}"))
+}
+
 async fn bench_steps(running: &Running, n: usize) -> anyhow::Result<()> {
     use std::time::Instant;
     let app = &running.app;
-    let sample = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("documents/spring-launch.md"),
-    )?;
+    let sample = sample_document("spring-launch")?.to_owned();
     let doc = || NewDocument {
         id: "spring-launch".into(),
         title: "Spring launch".into(),
@@ -308,10 +335,8 @@ async fn demo_steps(running: &Running) -> anyhow::Result<()> {
     let editor = Scope::parse("acme", "eve", &["editor"])?;
     let reviewer = Scope::parse("acme", "rita", &["reviewer"])?;
     let admin = Scope::parse("acme", "ada", &["admin"])?;
-    let docs = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("documents");
     let read = |id: &str| -> anyhow::Result<NewDocument> {
-        let body = std::fs::read_to_string(docs.join(format!("{id}.md")))
-            .with_context(|| format!("documents/{id}.md"))?;
+        let body = sample_document(id)?.to_owned();
         let title = body
             .lines()
             .next()

@@ -18,6 +18,7 @@
 
 #![deny(missing_docs)]
 
+pub mod app;
 pub mod auth;
 mod budget;
 mod fair;

@@ -4,25 +4,34 @@
 //! | --- | --- |
 //! | `GET /crm/opportunities` | the caller's opportunities; every one for a manager |
 //! | `POST /crm/notes` | add a note (`{record_kind, record_id, body, visibility}`), indexed for search |
+//!
+//! The caller is Forge's token ([`Caller`], checked before the body is read); errors are Forge's
+//! shape, as GraphQL's: `{"errors": [{"message", "extensions": {"code"}}]}`.
 
 use std::sync::Arc;
 
-use axum::extract::State;
-use axum::extract::rejection::JsonRejection;
-use axum::http::{HeaderMap, StatusCode};
+use axum::extract::{FromRef, State};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post};
 use axum::{Json, Router};
 use forge::server::Authenticator;
+use forge::server::app::{Caller, JsonBody, json_error};
 use serde::Deserialize;
 
 use crate::app::{Crm, CrmError};
-use crate::db::Note;
+use crate::db::{Note, Opportunity};
 
 #[derive(Clone)]
 struct Api {
     crm: Arc<Crm>,
     auth: Arc<Authenticator>,
+}
+
+impl FromRef<Api> for Arc<Authenticator> {
+    fn from_ref(api: &Api) -> Self {
+        api.auth.clone()
+    }
 }
 
 /// The API's routes.
@@ -37,38 +46,30 @@ pub fn router(crm: Arc<Crm>, auth: Arc<Authenticator>) -> Router {
 }
 
 async fn not_found() -> Response {
-    error(StatusCode::NOT_FOUND, "no such CRM route".into())
-}
-
-fn error(status: StatusCode, message: String) -> Response {
-    (status, Json(serde_json::json!({ "error": message }))).into_response()
+    json_error(StatusCode::NOT_FOUND, "NOT_FOUND", "no such CRM route")
 }
 
 impl IntoResponse for CrmError {
     fn into_response(self) -> Response {
-        let status = match self {
-            CrmError::Invalid(_) => StatusCode::BAD_REQUEST,
-            CrmError::NotFound(_) => StatusCode::NOT_FOUND,
-            CrmError::Forbidden(_) => StatusCode::FORBIDDEN,
-            _ => StatusCode::SERVICE_UNAVAILABLE,
+        let (status, code) = match self {
+            CrmError::Invalid(_) => (StatusCode::BAD_REQUEST, "BAD_REQUEST"),
+            CrmError::NotFound(_) => (StatusCode::NOT_FOUND, "NOT_FOUND"),
+            CrmError::Forbidden(_) => (StatusCode::FORBIDDEN, "FORBIDDEN"),
+            _ => (StatusCode::SERVICE_UNAVAILABLE, "UNAVAILABLE"),
         };
-        error(status, self.to_string())
+        json_error(status, code, &self.to_string())
     }
 }
 
-async fn opportunities(State(api): State<Api>, headers: HeaderMap) -> Response {
-    let scope = match api.auth.authenticate_request(&headers) {
-        Ok(s) => s,
-        Err(r) => return r.into_response(),
-    };
+async fn opportunities(
+    State(api): State<Api>,
+    Caller(scope): Caller,
+) -> Result<Json<Vec<Opportunity>>, CrmError> {
     if scope.tenant_id().as_str() != crate::app::TENANT {
-        return Json(Vec::<crate::db::Opportunity>::new()).into_response();
+        return Ok(Json(Vec::new()));
     }
     let owner = (!scope.has_role("manager")).then(|| scope.principal_id().as_str().to_owned());
-    match api.crm.db().opportunities(owner.as_deref()).await {
-        Ok(list) => Json(list).into_response(),
-        Err(e) => CrmError::from(e).into_response(),
-    }
+    Ok(Json(api.crm.db().opportunities(owner.as_deref()).await?))
 }
 
 #[derive(Deserialize)]
@@ -81,18 +82,9 @@ struct NewNote {
 
 async fn add_note(
     State(api): State<Api>,
-    headers: HeaderMap,
-    body: Result<Json<NewNote>, JsonRejection>,
-) -> Response {
-    let scope = match api.auth.authenticate_request(&headers) {
-        Ok(s) => s,
-        Err(r) => return r.into_response(),
-    };
-    // A body that is not the note's JSON is answered in JSON too, like every other error.
-    let Json(new) = match body {
-        Ok(body) => body,
-        Err(e) => return error(e.status(), e.body_text()),
-    };
+    Caller(scope): Caller,
+    JsonBody(new): JsonBody<NewNote>,
+) -> Result<(StatusCode, Json<Note>), CrmError> {
     let note = Note {
         id: String::new(),
         record_kind: new.record_kind,
@@ -101,8 +93,6 @@ async fn add_note(
         visibility: new.visibility,
         author: String::new(),
     };
-    match api.crm.add_note(&scope, note).await {
-        Ok(n) => (StatusCode::CREATED, Json(n)).into_response(),
-        Err(e) => e.into_response(),
-    }
+    let note = api.crm.add_note(&scope, note).await?;
+    Ok((StatusCode::CREATED, Json(note)))
 }

@@ -375,7 +375,10 @@ async fn the_crm_api_answers_every_request_in_json() {
         .unwrap();
     assert!(r.status().is_client_error(), "{}", r.status());
     assert!(is_json(&r), "{:?}", r.headers());
-    assert!(r.json::<Value>().await.unwrap()["error"].is_string());
+    assert_eq!(
+        r.json::<Value>().await.unwrap()["errors"][0]["extensions"]["code"],
+        "BAD_REQUEST"
+    );
     let r = env
         .http
         .post(url("/crm/notes"))
@@ -387,7 +390,10 @@ async fn the_crm_api_answers_every_request_in_json() {
     assert_eq!(r.status(), 404);
     let body: Value = r.json().await.unwrap();
     assert!(
-        body["error"].as_str().unwrap().contains("co-nowhere"),
+        body["errors"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("co-nowhere"),
         "{body}"
     );
     // Who may add a note is the policies' decision: a viewer adds no team note for the

@@ -1,5 +1,7 @@
 //! ShareFlow's HTTP API, beside Forge's GraphQL API and web client on the same server. Every
-//! request carries a Forge bearer token; its tenant, principal and roles are the caller.
+//! request carries a Forge bearer token; its tenant, principal and roles are the caller
+//! ([`Caller`], checked before the body is read). Errors are Forge's shape, as GraphQL's:
+//! `{"errors": [{"message", "extensions": {"code"}}]}`.
 //!
 //! | route | who | what |
 //! | --- | --- | --- |
@@ -11,12 +13,13 @@
 
 use std::sync::Arc;
 
-use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
+use axum::extract::{FromRef, State};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get};
 use axum::{Json, Router};
 use forge::server::Authenticator;
+use forge::server::app::{Caller, JsonBody, json_error};
 use serde::Deserialize;
 
 use crate::app::{AppError, NewDocument, ShareFlow};
@@ -26,6 +29,12 @@ use crate::db::Workflow;
 struct Api {
     app: Arc<ShareFlow>,
     auth: Arc<Authenticator>,
+}
+
+impl FromRef<Api> for Arc<Authenticator> {
+    fn from_ref(api: &Api) -> Self {
+        api.auth.clone()
+    }
 }
 
 /// The API's routes.
@@ -42,62 +51,49 @@ pub fn router(app: Arc<ShareFlow>, auth: Arc<Authenticator>) -> Router {
 }
 
 async fn not_found() -> Response {
-    error(StatusCode::NOT_FOUND, "no such ShareFlow route".into())
-}
-
-fn error(status: StatusCode, message: String) -> Response {
-    (status, Json(serde_json::json!({ "error": message }))).into_response()
+    json_error(
+        StatusCode::NOT_FOUND,
+        "NOT_FOUND",
+        "no such ShareFlow route",
+    )
 }
 
 impl IntoResponse for AppError {
     fn into_response(self) -> Response {
-        let status = match &self {
-            AppError::Invalid(_) => StatusCode::BAD_REQUEST,
-            AppError::Forbidden(_) => StatusCode::FORBIDDEN,
-            AppError::Conflict(_) => StatusCode::CONFLICT,
+        let (status, code) = match &self {
+            AppError::Invalid(_) => (StatusCode::BAD_REQUEST, "BAD_REQUEST"),
+            AppError::Forbidden(_) => (StatusCode::FORBIDDEN, "FORBIDDEN"),
+            AppError::Conflict(_) => (StatusCode::CONFLICT, "CONFLICT"),
             AppError::Db(_) | AppError::Forge(_) | AppError::Config(_) => {
-                StatusCode::SERVICE_UNAVAILABLE
+                (StatusCode::SERVICE_UNAVAILABLE, "UNAVAILABLE")
             }
         };
-        error(status, self.to_string())
+        json_error(status, code, &self.to_string())
     }
 }
 
 async fn drop_document(
     State(api): State<Api>,
-    headers: HeaderMap,
-    Json(new): Json<NewDocument>,
-) -> Response {
-    let scope = match api.auth.authenticate_request(&headers) {
-        Ok(s) => s,
-        Err(r) => return r.into_response(),
-    };
-    match api.app.drop_document(&scope, new).await {
-        Ok(doc) => (StatusCode::CREATED, Json(doc)).into_response(),
-        Err(e) => e.into_response(),
-    }
+    Caller(scope): Caller,
+    JsonBody(new): JsonBody<NewDocument>,
+) -> Result<(StatusCode, Json<crate::db::Document>), AppError> {
+    let doc = api.app.drop_document(&scope, new).await?;
+    Ok((StatusCode::CREATED, Json(doc)))
 }
 
-async fn documents(State(api): State<Api>, headers: HeaderMap) -> Response {
-    let scope = match api.auth.authenticate_request(&headers) {
-        Ok(s) => s,
-        Err(r) => return r.into_response(),
-    };
-    match api.app.documents(&scope).await {
-        Ok(docs) => Json(docs).into_response(),
-        Err(e) => e.into_response(),
-    }
+async fn documents(
+    State(api): State<Api>,
+    Caller(scope): Caller,
+) -> Result<Json<Vec<crate::db::Document>>, AppError> {
+    Ok(Json(api.app.documents(&scope).await?))
 }
 
-async fn workflow(State(api): State<Api>, headers: HeaderMap) -> Response {
-    let scope = match api.auth.authenticate_request(&headers) {
-        Ok(s) => s,
-        Err(r) => return r.into_response(),
-    };
-    match api.app.workflow(&scope).await {
-        Ok(w) => Json(serde_json::json!({ "workflow": w })).into_response(),
-        Err(e) => e.into_response(),
-    }
+async fn workflow(
+    State(api): State<Api>,
+    Caller(scope): Caller,
+) -> Result<Json<serde_json::Value>, AppError> {
+    let w = api.app.workflow(&scope).await?;
+    Ok(Json(serde_json::json!({ "workflow": w })))
 }
 
 #[derive(Deserialize)]
@@ -107,26 +103,15 @@ struct SetWorkflow {
 
 async fn set_workflow(
     State(api): State<Api>,
-    headers: HeaderMap,
-    Json(body): Json<SetWorkflow>,
-) -> Response {
-    let scope = match api.auth.authenticate_request(&headers) {
-        Ok(s) => s,
-        Err(r) => return r.into_response(),
-    };
-    match api.app.set_workflow(&scope, body.workflow).await {
-        Ok(change) => Json(change).into_response(),
-        Err(e) => e.into_response(),
-    }
+    Caller(scope): Caller,
+    JsonBody(body): JsonBody<SetWorkflow>,
+) -> Result<Json<crate::app::FlagChange>, AppError> {
+    Ok(Json(api.app.set_workflow(&scope, body.workflow).await?))
 }
 
-async fn posts(State(api): State<Api>, headers: HeaderMap) -> Response {
-    let scope = match api.auth.authenticate_request(&headers) {
-        Ok(s) => s,
-        Err(r) => return r.into_response(),
-    };
-    match api.app.posts(&scope).await {
-        Ok(p) => Json(p).into_response(),
-        Err(e) => e.into_response(),
-    }
+async fn posts(
+    State(api): State<Api>,
+    Caller(scope): Caller,
+) -> Result<Json<Vec<crate::publisher::Delivery>>, AppError> {
+    Ok(Json(api.app.posts(&scope).await?))
 }

@@ -426,7 +426,7 @@ async fn drop_database(name: &str) {
 }
 
 /// ShareFlow's own API answers in JSON: an unknown path under `/app` is a JSON 404, never the
-/// web client's page with a 200.
+/// web client's page with a 200, and a malformed body a JSON 4xx.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unknown_application_paths_are_json_404s() {
     let env = Env::sqlite().await;
@@ -436,8 +436,27 @@ async fn unknown_application_paths_are_json_404s() {
             .api(reqwest::Method::GET, path, Some(&editor), None)
             .await;
         assert_eq!(status, 404, "{path}");
-        assert!(body["error"].is_string(), "{path}: {body}");
+        assert_eq!(
+            body["errors"][0]["extensions"]["code"], "NOT_FOUND",
+            "{path}: {body}"
+        );
     }
+    // A body that is not a document is refused in JSON too, with the reason.
+    let res = env
+        .http
+        .post(format!("{}/app/documents", env.running.url))
+        .bearer_auth(&editor)
+        .header("content-type", "application/json")
+        .body("{\"id\": 7")
+        .send()
+        .await
+        .unwrap();
+    assert!(res.status().is_client_error(), "{}", res.status());
+    let body: serde_json::Value = res.json().await.expect("a JSON error");
+    assert_eq!(
+        body["errors"][0]["extensions"]["code"], "BAD_REQUEST",
+        "{body}"
+    );
     env.stop().await;
 }
 

@@ -35,6 +35,9 @@ enum Use {
     Path(Vec<String>),
     /// A method call: its name.
     Method(String),
+    /// A parameter's type, which the framework calling the function builds first: that type's
+    /// own `from_request_parts` or `from_request`, and nothing else of those names.
+    Extractor(String),
 }
 
 /// One function and what it uses.
@@ -242,10 +245,25 @@ fn framework_called(attrs: &[syn::Attribute]) -> bool {
     })
 }
 
+/// A parameter's type is called by the framework that calls the function: an axum handler's
+/// `Caller(scope): Caller` runs `Caller::from_request_parts` (or `from_request`) first.
+fn extractor_uses(sig: &syn::Signature) -> Vec<Use> {
+    sig.inputs
+        .iter()
+        .filter_map(|arg| match arg {
+            syn::FnArg::Typed(t) => type_name(&t.ty),
+            syn::FnArg::Receiver(_) => None,
+        })
+        .map(Use::Extractor)
+        .collect()
+}
+
 impl Items<'_> {
-    fn add(&mut self, name: String, public: bool, block: &syn::Block) {
+    fn add(&mut self, sig: &syn::Signature, public: bool, block: &syn::Block) {
+        let name = sig.ident.to_string();
         let mut body = Body::default();
         body.visit_block(block);
+        body.uses.extend(extractor_uses(sig));
         let index = self.graph.nodes.len();
         self.graph.nodes.push(Node {
             id: FnId {
@@ -273,7 +291,7 @@ impl Items<'_> {
         match item {
             syn::Item::Fn(f) if !is_test_attr(&f.attrs) => {
                 let public = matches!(f.vis, syn::Visibility::Public(_));
-                self.add(f.sig.ident.to_string(), public, &f.block);
+                self.add(&f.sig, public, &f.block);
             }
             syn::Item::Impl(i) if !is_test_attr(&i.attrs) => {
                 let mut ty = type_name(&i.self_ty).unwrap_or_default();
@@ -302,7 +320,7 @@ impl Items<'_> {
                                 .or_default()
                                 .push(index);
                         }
-                        self.add(f.sig.ident.to_string(), public, &f.block);
+                        self.add(&f.sig, public, &f.block);
                     }
                 }
                 self.owner = saved;
@@ -313,7 +331,7 @@ impl Items<'_> {
                     if let syn::TraitItem::Fn(f) = it
                         && let Some(block) = &f.default
                     {
-                        self.add(f.sig.ident.to_string(), true, block);
+                        self.add(&f.sig, true, block);
                     }
                 }
                 self.owner = saved;
@@ -375,6 +393,11 @@ impl Graph {
         };
         match use_ {
             Use::Method(name) => find(None, name),
+            Use::Extractor(ty) => {
+                let mut found = find(Some(Some(ty)), "from_request_parts");
+                found.extend(find(Some(Some(ty)), "from_request"));
+                found
+            }
             Use::Path(segs) => {
                 let Some(name) = segs.last() else {
                     return vec![];
@@ -470,7 +493,8 @@ impl Graph {
                 let n = segs.len();
                 segs.last().is_some_and(|l| l == ty) || (n >= 2 && segs[n - 2] == ty)
             }
-            Use::Method(_) => false,
+            // A parameter's type is a signature's, not the body's.
+            Use::Method(_) | Use::Extractor(_) => false,
         })
     }
 

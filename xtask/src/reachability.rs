@@ -442,7 +442,11 @@ pub(crate) const CAPABILITIES: &[Capability] = &[
             "authenticate_request",
         ),
         scope: Scope::Host,
-        wired_in: ("shareflow/src/http.rs", None, "drop_document"),
+        wired_in: (
+            "forge-server/src/app.rs",
+            Some("Caller"),
+            "from_request_parts",
+        ),
     },
     Capability {
         name: "MCP: a host imports its own MCP server's pinned tools",
@@ -906,6 +910,38 @@ mod tests {
     #[test]
     fn the_tree_is_wired() {
         crate::assert_clean("reachability", check(&crate::root()));
+    }
+
+    #[test]
+    fn a_handlers_extractor_is_called_by_the_handler() {
+        const CALLER: Capability = Capability {
+            name: "the caller",
+            provider: (
+                "forge-engine/src/app.rs",
+                Some("Caller"),
+                "from_request_parts",
+            ),
+            scope: Scope::Platform,
+            wired_in: ("forge-engine/src/app.rs", None, "handler"),
+        };
+        let check = |param: &str| {
+            let app = format!(
+                "pub struct Caller(u8);
+                 impl Caller {{ fn from_request_parts() {{}} }}
+                 pub fn route() {{ handler }}
+                 async fn handler({param}) {{}}"
+            );
+            let engine = engine("crate::app::route();");
+            let files = tree(&[
+                ("crates/forge-engine/src/app.rs", &app),
+                ("crates/forge-engine/src/engine.rs", &engine),
+            ]);
+            check_tree(&files, &[CALLER], &[], &[])
+        };
+        let wired = check("Caller(scope): Caller");
+        assert!(about(&wired, "the caller").is_empty(), "{wired:?}");
+        let unwired = check("scope: u8");
+        assert_eq!(about(&unwired, "the caller").len(), 1, "{unwired:?}");
     }
 
     #[test]

@@ -111,6 +111,10 @@ impl AccessArgs {
         for tool in mcp.map(|m| m.tools()).unwrap_or_default() {
             builder = builder.tool(tool)?;
         }
+        // Arguments the MCP configuration binds to the caller (`bind = { owner = … }`).
+        for (tool, argument, to) in mcp.map(|m| m.bindings()).unwrap_or_default() {
+            builder = builder.tool_argument(tool, argument, *to)?;
+        }
         // Loaded policies decide access, and which `policy`-approval calls may run unreviewed.
         let (authorizer, rule): (Arc<dyn Authorizer>, Option<Arc<dyn ApprovalRule>>) = match &self
             .policies

@@ -113,5 +113,5 @@ pub use error::EngineError;
 pub use hitl::ASK_USER;
 pub use observer::{Both, Commit, Emitted, LiveObserver, NoopObserver, RunObserver};
 pub use skills::{LOAD_SKILL, RUN_SKILL_SCRIPT, Skill, SkillLibrary};
-pub use tools::{NativeTool, ToolRegistry, native_tool};
+pub use tools::{Argument, NativeTool, ToolRegistry, native_tool};
 pub use worker::{JobOutcome, Worker, WorkerConfig, WorkerReport};

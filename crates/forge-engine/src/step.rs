@@ -522,6 +522,19 @@ impl StepRunner<'_> {
         if call.input.is_null() {
             return refuse("invalid_json", "tool input is not valid JSON".into());
         }
+        // Arguments bound to the caller are the caller's, whatever the model said: validated,
+        // authorized, approved and executed as bound.
+        let bound;
+        let call = match registered.bind(&call.input, self.scope) {
+            Some(input) => {
+                bound = ToolCallPart {
+                    input,
+                    ..call.clone()
+                };
+                &bound
+            }
+            None => call,
+        };
         let violations = registered.violations(&call.input);
         if !violations.is_empty() {
             return refuse(

@@ -1,4 +1,9 @@
-//! The tool registry: tools with compiled input validators, and typed native tools.
+//! The tool registry: tools with compiled input validators, arguments bound to the caller, and
+//! typed native tools.
+//!
+//! An argument bound to the caller ([`Argument`], from `forge-core`) is filled by the engine from the run's scope
+//! before the call is validated, authorized, approved or executed: "my pipeline" is the caller's
+//! whoever asks, and an `owner` the caller may never choose is never the model's to choose.
 //!
 //! A native tool is an async Rust function whose input type derives `schemars::JsonSchema`; its
 //! JSON Schema is generated from the type, so the schema the model sees and the type the function
@@ -11,6 +16,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use forge_core::ports::model::ToolDescriptor;
+pub use forge_core::ports::tool::Argument;
 use forge_core::ports::tool::{
     ApprovalPolicy, Tool, ToolClassification, ToolContext, ToolError, ToolSpec,
 };
@@ -20,13 +26,63 @@ use serde::de::DeserializeOwned;
 
 use crate::error::EngineError;
 
-/// A registered tool with its compiled input validator.
+/// A registered tool with its compiled input validator and its bound arguments.
 pub(crate) struct Registered {
     pub(crate) tool: Arc<dyn Tool>,
     validator: jsonschema::Validator,
+    arguments: BTreeMap<String, Argument>,
 }
 
 impl Registered {
+    /// `input` with the arguments bound to `scope`'s caller filled in; `None` when nothing
+    /// changes (no bound arguments, or an input that is not an object, which validation
+    /// refuses).
+    pub(crate) fn bind(
+        &self,
+        input: &serde_json::Value,
+        scope: &forge_core::scope::Scope,
+    ) -> Option<serde_json::Value> {
+        let serde_json::Value::Object(given) = input else {
+            return None;
+        };
+        let mut fields = given.clone();
+        let mut changed = false;
+        for (name, argument) in &self.arguments {
+            let value = match argument {
+                Argument::CallerByDefault if given.get(name).is_some_and(|v| !v.is_null()) => {
+                    continue;
+                }
+                Argument::CallerByDefault | Argument::Caller => scope.principal_id().as_str(),
+                Argument::Tenant => scope.tenant_id().as_str(),
+            };
+            fields.insert(name.clone(), serde_json::Value::String(value.to_owned()));
+            changed = true;
+        }
+        changed.then_some(serde_json::Value::Object(fields))
+    }
+
+    /// The input schema as the model is offered it: arguments always bound left out, those
+    /// bound by default optional.
+    pub(crate) fn offered_schema(&self) -> serde_json::Value {
+        let mut schema = self.tool.spec().input_schema.clone();
+        for (name, argument) in &self.arguments {
+            if let Some(required) = schema
+                .get_mut("required")
+                .and_then(serde_json::Value::as_array_mut)
+            {
+                required.retain(|r| r.as_str() != Some(name));
+            }
+            if *argument != Argument::CallerByDefault
+                && let Some(properties) = schema
+                    .get_mut("properties")
+                    .and_then(serde_json::Value::as_object_mut)
+            {
+                properties.remove(name);
+            }
+        }
+        schema
+    }
+
     /// Every schema violation in `input`, as `path: message` lines; empty when valid.
     pub(crate) fn violations(&self, input: &serde_json::Value) -> Vec<String> {
         self.validator
@@ -81,8 +137,45 @@ impl ToolRegistry {
                 reason: format!("input schema does not compile: {e}"),
             }
         })?;
-        self.tools
-            .insert(spec.name.clone(), Registered { tool, validator });
+        self.tools.insert(
+            spec.name.clone(),
+            Registered {
+                tool,
+                validator,
+                arguments: BTreeMap::new(),
+            },
+        );
+        Ok(())
+    }
+
+    /// Binds the argument `name` of the registered tool `tool` to the caller ([`Argument`]).
+    /// Refuses a tool that is not registered and an argument its input schema does not name.
+    pub fn bind_argument(
+        &mut self,
+        tool: &str,
+        name: &str,
+        argument: Argument,
+    ) -> Result<(), EngineError> {
+        let invalid = |reason: String| EngineError::InvalidTool {
+            name: tool.to_owned(),
+            reason,
+        };
+        let registered = self.tools.get_mut(tool).ok_or_else(|| {
+            invalid("not registered: register it before binding its arguments".into())
+        })?;
+        let named = registered
+            .tool
+            .spec()
+            .input_schema
+            .get("properties")
+            .and_then(|p| p.get(name))
+            .is_some();
+        if !named {
+            return Err(invalid(format!(
+                "its input has no property {name:?} to bind"
+            )));
+        }
+        registered.arguments.insert(name.to_owned(), argument);
         Ok(())
     }
 
@@ -118,7 +211,7 @@ impl ToolRegistry {
                 ToolDescriptor {
                     name: s.name.clone(),
                     description: s.description.clone(),
-                    input_schema: s.input_schema.clone(),
+                    input_schema: r.offered_schema(),
                 }
             })
             .collect()
@@ -276,5 +369,102 @@ impl Tool for GateAnswered {
             "{} is answered by the engine",
             self.0.name
         )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use forge_core::scope::Scope;
+    use serde_json::json;
+
+    use super::*;
+
+    /// The pipeline tool's input.
+    #[derive(serde::Deserialize, JsonSchema)]
+    #[allow(dead_code)]
+    struct Ask {
+        /// Whose pipeline.
+        owner: String,
+        /// Whose tenant.
+        tenant: String,
+        /// How many.
+        limit: u32,
+    }
+
+    fn registry() -> ToolRegistry {
+        let mut tools = ToolRegistry::new();
+        tools
+            .register(Arc::new(native_tool(
+                "pipeline",
+                "A pipeline.",
+                |_ctx, _a: Ask| async { Ok("ok") },
+            )))
+            .unwrap();
+        tools
+    }
+
+    #[test]
+    fn bound_arguments_are_filled_from_the_caller_and_hidden_or_optional_for_the_model() {
+        let mut tools = registry();
+        tools
+            .bind_argument("pipeline", "owner", Argument::CallerByDefault)
+            .unwrap();
+        tools
+            .bind_argument("pipeline", "tenant", Argument::Tenant)
+            .unwrap();
+        let offered = &tools.descriptors(&["pipeline".into()])[0].input_schema;
+        assert_eq!(offered["required"], json!(["limit"]), "{offered}");
+        assert!(
+            offered["properties"].get("owner").is_some(),
+            "optional, still offered"
+        );
+        assert!(
+            offered["properties"].get("tenant").is_none(),
+            "never the model's"
+        );
+
+        let r = tools.get("pipeline").unwrap();
+        let alice = Scope::parse("acme", "alice", &[]).unwrap();
+        assert_eq!(
+            r.bind(&json!({"limit": 3}), &alice),
+            Some(json!({"limit": 3, "owner": "alice", "tenant": "acme"}))
+        );
+        // A value the model gives is kept where the binding is a default, replaced where not.
+        assert_eq!(
+            r.bind(
+                &json!({"limit": 3, "owner": "bob", "tenant": "globex"}),
+                &alice
+            ),
+            Some(json!({"limit": 3, "owner": "bob", "tenant": "acme"}))
+        );
+        assert!(
+            r.violations(&r.bind(&json!({"limit": 3}), &alice).unwrap())
+                .is_empty()
+        );
+        assert_eq!(r.bind(&json!("not an object"), &alice), None);
+    }
+
+    #[test]
+    fn only_a_registered_tools_named_arguments_are_bound() {
+        let mut tools = registry();
+        let err = tools
+            .bind_argument("pipeline", "owners", Argument::Caller)
+            .unwrap_err();
+        assert!(err.to_string().contains("owners"), "{err}");
+        assert!(
+            tools
+                .bind_argument("nope", "owner", Argument::Caller)
+                .is_err()
+        );
+        let unbound = registry();
+        assert_eq!(
+            unbound
+                .get("pipeline")
+                .unwrap()
+                .bind(&json!({"limit": 1}), &Scope::parse("a", "b", &[]).unwrap()),
+            None
+        );
     }
 }

@@ -151,6 +151,9 @@ pub struct SourceSpec {
     /// Its access label, as policies see it.
     #[serde(default = "SourceSpec::label")]
     pub label: String,
+    /// The principal it belongs to (`resource.owner`), when it is someone's own.
+    #[serde(default)]
+    pub owner: Option<String>,
     /// `text`, `markdown` or `html`.
     #[serde(default = "SourceSpec::format")]
     pub format: String,

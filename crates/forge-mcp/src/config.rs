@@ -129,6 +129,10 @@ pub struct ToolOverride {
     /// A description written by the operator, used instead of the server's.
     #[serde(default)]
     pub description: Option<String>,
+    /// Arguments the engine takes from the caller instead of the model:
+    /// `bind = { owner = "caller_by_default" }` (or `"caller"`, `"tenant"`).
+    #[serde(default)]
+    pub bind: BTreeMap<String, forge_core::ports::tool::Argument>,
 }
 
 /// One server.

@@ -41,6 +41,7 @@ pub struct McpRuntime {
     _tasks: Vec<server::Supervisor>,
     tools: Vec<Arc<McpTool>>,
     skipped: Vec<String>,
+    bindings: Vec<(String, String, forge_core::ports::tool::Argument)>,
 }
 
 impl std::fmt::Debug for McpRuntime {
@@ -85,15 +86,21 @@ impl McpRuntime {
         let tasks = start_all(&servers).await;
         let mut tools = Vec::new();
         let mut skipped = Vec::new();
+        let mut bindings = Vec::new();
         for server in &servers {
             for (remote, pin) in &server.pins().tools {
                 let over = server.config().tools.get(remote);
                 match import::spec(server.name(), pin, over) {
-                    Some(spec) => tools.push(Arc::new(McpTool::new(
-                        spec,
-                        remote.clone(),
-                        Arc::clone(server),
-                    ))),
+                    Some(spec) => {
+                        for (argument, to) in over.map(|o| &o.bind).into_iter().flatten() {
+                            bindings.push((spec.name.clone(), argument.clone(), *to));
+                        }
+                        tools.push(Arc::new(McpTool::new(
+                            spec,
+                            remote.clone(),
+                            Arc::clone(server),
+                        )));
+                    }
                     None => skipped.push(format!("{}/{remote}", server.name())),
                 }
             }
@@ -103,6 +110,7 @@ impl McpRuntime {
             _tasks: tasks,
             tools,
             skipped,
+            bindings,
         })
     }
 
@@ -112,6 +120,12 @@ impl McpRuntime {
             .iter()
             .map(|t| Arc::clone(t) as Arc<dyn Tool>)
             .collect()
+    }
+
+    /// The arguments the configuration binds to the caller, as (offered tool name, argument,
+    /// binding): the engine's `tool_argument` takes each once the tools are registered.
+    pub fn bindings(&self) -> &[(String, String, forge_core::ports::tool::Argument)] {
+        &self.bindings
     }
 
     /// Pinned tools whose names cannot be offered (`server/tool`), left out.

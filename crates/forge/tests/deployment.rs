@@ -295,3 +295,84 @@ async fn a_worker_started_later_executes_only_the_run_it_was_given() {
     assert_eq!(untouched.status, forge::core::run::RunStatus::Queued);
     assert_eq!(forge.shutdown().await.finished, 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn arguments_bound_to_the_caller_are_the_callers_whatever_the_model_says() {
+    const PIPELINE: &str = r#"
+[[conversation]]
+when_user = "my pipeline"
+[[conversation.turn]]
+tool_calls = [{ name = "pipeline", input = { limit = 5 } }]
+[[conversation.turn]]
+text = ["{{tool_result}}"]
+
+[[conversation]]
+when_user = "bob's pipeline"
+[[conversation.turn]]
+tool_calls = [{ name = "pipeline", input = { owner = "bob", tenant = "globex", limit = 5 } }]
+[[conversation.turn]]
+text = ["{{tool_result}}"]
+"#;
+    /// The pipeline tool's input.
+    #[derive(serde::Deserialize, schemars::JsonSchema)]
+    struct Ask {
+        /// Whose.
+        owner: String,
+        /// Where.
+        tenant: String,
+        /// How many.
+        limit: u32,
+    }
+    let forge = Forge::builder()
+        .store("memory")
+        .agent(AgentDefinition::new("crm", "scripted:pipeline").tool("pipeline"))
+        .model(ScriptedProvider::new(
+            Script::parse(PIPELINE, "pipeline").unwrap(),
+        ))
+        .tool(native_tool(
+            "pipeline",
+            "Opportunities of an owner.",
+            |ctx: forge::core::ports::tool::ToolContext, a: Ask| async move {
+                // What executes is what was authorized: the bound input, not the model's.
+                assert_eq!(a.tenant, ctx.scope.tenant_id().as_str());
+                Ok(format!("{} of {}@{}", a.limit, a.owner, a.tenant))
+            },
+        ))
+        .engine(|engine| {
+            Ok(engine
+                .tool_argument(
+                    "pipeline",
+                    "owner",
+                    forge::engine::Argument::CallerByDefault,
+                )?
+                .tool_argument("pipeline", "tenant", forge::engine::Argument::Tenant)?)
+        })
+        .build()
+        .await
+        .unwrap();
+    for (who, ask, expected) in [
+        ("alice", "Show my pipeline", "5 of alice@acme"),
+        ("carol", "Show my pipeline", "5 of carol@acme"),
+        // A default keeps what the model gave; a forced binding replaces it.
+        ("carol", "What is in bob's pipeline?", "5 of bob@acme"),
+    ] {
+        let scope = Scope::parse("acme", who, &[]).unwrap();
+        let run = forge.start(&scope, "crm", ask).await.unwrap();
+        let outcome = run.wait().await.unwrap();
+        let answer = outcome.answer().unwrap_or_default();
+        assert!(answer.contains(expected), "{who}: {answer:?}");
+    }
+    // Binding an argument the tool does not have is refused when the deployment is built.
+    let refused = Forge::builder()
+        .store("memory")
+        .tool(native_tool("pipeline", "x", |_ctx, _a: Ask| async {
+            Ok("x")
+        }))
+        .engine(|engine| {
+            Ok(engine.tool_argument("pipeline", "owners", forge::engine::Argument::Caller)?)
+        })
+        .build()
+        .await;
+    assert!(refused.is_err());
+    forge.shutdown().await;
+}

@@ -157,6 +157,10 @@ impl EngineRunner {
                 serde_json::Value::Null,
                 &s.text,
             );
+            let source = match &s.owner {
+                Some(owner) => source.owned_by(owner),
+                None => source,
+            };
             retriever
                 .index(scope, &source)
                 .await

@@ -9,6 +9,22 @@ use serde::{Deserialize, Serialize};
 use crate::id::{IdempotencyKey, RunId, ThreadId, ToolCallId};
 use crate::scope::Scope;
 
+/// Where the engine takes one of a tool's arguments from instead of the model (the engine's
+/// tool registry binds it; an MCP tool's override names it as `bind = { owner = "caller" }`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Argument {
+    /// The caller's principal id when the model leaves the argument out ("show my pipeline" is
+    /// the caller's, whoever asks). A value the model gives is kept, and authorization decides
+    /// it. Offered to the model as optional.
+    CallerByDefault,
+    /// The caller's principal id, always: the argument is not offered to the model, and a value
+    /// it gives anyway is replaced.
+    Caller,
+    /// The caller's tenant id, always (as [`Argument::Caller`]).
+    Tenant,
+}
+
 /// What a tool does to the world, which decides approval and idempotency handling.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -150,6 +150,19 @@ impl EngineBuilder {
         Ok(self)
     }
 
+    /// Binds the argument `name` of the tool `tool` (added already) to the caller
+    /// ([`Argument`](crate::tools::Argument)): the engine fills it from the run's scope before
+    /// the call is validated, authorized, approved or executed.
+    pub fn tool_argument(
+        mut self,
+        tool: &str,
+        name: &str,
+        argument: crate::tools::Argument,
+    ) -> Result<Self, EngineError> {
+        self.tools.bind_argument(tool, name, argument)?;
+        Ok(self)
+    }
+
     /// Registers an agent version.
     pub fn agent(mut self, agent: AgentDefinition) -> Self {
         self.agents.push(agent);

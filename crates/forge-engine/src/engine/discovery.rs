@@ -121,7 +121,10 @@ impl Engine {
                 ToolDescriptor {
                     name: s.name.clone(),
                     description,
-                    input_schema: s.input_schema.clone(),
+                    // Arguments bound to the caller are not the model's to give.
+                    input_schema: self
+                        .tool(&s.name)
+                        .map_or_else(|| s.input_schema.clone(), |r| r.offered_schema()),
                 }
             })
             .collect()

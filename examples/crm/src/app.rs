@@ -161,6 +161,8 @@ impl Crm {
         let retriever = Retriever::new(stores.sources.clone(), policies.clone());
         let script = Script::parse(ASSISTANT_SCRIPT, "assistant").map_err(config)?;
         let (cites, kept) = (retriever.clone(), policies.clone());
+        // Arguments the MCP configuration binds to the caller ("my pipeline" is the caller's).
+        let bindings = mcp.bindings().to_vec();
         let mut library = SkillLibrary::new();
         library
             .insert(
@@ -174,7 +176,10 @@ impl Crm {
             .model(ScriptedProvider::new(script))
             .tool(SearchDocuments::new(retriever.clone()))
             .tools(mcp.tools())
-            .engine(move |engine| {
+            .engine(move |mut engine| {
+                for (tool, argument, to) in &bindings {
+                    engine = engine.tool_argument(tool, argument, *to)?;
+                }
                 Ok(engine
                     .skills(library)
                     .citations(Arc::new(cites))

@@ -236,6 +236,13 @@ async fn a_rep_sees_their_own_pipeline_and_a_manager_sees_everyones() {
         "{text}"
     );
     assert!(!text.contains("Globex expansion"), "{text}");
+    // The same words from bob are bob's pipeline: the agent is not told whose, the engine binds
+    // the owner to whoever asks.
+    let bob = env.token("bob", &["sales"]);
+    let (t, r) = env.ask(&bob, "Show my pipeline").await;
+    let (text, _) = env.answer(&bob, &t, &r).await;
+    assert!(text.contains("Globex expansion"), "{text}");
+    assert!(!text.contains("Initech renewal"), "{text}");
 
     let (t, r) = env.ask(&alice, "What is in bob's pipeline?").await;
     let (text, _) = env.answer(&alice, &t, &r).await;

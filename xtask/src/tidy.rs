@@ -29,13 +29,7 @@ pub(crate) fn check(root: &Path) -> Result<(), Vec<String>> {
                 lib.display()
             ));
         }
-        for file in rust_files(&dir) {
-            let text = std::fs::read_to_string(&file).unwrap_or_default();
-            let shown = file
-                .strip_prefix(root)
-                .unwrap_or(&file)
-                .display()
-                .to_string();
+        for (shown, text) in sources(root, &dir) {
             problems.extend(check_source(&shown, &text));
         }
     }
@@ -44,18 +38,28 @@ pub(crate) fn check(root: &Path) -> Result<(), Vec<String>> {
         problems.extend(check_length(file, &text, *most));
     }
     for app in APPLICATIONS {
-        for file in rust_files(&root.join(app).join("src")) {
+        for (shown, text) in sources(root, &root.join(app).join("src")) {
+            problems.extend(check_application_source(&shown, &text));
+        }
+    }
+    problems.extend(crate::shape::check(root));
+    crate::verdict(problems)
+}
+
+/// The Rust files under `dir`, each as its path from `root` and its text.
+fn sources(root: &Path, dir: &Path) -> Vec<(String, String)> {
+    rust_files(dir)
+        .into_iter()
+        .map(|file| {
             let text = std::fs::read_to_string(&file).unwrap_or_default();
             let shown = file
                 .strip_prefix(root)
                 .unwrap_or(&file)
                 .display()
                 .to_string();
-            problems.extend(check_application_source(&shown, &text));
-        }
-    }
-    problems.extend(crate::shape::check(root));
-    crate::verdict(problems)
+            (shown, text)
+        })
+        .collect()
 }
 
 /// The applications a team copies: their binaries run where they are deployed, not where they

@@ -42,6 +42,8 @@ mod builder;
 mod deployment;
 mod run;
 mod stores;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 pub use agents::{AgentSource, LoadedAgent, model_providers, redactor};
 pub use builder::ForgeBuilder;

@@ -71,6 +71,17 @@ impl Env {
         forge::server::auth::sign_hs256(SECRET, &scope, 3600, now).unwrap()
     }
 
+    /// `POST /crm/notes` with `note`, as `token`.
+    async fn post_note(&self, token: &str, note: Value) -> reqwest::Response {
+        self.http
+            .post(format!("{}/crm/notes", self.running.url))
+            .bearer_auth(token)
+            .json(&note)
+            .send()
+            .await
+            .unwrap()
+    }
+
     async fn gql(&self, token: &str, query: &str, variables: Value) -> Result<Value, String> {
         let res: Value = self
             .http
@@ -294,17 +305,8 @@ async fn notes_are_cited_and_private_notes_stay_private() {
     assert!(!text.contains("10%"), "{text}");
 
     // A note added through the API is searchable at once, with its own visibility.
-    let added: Value = env
-        .http
-        .post(format!("{}/crm/notes", env.running.url))
-        .bearer_auth(&alice)
-        .json(&json!({ "record_kind": "company", "record_id": "co-initech", "body": "Initech prefers invoices in euros.", "visibility": "private" }))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let note = json!({ "record_kind": "company", "record_id": "co-initech", "body": "Initech prefers invoices in euros.", "visibility": "private" });
+    let added: Value = env.post_note(&alice, note).await.json().await.unwrap();
     assert_eq!(added["author"], "alice");
     let id = added["id"].as_str().unwrap().to_owned();
     let readable = |principal: &'static str| {
@@ -326,17 +328,8 @@ async fn notes_are_cited_and_private_notes_stay_private() {
     // A principal whose id is the team label's text: a private note is still its author's
     // alone (ownership is the source's owner, not a label an id could equal).
     let team = env.token("team", &["sales"]);
-    let added: Value = env
-        .http
-        .post(format!("{}/crm/notes", env.running.url))
-        .bearer_auth(&team)
-        .json(&json!({ "record_kind": "company", "record_id": "co-initech", "body": "Initech's CFO is leaving.", "visibility": "private" }))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let note = json!({ "record_kind": "company", "record_id": "co-initech", "body": "Initech's CFO is leaving.", "visibility": "private" });
+    let added: Value = env.post_note(&team, note).await.json().await.unwrap();
     let id = added["id"].as_str().unwrap().to_owned();
     assert!(readable("team").await.contains(&id));
     assert!(
@@ -386,14 +379,7 @@ async fn the_crm_api_answers_every_request_in_json() {
         r.json::<Value>().await.unwrap()["errors"][0]["extensions"]["code"],
         "BAD_REQUEST"
     );
-    let r = env
-        .http
-        .post(url("/crm/notes"))
-        .bearer_auth(&alice)
-        .json(&json!({ "record_kind": "company", "record_id": "co-nowhere", "body": "Hello.", "visibility": "team" }))
-        .send()
-        .await
-        .unwrap();
+    let r = env.post_note(&alice, json!({ "record_kind": "company", "record_id": "co-nowhere", "body": "Hello.", "visibility": "team" })).await;
     assert_eq!(r.status(), 404);
     let body: Value = r.json().await.unwrap();
     assert!(
@@ -406,14 +392,7 @@ async fn the_crm_api_answers_every_request_in_json() {
     // Who may add a note is the policies' decision: a viewer adds no team note for the
     // assistant to cite to everyone.
     let viewer = env.token("vic", &["viewer"]);
-    let r = env
-        .http
-        .post(url("/crm/notes"))
-        .bearer_auth(&viewer)
-        .json(&json!({ "record_kind": "company", "record_id": "co-initech", "body": "Initech is churning.", "visibility": "team" }))
-        .send()
-        .await
-        .unwrap();
+    let r = env.post_note(&viewer, json!({ "record_kind": "company", "record_id": "co-initech", "body": "Initech is churning.", "visibility": "team" })).await;
     assert_eq!(r.status(), 403);
     assert!(is_json(&r));
     assert!(

@@ -107,6 +107,9 @@ impl AppDb {
                 PRIMARY KEY (tenant, id)
             )",
             "CREATE INDEX IF NOT EXISTS documents_thread ON documents (tenant, thread_id)",
+            // The settler looks a document up by its run on every commit it is woken by.
+            "CREATE INDEX IF NOT EXISTS documents_run ON documents (run_id)",
+            "CREATE INDEX IF NOT EXISTS documents_drafting ON documents (status) WHERE status = 'drafting'",
         ] {
             sqlx::query(ddl).execute(&pool).await?;
         }

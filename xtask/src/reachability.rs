@@ -527,6 +527,11 @@ pub(crate) const PORTS: &[(&str, &str, Site)] = &[
         ("forge/src/stores.rs", Some("Stores"), "open_postgres"),
     ),
     (
+        "RequestKeys",
+        "PostgresStore",
+        ("forge/src/stores.rs", Some("Stores"), "open_postgres"),
+    ),
+    (
         "SourceStore",
         "SqliteStore",
         ("forge/src/stores.rs", Some("Stores"), "open"),

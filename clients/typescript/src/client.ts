@@ -50,8 +50,16 @@ export interface ForgeClient {
   gql<T>(query: string, variables?: Record<string, JsonValue | undefined>): Promise<T>;
   /** Creates a thread. */
   createThread(title?: string): Promise<{ id: string }>;
-  /** Starts a run of `agent` on `threadId` with the user's `message`. */
-  startRun(threadId: string, agent: string, message: string): Promise<{ id: string }>;
+  /**
+   * Starts a run of `agent` on `threadId` with the user's `message`. With `idempotencyKey`, the
+   * same call sent again (after a timeout or a dropped connection) is the run the first started.
+   */
+  startRun(
+    threadId: string,
+    agent: string,
+    message: string,
+    options?: { idempotencyKey?: string },
+  ): Promise<{ id: string }>;
   /** Asks a run to cancel; `false` when it had ended or was already asked. */
   cancelRun(runId: string): Promise<boolean>;
   /**
@@ -106,10 +114,10 @@ export function createForgeClient(options: ClientOptions): ForgeClient {
       );
       return d.createThread;
     },
-    async startRun(threadId, agent, message) {
+    async startRun(threadId, agent, message, options) {
       const d = await gql<{ startRun: { id: string } }>(
         "mutation Start($input: StartRunInput!) { startRun(input: $input) { id } }",
-        { input: { threadId, agent, message } },
+        { input: { threadId, agent, message, idempotencyKey: options?.idempotencyKey } },
       );
       return d.startRun;
     },

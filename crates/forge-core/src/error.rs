@@ -90,6 +90,13 @@ pub enum Error {
         /// When it expired.
         at: crate::time::Timestamp,
     },
+    /// A request key ([`crate::ports::keys`]) was claimed by another request: a run's
+    /// idempotency key sent with another message, agent, thread or principal.
+    #[error("this {kind} key was used for another request")]
+    KeyReused {
+        /// What the key names (`run`).
+        kind: &'static str,
+    },
     /// The tenant's usage quota for the current period would be exceeded.
     #[error("quota exceeded: {0}")]
     QuotaExceeded(String),
@@ -125,7 +132,8 @@ impl Error {
             | Error::Fenced { .. }
             | Error::LeaseHeld { .. }
             | Error::ThreadBusy { .. }
-            | Error::AlreadyResolved { .. } => ErrorKind::Conflict,
+            | Error::AlreadyResolved { .. }
+            | Error::KeyReused { .. } => ErrorKind::Conflict,
             Error::Expired { .. } | Error::Closed { .. } | Error::QuotaExceeded(_) => {
                 ErrorKind::Invalid
             }

@@ -108,7 +108,7 @@ pub use cancels::DEFAULT_CANCEL_POLL;
 pub use cite::CITE;
 pub use discovery::{SearchSignal, ToolEntry, ToolSearchHit};
 pub use engine::{CONFIG_ACTION, DEPLOYMENT_TENANT};
-pub use engine::{Engine, EngineBuilder, MAX_TITLE_CHARS, RunControl, RunOutcome};
+pub use engine::{Engine, EngineBuilder, KeyedRun, MAX_TITLE_CHARS, RunControl, RunOutcome};
 pub use error::EngineError;
 pub use hitl::ASK_USER;
 pub use observer::{Both, Commit, Emitted, LiveObserver, NoopObserver, RunObserver};

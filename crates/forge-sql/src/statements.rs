@@ -42,6 +42,26 @@ pub fn message_page(from_end: bool) -> &'static str {
     }
 }
 
+/// Claims a request key unless it is claimed (`forge_core::ports::keys`): `$1` tenant, `$2`
+/// kind, `$3` key, `$4` the id it names, `$5` its thread, `$6` the request's digest, `$7` now.
+/// [`KEY_CLAIMED`] then reads the claim that holds.
+pub const KEY_CLAIM: &str = "INSERT INTO forge_request_keys (tenant_id, kind, key, id, \
+     thread_id, digest, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING";
+
+/// Reads a request key's claim: `$1` tenant, `$2` kind, `$3` key.
+pub const KEY_CLAIMED: &str = "SELECT id, thread_id, digest FROM forge_request_keys \
+     WHERE tenant_id = $1 AND kind = $2 AND key = $3";
+
+/// Removes the request keys an erasure takes (`forge_core::ports::erasure::Erase::erases_key`):
+/// a thread's (`$2`) and its runs', or, `run`, one run's (`$2`); `$1` the tenant.
+pub fn keys_erased(run: bool) -> &'static str {
+    if run {
+        "DELETE FROM forge_request_keys WHERE tenant_id = $1 AND kind = 'run' AND id = $2"
+    } else {
+        "DELETE FROM forge_request_keys WHERE tenant_id = $1 AND thread_id = $2"
+    }
+}
+
 /// Stores a new running scoring run: `$1` tenant, `$2` id, `$3` dataset, `$4` its version,
 /// `$5` its hash, `$6` label, `$7` start.
 pub const EVAL_START_RUN: &str = "INSERT INTO forge_eval_runs (tenant_id, id, dataset,

@@ -58,6 +58,9 @@ impl DataErasure for MemoryStore {
                 erased.model_calls_unlinked += 1;
             }
         }
+        st.keys.retain(|(tenant, kind, _), claim| {
+            tenant != scope.tenant_id() || !target.erases_key(*kind, claim)
+        });
         if let Erase::Thread(id) = target {
             erased.threads = u64::from(st.threads.remove(&id).is_some());
             st.messages.remove(&id);

@@ -10,6 +10,7 @@ mod erasure;
 mod evals;
 mod files;
 mod interactions;
+mod keys;
 mod locks;
 mod queue;
 mod runs;
@@ -61,6 +62,15 @@ struct State {
     files: BTreeMap<(forge_core::scope::TenantId, forge_files::FileId), forge_files::FileRecord>,
     /// Scoring runs, their case results and the judge's verdicts.
     evals: evals::Evals,
+    /// Claimed request keys by tenant, kind and key.
+    keys: HashMap<
+        (
+            forge_core::scope::TenantId,
+            forge_core::ports::keys::KeyKind,
+            String,
+        ),
+        forge_core::ports::keys::KeyClaim,
+    >,
 }
 
 impl Default for MemoryStore {

@@ -23,11 +23,8 @@ use crate::queue::JobRow;
 #[async_trait]
 impl ThreadStore for MemoryStore {
     async fn create_thread(&self, scope: &Scope, new: NewThread) -> Result<Thread, Error> {
-        let thread = new.thread(
-            ThreadId::generate(self.ids.as_ref()),
-            scope,
-            self.clock.now(),
-        );
+        let id = new.id_or_new(self.ids.as_ref());
+        let thread = new.thread(id, scope, self.clock.now());
         self.lock().add_thread(thread.clone())?;
         Ok(thread)
     }
@@ -126,7 +123,10 @@ impl RunStore for MemoryStore {
             None => st.thread(scope, new.thread_id)?,
         };
         let admission = admit(thread.id, thread.active_run, new.strategy)?;
-        let mut run = new.queued(RunId::generate(self.ids.as_ref()), scope, now);
+        let mut run = new.queued(new.id_or_new(self.ids.as_ref()), scope, now);
+        if st.runs.contains_key(&run.id) {
+            return Err(Error::invalid(format!("a run {} exists already", run.id)));
+        }
         let events: Vec<RunEvent> = admission.begin(&mut run, now).into_iter().collect();
         if let Some(t) = created {
             st.add_thread(t)?;

@@ -115,6 +115,16 @@ impl DataErasure for PostgresStore {
             .map_err(db_error)?
             .rows_affected();
         }
+        let (run, named) = match target {
+            Erase::Thread(id) => (false, id.0),
+            Erase::Run(id) => (true, id.0),
+        };
+        sqlx::query(forge_sql::statements::keys_erased(run))
+            .bind(tenant)
+            .bind(named)
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error)?;
         erased.runs = sqlx::query("DELETE FROM forge_runs WHERE tenant_id = $1 AND id = ANY($2)")
             .bind(tenant)
             .bind(&ids)

@@ -28,6 +28,7 @@ mod erasure;
 mod evals;
 mod files;
 mod interactions;
+mod keys;
 mod locks;
 mod migrate;
 pub mod notify;

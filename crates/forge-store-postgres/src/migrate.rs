@@ -314,6 +314,12 @@ const ENTRIES: &[Entry] = &[
         scripts: scripts!("0035_source_owner"),
         supabase: Same,
     },
+    Entry {
+        version: 36,
+        name: "request_keys",
+        scripts: scripts!("0036_request_keys"),
+        supabase: Also(scripts!("0036_supabase_grants")),
+    },
 ];
 
 /// The migrations of a mode, in order.

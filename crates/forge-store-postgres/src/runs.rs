@@ -151,7 +151,7 @@ impl Start {
     fn of(store: &PostgresStore, scope: &Scope, new: &NewRun) -> Result<Self, Error> {
         forge_core::ports::rules::check_new_run(new)?;
         let now = store.clock.now();
-        let run = new.queued(RunId::generate(store.ids.as_ref()), scope, now);
+        let run = new.queued(new.id_or_new(store.ids.as_ref()), scope, now);
         Ok(Self {
             job: forge_core::id::JobId::generate(store.ids.as_ref()),
             max_attempts: i32::try_from(new.max_attempts).unwrap_or(i32::MAX),

@@ -132,11 +132,8 @@ impl PostgresStore {
 #[async_trait]
 impl ThreadStore for PostgresStore {
     async fn create_thread(&self, scope: &Scope, new: NewThread) -> Result<Thread, Error> {
-        let thread = new.thread(
-            ThreadId::generate(self.ids.as_ref()),
-            scope,
-            self.clock.now(),
-        );
+        let id = new.id_or_new(self.ids.as_ref());
+        let thread = new.thread(id, scope, self.clock.now());
         let state = to_json(&thread.state.values)?;
         self.tenant_call(scope, || {
             sqlx::query(INSERT_THREAD_SQL)

@@ -109,6 +109,15 @@ impl DataErasure for SqliteStore {
             for (sql, count) in REMOVE {
                 *count(&mut erased) = db::execute(conn, sql, params![tenant, ids])? as u64;
             }
+            let (run, named) = match target {
+                Erase::Thread(id) => (false, id.to_string()),
+                Erase::Run(id) => (true, id.to_string()),
+            };
+            db::execute(
+                conn,
+                forge_sql::statements::keys_erased(run),
+                params![tenant, named],
+            )?;
             erased.runs = db::execute(
                 conn,
                 "DELETE FROM forge_runs WHERE tenant_id = ?1 AND id IN (SELECT value FROM json_each(?2))",

@@ -46,6 +46,7 @@ mod evals;
 mod files;
 pub mod holder;
 mod interactions;
+mod keys;
 mod lane;
 mod migrate;
 mod queue;

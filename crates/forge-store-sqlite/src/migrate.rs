@@ -61,6 +61,7 @@ static MIGRATIONS: LazyLock<Migrations> = LazyLock::new(|| {
         migration!(16, "0016", "refusals"),
         migration!(17, "0017", "runs_in_flight"),
         migration!(18, "0018", "source_owner"),
+        migration!(19, "0019", "request_keys"),
     ])
 });
 

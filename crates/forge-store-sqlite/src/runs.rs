@@ -279,7 +279,7 @@ impl RunStore for SqliteStore {
     async fn create_run(&self, scope: &Scope, new: NewRun) -> Result<Run, Error> {
         forge_core::ports::rules::check_new_run(&new)?;
         let now = self.clock.now();
-        let run = new.queued(RunId::generate(self.ids.as_ref()), scope, now);
+        let run = new.queued(new.id_or_new(self.ids.as_ref()), scope, now);
         let job = JobId::generate(self.ids.as_ref());
         let created = new
             .thread_to_create(scope, now)

@@ -144,11 +144,8 @@ impl ThreadValues {
 #[async_trait]
 impl ThreadStore for SqliteStore {
     async fn create_thread(&self, scope: &Scope, new: NewThread) -> Result<Thread, Error> {
-        let thread = new.thread(
-            ThreadId::generate(self.ids.as_ref()),
-            scope,
-            self.clock.now(),
-        );
+        let id = new.id_or_new(self.ids.as_ref());
+        let thread = new.thread(id, scope, self.clock.now());
         let values = ThreadValues::of(&thread)?;
         self.write(move |conn| values.insert(conn)).await?;
         Ok(thread)

@@ -270,6 +270,7 @@ pub async fn a_run_on_a_new_thread_is_created_with_its_thread<F: StoreFactory>()
             .as_object()
             .cloned()
             .unwrap_or_default(),
+        id: None,
     };
     let new = |thread: NewThread| {
         NewRun::on_new_thread(

@@ -142,6 +142,7 @@ pub async fn thread_round_trip_and_session_state<F: StoreFactory>() {
             NewThread {
                 title: Some("support".into()),
                 state: initial.clone(),
+                id: None,
             },
         )
         .await

@@ -449,6 +449,51 @@ async fn a_record_update_waits_for_a_manager_and_applies_once() {
     env.stop().await;
 }
 
+/// A client that sends a request again (it timed out, its connection dropped) gets what the
+/// first made: the record's thread by its external key, the update's run and its one approval by
+/// the start's idempotency key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_request_is_one_thread_one_run_and_one_approval() {
+    let env = Env::start(StoreChoice::Sqlite).await;
+    let alice = env.token("alice", &["sales", "manager"]);
+    let carol = env.token("carol", &["manager"]);
+    let thread_of = async |key: &str| {
+        env.gql(
+            &alice,
+            "mutation($k: String) { createThread(externalKey: $k, title: \"opp-1\") { id } }",
+            json!({ "k": key }),
+        )
+        .await
+        .unwrap()["createThread"]["id"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let thread = thread_of("opportunity:opp-1").await;
+    assert_eq!(thread_of("opportunity:opp-1").await, thread);
+    assert_ne!(thread_of("opportunity:opp-2").await, thread);
+    let start = async || {
+        env.gql(
+            &alice,
+            "mutation($i: StartRunInput!) { startRun(input: $i) { id } }",
+            json!({ "i": {
+                "threadId": thread, "agent": "assistant", "message": "Please mark opp-1 won",
+                "idempotencyKey": "mark-opp-1-won",
+            } }),
+        )
+        .await
+        .unwrap()["startRun"]["id"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let run = start().await;
+    env.until(&alice, &run, &["waiting"]).await;
+    assert_eq!(start().await, run, "the retry is the first run");
+    assert_eq!(env.pending(&carol).await.len(), 1, "and its one approval");
+    env.stop().await;
+}
+
 /// The main path on PostgreSQL (row-level security, the CRM's own role).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_crm_runs_on_postgres() {

@@ -500,7 +500,7 @@ impl ShareFlow {
                 scope,
                 NewThread {
                     title: Some(format!("Post: {}", doc.title)),
-                    state: Default::default(),
+                    ..Default::default()
                 },
             )
             .await

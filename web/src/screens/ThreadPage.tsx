@@ -1,4 +1,4 @@
-import { type FormEvent, useCallback, useEffect, useMemo, useState } from "react";
+import { type FormEvent, useCallback, useEffect, useMemo, useRef, useState } from "react";
 
 import { cursors, hasGap } from "@forge/client";
 
@@ -108,16 +108,24 @@ export function ThreadPage({ id }: { id: string }) {
     return [...state.order].sort((a, b) => (created(a) < created(b) ? -1 : created(a) > created(b) ? 1 : 0));
   }, [state.order, meta]);
 
+  // One idempotency key per message until it is sent: Send again after a failure that may
+  // have reached the server (a dropped connection, a timeout) is the same run, never a second.
+  const sendKey = useRef<{ sent: string; key: string } | null>(null);
   const start = async (e: FormEvent) => {
     e.preventDefault();
     if (!message.trim() || !agent || sending) return;
     setSending(true);
     setError(null);
+    const sent = JSON.stringify([id, agent, message.trim(), strategy]);
+    if (sendKey.current?.sent !== sent) sendKey.current = { sent, key: newKey() };
     try {
       await gql(
         `mutation Start($input: StartRunInput!) { startRun(input: $input) { id } }`,
-        { input: { threadId: id, agent, message: message.trim(), strategy } },
+        {
+          input: { threadId: id, agent, message: message.trim(), strategy, idempotencyKey: sendKey.current.key },
+        },
       );
+      sendKey.current = null;
       setMessage("");
     } catch (err) {
       setError(describe(err));
@@ -262,4 +270,10 @@ export function ThreadPage({ id }: { id: string }) {
       </form>
     </section>
   );
+}
+
+/** A fresh random key (`crypto.randomUUID` needs a secure context; a LAN address over HTTP is not). */
+function newKey(): string {
+  const bytes = crypto.getRandomValues(new Uint8Array(16));
+  return Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
 }

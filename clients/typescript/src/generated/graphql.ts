@@ -301,6 +301,9 @@ export interface Mutation {
   __typename?: "Mutation";
   /**
    * Creates a thread, optionally with a title and initial session state (a JSON object).
+   * With `externalKey` (the caller's name for what the thread is about, 1 to 256 bytes), the
+   * tenant's thread of that key when there is one (its own title and state kept), else a new
+   * thread under the key: sent again, or by racing requests, it is one thread.
    */
   createThread: Thread;
   /**
@@ -763,6 +766,12 @@ export interface StartRunInput {
    * When the thread is busy.
    */
   strategy?: Strategy;
+  /**
+   * The caller's name for this start (1 to 256 bytes): sent again, with the same message,
+   * files, agent, thread and strategy, it answers with the run the first one started and
+   * starts none (another request under the key is `CONFLICT`). Kept as long as the run.
+   */
+  idempotencyKey?: string | null;
 }
 
 /**

@@ -345,7 +345,7 @@ mod stores {
         assert!(
             stdout.starts_with(
                 "provisioned forge_system and forge_owner for role forge_test_app\n\
-                 applied 35 migration(s); schema at version 35"
+                 applied 36 migration(s); schema at version 36"
             ),
             "{stdout}"
         );

@@ -2,7 +2,8 @@
 //! about it, in one transaction with its audit record.
 //!
 //! What goes: the runs (their checkpoints and input), their messages, committed events,
-//! interactions and queue jobs, and — for a thread — the thread itself with its session state.
+//! interactions, queue jobs and request keys, and — for a thread — the thread itself with its
+//! session state.
 //! What stays: the tenant's usage totals. A model call of an erased run keeps its tokens and cost
 //! (the tenant's bill, rollups and quota do not change) but loses every link to what it served:
 //! [`unlinked`] replaces its run with [`ERASED_RUN`] and drops its step, attempt and the
@@ -53,6 +54,20 @@ impl Erase {
         match self {
             Erase::Thread(id) => format!("thread {id}"),
             Erase::Run(id) => format!("run {id}"),
+        }
+    }
+
+    /// Whether erasing this removes a request key of `kind` claimed as `claim`
+    /// ([`crate::ports::keys`]): a thread's erasure removes the keys of the thread and of its
+    /// runs, a run's erasure the run's key.
+    pub fn erases_key(
+        &self,
+        kind: crate::ports::keys::KeyKind,
+        claim: &crate::ports::keys::KeyClaim,
+    ) -> bool {
+        match self {
+            Erase::Thread(id) => claim.thread_id == *id,
+            Erase::Run(id) => kind == crate::ports::keys::KeyKind::Run && claim.id == id.0,
         }
     }
 

@@ -6,6 +6,7 @@ pub mod citation;
 pub mod erasure;
 pub mod files;
 pub mod interaction;
+pub mod keys;
 pub mod lease;
 pub mod live;
 pub mod model;

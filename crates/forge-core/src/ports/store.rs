@@ -21,9 +21,18 @@ pub struct NewThread {
     pub title: Option<String>,
     /// Initial session state values.
     pub state: serde_json::Map<String, serde_json::Value>,
+    /// The id to create it as (a keyed request's claim, [`crate::ports::keys`]); a fresh one
+    /// when `None`. A thread of that id that exists already fails the create. A run's new
+    /// thread ([`NewRun::new_thread`]) takes the run's `thread_id` instead.
+    pub id: Option<ThreadId>,
 }
 
 impl NewThread {
+    /// The id to create it as: [`NewThread::id`], or a fresh one from `ids`.
+    pub fn id_or_new(&self, ids: &dyn crate::id::IdGenerator) -> ThreadId {
+        self.id.unwrap_or_else(|| ThreadId::generate(ids))
+    }
+
     /// The thread this describes, created as `id` by `scope`'s principal at `now`: no run yet,
     /// session state at version 0.
     pub fn thread(self, id: ThreadId, scope: &Scope, now: crate::time::Timestamp) -> Thread {
@@ -144,6 +153,11 @@ pub struct NewRun {
     pub traceparent: Option<String>,
     /// What the run is for (kept in its checkpoint).
     pub purpose: crate::run::RunPurpose,
+    /// The id to create it as (a keyed request's claim, [`crate::ports::keys`]); a fresh one
+    /// when `None`. A run of that id that exists already is never changed: the create fails,
+    /// or, where the store cannot tell it from its own create sent again after a dropped
+    /// connection (PostgreSQL, while the run is its thread's active run), answers as that would.
+    pub id: Option<RunId>,
     /// The thread to create for the run, as `thread_id`, in the same transaction as the run
     /// ([`NewRun::on_new_thread`]); `None` runs on a thread that exists.
     pub new_thread: Option<NewThread>,
@@ -188,7 +202,13 @@ impl NewRun {
             traceparent: None,
             purpose: crate::run::RunPurpose::Turn,
             new_thread: None,
+            id: None,
         }
+    }
+
+    /// The id to create it as: [`NewRun::id`], or a fresh one from `ids`.
+    pub fn id_or_new(&self, ids: &dyn crate::id::IdGenerator) -> RunId {
+        self.id.unwrap_or_else(|| RunId::generate(ids))
     }
 
     /// A run of `agent` with `input` on a thread created for it, `thread`, with a new id: the
@@ -488,6 +508,7 @@ pub trait Store:
     + crate::ports::interaction::InteractionStore
     + crate::ports::usage::UsageLedger
     + crate::ports::erasure::DataErasure
+    + crate::ports::keys::RequestKeys
 {
 }
 
@@ -499,6 +520,7 @@ impl<
         + crate::ports::interaction::InteractionStore
         + crate::ports::usage::UsageLedger
         + crate::ports::erasure::DataErasure
+        + crate::ports::keys::RequestKeys
         + ?Sized,
 > Store for T
 {

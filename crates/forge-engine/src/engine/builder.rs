@@ -11,6 +11,7 @@ pub struct EngineBuilder {
     ledger: Option<Arc<dyn UsageLedger>>,
     audit: Option<Arc<dyn forge_core::ports::audit::AuditLog>>,
     erasure: Option<Arc<dyn forge_core::ports::erasure::DataErasure>>,
+    keys: Option<Arc<dyn forge_core::ports::keys::RequestKeys>>,
     prices: Prices,
     quotas: Quotas,
     approval_rule: Option<Arc<dyn ApprovalRule>>,
@@ -33,7 +34,7 @@ pub struct EngineBuilder {
 }
 
 impl EngineBuilder {
-    /// Uses one adapter for thread, run, interaction and usage storage.
+    /// Uses one adapter for thread, run, interaction and usage storage, erasure and request keys.
     pub fn store<
         S: ThreadStore
             + RunStore
@@ -41,12 +42,14 @@ impl EngineBuilder {
             + UsageLedger
             + forge_core::ports::audit::AuditLog
             + forge_core::ports::erasure::DataErasure
+            + forge_core::ports::keys::RequestKeys
             + 'static,
     >(
         mut self,
         store: Arc<S>,
     ) -> Self {
         self.erasure = Some(store.clone());
+        self.keys = Some(store.clone());
         self.threads = Some(store.clone());
         self.runs = Some(store.clone());
         self.interactions = Some(store.clone());
@@ -58,6 +61,7 @@ impl EngineBuilder {
     /// Uses a configuration-chosen store for thread, run and interaction storage.
     pub fn dyn_store(mut self, store: Arc<dyn forge_core::ports::store::Store>) -> Self {
         self.erasure = Some(store.clone());
+        self.keys = Some(store.clone());
         self.threads = Some(store.clone());
         self.runs = Some(store.clone());
         self.interactions = Some(store.clone());
@@ -237,6 +241,7 @@ impl EngineBuilder {
                 .ok_or(EngineError::Incomplete("interaction store"))?,
             ledger: self.ledger.ok_or(EngineError::Incomplete("usage ledger"))?,
             erasure: self.erasure.ok_or(EngineError::Incomplete("erasure"))?,
+            keys: self.keys,
             audit: self.audit,
         };
         let catalog = Catalog {

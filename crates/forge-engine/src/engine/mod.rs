@@ -43,12 +43,14 @@ mod components;
 mod config_audit;
 mod discovery;
 mod interactions;
+mod keys;
 mod parts;
 mod run_loop;
 
 pub use config_audit::{CONFIG_ACTION, DEPLOYMENT_TENANT};
 
 pub use builder::EngineBuilder;
+pub use keys::KeyedRun;
 
 /// The longest thread title, in characters.
 pub const MAX_TITLE_CHARS: usize = 200;
@@ -326,9 +328,18 @@ impl Engine {
     /// What a caller sends is input, never a grant: files and any tool results in it are marked
     /// untrusted whatever the caller claimed. Secrets in its text are scrubbed before it is
     /// stored or shown to a model.
+    ///
+    /// A run given its id (`new.id`, an idempotency key's claim, [`Engine::claim_run_key`]) is
+    /// answered as stored: a racing request with the key may have made it first.
     pub async fn submit(&self, scope: &Scope, new: NewRun) -> Result<Run, EngineError> {
-        let (run, _) = self.admit(scope, new, false).await?;
-        Ok(run)
+        let Some(id) = new.id else {
+            return Ok(self.admit(scope, new, false).await?.0);
+        };
+        let created = self.admit(scope, new, false).await;
+        match self.stores.runs.get_run(scope, id).await {
+            Ok(run) => Ok(run),
+            Err(e) => Err(created.err().unwrap_or_else(|| e.into())),
+        }
     }
 
     /// Creates a run as [`Engine::submit`] does and executes it here, as

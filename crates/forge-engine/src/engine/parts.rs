@@ -30,6 +30,8 @@ pub(crate) struct Stores {
     pub(super) interactions: Arc<dyn InteractionStore>,
     pub(super) ledger: Arc<dyn UsageLedger>,
     pub(super) erasure: Arc<dyn forge_core::ports::erasure::DataErasure>,
+    /// Request keys (none: keyed requests are refused).
+    pub(super) keys: Option<Arc<dyn forge_core::ports::keys::RequestKeys>>,
     /// Where configuration changes are recorded (none: not recorded).
     pub(super) audit: Option<Arc<dyn forge_core::ports::audit::AuditLog>>,
 }

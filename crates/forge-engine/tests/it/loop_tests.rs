@@ -457,6 +457,7 @@ async fn a_run_on_a_new_thread_runs_on_the_thread_it_asked_for() {
     let asked = |title: &str| NewThread {
         title: Some(title.into()),
         state: state.clone(),
+        id: None,
     };
     let new = |thread| {
         NewRun::on_new_thread(
@@ -525,7 +526,14 @@ async fn context_holds_instructions_session_state_history_and_tools() {
     state.insert("plan".into(), "pro".into());
     let thread = h
         .store
-        .create_thread(&h.scope, NewThread { title: None, state })
+        .create_thread(
+            &h.scope,
+            NewThread {
+                title: None,
+                state,
+                id: None,
+            },
+        )
         .await
         .unwrap();
     h.run_on(

@@ -164,7 +164,14 @@ async fn streamed_run(
     let mut state = serde_json::Map::new();
     state.insert("db".into(), serde_json::json!(DB_PASSWORD));
     let thread = store
-        .create_thread(&scope, NewThread { title: None, state })
+        .create_thread(
+            &scope,
+            NewThread {
+                title: None,
+                state,
+                id: None,
+            },
+        )
         .await
         .unwrap();
     let run = engine

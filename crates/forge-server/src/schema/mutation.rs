@@ -33,6 +33,10 @@ pub struct StartRunInput {
     /// When the thread is busy.
     #[graphql(default)]
     strategy: Strategy,
+    /// The caller's name for this start (1 to 256 bytes): sent again, with the same message,
+    /// files, agent, thread and strategy, it answers with the run the first one started and
+    /// starts none (another request under the key is `CONFLICT`). Kept as long as the run.
+    idempotency_key: Option<String>,
 }
 
 /// The tenant's turn to start a run, or `RATE_LIMITED` (`limit: "runs"`, or `"principal_runs"`)
@@ -79,11 +83,15 @@ pub struct Mutation;
 #[Object]
 impl Mutation {
     /// Creates a thread, optionally with a title and initial session state (a JSON object).
+    /// With `externalKey` (the caller's name for what the thread is about, 1 to 256 bytes), the
+    /// tenant's thread of that key when there is one (its own title and state kept), else a new
+    /// thread under the key: sent again, or by racing requests, it is one thread.
     async fn create_thread(
         &self,
         ctx: &Context<'_>,
         title: Option<String>,
         state: Option<Json<Value>>,
+        external_key: Option<String>,
     ) -> async_graphql::Result<ThreadObject> {
         let (scope, app) = (scope(ctx)?, self::state(ctx)?);
         let values = match state.map(|j| j.0) {
@@ -91,17 +99,28 @@ impl Mutation {
             Some(Value::Object(m)) => m,
             Some(_) => return Err(error("BAD_REQUEST", "state must be a JSON object")),
         };
-        let thread = app
-            .engine
-            .create_thread(
-                scope,
-                NewThread {
-                    title,
-                    state: values,
-                },
-            )
-            .await
-            .map_err(client_error)?;
+        let new = NewThread {
+            title,
+            state: values,
+            id: None,
+        };
+        let thread = match external_key {
+            Some(key) => {
+                let thread = app
+                    .engine
+                    .thread_by_key(scope, &key, new)
+                    .await
+                    .map_err(client_error)?;
+                // Another principal's thread under the key is shown only to one who may read it.
+                thread_access(ctx, thread.id, PolicyAction::Read, "thread")?;
+                thread
+            }
+            None => app
+                .engine
+                .create_thread(scope, new)
+                .await
+                .map_err(client_error)?,
+        };
         Ok(ThreadObject(thread))
     }
 
@@ -132,6 +151,17 @@ impl Mutation {
             })
         }));
         let mut new = NewRun::new(thread, agent, parts).strategy(strategy);
+        if let Some(key) = &input.idempotency_key {
+            match app
+                .engine
+                .claim_run_key(scope, key, new)
+                .await
+                .map_err(client_error)?
+            {
+                forge_engine::KeyedRun::Found(run) => return Ok(RunObject(run)),
+                forge_engine::KeyedRun::Claimed(claimed) => new = claimed,
+            }
+        }
         // The run's enqueue (and the worker's spans after it) continue this request's trace:
         // under its span when this server traces, else as the caller's traceparent.
         new.traceparent = ctx

@@ -9,6 +9,7 @@ mod citation_tests;
 mod fairness_tests;
 mod files_tests;
 mod hardening_tests;
+mod keys_tests;
 mod live_tests;
 mod load_tests;
 mod paging_tests;

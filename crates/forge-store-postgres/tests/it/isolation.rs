@@ -14,9 +14,9 @@ use forge_testkit::fixtures::{agent_ref, scope};
 use sqlx::{Connection, PgConnection};
 
 /// Tenant A's rows per table after `seed_tenant_a` (two committed steps: two events).
-const TENANT_A_ROWS: [i64; 15] = [1, 1, 1, 2, 1, 2, 1, 1, 1, 1, 1, 1, 1, 1, 1];
+const TENANT_A_ROWS: [i64; 16] = [1, 1, 1, 2, 1, 2, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1];
 
-const TABLES: [&str; 15] = [
+const TABLES: [&str; 16] = [
     "forge_threads",
     "forge_messages",
     "forge_runs",
@@ -32,6 +32,7 @@ const TABLES: [&str; 15] = [
     "forge_eval_runs",
     "forge_eval_cases",
     "forge_eval_judgements",
+    "forge_request_keys",
 ];
 
 /// Tenant A gets a thread, a run (with its job), a committed step with events and a message, and
@@ -212,6 +213,17 @@ async fn seed_tenant_a(store: &PostgresStore, clock: &ManualClock) {
         )
         .await
         .unwrap();
+    // The run's idempotency key.
+    use forge_core::ports::keys::{KeyClaim, KeyKind, RequestKeys};
+    let claim = KeyClaim {
+        id: run.id.0,
+        thread_id: thread.id,
+        digest: "d".into(),
+    };
+    store
+        .claim_key(&a, KeyKind::Run, "secret-key", claim)
+        .await
+        .unwrap();
 }
 
 /// Counts every table's rows in one transaction after `setup` statements, as the connected role.
@@ -302,12 +314,12 @@ async fn raw_sql_as_the_application_role_sees_only_its_tenant() {
             &["SELECT set_config('forge.tenant_id', 'tenant-b', true)"]
         )
         .await,
-        [0; 15],
+        [0; 16],
         "tenant B sees none"
     );
     assert_eq!(
         counts(&mut conn, &[]).await,
-        [0; 15],
+        [0; 16],
         "no tenant setting sees none"
     );
     assert_eq!(
@@ -316,7 +328,7 @@ async fn raw_sql_as_the_application_role_sees_only_its_tenant() {
             &["SELECT set_config('forge.tenant_id', '', true)"]
         )
         .await,
-        [0; 15]
+        [0; 16]
     );
     assert_eq!(
         tamper(
@@ -381,7 +393,7 @@ async fn the_application_role_cannot_forge_the_system_scope() {
     for setup in forged {
         assert_eq!(
             counts(&mut conn, setup).await,
-            [0; 15],
+            [0; 16],
             "{setup:?} sees none"
         );
         assert_eq!(
@@ -514,7 +526,7 @@ async fn refuses_to_start_where_the_system_role_is_forgeable_or_missing() {
         .await
         .unwrap_err();
     assert!(
-        matches!(&err, OpenError::Unmigrated { pending: 35 }),
+        matches!(&err, OpenError::Unmigrated { pending: 36 }),
         "{err}"
     );
     assert!(err.to_string().contains("forge migrate"), "{err}");
@@ -629,14 +641,14 @@ async fn raw_sql_as_forges_tenant_role_with_another_tenants_jwt_sees_nothing() {
     let a = as_jwt("tenant-a");
     let b = as_jwt("tenant-b");
     assert_eq!(counts(&mut conn, &[&a]).await, TENANT_A_ROWS);
-    assert_eq!(counts(&mut conn, &[&b]).await, [0; 15]);
+    assert_eq!(counts(&mut conn, &[&b]).await, [0; 16]);
     assert_eq!(
         counts(
             &mut conn,
             &["SELECT set_config('role', 'forge_tenant', true)"]
         )
         .await,
-        [0; 15],
+        [0; 16],
         "no claims see none"
     );
     // `anon` (a request without a signed-in user) is refused the tables outright.

@@ -384,7 +384,11 @@ async fn the_log_file_is_truncated_after_a_burst() {
             "blob".into(),
             format!("{n}{}", "x".repeat(64 * 1024)).into(),
         );
-        NewThread { title: None, state }
+        NewThread {
+            title: None,
+            state,
+            id: None,
+        }
     };
     // A reader's snapshot keeps the log from being copied and restarted during the burst.
     let reader = rusqlite::Connection::open(&path).unwrap();

@@ -1,0 +1,1 @@
+DROP TABLE forge_request_keys;

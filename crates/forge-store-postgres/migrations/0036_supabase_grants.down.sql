@@ -1,0 +1,1 @@
+REVOKE ALL ON forge_request_keys FROM forge_tenant;

@@ -87,6 +87,11 @@ impl Cancels {
         }
     }
 
+    /// Whether this process is executing `run`.
+    pub(crate) fn executing(&self, run: RunId) -> bool {
+        self.lock().watches.values().any(|(r, _, _)| *r == run)
+    }
+
     /// Stops the executions of `run` in this process, if any.
     pub(crate) fn fire(&self, run: RunId) {
         for (r, _, token) in self.lock().watches.values() {

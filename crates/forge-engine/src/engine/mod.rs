@@ -426,12 +426,16 @@ impl Engine {
             new.traceparent = Some(ctx.traceparent());
         }
         let created = if lease {
+            // Held apart from this process's worker: its claim of the run's job (which may take
+            // the lease in the same write) must find the lease another's, not its own to take
+            // again, which would fence this execution mid-step.
+            let holder = format!("{}/inline", self.local.worker_id);
             self.stores
                 .runs
                 .create_run_leased(
                     scope,
                     new,
-                    &self.local.worker_id,
+                    &holder,
                     self.local.lease_ttl,
                     crate::compaction::HISTORY_PAGE,
                 )

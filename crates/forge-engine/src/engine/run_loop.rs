@@ -131,6 +131,16 @@ impl Engine {
             Some(leased) if leased.lease.run_id == run_id && leased.run.id == run_id => {
                 (leased, control.leased_at)
             }
+            // This process's own lease, held by an execution here (an application's
+            // `submit_and_execute` beside its worker): leasing again under the same holder would
+            // fence it mid-step. Held until the lease could lapse, as another holder's would be.
+            _ if self.local.cancels.executing(run_id) => {
+                return Err(forge_core::Error::LeaseHeld {
+                    resource: format!("run {run_id}"),
+                    until: self.services.clock.now().plus(self.local.lease_ttl),
+                }
+                .into());
+            }
             _ => (
                 self.stores
                     .runs

@@ -1014,3 +1014,69 @@ async fn a_worker_that_lost_its_lease_between_steps_asks_the_model_nothing() {
         "the second step's model call was sent after the lease was lost"
     );
 }
+
+/// An application executing a run itself (`submit_and_execute`) beside its own worker: the
+/// worker, offered the run's job while the run executes in the same process (one lease holder),
+/// leaves it alone until the lease could lapse, instead of leasing it again and fencing the
+/// execution in the middle of its tool call.
+#[tokio::test]
+async fn a_run_executing_in_this_process_is_not_leased_again_by_it() {
+    #[derive(serde::Deserialize, schemars::JsonSchema)]
+    struct Nothing {}
+    let (started, release) = (
+        Arc::new(tokio::sync::Notify::new()),
+        Arc::new(tokio::sync::Notify::new()),
+    );
+    let hold = {
+        let (started, release) = (started.clone(), release.clone());
+        forge_engine::native_tool("hold", "holds until released", move |_ctx, _: Nothing| {
+            let (started, release) = (started.clone(), release.clone());
+            async move {
+                started.notify_one();
+                release.notified().await;
+                Ok::<_, forge_core::ports::tool::ToolError>("released")
+            }
+        })
+    };
+    const HOLD: &str = r#"
+[[conversation]]
+[[conversation.turn]]
+tool_calls = [{ id = "c1", name = "hold", input = {} }]
+[[conversation.turn]]
+text = ["Done."]
+"#;
+    let h = harness(HOLD, vec![Arc::new(hold)], RunLimits::default());
+    let thread = h
+        .store
+        .create_thread(&h.scope, NewThread::default())
+        .await
+        .unwrap();
+    let new =
+        forge_core::ports::store::NewRun::new(thread.id, h.agent.clone(), vec![Part::text("hold")]);
+    let control = forge_engine::RunControl::default();
+    let inline = h
+        .engine
+        .submit_and_execute(&h.scope, new, &control, &|_: &RunEvent| {});
+    let worker = async {
+        started.notified().await;
+        let run = h.store.list_runs(&h.scope, thread.id).await.unwrap()[0].id;
+        // What this process's worker does with the run's job.
+        let taken = h
+            .engine
+            .execute(&h.scope, run, &CancellationToken::new(), &|_: &RunEvent| {})
+            .await;
+        release.notify_one();
+        taken
+    };
+    let (inline, taken) = tokio::join!(inline, worker);
+    let error = taken.expect_err("the run is executing here");
+    assert!(
+        matches!(
+            error,
+            forge_engine::EngineError::Store(forge_core::Error::LeaseHeld { .. })
+        ),
+        "{error}"
+    );
+    let (_, outcome) = inline.expect("the execution goes on under its lease");
+    assert_eq!(outcome.status, RunStatus::Completed);
+}

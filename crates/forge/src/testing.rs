@@ -27,32 +27,27 @@ impl Served {
             std::process::id(),
             free_port()
         ));
-        let mut child = Command::new(program)
-            .args(args)
-            .arg("--data")
-            .arg(&dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|e| format!("the binary did not start: {e}"))?;
-        let Some(stderr) = child.stderr.take() else {
-            return Err("no standard error to read".into());
-        };
-        let mut lines = BufReader::new(stderr).lines();
-        let mut printed = String::new();
-        for line in lines.by_ref() {
-            let Ok(line) = line else { break };
-            if let Some(rest) = line.strip_prefix(ready) {
-                let url = rest.split('/').take(3).collect::<Vec<_>>().join("/");
-                std::thread::spawn(move || lines.for_each(drop));
-                return Ok(Self { child, url, dir });
-            }
-            printed.push_str(&line);
-            printed.push('\n');
-        }
-        let status = child.wait().map_err(|e| e.to_string())?;
-        let _ = std::fs::remove_dir_all(&dir);
-        Err(format!("{status}: {printed}"))
+        let (child, url) = spawn(program.as_ref(), args, ready, &dir).inspect_err(|_| {
+            let _ = std::fs::remove_dir_all(&dir);
+        })?;
+        Ok(Self { child, url, dir })
+    }
+
+    /// Kills it at once (`SIGKILL`: no drain, nothing flushed, as a crash or an out-of-memory
+    /// kill ends it), then starts `program` with `args` again on the same data directory, as
+    /// [`Served::start`] does: what a restart after a crash finds.
+    pub fn kill_and_restart(
+        &mut self,
+        program: impl AsRef<OsStr>,
+        args: &[&str],
+        ready: &str,
+    ) -> Result<(), String> {
+        let _ = self.child.kill();
+        self.child.wait().map_err(|e| e.to_string())?;
+        let (child, url) = spawn(program.as_ref(), args, ready, &self.dir)?;
+        self.child = child;
+        self.url = url;
+        Ok(())
     }
 
     /// The URL it listens on (`http://127.0.0.1:PORT`).
@@ -82,6 +77,41 @@ impl Drop for Served {
         let _ = self.child.wait();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// Starts `program` with `args` and `--data dir`; once it prints `ready` and its URL on standard
+/// error, the process and the URL (see [`Served::start`]).
+fn spawn(
+    program: &OsStr,
+    args: &[&str],
+    ready: &str,
+    dir: &Path,
+) -> Result<(Child, String), String> {
+    let mut child = Command::new(program)
+        .args(args)
+        .arg("--data")
+        .arg(dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("the binary did not start: {e}"))?;
+    let Some(stderr) = child.stderr.take() else {
+        return Err("no standard error to read".into());
+    };
+    let mut lines = BufReader::new(stderr).lines();
+    let mut printed = String::new();
+    for line in lines.by_ref() {
+        let Ok(line) = line else { break };
+        if let Some(rest) = line.strip_prefix(ready) {
+            let url = rest.split('/').take(3).collect::<Vec<_>>().join("/");
+            std::thread::spawn(move || lines.for_each(drop));
+            return Ok((child, url));
+        }
+        printed.push_str(&line);
+        printed.push('\n');
+    }
+    let status = child.wait().map_err(|e| e.to_string())?;
+    Err(format!("{status}: {printed}"))
 }
 
 /// A port nobody listens on now, on loopback.

@@ -7,17 +7,17 @@
 //! - **Legacy** (the workflow before agents): a template over the document's first sentence,
 //!   published at once.
 //!
-//! Both publish under [`delivery_key`] (tenant and document), so the service records one post
-//! per document whichever workflow, retry or replay reaches it. Turning the flag back to legacy
-//! ([`ShareFlow::set_workflow`]) is the rollback: drafting runs are cancelled and every document
-//! not yet published goes through the legacy workflow under the same key; nothing is lost
-//! (every document is published) and nothing is duplicated (the service dedupes by key).
+//! Both publish under [`crate::delivery_key`] (tenant and document), so the service records one
+//! post per document whichever workflow, retry or replay reaches it. Turning the flag back to
+//! legacy ([`ShareFlow::set_workflow`]) is the rollback: drafting runs are cancelled and every
+//! document not yet published goes through the legacy workflow under the same key; nothing is
+//! lost (every document is published) and nothing is duplicated (the service dedupes by key).
+//! The rollback is a Forge run, so it finishes even if this process dies ([`crate::workflow`]).
 
 use std::sync::Arc;
 
 use forge::Forge;
 use forge::core::agent::{AgentDefinition, AgentRef, RunLimits};
-use forge::core::interaction::{Decision, InteractionStatus};
 use forge::core::part::Part;
 use forge::core::ports::store::{NewRun, NewThread};
 use forge::core::ports::tool::{ApprovalPolicy, ToolClassification, ToolContext, ToolError};
@@ -31,9 +31,9 @@ use forge::rag::model::{Format, SourceId};
 use forge::rag::{Retriever, SearchDocuments};
 use serde::{Deserialize, Serialize};
 
-use crate::client::{PublisherClient, delivery_key};
+use crate::client::PublisherClient;
 use crate::db::{AppDb, Document, Workflow};
-use crate::publisher::PostRequest;
+use crate::workflow::{Documents, FLAG, FLAG_SCRIPT, FlagChange, flag_agent, publish};
 
 /// The drafting agent's scripted model turns (the deterministic stand-in for a real model).
 pub const DRAFTER_SCRIPT: &str = include_str!("../agents/drafter.script.toml");
@@ -87,7 +87,7 @@ pub enum AppError {
     Config(String),
 }
 
-fn forge(e: impl std::fmt::Display) -> AppError {
+pub(crate) fn forge(e: impl std::fmt::Display) -> AppError {
     AppError::Forge(e.to_string())
 }
 
@@ -105,28 +105,14 @@ pub struct NewDocument {
     pub publish_at: Option<String>,
 }
 
-/// What turning a tenant's flag did.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-pub struct FlagChange {
-    /// The workflow before.
-    pub from: Option<Workflow>,
-    /// The workflow now.
-    pub to: Option<Workflow>,
-    /// Drafting runs asked to cancel.
-    pub cancelled: Vec<String>,
-    /// Documents the legacy workflow published.
-    pub republished: Vec<String>,
-    /// Documents still unpublished (the service could not be reached): tried again on the
-    /// next change or drop.
-    pub pending: Vec<String>,
-}
-
 /// ShareFlow: its database, Forge's engine, and the publishing service.
 pub struct ShareFlow {
     engine: Arc<Engine>,
     retriever: Retriever,
     db: AppDb,
     publisher: PublisherClient,
+    /// The documents' side, shared with the flag's tool.
+    docs: Documents,
 }
 
 impl std::fmt::Debug for ShareFlow {
@@ -173,63 +159,16 @@ struct PublishInput {
     text: String,
 }
 
-/// One document's post, through either workflow: skipped when already published, else delivered
-/// under the document's key and recorded.
-async fn publish(
-    db: &AppDb,
-    publisher: &PublisherClient,
-    doc: &Document,
-    text: String,
-    via: Workflow,
-) -> Result<serde_json::Value, crate::client::PublishError> {
-    let post = PostRequest {
-        account: doc.tenant.clone(),
-        document: doc.id.clone(),
-        text,
-        sources: vec![format!("{}@{}", doc.id, doc.version)],
-        publish_at: doc
-            .publish_at
-            .as_deref()
-            .and_then(crate::db::parse_publish_at),
-        via: via.as_str().to_owned(),
-    };
-    let delivery = publisher
-        .publish(&delivery_key(&doc.tenant, &doc.id), &post)
-        .await?;
-    // A failure to record is not a failure to publish: the next attempt replays the delivery.
-    let _ = db
-        .set_published(&doc.tenant, &doc.id, via, &delivery.id)
-        .await;
-    Ok(serde_json::json!({
-        "delivery": delivery.id,
-        "status": delivery.status,
-        "replayed": delivery.replayed,
-    }))
-}
-
-/// The legacy workflow's post: the title and the document's first sentence.
-pub fn legacy_text(doc: &Document) -> String {
-    let paragraph = doc
-        .body
-        .lines()
-        .map(str::trim)
-        .find(|l| !l.is_empty() && !l.starts_with('#'))
-        .unwrap_or("");
-    let sentence = paragraph
-        .find(". ")
-        .map_or(paragraph, |end| &paragraph[..=end]);
-    format!("{}: {}", doc.title, sentence.trim())
-}
-
 impl ShareFlow {
     /// Assembles ShareFlow's Forge deployment on `stores` (threads, runs, approvals, and its
     /// documents for retrieval) — engine, worker and live streams — and ShareFlow around it:
     /// its own `db`, the publishing service's client, and its [`skills`] (the `post-style`
-    /// skill).
+    /// skill). A run a dead process held is taken over `takeover_after` later.
     pub async fn start(
         stores: forge::Stores,
         db: AppDb,
         publisher: PublisherClient,
+        takeover_after: std::time::Duration,
     ) -> Result<(Self, Forge), AppError> {
         let library = skills()?;
         let policies = Arc::new(
@@ -239,6 +178,13 @@ impl ShareFlow {
         let retriever = Retriever::new(stores.sources.clone(), policies.clone());
         let script = Script::parse(DRAFTER_SCRIPT, "drafter")
             .map_err(|e| AppError::Config(e.to_string()))?;
+        let flag_script =
+            Script::parse(FLAG_SCRIPT, FLAG).map_err(|e| AppError::Config(e.to_string()))?;
+        let docs = Documents {
+            db: db.clone(),
+            publisher: publisher.clone(),
+            engine: Arc::default(),
+        };
         let tool = {
             let (db, publisher) = (db.clone(), publisher.clone());
             native_tool(
@@ -277,11 +223,14 @@ impl ShareFlow {
         let forge = Forge::builder()
             .stores(stores)
             .agent(drafter())
-            .model(ScriptedProvider::new(script))
+            .agent(flag_agent())
+            .model(ScriptedProvider::new(script).with_script(FLAG, flag_script))
             .tool(SearchDocuments::new(retriever.clone()))
             .tool(tool)
+            .tool(docs.apply_flag_tool())
             .engine(move |engine| {
                 Ok(engine
+                    .lease_ttl(takeover_after)
                     .skills(library)
                     .citations(Arc::new(cites))
                     .authorizer(policies.clone())
@@ -290,11 +239,13 @@ impl ShareFlow {
             .build()
             .await
             .map_err(forge)?;
+        let _ = docs.engine.set(forge.engine().clone());
         let app = Self {
             engine: forge.engine().clone(),
             retriever,
             db,
             publisher,
+            docs,
         };
         Ok((app, forge))
     }
@@ -427,52 +378,16 @@ impl ShareFlow {
             .await?
             .ok_or_else(|| AppError::Conflict("the document vanished".into()))?;
         match self.db.workflow(tenant).await? {
-            Workflow::Legacy => self.publish_legacy(&doc).await?,
+            Workflow::Legacy => self.docs.publish_legacy(&doc).await?,
             Workflow::Agent => self.start_drafting(scope, &doc).await?,
         }
         Ok(self.db.document(tenant, id).await?.unwrap_or(doc))
     }
 
-    /// Gives a drafting document whose run has ended the state a person can act on: `rejected`
-    /// (a reviewer, or the approval's deadline, said no), `cancelled`, or `failed` (the run
-    /// failed, or ended without the post being recorded — a rollback or a new drop retries
-    /// it, under the same delivery key). A run still going, or a document no longer drafting,
-    /// is left alone. Returns whether it changed the document.
+    /// Gives a drafting document whose run has ended the state a person can act on
+    /// (`rejected`, `cancelled` or `failed`); whether it changed the document.
     pub async fn settle(&self, doc: &Document) -> Result<bool, AppError> {
-        if doc.status != "drafting" {
-            return Ok(false);
-        }
-        let Some(run_id) = doc.run_id.as_deref().and_then(|r| r.parse().ok()) else {
-            return Ok(false);
-        };
-        let scope = Scope::parse(&doc.tenant, "shareflow", &["system"])
-            .map_err(|e| AppError::Config(e.to_string()))?;
-        let run = self
-            .engine
-            .runs()
-            .get_run(&scope, run_id)
-            .await
-            .map_err(forge)?;
-        let ended = match run.status {
-            RunStatus::Cancelled => "cancelled",
-            RunStatus::Completed | RunStatus::Failed => {
-                let refused = self
-                    .engine
-                    .run_interactions(&scope, run_id)
-                    .await
-                    .map_err(forge)?
-                    .iter()
-                    .any(|i| {
-                        i.status == InteractionStatus::Expired
-                            || i.resolution
-                                .as_ref()
-                                .is_some_and(|r| matches!(r.decision, Decision::Reject { .. }))
-                    });
-                if refused { "rejected" } else { "failed" }
-            }
-            _ => return Ok(false),
-        };
-        Ok(self.db.end_draft(&doc.tenant, &doc.id, ended).await?)
+        self.docs.settle(doc).await
     }
 
     /// Settles the document the run `run` drafts, if any.
@@ -536,22 +451,6 @@ impl ShareFlow {
         Ok(())
     }
 
-    async fn publish_legacy(&self, doc: &Document) -> Result<(), AppError> {
-        if publish(
-            &self.db,
-            &self.publisher,
-            doc,
-            legacy_text(doc),
-            Workflow::Legacy,
-        )
-        .await
-        .is_err()
-        {
-            self.db.set_failed(&doc.tenant, &doc.id).await?;
-        }
-        Ok(())
-    }
-
     /// The tenant's documents.
     pub async fn documents(&self, scope: &Scope) -> Result<Vec<Document>, AppError> {
         Ok(self.db.documents(scope.tenant_id().as_str()).await?)
@@ -562,10 +461,12 @@ impl ShareFlow {
         Ok(self.db.workflow(scope.tenant_id().as_str()).await?)
     }
 
-    /// Turns the tenant's flag. Back to legacy is the rollback: every drafting run is asked to
-    /// cancel and every unpublished document is published by the legacy workflow, under the key
-    /// its agent post would have used. Legacy documents whose publish failed are tried again
-    /// whichever way the flag turns.
+    /// Turns the tenant's flag and applies it: back to legacy is the rollback (every drafting
+    /// run asked to cancel, every unpublished document published by the legacy workflow under
+    /// the key its agent post would have used); legacy documents whose publish failed are
+    /// tried again whichever way the flag turns. The flag is recorded first, then applied by a
+    /// run of the [`FLAG`] agent executed here and kept on Forge's queue: killed mid-way, the
+    /// run is taken over and finishes the work (see [`crate::workflow`]).
     pub async fn set_workflow(
         &self,
         scope: &Scope,
@@ -576,47 +477,66 @@ impl ShareFlow {
                 "only administrators turn the workflow flag".to_owned(),
             ));
         }
-        let tenant = scope.tenant_id().as_str().to_owned();
+        let tenant = scope.tenant_id().as_str();
         let from = self
             .db
-            .set_workflow(&tenant, workflow, scope.principal_id().as_str())
+            .set_workflow(tenant, workflow, scope.principal_id().as_str())
             .await?;
-        let mut change = FlagChange {
+        let thread = self
+            .engine
+            .create_thread(
+                scope,
+                NewThread {
+                    title: Some(format!("Workflow flag: {}", workflow.as_str())),
+                    ..Default::default()
+                },
+            )
+            .await
+            .map_err(forge)?;
+        let new = NewRun::new(
+            thread.id,
+            flag_agent().agent,
+            vec![Part::text(format!(
+                "The workflow flag is now {}.",
+                workflow.as_str()
+            ))],
+        );
+        let (run, outcome) = self
+            .engine
+            .submit_and_execute(
+                scope,
+                new,
+                &forge::engine::RunControl::default(),
+                &forge::engine::NoopObserver,
+            )
+            .await
+            .map_err(forge)?;
+        let report = self
+            .engine
+            .threads()
+            .list_messages(scope, thread.id)
+            .await
+            .map_err(forge)?
+            .iter()
+            .rev()
+            .find(|m| m.run_id == run && m.role == forge::core::message::Role::Assistant)
+            .map(|m| m.text());
+        let applied = report
+            .as_deref()
+            .and_then(|text| serde_json::from_str::<FlagChange>(text).ok())
+            .filter(|_| outcome.status == RunStatus::Completed)
+            .ok_or_else(|| {
+                AppError::Forge(format!(
+                    "the flag is {} but applying it did not finish (run {run}, {:?}); it is \
+                     applied again on the next change",
+                    workflow.as_str(),
+                    outcome.status
+                ))
+            })?;
+        Ok(FlagChange {
             from: Some(from),
-            to: Some(workflow),
-            ..FlagChange::default()
-        };
-        for doc in self.db.unpublished(&tenant).await? {
-            // A draft that ended is settled first; what a reviewer rejected is never posted by
-            // the other workflow behind their back.
-            self.settle(&doc).await?;
-            let Some(doc) = self.db.document(&tenant, &doc.id).await? else {
-                continue;
-            };
-            if doc.status == "rejected" || doc.status == "cancelled" {
-                continue;
-            }
-            let drafting = doc.status == "drafting";
-            if drafting && workflow == Workflow::Agent {
-                continue;
-            }
-            if let Some(run) = doc.run_id.as_deref().and_then(|r| r.parse().ok())
-                && self
-                    .engine
-                    .runs()
-                    .request_cancel(scope, run)
-                    .await
-                    .map_err(forge)?
-            {
-                change.cancelled.push(doc.id.clone());
-            }
-            self.publish_legacy(&doc).await?;
-            match self.db.document(&tenant, &doc.id).await? {
-                Some(d) if d.status == "published" => change.republished.push(doc.id),
-                _ => change.pending.push(doc.id),
-            }
-        }
-        Ok(change)
+            ..applied
+        })
     }
 
     /// The publishing service's deliveries for the tenant.

@@ -105,7 +105,7 @@ async fn set_workflow(
     State(api): State<Api>,
     Caller(scope): Caller,
     JsonBody(body): JsonBody<SetWorkflow>,
-) -> Result<Json<crate::app::FlagChange>, AppError> {
+) -> Result<Json<crate::workflow::FlagChange>, AppError> {
     Ok(Json(api.app.set_workflow(&scope, body.workflow).await?))
 }
 

@@ -8,7 +8,8 @@
 //! GraphQL server and web client (`forge-server`), retrieval and citations (`forge-rag`), Cedar
 //! policies (`forge-policy`), and the SQLite or PostgreSQL store.
 //!
-//! - [`app`]: the workflows, the flag and its rollback.
+//! - [`app`]: documents dropped, drafted and routed by the flag.
+//! - [`workflow`]: publishing, settling ended drafts, and the flag's work as a durable Forge run.
 //! - [`http`]: ShareFlow's own HTTP API, served beside Forge's.
 //! - [`publisher`] and [`client`]: the external service and ShareFlow's client of it.
 //! - [`db`]: ShareFlow's own database.
@@ -20,12 +21,18 @@ pub mod db;
 pub mod http;
 pub mod publisher;
 pub mod run;
+pub mod workflow;
 
-pub use app::{AppError, FlagChange, NewDocument, ShareFlow};
+pub use app::{AppError, NewDocument, ShareFlow};
 pub use client::{PublisherClient, delivery_key};
 pub use db::{AppDb, Document, Workflow};
 pub use publisher::{Delivery, PostRequest, Publisher};
 pub use run::{Options, Running, StoreChoice};
+pub use workflow::FlagChange;
+
+/// The secret `shareflow serve` signs and checks tokens with when `SHAREFLOW_JWT_SECRET` is not
+/// set: for development only.
+pub const DEV_SECRET: &str = "shareflow-development-secret-0123456789";
 
 /// `serve`'s development sign-in switches: off unless asked for.
 #[derive(Debug, Clone, Copy, Default, clap::Args)]

@@ -51,7 +51,13 @@ pub struct Options {
     pub dev_sign_in: bool,
     /// With `dev_sign_in`, serve it on any listener.
     pub dev_sign_in_anywhere: bool,
+    /// How long a run this process was executing when it died (a draft, a flag's rollback)
+    /// waits before a worker takes it over: the lease it held, renewed while it lives.
+    pub takeover_after: std::time::Duration,
 }
+
+/// [`Options::takeover_after`] by default.
+pub const TAKEOVER_AFTER: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// ShareFlow, running.
 pub struct Running {
@@ -170,8 +176,13 @@ impl Running {
         };
         // PostgreSQL's notifications wake the deployment's streams for runs other processes
         // execute (the facade listens).
-        let (app, forge) =
-            ShareFlow::start(stores, db, PublisherClient::new(publisher_url.clone())).await?;
+        let (app, forge) = ShareFlow::start(
+            stores,
+            db,
+            PublisherClient::new(publisher_url.clone()),
+            options.takeover_after,
+        )
+        .await?;
         let app = Arc::new(app);
         // Drafts that ended while no process watched get their state now; from here on each
         // is settled as its run commits its end.

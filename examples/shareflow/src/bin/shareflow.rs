@@ -55,6 +55,10 @@ enum Command {
         /// Use this publishing service instead of the bundled one.
         #[arg(long)]
         publisher_url: Option<String>,
+        /// Seconds before a run this process was executing when it died (a draft, a flag's
+        /// rollback) is taken over by a worker.
+        #[arg(long, default_value_t = shareflow::run::TAKEOVER_AFTER.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
+        takeover_after: u64,
     },
     /// Measures each workflow: latency per post (drop to published; on the agent workflow also
     /// drop to review and approval to published) and metered tokens and cost per post.
@@ -77,12 +81,9 @@ enum Command {
     },
 }
 
-/// The development secret, when SHAREFLOW_JWT_SECRET is not set.
-const DEV_SECRET: &str = "shareflow-development-secret-0123456789";
-
 fn secret() -> Vec<u8> {
     std::env::var("SHAREFLOW_JWT_SECRET")
-        .unwrap_or_else(|_| DEV_SECRET.to_owned())
+        .unwrap_or_else(|_| shareflow::DEV_SECRET.to_owned())
         .into_bytes()
 }
 
@@ -97,6 +98,7 @@ async fn main() -> anyhow::Result<()> {
             listen,
             publisher_listen,
             publisher_url,
+            takeover_after,
         }) => {
             let store = match postgres {
                 Some(admin_url) => StoreChoice::Postgres {
@@ -114,6 +116,7 @@ async fn main() -> anyhow::Result<()> {
                 secret: secret(),
                 dev_sign_in: dev.dev_sign_in,
                 dev_sign_in_anywhere: dev.dev_sign_in_anywhere,
+                takeover_after: Duration::from_secs(takeover_after),
             })
             .await?;
             eprintln!(
@@ -172,6 +175,7 @@ async fn bench(n: usize) -> anyhow::Result<()> {
         secret: secret(),
         dev_sign_in: false,
         dev_sign_in_anywhere: false,
+        takeover_after: shareflow::run::TAKEOVER_AFTER,
     })
     .await?;
     let outcome = bench_steps(&running, n).await;
@@ -305,6 +309,7 @@ async fn demo() -> anyhow::Result<()> {
         secret: secret(),
         dev_sign_in: false,
         dev_sign_in_anywhere: false,
+        takeover_after: shareflow::run::TAKEOVER_AFTER,
     })
     .await?;
     let result = demo_steps(&running).await;

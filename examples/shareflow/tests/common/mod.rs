@@ -38,6 +38,7 @@ impl Env {
             secret: SECRET.to_vec(),
             dev_sign_in: false,
             dev_sign_in_anywhere: false,
+            takeover_after: shareflow::run::TAKEOVER_AFTER,
         })
         .await
         .unwrap_or_else(|e| {

@@ -18,7 +18,7 @@ use forge::rag::ingest::ingest;
 use forge::rag::model::{Format, SourceId};
 use forge::rag::{Retriever, SearchDocuments};
 
-use crate::db::{CrmDb, Note};
+use crate::db::{CrmDb, Note, Opportunity};
 
 /// The assistant's scripted model turns.
 pub const ASSISTANT_SCRIPT: &str = include_str!("../agents/assistant.script.toml");
@@ -248,6 +248,32 @@ impl Crm {
             .await
             .map_err(|e| CrmError::Forge(e.to_string()))?;
         Ok(())
+    }
+
+    /// The opportunities the caller may read (`Crm::Action::"read_opportunity"`, each decided
+    /// on its owner by the policies, as the assistant's `crm__list_opportunities` is).
+    pub async fn opportunities(&self, scope: &Scope) -> Result<Vec<Opportunity>, CrmError> {
+        if scope.tenant_id().as_str() != TENANT {
+            return Ok(Vec::new());
+        }
+        let mut readable = Vec::new();
+        for opportunity in self.db.opportunities(None).await? {
+            let decision = self
+                .policies
+                .decide_app(&AppRequest {
+                    scope,
+                    namespace: "Crm",
+                    action: "read_opportunity",
+                    resource_type: "Opportunity",
+                    resource_id: &opportunity.id,
+                    attributes: &serde_json::json!({ "owner": opportunity.owner }),
+                })
+                .map_err(config)?;
+            if decision.is_allowed() {
+                readable.push(opportunity);
+            }
+        }
+        Ok(readable)
     }
 
     /// Adds a note by the caller and indexes it.

@@ -2,7 +2,7 @@
 //!
 //! | route | what |
 //! | --- | --- |
-//! | `GET /crm/opportunities` | the caller's opportunities; every one for a manager |
+//! | `GET /crm/opportunities` | the opportunities the policies let the caller read |
 //! | `POST /crm/notes` | add a note (`{record_kind, record_id, body, visibility}`), indexed for search |
 //!
 //! The caller is Forge's token ([`Caller`], checked before the body is read); errors are Forge's
@@ -65,11 +65,7 @@ async fn opportunities(
     State(api): State<Api>,
     Caller(scope): Caller,
 ) -> Result<Json<Vec<Opportunity>>, CrmError> {
-    if scope.tenant_id().as_str() != crate::app::TENANT {
-        return Ok(Json(Vec::new()));
-    }
-    let owner = (!scope.has_role("manager")).then(|| scope.principal_id().as_str().to_owned());
-    Ok(Json(api.crm.db().opportunities(owner.as_deref()).await?))
+    Ok(Json(api.crm.opportunities(&scope).await?))
 }
 
 #[derive(Deserialize)]

@@ -283,6 +283,38 @@ async fn a_rep_sees_their_own_pipeline_and_a_manager_sees_everyones() {
     env.stop().await;
 }
 
+/// The CRM's own listing is decided by the same policies as the assistant's tool: a rep reads
+/// their own opportunities, a manager every one, and someone in neither role none — even one
+/// whose id owns opportunities.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_opportunity_listing_follows_the_policies() {
+    let env = Env::start(StoreChoice::Sqlite).await;
+    let listed = async |token: &str| -> Vec<String> {
+        let r = env
+            .http
+            .get(format!("{}/crm/opportunities", env.running.url))
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        let all: Vec<Value> = r.json().await.unwrap();
+        all.iter()
+            .map(|o| o["owner"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let alice = listed(&env.token("alice", &["sales"])).await;
+    assert!(
+        !alice.is_empty() && alice.iter().all(|o| o == "alice"),
+        "{alice:?}"
+    );
+    let carol = listed(&env.token("carol", &["manager"])).await;
+    assert!(carol.contains(&"alice".to_owned()) && carol.contains(&"bob".to_owned()));
+    let viewer = listed(&env.token("alice", &["viewer"])).await;
+    assert!(viewer.is_empty(), "a viewer listed {viewer:?}");
+    env.stop().await;
+}
+
 /// Notes are found and cited by exact span; a private note is its author's alone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn notes_are_cited_and_private_notes_stay_private() {

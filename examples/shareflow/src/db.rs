@@ -1,10 +1,13 @@
-//! ShareFlow's own database (SQLite): the per-tenant workflow flag and each document's progress
-//! to a post. Forge keeps the runs; this keeps what the application decides about them.
+//! ShareFlow's own database: the per-tenant workflow flag and each document's progress to a
+//! post. Forge keeps the runs; this keeps what the application decides about them. SQLite beside
+//! Forge's SQLite store, or the same PostgreSQL database as Forge's store (ShareFlow's own
+//! tables, owned by its role), through sqlx's `Any` driver: every statement is written once, with
+//! `$n` parameters both databases take.
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use sqlx::SqlitePool;
-use sqlx::sqlite::{SqliteConnectOptions, SqlitePoolOptions};
+use sqlx::AnyPool;
+use sqlx::any::AnyPoolOptions;
 
 /// Which workflow turns a tenant's documents into posts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -68,20 +71,39 @@ pub struct Document {
 /// The application database.
 #[derive(Debug, Clone)]
 pub struct AppDb {
-    pool: SqlitePool,
+    pool: AnyPool,
+    /// Whether it is SQLite (which takes a write lock up front with `BEGIN IMMEDIATE`).
+    sqlite: bool,
 }
 
 impl AppDb {
-    /// Opens (creating if missing) the database at `path`.
+    /// Opens (creating if missing) the SQLite database at `path`.
     pub async fn open(path: &std::path::Path) -> Result<Self, sqlx::Error> {
-        let options = SqliteConnectOptions::new()
-            .filename(path)
-            .create_if_missing(true)
-            .journal_mode(sqlx::sqlite::SqliteJournalMode::Wal)
-            .busy_timeout(std::time::Duration::from_secs(5));
-        let pool = SqlitePoolOptions::new()
+        Self::connect(&format!("sqlite://{}?mode=rwc", path.display())).await
+    }
+
+    /// Connects to the database at `url` (`sqlite://…` or `postgres://…`) and creates
+    /// ShareFlow's tables if missing.
+    pub async fn connect(url: &str) -> Result<Self, sqlx::Error> {
+        sqlx::any::install_default_drivers();
+        let sqlite = url.starts_with("sqlite:");
+        let pool = AnyPoolOptions::new()
             .max_connections(4)
-            .connect_with(options)
+            .after_connect(move |conn, _| {
+                Box::pin(async move {
+                    if sqlite {
+                        // Readers beside the writer, and a writer that waits its turn.
+                        sqlx::query("PRAGMA journal_mode = WAL")
+                            .execute(&mut *conn)
+                            .await?;
+                        sqlx::query("PRAGMA busy_timeout = 5000")
+                            .execute(&mut *conn)
+                            .await?;
+                    }
+                    Ok(())
+                })
+            })
+            .connect(url)
             .await?;
         for ddl in [
             "CREATE TABLE IF NOT EXISTS flags (
@@ -113,12 +135,12 @@ impl AppDb {
         ] {
             sqlx::query(ddl).execute(&pool).await?;
         }
-        Ok(Self { pool })
+        Ok(Self { pool, sqlite })
     }
 
     /// The tenant's workflow (legacy until someone turns the agent on).
     pub async fn workflow(&self, tenant: &str) -> Result<Workflow, sqlx::Error> {
-        let row: Option<(String,)> = sqlx::query_as("SELECT workflow FROM flags WHERE tenant = ?")
+        let row: Option<(String,)> = sqlx::query_as("SELECT workflow FROM flags WHERE tenant = $1")
             .bind(tenant)
             .fetch_optional(&self.pool)
             .await?;
@@ -135,14 +157,18 @@ impl AppDb {
         // Write-locked from the start: a transaction that reads first and then writes cannot be
         // upgraded while another change commits, and SQLite refuses it at once ("database is
         // locked") instead of waiting its busy timeout.
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let mut tx = if self.sqlite {
+            self.pool.begin_with("BEGIN IMMEDIATE").await?
+        } else {
+            self.pool.begin().await?
+        };
         let before: Option<(String,)> =
-            sqlx::query_as("SELECT workflow FROM flags WHERE tenant = ?")
+            sqlx::query_as("SELECT workflow FROM flags WHERE tenant = $1")
                 .bind(tenant)
                 .fetch_optional(&mut *tx)
                 .await?;
         sqlx::query(
-            "INSERT INTO flags (tenant, workflow, changed_by, changed_at) VALUES (?, ?, ?, ?)
+            "INSERT INTO flags (tenant, workflow, changed_by, changed_at) VALUES ($1, $2, $3, $4)
              ON CONFLICT (tenant) DO UPDATE SET workflow = excluded.workflow,
                 changed_by = excluded.changed_by, changed_at = excluded.changed_at",
         )
@@ -158,7 +184,7 @@ impl AppDb {
 
     /// Forgets a document whose drop did not finish (its text was not indexed).
     pub async fn delete_document(&self, tenant: &str, id: &str) -> Result<(), sqlx::Error> {
-        sqlx::query("DELETE FROM documents WHERE tenant = ? AND id = ?")
+        sqlx::query("DELETE FROM documents WHERE tenant = $1 AND id = $2")
             .bind(tenant)
             .bind(id)
             .execute(&self.pool)
@@ -171,7 +197,7 @@ impl AppDb {
         let done = sqlx::query(
             "INSERT INTO documents (tenant, id, title, body, version, publish_at, status,
                                     submitted_by, created_at)
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT DO NOTHING",
         )
         .bind(&doc.tenant)
         .bind(&doc.id)
@@ -209,7 +235,7 @@ impl AppDb {
         value: &str,
     ) -> Result<Option<Document>, sqlx::Error> {
         sqlx::query(sqlx::AssertSqlSafe(format!(
-            "{SELECT} WHERE tenant = ? AND {column} = ?"
+            "{SELECT} WHERE tenant = $1 AND {column} = $2"
         )))
         .bind(tenant)
         .bind(value)
@@ -232,7 +258,7 @@ impl AppDb {
     /// The tenant's documents matching `filter` (a fixed SQL condition), oldest first.
     async fn many(&self, tenant: &str, filter: &'static str) -> Result<Vec<Document>, sqlx::Error> {
         sqlx::query(sqlx::AssertSqlSafe(format!(
-            "{SELECT} WHERE tenant = ? {filter} ORDER BY created_at, id"
+            "{SELECT} WHERE tenant = $1 {filter} ORDER BY created_at, id"
         )))
         .bind(tenant)
         .fetch_all(&self.pool)
@@ -256,7 +282,7 @@ impl AppDb {
 
     /// The document drafted by the run `run` (run ids are unique across tenants).
     pub async fn document_of_run(&self, run: &str) -> Result<Option<Document>, sqlx::Error> {
-        sqlx::query(sqlx::AssertSqlSafe(format!("{SELECT} WHERE run_id = ?")))
+        sqlx::query(sqlx::AssertSqlSafe(format!("{SELECT} WHERE run_id = $1")))
             .bind(run)
             .fetch_optional(&self.pool)
             .await?
@@ -273,7 +299,7 @@ impl AppDb {
         status: &str,
     ) -> Result<bool, sqlx::Error> {
         Ok(sqlx::query(
-            "UPDATE documents SET status = ? WHERE tenant = ? AND id = ? AND status = 'drafting'",
+            "UPDATE documents SET status = $1 WHERE tenant = $2 AND id = $3 AND status = 'drafting'",
         )
         .bind(status)
         .bind(tenant)
@@ -289,7 +315,7 @@ impl AppDb {
     pub async fn reopen(&self, tenant: &str, id: &str) -> Result<bool, sqlx::Error> {
         Ok(sqlx::query(
             "UPDATE documents SET status = 'new', thread_id = NULL, run_id = NULL
-             WHERE tenant = ? AND id = ? AND status IN ('failed', 'cancelled', 'rejected')",
+             WHERE tenant = $1 AND id = $2 AND status IN ('failed', 'cancelled', 'rejected')",
         )
         .bind(tenant)
         .bind(id)
@@ -308,8 +334,8 @@ impl AppDb {
         run: &str,
     ) -> Result<(), sqlx::Error> {
         sqlx::query(
-            "UPDATE documents SET status = 'drafting', thread_id = ?, run_id = ?
-             WHERE tenant = ? AND id = ? AND status != 'published'",
+            "UPDATE documents SET status = 'drafting', thread_id = $1, run_id = $2
+             WHERE tenant = $3 AND id = $4 AND status != 'published'",
         )
         .bind(thread)
         .bind(run)
@@ -323,7 +349,7 @@ impl AppDb {
     /// Marks a document's legacy publish as failed (to be tried again).
     pub async fn set_failed(&self, tenant: &str, id: &str) -> Result<(), sqlx::Error> {
         sqlx::query(
-            "UPDATE documents SET status = 'failed' WHERE tenant = ? AND id = ? AND status != 'published'",
+            "UPDATE documents SET status = 'failed' WHERE tenant = $1 AND id = $2 AND status != 'published'",
         )
         .bind(tenant)
         .bind(id)
@@ -341,8 +367,8 @@ impl AppDb {
         delivery: &str,
     ) -> Result<(), sqlx::Error> {
         sqlx::query(
-            "UPDATE documents SET status = 'published', via = ?, delivery_id = ?
-             WHERE tenant = ? AND id = ? AND status != 'published'",
+            "UPDATE documents SET status = 'published', via = $1, delivery_id = $2
+             WHERE tenant = $3 AND id = $4 AND status != 'published'",
         )
         .bind(via.as_str())
         .bind(delivery)
@@ -357,7 +383,7 @@ impl AppDb {
 const SELECT: &str = "SELECT tenant, id, title, body, version, publish_at, status, via, thread_id, \
                       run_id, delivery_id, submitted_by FROM documents";
 
-fn document(r: &sqlx::sqlite::SqliteRow) -> Result<Document, sqlx::Error> {
+fn document(r: &sqlx::any::AnyRow) -> Result<Document, sqlx::Error> {
     use sqlx::Row;
     Ok(Document {
         tenant: r.try_get("tenant")?,

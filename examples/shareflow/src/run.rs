@@ -22,7 +22,8 @@ pub enum StoreChoice {
     Sqlite,
     /// PostgreSQL with row-level security. From the administrator URL ShareFlow creates (if
     /// missing) its login role `shareflow` and its database `shareflow`, provisions what the
-    /// policies need, and then connects as `shareflow`, never as the administrator.
+    /// policies need, and then connects as `shareflow`, never as the administrator. ShareFlow's
+    /// own tables (the flag, the documents) are in that database too.
     Postgres {
         /// A superuser's URL, for example `postgres://postgres@127.0.0.1:5432/postgres`.
         admin_url: String,
@@ -149,13 +150,16 @@ impl Running {
             }
         };
 
-        let db = AppDb::open(&options.data.join("shareflow.db")).await?;
-        let stores = match &options.store {
+        let (stores, db) = match &options.store {
             StoreChoice::Sqlite => {
                 let url = format!("sqlite://{}", options.data.join("forge.db").display());
-                forge::Stores::open(&url)
+                let stores = forge::Stores::open(&url)
                     .await
-                    .map_err(|e| config("the SQLite store")(e.to_string()))?
+                    .map_err(|e| config("the SQLite store")(e.to_string()))?;
+                (
+                    stores,
+                    AppDb::open(&options.data.join("shareflow.db")).await?,
+                )
             }
             StoreChoice::Postgres {
                 admin_url,
@@ -169,9 +173,11 @@ impl Running {
                                 "{e} (is PostgreSQL running at the administrator URL?)"
                             ))
                         })?;
-                forge::Stores::open_postgres(&url, forge::PgMode::Rls)
+                let stores = forge::Stores::open_postgres(&url, forge::PgMode::Rls)
                     .await
-                    .map_err(|e| config("the PostgreSQL store")(e.to_string()))?
+                    .map_err(|e| config("the PostgreSQL store")(e.to_string()))?;
+                // ShareFlow's own tables in the same database, owned by its role.
+                (stores, AppDb::connect(&url).await?)
             }
         };
         // PostgreSQL's notifications wake the deployment's streams for runs other processes

@@ -382,7 +382,7 @@ async fn the_agent_workflow_stays_inside_its_cost_envelope_and_keeps_the_schedul
 }
 
 /// The main path on PostgreSQL (row-level security, ShareFlow's own role): a draft reviewed and
-/// published, then the rollback.
+/// published, then the rollback — with ShareFlow's own tables in the same database.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_workflows_and_the_rollback_run_on_postgres() {
     let database = format!("shareflow_test_{}", uuid::Uuid::new_v4().simple());
@@ -408,6 +408,25 @@ async fn the_workflows_and_the_rollback_run_on_postgres() {
     assert_eq!(change["republished"], serde_json::json!(["holiday-hours"]));
     let counts = per_document(&env.deliveries("acme").await);
     assert_eq!(counts.values().copied().collect::<Vec<_>>(), [1, 1]);
+    // ShareFlow's own data is in PostgreSQL too, not in a SQLite file beside it.
+    assert!(!env.data().join("shareflow.db").exists());
+    let published: Vec<(String, String)> = {
+        use sqlx::Connection;
+        let admin = common::admin_url();
+        let url = format!("{}/{database}", &admin[..admin.rfind('/').unwrap()]);
+        let mut conn = sqlx::PgConnection::connect(&url).await.unwrap();
+        sqlx::query_as("SELECT id, status FROM documents WHERE tenant = 'acme' ORDER BY id")
+            .fetch_all(&mut conn)
+            .await
+            .unwrap()
+    };
+    assert_eq!(
+        published,
+        [
+            ("holiday-hours".to_owned(), "published".to_owned()),
+            ("spring-launch".to_owned(), "published".to_owned()),
+        ]
+    );
     env.stop().await;
     drop_database(&database).await;
 }

@@ -54,6 +54,11 @@ impl Env {
         }
     }
 
+    /// ShareFlow's data directory.
+    pub fn data(&self) -> &std::path::Path {
+        &self.dir
+    }
+
     pub async fn sqlite() -> Env {
         Env::start(StoreChoice::Sqlite).await
     }

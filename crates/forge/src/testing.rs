@@ -1,11 +1,15 @@
 //! Test support for applications built on Forge (feature `testing`): an application's server
 //! as its users start it — the binary, a fresh data directory, the address it says it listens
-//! on — stopped and cleaned up when dropped.
+//! on — stopped and cleaned up when dropped; and [`Client`], its Forge API as tests drive it.
 
 use std::ffi::OsStr;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
+
+mod client;
+
+pub use client::{Answer, Client, Pending};
 
 /// A server process started by [`Served::start`]; killed, and its data directory removed, when
 /// dropped.

@@ -4,8 +4,6 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::time::Duration;
-
 use crm::{Options, Running, StoreChoice};
 use forge::core::scope::Scope;
 use serde_json::{Value, json};
@@ -15,6 +13,8 @@ const SECRET: &[u8] = b"crm-test-secret-crm-test-secret-0123456789";
 struct Env {
     running: Running,
     http: reqwest::Client,
+    /// Forge's API, as the tests drive it.
+    client: forge::testing::Client,
     dir: std::path::PathBuf,
 }
 
@@ -46,12 +46,11 @@ impl Env {
                 admin_url()
             )
         });
+        let client = forge::testing::Client::new(&running.url);
         Env {
             running,
-            http: {
-                forge::providers::http::install_crypto_provider();
-                reqwest::Client::new()
-            },
+            http: reqwest::Client::new(),
+            client,
             dir,
         }
     }
@@ -83,68 +82,20 @@ impl Env {
     }
 
     async fn gql(&self, token: &str, query: &str, variables: Value) -> Result<Value, String> {
-        let res: Value = self
-            .http
-            .post(format!("{}/graphql", self.running.url))
-            .bearer_auth(token)
-            .json(&json!({ "query": query, "variables": variables }))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        match res["errors"].as_array() {
-            Some(e) if !e.is_empty() => Err(e[0]["message"].to_string()),
-            _ => Ok(res["data"].clone()),
-        }
+        self.client.gql(token, query, variables).await
     }
 
     /// Starts a run of the assistant on a new thread; returns (thread, run).
     async fn ask(&self, token: &str, message: &str) -> (String, String) {
-        let thread = self
-            .gql(token, "mutation { createThread { id } }", json!({}))
-            .await
-            .unwrap()["createThread"]["id"]
-            .as_str()
-            .unwrap()
-            .to_owned();
-        let run = self
-            .gql(
-                token,
-                "mutation($i: StartRunInput!) { startRun(input: $i) { id } }",
-                json!({ "i": { "threadId": thread, "agent": "assistant", "message": message } }),
-            )
-            .await
-            .unwrap()["startRun"]["id"]
-            .as_str()
-            .unwrap()
-            .to_owned();
-        (thread, run)
+        self.client.ask(token, "assistant", message).await.unwrap()
     }
 
     /// Waits until the run's status is one of `statuses`.
     async fn until(&self, token: &str, run: &str, statuses: &[&str]) -> String {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-        loop {
-            let data = self
-                .gql(
-                    token,
-                    "query($id: ID!) { run(id: $id) { status } }",
-                    json!({ "id": run }),
-                )
-                .await
-                .unwrap();
-            let status = data["run"]["status"].as_str().unwrap().to_owned();
-            if statuses.contains(&status.as_str()) {
-                return status;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "run {run} still {status} after 30 s"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        self.client
+            .wait_for_status(token, run, statuses)
+            .await
+            .unwrap()
     }
 
     /// The thread's assistant text and its citations' source ids, once the run completed.
@@ -153,58 +104,17 @@ impl Env {
             self.until(token, run, &["completed", "failed"]).await,
             "completed"
         );
-        let data = self
-            .gql(
-                token,
-                "query($id: ID!) { thread(id: $id) { messages(first: 50) { nodes { role text parts } } } }",
-                json!({ "id": thread }),
-            )
-            .await
-            .unwrap();
-        let nodes = data["thread"]["messages"]["nodes"]
-            .as_array()
-            .unwrap()
-            .clone();
-        let text = nodes
-            .iter()
-            .filter(|n| n["role"] == "assistant")
-            .map(|n| n["text"].as_str().unwrap_or("").to_owned())
-            .collect::<Vec<_>>()
-            .join("\n");
-        let cited = nodes
-            .iter()
-            .flat_map(|n| n["parts"].as_array().cloned().unwrap_or_default())
-            .filter(|p| p["type"] == "citation")
-            .map(|p| p["source_id"].as_str().unwrap_or("").to_owned())
-            .collect();
-        (text, cited)
+        let answer = self.client.answer(token, thread).await.unwrap();
+        (answer.text, answer.cited)
     }
 
     async fn pending(&self, token: &str) -> Vec<String> {
-        let data = self
-            .gql(
-                token,
-                "{ pendingInteractions(first: 50) { nodes { id kind } } }",
-                json!({}),
-            )
-            .await
-            .unwrap();
-        data["pendingInteractions"]["nodes"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|n| n["kind"] == "approval")
-            .map(|n| n["id"].as_str().unwrap().to_owned())
-            .collect()
+        let pending = self.client.pending_approvals(token).await.unwrap();
+        pending.into_iter().map(|p| p.id).collect()
     }
 
     async fn approve(&self, token: &str, interaction: &str) -> Result<Value, String> {
-        self.gql(
-            token,
-            "mutation($id: ID!, $key: String!) { resolveApproval(interactionId: $id, approve: true, key: $key) { status } }",
-            json!({ "id": interaction, "key": format!("approve-{interaction}") }),
-        )
-        .await
+        self.client.approve(token, interaction).await
     }
 }
 

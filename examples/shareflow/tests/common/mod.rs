@@ -13,6 +13,8 @@ pub const SECRET: &[u8] = b"rollout-test-secret-rollout-test-secret-0123";
 pub struct Env {
     pub running: Running,
     pub http: reqwest::Client,
+    /// Forge's API, as the tests drive it.
+    pub client: forge::testing::Client,
     dir: std::path::PathBuf,
 }
 
@@ -47,9 +49,11 @@ impl Env {
                 admin_url()
             )
         });
+        let client = forge::testing::Client::new(&running.url);
         Env {
             running,
             http: reqwest::Client::new(),
+            client,
             dir,
         }
     }
@@ -167,45 +171,13 @@ impl Env {
 
     /// A GraphQL request as `token`; the data, or the errors' first message.
     pub async fn gql(&self, token: &str, query: &str, variables: Value) -> Result<Value, String> {
-        let res: Value = self
-            .http
-            .post(self.url("/graphql"))
-            .bearer_auth(token)
-            .json(&json!({ "query": query, "variables": variables }))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        match res["errors"].as_array() {
-            Some(errors) if !errors.is_empty() => Err(errors[0]["message"].to_string()),
-            _ => Ok(res["data"].clone()),
-        }
+        self.client.gql(token, query, variables).await
     }
 
     /// The approvals `token` may decide, as (interaction id, thread id).
     pub async fn pending(&self, token: &str) -> Vec<(String, String)> {
-        let data = self
-            .gql(
-                token,
-                "{ pendingInteractions(first: 50) { nodes { id threadId kind } } }",
-                json!({}),
-            )
-            .await
-            .unwrap();
-        data["pendingInteractions"]["nodes"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|n| n["kind"] == "approval")
-            .map(|n| {
-                (
-                    n["id"].as_str().unwrap().to_owned(),
-                    n["threadId"].as_str().unwrap().to_owned(),
-                )
-            })
-            .collect()
+        let pending = self.client.pending_approvals(token).await.unwrap();
+        pending.into_iter().map(|p| (p.id, p.thread_id)).collect()
     }
 
     /// Waits until `document`'s approval reaches `token`; returns its interaction id.
@@ -231,41 +203,21 @@ impl Env {
     }
 
     pub async fn approve(&self, token: &str, interaction: &str) -> Result<Value, String> {
-        self.gql(
-            token,
-            "mutation($id: ID!, $key: String!) { resolveApproval(interactionId: $id, approve: true, key: $key) { status } }",
-            json!({ "id": interaction, "key": format!("approve-{interaction}") }),
-        )
-        .await
+        self.client.approve(token, interaction).await
     }
 
     /// The run's status, read through GraphQL.
     pub async fn run_status(&self, token: &str, run: &str) -> String {
-        let data = self
-            .gql(
-                token,
-                "query($id: ID!) { run(id: $id) { status } }",
-                json!({ "id": run }),
-            )
-            .await
-            .unwrap();
-        data["run"]["status"].as_str().unwrap().to_owned()
+        self.client.run_status(token, run).await.unwrap()
     }
 
     /// Waits until the run `run` has ended; returns its status.
     pub async fn run_ends(&self, token: &str, run: &str) -> String {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-        loop {
-            let status = self.run_status(token, run).await;
-            if ["completed", "failed", "cancelled"].contains(&status.as_str()) {
-                return status;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "run {run} still {status} after 30 s"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        let ended = ["completed", "failed", "cancelled"];
+        self.client
+            .wait_for_status(token, run, &ended)
+            .await
+            .unwrap()
     }
 
     /// Waits until `document` is published; returns it.

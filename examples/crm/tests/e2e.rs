@@ -171,10 +171,7 @@ async fn a_rep_sees_their_own_pipeline_and_a_manager_sees_everyones() {
         !text.contains("Globex expansion"),
         "alice saw bob's pipeline: {text}"
     );
-    assert!(
-        text.contains("is not permitted"),
-        "{text}"
-    );
+    assert!(text.contains("is not permitted"), "{text}");
 
     let (t, r) = env.ask(&carol, "What is in bob's pipeline?").await;
     let (text, _) = env.answer(&carol, &t, &r).await;

@@ -33,9 +33,10 @@ export interface ClientOptions {
 
 /** A new idempotency key: one per decision a person makes, reused when it is retried. */
 export function newKey(): string {
-  return typeof crypto.randomUUID === "function"
-    ? crypto.randomUUID()
-    : `${Date.now()}-${Math.random().toString(16).slice(2)}`;
+  if (typeof crypto.randomUUID === "function") return crypto.randomUUID();
+  // Outside a secure context (a LAN address over plain HTTP) there is no randomUUID.
+  const bytes = crypto.getRandomValues(new Uint8Array(16));
+  return Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
 }
 
 /** What an approval or a question became. */
@@ -117,7 +118,11 @@ export function createForgeClient(options: ClientOptions): ForgeClient {
     async startRun(threadId, agent, message, options) {
       const d = await gql<{ startRun: { id: string } }>(
         "mutation Start($input: StartRunInput!) { startRun(input: $input) { id } }",
-        { input: { threadId, agent, message, idempotencyKey: options?.idempotencyKey } },
+        {
+          input: options?.idempotencyKey
+            ? { threadId, agent, message, idempotencyKey: options.idempotencyKey }
+            : { threadId, agent, message },
+        },
       );
       return d.startRun;
     },

@@ -1,6 +1,6 @@
 import { type FormEvent, useCallback, useEffect, useMemo, useRef, useState } from "react";
 
-import { cursors, hasGap } from "@forge/client";
+import { cursors, hasGap, newKey } from "@forge/client";
 
 import { ApiError, describe, gql, signInRequired } from "../api";
 import { RunCard, type RunMeta } from "../components/RunCard";
@@ -270,10 +270,4 @@ export function ThreadPage({ id }: { id: string }) {
       </form>
     </section>
   );
-}
-
-/** A fresh random key (`crypto.randomUUID` needs a secure context; a LAN address over HTTP is not). */
-function newKey(): string {
-  const bytes = crypto.getRandomValues(new Uint8Array(16));
-  return Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
 }

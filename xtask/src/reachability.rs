@@ -630,6 +630,11 @@ pub(crate) const PORTS: &[(&str, &str, Site)] = &[
         ("forge-cli/src/compose.rs", Some("AccessArgs"), "apply"),
     ),
     (
+        "ApprovalPreviewer",
+        "PreviewTemplate",
+        ("forge-mcp/src/lib.rs", Some("McpRuntime"), "start"),
+    ),
+    (
         "LeaseStore",
         "RedisLeaseStore",
         ("forge-cli/src/leases.rs", Some("LeaseArgs"), "sweep_leases"),

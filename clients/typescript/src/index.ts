@@ -6,3 +6,4 @@ export type * as Api from "./generated/graphql";
 export * from "./reducer";
 export * from "./live";
 export * from "./client";
+export * from "./diff";

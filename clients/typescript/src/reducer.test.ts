@@ -111,6 +111,7 @@ const everyKind: RunEvent[] = [
     tool_call_id: "c1",
     tool_name: "pay_invoice",
     input_hash: "ab",
+    preview: { summary: "Pay invoice 7 of 500 €", facts: [{ label: "Payee", value: "Zoë" }] },
   }),
   ev(12, {
     type: "question.requested",
@@ -184,6 +185,9 @@ describe("every event kind", () => {
         check: (s) => {
           expect(s.runs[RUN].view.status).toBe("waiting-approval");
           expect(s.runs[RUN].view.approvals[0].toolName).toBe("pay_invoice");
+          expect(s.runs[RUN].view.approvals[0].preview?.facts).toEqual([
+            { label: "Payee", value: "Zoë" },
+          ]);
         },
       },
       { seq: 12, check: (s) => expect(s.runs[RUN].view.questions[0].prompt).toBe("Which currency?") },

@@ -9,6 +9,7 @@
 // and all dropped by `resubscribed` (a new subscription starts from the committed cursor).
 
 import type {
+  ApprovalPreview,
   CitationPart,
   InteractionId,
   JsonValue,
@@ -49,6 +50,8 @@ export interface ApprovalView {
   toolCallId: string;
   toolName: string;
   inputHash: string;
+  /** What the call will do in the application's terms, when its tool has a previewer. */
+  preview: ApprovalPreview | null;
 }
 
 /** A question the run asked. */
@@ -203,6 +206,7 @@ export function applyEvent(model: RunModel, event: RunEvent): RunModel {
             toolCallId: event.tool_call_id,
             toolName: event.tool_name,
             inputHash: event.input_hash,
+            preview: event.preview ?? null,
           },
         ],
       };

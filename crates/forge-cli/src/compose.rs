@@ -115,6 +115,10 @@ impl AccessArgs {
         for (tool, argument, to) in mcp.map(|m| m.bindings()).unwrap_or_default() {
             builder = builder.tool_argument(tool, argument, *to)?;
         }
+        // Previews the MCP configuration writes for its tools' approvals (`preview = { … }`).
+        for (tool, previewer) in mcp.map(|m| m.previews()).unwrap_or_default() {
+            builder = builder.approval_preview(tool, previewer.clone())?;
+        }
         // Loaded policies decide access, and which `policy`-approval calls may run unreviewed.
         let (authorizer, rule): (Arc<dyn Authorizer>, Option<Arc<dyn ApprovalRule>>) = match &self
             .policies

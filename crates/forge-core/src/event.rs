@@ -101,6 +101,9 @@ pub enum RunEventKind {
         tool_name: String,
         /// SHA-256 of the call's canonical input, hex.
         input_hash: String,
+        /// What the call will do in the application's terms, when its tool has a previewer.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        preview: Option<crate::interaction::ApprovalPreview>,
     },
     /// The agent asked its user a question.
     #[serde(rename = "question.requested")]

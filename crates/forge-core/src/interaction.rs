@@ -13,6 +13,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+pub use crate::preview::{ApprovalPreview, PreviewFact, PreviewTemplate, TextChange};
+
 use crate::agent::AgentRef;
 use crate::error::Error;
 use crate::id::{InteractionId, RunId, ThreadId, ToolCallId};
@@ -76,6 +78,9 @@ pub enum InteractionRequest {
         input_hash: String,
         /// The input, for the person deciding.
         input: serde_json::Value,
+        /// What the call will do in the application's terms, when its tool has a previewer.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        preview: Option<ApprovalPreview>,
     },
     /// The agent's question, through its `ask_user` call.
     Question {
@@ -370,6 +375,7 @@ mod tests {
                 tool_name: "pay".into(),
                 input_hash: input_hash(&serde_json::json!({"amount": 5})),
                 input: serde_json::json!({"amount": 5}),
+                preview: None,
             },
             status: InteractionStatus::Pending,
             resolution: None,

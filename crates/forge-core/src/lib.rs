@@ -18,6 +18,7 @@ pub mod message;
 pub mod metering;
 pub mod part;
 pub mod ports;
+pub mod preview;
 pub mod redact;
 pub mod run;
 pub mod scope;

@@ -107,6 +107,9 @@ pub struct ApprovalPart {
     pub input_hash: String,
     /// Where the decision stands.
     pub status: ApprovalStatus,
+    /// What the call will do in the application's terms, when its tool has a previewer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preview: Option<crate::interaction::ApprovalPreview>,
 }
 
 /// A question the agent asks its user, with the shape the answer must have.

@@ -14,10 +14,12 @@ use forge_core::agent::AgentDefinition;
 use forge_core::event::RunEventKind;
 use forge_core::id::{IdGenerator, InteractionId};
 use forge_core::interaction::{
-    Decision, Interaction, InteractionRequest, InteractionStatus, input_hash,
+    ApprovalPreview, Decision, Interaction, InteractionRequest, InteractionStatus, input_hash,
 };
 use forge_core::part::{ApprovalPart, ApprovalStatus, Part, QuestionPart, ToolCallPart};
-use forge_core::ports::tool::{ApprovalPolicy, ApprovalRule, Tool, ToolClassification};
+use forge_core::ports::tool::{
+    ApprovalPolicy, ApprovalRule, PreviewContext, Tool, ToolClassification,
+};
 use forge_core::run::WaitReason;
 use forge_core::scope::Scope;
 use forge_core::time::Clock;
@@ -80,6 +82,7 @@ pub(crate) struct ApprovalGate<'a> {
     pub(crate) rule: Option<&'a dyn ApprovalRule>,
     pub(crate) clock: &'a dyn Clock,
     pub(crate) ids: &'a dyn IdGenerator,
+    pub(crate) redactor: &'a forge_core::redact::Redactor,
 }
 
 impl ApprovalGate<'_> {
@@ -122,6 +125,7 @@ impl ApprovalGate<'_> {
                     tool_name: call.tool_name.clone(),
                     input_hash: input_hash(&call.input),
                     input: call.input.clone(),
+                    preview: self.preview(cur, call).await,
                 })
             } else {
                 None
@@ -144,6 +148,18 @@ impl ApprovalGate<'_> {
             out.push(p);
         }
         (out, raised)
+    }
+
+    /// The preview of `call` by its tool's previewer, if it has one.
+    async fn preview(&self, cur: &Execution<'_>, call: &ToolCallPart) -> Option<ApprovalPreview> {
+        let previewer = self.tools.get(&call.tool_name)?.previewer.as_deref()?;
+        let ctx = PreviewContext {
+            scope: self.scope.clone(),
+            run_id: cur.run().id,
+            thread_id: cur.run().thread_id,
+            tool_call_id: call.tool_call_id.clone(),
+        };
+        Some(crate::preview::preview_of(previewer, &ctx, &call.input, self.redactor).await)
     }
 
     async fn needs_approval(&self, call: &ToolCallPart) -> bool {
@@ -181,6 +197,7 @@ pub(crate) fn request_part(i: &Interaction) -> Part {
             tool_call_id,
             tool_name,
             input_hash,
+            preview,
             ..
         } => Part::Approval(ApprovalPart {
             interaction_id: i.id,
@@ -188,6 +205,7 @@ pub(crate) fn request_part(i: &Interaction) -> Part {
             tool_name: tool_name.clone(),
             input_hash: input_hash.clone(),
             status: ApprovalStatus::Pending,
+            preview: preview.clone(),
         }),
         InteractionRequest::Question {
             prompt,
@@ -209,12 +227,14 @@ pub(crate) fn request_event(cur: &mut Execution<'_>, i: &Interaction) {
             tool_call_id,
             tool_name,
             input_hash,
+            preview,
             ..
         } => cur.emit(RunEventKind::ApprovalRequested {
             interaction_id: i.id,
             tool_call_id: tool_call_id.clone(),
             tool_name: tool_name.clone(),
             input_hash: input_hash.clone(),
+            preview: preview.clone(),
         }),
         InteractionRequest::Question {
             prompt,
@@ -325,6 +345,7 @@ mod tests {
                 tool_name: "pay".into(),
                 input_hash: input_hash(&input),
                 input,
+                preview: None,
             },
             status: InteractionStatus::Resolved,
             resolution: Some(Resolution {

@@ -97,6 +97,7 @@ mod meter;
 mod model_call;
 pub mod observer;
 mod plan;
+pub mod preview;
 pub mod skills;
 pub mod state;
 mod step;
@@ -112,6 +113,7 @@ pub use engine::{Engine, EngineBuilder, KeyedRun, MAX_TITLE_CHARS, RunControl, R
 pub use error::EngineError;
 pub use hitl::ASK_USER;
 pub use observer::{Both, Commit, Emitted, LiveObserver, NoopObserver, RunObserver};
+pub use preview::{PreviewFn, preview_fn};
 pub use skills::{LOAD_SKILL, RUN_SKILL_SCRIPT, Skill, SkillLibrary};
 pub use tools::{Argument, NativeTool, ToolRegistry, native_tool};
 pub use worker::{JobOutcome, Worker, WorkerConfig, WorkerReport};

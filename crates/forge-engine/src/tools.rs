@@ -18,7 +18,7 @@ use async_trait::async_trait;
 use forge_core::ports::model::ToolDescriptor;
 pub use forge_core::ports::tool::Argument;
 use forge_core::ports::tool::{
-    ApprovalPolicy, Tool, ToolClassification, ToolContext, ToolError, ToolSpec,
+    ApprovalPolicy, ApprovalPreviewer, Tool, ToolClassification, ToolContext, ToolError, ToolSpec,
 };
 use schemars::JsonSchema;
 use serde::Serialize;
@@ -31,6 +31,8 @@ pub(crate) struct Registered {
     pub(crate) tool: Arc<dyn Tool>,
     validator: jsonschema::Validator,
     arguments: BTreeMap<String, Argument>,
+    /// What a person asked to approve one of its calls is shown, when the tool has one.
+    pub(crate) previewer: Option<Arc<dyn ApprovalPreviewer>>,
 }
 
 impl Registered {
@@ -143,6 +145,7 @@ impl ToolRegistry {
                 tool,
                 validator,
                 arguments: BTreeMap::new(),
+                previewer: None,
             },
         );
         Ok(())
@@ -176,6 +179,24 @@ impl ToolRegistry {
             )));
         }
         registered.arguments.insert(name.to_owned(), argument);
+        Ok(())
+    }
+
+    /// Gives the registered tool `tool` a previewer: what a person asked to approve one of its
+    /// calls sees beside the input. Refuses a tool that is not registered.
+    pub fn preview(
+        &mut self,
+        tool: &str,
+        previewer: Arc<dyn ApprovalPreviewer>,
+    ) -> Result<(), EngineError> {
+        let registered = self
+            .tools
+            .get_mut(tool)
+            .ok_or_else(|| EngineError::InvalidTool {
+                name: tool.to_owned(),
+                reason: "not registered: register it before giving it a previewer".into(),
+            })?;
+        registered.previewer = Some(previewer);
         Ok(())
     }
 

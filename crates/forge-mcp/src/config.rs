@@ -133,6 +133,11 @@ pub struct ToolOverride {
     /// `bind = { owner = "caller_by_default" }` (or `"caller"`, `"tenant"`).
     #[serde(default)]
     pub bind: BTreeMap<String, forge_core::ports::tool::Argument>,
+    /// What the person asked to approve a call sees beside its input, filled from the input:
+    /// `preview = { summary = "Move {id} to {stage}", facts = [{ label = "Stage", value =
+    /// "{stage}" }] }` ([`PreviewTemplate`](forge_core::interaction::PreviewTemplate)).
+    #[serde(default)]
+    pub preview: Option<forge_core::interaction::PreviewTemplate>,
 }
 
 /// One server.

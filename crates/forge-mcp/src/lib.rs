@@ -34,6 +34,8 @@ pub use error::McpError;
 pub use server::{Env, Reporter, ServerHandle, fetch_catalog};
 pub use tool::McpTool;
 
+use forge_core::interaction::PreviewTemplate;
+
 /// The deployment's MCP servers, connected and supervised.
 pub struct McpRuntime {
     servers: Vec<Arc<ServerHandle>>,
@@ -42,6 +44,7 @@ pub struct McpRuntime {
     tools: Vec<Arc<McpTool>>,
     skipped: Vec<String>,
     bindings: Vec<(String, String, forge_core::ports::tool::Argument)>,
+    previews: Vec<(String, Arc<dyn forge_core::ports::tool::ApprovalPreviewer>)>,
 }
 
 impl std::fmt::Debug for McpRuntime {
@@ -87,6 +90,7 @@ impl McpRuntime {
         let mut tools = Vec::new();
         let mut skipped = Vec::new();
         let mut bindings = Vec::new();
+        let mut previews = Vec::new();
         for server in &servers {
             for (remote, pin) in &server.pins().tools {
                 let over = server.config().tools.get(remote);
@@ -94,6 +98,10 @@ impl McpRuntime {
                     Some(spec) => {
                         for (argument, to) in over.map(|o| &o.bind).into_iter().flatten() {
                             bindings.push((spec.name.clone(), argument.clone(), *to));
+                        }
+                        if let Some(template) = over.and_then(|o| o.preview.as_ref()) {
+                            let previewer = Arc::new(PreviewTemplate::clone(template));
+                            previews.push((spec.name.clone(), previewer as _));
                         }
                         tools.push(Arc::new(McpTool::new(
                             spec,
@@ -111,6 +119,7 @@ impl McpRuntime {
             tools,
             skipped,
             bindings,
+            previews,
         })
     }
 
@@ -126,6 +135,12 @@ impl McpRuntime {
     /// binding): the engine's `tool_argument` takes each once the tools are registered.
     pub fn bindings(&self) -> &[(String, String, forge_core::ports::tool::Argument)] {
         &self.bindings
+    }
+
+    /// The previews the configuration writes for its tools' approvals, as (offered tool name,
+    /// previewer): the engine's `approval_preview` takes each once the tools are registered.
+    pub fn previews(&self) -> &[(String, Arc<dyn forge_core::ports::tool::ApprovalPreviewer>)] {
+        &self.previews
     }
 
     /// Pinned tools whose names cannot be offered (`server/tool`), left out.

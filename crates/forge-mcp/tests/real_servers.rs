@@ -455,6 +455,17 @@ impl World {
         policies: Option<&str>,
         script: &str,
     ) -> Self {
+        Self::previewing(tools, &[], names, policies, script)
+    }
+
+    /// A world whose engine also takes the configuration's `previews`.
+    fn previewing(
+        tools: Vec<Arc<dyn Tool>>,
+        previews: &[(String, Arc<dyn forge_core::ports::tool::ApprovalPreviewer>)],
+        names: &[String],
+        policies: Option<&str>,
+        script: &str,
+    ) -> Self {
         let clock = Arc::new(ManualClock::at_2026());
         let store = Arc::new(MemoryStore::new(
             clock.clone(),
@@ -485,6 +496,9 @@ impl World {
             .agent(agent.clone());
         for t in tools {
             b = b.tool(t).unwrap();
+        }
+        for (tool, previewer) in previews {
+            b = b.approval_preview(tool, previewer.clone()).unwrap();
         }
         if let Some(p) = policies {
             b = b.authorizer(Arc::new(
@@ -605,6 +619,46 @@ async fn an_unclassified_tool_parks_the_run_and_runs_once_with_its_idempotency_k
             .is_some_and(|t| t >= 1),
         "the fencing token: {}",
         lines[0]["meta"]
+    );
+}
+
+/// A server cannot describe its calls to the person approving them; the configuration can: its
+/// `preview` template is filled from the call's input and travels with the approval.
+#[tokio::test]
+async fn the_configurations_preview_describes_an_imported_tools_approval() {
+    let file = temp_file("ledger.jsonl");
+    let c = config(&ledger(
+        &file,
+        "[servers.tools.record]\npreview = { summary = \"Record “{note}” in the ledger\", \
+         facts = [{ label = \"Note\", value = \"{note}\" }, { label = \"Tag\", value = \"{tag}\" }] }",
+    ));
+    let lock = pin_all(&c).await;
+    let (rt, _) = start(&c, &lock).await;
+    assert_eq!(rt.previews().len(), 1);
+    let w = World::previewing(
+        rt.tools(),
+        rt.previews(),
+        &["ledger__record".into()],
+        None,
+        RECORD_THEN_ANSWER,
+    );
+    let run = w.start("record it").await;
+    assert_eq!(
+        w.execute(run).await,
+        RunStatus::Waiting(WaitReason::Approval)
+    );
+    let pending = w.engine.pending_interactions(&w.approver).await.unwrap();
+    let forge_core::interaction::InteractionRequest::Approval { preview, .. } = &pending[0].request
+    else {
+        panic!("an approval");
+    };
+    assert_eq!(
+        preview.clone(),
+        Some(
+            forge_core::interaction::ApprovalPreview::new("Record “ship it” in the ledger")
+                .fact("Note", "ship it")
+                .fact("Tag", "—")
+        )
     );
 }
 

@@ -190,6 +190,9 @@ impl<F: StoreFactory> World<F> {
                     tool_name: "send".into(),
                     input_hash: input_hash(&json!({"to": text})),
                     input: json!({"to": text}),
+                    preview: Some(forge_core::interaction::ApprovalPreview::new(format!(
+                        "Send to {text}"
+                    ))),
                 },
                 status: InteractionStatus::Pending,
                 resolution: None,

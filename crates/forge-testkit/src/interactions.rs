@@ -104,6 +104,12 @@ async fn parked_with<F: StoreFactory>(
             tool_name: "pay".into(),
             input_hash: input_hash(&json!({"amount": 5})),
             input: json!({"amount": 5}),
+            // Stored with the interaction: the pending list below reads it back whole.
+            preview: Some(
+                forge_core::interaction::ApprovalPreview::new("Pay 5 € to Zoë")
+                    .fact("Amount", "5 €")
+                    .change("balance 10 €", "balance 5 €"),
+            ),
         },
         now,
     );
@@ -473,6 +479,7 @@ pub async fn only_a_parking_commit_raises_interactions<F: StoreFactory>() {
             tool_name: "pay".into(),
             input_hash: input_hash(&json!({})),
             input: json!({}),
+            preview: None,
         },
         clock.now(),
     );

@@ -1,11 +1,55 @@
 import { type FormEvent, useRef, useState } from "react";
 
-import { type ApprovalView, type JsonValue, newKey, type QuestionView } from "@forge/client";
+import {
+  type ApprovalPreview,
+  type ApprovalView,
+  diffLines,
+  type JsonValue,
+  newKey,
+  type QuestionView,
+} from "@forge/client";
 
 import { describe, forge } from "../api";
 
 /**
- * An approval: the exact input the call will run with, and approve / reject. One idempotency
+ * What the tool says the call will do: a summary, the facts the decision rests on, and the text
+ * it replaces as a line diff (removed lines marked `-`, added `+`, both readable without colour).
+ */
+function Preview({ preview }: { preview: ApprovalPreview }) {
+  const change = preview.change ? diffLines(preview.change.before, preview.change.after) : null;
+  return (
+    <div className="preview">
+      <p className="preview-summary">{preview.summary}</p>
+      {preview.facts && preview.facts.length > 0 && (
+        <dl className="facts">
+          {preview.facts.map((f, i) => (
+            <div key={i}>
+              <dt>{f.label}</dt>
+              <dd>{f.value}</dd>
+            </div>
+          ))}
+        </dl>
+      )}
+      {change && (
+        <pre className="diff" aria-label="The change, line by line">
+          {change.map((line, i) =>
+            line.kind === "removed" ? (
+              <del key={i}>{`- ${line.text}`}</del>
+            ) : line.kind === "added" ? (
+              <ins key={i}>{`+ ${line.text}`}</ins>
+            ) : (
+              <span key={i}>{`  ${line.text}`}</span>
+            ),
+          )}
+        </pre>
+      )}
+    </div>
+  );
+}
+
+/**
+ * An approval: what the tool says the call will do (when it has a previewer), the exact input
+ * the call will run with, and approve / reject. One idempotency
  * key per card: a double click, or a retry after a lost answer, repeats the same decision; the
  * buttons are disabled from the first click.
  */
@@ -46,6 +90,7 @@ export function ApprovalCard({
   return (
     <section className="approval card" aria-label={heading}>
       <h4>{heading}</h4>
+      {approval.preview && <Preview preview={approval.preview} />}
       <p className="muted">It will run with exactly this input:</p>
       <pre className="json">{JSON.stringify(input ?? null, null, 2)}</pre>
       {state === "approved" || state === "rejected" ? (

@@ -47,6 +47,30 @@ export interface ApprovalPart {
    * `pending`, `approved`, `rejected` or `expired`.
    */
   status: string;
+  /**
+   * What the call will do in the application's terms, when its tool has a previewer.
+   */
+  preview: ApprovalPreview | null;
+}
+
+/**
+ * What the person asked to approve a call sees beside its exact input, written by the tool's
+ * previewer when the approval was raised (it informs; the approval binds the input).
+ */
+export interface ApprovalPreview {
+  __typename?: "ApprovalPreview";
+  /**
+   * One line: what the call will do.
+   */
+  summary: string;
+  /**
+   * Named facts the decision rests on, in order.
+   */
+  facts: PreviewFact[];
+  /**
+   * The text the call replaces and the text it writes, when it replaces one.
+   */
+  change: TextChange | null;
 }
 
 /**
@@ -413,6 +437,21 @@ export interface PageInfo {
  * One piece of a message, typed.
  */
 export type Part = TextPart | ToolCallPart | ToolResultPart | ApprovalPart | QuestionPart | CitationPart | FilePart | StructuredOutputPart | ErrorPart;
+
+/**
+ * One named fact of a preview.
+ */
+export interface PreviewFact {
+  __typename?: "PreviewFact";
+  /**
+   * What it is.
+   */
+  label: string;
+  /**
+   * Its value.
+   */
+  value: string;
+}
 
 export interface Query {
   __typename?: "Query";
@@ -812,6 +851,21 @@ export interface Subscriptions {
    * a run parking or expiring. Each item is the whole list, oldest first.
    */
   pendingInteractions: Interaction[];
+}
+
+/**
+ * A text a call replaces and the text it writes.
+ */
+export interface TextChange {
+  __typename?: "TextChange";
+  /**
+   * The text now.
+   */
+  before: string;
+  /**
+   * The text after the call.
+   */
+  after: string;
 }
 
 /**

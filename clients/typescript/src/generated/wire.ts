@@ -119,6 +119,10 @@ export type RunEvent = {
    * SHA-256 of the call's canonical input, hex.
    */
   input_hash: string;
+  /**
+   * What the call will do in the application's terms, when its tool has a previewer.
+   */
+  preview?: ApprovalPreview | null;
 } | {
   type: "question.requested";
   /**
@@ -339,6 +343,62 @@ export type InteractionId = string;
 export type ApprovalStatus = "pending" | "approved" | "rejected" | "expired";
 
 /**
+ * What the person asked to approve a call is shown beside its exact input: what the call will
+ * do in the application's own terms (the document, the stage, the amount) and, for a call that
+ * replaces one text with another, both texts. Written by the tool's previewer when the approval
+ * is raised, so it shows the world as it was then; it informs the decision and binds nothing —
+ * the approval still binds the exact input ([`input_hash`](crate::interaction::input_hash)).
+ *
+ * [`ApprovalPreview::bounded`] keeps it short and readable: every text is cut to its cap on a
+ * character boundary, control and invisible characters (bidirectional overrides, zero-width
+ * characters) are removed so a preview cannot hide or reorder what it shows, and facts beyond
+ * [`ApprovalPreview::MAX_FACTS`] are dropped.
+ */
+export type ApprovalPreview = {
+  /**
+   * One line: what the call will do.
+   */
+  summary: string;
+  /**
+   * Named facts the decision rests on, in the order shown.
+   */
+  facts?: Array<PreviewFact>;
+  /**
+   * The text the call replaces and the text it writes, when it replaces one.
+   */
+  change?: TextChange | null;
+};
+
+/**
+ * One named fact of an [`ApprovalPreview`] ("Stage": "Negotiation → Closed won").
+ */
+export type PreviewFact = {
+  /**
+   * What it is.
+   */
+  label: string;
+  /**
+   * Its value, as a person reads it.
+   */
+  value: string;
+};
+
+/**
+ * A text a call replaces and the text it writes (either may be empty: a first version, a
+ * removal).
+ */
+export type TextChange = {
+  /**
+   * The text now.
+   */
+  before: string;
+  /**
+   * The text after the call.
+   */
+  after: string;
+};
+
+/**
  * A request for a person to approve one exact tool call.
  */
 export type ApprovalPart = {
@@ -362,6 +422,10 @@ export type ApprovalPart = {
    * Where the decision stands.
    */
   status: ApprovalStatus;
+  /**
+   * What the call will do in the application's terms, when its tool has a previewer.
+   */
+  preview?: ApprovalPreview | null;
 };
 
 /**

@@ -239,3 +239,42 @@ pub trait ApprovalRule: Send + Sync {
         input: &serde_json::Value,
     ) -> Result<bool, crate::Error>;
 }
+
+/// What a previewer knows about the call it previews.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PreviewContext {
+    /// Who the run acts for.
+    pub scope: Scope,
+    /// The run.
+    pub run_id: RunId,
+    /// Its thread.
+    pub thread_id: ThreadId,
+    /// The call awaiting approval.
+    pub tool_call_id: ToolCallId,
+}
+
+/// Port: what the person asked to approve a call of one tool sees beside the call's exact
+/// input (the engine's builder registers one per tool, native or imported). Called once, when
+/// the approval is raised, with the input as it will run (validated, arguments bound); it must
+/// only read. A previewer that fails or takes longer than the engine allows leaves the approval
+/// without a preview: it never holds up or blocks the approval itself.
+#[async_trait]
+pub trait ApprovalPreviewer: Send + Sync {
+    /// The preview of the call `ctx` describes with `input`.
+    async fn preview(
+        &self,
+        ctx: &PreviewContext,
+        input: &serde_json::Value,
+    ) -> Result<crate::preview::ApprovalPreview, ToolError>;
+}
+
+#[async_trait]
+impl ApprovalPreviewer for crate::preview::PreviewTemplate {
+    async fn preview(
+        &self,
+        _ctx: &PreviewContext,
+        input: &serde_json::Value,
+    ) -> Result<crate::preview::ApprovalPreview, ToolError> {
+        Ok(self.render(input))
+    }
+}

@@ -482,6 +482,7 @@ mod tests {
                 tool_call_id: ToolCallId("c".into()),
                 tool_name: "t".into(),
                 input_hash: "h".into(),
+                preview: None,
             },
             K::QuestionRequested {
                 interaction_id: InteractionId(uuid::Uuid::nil()),

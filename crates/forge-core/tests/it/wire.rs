@@ -45,6 +45,7 @@ fn one_of_each_part() -> Vec<Part> {
             tool_name: "send_email".into(),
             input_hash: "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08".into(),
             status: ApprovalStatus::Pending,
+            preview: None,
         }),
         Part::Question(QuestionPart {
             interaction_id: InteractionId(uuid(4)),
@@ -129,6 +130,11 @@ fn one_of_each_event() -> Vec<RunEventKind> {
             tool_call_id: ToolCallId::from("call_2"),
             tool_name: "send_email".into(),
             input_hash: "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08".into(),
+            preview: Some(
+                forge_core::interaction::ApprovalPreview::new("Email the Q3 report to Zoë")
+                    .fact("To", "zoe@example.com")
+                    .change("", "Hello Zoë, the report is attached."),
+            ),
         },
         RunEventKind::QuestionRequested {
             interaction_id: InteractionId(uuid(4)),

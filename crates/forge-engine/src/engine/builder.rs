@@ -167,6 +167,19 @@ impl EngineBuilder {
         Ok(self)
     }
 
+    /// Gives the tool `tool` (added already, native or imported) a previewer: what a person
+    /// asked to approve one of its calls sees beside the call's input (see
+    /// [`ApprovalPreviewer`](forge_core::ports::tool::ApprovalPreviewer); [`preview_fn`](crate::preview_fn)
+    /// makes one from an async function).
+    pub fn approval_preview(
+        mut self,
+        tool: &str,
+        previewer: Arc<dyn forge_core::ports::tool::ApprovalPreviewer>,
+    ) -> Result<Self, EngineError> {
+        self.tools.preview(tool, previewer)?;
+        Ok(self)
+    }
+
     /// Registers an agent version.
     pub fn agent(mut self, agent: AgentDefinition) -> Self {
         self.agents.push(agent);

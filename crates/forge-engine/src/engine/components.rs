@@ -134,6 +134,7 @@ impl Engine {
             rule: self.guards.approval_rule.as_deref(),
             clock: self.services.clock.as_ref(),
             ids: self.services.ids.as_ref(),
+            redactor: &self.services.redactor,
         }
     }
 }

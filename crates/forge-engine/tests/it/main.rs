@@ -8,6 +8,7 @@ mod harness;
 mod hitl_tests;
 mod http_tests;
 mod loop_tests;
+mod preview_tests;
 mod redaction_tests;
 mod send_sync;
 mod skills_tests;

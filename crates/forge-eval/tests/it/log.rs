@@ -170,6 +170,7 @@ impl Log {
                 tool_name: tool.into(),
                 input_hash: "ab".into(),
                 status: ApprovalStatus::Pending,
+                preview: None,
             }),
         );
         self.push(
@@ -179,6 +180,7 @@ impl Log {
                 tool_call_id: ToolCallId(id.into()),
                 tool_name: tool.into(),
                 input_hash: "ab".into(),
+                preview: None,
             },
         )
     }

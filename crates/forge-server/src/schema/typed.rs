@@ -142,6 +142,58 @@ pub struct ApprovalPart {
     pub input_hash: String,
     /// `pending`, `approved`, `rejected` or `expired`.
     pub status: String,
+    /// What the call will do in the application's terms, when its tool has a previewer.
+    pub preview: Option<ApprovalPreview>,
+}
+
+/// What the person asked to approve a call sees beside its exact input, written by the tool's
+/// previewer when the approval was raised (it informs; the approval binds the input).
+#[derive(SimpleObject)]
+pub struct ApprovalPreview {
+    /// One line: what the call will do.
+    pub summary: String,
+    /// Named facts the decision rests on, in order.
+    pub facts: Vec<PreviewFact>,
+    /// The text the call replaces and the text it writes, when it replaces one.
+    pub change: Option<TextChange>,
+}
+
+/// One named fact of a preview.
+#[derive(SimpleObject)]
+pub struct PreviewFact {
+    /// What it is.
+    pub label: String,
+    /// Its value.
+    pub value: String,
+}
+
+/// A text a call replaces and the text it writes.
+#[derive(SimpleObject)]
+pub struct TextChange {
+    /// The text now.
+    pub before: String,
+    /// The text after the call.
+    pub after: String,
+}
+
+impl From<forge_core::interaction::ApprovalPreview> for ApprovalPreview {
+    fn from(p: forge_core::interaction::ApprovalPreview) -> Self {
+        Self {
+            summary: p.summary,
+            facts: p
+                .facts
+                .into_iter()
+                .map(|f| PreviewFact {
+                    label: f.label,
+                    value: f.value,
+                })
+                .collect(),
+            change: p.change.map(|c| TextChange {
+                before: c.before,
+                after: c.after,
+            }),
+        }
+    }
 }
 
 /// A question to the user.
@@ -263,6 +315,7 @@ impl From<&Part> for PartObject {
                 tool_name: a.tool_name,
                 input_hash: a.input_hash,
                 status: approval_status(a.status).into(),
+                preview: a.preview.map(Into::into),
             }),
             Part::Question(q) => PartObject::Question(QuestionPart {
                 interaction_id: q.interaction_id.to_string(),

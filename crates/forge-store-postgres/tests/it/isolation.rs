@@ -124,6 +124,7 @@ async fn seed_tenant_a(store: &PostgresStore, clock: &ManualClock) {
                 tool_name: "pay".into(),
                 input_hash: forge_core::interaction::input_hash(&input),
                 input,
+                preview: None,
             },
             status: forge_core::interaction::InteractionStatus::Pending,
             resolution: None,

@@ -25,6 +25,8 @@ pub struct Pending {
     pub run_id: String,
     /// Its run's thread.
     pub thread_id: String,
+    /// What the tool says the call will do, when it has a previewer.
+    pub preview: Option<forge_core::interaction::ApprovalPreview>,
 }
 
 /// What a thread's assistant said.
@@ -141,7 +143,7 @@ impl Client {
         let data = self
             .gql(
                 token,
-                "{ pendingInteractions(first: 100) { nodes { id runId threadId kind } } }",
+                "{ pendingInteractions(first: 100) { nodes { id runId threadId kind request } } }",
                 json!({}),
             )
             .await?;
@@ -155,6 +157,13 @@ impl Client {
                     id: text(&n["id"])?,
                     run_id: text(&n["runId"])?,
                     thread_id: text(&n["threadId"])?,
+                    preview: match n["request"].get("preview") {
+                        None | Some(Value::Null) => None,
+                        Some(p) => Some(
+                            serde_json::from_value(p.clone())
+                                .map_err(|e| format!("an unreadable preview: {e}"))?,
+                        ),
+                    },
                 })
             })
             .collect()

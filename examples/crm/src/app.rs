@@ -8,9 +8,11 @@ use std::sync::Arc;
 
 use forge::Forge;
 use forge::core::agent::{AgentDefinition, AgentRef, RunLimits};
+use forge::core::interaction::ApprovalPreview;
 use forge::core::ports::policy::PolicyDecision;
+use forge::core::ports::tool::{ApprovalPreviewer, ToolError};
 use forge::core::scope::Scope;
-use forge::engine::{Engine, Skill, SkillLibrary};
+use forge::engine::{Engine, Skill, SkillLibrary, preview_fn};
 use forge::mcp::{CatalogDiff, LockFile, McpConfig, McpRuntime, Reporter};
 use forge::policy::{AppRequest, CedarAuthorizer};
 use forge::providers::{Script, ScriptedProvider};
@@ -34,6 +36,53 @@ pub const TENANT: &str = "acme";
 pub const MCP_LOCK: &str = include_str!("../mcp/mcp.lock");
 /// The deal-stages skill's manifest, compiled in.
 pub const DEAL_STAGES_SKILL: &str = include_str!("../skills/deal-stages/SKILL.md");
+
+/// The MCP tool that moves an opportunity to another stage, as Forge names it.
+pub const UPDATE_OPPORTUNITY: &str = "crm__update_opportunity";
+
+/// An opportunity as the lines of a record a person compares.
+fn record_lines(o: &Opportunity) -> String {
+    format!(
+        "name: {}\ncompany: {}\nowner: {}\nstage: {}\namount: {}",
+        o.name, o.company, o.owner, o.stage, o.amount
+    )
+}
+
+/// The input of [`UPDATE_OPPORTUNITY`].
+#[derive(Debug, serde::Deserialize)]
+struct StageChange {
+    id: String,
+    stage: String,
+}
+
+/// What a manager asked to approve a stage change sees: the opportunity, its company, owner and
+/// amount, the stage it leaves and the one it enters, and the record before and after.
+fn stage_change_preview(db: CrmDb) -> Arc<dyn ApprovalPreviewer> {
+    preview_fn(move |_ctx, change: StageChange| {
+        let db = db.clone();
+        async move {
+            let now = db
+                .opportunity(&change.id)
+                .await
+                .map_err(|e| ToolError::Unavailable(e.to_string()))?
+                .ok_or_else(|| ToolError::Failed(format!("no opportunity {}", change.id)))?;
+            let after = Opportunity {
+                stage: change.stage.clone(),
+                ..now.clone()
+            };
+            Ok(ApprovalPreview::new(format!(
+                "Move {} ({}) from {} to {}",
+                now.name, now.id, now.stage, change.stage
+            ))
+            .fact("Opportunity", format!("{} ({})", now.name, now.id))
+            .fact("Company", &now.company)
+            .fact("Owner", &now.owner)
+            .fact("Amount", now.amount.to_string())
+            .fact("Stage", format!("{} → {}", now.stage, change.stage))
+            .change(record_lines(&now), record_lines(&after)))
+        }
+    })
+}
 
 /// What went wrong.
 #[derive(Debug, thiserror::Error)]
@@ -81,7 +130,7 @@ pub fn assistant() -> AgentDefinition {
             "crm__list_opportunities",
             "crm__get_company",
             "crm__list_tasks",
-            "crm__update_opportunity",
+            UPDATE_OPPORTUNITY,
         ]
         .map(String::from)
         .to_vec(),
@@ -160,7 +209,7 @@ impl Crm {
             Arc::new(CedarAuthorizer::from_sources([("crm.cedar", POLICIES)]).map_err(config)?);
         let retriever = Retriever::new(stores.sources.clone(), policies.clone());
         let script = Script::parse(ASSISTANT_SCRIPT, "assistant").map_err(config)?;
-        let (cites, kept) = (retriever.clone(), policies.clone());
+        let (cites, kept, previewed) = (retriever.clone(), policies.clone(), db.clone());
         // Arguments the MCP configuration binds to the caller ("my pipeline" is the caller's).
         let bindings = mcp.bindings().to_vec();
         let mut library = SkillLibrary::new();
@@ -181,6 +230,7 @@ impl Crm {
                     engine = engine.tool_argument(tool, argument, *to)?;
                 }
                 Ok(engine
+                    .approval_preview(UPDATE_OPPORTUNITY, stage_change_preview(previewed))?
                     .skills(library)
                     .citations(Arc::new(cites))
                     .authorizer(policies.clone())

@@ -203,6 +203,20 @@ impl CrmDb {
         .collect()
     }
 
+    /// The opportunity `id`, if there is one.
+    pub async fn opportunity(&self, id: &str) -> Result<Option<Opportunity>, sqlx::Error> {
+        sqlx::query(
+            "SELECT o.id, o.name, c.name AS company, o.stage, o.amount, o.owner
+             FROM opportunities o JOIN companies c ON c.id = o.company_id WHERE o.id = ?",
+        )
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await?
+        .as_ref()
+        .map(opportunity)
+        .transpose()
+    }
+
     /// A company by name, with its people and opportunities.
     pub async fn company(&self, name: &str) -> Result<Option<serde_json::Value>, sqlx::Error> {
         let Some(row) = sqlx::query("SELECT id, name, domain, owner FROM companies WHERE name = ?")
@@ -281,12 +295,7 @@ impl CrmDb {
                 .await?;
         }
         tx.commit().await?;
-        let found = self
-            .opportunities(None)
-            .await?
-            .into_iter()
-            .find(|o| o.id == id);
-        Ok(found.map(|o| (o, !first)))
+        Ok(self.opportunity(id).await?.map(|o| (o, !first)))
     }
 
     /// How many updates were applied (each idempotency key once).

@@ -367,11 +367,33 @@ async fn a_record_update_waits_for_a_manager_and_applies_once() {
         env.pending(&bob).await.is_empty(),
         "a rep may not approve updates"
     );
-    let approval = env
-        .pending(&carol)
-        .await
-        .pop()
-        .expect("the manager sees the approval");
+    let pending = env.client.pending_approvals(&carol).await.unwrap();
+    let approval = pending.last().expect("the manager sees the approval");
+    // The card says what the update does: the record, the stage it leaves and enters, and the
+    // record before and after — not only the tool's raw input.
+    let preview = approval.preview.clone().expect("the update has a preview");
+    assert_eq!(
+        preview.summary,
+        "Move Initech renewal (opp-1) from proposal to won"
+    );
+    let fact = |label: &str| {
+        preview
+            .facts
+            .iter()
+            .find(|f| f.label == label)
+            .map(|f| f.value.clone())
+    };
+    assert_eq!(fact("Stage").as_deref(), Some("proposal → won"));
+    assert_eq!(fact("Owner").as_deref(), Some("alice"));
+    let change = preview.change.clone().expect("the record before and after");
+    assert!(change.before.contains("stage: proposal"), "{change:?}");
+    assert!(change.after.contains("stage: won"), "{change:?}");
+    assert_eq!(
+        change.before.replace("proposal", "won"),
+        change.after,
+        "only the stage changes"
+    );
+    let approval = approval.id.clone();
     let own = env.approve(&alice, &approval).await.unwrap_err();
     assert!(own.contains("approve"), "{own}");
     env.approve(&carol, &approval).await.unwrap();

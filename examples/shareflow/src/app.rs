@@ -33,6 +33,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::client::PublisherClient;
 use crate::db::{AppDb, Document, Workflow};
+use crate::review::{drafted_document, publish_preview};
 use crate::workflow::{Documents, FLAG, FLAG_SCRIPT, FlagChange, flag_agent, publish};
 
 /// The drafting agent's scripted model turns (the deterministic stand-in for a real model).
@@ -194,14 +195,7 @@ impl ShareFlow {
                 move |ctx: ToolContext, input: PublishInput| {
                     let (db, publisher) = (db.clone(), publisher.clone());
                     async move {
-                        let tenant = ctx.scope.tenant_id().as_str().to_owned();
-                        let doc = db
-                            .document_of_thread(&tenant, &ctx.thread_id.to_string())
-                            .await
-                            .map_err(|e| ToolError::Unavailable(e.to_string()))?
-                            .ok_or_else(|| {
-                                ToolError::Failed("this thread drafts no document".into())
-                            })?;
+                        let doc = drafted_document(&db, &ctx.scope, ctx.thread_id).await?;
                         if doc.status == "published" {
                             return Ok(serde_json::json!({
                                 "delivery": doc.delivery_id,
@@ -219,7 +213,7 @@ impl ShareFlow {
             .approval(ApprovalPolicy::Always)
             .permission("posts.publish")
         };
-        let cites = retriever.clone();
+        let (cites, previewed) = (retriever.clone(), db.clone());
         let forge = Forge::builder()
             .stores(stores)
             .agent(drafter())
@@ -230,6 +224,7 @@ impl ShareFlow {
             .tool(docs.apply_flag_tool())
             .engine(move |engine| {
                 Ok(engine
+                    .approval_preview(PUBLISH_POST, publish_preview(previewed))?
                     .lease_ttl(takeover_after)
                     .skills(library)
                     .citations(Arc::new(cites))

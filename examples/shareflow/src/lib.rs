@@ -11,6 +11,7 @@
 //! - [`app`]: documents dropped, drafted and routed by the flag.
 //! - [`workflow`]: publishing, settling ended drafts, and the flag's work as a durable Forge run.
 //! - [`http`]: ShareFlow's own HTTP API, served beside Forge's.
+//! - `review`: what a reviewer sees before approving a post (the approval's preview).
 //! - [`publisher`] and [`client`]: the external service and ShareFlow's client of it.
 //! - [`db`]: ShareFlow's own database.
 //! - [`run`]: everything started together, as `shareflow serve` and the tests start it.
@@ -20,6 +21,7 @@ pub mod client;
 pub mod db;
 pub mod http;
 pub mod publisher;
+mod review;
 pub mod run;
 pub mod workflow;
 

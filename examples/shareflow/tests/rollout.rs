@@ -647,3 +647,60 @@ async fn ended_drafts_get_a_state_a_person_can_act_on() {
     until_status(&env, &editor, "spring-launch", "published").await;
     env.stop().await;
 }
+
+/// A reviewer decides on the document and the post, not on a tool's raw input: the approval says
+/// which document (title, id, version, who dropped it, when it goes live), the stage it moves
+/// to, and the post the feed gains — and what is published is exactly that post.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_reviewer_sees_the_document_the_stage_and_the_post() {
+    let env = Env::sqlite().await;
+    let (editor, reviewer) = (
+        env.token("acme", "eve", &["editor"]),
+        env.token("acme", "rita", &["reviewer"]),
+    );
+    env.set_workflow(&env.token("acme", "ada", &["admin"]), "agent")
+        .await;
+    let doc = env
+        .drop_at(&editor, "holiday-hours", Some("2031-12-01T09:00:00Z"))
+        .await;
+    let approval = env.approval_for(&reviewer, &editor, "holiday-hours").await;
+    let pending = env.client.pending_approvals(&reviewer).await.unwrap();
+    let preview = pending
+        .into_iter()
+        .find(|p| p.id == approval)
+        .and_then(|p| p.preview)
+        .expect("the approval has a preview");
+    assert_eq!(
+        preview.summary,
+        format!("Publish the post for “{}” to acme's feed", doc.title)
+    );
+    let fact = |label: &str| {
+        preview
+            .facts
+            .iter()
+            .find(|f| f.label == label)
+            .map(|f| f.value.clone())
+            .unwrap_or_else(|| panic!("no {label} in {preview:?}"))
+    };
+    assert_eq!(fact("Document"), format!("{} (holiday-hours)", doc.title));
+    assert!(doc.version.contains(&fact("Version")), "{}", doc.version);
+    assert_eq!(fact("Dropped by"), "eve");
+    assert_eq!(fact("Stage"), "drafting → published");
+    assert_eq!(fact("Goes live"), "2031-12-01T09:00:00Z");
+    let change = preview.change.clone().expect("the post the feed gains");
+    assert_eq!(change.before, "");
+    assert!(!change.after.is_empty());
+
+    env.approve(&reviewer, &approval).await.unwrap();
+    env.published(&editor, "holiday-hours").await;
+    let posts = env.deliveries("acme").await;
+    let post = posts
+        .iter()
+        .find(|d| d.post.document == "holiday-hours")
+        .expect("the post");
+    assert_eq!(
+        post.post.text, change.after,
+        "what was shown is what is published"
+    );
+    env.stop().await;
+}

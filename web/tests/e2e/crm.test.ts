@@ -95,7 +95,13 @@ describe("the CRM", () => {
     await page.getByRole("link", { name: "Approve crm__update_opportunity" }).click({ timeout: 30_000 });
     const card = page.getByRole("region", { name: "Approve crm__update_opportunity?" });
     await card.waitFor();
-    await expect.poll(() => card.locator("pre").textContent()).toContain('"stage": "won"');
+    await expect.poll(() => card.locator("pre.json").textContent()).toContain('"stage": "won"');
+    // What the update does, in the CRM's terms, above the raw input: the record and its stage,
+    // and the record's lines before and after.
+    await card.getByText("Move Initech renewal (opp-1) from proposal to won").waitFor();
+    expect(await card.locator(".facts").textContent()).toContain("proposal → won");
+    expect(await card.locator(".diff del").allTextContents()).toEqual(["- stage: proposal"]);
+    expect(await card.locator(".diff ins").allTextContents()).toEqual(["+ stage: won"]);
     expect(await violations(page), "accessibility of the approval").toEqual([]);
     await card.getByRole("button", { name: "Approve" }).dblclick();
     await card.getByText("You approved it.").waitFor();

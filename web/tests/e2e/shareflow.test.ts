@@ -105,7 +105,11 @@ describe("ShareFlow", () => {
     await page.getByRole("link", { name: "Approve publish_post" }).click({ timeout: 30_000 });
     const card = page.getByRole("region", { name: "Approve publish_post?" });
     await card.waitFor();
-    await expect.poll(() => card.locator("pre").textContent()).toContain("14 March");
+    await expect.poll(() => card.locator("pre.json").textContent()).toContain("14 March");
+    // Which document, who dropped it and the post the feed gains, above the raw input.
+    await card.getByText("Publish the post for “Spring launch”", { exact: false }).waitFor();
+    expect(await card.locator(".facts").textContent()).toContain("drafting → published");
+    expect((await card.locator(".diff ins").allTextContents()).join("\n")).toContain("14 March");
     // The draft and its citation are on the page above the card.
     await page.getByText("Draft for Spring launch", { exact: false }).first().waitFor();
     expect(await violations(page), "accessibility of the review screen").toEqual([]);

@@ -804,6 +804,35 @@ mod tests {
     }
 
     #[test]
+    fn a_files_owner_is_an_attribute_policies_decide_on() {
+        // Bob reads the files alice shares with her delegate; not dave's, and carol none.
+        let a = CedarAuthorizer::from_sources([(
+            "files.cedar",
+            r#"permit (principal == Forge::Principal::"bob", action == Forge::Action::"read",
+                       resource is Forge::File)
+               when { resource.owner == "alice" && resource.label == "delegate" };"#,
+        )])
+        .unwrap();
+        let read = |principal: &str, owner| {
+            let scope = Scope::parse("acme", principal, &[]).unwrap();
+            a.decide(&PolicyRequest {
+                scope: &scope,
+                action: PolicyAction::Read,
+                resource: PolicyResource::File {
+                    id: "file_1",
+                    owner,
+                    label: "delegate",
+                },
+                input: None,
+            })
+            .is_allowed()
+        };
+        assert!(read("bob", "alice"));
+        assert!(!read("bob", "dave"));
+        assert!(!read("carol", "alice"));
+    }
+
+    #[test]
     fn files_and_administration_are_decided_by_the_policies() {
         let a = examples();
         let file = |scope: &Scope, action, label| {

@@ -36,6 +36,7 @@ pub struct ForgeBuilder {
     start_worker: bool,
     streams: StreamSettings,
     customize: Vec<Customize>,
+    jobs: Vec<String>,
 }
 
 impl std::fmt::Debug for ForgeBuilder {
@@ -70,6 +71,7 @@ impl Default for ForgeBuilder {
             start_worker: true,
             streams: StreamSettings::default(),
             customize: Vec::new(),
+            jobs: Vec::new(),
         }
     }
 }
@@ -144,6 +146,18 @@ impl ForgeBuilder {
     /// Adds tools built elsewhere, already shared (an MCP server's imported tools, say).
     pub fn tools(mut self, tools: impl IntoIterator<Item = Arc<dyn Tool>>) -> Self {
         self.tools.extend(tools);
+        self
+    }
+
+    /// Registers a durable application job ([`Job`](crate::Job)): its agent, its tool and (once)
+    /// the built-in `job` model. Queue it with [`Forge::enqueue_job`] or [`Forge::run_job`].
+    pub fn job(mut self, job: crate::Job) -> Self {
+        if self.jobs.is_empty() {
+            self.models.push(Arc::new(crate::jobs::JobModel));
+        }
+        self.jobs.push(job.name().to_owned());
+        self.agents.push(job.agent().into());
+        self.tools.push(job.tool());
         self
     }
 

@@ -115,6 +115,11 @@ impl Forge {
         &self.tail
     }
 
+    /// How this deployment's streams read the log.
+    pub(crate) fn streams(&self) -> &StreamContext {
+        &self.streams
+    }
+
     /// Cancelled when the deployment shuts down.
     pub fn stopping(&self) -> CancellationToken {
         self.stop.clone()

@@ -40,6 +40,7 @@
 mod agents;
 mod builder;
 mod deployment;
+mod jobs;
 mod run;
 mod stores;
 #[cfg(feature = "testing")]
@@ -48,6 +49,7 @@ pub mod testing;
 pub use agents::{AgentSource, LoadedAgent, model_providers, redactor};
 pub use builder::ForgeBuilder;
 pub use deployment::{Forge, shutdown_signal};
+pub use jobs::{JOB_MODEL, Job, JobError, Jobs};
 pub use run::{Outcome, RunHandle};
 #[cfg(feature = "postgres")]
 pub use stores::PgMode;

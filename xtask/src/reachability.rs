@@ -394,7 +394,11 @@ pub(crate) const CAPABILITIES: &[Capability] = &[
         name: "embedding: a host submits runs",
         provider: ("forge-engine/src/engine/mod.rs", Some("Engine"), "submit"),
         scope: Scope::Host,
-        wired_in: ("shareflow/src/app.rs", Some("ShareFlow"), "start_drafting"),
+        wired_in: (
+            "shareflow/src/workflow.rs",
+            Some("Documents"),
+            "start_drafting",
+        ),
     },
     Capability {
         name: "embedding: a host's deployment runs a durable worker",

@@ -18,10 +18,7 @@ use std::sync::Arc;
 
 use forge::Forge;
 use forge::core::agent::{AgentDefinition, AgentRef, RunLimits};
-use forge::core::part::Part;
-use forge::core::ports::store::{NewRun, NewThread};
 use forge::core::ports::tool::{ApprovalPolicy, ToolClassification, ToolContext, ToolError};
-use forge::core::run::RunStatus;
 use forge::core::scope::Scope;
 use forge::engine::{Engine, Skill, SkillLibrary, native_tool};
 use forge::policy::CedarAuthorizer;
@@ -34,7 +31,7 @@ use serde::{Deserialize, Serialize};
 use crate::client::PublisherClient;
 use crate::db::{AppDb, Document, Workflow};
 use crate::review::{drafted_document, publish_preview};
-use crate::workflow::{Documents, FLAG, FLAG_SCRIPT, FlagChange, flag_agent, publish};
+use crate::workflow::{APPLY_FLAG, Documents, FlagChange, ROUTE, publish};
 
 /// The drafting agent's scripted model turns (the deterministic stand-in for a real model).
 pub const DRAFTER_SCRIPT: &str = include_str!("../agents/drafter.script.toml");
@@ -109,6 +106,7 @@ pub struct NewDocument {
 /// ShareFlow: its database, Forge's engine, and the publishing service.
 pub struct ShareFlow {
     engine: Arc<Engine>,
+    jobs: forge::Jobs,
     retriever: Retriever,
     db: AppDb,
     publisher: PublisherClient,
@@ -179,8 +177,6 @@ impl ShareFlow {
         let retriever = Retriever::new(stores.sources.clone(), policies.clone());
         let script = Script::parse(DRAFTER_SCRIPT, "drafter")
             .map_err(|e| AppError::Config(e.to_string()))?;
-        let flag_script =
-            Script::parse(FLAG_SCRIPT, FLAG).map_err(|e| AppError::Config(e.to_string()))?;
         let docs = Documents {
             db: db.clone(),
             publisher: publisher.clone(),
@@ -217,11 +213,11 @@ impl ShareFlow {
         let forge = Forge::builder()
             .stores(stores)
             .agent(drafter())
-            .agent(flag_agent())
-            .model(ScriptedProvider::new(script).with_script(FLAG, flag_script))
+            .model(ScriptedProvider::new(script))
             .tool(SearchDocuments::new(retriever.clone()))
             .tool(tool)
-            .tool(docs.apply_flag_tool())
+            .job(docs.apply_flag_job())
+            .job(docs.route_job())
             .engine(move |engine| {
                 Ok(engine
                     .approval_preview(PUBLISH_POST, publish_preview(previewed))?
@@ -237,6 +233,7 @@ impl ShareFlow {
         let _ = docs.engine.set(forge.engine().clone());
         let app = Self {
             engine: forge.engine().clone(),
+            jobs: forge.jobs(),
             retriever,
             db,
             publisher,
@@ -327,7 +324,8 @@ impl ShareFlow {
             // The same text dropped again after its draft failed, was cancelled or rejected:
             // a person is trying again, so it is routed again (a fresh draft, or the legacy
             // post), not answered with the dead run.
-            if self.db.reopen(&tenant, &existing.id).await? {
+            // So is one whose drop died before routing it.
+            if existing.status == "new" || self.db.reopen(&tenant, &existing.id).await? {
                 return self.route(scope, &tenant, &existing.id).await;
             }
             return Ok(existing);
@@ -365,18 +363,24 @@ impl ShareFlow {
         self.route(scope, &tenant, &doc.id).await
     }
 
-    /// Sends a new document down the tenant's workflow: a draft for review, or the legacy post.
+    /// Sends a recorded document down the tenant's workflow by the [`ROUTE`] job (a draft for
+    /// review, or the legacy post) and answers it as it then stands. Killed mid-way, the job
+    /// finishes on a worker.
     async fn route(&self, scope: &Scope, tenant: &str, id: &str) -> Result<Document, AppError> {
-        let doc = self
-            .db
+        self.jobs
+            .run(scope, ROUTE, serde_json::json!({ "id": id }), None)
+            .await
+            .map_err(forge)?
+            .map_err(|e| AppError::Forge(format!("routing {id} did not finish: {e}")))?;
+        self.db
             .document(tenant, id)
             .await?
-            .ok_or_else(|| AppError::Conflict("the document vanished".into()))?;
-        match self.db.workflow(tenant).await? {
-            Workflow::Legacy => self.docs.publish_legacy(&doc).await?,
-            Workflow::Agent => self.start_drafting(scope, &doc).await?,
-        }
-        Ok(self.db.document(tenant, id).await?.unwrap_or(doc))
+            .ok_or_else(|| AppError::Conflict("the document vanished".into()))
+    }
+
+    /// Queues a routing job for every document whose drop died before routing it (at start).
+    pub async fn route_stranded(&self) -> Result<usize, AppError> {
+        Ok(self.docs.stranded_jobs(&self.jobs).await?.len())
     }
 
     /// Gives a drafting document whose run has ended the state a person can act on
@@ -403,49 +407,6 @@ impl ShareFlow {
         Ok(settled)
     }
 
-    async fn start_drafting(&self, scope: &Scope, doc: &Document) -> Result<(), AppError> {
-        let thread = self
-            .engine
-            .create_thread(
-                scope,
-                NewThread {
-                    title: Some(format!("Post: {}", doc.title)),
-                    ..Default::default()
-                },
-            )
-            .await
-            .map_err(forge)?;
-        // The run's thread is recorded before the run exists: `publish_post` finds its document
-        // by thread, and the run may reach it before this function returns.
-        self.db
-            .set_drafting(&doc.tenant, &doc.id, &thread.id.to_string(), "")
-            .await?;
-        let run = self
-            .engine
-            .submit(
-                scope,
-                NewRun::new(
-                    thread.id,
-                    drafter().agent,
-                    vec![Part::text(format!(
-                        "Draft a post for document {}: {}",
-                        doc.id, doc.title
-                    ))],
-                ),
-            )
-            .await
-            .map_err(forge)?;
-        self.db
-            .set_drafting(
-                &doc.tenant,
-                &doc.id,
-                &thread.id.to_string(),
-                &run.id.to_string(),
-            )
-            .await?;
-        Ok(())
-    }
-
     /// The tenant's documents.
     pub async fn documents(&self, scope: &Scope) -> Result<Vec<Document>, AppError> {
         Ok(self.db.documents(scope.tenant_id().as_str()).await?)
@@ -459,9 +420,9 @@ impl ShareFlow {
     /// Turns the tenant's flag and applies it: back to legacy is the rollback (every drafting
     /// run asked to cancel, every unpublished document published by the legacy workflow under
     /// the key its agent post would have used); legacy documents whose publish failed are
-    /// tried again whichever way the flag turns. The flag is recorded first, then applied by a
-    /// run of the [`FLAG`] agent executed here and kept on Forge's queue: killed mid-way, the
-    /// run is taken over and finishes the work (see [`crate::workflow`]).
+    /// tried again whichever way the flag turns. The flag is recorded first, then applied by
+    /// the [`APPLY_FLAG`] job on Forge's queue: killed mid-way, the job is taken over and
+    /// finishes the work (see [`crate::workflow`]).
     pub async fn set_workflow(
         &self,
         scope: &Scope,
@@ -477,57 +438,26 @@ impl ShareFlow {
             .db
             .set_workflow(tenant, workflow, scope.principal_id().as_str())
             .await?;
-        let thread = self
-            .engine
-            .create_thread(
-                scope,
-                NewThread {
-                    title: Some(format!("Workflow flag: {}", workflow.as_str())),
-                    ..Default::default()
-                },
-            )
-            .await
-            .map_err(forge)?;
-        let new = NewRun::new(
-            thread.id,
-            flag_agent().agent,
-            vec![Part::text(format!(
-                "The workflow flag is now {}.",
+        let failed = |why: String| {
+            AppError::Forge(format!(
+                "the flag is {} but applying it did not finish ({why}); it is applied again on \
+                 the next change",
                 workflow.as_str()
-            ))],
-        );
-        let (run, outcome) = self
-            .engine
-            .submit_and_execute(
+            ))
+        };
+        let answer = self
+            .jobs
+            .run(
                 scope,
-                new,
-                &forge::engine::RunControl::default(),
-                &forge::engine::NoopObserver,
+                APPLY_FLAG,
+                serde_json::json!({ "workflow": workflow.as_str() }),
+                None,
             )
-            .await
-            .map_err(forge)?;
-        let report = self
-            .engine
-            .threads()
-            .list_messages(scope, thread.id)
             .await
             .map_err(forge)?
-            .iter()
-            .rev()
-            .find(|m| m.run_id == run && m.role == forge::core::message::Role::Assistant)
-            .map(|m| m.text());
-        let applied = report
-            .as_deref()
-            .and_then(|text| serde_json::from_str::<FlagChange>(text).ok())
-            .filter(|_| outcome.status == RunStatus::Completed)
-            .ok_or_else(|| {
-                AppError::Forge(format!(
-                    "the flag is {} but applying it did not finish (run {run}, {:?}); it is \
-                     applied again on the next change",
-                    workflow.as_str(),
-                    outcome.status
-                ))
-            })?;
+            .map_err(|e| failed(e.to_string()))?;
+        let applied: FlagChange =
+            serde_json::from_value(answer).map_err(|e| failed(e.to_string()))?;
         Ok(FlagChange {
             from: Some(from),
             ..applied

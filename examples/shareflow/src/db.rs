@@ -53,14 +53,16 @@ pub struct Document {
     pub version: String,
     /// When its post should go live, if scheduled.
     pub publish_at: Option<String>,
-    /// `drafting` (an agent run is working on it), `published`, or `failed` (the legacy
-    /// publish could not reach the service; retried on the next rollback or drop).
+    /// `new` (recorded, not routed yet), `routing` (its routing job is deciding its
+    /// workflow), `drafting` (an agent run is working on it), `published`, `rejected`,
+    /// `cancelled`, or `failed` (the legacy publish could not reach the service, or the draft
+    /// failed; retried on the next rollback or drop).
     pub status: String,
     /// The workflow that published it.
     pub via: Option<String>,
     /// The drafting thread, on the agent workflow.
     pub thread_id: Option<String>,
-    /// The drafting run, on the agent workflow.
+    /// The drafting run, on the agent workflow (while `routing`: the routing job's run).
     pub run_id: Option<String>,
     /// The publisher's delivery id, once published.
     pub delivery_id: Option<String>,
@@ -132,6 +134,7 @@ impl AppDb {
             // The settler looks a document up by its run on every commit it is woken by.
             "CREATE INDEX IF NOT EXISTS documents_run ON documents (run_id)",
             "CREATE INDEX IF NOT EXISTS documents_drafting ON documents (status) WHERE status = 'drafting'",
+            "CREATE INDEX IF NOT EXISTS documents_new ON documents (status) WHERE status = 'new'",
         ] {
             sqlx::query(ddl).execute(&pool).await?;
         }
@@ -270,8 +273,14 @@ impl AppDb {
 
     /// Every document being drafted, in every tenant (to settle the ones whose runs ended).
     pub async fn drafting(&self) -> Result<Vec<Document>, sqlx::Error> {
+        self.everywhere("drafting").await
+    }
+
+    /// Every document in `status` (a fixed value, written into the SQL so that the partial
+    /// index on it serves the query), in every tenant, oldest first.
+    async fn everywhere(&self, status: &'static str) -> Result<Vec<Document>, sqlx::Error> {
         sqlx::query(sqlx::AssertSqlSafe(format!(
-            "{SELECT} WHERE status = 'drafting' ORDER BY created_at, id"
+            "{SELECT} WHERE status = '{status}' ORDER BY created_at, id"
         )))
         .fetch_all(&self.pool)
         .await?
@@ -308,6 +317,35 @@ impl AppDb {
         .await?
         .rows_affected()
             == 1)
+    }
+
+    /// Claims a document for the routing job `job` (a Forge run id): from `new`, or again by the
+    /// same job taken over after its process died. `false` when another job routes it or it is
+    /// routed already.
+    pub async fn claim_routing(
+        &self,
+        tenant: &str,
+        id: &str,
+        job: &str,
+    ) -> Result<bool, sqlx::Error> {
+        Ok(sqlx::query(
+            "UPDATE documents SET status = 'routing', run_id = $1
+             WHERE tenant = $2 AND id = $3
+               AND (status = 'new' OR (status = 'routing' AND run_id = $1))",
+        )
+        .bind(job)
+        .bind(tenant)
+        .bind(id)
+        .execute(&self.pool)
+        .await?
+        .rows_affected()
+            == 1)
+    }
+
+    /// Every document recorded but never routed, in every tenant: its drop's process died
+    /// before the routing job was queued.
+    pub async fn stranded(&self) -> Result<Vec<Document>, sqlx::Error> {
+        self.everywhere("new").await
     }
 
     /// Opens a document whose draft ended without a post (`failed`, `cancelled`, `rejected`)

@@ -193,6 +193,8 @@ impl Running {
         // Drafts that ended while no process watched get their state now; from here on each
         // is settled as its run commits its end.
         app.settle_all().await?;
+        // Documents whose drop died before routing them are routed now, by jobs on the queue.
+        app.route_stranded().await?;
         tasks.push(tokio::spawn(settle_drafts(
             app.clone(),
             forge.tail().bus().subscribe(),

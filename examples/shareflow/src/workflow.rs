@@ -6,63 +6,39 @@
 //!
 //! Turning the flag is work that must finish even if the process dies halfway: every drafting
 //! run is asked to cancel and every unpublished document goes through the legacy workflow. So it
-//! is not done in the request: the request records the flag and starts a run of the [`FLAG`]
-//! agent, whose one tool, [`APPLY_FLAG`], does the work and reports it. The run executes in the
-//! process that asked (the answer waits for it) and, like every Forge run, is on Forge's queue:
-//! if that process is killed mid-way, a worker (this process restarted, or another) takes the run
-//! over once its lease lapses and applies the flag again — each step is safe to repeat (a
-//! cancel asked twice, a post under its key), so nothing is stranded and nothing is posted twice.
+//! is not done in the request: the request records the flag and runs the [`APPLY_FLAG`] job on
+//! Forge's queue ([`forge::Job`]), waiting for its answer. If the process is killed mid-way, a
+//! worker (this process restarted, or another) takes the job over once its lease lapses and
+//! applies the flag again — each step is safe to repeat (a cancel asked twice, a post under its
+//! key), so nothing is stranded and nothing is posted twice.
+//!
+//! Routing a dropped document is a job too ([`ROUTE`]): the drop records the document and runs
+//! the job, which claims the document (`new` → `routing`, by the job's run id), then publishes it
+//! the legacy way or starts its draft — the draft's thread and run under keys derived from the
+//! job and the thread, so a job taken over after a crash finds what its first attempt made. A
+//! document whose drop died before its job was queued stays `new`: the next start queues a job
+//! for it ([`Documents::stranded_jobs`]), and dropping it again does the same.
 
 use std::sync::{Arc, OnceLock};
 
-use forge::core::agent::{AgentDefinition, AgentRef, RunLimits};
 use forge::core::interaction::{Decision, InteractionStatus};
-use forge::core::ports::tool::{ToolClassification, ToolContext, ToolError};
+use forge::core::part::Part;
+use forge::core::ports::store::{NewRun, NewThread};
+use forge::core::ports::tool::{ToolContext, ToolError};
 use forge::core::run::RunStatus;
 use forge::core::scope::Scope;
-use forge::engine::{Engine, native_tool};
+use forge::engine::Engine;
 use serde::{Deserialize, Serialize};
 
-use crate::app::{AppError, forge};
+use crate::app::{AppError, drafter, forge};
 use crate::client::{PublisherClient, delivery_key};
 use crate::db::{AppDb, Document, Workflow};
 use crate::publisher::PostRequest;
 
-/// The flag agent's name.
-pub const FLAG: &str = "flag";
-/// Its tool: applies the tenant's flag to every unpublished document.
+/// The job that applies a tenant's flag to every unpublished document.
 pub const APPLY_FLAG: &str = "apply_flag";
-
-/// The flag agent's scripted model: apply the flag, then report what the tool did.
-pub const FLAG_SCRIPT: &str = r#"
-[[conversation]]
-[[conversation.turn]]
-tool_calls = [{ name = "apply_flag", input = {} }]
-[[conversation.turn]]
-text = ["{{tool_result}}"]
-"#;
-
-/// The flag agent's definition.
-pub fn flag_agent() -> AgentDefinition {
-    AgentDefinition {
-        agent: AgentRef {
-            name: FLAG.into(),
-            version: "1".into(),
-        },
-        instructions: "Apply the tenant's workflow flag with apply_flag and report its answer."
-            .into(),
-        model: format!("scripted:{FLAG}"),
-        tools: vec![APPLY_FLAG.into()],
-        skills: vec![],
-        output_schema: None,
-        limits: RunLimits {
-            max_steps: 3,
-            ..RunLimits::default()
-        },
-        approvals: Default::default(),
-        compaction: None,
-    }
-}
+/// The job that sends a recorded document down its tenant's workflow.
+pub const ROUTE: &str = "route_document";
 
 /// What turning a tenant's flag did.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -127,10 +103,6 @@ pub(crate) async fn publish(
         "replayed": delivery.replayed,
     }))
 }
-
-/// [`APPLY_FLAG`] takes nothing: the flag is the tenant's, as recorded.
-#[derive(Debug, Deserialize, schemars::JsonSchema)]
-struct NoInput {}
 
 /// The documents' side of ShareFlow, shared by the application and the flag's tool: its
 /// database, the publishing service, and Forge's engine (set once it is built, since the tool
@@ -247,25 +219,132 @@ impl Documents {
         Ok(change)
     }
 
-    /// The [`APPLY_FLAG`] tool over these documents, for administrators' flag runs.
-    pub(crate) fn apply_flag_tool(&self) -> impl forge::core::ports::tool::Tool + use<> {
+    /// The [`APPLY_FLAG`] job over these documents, for administrators (the policies'
+    /// `flags.apply` permission). It takes nothing: the flag is the tenant's, as recorded.
+    pub(crate) fn apply_flag_job(&self) -> forge::Job {
         let documents = self.clone();
-        native_tool(
-            APPLY_FLAG,
-            "Applies the tenant's workflow flag to every unpublished document and reports what \
-             it did. Safe to repeat.",
-            move |ctx: ToolContext, _input: NoInput| {
-                let documents = documents.clone();
-                async move {
-                    let change = documents
-                        .apply_flag(&ctx.scope)
-                        .await
-                        .map_err(|e| ToolError::Unavailable(e.to_string()))?;
-                    serde_json::to_value(change).map_err(|e| ToolError::Failed(e.to_string()))
-                }
-            },
-        )
-        .classification(ToolClassification::Write)
+        forge::Job::new(APPLY_FLAG, move |ctx: ToolContext, _input| {
+            let documents = documents.clone();
+            async move {
+                let change = documents
+                    .apply_flag(&ctx.scope)
+                    .await
+                    .map_err(|e| ToolError::Unavailable(e.to_string()))?;
+                serde_json::to_value(change).map_err(|e| ToolError::Failed(e.to_string()))
+            }
+        })
         .permission("flags.apply")
+    }
+
+    /// Sends the document `id` of `scope`'s tenant down the tenant's workflow, as the routing
+    /// job `job` (its run id): only once it holds the claim, and again after a takeover, where a
+    /// draft its first attempt started is found, not started twice.
+    pub(crate) async fn route(&self, scope: &Scope, id: &str, job: &str) -> Result<(), AppError> {
+        let tenant = scope.tenant_id().as_str();
+        let claimed = self.db.claim_routing(tenant, id, job).await?;
+        let Some(doc) = self.db.document(tenant, id).await? else {
+            return Ok(());
+        };
+        // A draft whose run was not recorded yet (its router died between the two) is resumed
+        // on the thread it recorded; anything else someone else routes, or routed.
+        let resumable = doc.status == "drafting" && doc.run_id.as_deref() == Some("");
+        if !claimed && !resumable {
+            return Ok(());
+        }
+        match self.db.workflow(tenant).await? {
+            Workflow::Legacy => self.publish_legacy(&doc).await,
+            Workflow::Agent => self.start_drafting(scope, &doc, job).await,
+        }
+    }
+
+    /// Starts `doc`'s draft for the routing job `job`: a thread (the one recorded, or one made
+    /// under the job's key), recorded before the run exists — `publish_post` finds its document
+    /// by thread — then the run under the thread's key, then the run recorded.
+    async fn start_drafting(
+        &self,
+        scope: &Scope,
+        doc: &Document,
+        job: &str,
+    ) -> Result<(), AppError> {
+        let engine = self.engine()?;
+        let recorded = doc.thread_id.as_deref().and_then(|t| t.parse().ok());
+        let thread = match recorded {
+            Some(thread) => thread,
+            None => {
+                let new = NewThread {
+                    title: Some(format!("Post: {}", doc.title)),
+                    ..Default::default()
+                };
+                engine
+                    .thread_by_key(scope, &format!("draft-thread:{job}"), new)
+                    .await
+                    .map_err(forge)?
+                    .id
+            }
+        };
+        let tenant = &doc.tenant;
+        self.db
+            .set_drafting(tenant, &doc.id, &thread.to_string(), "")
+            .await?;
+        let new = NewRun::new(
+            thread,
+            drafter().agent,
+            vec![Part::text(format!(
+                "Draft a post for document {}: {}",
+                doc.id, doc.title
+            ))],
+        );
+        let run = match engine
+            .claim_run_key(scope, &format!("draft:{thread}"), new)
+            .await
+            .map_err(forge)?
+        {
+            forge::engine::KeyedRun::Found(run) => run.id,
+            forge::engine::KeyedRun::Claimed(new) => {
+                engine.submit(scope, new).await.map_err(forge)?.id
+            }
+        };
+        self.db
+            .set_drafting(tenant, &doc.id, &thread.to_string(), &run.to_string())
+            .await?;
+        Ok(())
+    }
+
+    /// The [`ROUTE`] job over these documents, for editors (the policies' `documents.route`
+    /// permission). Input: `{"id": document id}`.
+    pub(crate) fn route_job(&self) -> forge::Job {
+        let documents = self.clone();
+        forge::Job::new(ROUTE, move |ctx: ToolContext, input| {
+            let documents = documents.clone();
+            async move {
+                let id = input["id"]
+                    .as_str()
+                    .ok_or_else(|| ToolError::InvalidInput("id is a document id".into()))?;
+                documents
+                    .route(&ctx.scope, id, &ctx.run_id.to_string())
+                    .await
+                    .map_err(|e| ToolError::Unavailable(e.to_string()))?;
+                Ok(serde_json::json!({ "routed": id }))
+            }
+        })
+        .permission("documents.route")
+    }
+
+    /// A routing job for every document recorded but never routed, queued as its editor (the
+    /// drop's process died first): `(document, tenant)` of each queued.
+    pub(crate) async fn stranded_jobs(
+        &self,
+        jobs: &forge::Jobs,
+    ) -> Result<Vec<(String, String)>, AppError> {
+        let mut queued = Vec::new();
+        for doc in self.db.stranded().await? {
+            let scope = Scope::parse(&doc.tenant, &doc.submitted_by, &["editor"])
+                .map_err(|e| AppError::Config(e.to_string()))?;
+            jobs.enqueue(&scope, ROUTE, serde_json::json!({ "id": doc.id }), None)
+                .await
+                .map_err(forge)?;
+            queued.push((doc.id, doc.tenant));
+        }
+        Ok(queued)
     }
 }

@@ -704,3 +704,74 @@ async fn the_reviewer_sees_the_document_the_stage_and_the_post() {
     );
     env.stop().await;
 }
+
+/// A drop whose process died after recording the document and before routing it leaves it
+/// `new`: the next start routes it (a job on Forge's queue), and so does dropping it again —
+/// each document published once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drop_that_died_before_routing_is_routed_after_a_restart_or_a_new_drop() {
+    let env = Env::sqlite().await;
+    let editor = env.token("acme", "eve", &["editor"]);
+    let dropped = env.drop(&editor, "spring-launch").await;
+    assert_eq!(
+        dropped.status, "published",
+        "the legacy workflow publishes at once"
+    );
+    // The process dies between recording these and routing them.
+    for id in ["holiday-hours", "recycled-packaging"] {
+        let body = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("documents")
+                .join(format!("{id}.md")),
+        )
+        .unwrap();
+        let source = forge::rag::ingest::ingest(
+            forge::rag::model::SourceId::new(id.to_owned()).unwrap(),
+            id.to_owned(),
+            "team",
+            forge::rag::model::Format::Markdown,
+            serde_json::json!({}),
+            &body,
+        );
+        let stranded = shareflow::Document {
+            id: id.into(),
+            title: body
+                .lines()
+                .next()
+                .unwrap()
+                .trim_start_matches("# ")
+                .to_owned(),
+            body,
+            version: source.version,
+            status: "new".into(),
+            via: None,
+            delivery_id: None,
+            ..dropped.clone()
+        };
+        assert!(
+            env.running
+                .app
+                .db()
+                .insert_document(&stranded)
+                .await
+                .unwrap()
+        );
+    }
+    // Dropped again: routed, not answered as it stood.
+    let again = env.drop(&editor, "holiday-hours").await;
+    assert_eq!(again.status, "published");
+    // Restarted: the other is routed without anyone asking.
+    let env = env.restart().await;
+    until_status(&env, &editor, "recycled-packaging", "published").await;
+    assert_eq!(
+        per_document(&env.deliveries("acme").await),
+        [
+            ("holiday-hours".to_owned(), 1),
+            ("recycled-packaging".to_owned(), 1),
+            ("spring-launch".to_owned(), 1)
+        ]
+        .into_iter()
+        .collect()
+    );
+    env.stop().await;
+}

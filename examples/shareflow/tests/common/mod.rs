@@ -31,6 +31,16 @@ impl Env {
             std::process::id(),
             uuid::Uuid::new_v4().simple()
         ));
+        Env::start_in(dir, store).await
+    }
+
+    /// ShareFlow stopped and started again on the same SQLite data.
+    pub async fn restart(self) -> Env {
+        self.running.stop().await;
+        Env::start_in(self.dir, StoreChoice::Sqlite).await
+    }
+
+    async fn start_in(dir: std::path::PathBuf, store: StoreChoice) -> Env {
         let running = Running::start(Options {
             data: dir.clone(),
             store,

@@ -342,6 +342,29 @@ impl AppDb {
             == 1)
     }
 
+    /// Gives up the routing job `job`'s claim after it failed: the document is `new` again
+    /// (routed by the next start or drop), as is a draft it recorded without a run. Whether it
+    /// changed the document.
+    pub async fn release_routing(
+        &self,
+        tenant: &str,
+        id: &str,
+        job: &str,
+    ) -> Result<bool, sqlx::Error> {
+        Ok(sqlx::query(
+            "UPDATE documents SET status = 'new', run_id = NULL, thread_id = NULL
+             WHERE tenant = $1 AND id = $2
+               AND ((status = 'routing' AND run_id = $3) OR (status = 'drafting' AND run_id = ''))",
+        )
+        .bind(tenant)
+        .bind(id)
+        .bind(job)
+        .execute(&self.pool)
+        .await?
+        .rows_affected()
+            == 1)
+    }
+
     /// Every document recorded but never routed, in every tenant: its drop's process died
     /// before the routing job was queued.
     pub async fn stranded(&self) -> Result<Vec<Document>, sqlx::Error> {
@@ -444,4 +467,59 @@ pub fn parse_publish_at(s: &str) -> Option<DateTime<Utc>> {
     DateTime::parse_from_rfc3339(s)
         .ok()
         .map(|t| t.with_timezone(&Utc))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    fn document(id: &str) -> Document {
+        Document {
+            tenant: "acme".into(),
+            id: id.into(),
+            title: "T".into(),
+            body: "B".into(),
+            version: "sha256:1".into(),
+            publish_at: None,
+            status: "new".into(),
+            via: None,
+            thread_id: None,
+            run_id: None,
+            delivery_id: None,
+            submitted_by: "eve".into(),
+        }
+    }
+
+    /// One routing job holds a document: the same job again (taken over after a crash) keeps
+    /// it, another job does not get it, and a routed document is no one's to claim.
+    #[tokio::test]
+    async fn a_document_is_routed_by_the_one_job_that_claimed_it() {
+        let path = std::env::temp_dir().join(format!(
+            "shareflow-claims-{}-{}.db",
+            std::process::id(),
+            uuid::Uuid::new_v4().simple()
+        ));
+        let db = AppDb::open(&path).await.unwrap();
+        db.insert_document(&document("d")).await.unwrap();
+        assert!(db.claim_routing("acme", "d", "job-a").await.unwrap());
+        assert!(
+            db.claim_routing("acme", "d", "job-a").await.unwrap(),
+            "its takeover"
+        );
+        assert!(!db.claim_routing("acme", "d", "job-b").await.unwrap());
+        assert!(!db.claim_routing("globex", "d", "job-a").await.unwrap());
+        // A failed job lets go: the document is new again, for the next job.
+        assert!(!db.release_routing("acme", "d", "job-b").await.unwrap());
+        assert!(db.release_routing("acme", "d", "job-a").await.unwrap());
+        assert_eq!(db.stranded().await.unwrap().len(), 1);
+        assert!(db.claim_routing("acme", "d", "job-b").await.unwrap());
+        db.set_published("acme", "d", Workflow::Legacy, "delivery-1")
+            .await
+            .unwrap();
+        assert!(!db.claim_routing("acme", "d", "job-b").await.unwrap());
+        assert!(db.stranded().await.unwrap().is_empty());
+        let _ = std::fs::remove_file(&path);
+    }
 }

@@ -320,10 +320,13 @@ impl Documents {
                 let id = input["id"]
                     .as_str()
                     .ok_or_else(|| ToolError::InvalidInput("id is a document id".into()))?;
-                documents
-                    .route(&ctx.scope, id, &ctx.run_id.to_string())
-                    .await
-                    .map_err(|e| ToolError::Unavailable(e.to_string()))?;
+                let job = ctx.run_id.to_string();
+                if let Err(e) = documents.route(&ctx.scope, id, &job).await {
+                    // Not left half-routed: new again, for the next start or drop.
+                    let tenant = ctx.scope.tenant_id().as_str();
+                    let _ = documents.db.release_routing(tenant, id, &job).await;
+                    return Err(ToolError::Unavailable(e.to_string()));
+                }
                 Ok(serde_json::json!({ "routed": id }))
             }
         })

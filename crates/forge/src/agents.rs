@@ -70,6 +70,11 @@ impl LoadedAgent {
             .map_err(|e| Error::file("failed to read agent file", path, e))?;
         let definition: AgentDefinition = toml::from_str(&text)
             .map_err(|e| Error::file("failed to parse agent file", path, e))?;
+        // `name` and `version` are flattened in, which serde's own unknown-field check cannot
+        // see through: a misspelled key (`toolz`) would be dropped without a word.
+        if let Some(unknown) = unknown_key(&text) {
+            return Err(Error::file("invalid agent file", path, unknown));
+        }
         let invalid = |e| Error::file("invalid agent file", path, e);
         definition.validate().map_err(invalid)?;
         let (provider, model) = definition.model_parts().map_err(invalid)?;
@@ -183,9 +188,76 @@ pub fn redactor(
     forge_core::redact::Redactor::new(values)
 }
 
+/// The keys an agent file may have at its top level: [`AgentDefinition`]'s fields, with its
+/// agent's `name` and `version`.
+const AGENT_KEYS: &[&str] = &[
+    "name",
+    "version",
+    "instructions",
+    "model",
+    "tools",
+    "skills",
+    "output_schema",
+    "limits",
+    "approvals",
+    "compaction",
+];
+
+/// A key an agent file has that no agent has.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct UnknownKey(String);
+
+/// The first top-level key of the agent file `text` that is not an agent's, with its line.
+fn unknown_key(text: &str) -> Option<UnknownKey> {
+    let table: toml::Table = text.parse().ok()?;
+    let key = table.keys().find(|k| !AGENT_KEYS.contains(&k.as_str()))?;
+    let line = text.lines().position(|l| {
+        l.trim_start()
+            .strip_prefix(key.as_str())
+            .is_some_and(|rest| rest.trim_start().starts_with('='))
+    });
+    let at = line
+        .map(|n| format!(" at line {}", n + 1))
+        .unwrap_or_default();
+    Some(UnknownKey(format!(
+        "unknown key `{key}`{at}; an agent file has {}",
+        AGENT_KEYS.join(", ")
+    )))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_known_keys_are_the_definitions_fields() {
+        let schema = schemars::schema_for!(AgentDefinition).to_value();
+        let mut fields: Vec<&str> = schema["properties"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        let mut known = AGENT_KEYS.to_vec();
+        fields.sort_unstable();
+        known.sort_unstable();
+        assert_eq!(fields, known);
+    }
+
+    #[test]
+    fn a_misspelled_key_is_refused_with_its_line() {
+        let text = "name = \"a\"\nversion = \"1\"\ninstructions = \"x\"\nmodel = \"scripted:s\"\ntoolz = [\"calc\"]\n";
+        let unknown = unknown_key(text).expect("refused").to_string();
+        assert!(
+            unknown.starts_with("unknown key `toolz` at line 5;"),
+            "{unknown}"
+        );
+        assert!(unknown_key(&text.replace("toolz", "tools")).is_none());
+        // A quoted key of any text is named, without a line it cannot be found on.
+        let quoted = unknown_key("\"tööls\" = 1\n").expect("refused").to_string();
+        assert!(quoted.starts_with("unknown key `tööls`"), "{quoted}");
+    }
 
     fn dir(name: &str) -> PathBuf {
         let dir = std::env::temp_dir().join(format!("forge-agents-{name}-{}", std::process::id()));

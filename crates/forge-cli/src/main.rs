@@ -24,6 +24,7 @@ mod metering;
 mod panics;
 mod print;
 mod rag;
+mod report;
 mod runs;
 mod serve;
 mod store;
@@ -187,7 +188,7 @@ fn main() -> ExitCode {
     match runtime.block_on(dispatch(cli)) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", report::message(&e));
             ExitCode::from(2)
         }
     }

@@ -181,6 +181,13 @@ fn a_bad_agent_file_is_a_clear_error_with_exit_code_2() {
             "unknown field `max_stepz`",
         ),
         (
+            "misspelled.toml",
+            Some(
+                "name = \"a\"\nversion = \"1\"\ninstructions = \"x\"\nmodel = \"scripted:s.toml\"\ntoolz = [\"calculate\"]\n",
+            ),
+            "unknown key `toolz` at line 5",
+        ),
+        (
             "no_script.toml",
             Some(
                 "name = \"a\"\nversion = \"1\"\ninstructions = \"x\"\nmodel = \"scripted:nope.toml\"\n",
@@ -213,6 +220,36 @@ fn a_bad_agent_file_is_a_clear_error_with_exit_code_2() {
             "{name}: {stderr}"
         );
     }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A command that fails says each cause once: a missing credential is not named twice.
+#[test]
+fn a_missing_credential_is_named_once() {
+    let dir = std::env::temp_dir().join(format!("forge-cli-cred-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let agent = dir.join("a.toml");
+    std::fs::write(
+        &agent,
+        "name = \"a\"\nversion = \"1\"\ninstructions = \"x\"\nmodel = \"openai:gpt-4o-mini\"\n",
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_forge"))
+        .args([
+            "run",
+            "--agent",
+            agent.to_str().unwrap(),
+            "--store",
+            "memory",
+            "hi",
+        ])
+        .env_remove("OPENAI_API_KEY")
+        .output()
+        .unwrap();
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert_eq!(stderr.matches("OPENAI_API_KEY").count(), 1, "{stderr}");
+    assert!(stderr.contains("is not set"), "{stderr}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

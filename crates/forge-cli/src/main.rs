@@ -414,7 +414,13 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         only_run: Some(run.id()),
         ..worker
     })?;
-    let printer = print::Printer::new(args.json).redactor(args.providers.redactor());
+    let printer = print::Printer::new(args.json)
+        .redactor(args.providers.redactor())
+        .reach(print::Reach::of(
+            &args.store.url,
+            &args.store.pg_mode,
+            &args.scope.tenant,
+        ));
     let (cancel_engine, cancel_scope, run_id) = (forge.engine().clone(), scope.clone(), run.id());
     tokio::spawn(async move {
         if tokio::signal::ctrl_c().await.is_ok() {

@@ -20,6 +20,64 @@ pub(crate) struct Printer {
     mid_line: Mutex<bool>,
     /// Scrubs secrets from everything printed: the last line of defence behind the engine's.
     redactor: forge_core::redact::Redactor,
+    /// What a printed command needs to reach this run from another shell (` --store … --tenant
+    /// …`), or why nothing can.
+    reach: Reach,
+}
+
+/// How another process reaches the printed run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Reach {
+    /// With these flags after the command.
+    Flags(String),
+    /// Not at all: the store lives in this process.
+    Nowhere,
+}
+
+impl Reach {
+    /// The flags that name `store_url` (its password left out), `pg_mode` and `tenant` where
+    /// they are not the defaults, quoted for a POSIX shell; `Nowhere` for the memory store.
+    pub(crate) fn of(store_url: &str, pg_mode: &str, tenant: &str) -> Self {
+        if store_url == "memory" {
+            return Reach::Nowhere;
+        }
+        let mut flags = String::new();
+        let mut add = |flag: &str, value: &str| {
+            let quoted = shlex::try_quote(value).map_or_else(|_| value.into(), |q| q.into_owned());
+            flags.push_str(&format!(" {flag} {quoted}"));
+        };
+        if store_url != crate::store::DEFAULT_URL {
+            add("--store", &without_password(store_url));
+        }
+        if pg_mode != "rls" {
+            add("--pg-mode", pg_mode);
+        }
+        if tenant != "local" {
+            add("--tenant", tenant);
+        }
+        Reach::Flags(flags)
+    }
+}
+
+/// `url` without the password of its user (`postgres://app:secret@db/x` → `postgres://app@db/x`):
+/// the command then reads it from the usual place (`PGPASSWORD`, `~/.pgpass`).
+fn without_password(url: &str) -> String {
+    let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
+        return url.to_owned();
+    };
+    let authority_end = url[scheme_end..]
+        .find('/')
+        .map_or(url.len(), |i| scheme_end + i);
+    let authority = &url[scheme_end..authority_end];
+    match (authority.rfind('@'), authority.find(':')) {
+        (Some(at), Some(colon)) if colon < at => format!(
+            "{}{}{}",
+            &url[..scheme_end + colon],
+            &authority[at..],
+            &url[authority_end..]
+        ),
+        _ => url.to_owned(),
+    }
 }
 
 impl Printer {
@@ -28,6 +86,23 @@ impl Printer {
             json,
             mid_line: Mutex::new(false),
             redactor: forge_core::redact::Redactor::default(),
+            reach: Reach::Flags(String::new()),
+        }
+    }
+
+    /// How the commands it prints reach this run from another shell.
+    pub(crate) fn reach(mut self, reach: Reach) -> Self {
+        self.reach = reach;
+        self
+    }
+
+    /// `command` as another shell must type it, or why none can.
+    fn paste(&self, command: String) -> String {
+        match &self.reach {
+            Reach::Flags(flags) => format!("{command}{flags}"),
+            Reach::Nowhere => {
+                "nothing else can reach it: the memory store ends with this process".into()
+            }
         }
     }
 
@@ -134,18 +209,67 @@ impl Printer {
             RunEventKind::ApprovalRequested {
                 interaction_id,
                 tool_name,
+                preview,
                 ..
-            } => self.line(format!(
-                "⏸ {tool_name} needs approval · forge interactions approve {interaction_id}"
-            )),
+            } => {
+                let what = preview
+                    .as_ref()
+                    .map(|p| format!(": {}", p.summary))
+                    .unwrap_or_default();
+                let command = self.paste(format!("forge interactions approve {interaction_id}"));
+                self.line(format!("⏸ {tool_name} needs approval{what} · {command}"))
+            }
             RunEventKind::QuestionRequested {
                 interaction_id,
                 prompt,
                 ..
-            } => self.line(format!(
-                "? {prompt} · forge interactions answer {interaction_id} '<json>'"
-            )),
+            } => {
+                let command = self.paste(format!(
+                    "forge interactions answer {interaction_id} '<json>'"
+                ));
+                self.line(format!("? {prompt} · {command}"))
+            }
             other => self.line(format!("· {}", other.type_name())),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use forge_core::text::strategy::unicode;
+    use proptest::prelude::*;
+
+    #[test]
+    fn printed_commands_carry_what_reaches_the_run() {
+        assert_eq!(
+            Reach::of("sqlite://forge.db", "rls", "local"),
+            Reach::Flags(String::new())
+        );
+        assert_eq!(
+            Reach::of("sqlite:///tmp/my runs/forge.db", "rls", "acme"),
+            Reach::Flags(" --store 'sqlite:///tmp/my runs/forge.db' --tenant acme".into())
+        );
+        assert_eq!(
+            Reach::of("postgres://app:s3cret@db:5432/forge", "supabase", "local"),
+            Reach::Flags(" --store postgres://app@db:5432/forge --pg-mode supabase".into())
+        );
+        assert_eq!(Reach::of("memory", "rls", "acme"), Reach::Nowhere);
+    }
+
+    proptest! {
+        #[test]
+        fn a_password_never_survives_and_nothing_else_is_lost(
+            user in unicode(8), password in unicode(8), rest in unicode(20)
+        ) {
+            let url = format!("postgres://{user}:{password}@host/{rest}");
+            let shown = without_password(&url);
+            if !user.contains([':', '@', '/']) && !password.contains(['@', '/']) && !password.is_empty() {
+                prop_assert_eq!(shown, format!("postgres://{user}@host/{rest}"));
+            }
+            // Any text at all: no panic, and nothing added.
+            let shown = without_password(&rest);
+            prop_assert!(shown.len() <= rest.len());
         }
     }
 }

@@ -193,9 +193,10 @@ pub(crate) async fn runs(command: RunsCommand) -> anyhow::Result<ExitCode> {
             after,
             json,
         } => {
+            let reach = crate::print::Reach::of(&store.url, &store.pg_mode, &tenant.tenant);
             let store = store::open(&store).await?.store;
             let scope = tenant.scope()?;
-            let printer = crate::print::Printer::new(json);
+            let printer = crate::print::Printer::new(json).reach(reach);
             let mut from = after;
             loop {
                 let page = store.read_events(&scope, run, from, 500).await?;

@@ -3,15 +3,14 @@
 use anyhow::{Context, bail};
 use forge_store_postgres::Mode;
 
+/// The store a command uses when none is given.
+pub(crate) const DEFAULT_URL: &str = "sqlite://forge.db";
+
 /// Where data lives, from `--store` / `FORGE_STORE`.
 #[derive(Debug, Clone, clap::Args)]
 pub(crate) struct StoreArgs {
     /// `sqlite://PATH` (the default, created if missing), `postgres://…`, or `memory`.
-    #[arg(
-        long = "store",
-        env = "FORGE_STORE",
-        default_value = "sqlite://forge.db"
-    )]
+    #[arg(long = "store", env = "FORGE_STORE", default_value = DEFAULT_URL)]
     pub(crate) url: String,
     /// Tenant isolation for PostgreSQL: `rls` (policies on a transaction setting) or `supabase`
     /// (policies on Supabase JWT claims).

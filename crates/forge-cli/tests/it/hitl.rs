@@ -291,7 +291,7 @@ text = ["Using {{tool_result.answer}}."]
     .unwrap();
     let store = format!("sqlite://{}", dir.join("forge.db").display());
     let mut run = Command::new(env!("CARGO_BIN_EXE_forge"))
-        .args(["run", "--store", &store, "--agent"])
+        .args(["run", "--store", &store, "--tenant", "acme", "--agent"])
         .arg(dir.join("ask.toml"))
         .arg("move money")
         .stdout(Stdio::piped())
@@ -304,21 +304,38 @@ text = ["Using {{tool_result.answer}}."]
         .map(|l| l.unwrap())
         .find(|l| l.starts_with("? Which account?"))
         .expect("the question is shown");
-    let id = prompt
-        .split("forge interactions answer ")
-        .nth(1)
-        .and_then(|rest| rest.split_whitespace().next())
-        .unwrap()
-        .to_owned();
+    // The command printed is the one to type: the store and the tenant the run used included.
+    let printed = prompt.split(" · ").nth(1).expect("a command");
+    let words = shlex::split(printed).expect("a shell command");
+    assert_eq!(
+        &words[..3],
+        ["forge", "interactions", "answer"],
+        "{printed}"
+    );
+    assert!(printed.ends_with(" --tenant acme"), "{printed}");
+    let as_printed = |answer: &str| -> Vec<String> {
+        words[1..]
+            .iter()
+            .map(|w| {
+                if w == "<json>" {
+                    answer.to_owned()
+                } else {
+                    w.clone()
+                }
+            })
+            .collect()
+    };
     // An answer outside the schema is refused and changes nothing.
-    let bad = forge(&["interactions", "answer", &id, "\"cash\"", "--store", &store]);
+    let bad_words = as_printed("\"cash\"");
+    let bad = forge(&bad_words.iter().map(String::as_str).collect::<Vec<_>>());
     assert!(!bad.status.success());
     assert!(
         text(&bad.stderr).contains("schema"),
         "{}",
         text(&bad.stderr)
     );
-    let good = forge(&["interactions", "answer", &id, "savings", "--store", &store]);
+    let good_words = as_printed("savings");
+    let good = forge(&good_words.iter().map(String::as_str).collect::<Vec<_>>());
     assert!(good.status.success(), "{}", text(&good.stderr));
     assert!(
         text(&good.stdout).contains("the run resumes"),

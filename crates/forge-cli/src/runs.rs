@@ -56,6 +56,20 @@ pub(crate) enum RunsCommand {
         /// Print events as JSON lines.
         #[arg(long)]
         json: bool,
+        /// Keep printing as the run goes on, until it ends (as `forge run` prints it; from
+        /// another process's worker, each committed step).
+        #[arg(long)]
+        follow: bool,
+    },
+    /// Asks a run to cancel: a waiting or queued run ends `cancelled` at once, a running one
+    /// when its worker next checks (within its cancel poll). An ended run is left as it is.
+    Cancel {
+        #[command(flatten)]
+        store: StoreArgs,
+        #[command(flatten)]
+        tenant: TenantArg,
+        /// The run.
+        run: RunId,
     },
     /// Erases an ended run, or with `--thread` a thread and all its runs: messages, events,
     /// approvals, questions, jobs (and the thread's session state). Model calls stay in the
@@ -192,21 +206,44 @@ pub(crate) async fn runs(command: RunsCommand) -> anyhow::Result<ExitCode> {
             run,
             after,
             json,
+            follow,
         } => {
             let reach = crate::print::Reach::of(&store.url, &store.pg_mode, &tenant.tenant);
             let store = store::open(&store).await?.store;
             let scope = tenant.scope()?;
             let printer = crate::print::Printer::new(json).reach(reach);
-            let mut from = after;
-            loop {
-                let page = store.read_events(&scope, run, from, 500).await?;
-                let Some(last) = page.last() else { break };
-                from = last.seq;
-                for event in page {
-                    printer.item(&StreamItem::Committed { event });
+            if follow {
+                follow_events(store, scope, run, after, &printer).await?;
+            } else {
+                let mut from = after;
+                loop {
+                    let page = store.read_events(&scope, run, from, 500).await?;
+                    let Some(last) = page.last() else { break };
+                    from = last.seq;
+                    for event in page {
+                        printer.item(&StreamItem::Committed { event });
+                    }
                 }
             }
             printer.finish();
+        }
+        RunsCommand::Cancel { store, tenant, run } => {
+            let store = store::open(&store).await?.store;
+            let scope = tenant.scope()?;
+            let found = store.get_run(&scope, run).await?;
+            if store.request_cancel(&scope, run).await? {
+                println!(
+                    "asked run {run} to cancel: a waiting or queued run ends at once, a running \
+                     one at its worker's next check"
+                );
+            } else {
+                let now = store.get_run(&scope, run).await.unwrap_or(found);
+                println!(
+                    "run {run} is {}: nothing to cancel",
+                    now.shown_status(forge_core::time::Clock::now(&forge_core::time::SystemClock))
+                        .name()
+                );
+            }
         }
         RunsCommand::Erase {
             store,
@@ -244,4 +281,39 @@ pub(crate) async fn runs(command: RunsCommand) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Prints `run`'s committed events after `after` as they are committed, until it ends.
+async fn follow_events(
+    store: std::sync::Arc<dyn forge_core::ports::store::Store>,
+    scope: Scope,
+    run: RunId,
+    after: u64,
+    printer: &crate::print::Printer,
+) -> anyhow::Result<()> {
+    use futures_util::StreamExt as _;
+
+    let cx = forge_live::StreamContext {
+        runs: store,
+        cache: std::sync::Arc::new(forge_live::LogCache::default()),
+        tail: None,
+        // No wake-ups reach this process from the one executing the run: read every 250 ms.
+        settings: forge_live::StreamSettings {
+            poll: std::time::Duration::from_millis(250),
+            ..Default::default()
+        },
+        shutdown: tokio_util::sync::CancellationToken::new(),
+    };
+    let bus = forge_live::EventBus::default();
+    let events = forge_live::run_events(cx, &bus, scope, run, after);
+    let mut events = std::pin::pin!(events);
+    while let Some(item) = events.next().await {
+        let item = item?;
+        let ended = matches!(&item, StreamItem::Committed { event } if event.kind.is_terminal());
+        printer.item(&item);
+        if ended {
+            break;
+        }
+    }
+    Ok(())
 }

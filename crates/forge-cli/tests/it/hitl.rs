@@ -352,13 +352,20 @@ text = ["Using {{tool_result.answer}}."]
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-/// Ctrl-C on `forge run` while it waits for a person cancels the run durably (exit 130).
-#[test]
-fn ctrl_c_cancels_a_waiting_run() {
+/// `forge run` of an agent that asks "Sure?" at once, on a SQLite store in a directory of its
+/// own: the directory, the store's URL, the process and its output's lines.
+fn asking(
+    name: &str,
+) -> (
+    std::path::PathBuf,
+    String,
+    std::process::Child,
+    std::io::Lines<std::io::BufReader<std::process::ChildStdout>>,
+) {
     use std::io::{BufRead, BufReader};
 
     let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("ask-cancel-{}", std::process::id()));
+        .join(format!("{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(
         dir.join("ask.toml"),
@@ -380,7 +387,14 @@ fn ctrl_c_cancels_a_waiting_run() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let mut lines = BufReader::new(run.stdout.take().unwrap()).lines();
+    let lines = BufReader::new(run.stdout.take().unwrap()).lines();
+    (dir, store, run, lines)
+}
+
+/// Ctrl-C on `forge run` while it waits for a person cancels the run durably (exit 130).
+#[test]
+fn ctrl_c_cancels_a_waiting_run() {
+    let (dir, _store, mut run, mut lines) = asking("ask-cancel");
     assert!(
         lines
             .by_ref()
@@ -396,5 +410,65 @@ fn ctrl_c_cancels_a_waiting_run() {
     let rest: Vec<String> = lines.map(|l| l.unwrap()).collect();
     assert_eq!(run.wait().unwrap().code(), Some(130), "{rest:?}");
     assert!(rest.iter().any(|l| l.contains("■ cancelled")), "{rest:?}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// From another terminal: `forge runs events --follow` prints a waiting run as it goes on and
+/// returns when it ends; `forge runs cancel` ends it, and says so when there is nothing left to
+/// cancel.
+#[test]
+fn another_terminal_follows_a_run_and_cancels_it() {
+    use std::io::{BufRead, BufReader};
+
+    let (dir, store, mut run, mut lines) = asking("follow-cancel");
+    let first = lines.next().unwrap().unwrap();
+    let id = first
+        .strip_prefix("▶ run ")
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("the run's id: {first}"))
+        .to_owned();
+    assert!(
+        lines
+            .by_ref()
+            .map(|l| l.unwrap())
+            .any(|l| l.starts_with("? Sure?")),
+        "the question is shown"
+    );
+    let mut follow = Command::new(env!("CARGO_BIN_EXE_forge"))
+        .args(["runs", "events", &id, "--follow", "--store", &store])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut followed = BufReader::new(follow.stdout.take().unwrap()).lines();
+    // It has printed the run so far before the run is cancelled.
+    assert!(
+        followed
+            .by_ref()
+            .map(|l| l.unwrap())
+            .any(|l| l.starts_with("? Sure?")),
+        "the follower shows the question"
+    );
+    let cancel = forge(&["runs", "cancel", &id, "--store", &store]);
+    assert!(cancel.status.success(), "{}", text(&cancel.stderr));
+    assert!(
+        text(&cancel.stdout).contains("asked run"),
+        "{}",
+        text(&cancel.stdout)
+    );
+    let rest: Vec<String> = lines.map(|l| l.unwrap()).collect();
+    run.wait().unwrap();
+    assert!(rest.iter().any(|l| l.contains("■ cancelled")), "{rest:?}");
+    // The follower returns by itself once the run has ended.
+    let tail: Vec<String> = followed.map(|l| l.unwrap()).collect();
+    assert!(follow.wait().unwrap().success());
+    assert!(tail.iter().any(|l| l.contains("■ cancelled")), "{tail:?}");
+    let again = forge(&["runs", "cancel", &id, "--store", &store]);
+    assert!(again.status.success());
+    assert!(
+        text(&again.stdout).contains("is cancelled: nothing to cancel"),
+        "{}",
+        text(&again.stdout)
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }

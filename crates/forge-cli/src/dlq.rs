@@ -110,6 +110,12 @@ pub(crate) async fn submit(args: SubmitArgs) -> anyhow::Result<ExitCode> {
         "interrupt" => StartStrategy::Interrupt,
         other => bail!("--strategy must be enqueue, reject or interrupt, not {other:?}"),
     };
+    if args.store.url == "memory" {
+        bail!(
+            "the memory store ends with this command, and the run with it: submit to a store a \
+             worker reads (--store sqlite://PATH or postgres://…)"
+        );
+    }
     let store = store::open(&args.store).await?.store;
     let scope = Scope::parse(&args.tenant, &args.principal, &[])
         .context("failed to build the run's scope")?;

@@ -458,6 +458,13 @@ pub(crate) async fn run(command: FilesCommand) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         FilesCommand::Ref { common, id, ttl } => {
+            if common.files.keys.is_empty() {
+                bail!(
+                    "no --file-key: a reference signed with this command's own key stops working \
+                     when it exits; give the key `forge serve` verifies with (--file-key \
+                     ID=env:NAME or FORGE_FILE_KEYS)"
+                );
+            }
             let (scope, files) = common.open().await?;
             let Some(record) = files.store().file(&scope, &file_id(&id)?).await? else {
                 bail!("no file {id}");

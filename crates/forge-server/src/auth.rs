@@ -373,6 +373,11 @@ pub fn sign_hs256(
         "iat": now_unix,
         "exp": now_unix + ttl_secs,
     });
+    // A token for a server that would refuse its secret is no token: the same rule as
+    // [`Authenticator::hs256`].
+    if secret.len() < 32 {
+        return Err(AuthConfigError::WeakSecret);
+    }
     let key =
         jsonwebtoken::EncodingKey::from_secret(secret).map_err(|_| AuthConfigError::WeakSecret)?;
     jsonwebtoken::encode(&jsonwebtoken::Header::new(Algorithm::HS256), &claims, &key)

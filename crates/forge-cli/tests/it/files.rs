@@ -66,6 +66,20 @@ fn files_are_put_listed_fetched_referenced_and_deleted() {
         "{}",
         text(&reference.stdout)
     );
+    // Without the key the server verifies with, a reference would die with the command.
+    let keyless = Command::new(env!("CARGO_BIN_EXE_forge"))
+        .args(["files", "ref", &id])
+        .current_dir(&dir)
+        .env_remove("FORGE_FILE_KEYS")
+        .output()
+        .unwrap();
+    assert_eq!(keyless.status.code(), Some(2));
+    assert!(text(&keyless.stdout).is_empty());
+    assert!(
+        text(&keyless.stderr).contains("no --file-key"),
+        "{}",
+        text(&keyless.stderr)
+    );
 
     let found = forge_in(&dir, &["rag", "search", "--json", "annual leave"]);
     assert!(

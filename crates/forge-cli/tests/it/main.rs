@@ -253,6 +253,40 @@ fn a_missing_credential_is_named_once() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// Commands whose output would be useless refuse, saying why: a token for a secret `forge
+/// serve` refuses, a run submitted to a store that ends with the command.
+#[test]
+fn outputs_that_could_not_be_used_are_refused() {
+    let weak = forge_with_env(&["token"], &[("FORGE_JWT_SECRET", "short-secret")]);
+    assert_eq!(weak.status.code(), Some(2), "{}", text(&weak.stderr));
+    assert!(text(&weak.stdout).is_empty(), "no token is printed");
+    assert!(
+        text(&weak.stderr).contains("at least 32 bytes"),
+        "{}",
+        text(&weak.stderr)
+    );
+    let strong = forge_with_env(
+        &["token"],
+        &[("FORGE_JWT_SECRET", "a-secret-of-thirty-two-bytes-or-more")],
+    );
+    assert!(strong.status.success(), "{}", text(&strong.stderr));
+    assert_eq!(text(&strong.stdout).matches('.').count(), 2, "a JWT");
+    let vanishing = forge(&[
+        "submit",
+        "--agent",
+        "examples/agents/calculator.toml",
+        "--store",
+        "memory",
+        "What is 2 times 3?",
+    ]);
+    assert_eq!(vanishing.status.code(), Some(2));
+    assert!(
+        text(&vanishing.stderr).contains("memory store ends with this command"),
+        "{}",
+        text(&vanishing.stderr)
+    );
+}
+
 mod access;
 mod audit;
 mod chaos;

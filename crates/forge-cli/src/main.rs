@@ -40,9 +40,12 @@ use forge_core::part::Part;
 use forge_core::ports::store::{NewRun, NewThread};
 use tokio_util::sync::CancellationToken;
 
+/// The version `forge --version` prints: the package's and the commit it was built from.
+const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (", env!("FORGE_COMMIT"), ")");
+
 /// Forge: run AI agents durably, inside each tenant's walls.
 #[derive(Debug, Parser)]
-#[command(name = "forge", version, about)]
+#[command(name = "forge", version = VERSION, about)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -97,6 +100,13 @@ enum Command {
     /// Gate a release: scores against the thresholds and the last recorded release; the
     /// outcome is appended to the trend. Exits 1 when the gate fails.
     Gate(Box<gate::GateArgs>),
+    /// Print the completion script for a shell: `source <(forge completions bash)`, or write
+    /// it where the shell loads completions from (`forge completions fish >
+    /// ~/.config/fish/completions/forge.fish`).
+    Completions {
+        /// bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
 }
 
 #[derive(Debug, clap::Args)]
@@ -213,6 +223,15 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Files(command) => files::run(command).await,
         Command::Eval(command) => eval::run(command).await,
         Command::Gate(args) => gate::gate(*args).await,
+        Command::Completions { shell } => {
+            use clap::CommandFactory as _;
+            // Generated into memory, then printed: a closed stdout (`| head`) then ends the
+            // command as every other (status 141), where the generator's own writes panic.
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "forge", &mut script);
+            print!("{}", String::from_utf8_lossy(&script));
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Tools(command) => compose::tools(command).await,
     }
 }

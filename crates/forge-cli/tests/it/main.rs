@@ -287,6 +287,44 @@ fn outputs_that_could_not_be_used_are_refused() {
     );
 }
 
+/// `forge --version` names the commit it was built from; `forge completions SHELL` prints a
+/// script the shell loads, covering every subcommand.
+#[test]
+fn the_version_names_its_commit_and_completions_load() {
+    let version = text(&forge(&["--version"]).stdout);
+    let commit = version
+        .trim()
+        .strip_prefix(&format!("forge {} (", env!("CARGO_PKG_VERSION")))
+        .and_then(|rest| rest.strip_suffix(')'))
+        .unwrap_or_else(|| panic!("{version}"));
+    if repo().join(".git").exists() {
+        assert!(
+            commit.len() == 12 && commit.chars().all(|c| c.is_ascii_hexdigit()),
+            "{version}"
+        );
+    }
+    for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
+        let script = forge(&["completions", shell]);
+        assert!(script.status.success(), "{shell}: {}", text(&script.stderr));
+        assert!(text(&script.stdout).contains("cancel"), "{shell}");
+    }
+    let loaded = Command::new("bash")
+        .args([
+            "-c",
+            &format!(
+                "source <({} completions bash) && complete -p forge",
+                env!("CARGO_BIN_EXE_forge")
+            ),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        text(&loaded.stdout).contains("-F _forge forge"),
+        "{}",
+        text(&loaded.stderr)
+    );
+}
+
 mod access;
 mod audit;
 mod chaos;

@@ -254,15 +254,28 @@ pub(crate) async fn runs(command: RunsCommand) -> anyhow::Result<ExitCode> {
             json,
         } => {
             use forge_core::ports::erasure::Erase;
+            let reach = crate::print::Reach::of(&store.url, &store.pg_mode, &tenant.tenant);
             let store = store::open(&store).await?.store;
             let target = match (run, thread) {
                 (Some(run), _) => Erase::Run(run),
                 (None, Some(thread)) => Erase::Thread(thread),
                 (None, None) => anyhow::bail!("name a run, or a thread with --thread"),
             };
-            let erased = store
-                .erase(&tenant.scope_of(&actor)?, target, &actor)
-                .await?;
+            let erased = match store.erase(&tenant.scope_of(&actor)?, target, &actor).await {
+                Err(forge_core::Error::ThreadBusy { active, .. }) => {
+                    let cancel = match reach {
+                        crate::print::Reach::Flags(flags) => {
+                            format!("`forge runs cancel {active}{flags}`")
+                        }
+                        crate::print::Reach::Nowhere => "`forge runs cancel`".into(),
+                    };
+                    anyhow::bail!(
+                        "run {active} has not ended, and only what has ended is erased: cancel \
+                         it with {cancel}, then erase once it has ended"
+                    )
+                }
+                other => other?,
+            };
             if json {
                 println!("{}", serde_json::to_string(&erased)?);
             } else {

@@ -449,6 +449,15 @@ fn another_terminal_follows_a_run_and_cancels_it() {
             .any(|l| l.starts_with("? Sure?")),
         "the follower shows the question"
     );
+    // Erasing it now is refused with what to do instead, as a command that works as printed.
+    let early = forge(&["runs", "erase", &id, "--store", &store]);
+    assert_eq!(early.status.code(), Some(2));
+    assert!(
+        text(&early.stderr).contains(&format!("run {id} has not ended"))
+            && text(&early.stderr).contains(&format!("forge runs cancel {id} --store ")),
+        "{}",
+        text(&early.stderr)
+    );
     let cancel = forge(&["runs", "cancel", &id, "--store", &store]);
     assert!(cancel.status.success(), "{}", text(&cancel.stderr));
     assert!(
@@ -470,5 +479,7 @@ fn another_terminal_follows_a_run_and_cancels_it() {
         "{}",
         text(&again.stdout)
     );
+    let erased = forge(&["runs", "erase", &id, "--store", &store]);
+    assert!(erased.status.success(), "{}", text(&erased.stderr));
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -645,7 +645,7 @@ mod stores {
         let out = forge(&["runs", "erase", "--store", &url, &queued]);
         assert!(!out.status.success());
         assert!(
-            text(&out.stderr).contains("busy with run"),
+            text(&out.stderr).contains(&format!("run {queued} has not ended")),
             "{}",
             text(&out.stderr)
         );

@@ -36,7 +36,8 @@ pub struct ForgeBuilder {
     start_worker: bool,
     streams: StreamSettings,
     customize: Vec<Customize>,
-    jobs: Vec<String>,
+    /// Whether a job is registered (and with it the built-in `job` model).
+    jobs: bool,
 }
 
 impl std::fmt::Debug for ForgeBuilder {
@@ -71,7 +72,7 @@ impl Default for ForgeBuilder {
             start_worker: true,
             streams: StreamSettings::default(),
             customize: Vec::new(),
-            jobs: Vec::new(),
+            jobs: false,
         }
     }
 }
@@ -150,12 +151,12 @@ impl ForgeBuilder {
     }
 
     /// Registers a durable application job ([`Job`](crate::Job)): its agent, its tool and (once)
-    /// the built-in `job` model. Queue it with [`Forge::enqueue_job`] or [`Forge::run_job`].
+    /// the built-in `job` model. Queue it with [`Forge::jobs`].
     pub fn job(mut self, job: crate::Job) -> Self {
-        if self.jobs.is_empty() {
+        if !self.jobs {
             self.models.push(Arc::new(crate::jobs::JobModel));
+            self.jobs = true;
         }
-        self.jobs.push(job.name().to_owned());
         self.agents.push(job.agent().into());
         self.tools.push(job.tool());
         self

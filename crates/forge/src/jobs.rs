@@ -10,9 +10,9 @@
 //! runs again after a takeover, so it must be safe to repeat; the [`ToolContext`] it gets has an
 //! idempotency key and a fencing token that are the same on every attempt of the job.
 //!
-//! [`ForgeBuilder::job`](crate::ForgeBuilder::job) registers one; [`Jobs::enqueue`] (or
-//! [`Forge::enqueue_job`]) queues it — under a request key, a job sent again is the job already
-//! started — and [`Jobs::run`] also waits for its answer.
+//! [`ForgeBuilder::job`](crate::ForgeBuilder::job) registers one; [`Forge::jobs`] gives the
+//! handle whose [`Jobs::enqueue`] queues it — under a request key, a job sent again is the job
+//! already started — and whose [`Jobs::run`] also waits for its answer.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -338,28 +338,6 @@ impl Forge {
             self.streams().clone(),
             self.tail().bus().clone(),
         )
-    }
-
-    /// [`Jobs::enqueue`] on this deployment.
-    pub async fn enqueue_job(
-        &self,
-        scope: &Scope,
-        name: &str,
-        input: Value,
-        key: Option<&str>,
-    ) -> Result<RunHandle, Error> {
-        self.jobs().enqueue(scope, name, input, key).await
-    }
-
-    /// [`Jobs::run`] on this deployment.
-    pub async fn run_job(
-        &self,
-        scope: &Scope,
-        name: &str,
-        input: Value,
-        key: Option<&str>,
-    ) -> Result<Result<Value, JobError>, Error> {
-        self.jobs().run(scope, name, input, key).await
     }
 }
 

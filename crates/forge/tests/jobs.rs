@@ -59,7 +59,8 @@ async fn a_job_answers_what_its_handler_returned_and_is_a_run_like_any_other() {
     let forge = deployment(calls.clone()).await;
     let clerk = Scope::parse("acme", "carl", &["clerk"]).unwrap();
     let answer = forge
-        .run_job(&clerk, "double", json!({ "n": 21 }), None)
+        .jobs()
+        .run(&clerk, "double", json!({ "n": 21 }), None)
         .await
         .unwrap()
         .unwrap();
@@ -67,7 +68,8 @@ async fn a_job_answers_what_its_handler_returned_and_is_a_run_like_any_other() {
     assert_eq!(calls.load(Ordering::SeqCst), 1);
     // A handler's failure is the job's answer, with its code; nothing is retried by itself.
     let failed = forge
-        .run_job(&clerk, "double", json!({ "n": -1 }), None)
+        .jobs()
+        .run(&clerk, "double", json!({ "n": -1 }), None)
         .await
         .unwrap();
     assert_eq!(
@@ -80,12 +82,13 @@ async fn a_job_answers_what_its_handler_returned_and_is_a_run_like_any_other() {
     // Input that is not an object never reaches a queue.
     assert!(
         forge
-            .run_job(&clerk, "double", json!(3), None)
+            .jobs()
+            .run(&clerk, "double", json!(3), None)
             .await
             .is_err()
     );
     assert!(matches!(
-        forge.run_job(&clerk, "triple", json!({}), None).await,
+        forge.jobs().run(&clerk, "triple", json!({}), None).await,
         Err(forge::Error::UnknownAgent(_))
     ));
     forge.shutdown().await;
@@ -97,12 +100,14 @@ async fn a_job_sent_again_under_its_key_is_the_job_already_started() {
     let forge = deployment(calls.clone()).await;
     let clerk = Scope::parse("acme", "carl", &["clerk"]).unwrap();
     let first = forge
-        .run_job(&clerk, "double", json!({ "n": 2 }), Some("import-7"))
+        .jobs()
+        .run(&clerk, "double", json!({ "n": 2 }), Some("import-7"))
         .await
         .unwrap()
         .unwrap();
     let again = forge
-        .run_job(&clerk, "double", json!({ "n": 2 }), Some("import-7"))
+        .jobs()
+        .run(&clerk, "double", json!({ "n": 2 }), Some("import-7"))
         .await
         .unwrap()
         .unwrap();
@@ -114,14 +119,16 @@ async fn a_job_sent_again_under_its_key_is_the_job_already_started() {
     // Another input under the key is another request: refused, not merged.
     assert!(
         forge
-            .run_job(&clerk, "double", json!({ "n": 3 }), Some("import-7"))
+            .jobs()
+            .run(&clerk, "double", json!({ "n": 3 }), Some("import-7"))
             .await
             .is_err()
     );
     // Another tenant's key is its own.
     let other = Scope::parse("globex", "carl", &["clerk"]).unwrap();
     forge
-        .run_job(&other, "double", json!({ "n": 2 }), Some("import-7"))
+        .jobs()
+        .run(&other, "double", json!({ "n": 2 }), Some("import-7"))
         .await
         .unwrap()
         .unwrap();
@@ -135,7 +142,8 @@ async fn the_policies_decide_who_may_run_a_job() {
     let forge = deployment(calls.clone()).await;
     let visitor = Scope::parse("acme", "vera", &["visitor"]).unwrap();
     let refused = forge
-        .run_job(&visitor, "double", json!({ "n": 2 }), None)
+        .jobs()
+        .run(&visitor, "double", json!({ "n": 2 }), None)
         .await
         .unwrap();
     assert!(
@@ -179,7 +187,8 @@ async fn a_job_whose_process_died_is_finished_by_another_worker() {
     let scope = Scope::parse("acme", "alice", &[]).unwrap();
     let first = build("first").without_worker().build().await.unwrap();
     let job = first
-        .enqueue_job(&scope, "stalls", json!({}), Some("nightly"))
+        .jobs()
+        .enqueue(&scope, "stalls", json!({}), Some("nightly"))
         .await
         .unwrap();
     let engine = first.engine().clone();
@@ -199,7 +208,8 @@ async fn a_job_whose_process_died_is_finished_by_another_worker() {
     let second = build("second").build().await.unwrap();
     // Sent again under its key after the crash: the same job, finished by the second worker.
     let answer = second
-        .run_job(&scope, "stalls", json!({}), Some("nightly"))
+        .jobs()
+        .run(&scope, "stalls", json!({}), Some("nightly"))
         .await
         .unwrap();
     assert_eq!(answer, Ok(json!("done")));

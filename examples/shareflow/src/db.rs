@@ -307,16 +307,11 @@ impl AppDb {
         id: &str,
         status: &str,
     ) -> Result<bool, sqlx::Error> {
-        Ok(sqlx::query(
+        self.changes_one(
             "UPDATE documents SET status = $1 WHERE tenant = $2 AND id = $3 AND status = 'drafting'",
+            &[status, tenant, id],
         )
-        .bind(status)
-        .bind(tenant)
-        .bind(id)
-        .execute(&self.pool)
-        .await?
-        .rows_affected()
-            == 1)
+        .await
     }
 
     /// Claims a document for the routing job `job` (a Forge run id): from `new`, or again by the
@@ -328,18 +323,13 @@ impl AppDb {
         id: &str,
         job: &str,
     ) -> Result<bool, sqlx::Error> {
-        Ok(sqlx::query(
+        self.changes_one(
             "UPDATE documents SET status = 'routing', run_id = $1
              WHERE tenant = $2 AND id = $3
                AND (status = 'new' OR (status = 'routing' AND run_id = $1))",
+            &[job, tenant, id],
         )
-        .bind(job)
-        .bind(tenant)
-        .bind(id)
-        .execute(&self.pool)
-        .await?
-        .rows_affected()
-            == 1)
+        .await
     }
 
     /// Gives up the routing job `job`'s claim after it failed: the document is `new` again
@@ -351,18 +341,22 @@ impl AppDb {
         id: &str,
         job: &str,
     ) -> Result<bool, sqlx::Error> {
-        Ok(sqlx::query(
+        self.changes_one(
             "UPDATE documents SET status = 'new', run_id = NULL, thread_id = NULL
              WHERE tenant = $1 AND id = $2
                AND ((status = 'routing' AND run_id = $3) OR (status = 'drafting' AND run_id = ''))",
+            &[tenant, id, job],
         )
-        .bind(tenant)
-        .bind(id)
-        .bind(job)
-        .execute(&self.pool)
-        .await?
-        .rows_affected()
-            == 1)
+        .await
+    }
+
+    /// Runs the update `sql` with `values` bound in order; whether it changed exactly one row.
+    async fn changes_one(&self, sql: &'static str, values: &[&str]) -> Result<bool, sqlx::Error> {
+        let mut query = sqlx::query(sql);
+        for value in values {
+            query = query.bind(*value);
+        }
+        Ok(query.execute(&self.pool).await?.rows_affected() == 1)
     }
 
     /// Every document recorded but never routed, in every tenant: its drop's process died
@@ -374,16 +368,12 @@ impl AppDb {
     /// Opens a document whose draft ended without a post (`failed`, `cancelled`, `rejected`)
     /// again, as new; `false` when it was not in one of those states.
     pub async fn reopen(&self, tenant: &str, id: &str) -> Result<bool, sqlx::Error> {
-        Ok(sqlx::query(
+        self.changes_one(
             "UPDATE documents SET status = 'new', thread_id = NULL, run_id = NULL
              WHERE tenant = $1 AND id = $2 AND status IN ('failed', 'cancelled', 'rejected')",
+            &[tenant, id],
         )
-        .bind(tenant)
-        .bind(id)
-        .execute(&self.pool)
-        .await?
-        .rows_affected()
-            == 1)
+        .await
     }
 
     /// Marks a document as being drafted by `run` on `thread`.

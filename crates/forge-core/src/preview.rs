@@ -177,7 +177,7 @@ fn fill(template: &str, input: &serde_json::Value) -> String {
 
 /// `text` without control or invisible characters (keeping line breaks and tabs when
 /// `multiline`, else turning them into spaces), cut to `max` characters with `…`.
-fn clean(text: &str, max: usize, multiline: bool) -> String {
+pub(crate) fn clean(text: &str, max: usize, multiline: bool) -> String {
     let kept: String = text
         .chars()
         .filter_map(|c| match c {

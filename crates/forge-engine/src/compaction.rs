@@ -396,7 +396,10 @@ impl Compactor<'_> {
             }))),
             Streamed::Finished => Ok(Ok(self.redactor.redact(text.trim()).into_owned())),
             Streamed::Cancelled => Ok(Err(StepEnd::Cancelled)),
-            Streamed::Failed(e) => Ok(Err(StepEnd::Failed(crate::plan::model_failure(&e)))),
+            Streamed::Failed(e) => Ok(Err(StepEnd::Failed(crate::plan::model_failure(
+                &e,
+                self.redactor,
+            )))),
         }
     }
 }

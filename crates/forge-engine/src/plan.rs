@@ -3,7 +3,8 @@
 //! components hand each other, below all of them.
 
 use forge_core::part::ToolCallPart;
-use forge_core::ports::model::ModelError;
+use forge_core::ports::model::{CallDetail, ModelError, ModelErrorKind};
+use forge_core::redact::Redactor;
 use forge_core::run::{FailureCode, RunFailure, WaitReason};
 
 /// How a step ended.
@@ -44,15 +45,64 @@ pub(crate) enum Prepared {
     },
 }
 
-/// The run's failure for a model call that failed: its class, never the provider's own words.
-pub(crate) fn model_failure(e: &ModelError) -> RunFailure {
-    let code = match e {
-        ModelError::MalformedStream(_) => FailureCode::MalformedModelOutput,
+/// The run's failure for a model call that failed: its class, and where and why as the provider
+/// or the network said it (the endpoint, the HTTP status, the provider's message, the connection's
+/// cause), scrubbed by `redactor` — what the person fixing a key, a URL or a model name needs.
+/// Telemetry gets the class only.
+pub(crate) fn model_failure(e: &ModelError, redactor: &Redactor) -> RunFailure {
+    let code = match e.kind() {
+        ModelErrorKind::MalformedStream(_) => FailureCode::MalformedModelOutput,
         _ => FailureCode::ProviderError,
     };
-    // The provider's own words may carry request details; the user sees the class only.
-    RunFailure {
-        code,
-        message: format!("the model call failed ({})", e.code()),
+    let said = match (e.detail(), e.kind()) {
+        (Some(detail), _) => detail.to_string(),
+        (None, ModelErrorKind::StreamError { message, .. }) => {
+            CallDetail::default().message(message).to_string()
+        }
+        _ => String::new(),
+    };
+    let mut message = format!("the model call failed ({})", e.code());
+    if !said.is_empty() {
+        message.push_str(": ");
+        message.push_str(&redactor.redact(&said));
+    }
+    RunFailure { code, message }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_model_failure_says_where_and_why_with_secrets_scrubbed() {
+        let e = ModelError::from(ModelErrorKind::Authentication)
+            .with_detail(
+                CallDetail::default()
+                    .status(401)
+                    .message("Incorrect API key provided: sk-proj-abcdefghijklmnopqrstuvwxyz0123."),
+            )
+            .at("POST", "https://api.openai.com/v1/chat/completions?key=q");
+        let failure = model_failure(&e, &Redactor::default());
+        assert_eq!(failure.code, FailureCode::ProviderError);
+        assert_eq!(
+            failure.message,
+            "the model call failed (authentication): POST \
+             https://api.openai.com/v1/chat/completions: HTTP 401: Incorrect API key provided: \
+             [REDACTED]."
+        );
+        // An error inside a stream says the provider's words; a bare class says only itself.
+        let mid = ModelError::from(ModelErrorKind::StreamError {
+            message: "overloaded_error: Overloaded".into(),
+            retryable: true,
+        });
+        assert_eq!(
+            model_failure(&mid, &Redactor::default()).message,
+            "the model call failed (stream_error): overloaded_error: Overloaded"
+        );
+        let bare = ModelError::from(ModelErrorKind::Timeout);
+        assert_eq!(
+            model_failure(&bare, &Redactor::default()).message,
+            "the model call failed (timeout)"
+        );
     }
 }

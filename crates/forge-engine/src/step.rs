@@ -227,7 +227,7 @@ impl StepRunner<'_> {
             Streamed::Finished => return Ok(Ok(msg)),
             Streamed::Cancelled => StepEnd::Cancelled,
             Streamed::Failed(e) => {
-                let failure = crate::plan::model_failure(&e);
+                let failure = crate::plan::model_failure(&e, &self.engine.services().redactor);
                 msg.add_part(
                     cur,
                     Part::Error(ErrorPart {

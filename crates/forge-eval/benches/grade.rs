@@ -14,7 +14,9 @@ use async_trait::async_trait;
 use criterion::{Criterion, criterion_group, criterion_main};
 use forge_core::id::SequentialIds;
 use forge_core::metering::Prices;
-use forge_core::ports::model::{ModelError, ModelProvider, ModelRequest, ModelStream};
+use forge_core::ports::model::{
+    ModelError, ModelErrorKind, ModelProvider, ModelRequest, ModelStream,
+};
 use forge_core::scope::Scope;
 use forge_core::time::ManualClock;
 use forge_eval::judge::{JudgeVerdict, QUALITY};
@@ -88,9 +90,7 @@ impl ModelProvider for NoCalls {
         "scripted"
     }
     async fn stream(&self, _request: ModelRequest) -> Result<ModelStream, ModelError> {
-        Err(ModelError::BadRequest(
-            "the bench judge is never asked".into(),
-        ))
+        Err(ModelErrorKind::BadRequest("the bench judge is never asked".into()).into())
     }
 }
 

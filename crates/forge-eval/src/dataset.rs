@@ -25,7 +25,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use forge_core::ports::model::ModelError;
+use forge_core::ports::model::{ModelError, ModelErrorKind};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -270,20 +270,21 @@ pub struct ModelFault {
 impl ModelFault {
     /// The error this fault injects.
     pub fn error(&self) -> Result<ModelError, String> {
-        Ok(match self.code.as_str() {
-            "server_error" => ModelError::Server,
-            "overloaded" => ModelError::Overloaded,
-            "rate_limited" => ModelError::RateLimited { retry_after: None },
-            "timeout" => ModelError::Timeout,
-            "transport" => ModelError::Transport,
-            "malformed_stream" => ModelError::MalformedStream("injected".into()),
-            "stream_error" => ModelError::StreamError {
+        let kind = match self.code.as_str() {
+            "server_error" => ModelErrorKind::Server,
+            "overloaded" => ModelErrorKind::Overloaded,
+            "rate_limited" => ModelErrorKind::RateLimited { retry_after: None },
+            "timeout" => ModelErrorKind::Timeout,
+            "transport" => ModelErrorKind::Transport,
+            "malformed_stream" => ModelErrorKind::MalformedStream("injected".into()),
+            "stream_error" => ModelErrorKind::StreamError {
                 message: "injected".into(),
                 retryable: false,
             },
-            "context_length_exceeded" => ModelError::ContextLengthExceeded,
+            "context_length_exceeded" => ModelErrorKind::ContextLengthExceeded,
             other => return Err(format!("unknown model fault code {other:?}")),
-        })
+        };
+        Ok(kind.into())
     }
 }
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use forge_core::Error;
-use forge_core::ports::model::ModelError;
+use forge_core::ports::model::{ModelError, ModelErrorKind};
 use forge_rag::embed::{Embedder, Purpose};
 use reqwest::header::{HeaderMap, HeaderValue};
 use serde::Deserialize;
@@ -136,12 +136,12 @@ impl OpenAiEmbeddings {
             .send();
         let response = tokio::time::timeout(self.timeout, request)
             .await
-            .map_err(|_| ModelError::Timeout)?
+            .map_err(|_| ModelErrorKind::Timeout)?
             .map_err(|e| {
                 if e.is_timeout() {
-                    ModelError::Timeout
+                    ModelErrorKind::Timeout
                 } else {
-                    ModelError::Transport
+                    ModelErrorKind::Transport
                 }
             })?;
         let status = response.status().as_u16();
@@ -150,7 +150,7 @@ impl OpenAiEmbeddings {
             return Err(classify(status, None, &String::from_utf8_lossy(&bytes)));
         }
         let parsed: Response = serde_json::from_slice(&bytes).map_err(|e| {
-            ModelError::MalformedStream(format!("the embeddings response is not valid: {e}"))
+            ModelErrorKind::MalformedStream(format!("the embeddings response is not valid: {e}"))
         })?;
         order(parsed.data, texts.len())
     }
@@ -163,16 +163,17 @@ fn order(items: Vec<Item>, n: usize) -> Result<Vec<Vec<f32>>, ModelError> {
         match out.get_mut(item.index) {
             Some(slot @ None) => *slot = Some(item.embedding),
             _ => {
-                return Err(ModelError::MalformedStream(format!(
+                return Err(ModelErrorKind::MalformedStream(format!(
                     "the embeddings response has index {} twice or out of range",
                     item.index
-                )));
+                ))
+                .into());
             }
         }
     }
-    out.into_iter()
-        .collect::<Option<Vec<_>>>()
-        .ok_or_else(|| ModelError::MalformedStream("the embeddings response lacks an item".into()))
+    out.into_iter().collect::<Option<Vec<_>>>().ok_or_else(|| {
+        ModelErrorKind::MalformedStream("the embeddings response lacks an item".into()).into()
+    })
 }
 
 #[async_trait]
@@ -198,8 +199,8 @@ impl Embedder for OpenAiEmbeddings {
             .send();
         let response = tokio::time::timeout(self.timeout, request)
             .await
-            .map_err(|_| backend(ModelError::Timeout))?
-            .map_err(|_| backend(ModelError::Transport))?;
+            .map_err(|_| backend(ModelErrorKind::Timeout.into()))?
+            .map_err(|_| backend(ModelErrorKind::Transport.into()))?;
         let status = response.status().as_u16();
         let bytes = read_limited(response, self.timeout)
             .await

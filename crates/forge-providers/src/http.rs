@@ -12,7 +12,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use forge_core::ports::model::{ModelChunk, ModelError, ModelProvider, ModelRequest, ModelStream};
+use forge_core::ports::model::{
+    CallDetail, ModelChunk, ModelError, ModelErrorKind, ModelProvider, ModelRequest, ModelStream,
+};
 use futures_core::Stream;
 use futures_util::StreamExt;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
@@ -182,14 +184,26 @@ impl HttpProvider {
         self.dialect
     }
 
+    /// Sends `request` (a `method` to `url`); a failure names the endpoint, and for a refused
+    /// request the status and the provider's message, for a failed connection its cause.
     async fn send(
         &self,
+        method: &str,
+        url: &str,
         request: reqwest::RequestBuilder,
     ) -> Result<reqwest::Response, ModelError> {
+        let at = |e: ModelError| e.at(method, url);
         let response = tokio::time::timeout(self.timeouts.response, request.send())
             .await
-            .map_err(|_| ModelError::Timeout)?
-            .map_err(|e| transport(&e))?;
+            .map_err(|_| {
+                at(ModelError::from(ModelErrorKind::Timeout).with_detail(
+                    CallDetail::default().cause(format!(
+                        "no response within {} ms",
+                        self.timeouts.response.as_millis()
+                    )),
+                ))
+            })?
+            .map_err(|e| at(transport(&e)))?;
         if response.status().is_success() {
             return Ok(response);
         }
@@ -201,17 +215,36 @@ impl HttpProvider {
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_owned)
         });
-        let body = read_limited(response, self.timeouts.idle).await?;
-        Err(classify(status, delay, &String::from_utf8_lossy(&body)))
+        let body = read_limited(response, self.timeouts.idle)
+            .await
+            .map_err(at)?;
+        Err(at(classify(status, delay, &String::from_utf8_lossy(&body))))
     }
 }
 
+/// A failed connection or read, with its causes (the resolver's, TLS's or the operating
+/// system's words). reqwest's own message is left out: it repeats the URL, query string included.
 fn transport(e: &reqwest::Error) -> ModelError {
-    if e.is_timeout() {
-        ModelError::Timeout
+    let kind = if e.is_timeout() {
+        ModelErrorKind::Timeout
     } else {
-        ModelError::Transport
+        ModelErrorKind::Transport
+    };
+    let mut causes: Vec<String> = Vec::new();
+    let mut source = std::error::Error::source(e);
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if !text.is_empty() && !causes.iter().any(|c| c.contains(&text)) {
+            causes.retain(|c| !text.contains(c.as_str()));
+            causes.push(text);
+        }
+        source = cause.source();
     }
+    let error = ModelError::from(kind);
+    if causes.is_empty() {
+        return error;
+    }
+    error.with_detail(CallDetail::default().cause(causes.join(": ")))
 }
 
 /// Reads a whole body, at most [`MAX_BODY_BYTES`].
@@ -223,14 +256,15 @@ pub(crate) async fn read_limited(
     let mut stream = response.bytes_stream();
     loop {
         match tokio::time::timeout(idle, stream.next()).await {
-            Err(_) => return Err(ModelError::Timeout),
+            Err(_) => return Err(ModelErrorKind::Timeout.into()),
             Ok(None) => return Ok(body),
             Ok(Some(Err(e))) => return Err(transport(&e)),
             Ok(Some(Ok(bytes))) => {
                 if body.len() + bytes.len() > MAX_BODY_BYTES {
-                    return Err(ModelError::MalformedStream(format!(
+                    return Err(ModelErrorKind::MalformedStream(format!(
                         "the response body exceeds {MAX_BODY_BYTES} bytes"
-                    )));
+                    ))
+                    .into());
                 }
                 body.extend_from_slice(&bytes);
             }
@@ -280,7 +314,7 @@ impl Reading {
             match tokio::time::timeout(self.idle, self.body.next()).await {
                 Err(_) => {
                     self.ended = true;
-                    self.pending.push_back(Err(ModelError::Timeout));
+                    self.pending.push_back(Err(ModelErrorKind::Timeout.into()));
                 }
                 Ok(Some(Err(e))) => {
                     self.ended = true;
@@ -291,9 +325,10 @@ impl Reading {
                     Some(buf) if buf.len() + bytes.len() > MAX_BODY_BYTES => {
                         self.ended = true;
                         self.pending
-                            .push_back(Err(ModelError::MalformedStream(format!(
+                            .push_back(Err(ModelErrorKind::MalformedStream(format!(
                                 "the response body exceeds {MAX_BODY_BYTES} bytes"
-                            ))));
+                            ))
+                            .into()));
                     }
                     Some(buf) => buf.extend_from_slice(&bytes),
                     None => {
@@ -318,7 +353,7 @@ impl ModelProvider for HttpProvider {
 
     async fn stream(&self, request: ModelRequest) -> Result<ModelStream, ModelError> {
         let body = self.dialect.encode(&request, &self.body).map_err(|e| {
-            ModelError::BadRequest(format!("the request cannot be encoded as JSON: {e}"))
+            ModelErrorKind::BadRequest(format!("the request cannot be encoded as JSON: {e}"))
         })?;
         let url = format!("{}{}", self.base_url, self.dialect.path());
         // As reqwest's `json` does: the configured headers may name another JSON type.
@@ -330,7 +365,11 @@ impl ModelProvider for HttpProvider {
             );
         }
         let response = self
-            .send(self.client.post(url).headers(headers).body(body))
+            .send(
+                "POST",
+                &url,
+                self.client.post(&url).headers(headers).body(body),
+            )
             .await?;
         let request_id = ["x-request-id", "request-id"].iter().find_map(|name| {
             response
@@ -364,8 +403,12 @@ impl ModelProvider for HttpProvider {
 
     async fn health(&self) -> Result<(), ModelError> {
         let url = format!("{}{}", self.base_url, self.dialect.models_path());
-        self.send(self.client.get(url).headers(self.headers.clone()))
-            .await
-            .map(drop)
+        self.send(
+            "GET",
+            &url,
+            self.client.get(&url).headers(self.headers.clone()),
+        )
+        .await
+        .map(drop)
     }
 }

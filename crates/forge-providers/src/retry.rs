@@ -10,7 +10,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use forge_core::ports::model::{ModelChunk, ModelError, ModelProvider, ModelRequest, ModelStream};
+use forge_core::ports::model::{
+    ModelChunk, ModelError, ModelErrorKind, ModelProvider, ModelRequest, ModelStream,
+};
 use futures_util::StreamExt;
 
 /// When and how long to wait before trying a failed call again.
@@ -44,9 +46,9 @@ impl RetryPolicy {
         if retry >= self.max_retries || !error.is_retryable() {
             return None;
         }
-        if let ModelError::RateLimited {
+        if let ModelErrorKind::RateLimited {
             retry_after: Some(after),
-        } = error
+        } = error.kind()
         {
             return (*after <= self.max_retry_after).then_some(*after);
         }
@@ -136,18 +138,26 @@ mod tests {
     #[test]
     fn only_retryable_errors_within_budget_are_retried() {
         let policy = RetryPolicy::default();
-        assert!(policy.delay(0, &ModelError::Server).is_some());
-        assert!(policy.delay(1, &ModelError::Overloaded).is_some());
-        assert!(policy.delay(2, &ModelError::Server).is_none());
-        assert!(policy.delay(0, &ModelError::Authentication).is_none());
+        assert!(policy.delay(0, &ModelErrorKind::Server.into()).is_some());
         assert!(
             policy
-                .delay(0, &ModelError::ContextLengthExceeded)
+                .delay(1, &ModelErrorKind::Overloaded.into())
+                .is_some()
+        );
+        assert!(policy.delay(2, &ModelErrorKind::Server.into()).is_none());
+        assert!(
+            policy
+                .delay(0, &ModelErrorKind::Authentication.into())
                 .is_none()
         );
         assert!(
             policy
-                .delay(0, &ModelError::BadRequest("x".into()))
+                .delay(0, &ModelErrorKind::ContextLengthExceeded.into())
+                .is_none()
+        );
+        assert!(
+            policy
+                .delay(0, &ModelErrorKind::BadRequest("x".into()).into())
                 .is_none()
         );
     }
@@ -156,13 +166,16 @@ mod tests {
     fn backoff_doubles_with_jitter_and_retry_after_is_honoured() {
         let policy = RetryPolicy::default();
         for _ in 0..50 {
-            let d0 = policy.delay(0, &ModelError::Server).unwrap();
+            let d0 = policy.delay(0, &ModelErrorKind::Server.into()).unwrap();
             assert!(d0 >= Duration::from_millis(250) && d0 <= Duration::from_millis(500));
-            let d1 = policy.delay(1, &ModelError::Server).unwrap();
+            let d1 = policy.delay(1, &ModelErrorKind::Server.into()).unwrap();
             assert!(d1 >= Duration::from_millis(500) && d1 <= Duration::from_millis(1000));
         }
-        let limited = |s| ModelError::RateLimited {
-            retry_after: Some(Duration::from_secs(s)),
+        let limited = |s| -> ModelError {
+            ModelErrorKind::RateLimited {
+                retry_after: Some(Duration::from_secs(s)),
+            }
+            .into()
         };
         assert_eq!(policy.delay(0, &limited(7)), Some(Duration::from_secs(7)));
         assert_eq!(policy.delay(0, &limited(61)), None);

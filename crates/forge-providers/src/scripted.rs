@@ -31,7 +31,7 @@ use async_trait::async_trait;
 use forge_core::message::{Message, Role};
 use forge_core::part::Part;
 use forge_core::ports::model::{
-    FinishReason, ModelChunk, ModelError, ModelProvider, ModelRequest, ModelStream,
+    FinishReason, ModelChunk, ModelError, ModelErrorKind, ModelProvider, ModelRequest, ModelStream,
 };
 use forge_core::usage::Usage;
 use futures_util::StreamExt;
@@ -198,12 +198,12 @@ impl Script {
             })
             .or_else(|| self.conversations.iter().find(|c| c.when_user.is_none()))
             .ok_or_else(|| {
-                ModelError::BadRequest(
+                ModelErrorKind::BadRequest(
                     "scripted: no conversation matches the user's message".into(),
                 )
             })?;
         let turn = conversation.turns.get(turn_index).ok_or_else(|| {
-            ModelError::BadRequest(format!(
+            ModelErrorKind::BadRequest(format!(
                 "scripted: the conversation has no turn {}",
                 turn_index + 1
             ))
@@ -213,19 +213,20 @@ impl Script {
 }
 
 fn error_for(code: &str) -> Result<ModelError, String> {
-    Ok(match code {
-        "server_error" => ModelError::Server,
-        "overloaded" => ModelError::Overloaded,
-        "rate_limited" => ModelError::RateLimited { retry_after: None },
-        "malformed_stream" => ModelError::MalformedStream("scripted".into()),
-        "stream_error" => ModelError::StreamError {
+    let kind = match code {
+        "server_error" => ModelErrorKind::Server,
+        "overloaded" => ModelErrorKind::Overloaded,
+        "rate_limited" => ModelErrorKind::RateLimited { retry_after: None },
+        "malformed_stream" => ModelErrorKind::MalformedStream("scripted".into()),
+        "stream_error" => ModelErrorKind::StreamError {
             message: "scripted".into(),
             retryable: false,
         },
-        "context_length_exceeded" => ModelError::ContextLengthExceeded,
-        "timeout" => ModelError::Timeout,
+        "context_length_exceeded" => ModelErrorKind::ContextLengthExceeded,
+        "timeout" => ModelErrorKind::Timeout,
         other => return Err(format!("unknown error code {other:?}")),
-    })
+    };
+    Ok(kind.into())
 }
 
 /// The scripted model provider, named `scripted`. It plays the script registered for the request's
@@ -263,7 +264,9 @@ impl ScriptedProvider {
         self.by_model
             .get(model)
             .or(self.default.as_ref())
-            .ok_or_else(|| ModelError::NotFound(format!("scripted: no script for model {model:?}")))
+            .ok_or_else(|| {
+                ModelErrorKind::NotFound(format!("scripted: no script for model {model:?}")).into()
+            })
     }
 }
 
@@ -334,9 +337,8 @@ impl ModelProvider for ScriptedProvider {
                 .unwrap_or_else(|| format!("call_{turn_index}_{n}"));
             let input = match (&call.raw_input, &call.input) {
                 (Some(raw), _) => raw.clone(),
-                (None, Some(v)) => {
-                    serde_json::to_string(v).map_err(|e| ModelError::BadRequest(e.to_string()))?
-                }
+                (None, Some(v)) => serde_json::to_string(v)
+                    .map_err(|e| ModelErrorKind::BadRequest(e.to_string()))?,
                 (None, None) => "{}".into(),
             };
             chunks.push(Ok(ModelChunk::ToolCallStart {
@@ -372,7 +374,7 @@ impl ModelProvider for ScriptedProvider {
         };
         chunks.push(Ok(ModelChunk::Usage(usage)));
         if let Some(e) = &turn.error {
-            let err = error_for(&e.code).map_err(ModelError::BadRequest)?;
+            let err = error_for(&e.code).map_err(ModelErrorKind::BadRequest)?;
             if e.after_chunks == 0 {
                 return Err(err);
             }
@@ -489,7 +491,7 @@ text = ["fallback"]
         let err = p.stream(request(messages)).await.map(|_| ()).unwrap_err();
         assert_eq!(
             err,
-            ModelError::BadRequest("scripted: the conversation has no turn 2".into())
+            ModelErrorKind::BadRequest("scripted: the conversation has no turn 2".into()).into()
         );
     }
 

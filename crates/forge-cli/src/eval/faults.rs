@@ -5,7 +5,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use async_trait::async_trait;
-use forge_core::ports::model::{ModelError, ModelProvider, ModelRequest, ModelStream};
+use forge_core::ports::model::{
+    ModelError, ModelErrorKind, ModelProvider, ModelRequest, ModelStream,
+};
 use forge_core::ports::tool::{Tool, ToolContext, ToolError, ToolSpec};
 use forge_engine::observer::{Emitted, RunObserver};
 use forge_eval::dataset::{ModelFault, ToolFault};
@@ -41,7 +43,7 @@ impl ModelProvider for FaultyModel {
             return self.inner.stream(request).await;
         };
         // Checked when the dataset loaded.
-        let error = fault.error().map_err(ModelError::BadRequest)?;
+        let error = fault.error().map_err(ModelErrorKind::BadRequest)?;
         if fault.after_chunks == 0 {
             return Err(error);
         }

@@ -106,6 +106,64 @@ fn a_named_provider_from_a_providers_file() {
     );
 }
 
+/// A refused or unreachable model says where and why (issue 68, item 1): the endpoint, the
+/// status and the provider's words, or the connection's cause — with the key scrubbed.
+#[test]
+fn a_failed_model_call_says_the_url_status_and_provider_message() {
+    use forge_testkit::wire::{Reply, WireServer};
+    let key = "sk-proj-Kx7vQ2mN9pL4rT8wZ1yB3cD5fG6hJ0aS";
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let server = rt
+        .block_on(WireServer::start(vec![Reply::json(
+            401,
+            format!(
+                r#"{{"error":{{"message":"Incorrect API key provided: {key}.","type":"invalid_request_error","code":"invalid_api_key"}}}}"#
+            ),
+        )]))
+        .unwrap();
+    let base = format!("{}/v1", server.base_url());
+    let out = forge_with_env(
+        &["run", "--agent", "examples/agents/workload.toml", "hi"],
+        &[
+            ("FORGE_OPENAI_COMPATIBLE_BASE_URL", &base),
+            ("OPENAI_COMPATIBLE_API_KEY", key),
+        ],
+    );
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    let said = format!("{stdout}{stderr}");
+    assert!(
+        said.contains(&format!(
+            "the model call failed (authentication): POST {base}/chat/completions: HTTP 401: \
+             Incorrect API key provided: [REDACTED]."
+        )),
+        "{said}"
+    );
+    assert!(!said.contains(key), "{said}");
+
+    // Nothing listens: the operating system's words.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let out = forge_with_env(
+        &["run", "--agent", "examples/agents/workload.toml", "hi"],
+        &[(
+            "FORGE_OPENAI_COMPATIBLE_BASE_URL",
+            &format!("http://127.0.0.1:{port}/v1"),
+        )],
+    );
+    let said = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains(&format!(
+            "the model call failed (transport): POST http://127.0.0.1:{port}/v1/chat/completions: "
+        )) && said.contains("refused"),
+        "{said}"
+    );
+}
+
 #[test]
 fn a_missing_credential_or_base_url_fails_before_any_run_with_what_to_set() {
     let out = forge_with_env(

@@ -90,7 +90,7 @@ pub enum ModelChunk {
 /// How a model call failed, in classes that decide retrying.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
-pub enum ModelError {
+pub enum ModelErrorKind {
     /// Too many requests; retry after the given delay if the provider said.
     #[error("rate limited by the model provider")]
     RateLimited {
@@ -135,17 +135,17 @@ pub enum ModelError {
     Transport,
 }
 
-impl ModelError {
+impl ModelErrorKind {
     /// Whether retrying the same call may help.
     pub fn is_retryable(&self) -> bool {
         matches!(
             self,
-            ModelError::RateLimited { .. }
-                | ModelError::Overloaded
-                | ModelError::Server
-                | ModelError::Timeout
-                | ModelError::Transport
-                | ModelError::StreamError {
+            ModelErrorKind::RateLimited { .. }
+                | ModelErrorKind::Overloaded
+                | ModelErrorKind::Server
+                | ModelErrorKind::Timeout
+                | ModelErrorKind::Transport
+                | ModelErrorKind::StreamError {
                     retryable: true,
                     ..
                 }
@@ -155,18 +155,166 @@ impl ModelError {
     /// A stable code for logs and error parts.
     pub fn code(&self) -> &'static str {
         match self {
-            ModelError::RateLimited { .. } => "rate_limited",
-            ModelError::Overloaded => "overloaded",
-            ModelError::ContextLengthExceeded => "context_length_exceeded",
-            ModelError::Authentication => "authentication",
-            ModelError::NotFound(_) => "not_found",
-            ModelError::BadRequest(_) => "bad_request",
-            ModelError::Server => "server_error",
-            ModelError::StreamError { .. } => "stream_error",
-            ModelError::MalformedStream(_) => "malformed_stream",
-            ModelError::Timeout => "timeout",
-            ModelError::Transport => "transport",
+            ModelErrorKind::RateLimited { .. } => "rate_limited",
+            ModelErrorKind::Overloaded => "overloaded",
+            ModelErrorKind::ContextLengthExceeded => "context_length_exceeded",
+            ModelErrorKind::Authentication => "authentication",
+            ModelErrorKind::NotFound(_) => "not_found",
+            ModelErrorKind::BadRequest(_) => "bad_request",
+            ModelErrorKind::Server => "server_error",
+            ModelErrorKind::StreamError { .. } => "stream_error",
+            ModelErrorKind::MalformedStream(_) => "malformed_stream",
+            ModelErrorKind::Timeout => "timeout",
+            ModelErrorKind::Transport => "transport",
         }
+    }
+}
+
+/// A failed model call: its class ([`ModelErrorKind`], which decides retrying) and, when the
+/// provider spoke HTTP, what a person needs to see why ([`CallDetail`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelError {
+    kind: ModelErrorKind,
+    detail: Option<Box<CallDetail>>,
+}
+
+impl ModelError {
+    /// The class of failure.
+    pub fn kind(&self) -> &ModelErrorKind {
+        &self.kind
+    }
+
+    /// Where and how the call failed, when the provider said.
+    pub fn detail(&self) -> Option<&CallDetail> {
+        self.detail.as_deref()
+    }
+
+    /// This error with `detail` attached (replacing any earlier one).
+    #[must_use]
+    pub fn with_detail(mut self, detail: CallDetail) -> Self {
+        self.detail = Some(Box::new(detail));
+        self
+    }
+
+    /// This error with the endpoint called named in its detail (see [`CallDetail::endpoint`]).
+    #[must_use]
+    pub fn at(mut self, method: &str, url: &str) -> Self {
+        let named = CallDetail::endpoint(method, url);
+        let detail = self.detail.get_or_insert_with(Box::default);
+        detail.endpoint = named.endpoint;
+        self
+    }
+
+    /// Whether retrying the same call may help.
+    pub fn is_retryable(&self) -> bool {
+        self.kind.is_retryable()
+    }
+
+    /// A stable code for logs and error parts.
+    pub fn code(&self) -> &'static str {
+        self.kind.code()
+    }
+}
+
+impl From<ModelErrorKind> for ModelError {
+    fn from(kind: ModelErrorKind) -> Self {
+        ModelError { kind, detail: None }
+    }
+}
+
+impl std::fmt::Display for ModelError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.kind)?;
+        match &self.detail {
+            Some(detail) => write!(f, " ({detail})"),
+            None => Ok(()),
+        }
+    }
+}
+
+impl std::error::Error for ModelError {}
+
+/// Where and how a model call failed, as the provider or the network said it: shown to the
+/// person who must fix it (in the CLI, the run's failure and the console), after the engine's
+/// redactor has scrubbed it. Never put in telemetry, which carries the class only.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CallDetail {
+    /// The method and URL called, without query string or credentials
+    /// (`POST https://api.openai.com/v1/chat/completions`).
+    pub endpoint: Option<String>,
+    /// The HTTP status the provider answered with.
+    pub status: Option<u16>,
+    /// The provider's own error message, on one line, cut to [`CallDetail::MAX_MESSAGE`]
+    /// characters.
+    pub message: Option<String>,
+    /// Why the connection failed (the resolver's or the operating system's words).
+    pub cause: Option<String>,
+}
+
+impl CallDetail {
+    /// The most characters of a provider's message kept.
+    pub const MAX_MESSAGE: usize = 500;
+
+    /// A detail naming the endpoint called: `method` and `url` with its query string, fragment
+    /// and user information removed (a query can carry a key, as Gemini's `?key=` does).
+    pub fn endpoint(method: &str, url: &str) -> Self {
+        CallDetail {
+            endpoint: Some(format!("{method} {}", bare_url(url))),
+            ..CallDetail::default()
+        }
+    }
+
+    /// This detail with the HTTP status.
+    #[must_use]
+    pub fn status(mut self, status: u16) -> Self {
+        self.status = Some(status);
+        self
+    }
+
+    /// This detail with the provider's message on one line, cut to [`CallDetail::MAX_MESSAGE`]
+    /// characters and `…` (never inside a character), control and invisible characters
+    /// removed; an empty message is left out.
+    #[must_use]
+    pub fn message(mut self, message: &str) -> Self {
+        let message = crate::preview::clean(message.trim(), Self::MAX_MESSAGE, false);
+        if !message.trim().is_empty() {
+            self.message = Some(message.trim().to_owned());
+        }
+        self
+    }
+
+    /// This detail with the connection's failure.
+    #[must_use]
+    pub fn cause(mut self, cause: String) -> Self {
+        self.cause = Some(cause);
+        self
+    }
+}
+
+impl std::fmt::Display for CallDetail {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut parts: Vec<String> = Vec::new();
+        parts.extend(self.endpoint.clone());
+        parts.extend(self.status.map(|s| format!("HTTP {s}")));
+        parts.extend(self.message.clone());
+        parts.extend(self.cause.clone());
+        f.write_str(&parts.join(": "))
+    }
+}
+
+/// `url` without its query string, fragment or user information.
+fn bare_url(url: &str) -> String {
+    let end = url.find(['?', '#']).unwrap_or(url.len());
+    let url = &url[..end];
+    match url.split_once("://") {
+        Some((scheme, rest)) => {
+            let host_start = rest.find('/').unwrap_or(rest.len());
+            let authority = &rest[..host_start];
+            let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+            format!("{scheme}://{host}{}", &rest[host_start..])
+        }
+        None => url.to_owned(),
     }
 }
 
@@ -186,5 +334,79 @@ pub trait ModelProvider: Send + Sync {
     /// Providers with nothing to check (the scripted one) are always healthy.
     async fn health(&self) -> Result<(), ModelError> {
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::text::strategy::unicode;
+    use proptest::prelude::*;
+
+    #[test]
+    fn an_endpoint_loses_its_query_fragment_and_credentials() {
+        let shown = |url| CallDetail::endpoint("POST", url).endpoint;
+        assert_eq!(
+            shown("https://user:pw@api.example.com:8443/v1/chat?key=AIzaSecret#frag"),
+            Some("POST https://api.example.com:8443/v1/chat".to_owned())
+        );
+        assert_eq!(
+            shown("http://127.0.0.1:9/v1/models"),
+            Some("POST http://127.0.0.1:9/v1/models".to_owned())
+        );
+        // An `@` after the host is a path's, not credentials.
+        assert_eq!(
+            shown("https://h.example/v1/@scope/x?k=1"),
+            Some("POST https://h.example/v1/@scope/x".to_owned())
+        );
+    }
+
+    #[test]
+    fn an_error_says_its_class_then_where_and_why() {
+        let e = ModelError::from(ModelErrorKind::Authentication)
+            .with_detail(
+                CallDetail::default()
+                    .status(401)
+                    .message("  invalid\nkey  "),
+            )
+            .at("GET", "https://api.example.com/v1/models?x=1");
+        assert_eq!(e.code(), "authentication");
+        assert!(!e.is_retryable());
+        assert_eq!(
+            e.to_string(),
+            "model provider refused the credentials (GET https://api.example.com/v1/models: \
+             HTTP 401: invalid key)"
+        );
+        // A message with nothing readable is no message.
+        assert_eq!(
+            CallDetail::default().message("\u{200b}\u{7} ").message,
+            None
+        );
+        let bare = ModelError::from(ModelErrorKind::Transport);
+        assert_eq!(bare.to_string(), "could not reach the model provider");
+        assert!(bare.is_retryable() && bare.detail().is_none());
+    }
+
+    proptest! {
+        /// A provider's message of any text is kept on one line, readable and within its cap.
+        #[test]
+        fn a_provider_message_is_bounded_and_on_one_line(text in unicode(2_000)) {
+            let detail = CallDetail::default().message(&text);
+            if let Some(message) = &detail.message {
+                // The cap, and `…` where it was cut.
+                prop_assert!(message.chars().count() <= CallDetail::MAX_MESSAGE + 1);
+                prop_assert!(!message.chars().any(|c| c.is_control()));
+                prop_assert!(!message.is_empty());
+            }
+        }
+
+        /// Whatever the URL, the endpoint shown has no query string or credentials.
+        #[test]
+        fn an_endpoint_never_shows_a_query(host in "[a-z]{1,8}", path in unicode(40), secret in "[A-Za-z0-9]{8,20}") {
+            let url = format!("https://me:{secret}@{host}.example/{path}?key={secret}");
+            let shown = CallDetail::endpoint("POST", &url).endpoint.unwrap_or_default();
+            prop_assert!(!shown.contains(&format!("key={secret}")), "{}", shown);
+            prop_assert!(!shown.contains(&format!("me:{secret}")), "{}", shown);
+        }
     }
 }

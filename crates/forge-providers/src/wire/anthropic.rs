@@ -14,7 +14,9 @@ use std::collections::BTreeSet;
 
 use forge_core::message::Role;
 use forge_core::part::Part;
-use forge_core::ports::model::{FinishReason, ModelChunk, ModelError, ModelRequest};
+use forge_core::ports::model::{
+    FinishReason, ModelChunk, ModelError, ModelErrorKind, ModelRequest,
+};
 use forge_core::usage::Usage;
 use serde_json::{Map, Value, json};
 
@@ -300,9 +302,10 @@ impl Decode for Decoder {
 
     fn end(&mut self, out: &mut Vec<ModelChunk>) -> Result<(), ModelError> {
         if !self.stopped {
-            return Err(ModelError::MalformedStream(
+            return Err(ModelErrorKind::MalformedStream(
                 "the stream ended before message_stop".into(),
-            ));
+            )
+            .into());
         }
         out.push(ModelChunk::Finish(
             self.finish.unwrap_or(FinishReason::Stop),
@@ -447,10 +450,11 @@ mod tests {
             .unwrap_err();
         assert_eq!(
             err,
-            ModelError::StreamError {
+            ModelErrorKind::StreamError {
                 message: "overloaded_error: Overloaded".into(),
                 retryable: true
             }
+            .into()
         );
     }
 }

@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use forge_core::ports::model::ModelError;
+use forge_core::ports::model::{CallDetail, ModelError, ModelErrorKind};
 use serde_json::Value;
 
 /// The provider's error type (or code) and message, from any of the known body shapes.
@@ -90,31 +90,35 @@ fn delay_in_json(value: &Value, depth: u8) -> Option<Duration> {
 /// may well produce a valid call.
 pub fn classify(status: u16, retry_after: Option<Duration>, body: &str) -> ModelError {
     let (kind, message) = error_details(body);
+    let detail = CallDetail::default().status(status).message(&message);
     if kind == "tool_use_failed" {
-        return stream_error(&kind, &message);
+        return stream_error(&kind, &message).with_detail(detail);
     }
     let lower = message.to_ascii_lowercase();
-    if kind == "overloaded_error" {
-        return ModelError::Overloaded;
-    }
-    match status {
-        401 | 403 => ModelError::Authentication,
-        404 => ModelError::NotFound(message),
-        408 => ModelError::Timeout,
-        429 if kind == "insufficient_quota" || lower.starts_with("request too large") => {
-            // Retrying cannot help: the request alone exceeds the limit, or the account is empty.
-            ModelError::BadRequest(message)
+    let class = if kind == "overloaded_error" {
+        ModelErrorKind::Overloaded
+    } else {
+        match status {
+            401 | 403 => ModelErrorKind::Authentication,
+            404 => ModelErrorKind::NotFound(message),
+            408 => ModelErrorKind::Timeout,
+            429 if kind == "insufficient_quota" || lower.starts_with("request too large") => {
+                // Retrying cannot help: the request alone exceeds the limit, or the account is
+                // empty.
+                ModelErrorKind::BadRequest(message)
+            }
+            429 => ModelErrorKind::RateLimited {
+                retry_after: retry_after
+                    .or_else(|| delay_in_body(body))
+                    .or_else(|| delay_in_message(&message)),
+            },
+            503 | 529 => ModelErrorKind::Overloaded,
+            500..=599 => ModelErrorKind::Server,
+            _ if is_context_length(&kind, &lower) => ModelErrorKind::ContextLengthExceeded,
+            _ => ModelErrorKind::BadRequest(message),
         }
-        429 => ModelError::RateLimited {
-            retry_after: retry_after
-                .or_else(|| delay_in_body(body))
-                .or_else(|| delay_in_message(&message)),
-        },
-        503 | 529 => ModelError::Overloaded,
-        500..=599 => ModelError::Server,
-        _ if is_context_length(&kind, &lower) => ModelError::ContextLengthExceeded,
-        _ => ModelError::BadRequest(message),
-    }
+    };
+    ModelError::from(class).with_detail(detail)
 }
 
 /// Classifies an error reported inside a successful stream.
@@ -130,9 +134,9 @@ pub fn stream_error(kind: &str, message: &str) -> ModelError {
             | "tool_use_failed"
     );
     if is_context_length(kind, &message.to_ascii_lowercase()) {
-        return ModelError::ContextLengthExceeded;
+        return ModelErrorKind::ContextLengthExceeded.into();
     }
-    ModelError::StreamError {
+    ModelErrorKind::StreamError {
         message: if kind.is_empty() {
             message.to_owned()
         } else {
@@ -140,6 +144,7 @@ pub fn stream_error(kind: &str, message: &str) -> ModelError {
         },
         retryable,
     }
+    .into()
 }
 
 fn is_context_length(kind: &str, lower_message: &str) -> bool {
@@ -217,50 +222,58 @@ pub fn delay_in_message(message: &str) -> Option<Duration> {
 mod tests {
     use super::*;
 
+    /// The class [`classify`] gives.
+    fn class(status: u16, retry_after: Option<Duration>, body: &str) -> ModelErrorKind {
+        classify(status, retry_after, body).kind().clone()
+    }
+
     #[test]
     fn statuses_and_types_map_to_classes() {
         let anthropic =
             |t: &str| format!(r#"{{"type":"error","error":{{"type":"{t}","message":"m"}}}}"#);
         assert_eq!(
-            classify(401, None, &anthropic("authentication_error")),
-            ModelError::Authentication
+            class(401, None, &anthropic("authentication_error")),
+            ModelErrorKind::Authentication
         );
         assert_eq!(
-            classify(529, None, &anthropic("overloaded_error")),
-            ModelError::Overloaded
+            class(529, None, &anthropic("overloaded_error")),
+            ModelErrorKind::Overloaded
         );
         assert_eq!(
-            classify(500, None, &anthropic("api_error")),
-            ModelError::Server
-        );
-        assert_eq!(classify(503, None, "upstream down"), ModelError::Overloaded);
-        assert_eq!(
-            classify(404, None, &anthropic("not_found_error")),
-            ModelError::NotFound("m".into())
+            class(500, None, &anthropic("api_error")),
+            ModelErrorKind::Server
         );
         assert_eq!(
-            classify(
+            class(503, None, "upstream down"),
+            ModelErrorKind::Overloaded
+        );
+        assert_eq!(
+            class(404, None, &anthropic("not_found_error")),
+            ModelErrorKind::NotFound("m".into())
+        );
+        assert_eq!(
+            class(
                 400,
                 None,
                 r#"{"error":{"message":"prompt is too long: 3 tokens > 2 maximum","type":"invalid_request_error"}}"#
             ),
-            ModelError::ContextLengthExceeded
+            ModelErrorKind::ContextLengthExceeded
         );
         assert_eq!(
-            classify(
+            class(
                 400,
                 None,
                 r#"{"error":{"message":"x","code":"context_length_exceeded"}}"#
             ),
-            ModelError::ContextLengthExceeded
+            ModelErrorKind::ContextLengthExceeded
         );
         assert_eq!(
-            classify(400, None, r#"{"error":"bad"}"#),
-            ModelError::BadRequest("bad".into())
+            class(400, None, r#"{"error":"bad"}"#),
+            ModelErrorKind::BadRequest("bad".into())
         );
         assert_eq!(
-            classify(422, None, "not json"),
-            ModelError::BadRequest("not json".into())
+            class(422, None, "not json"),
+            ModelErrorKind::BadRequest("not json".into())
         );
     }
 
@@ -271,23 +284,23 @@ mod tests {
     fn googles_retry_delays_are_honoured() {
         let google = r#"{"error":{"code":429,"message":"You exceeded your current quota. Please retry in 35.480539813s.","status":"RESOURCE_EXHAUSTED","details":[{"@type":"type.googleapis.com/google.rpc.QuotaFailure","violations":[{"quotaMetric":"generativelanguage.googleapis.com/generate_content_free_tier_requests"}]},{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"35s"}]}}"#;
         assert_eq!(
-            classify(429, None, google),
-            ModelError::RateLimited {
+            class(429, None, google),
+            ModelErrorKind::RateLimited {
                 retry_after: Some(Duration::from_secs(35))
             },
             "the structured detail first"
         );
         let array = format!("[{google}]");
         assert_eq!(
-            classify(429, None, &array),
-            ModelError::RateLimited {
+            class(429, None, &array),
+            ModelErrorKind::RateLimited {
                 retry_after: Some(Duration::from_secs(35))
             }
         );
         let message_only = r#"{"error":{"code":429,"message":"Resource exhausted. Please retry in 2.5s.","status":"RESOURCE_EXHAUSTED"}}"#;
         assert_eq!(
-            classify(429, None, message_only),
-            ModelError::RateLimited {
+            class(429, None, message_only),
+            ModelErrorKind::RateLimited {
                 retry_after: Some(Duration::from_millis(2_500))
             }
         );
@@ -296,15 +309,15 @@ mod tests {
             serde_json::to_string(google).unwrap_or_default()
         );
         assert_eq!(
-            classify(429, None, &wrapped),
-            ModelError::RateLimited {
+            class(429, None, &wrapped),
+            ModelErrorKind::RateLimited {
                 retry_after: Some(Duration::from_secs(35))
             },
             "through a gateway"
         );
         assert_eq!(
-            classify(429, Some(Duration::from_secs(3)), google),
-            ModelError::RateLimited {
+            class(429, Some(Duration::from_secs(3)), google),
+            ModelErrorKind::RateLimited {
                 retry_after: Some(Duration::from_secs(3))
             },
             "a header wins"
@@ -317,7 +330,10 @@ mod tests {
         let groq = r#"{"error":{"message":"Failed to call a function. Please adjust your prompt. See 'failed_generation' for more details.","type":"invalid_request_error","code":"tool_use_failed","failed_generation":"<function=lookup>{q: }"}}"#;
         let e = classify(400, None, groq);
         assert!(e.is_retryable(), "{e:?}");
-        assert!(matches!(e, ModelError::StreamError { .. }), "{e:?}");
+        assert!(
+            matches!(e.kind(), ModelErrorKind::StreamError { .. }),
+            "{e:?}"
+        );
         assert!(stream_error("tool_use_failed", "m").is_retryable());
     }
 
@@ -325,21 +341,21 @@ mod tests {
     fn rate_limits_carry_the_delay_from_headers_or_message() {
         let body = r#"{"error":{"message":"Rate limit reached. Please try again in 26.604s. Visit x","type":"tokens","code":"rate_limit_exceeded"}}"#;
         assert_eq!(
-            classify(429, None, body),
-            ModelError::RateLimited {
+            class(429, None, body),
+            ModelErrorKind::RateLimited {
                 retry_after: Some(Duration::from_millis(26_604))
             }
         );
         assert_eq!(
-            classify(429, Some(Duration::from_secs(3)), body),
-            ModelError::RateLimited {
+            class(429, Some(Duration::from_secs(3)), body),
+            ModelErrorKind::RateLimited {
                 retry_after: Some(Duration::from_secs(3))
             }
         );
         let too_large = r#"{"error":{"message":"Request too large for gpt-4o: Limit 30000, Requested 36278.","code":"rate_limit_exceeded"}}"#;
         assert!(matches!(
-            classify(429, None, too_large),
-            ModelError::BadRequest(_)
+            class(429, None, too_large),
+            ModelErrorKind::BadRequest(_)
         ));
         assert!(!classify(429, None, too_large).is_retryable());
     }
@@ -392,8 +408,8 @@ mod tests {
         assert!(stream_error("overloaded_error", "Overloaded").is_retryable());
         assert!(!stream_error("invalid_request_error", "no").is_retryable());
         assert_eq!(
-            stream_error("", "prompt is too long"),
-            ModelError::ContextLengthExceeded
+            *stream_error("", "prompt is too long").kind(),
+            ModelErrorKind::ContextLengthExceeded
         );
     }
 }

@@ -13,7 +13,7 @@ pub mod openai_responses;
 
 use forge_core::message::{Message, Role};
 use forge_core::part::{Part, ToolCallPart, ToolResultPart};
-use forge_core::ports::model::{ModelChunk, ModelError, ModelRequest};
+use forge_core::ports::model::{ModelChunk, ModelError, ModelErrorKind, ModelRequest};
 use serde_json::Value;
 
 use crate::sse::{SseDecoder, SseEvent};
@@ -178,7 +178,7 @@ impl StreamDecoder {
         }
         self.sse
             .push(bytes, &mut self.events)
-            .map_err(|e| ModelError::MalformedStream(e.to_string()))?;
+            .map_err(|e| ModelErrorKind::MalformedStream(e.to_string()))?;
         self.drain(out)
     }
 
@@ -192,7 +192,7 @@ impl StreamDecoder {
         if !self.done {
             self.sse
                 .finish(&mut self.events)
-                .map_err(|e| ModelError::MalformedStream(e.to_string()))?;
+                .map_err(|e| ModelErrorKind::MalformedStream(e.to_string()))?;
             self.drain(out)?;
         }
         self.dialect.end(out)
@@ -201,7 +201,7 @@ impl StreamDecoder {
     /// Decodes a whole JSON response.
     pub fn whole(&mut self, body: &[u8], out: &mut Vec<ModelChunk>) -> Result<(), ModelError> {
         let value: Value = serde_json::from_slice(body).map_err(|e| {
-            ModelError::MalformedStream(format!("the response body is not JSON: {e}"))
+            ModelErrorKind::MalformedStream(format!("the response body is not JSON: {e}"))
         })?;
         self.done = true;
         self.dialect.whole(&value, out)
@@ -224,7 +224,8 @@ impl StreamDecoder {
 pub(crate) fn parse_json(data: &str) -> Result<Value, ModelError> {
     serde_json::from_str(data).map_err(|e| {
         let shown: String = data.chars().take(120).collect();
-        ModelError::MalformedStream(format!("an event's data is not JSON ({e}): {shown}"))
+        ModelErrorKind::MalformedStream(format!("an event's data is not JSON ({e}): {shown}"))
+            .into()
     })
 }
 

@@ -8,7 +8,9 @@
 
 use std::collections::BTreeSet;
 
-use forge_core::ports::model::{FinishReason, ModelChunk, ModelError, ModelRequest};
+use forge_core::ports::model::{
+    FinishReason, ModelChunk, ModelError, ModelErrorKind, ModelRequest,
+};
 use forge_core::usage::Usage;
 use serde::de::{Deserialize, Deserializer, Error as _, IgnoredAny, MapAccess, Visitor};
 use serde_json::Value;
@@ -289,9 +291,10 @@ impl Decode for Decoder {
 
     fn end(&mut self, out: &mut Vec<ModelChunk>) -> Result<(), ModelError> {
         if !self.done && self.finish.is_none() {
-            return Err(ModelError::MalformedStream(
+            return Err(ModelErrorKind::MalformedStream(
                 "the stream ended before the response finished".into(),
-            ));
+            )
+            .into());
         }
         out.push(ModelChunk::Finish(self.finished()));
         Ok(())
@@ -306,7 +309,7 @@ impl Decode for Decoder {
         let choice = body
             .get("choices")
             .and_then(|c| c.get(0))
-            .ok_or_else(|| ModelError::MalformedStream("the response has no choices".into()))?;
+            .ok_or_else(|| ModelErrorKind::MalformedStream("the response has no choices".into()))?;
         if let Some(message) = choice.get("message") {
             self.message(message, out);
         }
@@ -492,7 +495,10 @@ mod tests {
             .decode_body(body, false)
             .result()
             .unwrap_err();
-        assert!(matches!(err, ModelError::MalformedStream(_)), "{err:?}");
+        assert!(
+            matches!(err.kind(), ModelErrorKind::MalformedStream(_)),
+            "{err:?}"
+        );
     }
 
     #[test]
@@ -504,10 +510,11 @@ mod tests {
             .unwrap_err();
         assert_eq!(
             err,
-            ModelError::StreamError {
+            ModelErrorKind::StreamError {
                 message: "server_error: boom".into(),
                 retryable: true
             }
+            .into()
         );
     }
 

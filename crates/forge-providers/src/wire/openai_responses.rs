@@ -9,7 +9,9 @@
 use std::collections::BTreeMap;
 
 use forge_core::message::Role;
-use forge_core::ports::model::{FinishReason, ModelChunk, ModelError, ModelRequest};
+use forge_core::ports::model::{
+    FinishReason, ModelChunk, ModelError, ModelErrorKind, ModelRequest,
+};
 use forge_core::usage::Usage;
 use serde_json::{Value, json};
 
@@ -279,7 +281,7 @@ impl Decode for Decoder {
 
     fn end(&mut self, out: &mut Vec<ModelChunk>) -> Result<(), ModelError> {
         let finish = self.finish.ok_or_else(|| {
-            ModelError::MalformedStream("the stream ended before response.completed".into())
+            ModelErrorKind::MalformedStream("the stream ended before response.completed".into())
         })?;
         out.push(ModelChunk::Finish(finish));
         Ok(())

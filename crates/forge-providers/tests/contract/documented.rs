@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use forge_core::ports::model::{FinishReason, ModelError};
+use forge_core::ports::model::{FinishReason, ModelErrorKind};
 use forge_core::usage::Usage;
 use forge_providers::{BodyOptions, Dialect};
 use serde_json::{Value, json};
@@ -128,7 +128,7 @@ async fn rate_limits_give_their_delay_every_documented_way() {
         let out = call(dialect, transcript(file)).await;
         assert_eq!(
             out.error,
-            Some(ModelError::RateLimited { retry_after }),
+            Some(ModelErrorKind::RateLimited { retry_after }),
             "{file}"
         );
         assert!(out.chunks.is_empty(), "{file}");
@@ -149,7 +149,7 @@ async fn an_unsupported_parameter_is_a_bad_request_and_not_retried() {
     )
     .await;
     assert!(
-        matches!(out.error, Some(ModelError::BadRequest(ref m)) if m.contains("max_completion_tokens")),
+        matches!(out.error.as_ref(), Some(ModelErrorKind::BadRequest(m)) if m.contains("max_completion_tokens")),
         "{:?}",
         out.error
     );

@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use forge_core::ports::model::{FinishReason, ModelError};
+use forge_core::ports::model::{FinishReason, ModelErrorKind};
 use forge_core::usage::Usage;
 use forge_providers::Dialect;
 use forge_testkit::wire::Reply;
@@ -43,7 +43,7 @@ enum Expect {
         usage: Usage,
         finish: FinishReason,
     },
-    Failed(fn(&ModelError) -> bool),
+    Failed(fn(&ModelErrorKind) -> bool),
 }
 
 fn usage(input: u64, output: u64, cache_read: u64, cache_write: u64) -> Usage {
@@ -207,25 +207,25 @@ fn expectations() -> Vec<(&'static str, Dialect, Expect)> {
         (
             "anthropic_error_400_prompt_too_long.http",
             Anthropic,
-            Failed(|e| *e == ModelError::ContextLengthExceeded),
+            Failed(|e| *e == ModelErrorKind::ContextLengthExceeded),
         ),
         (
             "anthropic_error_401_authentication_error.http",
             Anthropic,
-            Failed(|e| *e == ModelError::Authentication),
+            Failed(|e| *e == ModelErrorKind::Authentication),
         ),
         (
             "anthropic_error_404_not_found_model.http",
             Anthropic,
             Failed(
-                |e| matches!(e, ModelError::NotFound(m) if m.contains("this-model-does-not-exist-12345")),
+                |e| matches!(e, ModelErrorKind::NotFound(m) if m.contains("this-model-does-not-exist-12345")),
             ),
         ),
         (
             "azure-ai_error_429_retry_after.http",
             OpenAiChat,
             Failed(|e| {
-                *e == ModelError::RateLimited {
+                *e == ModelErrorKind::RateLimited {
                     retry_after: Some(Duration::from_secs(1)),
                 }
             }),
@@ -233,41 +233,41 @@ fn expectations() -> Vec<(&'static str, Dialect, Expect)> {
         (
             "openrouter_error_429_upstream_rate_limited.http",
             OpenAiChat,
-            Failed(|e| *e == ModelError::RateLimited { retry_after: None }),
+            Failed(|e| *e == ModelErrorKind::RateLimited { retry_after: None }),
         ),
         (
             "openai-chat_error_400_unsupported_parameter.http",
             OpenAiChat,
             Failed(
-                |e| matches!(e, ModelError::BadRequest(m) if m.contains("'stop' is not supported")),
+                |e| matches!(e, ModelErrorKind::BadRequest(m) if m.contains("'stop' is not supported")),
             ),
         ),
         (
             "openai-chat_error_400_max_tokens_unsupported.json",
             OpenAiChat,
             Failed(
-                |e| matches!(e, ModelError::BadRequest(m) if m.contains("max_completion_tokens")),
+                |e| matches!(e, ModelErrorKind::BadRequest(m) if m.contains("max_completion_tokens")),
             ),
         ),
         (
             "openai-chat_error_401_invalid_api_key.http",
             OpenAiChat,
-            Failed(|e| *e == ModelError::Authentication),
+            Failed(|e| *e == ModelErrorKind::Authentication),
         ),
         (
             "openai-chat_error_404_model_not_found.http",
             OpenAiChat,
-            Failed(|e| matches!(e, ModelError::NotFound(m) if m.contains("does not exist"))),
+            Failed(|e| matches!(e, ModelErrorKind::NotFound(m) if m.contains("does not exist"))),
         ),
         (
             "openai-responses_error_400_context_length_exceeded.http",
             OpenAiResponses,
-            Failed(|e| *e == ModelError::ContextLengthExceeded),
+            Failed(|e| *e == ModelErrorKind::ContextLengthExceeded),
         ),
         (
             "openai-responses_error_400_invalid_temperature.http",
             OpenAiResponses,
-            Failed(|e| matches!(e, ModelError::BadRequest(m) if m.contains("temperature"))),
+            Failed(|e| matches!(e, ModelErrorKind::BadRequest(m) if m.contains("temperature"))),
         ),
     ]
 }

@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use forge_core::ports::model::{FinishReason, ModelChunk, ModelError, ModelProvider};
+use forge_core::ports::model::{FinishReason, ModelChunk, ModelErrorKind, ModelProvider};
 use forge_core::usage::Usage;
 use forge_providers::Dialect;
 use forge_providers::http::HttpProvider;
@@ -112,7 +112,7 @@ async fn an_error_inside_a_200_stream_keeps_the_output_before_it_and_is_not_retr
     assert_eq!(out.summary.text, "Partial");
     assert_eq!(
         out.error,
-        Some(ModelError::StreamError {
+        Some(ModelErrorKind::StreamError {
             message: "server_error: The server had an error while processing your request.".into(),
             retryable: true,
         })
@@ -133,7 +133,7 @@ async fn malformed_streams_are_classified() {
     .await;
     assert_eq!(out.summary.text, "Cut ");
     assert!(
-        matches!(out.error, Some(ModelError::MalformedStream(_))),
+        matches!(out.error.as_ref(), Some(ModelErrorKind::MalformedStream(_))),
         "{:?}",
         out.error
     );
@@ -141,7 +141,7 @@ async fn malformed_streams_are_classified() {
     let out = call(Dialect::OpenAiChat, transcript("openai_chat_not_json.http")).await;
     assert_eq!(out.summary.text, "ok");
     match out.error {
-        Some(ModelError::MalformedStream(m)) => assert!(m.contains("502 Bad Gateway"), "{m}"),
+        Some(ModelErrorKind::MalformedStream(m)) => assert!(m.contains("502 Bad Gateway"), "{m}"),
         other => panic!("{other:?}"),
     }
 }
@@ -153,57 +153,65 @@ async fn http_errors_are_classified_for_every_provider() {
         (
             OpenAiChat,
             "openai_error_429_retry_after.http",
-            ModelError::RateLimited {
+            ModelErrorKind::RateLimited {
                 retry_after: Some(Duration::from_millis(40)),
             },
         ),
         (
             OpenAiChat,
             "openai_error_429_body_delay.http",
-            ModelError::RateLimited {
+            ModelErrorKind::RateLimited {
                 retry_after: Some(Duration::from_millis(6500)),
             },
         ),
         (
             OpenAiResponses,
             "openai_error_400_context_length.http",
-            ModelError::ContextLengthExceeded,
+            ModelErrorKind::ContextLengthExceeded,
         ),
         (
             OpenAiChat,
             "openai_error_401.http",
-            ModelError::Authentication,
+            ModelErrorKind::Authentication,
         ),
-        (OpenAiChat, "openai_error_500.http", ModelError::Server),
-        (OpenAiChat, "openai_error_503.http", ModelError::Overloaded),
+        (OpenAiChat, "openai_error_500.http", ModelErrorKind::Server),
+        (
+            OpenAiChat,
+            "openai_error_503.http",
+            ModelErrorKind::Overloaded,
+        ),
         (
             Anthropic,
             "anthropic_error_429.http",
-            ModelError::RateLimited {
+            ModelErrorKind::RateLimited {
                 retry_after: Some(Duration::from_secs(2)),
             },
         ),
         (
             Anthropic,
             "anthropic_error_529.http",
-            ModelError::Overloaded,
+            ModelErrorKind::Overloaded,
         ),
         (
             Anthropic,
             "anthropic_error_400_too_long.http",
-            ModelError::ContextLengthExceeded,
+            ModelErrorKind::ContextLengthExceeded,
         ),
         (
             Anthropic,
             "anthropic_error_401.http",
-            ModelError::Authentication,
+            ModelErrorKind::Authentication,
         ),
         (
             Anthropic,
             "anthropic_error_404.http",
-            ModelError::NotFound("model: claude-nope".into()),
+            ModelErrorKind::NotFound("model: claude-nope".into()),
         ),
-        (Anthropic, "anthropic_error_500.http", ModelError::Server),
+        (
+            Anthropic,
+            "anthropic_error_500.http",
+            ModelErrorKind::Server,
+        ),
     ];
     for (dialect, file, expected) in cases {
         let out = call(dialect, transcript(file)).await;
@@ -211,14 +219,35 @@ async fn http_errors_are_classified_for_every_provider() {
         assert!(out.chunks.is_empty(), "{file}");
     }
     let out = call(OpenAiChat, transcript("openai_error_404.http")).await;
-    assert!(matches!(out.error, Some(ModelError::NotFound(ref m)) if m.contains("gpt-nope")));
+    assert!(
+        matches!(out.error.as_ref(), Some(ModelErrorKind::NotFound(m)) if m.contains("gpt-nope"))
+    );
+    let detail = out
+        .failure
+        .as_ref()
+        .and_then(|f| f.detail())
+        .expect("a detail");
+    let endpoint = detail.endpoint.as_deref().unwrap_or_default();
+    assert!(
+        endpoint.starts_with("POST http://") && endpoint.ends_with("/v1/chat/completions"),
+        "{endpoint}"
+    );
+    assert_eq!(detail.status, Some(404));
+    assert!(
+        detail
+            .message
+            .as_deref()
+            .unwrap_or_default()
+            .contains("gpt-nope"),
+        "{detail:?}"
+    );
     let out = call(OpenAiChat, transcript("openai_error_400_bad_request.http")).await;
     assert!(
-        matches!(out.error, Some(ModelError::BadRequest(ref m)) if m.contains("Invalid schema"))
+        matches!(out.error.as_ref(), Some(ModelErrorKind::BadRequest(m)) if m.contains("Invalid schema"))
     );
     let out = call(OpenAiChat, transcript("openai_error_429_too_large.http")).await;
     assert!(
-        matches!(out.error, Some(ModelError::BadRequest(ref m)) if m.starts_with("Request too large"))
+        matches!(out.error.as_ref(), Some(ModelErrorKind::BadRequest(m)) if m.starts_with("Request too large"))
     );
 }
 
@@ -254,7 +283,10 @@ async fn only_retryable_errors_are_retried_and_only_within_budget() {
         |_| {},
     )
     .await;
-    assert!(matches!(out.error, Some(ModelError::BadRequest(_))));
+    assert!(matches!(
+        out.error.as_ref(),
+        Some(ModelErrorKind::BadRequest(_))
+    ));
     assert_eq!(out.requests.len(), 1);
 
     let e500 = || transcript("openai_error_500.http");
@@ -266,7 +298,7 @@ async fn only_retryable_errors_are_retried_and_only_within_budget() {
         |_| {},
     )
     .await;
-    assert_eq!(out.error, Some(ModelError::Server));
+    assert_eq!(out.error, Some(ModelErrorKind::Server));
     assert_eq!(out.requests.len(), 3, "one call and two retries");
 
     // The provider asks for 6.5 s; more than this policy's 1 s: the error comes back at once.
@@ -278,7 +310,10 @@ async fn only_retryable_errors_are_retried_and_only_within_budget() {
         |_| {},
     )
     .await;
-    assert!(matches!(out.error, Some(ModelError::RateLimited { .. })));
+    assert!(matches!(
+        out.error,
+        Some(ModelErrorKind::RateLimited { .. })
+    ));
     assert_eq!(out.requests.len(), 1);
 }
 
@@ -431,7 +466,7 @@ async fn anthropic_error_event_after_usage_keeps_the_usage() {
     assert_eq!(out.summary.usage.map(|u| u.input_tokens), Some(300));
     assert_eq!(
         out.error,
-        Some(ModelError::StreamError {
+        Some(ModelErrorKind::StreamError {
             message: "overloaded_error: Overloaded".into(),
             retryable: true
         })
@@ -446,7 +481,7 @@ async fn a_slow_response_head_times_out() {
         s.timeouts.response = Duration::from_millis(150);
     })
     .await;
-    assert_eq!(out.error, Some(ModelError::Timeout));
+    assert_eq!(out.error, Some(ModelErrorKind::Timeout));
 }
 
 #[tokio::test]
@@ -462,7 +497,7 @@ async fn a_stream_gone_silent_times_out_after_what_it_delivered() {
     )
     .await;
     assert_eq!(out.summary.text, "12 × 7 = 84.");
-    assert_eq!(out.error, Some(ModelError::Timeout));
+    assert_eq!(out.error, Some(ModelErrorKind::Timeout));
 }
 
 /// The byte offset just past the event containing `needle`.
@@ -519,7 +554,16 @@ async fn health_checks_list_models_with_credentials() {
         .await
         .unwrap();
     let provider = HttpProvider::new(settings(Dialect::Anthropic, server.base_url())).unwrap();
-    assert_eq!(provider.health().await, Err(ModelError::Authentication));
+    let refused = provider.health().await.unwrap_err();
+    assert_eq!(refused.kind(), &ModelErrorKind::Authentication);
+    // What the person fixing the key needs: where, the status, the provider's words.
+    let detail = refused.detail().expect("a refused call says where and why");
+    assert_eq!(
+        detail.endpoint.as_deref(),
+        Some(format!("GET {}/v1/models", server.base_url()).as_str())
+    );
+    assert_eq!(detail.status, Some(401));
+    assert_eq!(detail.message.as_deref(), Some("invalid x-api-key"));
     let sent = &server.requests()[0];
     assert_eq!(
         (sent.method.as_str(), sent.path.as_str()),
@@ -529,7 +573,18 @@ async fn health_checks_list_models_with_credentials() {
 
     let unreachable =
         HttpProvider::new(settings(Dialect::OpenAiChat, "http://127.0.0.1:9".into())).unwrap();
-    assert_eq!(unreachable.health().await, Err(ModelError::Transport));
+    let unreached = unreachable.health().await.unwrap_err();
+    assert_eq!(unreached.kind(), &ModelErrorKind::Transport);
+    let detail = unreached.detail().expect("a failed connection says why");
+    assert_eq!(
+        detail.endpoint.as_deref(),
+        Some("GET http://127.0.0.1:9/v1/models")
+    );
+    let cause = detail.cause.as_deref().unwrap_or_default();
+    assert!(
+        cause.contains("os error 111") || cause.to_lowercase().contains("refused"),
+        "{cause}"
+    );
 }
 
 #[tokio::test]

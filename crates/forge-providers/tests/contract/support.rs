@@ -9,7 +9,8 @@ use forge_core::id::{MessageId, RunId};
 use forge_core::message::{Message, Role};
 use forge_core::part::Part;
 use forge_core::ports::model::{
-    FinishReason, ModelChunk, ModelError, ModelProvider, ModelRequest, ToolDescriptor,
+    FinishReason, ModelChunk, ModelError, ModelErrorKind, ModelProvider, ModelRequest,
+    ToolDescriptor,
 };
 use forge_core::time::Timestamp;
 use forge_core::usage::Usage;
@@ -90,7 +91,10 @@ pub fn summarize(chunks: &[ModelChunk]) -> Summary {
 pub struct Outcome {
     pub chunks: Vec<ModelChunk>,
     pub summary: Summary,
-    pub error: Option<ModelError>,
+    /// The failure's class.
+    pub error: Option<ModelErrorKind>,
+    /// The whole failure, with its detail.
+    pub failure: Option<ModelError>,
     pub requests: Vec<RecordedRequest>,
 }
 
@@ -142,15 +146,15 @@ pub async fn call_with(
     let http: Arc<dyn ModelProvider> = Arc::new(HttpProvider::new(s).expect("provider"));
     let provider = Retrying::new(http, fast_retries(retries));
     let mut chunks = Vec::new();
-    let mut error = None;
+    let mut failure: Option<ModelError> = None;
     match provider.stream(request).await {
-        Err(e) => error = Some(e),
+        Err(e) => failure = Some(e),
         Ok(mut stream) => {
             while let Some(item) = stream.next().await {
                 match item {
                     Ok(c) => chunks.push(c),
                     Err(e) => {
-                        error = Some(e);
+                        failure = Some(e);
                         break;
                     }
                 }
@@ -161,7 +165,8 @@ pub async fn call_with(
     Outcome {
         chunks,
         summary,
-        error,
+        error: failure.as_ref().map(|e| e.kind().clone()),
+        failure,
         requests: server.requests(),
     }
 }

@@ -7,8 +7,10 @@
 //!
 //! Anthropic's `input_tokens` excludes cached prompt tokens; Forge's [`Usage::input_tokens`]
 //! includes them, so input = `input_tokens` + `cache_creation_input_tokens` +
-//! `cache_read_input_tokens`. Server-side tools (`server_tool_use`, run by Anthropic itself) are
-//! not calls for Forge to execute and are not surfaced as tool calls.
+//! `cache_read_input_tokens`, summed over `usage.iterations` when a response sampled more than
+//! once (see [`usage`]); a later zero never replaces a count already reported. Server-side tools
+//! (`server_tool_use`, run by Anthropic itself) are not calls for Forge to execute and are not
+//! surfaced as tool calls.
 
 use std::collections::BTreeSet;
 
@@ -138,9 +140,34 @@ pub struct Decoder {
     model_seen: bool,
 }
 
+/// Anthropic's token counters, summed across a response's iterations when it reports them.
+const COUNTERS: [&str; 4] = [
+    "input_tokens",
+    "output_tokens",
+    "cache_creation_input_tokens",
+    "cache_read_input_tokens",
+];
+
 /// Usage from Anthropic's counters.
+///
+/// A response that sampled more than once (server-side compaction summarising the conversation
+/// before answering, as a compacting proxy does too) reports each sampling in `usage.iterations`,
+/// and its top-level counters are the final iteration's alone: every counter is then the sum
+/// over the iterations (never less than the top level says).
 pub fn usage(u: &Value) -> Usage {
-    let n = |k: &str| u.get(k).and_then(Value::as_u64).unwrap_or(0);
+    let top = |k: &str| u.get(k).and_then(Value::as_u64).unwrap_or(0);
+    let iterations = u
+        .get("iterations")
+        .and_then(Value::as_array)
+        .filter(|items| !items.is_empty());
+    let n = |k: &str| match iterations {
+        Some(items) => items
+            .iter()
+            .filter_map(|i| i.get(k).and_then(Value::as_u64))
+            .fold(0u64, u64::saturating_add)
+            .max(top(k)),
+        None => top(k),
+    };
     let cache_write = n("cache_creation_input_tokens");
     let cache_read = n("cache_read_input_tokens");
     Usage {
@@ -179,10 +206,23 @@ fn finish_reason(reason: &str) -> FinishReason {
 }
 
 impl Decoder {
+    /// Merges a report into the counters so far: a later report replaces a count, except that a
+    /// zero never replaces a count already reported (`message_delta` can repeat
+    /// `cache_read_input_tokens: 0` after `message_start` said what was read), nor an empty
+    /// list of iterations a reported one.
     fn merge_usage(&mut self, u: &Value, out: &mut Vec<ModelChunk>) {
         if let Some(fields) = u.as_object() {
             for (k, v) in fields {
-                if !v.is_null() {
+                let known = self.usage.get(k);
+                let keeps = match v {
+                    Value::Null => true,
+                    Value::Number(n) => {
+                        n.as_u64() == Some(0) && known.and_then(Value::as_u64).unwrap_or(0) > 0
+                    }
+                    Value::Array(items) => items.is_empty() && known.is_some(),
+                    _ => false,
+                };
+                if !keeps {
                     self.usage.insert(k.clone(), v.clone());
                 }
             }

@@ -52,6 +52,53 @@ async fn anthropic_whole_json_answer_with_cache_writes_and_reads() {
     );
 }
 
+/// A response that sampled twice — a compaction summarising the conversation, then the answer —
+/// reports each sampling in `usage.iterations`, its top level the answer's alone (Anthropic's
+/// compaction documentation; a compacting proxy answers the same way): all of it is metered
+/// (issue 68, item 11), and the compaction block is not answer text.
+#[tokio::test]
+async fn anthropic_usage_iterations_are_all_metered() {
+    let out = call(
+        Dialect::Anthropic,
+        transcript("anthropic_compaction_iterations.http"),
+    )
+    .await;
+    assert_eq!(out.error, None);
+    assert_eq!(
+        out.summary.text,
+        "Based on our conversation so far, revenue grew 12%."
+    );
+    assert_eq!(
+        out.summary.usage,
+        Some(Usage {
+            input_tokens: 180_000 + 23_000,
+            output_tokens: 3_500 + 1_000,
+            ..Usage::default()
+        })
+    );
+}
+
+/// `message_start` says what the prompt cache gave; a `message_delta` repeating
+/// `cache_read_input_tokens: 0` does not take it back (issue 68, item 11).
+#[tokio::test]
+async fn anthropic_a_later_zero_never_overwrites_a_reported_cache_read() {
+    let out = call(
+        Dialect::Anthropic,
+        transcript("anthropic_cache_read_then_zero.http"),
+    )
+    .await;
+    assert_eq!(out.error, None);
+    assert_eq!(
+        out.summary.usage,
+        Some(Usage {
+            input_tokens: 20 + 4096,
+            output_tokens: 15,
+            cache_read_tokens: 4096,
+            ..Usage::default()
+        })
+    );
+}
+
 #[tokio::test]
 async fn anthropic_server_tools_are_not_calls_but_are_charged() {
     let out = call(

@@ -37,6 +37,8 @@ pub(crate) struct AssistantMessage {
     /// The same for each call's streamed input, by provider call index.
     input_scrub: BTreeMap<u32, StreamRedactor>,
     redactor: Redactor,
+    /// A call the model wrote and its provider could not parse, and why.
+    garbled: Option<(ToolCallId, String)>,
 }
 
 impl AssistantMessage {
@@ -54,6 +56,7 @@ impl AssistantMessage {
             text_scrub: StreamRedactor::new(redactor.clone()),
             input_scrub: BTreeMap::new(),
             redactor,
+            garbled: None,
         }
     }
 
@@ -94,6 +97,33 @@ impl AssistantMessage {
         });
         self.parts.push(part);
         index
+    }
+
+    /// Adds the call the model wrote and its provider could not parse
+    /// (`ModelErrorKind::InvalidToolCall`): a call of `tool` with no input, which the step
+    /// refuses with `why` (scrubbed) so that the model can write it again.
+    pub(crate) fn add_garbled_call(
+        &mut self,
+        cur: &mut Execution<'_>,
+        id: ToolCallId,
+        tool: &str,
+        why: &str,
+    ) {
+        self.close_text(cur);
+        self.add_part(
+            cur,
+            Part::ToolCall(ToolCallPart {
+                tool_call_id: id.clone(),
+                tool_name: tool.to_owned(),
+                input: serde_json::Value::Null,
+            }),
+        );
+        self.garbled = Some((id, self.redactor.redact(why).into_owned()));
+    }
+
+    /// The call the provider could not parse, and why.
+    pub(crate) fn garbled(&self) -> Option<&(ToolCallId, String)> {
+        self.garbled.as_ref()
     }
 
     fn on_text(&mut self, cur: &mut Execution<'_>, text: String) {

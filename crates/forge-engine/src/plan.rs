@@ -45,6 +45,18 @@ pub(crate) enum Prepared {
     },
 }
 
+impl Prepared {
+    /// The call this is about.
+    pub(crate) fn call(&self) -> &ToolCallPart {
+        match self {
+            Prepared::Run { call }
+            | Prepared::Refused { call, .. }
+            | Prepared::Denied { call, .. }
+            | Prepared::Answered { call, .. } => call,
+        }
+    }
+}
+
 /// The run's failure for a model call that failed: its class, and where and why as the provider
 /// or the network said it (the endpoint, the HTTP status, the provider's message, the connection's
 /// cause), scrubbed by `redactor` — what the person fixing a key, a URL or a model name needs.

@@ -4,10 +4,11 @@ use std::collections::BTreeSet;
 
 use forge_core::agent::AgentDefinition;
 use forge_core::event::RunEventKind;
-use forge_core::id::MessageId;
+use forge_core::id::{MessageId, ToolCallId};
 use forge_core::interaction::Interaction;
 use forge_core::message::{Message, Role};
 use forge_core::part::{ErrorPart, Part, ToolCallPart};
+use forge_core::ports::model::ModelErrorKind;
 use forge_core::ports::policy::{PolicyAction, PolicyDecision, PolicyRequest, PolicyResource};
 use forge_core::run::{FailureCode, RunFailure};
 use forge_core::scope::Scope;
@@ -21,6 +22,9 @@ use crate::error::EngineError;
 use crate::execution::Execution;
 use crate::model_call::{ModelCaller, Streamed};
 use crate::plan::{Prepared, StepEnd};
+
+/// The tool name given a call whose failed generation names none.
+const UNNAMED_CALL: &str = "unnamed_tool_call";
 
 pub(crate) struct StepRunner<'a> {
     pub(crate) engine: &'a Engine,
@@ -225,6 +229,19 @@ impl StepRunner<'_> {
         )?;
         let end = match streamed {
             Streamed::Finished => return Ok(Ok(msg)),
+            Streamed::Failed(ref e)
+                if let ModelErrorKind::InvalidToolCall { tool, message } = e.kind() =>
+            {
+                // The model erred, not the provider: its call goes back to it as refused, as a
+                // call whose input is not JSON does, and the run goes on.
+                let id = ToolCallId(format!(
+                    "unparsed_{}",
+                    self.engine.services().ids.next_uuid().simple()
+                ));
+                let tool = tool.as_deref().unwrap_or(UNNAMED_CALL);
+                msg.add_garbled_call(cur, id, tool, message);
+                return Ok(Ok(msg));
+            }
             Streamed::Cancelled => StepEnd::Cancelled,
             Streamed::Failed(e) => {
                 let failure = crate::plan::model_failure(&e, &self.engine.services().redactor);
@@ -272,7 +289,22 @@ impl StepRunner<'_> {
                 ),
             }));
         }
-        let prepared = self.prepare(&calls, callable);
+        let mut prepared = self.prepare(&calls, callable);
+        if let Some((id, why)) = msg.garbled() {
+            for p in &mut prepared {
+                let call = p.call();
+                if &call.tool_call_id == id {
+                    *p = Prepared::Refused {
+                        call: call.clone(),
+                        code: "invalid_tool_call",
+                        message: format!(
+                            "the tool call could not be parsed: {why} Write the call again, \
+                             its arguments as JSON that matches the tool's schema."
+                        ),
+                    };
+                }
+            }
+        }
         let (prepared, raised) = self
             .engine
             .approvals(self.scope, self.agent)

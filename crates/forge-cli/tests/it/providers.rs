@@ -164,6 +164,65 @@ fn a_failed_model_call_says_the_url_status_and_provider_message() {
     );
 }
 
+/// A tool call the model garbled (Groq's `tool_use_failed`, inside the stream) goes back to the
+/// model as that call's error, and the run recovers on the next step (issue 68, item 11).
+#[test]
+fn a_garbled_tool_call_goes_back_to_the_model_and_the_run_recovers() {
+    use forge_testkit::wire::{Reply, WireServer};
+    let transcript = |name: &str| {
+        let path = crate::repo()
+            .join("crates/forge-providers/tests/transcripts")
+            .join(name);
+        Reply::from_http(&std::fs::read(&path).unwrap()).unwrap()
+    };
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let server = rt
+        .block_on(WireServer::start(vec![
+            transcript("groq_tool_use_failed_in_stream.http"),
+            transcript("openai_chat_text.http"),
+        ]))
+        .unwrap();
+    let out = forge_with_env(
+        &[
+            "run",
+            "--json",
+            "--agent",
+            "examples/agents/workload.toml",
+            "Look k0 up.",
+        ],
+        &[(
+            "FORGE_OPENAI_COMPATIBLE_BASE_URL",
+            &format!("{}/v1", server.base_url()),
+        )],
+    );
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("run.completed"), "{stdout}");
+    let requests = server.requests();
+    assert_eq!(
+        requests.len(),
+        2,
+        "one call per step: the garbled one was not sent again"
+    );
+    // The second step's history: the call as the model meant it, refused with why.
+    let messages = requests[1].json()["messages"].clone();
+    let messages = messages.as_array().unwrap();
+    let call = &messages[messages.len() - 2];
+    assert_eq!(
+        call["tool_calls"][0]["function"]["name"], "lookup",
+        "{call}"
+    );
+    let result = &messages[messages.len() - 1];
+    assert_eq!(result["role"], "tool");
+    assert_eq!(result["tool_call_id"], call["tool_calls"][0]["id"]);
+    let said = result["content"].as_str().unwrap();
+    assert!(
+        said.contains("invalid_tool_call")
+            && said.contains(r#"<function=lookup>{\"key\": k0}</function>"#),
+        "{said}"
+    );
+}
+
 #[test]
 fn a_missing_credential_or_base_url_fails_before_any_run_with_what_to_set() {
     let out = forge_with_env(

@@ -124,6 +124,17 @@ pub enum ModelErrorKind {
         /// server error).
         retryable: bool,
     },
+    /// The model wrote a tool call its provider could not parse (an OpenAI-compatible server's
+    /// `tool_use_failed`): not the provider failing, the model erring, so the engine gives it
+    /// back to the model as that call's error — as it does a call whose input is not JSON —
+    /// rather than retrying the same request or failing the run.
+    #[error("the model wrote a tool call that could not be parsed: {message}")]
+    InvalidToolCall {
+        /// The tool it meant to call, when the failed generation names one.
+        tool: Option<String>,
+        /// The provider's message, with the failed generation when it gave one.
+        message: String,
+    },
     /// The stream could not be parsed.
     #[error("malformed model stream: {0}")]
     MalformedStream(String),
@@ -163,6 +174,7 @@ impl ModelErrorKind {
             ModelErrorKind::BadRequest(_) => "bad_request",
             ModelErrorKind::Server => "server_error",
             ModelErrorKind::StreamError { .. } => "stream_error",
+            ModelErrorKind::InvalidToolCall { .. } => "invalid_tool_call",
             ModelErrorKind::MalformedStream(_) => "malformed_stream",
             ModelErrorKind::Timeout => "timeout",
             ModelErrorKind::Transport => "transport",

@@ -140,14 +140,6 @@ pub struct Decoder {
     model_seen: bool,
 }
 
-/// Anthropic's token counters, summed across a response's iterations when it reports them.
-const COUNTERS: [&str; 4] = [
-    "input_tokens",
-    "output_tokens",
-    "cache_creation_input_tokens",
-    "cache_read_input_tokens",
-];
-
 /// Usage from Anthropic's counters.
 ///
 /// A response that sampled more than once (server-side compaction summarising the conversation

@@ -86,13 +86,14 @@ fn delay_in_json(value: &Value, depth: u8) -> Option<Duration> {
 /// `retry_after` is what the response headers said (see [`retry_after`]); without it, a delay the
 /// body states is used: Google's `retryDelay` detail ([`delay_in_body`]), or one in the message
 /// ("Please try again in 26.604s", "Please retry in 35.48s"). A tool call the model failed to
-/// generate (`tool_use_failed`, from OpenAI-compatible servers) is retryable: the same request
-/// may well produce a valid call.
+/// generate (`tool_use_failed`, from OpenAI-compatible servers) is
+/// [`ModelErrorKind::InvalidToolCall`] ([`invalid_tool_call`]).
 pub fn classify(status: u16, retry_after: Option<Duration>, body: &str) -> ModelError {
     let (kind, message) = error_details(body);
     let detail = CallDetail::default().status(status).message(&message);
     if kind == "tool_use_failed" {
-        return stream_error(&kind, &message).with_detail(detail);
+        let value = serde_json::from_str::<Value>(body).unwrap_or_default();
+        return invalid_tool_call(&value, &message).with_detail(detail);
     }
     let lower = message.to_ascii_lowercase();
     let class = if kind == "overloaded_error" {
@@ -121,6 +122,66 @@ pub fn classify(status: u16, retry_after: Option<Duration>, body: &str) -> Model
     ModelError::from(class).with_detail(detail)
 }
 
+/// An error object (`{"error": {…}}`) inside a successful stream or body, classified: a
+/// `tool_use_failed` is [`invalid_tool_call`], anything else [`stream_error`].
+pub fn error_event(value: &Value) -> ModelError {
+    let (kind, message) = error_details_json(value);
+    if kind == "tool_use_failed" {
+        return invalid_tool_call(value, &message);
+    }
+    stream_error(&kind, &message)
+}
+
+/// The most characters of a failed generation repeated to the model.
+const MAX_GENERATION: usize = 500;
+
+/// A tool call the model wrote and the provider could not parse (`tool_use_failed`): the
+/// provider's message with the failed generation (`error.failed_generation`, cut to
+/// [`MAX_GENERATION`] characters), and the tool it names (`<function=NAME…` or a JSON `name`).
+pub fn invalid_tool_call(value: &Value, message: &str) -> ModelError {
+    let error = value.get("error").unwrap_or(value);
+    let generation = error
+        .get("failed_generation")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let message = if generation.trim().is_empty() {
+        message.to_owned()
+    } else {
+        format!(
+            "{message} The call as written: {}",
+            forge_core::text::capped(generation.trim(), MAX_GENERATION, "…")
+        )
+    };
+    ModelErrorKind::InvalidToolCall {
+        tool: tool_named_in(generation),
+        message,
+    }
+    .into()
+}
+
+/// The tool a failed generation meant to call: `<function=NAME>…`, `<function=NAME{…}` or
+/// JSON with a `name` (or a list whose first item has one). Only a plain identifier counts.
+fn tool_named_in(generation: &str) -> Option<String> {
+    let name = if let Some((_, rest)) = generation.split_once("<function=") {
+        rest.chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+            .collect::<String>()
+    } else {
+        let value = serde_json::from_str::<Value>(generation.trim()).ok()?;
+        let item = match &value {
+            Value::Array(items) => items.first()?,
+            other => other,
+        };
+        item.get("name")?.as_str()?.to_owned()
+    };
+    let plain = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
+    plain.then_some(name)
+}
+
 /// Classifies an error reported inside a successful stream.
 pub fn stream_error(kind: &str, message: &str) -> ModelError {
     let retryable = matches!(
@@ -131,7 +192,6 @@ pub fn stream_error(kind: &str, message: &str) -> ModelError {
             | "server_error"
             | "rate_limit_exceeded"
             | "internal_error"
-            | "tool_use_failed"
     );
     if is_context_length(kind, &message.to_ascii_lowercase()) {
         return ModelErrorKind::ContextLengthExceeded.into();
@@ -324,17 +384,40 @@ mod tests {
         );
     }
 
-    /// A tool call the model failed to generate is worth another try (issue 17, item 6).
+    /// A tool call the model failed to generate is the model's error, given back to it (issue
+    /// 68, item 11), not a failure to retry: Groq's documented `tool_use_failed`, before the
+    /// stream (an HTTP 400) or inside it.
     #[test]
-    fn a_failed_tool_generation_is_retryable() {
+    fn a_failed_tool_generation_goes_back_to_the_model() {
         let groq = r#"{"error":{"message":"Failed to call a function. Please adjust your prompt. See 'failed_generation' for more details.","type":"invalid_request_error","code":"tool_use_failed","failed_generation":"<function=lookup>{q: }"}}"#;
         let e = classify(400, None, groq);
-        assert!(e.is_retryable(), "{e:?}");
+        assert!(!e.is_retryable(), "{e:?}");
+        assert_eq!(e.code(), "invalid_tool_call");
+        let ModelErrorKind::InvalidToolCall { tool, message } = e.kind() else {
+            panic!("{e:?}");
+        };
+        assert_eq!(tool.as_deref(), Some("lookup"));
         assert!(
-            matches!(e.kind(), ModelErrorKind::StreamError { .. }),
-            "{e:?}"
+            message.starts_with("Failed to call a function.")
+                && message.ends_with("The call as written: <function=lookup>{q: }"),
+            "{message}"
         );
-        assert!(stream_error("tool_use_failed", "m").is_retryable());
+        let value: Value = serde_json::from_str(groq).unwrap_or_default();
+        assert_eq!(error_event(&value).kind(), e.kind());
+        let json = serde_json::json!({"error": {"code": "tool_use_failed", "message": "m",
+            "failed_generation": "[{\"name\": \"search_docs\", \"arguments\": {\"q\": 1"}});
+        assert!(matches!(
+            error_event(&json).kind(),
+            ModelErrorKind::InvalidToolCall { tool: None, .. }
+        ));
+        let json = serde_json::json!({"error": {"code": "tool_use_failed", "message": "m",
+            "failed_generation": "{\"name\": \"search_docs\", \"arguments\": \"{\"}"}});
+        assert!(matches!(
+            error_event(&json).kind(),
+            ModelErrorKind::InvalidToolCall { tool: Some(t), .. } if t == "search_docs"
+        ));
+        assert_eq!(tool_named_in("<function=drop table>"), Some("drop".into()));
+        assert_eq!(tool_named_in("<function=>"), None);
     }
 
     #[test]

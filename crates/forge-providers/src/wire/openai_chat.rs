@@ -15,7 +15,7 @@ use forge_core::usage::Usage;
 use serde::de::{Deserialize, Deserializer, Error as _, IgnoredAny, MapAccess, Visitor};
 use serde_json::Value;
 
-use super::errors::{error_details_json, stream_error};
+use super::errors::error_event;
 use super::{BodyOptions, Decode, Flow, count, parse_json};
 use crate::sse::SseEvent;
 
@@ -202,8 +202,7 @@ impl Decoder {
             if let Some(u) = chunk.get("usage").filter(|u| u.is_object()) {
                 out.push(ModelChunk::Usage(usage(u)));
             }
-            let (kind, message) = error_details_json(chunk);
-            return Err(stream_error(&kind, &message));
+            return Err(error_event(chunk));
         }
         super::report_model(&mut self.model_seen, chunk, out);
         if let Some(choice) = chunk
@@ -302,8 +301,7 @@ impl Decode for Decoder {
 
     fn whole(&mut self, body: &Value, out: &mut Vec<ModelChunk>) -> Result<(), ModelError> {
         if body.get("error").is_some_and(|e| !e.is_null()) {
-            let (kind, message) = error_details_json(body);
-            return Err(stream_error(&kind, &message));
+            return Err(error_event(body));
         }
         super::report_model(&mut self.model_seen, body, out);
         let choice = body

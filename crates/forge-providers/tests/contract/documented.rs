@@ -264,3 +264,26 @@ fn requests_after_tool_results_have_the_documented_shape() {
         strip(theirs["tools"].clone(), &["strict"])
     );
 }
+
+/// Groq's documented `tool_use_failed`, inside a stream: the model's error, classified to go
+/// back to the model (issue 68, item 11) — not retried, not a provider failure.
+#[tokio::test]
+async fn groq_tool_use_failed_in_a_stream_is_an_invalid_tool_call() {
+    let out = call_with(
+        Dialect::OpenAiChat,
+        vec![transcript("groq_tool_use_failed_in_stream.http")],
+        weather_request(),
+        2,
+        |_| {},
+    )
+    .await;
+    let Some(ModelErrorKind::InvalidToolCall { tool, message }) = &out.error else {
+        panic!("{:?}", out.error);
+    };
+    assert_eq!(tool.as_deref(), Some("lookup"));
+    assert!(
+        message.contains(r#"<function=lookup>{"key": k0}</function>"#),
+        "{message}"
+    );
+    assert_eq!(out.requests.len(), 1, "the same request is not sent again");
+}

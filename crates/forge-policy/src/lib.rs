@@ -60,6 +60,8 @@
 
 #![deny(missing_docs)]
 
+mod check;
+
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
@@ -101,6 +103,13 @@ pub enum PolicyLoadError {
         /// The file's name.
         file: String,
     },
+    /// Policies that do not parse, or name what Forge does not have (an entity type, an
+    /// action, an attribute): every problem of every file, each as `file:line:column: what`.
+    #[error("{} problem(s) in the policies:\n  {}", .problems.len(), .problems.join("\n  "))]
+    Invalid {
+        /// The problems, in file order.
+        problems: Vec<String>,
+    },
     /// A directory held no `.cedar` file: with no policy at all, everything would be denied.
     #[error("no .cedar files in {0}")]
     Empty(PathBuf),
@@ -121,17 +130,28 @@ impl std::fmt::Debug for CedarAuthorizer {
 }
 
 impl CedarAuthorizer {
-    /// Parses policies from `(file name, text)` pairs. Each policy is named `<file>#<n>` in
-    /// denial reasons.
+    /// Parses policies from `(file name, text)` pairs and checks them against Forge's Cedar
+    /// schema (see `check`): a syntax error, an unknown entity type, action or attribute is
+    /// [`PolicyLoadError::Invalid`], with every problem of every file. Each policy is named
+    /// `<file>#<n>` in denial reasons.
     pub fn from_sources<'a>(
         sources: impl IntoIterator<Item = (&'a str, &'a str)>,
     ) -> Result<Self, PolicyLoadError> {
+        let sources: Vec<(&str, &str)> = sources.into_iter().collect();
         let mut policies = PolicySet::new();
-        for (file, text) in sources {
-            let parsed = PolicySet::from_str(text).map_err(|e| PolicyLoadError::Parse {
-                file: file.to_owned(),
-                message: format!("{e}: {}", render_causes(&e)),
-            })?;
+        let mut problems = Vec::new();
+        for (index, &(file, text)) in sources.iter().enumerate() {
+            let parsed = match PolicySet::from_str(text) {
+                Ok(parsed) => parsed,
+                Err(e) => {
+                    let message = match render_causes(&e) {
+                        causes if causes.is_empty() => e.to_string(),
+                        causes => format!("{e}: {causes}"),
+                    };
+                    problems.push(check::located(&sources, index, &e, &message));
+                    continue;
+                }
+            };
             if parsed.templates().next().is_some() {
                 return Err(PolicyLoadError::Template {
                     file: file.to_owned(),
@@ -144,6 +164,12 @@ impl CedarAuthorizer {
                     message: e.to_string(),
                 })?;
             }
+        }
+        problems.extend(check::problems(&policies, &sources));
+        if !problems.is_empty() {
+            return Err(PolicyLoadError::Invalid {
+                problems: check::in_order(problems),
+            });
         }
         Ok(Self {
             policies,
@@ -668,7 +694,11 @@ mod tests {
             ("bad.cedar", "permit(principal, action"),
         ])
         .unwrap_err();
-        assert!(e.to_string().starts_with("bad.cedar:"), "{e}");
+        assert!(
+            e.to_string()
+                .ends_with("\n  bad.cedar:1:25: unexpected end of input"),
+            "{e}"
+        );
         let e = CedarAuthorizer::from_sources([(
             "tpl.cedar",
             "permit(principal == ?principal, action, resource);",
@@ -681,6 +711,60 @@ mod tests {
         assert!(matches!(e, PolicyLoadError::Empty(_)), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
         assert_eq!(examples().len(), 16);
+    }
+
+    /// A policy that could never match is refused as it loads, every problem of every file at
+    /// once, each at its file, line and column (issue 68, items 3 and 8).
+    #[test]
+    fn policies_naming_what_forge_does_not_have_are_refused_with_their_place() {
+        let tools = "// tools\npermit(principal, action == Forge::Action::\"executee\", resource);\n\
+                     permit(principal, action, resource is Forge::Tool)\n  \
+                     when { resource.clasification == \"read\" };\n";
+        let other = "permit(principal, action, resource is Forge::Tol);\n\
+                     permit(principal, action == Forge::Action::\"read\", resource is Forge::File)\n  \
+                     when { resource.owner == principal.name };\n";
+        let broken = "permit(principal, action, resource) when { resource.name == };";
+        let e = CedarAuthorizer::from_sources([
+            ("tools.cedar", tools),
+            ("other.cedar", other),
+            ("broken.cedar", broken),
+        ])
+        .unwrap_err();
+        let PolicyLoadError::Invalid { problems } = &e else {
+            panic!("{e}");
+        };
+        let places: Vec<&str> = problems
+            .iter()
+            .map(|p| p.split(": ").next().unwrap_or_default())
+            .collect();
+        assert_eq!(
+            places,
+            [
+                "tools.cedar:2:29",
+                "tools.cedar:4:10",
+                "other.cedar:1:39",
+                "other.cedar:3:28",
+                "broken.cedar:1:61"
+            ],
+            "{e}"
+        );
+        assert!(problems[0].contains("Forge::Action::\"executee\""), "{e}");
+        assert!(problems[1].contains("clasification"), "{e}");
+        assert!(problems[2].contains("Forge::Tol"), "{e}");
+        assert!(problems[3].contains("name"), "{e}");
+
+        // An application's namespace is its own, and a call's input the tool's.
+        let a = CedarAuthorizer::from_sources([(
+            "app.cedar",
+            r#"permit(principal, action == Crm::Action::"add_note", resource is Crm::Note)
+                 when { resource.anything == "x" };
+               forbid(principal, action == Forge::Action::"execute", resource is Forge::Tool)
+                 when { context.input.amount > 1000 };
+               permit(principal, action, resource is Forge::Tool)
+                 when { context has input && context.input has to && context.input.to == "x" };"#,
+        )])
+        .unwrap();
+        assert_eq!(a.len(), 3);
     }
 
     #[test]

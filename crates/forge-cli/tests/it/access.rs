@@ -121,10 +121,17 @@ fn a_denied_call_in_forge_run_is_a_forbidden_result() {
     );
 }
 
+/// Every problem of every policy file, each at its file, line and column: a syntax error and a
+/// misspelled action that would have denied every tool (issue 68, items 3 and 8).
 #[test]
 fn bad_policies_fail_before_any_run_and_name_the_file() {
     let dir = workdir("bad");
     std::fs::write(dir.join("broken.cedar"), "permit(principal, action").unwrap();
+    std::fs::write(
+        dir.join("tools.cedar"),
+        "permit(\n  principal,\n  action == Forge::Action::\"executee\",\n  resource\n);\n",
+    )
+    .unwrap();
     let agent = agent(
         &dir,
         "[[conversation]]\n[[conversation.turn]]\ntext = [\"x\"]\n",
@@ -141,7 +148,15 @@ fn bad_policies_fail_before_any_run_and_name_the_file() {
     assert!(!out.status.success());
     let stderr = text(&out.stderr);
     assert!(
-        stderr.contains("failed to load policies: broken.cedar:"),
+        stderr.contains("failed to load policies: 2 problem(s) in the policies:"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("\n  broken.cedar:1:25: unexpected end of input"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("\n  tools.cedar:3:13: for policy `tools.cedar#0`, unrecognized action `Forge::Action::\"executee\"`"),
         "{stderr}"
     );
 }

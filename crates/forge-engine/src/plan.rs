@@ -2,6 +2,7 @@
 //! whether it runs or what the model gets instead ([`Prepared`]). Plain values the step's
 //! components hand each other, below all of them.
 
+use forge_core::id::ToolCallId;
 use forge_core::part::ToolCallPart;
 use forge_core::ports::model::{CallDetail, ModelError, ModelErrorKind};
 use forge_core::redact::Redactor;
@@ -53,6 +54,24 @@ impl Prepared {
             | Prepared::Refused { call, .. }
             | Prepared::Denied { call, .. }
             | Prepared::Answered { call, .. } => call,
+        }
+    }
+}
+
+/// Refuses call `id`, which the model wrote and its provider could not parse (`why`), with
+/// `invalid_tool_call`, whatever checking it found: the model is told to write it again.
+pub(crate) fn refuse_garbled(prepared: &mut [Prepared], id: &ToolCallId, why: &str) {
+    for p in prepared {
+        let call = p.call();
+        if &call.tool_call_id == id {
+            *p = Prepared::Refused {
+                call: call.clone(),
+                code: "invalid_tool_call",
+                message: format!(
+                    "the tool call could not be parsed: {why} Write the call again, its \
+                     arguments as JSON that matches the tool's schema."
+                ),
+            };
         }
     }
 }

@@ -291,19 +291,7 @@ impl StepRunner<'_> {
         }
         let mut prepared = self.prepare(&calls, callable);
         if let Some((id, why)) = msg.garbled() {
-            for p in &mut prepared {
-                let call = p.call();
-                if &call.tool_call_id == id {
-                    *p = Prepared::Refused {
-                        call: call.clone(),
-                        code: "invalid_tool_call",
-                        message: format!(
-                            "the tool call could not be parsed: {why} Write the call again, \
-                             its arguments as JSON that matches the tool's schema."
-                        ),
-                    };
-                }
-            }
+            crate::plan::refuse_garbled(&mut prepared, id, why);
         }
         let (prepared, raised) = self
             .engine

@@ -31,7 +31,7 @@ pub(crate) struct AuditListArgs {
     /// At most this many, newest first.
     #[arg(long, default_value_t = 100)]
     limit: usize,
-    /// JSON lines instead of a table.
+    /// As a JSON array of entries.
     #[arg(long)]
     json: bool,
 }
@@ -67,19 +67,22 @@ pub(crate) async fn audit(command: AuditCommand) -> anyhow::Result<ExitCode> {
             },
         )
         .await?;
-    for r in &found {
-        if args.json {
-            println!(
-                "{}",
-                serde_json::json!({"tenant": r.tenant_id, "at": r.at, "actor": r.actor,
-                    "action": r.action, "subject": r.subject, "detail": r.detail})
-            );
-        } else {
-            println!(
-                "{}  {:<24} {:<16} by {}  {}",
-                r.at, r.action, r.subject, r.actor, r.detail
-            );
-        }
-    }
+    let entries: Vec<serde_json::Value> = found
+        .iter()
+        .map(|r| {
+            serde_json::json!({"tenant": r.tenant_id, "at": r.at, "actor": r.actor,
+                "action": r.action, "subject": r.subject, "detail": r.detail})
+        })
+        .collect();
+    crate::records::print_list(args.json, &entries, "no audit entries", |e| {
+        format!(
+            "{}  {:<24} {:<16} by {}  {}",
+            e["at"].as_str().unwrap_or_default(),
+            e["action"].as_str().unwrap_or_default(),
+            e["subject"].as_str().unwrap_or_default(),
+            e["actor"].as_str().unwrap_or_default(),
+            e["detail"]
+        )
+    })?;
     Ok(ExitCode::SUCCESS)
 }

@@ -5,11 +5,12 @@ use std::process::ExitCode;
 use anyhow::{Context, bail};
 use forge_core::id::{JobId, ThreadId};
 use forge_core::part::Part;
-use forge_core::ports::queue::{JobInfo, JobState};
+use forge_core::ports::queue::JobState;
 use forge_core::ports::store::{NewRun, NewThread, StartStrategy};
 use forge_core::scope::{PrincipalId, Scope, SystemScope};
 use forge_engine::Engine;
 
+use crate::records::{JobRecord, RunRecord, print_json, print_list};
 use crate::store::{self, StoreArgs};
 
 /// Arguments of `forge submit`.
@@ -35,6 +36,9 @@ pub(crate) struct SubmitArgs {
     /// Principal to run as.
     #[arg(long, default_value = "cli", env = "FORGE_PRINCIPAL")]
     principal: String,
+    /// As the JSON run created.
+    #[arg(long)]
+    json: bool,
     /// The user's message.
     message: String,
 }
@@ -49,6 +53,9 @@ pub(crate) enum DlqCommand {
         /// At most this many.
         #[arg(long, default_value_t = 100)]
         limit: usize,
+        /// As a JSON array of jobs.
+        #[arg(long)]
+        json: bool,
     },
     /// Show one job, its run and its audit trail.
     Show {
@@ -56,6 +63,9 @@ pub(crate) enum DlqCommand {
         store: StoreArgs,
         /// The job.
         job: JobId,
+        /// As JSON: `{job, run, audit}`.
+        #[arg(long)]
+        json: bool,
     },
     /// Make dead jobs ready again with a fresh attempt budget (audited).
     Replay {
@@ -87,6 +97,9 @@ pub(crate) struct Which {
     /// Who is acting, for the audit trail (default: $FORGE_ACTOR, then $USER).
     #[arg(long)]
     actor: Option<String>,
+    /// As a JSON array of the jobs acted on.
+    #[arg(long)]
+    json: bool,
 }
 
 fn system() -> SystemScope {
@@ -137,6 +150,10 @@ pub(crate) async fn submit(args: SubmitArgs) -> anyhow::Result<ExitCode> {
     let thread = new.thread_id;
     new.max_attempts = args.max_attempts;
     let run = store.create_run(&scope, new).await?;
+    if args.json {
+        print_json(&RunRecord::of(&run))?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let admission = if run.last_seq == 0 {
         "active"
     } else {
@@ -146,13 +163,13 @@ pub(crate) async fn submit(args: SubmitArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn describe(j: &JobInfo) -> String {
+fn describe(j: &JobRecord) -> String {
     format!(
         "{}  tenant {}  run {}  {}  attempts {}/{}  {}",
         j.id,
-        j.tenant_id,
-        j.run_id,
-        j.state.name(),
+        j.tenant,
+        j.run,
+        j.state,
         j.attempts,
         j.max_attempts,
         j.last_error.as_deref().unwrap_or("-")
@@ -162,19 +179,33 @@ fn describe(j: &JobInfo) -> String {
 pub(crate) async fn dlq(command: DlqCommand) -> anyhow::Result<ExitCode> {
     let sys = system();
     match command {
-        DlqCommand::List { store, limit } => {
+        DlqCommand::List { store, limit, json } => {
             let store = store::open(&store).await?.store;
             let dead = store.dead_jobs(&sys, limit).await?;
-            if dead.is_empty() {
-                println!("no dead-lettered jobs");
-            }
-            for j in &dead {
-                println!("{}", describe(j));
-            }
+            let records: Vec<JobRecord> = dead.iter().map(JobRecord::of).collect();
+            print_list(json, &records, "no dead-lettered jobs", describe)?;
         }
-        DlqCommand::Show { store, job } => {
+        DlqCommand::Show { store, job, json } => {
             let store = store::open(&store).await?.store;
             let j = store.job(&sys, job).await?;
+            if json {
+                let reader = Scope::new(j.tenant_id.clone(), PrincipalId::new("operator")?, vec![]);
+                let run = store.get_run(&reader, j.run_id).await?;
+                let subject = format!("job {}", j.id);
+                let audit: Vec<_> = store
+                    .list_audit(&reader, 1000)
+                    .await?
+                    .into_iter()
+                    .rev()
+                    .filter(|a| a.subject == subject)
+                    .collect();
+                print_json(&serde_json::json!({
+                    "job": JobRecord::of(&j),
+                    "run": RunRecord::of(&run),
+                    "audit": audit,
+                }))?;
+                return Ok(ExitCode::SUCCESS);
+            }
             println!(
                 "job      {}\nstate    {}\nattempts {}/{}",
                 j.id,
@@ -210,11 +241,16 @@ pub(crate) async fn dlq(command: DlqCommand) -> anyhow::Result<ExitCode> {
             let store = store::open(&store).await?.store;
             let ids = targets(store.as_ref(), &which).await?;
             let who = actor(&which);
+            let mut done = Vec::new();
             for (i, id) in ids.iter().enumerate() {
                 let j = store
                     .replay(&sys, *id, &who)
                     .await
                     .with_context(|| format!("failed to replay job {id}"))?;
+                done.push(JobRecord::of(&j));
+                if which.json {
+                    continue;
+                }
                 println!(
                     "replayed {}/{}: job {} (run {}) is ready again",
                     i + 1,
@@ -222,6 +258,9 @@ pub(crate) async fn dlq(command: DlqCommand) -> anyhow::Result<ExitCode> {
                     j.id,
                     j.run_id
                 );
+            }
+            if which.json {
+                print_json(&done)?;
             }
         }
         DlqCommand::Discard {
@@ -237,6 +276,7 @@ pub(crate) async fn dlq(command: DlqCommand) -> anyhow::Result<ExitCode> {
                 .build()?;
             let ids = targets(store.as_ref(), &which).await?;
             let who = actor(&which);
+            let mut done = Vec::new();
             for (i, id) in ids.iter().enumerate() {
                 let j = store
                     .discard(&sys, *id, &who)
@@ -245,6 +285,10 @@ pub(crate) async fn dlq(command: DlqCommand) -> anyhow::Result<ExitCode> {
                 let reader =
                     Scope::new(j.tenant_id.clone(), PrincipalId::new(who.clone())?, vec![]);
                 let out = engine.abandon(&reader, j.run_id, &reason).await?;
+                done.push(JobRecord::of(&j));
+                if which.json {
+                    continue;
+                }
                 println!(
                     "discarded {}/{}: job {}; run {} {}",
                     i + 1,
@@ -253,6 +297,9 @@ pub(crate) async fn dlq(command: DlqCommand) -> anyhow::Result<ExitCode> {
                     j.run_id,
                     out.status.name()
                 );
+            }
+            if which.json {
+                print_json(&done)?;
             }
         }
     }

@@ -8,8 +8,9 @@ use anyhow::Context;
 use forge_core::id::{InteractionId, RunId};
 use forge_core::interaction::{Decision, Interaction, InteractionRequest, Resolve};
 use forge_core::scope::Scope;
-use forge_engine::{Engine, EngineError};
+use forge_engine::Engine;
 
+use crate::records::{DecisionRecord, print_json, print_list};
 use crate::store::{self, StoreArgs};
 
 /// Whose interactions, and who acts.
@@ -30,6 +31,9 @@ pub(crate) struct Who {
     /// Lets the actor approve an external write in a run they started (off by default).
     #[arg(long = "allow-self-approval", env = "FORGE_ALLOW_SELF_APPROVAL")]
     allow_self_approval: bool,
+    /// As JSON: an array of interactions for `list`, the decision for the others.
+    #[arg(long)]
+    json: bool,
 }
 
 /// `forge interactions` subcommands.
@@ -42,9 +46,6 @@ pub(crate) enum InteractionsCommand {
         /// Only this run's interactions, settled ones included.
         #[arg(long)]
         run: Option<RunId>,
-        /// As JSON lines.
-        #[arg(long)]
-        json: bool,
     },
     /// Approve a tool call.
     Approve {
@@ -104,7 +105,7 @@ fn describe(i: &Interaction) -> String {
 
 pub(crate) async fn interactions(command: InteractionsCommand) -> anyhow::Result<ExitCode> {
     let (who, decision, id, input_hash) = match command {
-        InteractionsCommand::List { who, run, json } => return list(who, run, json).await,
+        InteractionsCommand::List { who, run } => return list(who, run).await,
         InteractionsCommand::Approve {
             who,
             id,
@@ -135,29 +136,32 @@ pub(crate) async fn interactions(command: InteractionsCommand) -> anyhow::Result
             .unwrap_or_else(|| uuid::Uuid::now_v7().to_string()),
         input_hash,
     };
-    match engine.resolve_interaction(&scope, req).await {
-        Ok(r) => {
-            let verb = match r.interaction.resolution.as_ref().map(|r| &r.decision) {
-                Some(Decision::Approve) => "approved",
-                Some(Decision::Reject { .. }) => "rejected",
-                _ => "answered",
-            };
-            let note = if r.replayed {
-                " (already, under this key)"
-            } else if r.resumed {
-                "; the run resumes"
-            } else {
-                "; the run waits for its other interactions"
-            };
-            println!("{verb} {}{note}", r.interaction.id);
-            Ok(ExitCode::SUCCESS)
-        }
-        Err(EngineError::Store(e)) => {
-            eprintln!("error: {e}");
-            Ok(ExitCode::from(1))
-        }
-        Err(e) => Err(e.into()),
+    // Not found, refused and already decided each end with their own status (`crate::exit`).
+    let r = engine.resolve_interaction(&scope, req).await?;
+    let decision = match r.interaction.resolution.as_ref().map(|r| &r.decision) {
+        Some(Decision::Approve) => "approved",
+        Some(Decision::Reject { .. }) => "rejected",
+        _ => "answered",
+    };
+    if who.json {
+        print_json(&DecisionRecord {
+            interaction: r.interaction.id.to_string(),
+            run: r.interaction.run_id.to_string(),
+            decision,
+            replayed: r.replayed,
+            resumed: r.resumed,
+        })?;
+        return Ok(ExitCode::SUCCESS);
     }
+    let note = if r.replayed {
+        " (already, under this key)"
+    } else if r.resumed {
+        "; the run resumes"
+    } else {
+        "; the run waits for its other interactions"
+    };
+    println!("{decision} {}{note}", r.interaction.id);
+    Ok(ExitCode::SUCCESS)
 }
 
 async fn open(who: &Who, actor: &str) -> anyhow::Result<(Engine, Scope)> {
@@ -171,21 +175,12 @@ async fn open(who: &Who, actor: &str) -> anyhow::Result<(Engine, Scope)> {
     Ok((engine, scope))
 }
 
-async fn list(who: Who, run: Option<RunId>, json: bool) -> anyhow::Result<ExitCode> {
+async fn list(who: Who, run: Option<RunId>) -> anyhow::Result<ExitCode> {
     let (engine, scope) = open(&who, "operator").await?;
     let found = match run {
         Some(run) => engine.run_interactions(&scope, run).await?,
         None => engine.pending_interactions(&scope).await?,
     };
-    if found.is_empty() && !json {
-        println!("no interactions");
-    }
-    for i in &found {
-        if json {
-            println!("{}", serde_json::to_string(i)?);
-        } else {
-            println!("{}", describe(i));
-        }
-    }
+    print_list(who.json, &found, "no interactions", describe)?;
     Ok(ExitCode::SUCCESS)
 }

@@ -14,6 +14,7 @@ mod dlq;
 mod effects;
 mod embedder;
 mod eval;
+mod exit;
 mod files;
 mod gate;
 mod interactions;
@@ -24,6 +25,7 @@ mod metering;
 mod panics;
 mod print;
 mod rag;
+mod records;
 mod report;
 mod runs;
 mod serve;
@@ -199,7 +201,7 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {}", report::message(&e));
-            ExitCode::from(2)
+            exit::status_of(&e)
         }
     }
 }
@@ -457,7 +459,7 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     printer.finish();
     Ok(match outcome {
         forge::Outcome::Completed { .. } => ExitCode::SUCCESS,
-        forge::Outcome::Cancelled { .. } => ExitCode::from(130),
-        _ => ExitCode::from(1),
+        forge::Outcome::Cancelled { .. } => ExitCode::from(exit::INTERRUPTED),
+        _ => ExitCode::from(exit::FAILED),
     })
 }

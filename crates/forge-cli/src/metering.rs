@@ -83,22 +83,17 @@ pub(crate) struct UsageArgs {
     /// The reconciliation report (estimate against actual per call) instead of rollups.
     #[arg(long, conflicts_with = "run")]
     reconcile: bool,
-    /// As JSON lines.
+    /// As a JSON array.
     #[arg(long)]
     json: bool,
 }
 
-fn print<T: serde::Serialize>(json: bool, items: &[T], human: impl Fn(&T) -> String) {
-    for item in items {
-        if json {
-            match serde_json::to_string(item) {
-                Ok(line) => println!("{line}"),
-                Err(e) => eprintln!("error: {e}"),
-            }
-        } else {
-            println!("{}", human(item));
-        }
-    }
+fn print<T: serde::Serialize>(
+    json: bool,
+    items: &[T],
+    human: impl Fn(&T) -> String,
+) -> anyhow::Result<()> {
+    crate::records::print_list(json, items, "no model calls", human)
 }
 
 pub(crate) async fn usage(args: UsageArgs) -> anyhow::Result<ExitCode> {
@@ -130,7 +125,7 @@ pub(crate) async fn usage(args: UsageArgs) -> anyhow::Result<ExitCode> {
                 c.cost_micros.unwrap_or(0),
                 c.request_id.as_deref().unwrap_or("-")
             )
-        });
+        })?;
     } else if args.reconcile {
         let report = engine.reconciliation(&scope, from, to).await?;
         print(args.json, &report, |d| {
@@ -145,12 +140,9 @@ pub(crate) async fn usage(args: UsageArgs) -> anyhow::Result<ExitCode> {
                     .map_or_else(|| "-".into(), |a| format!("{a:+}")),
                 d.status.name()
             )
-        });
+        })?;
     } else {
         let rollups = engine.rollups(&scope, from, to).await?;
-        if rollups.is_empty() && !args.json {
-            println!("no model calls");
-        }
         print(args.json, &rollups, |r| {
             format!(
                 "{}  {}  calls {}  input {} (cache read {}, written {})  output {}  cost {}µ  unreconciled {}",
@@ -164,7 +156,7 @@ pub(crate) async fn usage(args: UsageArgs) -> anyhow::Result<ExitCode> {
                 r.cost_micros,
                 r.unreconciled
             )
-        });
+        })?;
     }
     Ok(ExitCode::SUCCESS)
 }

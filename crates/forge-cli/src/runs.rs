@@ -8,10 +8,10 @@ use std::process::ExitCode;
 use forge_core::id::{RunId, ThreadId};
 use forge_core::ports::interaction::InteractionFilter;
 use forge_core::ports::store::RunQuery;
-use forge_core::run::Run;
 use forge_core::scope::{PrincipalId, Scope, TenantId};
 use forge_core::stream::StreamItem;
 
+use crate::records::{RunRecord, print_json, print_list};
 use crate::store::{self, StoreArgs};
 
 /// `forge runs` subcommands.
@@ -32,6 +32,9 @@ pub(crate) enum RunsCommand {
         /// At most this many.
         #[arg(long, default_value_t = 50)]
         limit: usize,
+        /// As a JSON array of runs.
+        #[arg(long)]
+        json: bool,
     },
     /// One run: its state, agent, lease, failure and interactions.
     Show {
@@ -41,6 +44,9 @@ pub(crate) enum RunsCommand {
         tenant: TenantArg,
         /// The run.
         run: RunId,
+        /// As a JSON run.
+        #[arg(long)]
+        json: bool,
     },
     /// A run's committed events, as `forge run` prints them.
     Events {
@@ -61,8 +67,9 @@ pub(crate) enum RunsCommand {
         #[arg(long)]
         follow: bool,
     },
-    /// Asks a run to cancel: a waiting or queued run ends `cancelled` at once, a running one
-    /// when its worker next checks (within its cancel poll). An ended run is left as it is.
+    /// Asks a run to cancel: a queued or waiting run ends `cancelled` when a worker next takes
+    /// it up, a running one when its worker next checks (within its cancel poll). An ended run
+    /// is left as it is.
     Cancel {
         #[command(flatten)]
         store: StoreArgs,
@@ -70,6 +77,9 @@ pub(crate) enum RunsCommand {
         tenant: TenantArg,
         /// The run.
         run: RunId,
+        /// As the JSON run, after the request.
+        #[arg(long)]
+        json: bool,
     },
     /// Erases an ended run, or with `--thread` a thread and all its runs: messages, events,
     /// approvals, questions, jobs (and the thread's session state). Model calls stay in the
@@ -116,16 +126,10 @@ impl TenantArg {
     }
 }
 
-fn row(run: &Run) -> String {
+fn row(run: &RunRecord) -> String {
     format!(
         "{}  {:<9}  {}@{}  thread {}  {}",
-        run.id,
-        run.shown_status(forge_core::time::Clock::now(&forge_core::time::SystemClock))
-            .name(),
-        run.agent.name,
-        run.agent.version,
-        run.thread_id,
-        run.created_at
+        run.id, run.status, run.agent, run.agent_version, run.thread, run.created_at
     )
 }
 
@@ -138,6 +142,7 @@ pub(crate) async fn runs(command: RunsCommand) -> anyhow::Result<ExitCode> {
             status,
             thread,
             limit,
+            json,
         } => {
             let store = store::open(&store).await?.store;
             let mut query = RunQuery::newest(limit);
@@ -146,17 +151,28 @@ pub(crate) async fn runs(command: RunsCommand) -> anyhow::Result<ExitCode> {
             }
             query.thread_id = thread;
             let found = store.query_runs(&tenant.scope()?, &query).await?;
-            if found.is_empty() {
-                println!("no runs");
-            }
-            for run in &found {
-                println!("{}", row(run));
-            }
+            let records: Vec<RunRecord> = found.iter().map(RunRecord::of).collect();
+            print_list(json, &records, "no runs", row)?;
         }
-        RunsCommand::Show { store, tenant, run } => {
+        RunsCommand::Show {
+            store,
+            tenant,
+            run,
+            json,
+        } => {
             let store = store::open(&store).await?.store;
             let scope = tenant.scope()?;
             let run = store.get_run(&scope, run).await?;
+            if json {
+                let mut record = RunRecord::of(&run);
+                record.interactions = Some(
+                    store
+                        .list_interactions(&scope, InteractionFilter::Run(run.id))
+                        .await?,
+                );
+                print_json(&record)?;
+                return Ok(ExitCode::SUCCESS);
+            }
             println!("run       {}", run.id);
             println!(
                 "status    {}",
@@ -227,14 +243,23 @@ pub(crate) async fn runs(command: RunsCommand) -> anyhow::Result<ExitCode> {
             }
             printer.finish();
         }
-        RunsCommand::Cancel { store, tenant, run } => {
+        RunsCommand::Cancel {
+            store,
+            tenant,
+            run,
+            json,
+        } => {
             let store = store::open(&store).await?.store;
             let scope = tenant.scope()?;
             let found = store.get_run(&scope, run).await?;
-            if store.request_cancel(&scope, run).await? {
+            let asked = store.request_cancel(&scope, run).await?;
+            if json {
+                let now = store.get_run(&scope, run).await.unwrap_or(found);
+                print_json(&RunRecord::of(&now))?;
+            } else if asked {
                 println!(
-                    "asked run {run} to cancel: a waiting or queued run ends at once, a running \
-                     one at its worker's next check"
+                    "asked run {run} to cancel: a queued or waiting run ends when a worker \
+                     next takes it up, a running one at its worker's next check"
                 );
             } else {
                 let now = store.get_run(&scope, run).await.unwrap_or(found);
@@ -262,17 +287,22 @@ pub(crate) async fn runs(command: RunsCommand) -> anyhow::Result<ExitCode> {
                 (None, None) => anyhow::bail!("name a run, or a thread with --thread"),
             };
             let erased = match store.erase(&tenant.scope_of(&actor)?, target, &actor).await {
-                Err(forge_core::Error::ThreadBusy { active, .. }) => {
+                Err(e @ forge_core::Error::ThreadBusy { .. }) => {
+                    let forge_core::Error::ThreadBusy { active, .. } = &e else {
+                        unreachable!("matched above")
+                    };
                     let cancel = match reach {
                         crate::print::Reach::Flags(flags) => {
                             format!("`forge runs cancel {active}{flags}`")
                         }
                         crate::print::Reach::Nowhere => "`forge runs cancel`".into(),
                     };
-                    anyhow::bail!(
+                    let why = format!(
                         "run {active} has not ended, and only what has ended is erased: cancel \
                          it with {cancel}, then erase once it has ended"
-                    )
+                    );
+                    // The busy thread stays in the chain: a conflict's exit status.
+                    return Err(anyhow::Error::new(e).context(why));
                 }
                 other => other?,
             };

@@ -55,10 +55,7 @@ fn config_records(dir: &std::path::Path) -> Vec<serde_json::Value> {
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", text(&out.stderr));
-    text(&out.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
+    serde_json::from_slice(&out.stdout).unwrap()
 }
 
 #[test]

@@ -96,11 +96,11 @@ async fn an_approval_survives_a_worker_kill_and_the_call_takes_effect_once() {
     wait_for(
         "the approval request",
         crate::patience(Duration::from_secs(30)),
-        async || !text(&pending().stdout).trim().is_empty(),
+        async || text(&pending().stdout).trim() != "[]",
     )
     .await;
-    let listed = text(&pending().stdout);
-    let interaction: serde_json::Value = serde_json::from_str(listed.trim()).unwrap();
+    let listed: Vec<serde_json::Value> = serde_json::from_slice(&pending().stdout).unwrap();
+    let interaction = &listed[0];
     assert_eq!(interaction["request"]["tool_name"], "record_effect");
     assert_eq!(interaction["run_id"], run.to_string());
     let status: String = sqlx::query_scalar("SELECT status FROM forge_runs WHERE id = $1")
@@ -451,7 +451,7 @@ fn another_terminal_follows_a_run_and_cancels_it() {
     );
     // Erasing it now is refused with what to do instead, as a command that works as printed.
     let early = forge(&["runs", "erase", &id, "--store", &store]);
-    assert_eq!(early.status.code(), Some(2));
+    assert_eq!(early.status.code(), Some(5), "a conflict");
     assert!(
         text(&early.stderr).contains(&format!("run {id} has not ended"))
             && text(&early.stderr).contains(&format!("forge runs cancel {id} --store ")),

@@ -341,6 +341,7 @@ mod live;
 mod mcp;
 mod providers;
 mod rag;
+mod scripting;
 mod serve;
 mod telemetry;
 mod threads;

@@ -41,10 +41,7 @@ fn forge_run_prices_every_call_and_forge_usage_reports_them() {
 
     let calls = forge(&["usage", "--store", &store, "--run", &run, "--json"]);
     assert!(calls.status.success(), "{}", text(&calls.stderr));
-    let calls: Vec<serde_json::Value> = text(&calls.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let calls: Vec<serde_json::Value> = serde_json::from_slice(&calls.stdout).unwrap();
     assert_eq!(calls.len(), 2, "two model calls");
     let mut total = 0;
     for c in &calls {
@@ -54,7 +51,8 @@ fn forge_run_prices_every_call_and_forge_usage_reports_them() {
         total += price.cost(&actual);
     }
     let rollups = forge(&["usage", "--store", &store, "--json"]);
-    let rollup: serde_json::Value = serde_json::from_str(text(&rollups.stdout).trim()).unwrap();
+    let rollups: Vec<serde_json::Value> = serde_json::from_slice(&rollups.stdout).unwrap();
+    let rollup = &rollups[0];
     assert_eq!(rollup["calls"], 2);
     assert_eq!(rollup["cost_micros"], total);
     let report = forge(&["usage", "--store", &store, "--reconcile"]);

@@ -235,8 +235,10 @@ impl ScopeArgs {
 #[derive(Debug, clap::Subcommand)]
 pub(crate) enum ToolsCommand {
     /// Lists the tools the scope may discover (an agent's, or all).
+    #[command(mut_args = crate::help::hide(&[crate::help::RUN_ONLY, crate::help::EMBEDDER]))]
     List(ToolsArgs),
     /// Searches the names and descriptions of the tools the scope may discover.
+    #[command(mut_args = crate::help::hide(&[crate::help::RUN_ONLY, crate::help::EMBEDDER]))]
     Search {
         #[command(flatten)]
         args: ToolsArgs,

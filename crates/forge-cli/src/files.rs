@@ -253,11 +253,13 @@ pub(crate) enum FilesCommand {
         label: Option<String>,
     },
     /// The tenant's files, newest first.
+    #[command(mut_args = crate::help::hide(&[crate::help::UPLOAD_ONLY, crate::help::REFERENCE_ONLY]))]
     List {
         #[command(flatten)]
         common: Common,
     },
     /// Writes a file's bytes to `--out` (or standard output).
+    #[command(mut_args = crate::help::hide(&[crate::help::UPLOAD_ONLY, crate::help::REFERENCE_ONLY]))]
     Get {
         #[command(flatten)]
         common: Common,
@@ -268,6 +270,7 @@ pub(crate) enum FilesCommand {
         out: Option<PathBuf>,
     },
     /// Deletes files: bytes, records (audited) and the sources made from them.
+    #[command(mut_args = crate::help::hide(&[crate::help::UPLOAD_ONLY, crate::help::REFERENCE_ONLY]))]
     Delete {
         #[command(flatten)]
         common: Common,
@@ -276,6 +279,7 @@ pub(crate) enum FilesCommand {
         ids: Vec<String>,
     },
     /// Prints a signed reference to a file, for `GET /files/{reference}` on `forge serve`.
+    #[command(mut_args = crate::help::hide(&[crate::help::UPLOAD_ONLY]))]
     Ref {
         #[command(flatten)]
         common: Common,

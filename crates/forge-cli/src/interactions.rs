@@ -10,6 +10,7 @@ use forge_core::interaction::{Decision, Interaction, InteractionRequest, Resolve
 use forge_core::scope::Scope;
 use forge_engine::Engine;
 
+use crate::ids::IdPrefix;
 use crate::records::{DecisionRecord, print_json, print_list};
 use crate::store::{self, StoreArgs};
 
@@ -40,6 +41,7 @@ pub(crate) struct Who {
 #[derive(Debug, clap::Subcommand)]
 pub(crate) enum InteractionsCommand {
     /// List pending interactions (or every interaction of one run).
+    #[command(mut_args = crate::help::hide(&[crate::help::DECISION_ONLY]))]
     List {
         #[command(flatten)]
         who: Who,
@@ -51,8 +53,8 @@ pub(crate) enum InteractionsCommand {
     Approve {
         #[command(flatten)]
         who: Who,
-        /// The interaction.
-        id: InteractionId,
+        /// The interaction (its id, or the id's unique beginning).
+        id: IdPrefix,
         /// The input hash you reviewed; refused if the call's input is not that one.
         #[arg(long)]
         input_hash: Option<String>,
@@ -61,8 +63,8 @@ pub(crate) enum InteractionsCommand {
     Reject {
         #[command(flatten)]
         who: Who,
-        /// The interaction.
-        id: InteractionId,
+        /// The interaction (its id, or the id's unique beginning).
+        id: IdPrefix,
         /// Why, for the model and the audit trail.
         #[arg(long)]
         reason: Option<String>,
@@ -71,8 +73,8 @@ pub(crate) enum InteractionsCommand {
     Answer {
         #[command(flatten)]
         who: Who,
-        /// The interaction.
-        id: InteractionId,
+        /// The interaction (its id, or the id's unique beginning).
+        id: IdPrefix,
         /// The answer, as JSON (a bare word is taken as a string).
         answer: String,
     },
@@ -126,6 +128,17 @@ pub(crate) async fn interactions(command: InteractionsCommand) -> anyhow::Result
         .or_else(|| std::env::var("USER").ok())
         .unwrap_or_else(|| "operator".into());
     let (engine, scope) = open(&who, &actor).await?;
+    let id = match id.whole::<InteractionId>() {
+        Some(id) => id,
+        None => id.pick(
+            "interaction",
+            engine
+                .pending_interactions(&scope)
+                .await?
+                .into_iter()
+                .map(|i| i.id),
+        )?,
+    };
     let req = Resolve {
         id,
         decision,

@@ -17,6 +17,8 @@ mod eval;
 mod exit;
 mod files;
 mod gate;
+mod help;
+mod ids;
 mod interactions;
 mod leases;
 mod live;
@@ -47,7 +49,11 @@ const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (", env!("FORGE_COMMI
 
 /// Forge: run AI agents durably, inside each tenant's walls.
 #[derive(Debug, Parser)]
-#[command(name = "forge", version = VERSION, about)]
+#[command(
+    name = "forge",
+    version = VERSION,
+    about = "Forge: run AI agents durably, inside each tenant's walls."
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -55,56 +61,65 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Serve the GraphQL API with an in-process worker (the main command).
+    /// Serve the GraphQL API and the web client, with a worker.
     Serve(Box<serve::ServeArgs>),
-    /// Print a development bearer token signed with the server's HS256 secret.
+    /// Print a development bearer token (HS256, the server's secret).
     Token(serve::TokenArgs),
     /// Run one turn of an agent and stream its events.
     Run(RunArgs),
-    /// Provision or update the store's schema (safe to run from many processes at once).
+    /// Provision or update the store's schema.
+    ///
+    /// Safe to run from many processes at once.
     Migrate(MigrateArgs),
-    /// Claim and execute queued runs until SIGTERM or Ctrl-C, then finish the step in progress.
+    /// Execute queued runs until SIGTERM or Ctrl-C.
+    ///
+    /// On the signal, the step in progress is finished first.
     Worker(Box<WorkerArgs>),
-    /// Create a run (and its job) for workers to execute.
+    /// Queue a run (and its job) for workers to execute.
     Submit(dlq::SubmitArgs),
     /// Inspect, replay or discard dead-lettered jobs.
     #[command(subcommand)]
     Dlq(dlq::DlqCommand),
-    /// List, approve, reject or answer what waiting runs need from a person.
+    /// List, approve, reject or answer what waiting runs need.
     #[command(subcommand)]
     Interactions(interactions::InteractionsCommand),
-    /// Model-call usage: a run's calls, daily rollups, or the reconciliation report.
+    /// Model-call usage: a run's calls, rollups, reconciliation.
     Usage(metering::UsageArgs),
-    /// List or search the tools a scope may discover under the configured policies.
+    /// List or search the tools a scope may discover.
     #[command(subcommand)]
     Tools(compose::ToolsCommand),
-    /// Read the audit trail: decisions, external writes, dead letters, configuration.
+    /// Read the audit trail.
+    ///
+    /// Decisions, external writes, dead letters, configuration.
     #[command(subcommand)]
     Audit(audit::AuditCommand),
-    /// See runs without SQL: a tenant's runs, one run's detail, its committed events.
+    /// List, show, follow, cancel and erase runs.
     #[command(subcommand)]
     Runs(runs::RunsCommand),
-    /// Compact a thread's history, or show a thread with its summary and newest messages.
+    /// Show a thread, or compact its history.
     #[command(subcommand)]
     Threads(threads::ThreadsCommand),
-    /// List, pin and diff the tools of the configured MCP servers.
+    /// List, pin and diff the tools of MCP servers.
     #[command(subcommand)]
     Mcp(mcp::McpCommand),
-    /// Ingest, list, show, delete and search retrieval sources.
+    /// Ingest, list, show, delete and search sources.
     #[command(subcommand)]
     Rag(rag::RagCommand),
-    /// Upload, list, get, delete and reference stored files.
+    /// Upload, list, get, delete and reference files.
     #[command(subcommand)]
     Files(files::FilesCommand),
-    /// Score datasets through the engine, list and show scoring runs, compare two of them.
+    /// Score datasets; list, show and compare scoring runs.
     #[command(subcommand)]
     Eval(eval::EvalCommand),
-    /// Gate a release: scores against the thresholds and the last recorded release; the
-    /// outcome is appended to the trend. Exits 1 when the gate fails.
+    /// Gate a release on its scores (exits 1 when it fails).
+    ///
+    /// Scores are held against the thresholds and the last recorded release; the outcome is
+    /// appended to the trend.
     Gate(Box<gate::GateArgs>),
-    /// Print the completion script for a shell: `source <(forge completions bash)`, or write
-    /// it where the shell loads completions from (`forge completions fish >
-    /// ~/.config/fish/completions/forge.fish`).
+    /// Print the completion script for a shell.
+    ///
+    /// `source <(forge completions bash)`, or write it where the shell loads completions from
+    /// (`forge completions fish > ~/.config/fish/completions/forge.fish`).
     Completions {
         /// bash, zsh, fish, elvish or powershell.
         shell: clap_complete::Shell,

@@ -35,8 +35,10 @@ pub(crate) enum RagCommand {
         paths: Vec<PathBuf>,
     },
     /// Lists the tenant's sources.
+    #[command(mut_args = crate::help::hide(&[crate::help::EMBEDDER]))]
     List(Common),
     /// Shows a source and its chunks.
+    #[command(mut_args = crate::help::hide(&[crate::help::EMBEDDER]))]
     Show {
         #[command(flatten)]
         common: Common,
@@ -47,6 +49,7 @@ pub(crate) enum RagCommand {
     /// when embedding failed during ingestion).
     Embed(Common),
     /// Deletes a source: its text, chunks, index entries and vectors (audited).
+    #[command(mut_args = crate::help::hide(&[crate::help::EMBEDDER]))]
     Delete {
         #[command(flatten)]
         common: Common,

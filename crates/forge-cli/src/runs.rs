@@ -11,6 +11,7 @@ use forge_core::ports::store::RunQuery;
 use forge_core::scope::{PrincipalId, Scope, TenantId};
 use forge_core::stream::StreamItem;
 
+use crate::ids::IdPrefix;
 use crate::records::{RunRecord, print_json, print_list};
 use crate::store::{self, StoreArgs};
 
@@ -42,8 +43,8 @@ pub(crate) enum RunsCommand {
         store: StoreArgs,
         #[command(flatten)]
         tenant: TenantArg,
-        /// The run.
-        run: RunId,
+        /// The run (its id, or the id's unique beginning).
+        run: IdPrefix,
         /// As a JSON run.
         #[arg(long)]
         json: bool,
@@ -54,8 +55,8 @@ pub(crate) enum RunsCommand {
         store: StoreArgs,
         #[command(flatten)]
         tenant: TenantArg,
-        /// The run.
-        run: RunId,
+        /// The run (its id, or the id's unique beginning).
+        run: IdPrefix,
         /// Only events after this sequence number.
         #[arg(long, default_value_t = 0)]
         after: u64,
@@ -75,8 +76,8 @@ pub(crate) enum RunsCommand {
         store: StoreArgs,
         #[command(flatten)]
         tenant: TenantArg,
-        /// The run.
-        run: RunId,
+        /// The run (its id, or the id's unique beginning).
+        run: IdPrefix,
         /// As the JSON run, after the request.
         #[arg(long)]
         json: bool,
@@ -89,9 +90,9 @@ pub(crate) enum RunsCommand {
         store: StoreArgs,
         #[command(flatten)]
         tenant: TenantArg,
-        /// The run.
+        /// The run (its id, or the id's unique beginning).
         #[arg(required_unless_present = "thread", conflicts_with = "thread")]
-        run: Option<RunId>,
+        run: Option<IdPrefix>,
         /// The thread, instead of one run.
         #[arg(long)]
         thread: Option<ThreadId>,
@@ -162,6 +163,7 @@ pub(crate) async fn runs(command: RunsCommand) -> anyhow::Result<ExitCode> {
         } => {
             let store = store::open(&store).await?.store;
             let scope = tenant.scope()?;
+            let run = crate::ids::run(store.as_ref(), &scope, &run).await?;
             let run = store.get_run(&scope, run).await?;
             if json {
                 let mut record = RunRecord::of(&run);
@@ -227,6 +229,7 @@ pub(crate) async fn runs(command: RunsCommand) -> anyhow::Result<ExitCode> {
             let reach = crate::print::Reach::of(&store.url, &store.pg_mode, &tenant.tenant);
             let store = store::open(&store).await?.store;
             let scope = tenant.scope()?;
+            let run = crate::ids::run(store.as_ref(), &scope, &run).await?;
             let printer = crate::print::Printer::new(json).reach(reach);
             if follow {
                 follow_events(store, scope, run, after, &printer).await?;
@@ -251,6 +254,7 @@ pub(crate) async fn runs(command: RunsCommand) -> anyhow::Result<ExitCode> {
         } => {
             let store = store::open(&store).await?.store;
             let scope = tenant.scope()?;
+            let run = crate::ids::run(store.as_ref(), &scope, &run).await?;
             let found = store.get_run(&scope, run).await?;
             let asked = store.request_cancel(&scope, run).await?;
             if json {
@@ -282,7 +286,9 @@ pub(crate) async fn runs(command: RunsCommand) -> anyhow::Result<ExitCode> {
             let reach = crate::print::Reach::of(&store.url, &store.pg_mode, &tenant.tenant);
             let store = store::open(&store).await?.store;
             let target = match (run, thread) {
-                (Some(run), _) => Erase::Run(run),
+                (Some(run), _) => {
+                    Erase::Run(crate::ids::run(store.as_ref(), &tenant.scope()?, &run).await?)
+                }
                 (None, Some(thread)) => Erase::Thread(thread),
                 (None, None) => anyhow::bail!("name a run, or a thread with --thread"),
             };

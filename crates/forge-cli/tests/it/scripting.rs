@@ -90,10 +90,58 @@ fn json_shapes_empty_results_and_exit_statuses() {
     let bad = with(&["runs", "list", "--status", "sideways"]);
     assert_eq!(bad.status.code(), Some(2), "{}", text(&bad.stderr));
 
+    // An id's unique beginning names it (hyphens optional); a shared one is refused, naming
+    // the runs it could mean.
+    let unique: String = id.replace('-', "").chars().take(24).collect();
+    let by_prefix = json(&with(&["runs", "show", "--json", &unique]));
+    assert_eq!(by_prefix["id"], id.as_str());
+    let second = json(&with(&[
+        "submit",
+        "--json",
+        "--agent",
+        "examples/agents/calculator.toml",
+        "3 + 3?",
+    ]));
+    let shared = &id[..4];
+    assert!(second["id"].as_str().unwrap().starts_with(shared));
+    let ambiguous = with(&["runs", "show", shared]);
+    assert_eq!(ambiguous.status.code(), Some(2));
+    assert!(
+        text(&ambiguous.stderr).contains(&format!("2 runs begin with {shared}: ")),
+        "{}",
+        text(&ambiguous.stderr)
+    );
+    assert_eq!(with(&["runs", "show", "ffff0000"]).status.code(), Some(3));
+
     // No worker runs here: the request is recorded, and the next worker to take it up ends it.
     let cancelled = json(&with(&["runs", "cancel", "--json", &id]));
     assert_eq!(cancelled["cancel_requested"], true, "{cancelled}");
     let audit = json(&with(&["audit", "list", "--json", "--action", "no.such."]));
     assert_eq!(audit, serde_json::json!([]));
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `forge --help` fits one screen (30 lines of 80 columns), and a subcommand's help lists only
+/// the flags that apply to it (issue 68, item 10).
+#[test]
+fn help_fits_a_screen_and_lists_only_what_applies() {
+    let help = text(&forge(&["--help"]).stdout);
+    assert!(help.lines().count() <= 30, "{help}");
+    assert!(help.lines().all(|l| l.chars().count() <= 80), "{help}");
+    let flags = |args: &[&str]| text(&forge(args).stdout);
+    let list = flags(&["files", "list", "--help"]);
+    for upload_only in ["--clamd", "--max-file-bytes", "--on-archive", "--file-key"] {
+        assert!(!list.contains(upload_only), "{upload_only} in {list}");
+    }
+    assert!(list.contains("--files-dir"), "{list}");
+    assert!(flags(&["files", "put", "--help"]).contains("--clamd"));
+    assert!(flags(&["files", "ref", "--help"]).contains("--file-key"));
+    assert!(!flags(&["rag", "list", "--help"]).contains("--embedder"));
+    assert!(flags(&["rag", "search", "--help"]).contains("--embedder"));
+    let pending = flags(&["interactions", "list", "--help"]);
+    assert!(
+        !pending.contains("--key") && !pending.contains("--actor"),
+        "{pending}"
+    );
+    assert!(flags(&["interactions", "approve", "--help"]).contains("--actor"));
 }

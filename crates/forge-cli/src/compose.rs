@@ -165,12 +165,87 @@ pub(crate) struct EngineSettings<'a> {
 
 /// An engine builder for `store` with every agent, its providers, the built-in tools, metering,
 /// redaction, policies and skills. Callers add what only they have (worker id, extra tools).
+///
+/// Every configuration problem is reported at once: a model provider that cannot be used (a
+/// missing key) does not hide an unknown tool or skill of the same agent, or another agent's.
 pub(crate) fn builder(
     store: Arc<dyn Store>,
     settings: &EngineSettings<'_>,
 ) -> anyhow::Result<EngineBuilder> {
-    let providers = agent_file::providers(settings.agents, settings.providers)?;
+    let providers = match agent_file::providers(settings.agents, settings.providers) {
+        Ok(providers) => providers,
+        Err(first) => return Err(every_problem(store, settings, first)),
+    };
     builder_with(store, settings, &providers)
+}
+
+/// `first` (a model provider that cannot be used) with every other configuration problem: each
+/// agent's provider, then what the engine refuses once each unusable provider is stood in for.
+fn every_problem(
+    store: Arc<dyn Store>,
+    settings: &EngineSettings<'_>,
+    first: anyhow::Error,
+) -> anyhow::Error {
+    let mut problems: Vec<String> = Vec::new();
+    let mut standins: Vec<Arc<dyn ModelProvider>> = Vec::new();
+    for agent in settings.agents {
+        if let Err(e) = agent_file::providers(std::slice::from_ref(agent), settings.providers) {
+            let said = crate::report::message(&e);
+            if !problems.contains(&said) {
+                problems.push(said);
+            }
+            if let Ok((prefix, _)) = agent.definition.model_parts()
+                && !standins.iter().any(|p| p.name() == prefix)
+            {
+                standins.push(Arc::new(Unusable(prefix.to_owned())));
+            }
+        }
+    }
+    if problems.is_empty() {
+        return first;
+    }
+    let resolved = agent_file::providers(
+        &settings
+            .agents
+            .iter()
+            .filter(|a| {
+                a.definition
+                    .model_parts()
+                    .is_ok_and(|(p, _)| !standins.iter().any(|s| s.name() == p))
+            })
+            .cloned()
+            .collect::<Vec<_>>(),
+        settings.providers,
+    )
+    .unwrap_or_default();
+    standins.extend(resolved);
+    if let Err(e) = builder_with(store, settings, &standins).and_then(|b| Ok(b.build()?)) {
+        problems.push(crate::report::message(&e));
+    }
+    anyhow::anyhow!(
+        "{} configuration problem(s):\n  {}",
+        problems.len(),
+        problems.join("\n  ")
+    )
+}
+
+/// Stands in for a model provider that could not be set up, so that the rest of the
+/// configuration is checked too; never asked (the command stops with the problems).
+#[derive(Debug)]
+struct Unusable(String);
+
+#[async_trait::async_trait]
+impl ModelProvider for Unusable {
+    fn name(&self) -> &str {
+        &self.0
+    }
+
+    async fn stream(
+        &self,
+        _request: forge_core::ports::model::ModelRequest,
+    ) -> Result<forge_core::ports::model::ModelStream, forge_core::ports::model::ModelError> {
+        Err(forge_core::ports::model::ModelErrorKind::Authentication.into())
+    }
 }
 
 /// [`builder`] with the model providers already built (a caller that also needs them, such as

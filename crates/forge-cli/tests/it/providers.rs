@@ -223,6 +223,34 @@ fn a_garbled_tool_call_goes_back_to_the_model_and_the_run_recovers() {
     );
 }
 
+/// A missing key does not hide an unknown tool or skill: every configuration problem is
+/// reported at once (issue 68, item 8).
+#[test]
+fn every_configuration_problem_is_reported_at_once() {
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("providers-all-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let agent = dir.join("agent.toml");
+    std::fs::write(
+        &agent,
+        "name = \"a\"\nversion = \"1\"\ninstructions = \"i\"\n\
+         model = \"anthropic:claude-sonnet-4-5\"\ntools = [\"nope\", \"calculate\", \"nada\"]\n",
+    )
+    .unwrap();
+    let out = forge_with_env(
+        &["run", "--agent", agent.to_str().unwrap(), "hi"],
+        &[("ANTHROPIC_API_KEY", "")],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("2 configuration problem(s):"), "{stderr}");
+    assert!(stderr.contains("ANTHROPIC_API_KEY is not set"), "{stderr}");
+    assert!(
+        stderr.contains("tool nope is not registered; tool nada is not registered"),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn a_missing_credential_or_base_url_fails_before_any_run_with_what_to_set() {
     let out = forge_with_env(

@@ -232,8 +232,32 @@ impl EngineBuilder {
         let skills = Arc::new(std::mem::take(&mut self.skills));
         self.register_built_ins(&skills)?;
         let mut agents = HashMap::new();
+        // Every agent's every problem, in one refusal.
+        let mut names = Vec::new();
+        let mut reasons = Vec::new();
+        for agent in &self.agents {
+            let problems = self.agent_problems(agent, &skills);
+            if !problems.is_empty() {
+                names.push(agent.agent.name.clone());
+                reasons.push(problems.join("; "));
+            }
+        }
+        if !names.is_empty() {
+            let reason = match names.len() {
+                1 => reasons.join(""),
+                _ => names
+                    .iter()
+                    .zip(&reasons)
+                    .map(|(name, reason)| format!("{name}: {reason}"))
+                    .collect::<Vec<_>>()
+                    .join("; "),
+            };
+            return Err(EngineError::InvalidAgent {
+                name: names.join(", "),
+                reason,
+            });
+        }
         for agent in std::mem::take(&mut self.agents) {
-            self.check_agent(&agent, &skills)?;
             let name = agent.agent.name.clone();
             let key = (name.clone(), agent.agent.version.clone());
             if agents.insert(key, Arc::new(agent)).is_some() {
@@ -331,37 +355,35 @@ impl EngineBuilder {
         Ok(())
     }
 
-    /// Refuses an agent this engine could not run as configured: an invalid definition, a model
-    /// provider, tool or skill it lacks, an unusable output schema, or an unpriced model under
-    /// a cost ceiling or quota.
-    fn check_agent(
+    /// What makes an agent unrunnable as configured — an invalid definition, a model provider,
+    /// tools or skills it lacks, an unusable output schema, an unpriced model under a cost
+    /// ceiling or quota — every one of them, so a configuration is mended in one go.
+    fn agent_problems(
         &self,
         agent: &AgentDefinition,
         skills: &crate::skills::SkillLibrary,
-    ) -> Result<(), EngineError> {
-        let name = agent.agent.name.clone();
-        let invalid = |reason: String| EngineError::InvalidAgent {
-            name: name.clone(),
-            reason,
-        };
-        agent.validate().map_err(|e| invalid(e.to_string()))?;
-        let (provider, _) = agent.model_parts().map_err(|e| invalid(e.to_string()))?;
-        if !self.models.contains_key(provider) {
-            return Err(invalid(format!(
-                "model provider {provider} is not configured"
-            )));
+    ) -> Vec<String> {
+        if let Err(e) = agent.validate() {
+            return vec![e.to_string()];
         }
-        if let Some(schema) = &agent.output_schema {
-            jsonschema::validator_for(schema)
-                .map_err(|e| invalid(format!("output_schema is not a valid JSON Schema: {e}")))?;
+        let mut problems = Vec::new();
+        match agent.model_parts() {
+            Err(e) => problems.push(e.to_string()),
+            Ok((provider, _)) if !self.models.contains_key(provider) => {
+                problems.push(format!("model provider {provider} is not configured"));
+            }
+            Ok(_) => {}
         }
-        if let Some(missing) = agent.tools.iter().find(|t| !self.tools.contains(t)) {
-            return Err(invalid(format!("tool {missing} is not registered")));
+        if let Some(schema) = &agent.output_schema
+            && let Err(e) = jsonschema::validator_for(schema)
+        {
+            problems.push(format!("output_schema is not a valid JSON Schema: {e}"));
         }
-        if let Some(missing) = agent.skills.iter().find(|s| !skills.contains(s)) {
-            return Err(invalid(format!(
-                "skill {missing} is not in the skill library"
-            )));
+        for missing in agent.tools.iter().filter(|t| !self.tools.contains(t)) {
+            problems.push(format!("tool {missing} is not registered"));
+        }
+        for missing in agent.skills.iter().filter(|s| !skills.contains(s)) {
+            problems.push(format!("skill {missing} is not in the skill library"));
         }
         // A model missing from the price table costs nothing: under a cost ceiling or a cost
         // quota that would spend without limit, so such a configuration is refused.
@@ -376,13 +398,13 @@ impl EngineBuilder {
         let summariser = agent.compaction.as_ref().and_then(|c| c.model.as_ref());
         let unpriced = std::iter::once(&agent.model)
             .chain(summariser)
-            .find(|m| !self.prices.models.contains_key(*m));
-        if let Some(model) = unpriced.filter(|_| cost_bounded) {
-            return Err(invalid(format!(
+            .filter(|m| !self.prices.models.contains_key(*m));
+        for model in unpriced.filter(|_| cost_bounded) {
+            problems.push(format!(
                 "model {model} has no price in the price table, and a cost ceiling or cost \
                  quota applies: its calls would cost nothing against it"
-            )));
+            ));
         }
-        Ok(())
+        problems
     }
 }

@@ -748,9 +748,11 @@ async fn building_refuses_an_agent_whose_tool_or_provider_is_missing() {
         .agent(agent(&["calculate"], RunLimits::default()))
         .build()
         .unwrap_err();
+    // Every problem at once.
     assert_eq!(
         err.to_string(),
-        "agent tester is invalid: model provider scripted is not configured"
+        "agent tester is invalid: model provider scripted is not configured; tool calculate is \
+         not registered"
     );
     let h = harness_with(
         TWO_STEP,

@@ -45,7 +45,7 @@ pub(crate) struct RunRecord {
     /// What a waiting run waits for (`approval`, `answer`, …).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) waits_for: Option<&'static str>,
-    /// The agent's name and version.
+    /// The agent's name.
     pub(crate) agent: String,
     /// The agent's version.
     pub(crate) agent_version: String,
@@ -53,7 +53,7 @@ pub(crate) struct RunRecord {
     pub(crate) thread: String,
     /// Who started it.
     pub(crate) principal: String,
-    /// When it was created and last changed (RFC 3339).
+    /// When it was created (RFC 3339).
     pub(crate) created_at: Timestamp,
     /// When it last changed.
     pub(crate) updated_at: Timestamp,
@@ -137,7 +137,7 @@ pub(crate) struct JobRecord {
     pub(crate) tenant: String,
     /// Its run.
     pub(crate) run: String,
-    /// `ready`, `claimed`, `done` or `dead`.
+    /// `waiting`, `ready`, `claimed`, `completed`, `dead` or `discarded`.
     pub(crate) state: &'static str,
     /// Claims so far.
     pub(crate) attempts: u32,

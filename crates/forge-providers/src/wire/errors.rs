@@ -137,7 +137,7 @@ const MAX_GENERATION: usize = 500;
 
 /// A tool call the model wrote and the provider could not parse (`tool_use_failed`): the
 /// provider's message with the failed generation (`error.failed_generation`, cut to
-/// [`MAX_GENERATION`] characters), and the tool it names (`<function=NAME…` or a JSON `name`).
+/// 500 characters), and the tool it names (`<function=NAME…` or a JSON `name`).
 pub fn invalid_tool_call(value: &Value, message: &str) -> ModelError {
     let error = value.get("error").unwrap_or(value);
     let generation = error

@@ -498,6 +498,15 @@ export interface Query {
    */
   pendingInteractions: InteractionConnection;
   /**
+   * The tenant's runs, newest first, whoever started them — for the operator console and
+   * for administrators (the power `inspect_runs`): in one state with `status` (`queued`,
+   * `running`, `waiting`, `completed`, `failed`, `cancelled`), of one thread with
+   * `threadId`, a page at a time: `first` (≤ 500, default 50) after the cursor `after` (each
+   * page older than the last). Counts its page size times its selection toward the query's
+   * complexity.
+   */
+  runs: RunConnection;
+  /**
    * The caller's tenant's audit trail, newest first: decisions on approvals, external writes,
    * dead-letter handling and configuration changes (`config.changed`; deployment-wide ones are
    * in the trail of the tenant `_deployment`). For administrators (the power

@@ -143,7 +143,7 @@ impl ThreadObject {
         after: Option<String>,
         first: Option<i32>,
     ) -> async_graphql::Result<async_graphql::connection::Connection<String, RunObject>> {
-        super::paging::runs(ctx, self.0.id, after, first).await
+        super::paging::runs(ctx, Some(self.0.id), None, after, first).await
     }
 }
 

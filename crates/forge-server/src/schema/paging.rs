@@ -184,10 +184,12 @@ pub(crate) async fn messages(
     .await
 }
 
-/// A thread's runs, newest first: `first` after `after` (an older page each time).
+/// Runs, newest first — a thread's, or (`thread` `None`) the tenant's, in one state when
+/// `status` names one: `first` after `after` (an older page each time).
 pub(crate) async fn runs(
     ctx: &Context<'_>,
-    thread: ThreadId,
+    thread: Option<ThreadId>,
+    status: Option<String>,
     after: Option<String>,
     first: Option<i32>,
 ) -> async_graphql::Result<Connection<String, RunObject>> {
@@ -199,11 +201,16 @@ pub(crate) async fn runs(
         None,
         |after: Option<String>, _before: Option<String>, first, _last| async move {
             let limit = size(first, None)?;
-            let query = RunQuery {
-                thread_id: Some(thread),
+            let mut query = RunQuery {
+                thread_id: thread,
                 before: cursor::<RunId>(after, "run")?,
                 ..RunQuery::newest(limit + 1)
             };
+            if let Some(status) = &status {
+                query = query
+                    .status(status)
+                    .map_err(|e| error("BAD_REQUEST", e.to_string()))?;
+            }
             let mut page = state
                 .engine
                 .runs()

@@ -121,6 +121,28 @@ impl Query {
         super::paging::pending(ctx, after, first).await
     }
 
+    /// The tenant's runs, newest first, whoever started them — for the operator console and
+    /// for administrators (the power `inspect_runs`): in one state with `status` (`queued`,
+    /// `running`, `waiting`, `completed`, `failed`, `cancelled`), of one thread with
+    /// `threadId`, a page at a time: `first` (≤ 500, default 50) after the cursor `after` (each
+    /// page older than the last). Counts its page size times its selection toward the query's
+    /// complexity.
+    #[graphql(complexity = "super::paging::weight(first, child_complexity)")]
+    async fn runs(
+        &self,
+        ctx: &Context<'_>,
+        status: Option<String>,
+        thread_id: Option<ID>,
+        after: Option<String>,
+        first: Option<i32>,
+    ) -> async_graphql::Result<async_graphql::connection::Connection<String, RunObject>> {
+        require_admin(ctx, "inspect_runs", "the tenant's runs")?;
+        let thread = thread_id
+            .map(|id| parse_id::<ThreadId>(&id, "thread"))
+            .transpose()?;
+        super::paging::runs(ctx, thread, status, after, first).await
+    }
+
     /// The caller's tenant's audit trail, newest first: decisions on approvals, external writes,
     /// dead-letter handling and configuration changes (`config.changed`; deployment-wide ones are
     /// in the trail of the tenant `_deployment`). For administrators (the power

@@ -540,3 +540,62 @@ async fn a_token_for_a_reserved_tenant_is_refused() {
         .await;
     assert_eq!(code, "BAD_REQUEST");
 }
+
+/// The tenant's runs, whoever started them (issue 69, the console's run list): for
+/// administrators, filtered by state and thread, newest first a page at a time, and never
+/// another tenant's.
+#[tokio::test]
+async fn administrators_list_the_tenants_runs() {
+    let srv = start(Opts::default()).await;
+    let admin = token("acme", "ada", &["admin"]);
+    let (alice, bob) = (
+        token("acme", "alice", &["member"]),
+        token("acme", "bob", &["member"]),
+    );
+    let elsewhere = token("globex", "gus", &["member"]);
+    let (first_thread, first) = srv.run_until(&alice, "greeter", "hi", "completed").await;
+    let (_, second) = srv.run_until(&bob, "greeter", "hello", "completed").await;
+    let (_, third) = srv.run_until(&alice, "greeter", "hey", "completed").await;
+    srv.run_until(&elsewhere, "greeter", "hi", "completed")
+        .await;
+
+    let list = "query($status: String, $thread: ID, $after: String, $first: Int) {
+        runs(status: $status, threadId: $thread, after: $after, first: $first) {
+            nodes { id } pageInfo { hasNextPage endCursor } } }";
+    let ids = |d: &Value| -> Vec<String> {
+        d["runs"]["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| n["id"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let all = srv.gql(&admin, list, json!({})).await;
+    assert_eq!(
+        ids(&all),
+        [third.clone(), second.clone(), first.clone()],
+        "{all}"
+    );
+    // A page at a time, each older than the last.
+    let page = srv.gql(&admin, list, json!({"first": 2})).await;
+    assert_eq!(ids(&page), [third.clone(), second.clone()]);
+    assert_eq!(page["runs"]["pageInfo"]["hasNextPage"], true);
+    let after = page["runs"]["pageInfo"]["endCursor"].clone();
+    let rest = srv
+        .gql(&admin, list, json!({"first": 2, "after": after}))
+        .await;
+    assert_eq!(ids(&rest), std::slice::from_ref(&first));
+    assert_eq!(rest["runs"]["pageInfo"]["hasNextPage"], false);
+    // Filtered.
+    let of_thread = srv.gql(&admin, list, json!({"thread": first_thread})).await;
+    assert_eq!(ids(&of_thread), std::slice::from_ref(&first));
+    let failed = srv.gql(&admin, list, json!({"status": "failed"})).await;
+    assert!(ids(&failed).is_empty(), "{failed}");
+    let (code, _) = srv
+        .gql_error(&admin, list, json!({"status": "sideways"}))
+        .await;
+    assert_eq!(code, "BAD_REQUEST");
+    // Not for members.
+    let (code, _) = srv.gql_error(&alice, list, json!({})).await;
+    assert_eq!(code, "FORBIDDEN");
+}

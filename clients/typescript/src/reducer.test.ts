@@ -7,8 +7,10 @@ import {
   type ThreadState,
   assistantText,
   cursors,
+  emptyRun,
   emptyThread,
   hasGap,
+  isStale,
   reduce,
   toolCall,
 } from "./reducer";
@@ -311,6 +313,147 @@ describe("replays and gaps", () => {
   });
 });
 
+describe("a renewed subscription", () => {
+  const shown = () =>
+    run(
+      [
+        { kind: "provisional", event: everyKind[1] },
+        { kind: "provisional", event: everyKind[2] },
+        { kind: "provisional", event: everyKind[3] },
+      ],
+      run(committedItems([everyKind[0]])),
+    );
+
+  it("keeps what was shown until the new subscription delivers it again", () => {
+    const before = shown();
+    const renewed = reduce(before, { type: "resubscribed" });
+    expect(renewed.runs[RUN].view).toEqual(before.runs[RUN].view);
+    expect(isStale(renewed.runs[RUN])).toBe(true);
+    // The new subscription sends the step in flight again: nothing changes on screen, and once
+    // it has caught up the view is current again.
+    const again = run(
+      [everyKind[1], everyKind[2]].map((event) => ({ kind: "provisional" as const, event })),
+      renewed,
+    );
+    expect(again.runs[RUN].view).toEqual(before.runs[RUN].view);
+    expect(isStale(again.runs[RUN])).toBe(true);
+    const caughtUp = run([{ kind: "provisional", event: everyKind[3] }], again);
+    expect(caughtUp.runs[RUN].view).toEqual(before.runs[RUN].view);
+    expect(isStale(caughtUp.runs[RUN])).toBe(false);
+    // A second drop before the first was caught up keeps the longer view.
+    const twice = reduce(reduce(again, { type: "resubscribed" }), { type: "resubscribed" });
+    expect(twice.runs[RUN].view).toEqual(before.runs[RUN].view);
+    expect(twice.runs[RUN].stale.map((e) => e.seq)).toEqual([2, 3, 4]);
+  });
+
+  it("lets the commit confirm what was kept", () => {
+    const renewed = reduce(shown(), { type: "resubscribed" });
+    const committedAgain = run(committedItems([everyKind[1], everyKind[2], everyKind[3]]), renewed);
+    expect(committedAgain.runs[RUN].committedSeq).toBe(4);
+    expect(committedAgain.runs[RUN].view).toEqual(shown().runs[RUN].view);
+    expect(isStale(committedAgain.runs[RUN])).toBe(false);
+  });
+
+  it("replaces what was kept when the log or the new stream differs", () => {
+    const renewed = reduce(shown(), { type: "resubscribed" });
+    const other = ev(3, {
+      type: "part.added",
+      message_id: MSG,
+      role: "assistant",
+      index: 0,
+      part: { type: "text", text: "Other" },
+    });
+    const [started] = [everyKind[1]];
+    const viaStream = run(
+      [started, other].map((event) => ({ kind: "provisional" as const, event })),
+      renewed,
+    );
+    expect(assistantText(viaStream.runs[RUN].view)).toBe("Other");
+    expect(isStale(viaStream.runs[RUN])).toBe(false);
+    const viaLog = run(committedItems([started, other]), renewed);
+    expect(assistantText(viaLog.runs[RUN].view)).toBe("Other");
+    expect(viaLog.runs[RUN].stale).toEqual([]);
+    // A discard reaches what was kept too.
+    const dropped = reduce(renewed, { type: "item", item: { kind: "discarded", run_id: RUN, after_seq: 2 } });
+    expect(assistantText(dropped.runs[RUN].view)).toBe("");
+    expect(dropped.runs[RUN].stale.map((e) => e.seq)).toEqual([2]);
+  });
+
+  it("keeps what was kept until another execution shows as much, then shows that", () => {
+    const renewed = reduce(shown(), { type: "resubscribed" });
+    const again = "01a23500-0000-7000-8000-0000000000dd";
+    const short = run(
+      [
+        everyKind[1],
+        ev(3, { type: "part.added", message_id: again, role: "assistant", index: 0, part: { type: "text", text: "P" } }),
+      ].map((event) => ({ kind: "provisional" as const, event })),
+      renewed,
+    );
+    expect(assistantText(short.runs[RUN].view)).toBe("Pay");
+    expect(isStale(short.runs[RUN])).toBe(true);
+    expect(short.runs[RUN].diverged).toBe(true);
+    // Another drop meanwhile keeps it too.
+    const dropped = reduce(short, { type: "resubscribed" });
+    expect(assistantText(dropped.runs[RUN].view)).toBe("Pay");
+    const longer = run(
+      [
+        everyKind[1],
+        ev(3, { type: "part.added", message_id: again, role: "assistant", index: 0, part: { type: "text", text: "P" } }),
+        ev(4, { type: "part.updated", message_id: again, index: 0, update: { type: "text_delta", text: "ayment" } }),
+      ].map((event) => ({ kind: "provisional" as const, event })),
+      dropped,
+    );
+    expect(assistantText(longer.runs[RUN].view)).toBe("Payment");
+    expect(isStale(longer.runs[RUN])).toBe(false);
+    // The run ending shows the log's story whatever its length.
+    const ended = run(
+      committedItems([
+        everyKind[1],
+        ev(3, { type: "run.failed", failure: { code: "provider_error", message: "gone" } }),
+      ]),
+      short,
+    );
+    expect(ended.runs[RUN].view.status).toBe("failed");
+    expect(isStale(ended.runs[RUN])).toBe(false);
+  });
+
+  it("never shows less text across any number of dropped connections", () => {
+    // The server resends the committed log from the cursor, then the step in flight so far.
+    const id = committedLog(slow)[0].run_id;
+    fc.assert(
+      fc.property(fc.array(fc.boolean(), { minLength: slow.length, maxLength: slow.length }), (drops) => {
+        let state = emptyThread;
+        let longest = 0;
+        const log: RunEvent[] = [];
+        let inFlight: RunEvent[] = [];
+        const step = (a: Action) => {
+          state = reduce(state, a);
+          const text = assistantText(state.runs[id]?.view ?? emptyRun);
+          expect(text.length).toBeGreaterThanOrEqual(longest);
+          longest = text.length;
+        };
+        slow.forEach((item, i) => {
+          if (item.kind === "committed") log.push(item.event);
+          if (item.kind === "provisional") inFlight.push(item.event);
+          if (item.kind === "confirmed") {
+            log.push(...inFlight.filter((e) => e.seq <= item.through_seq));
+            inFlight = inFlight.filter((e) => e.seq > item.through_seq);
+          }
+          step({ type: "item", item });
+          if (drops[i]) {
+            step({ type: "resubscribed" });
+            const from = state.runs[id]?.committedSeq ?? 0;
+            for (const event of log.filter((e) => e.seq > from)) step({ type: "item", item: { kind: "committed", event } });
+            for (const event of inFlight) step({ type: "item", item: { kind: "provisional", event } });
+          }
+        });
+        expect(state.runs[id].view).toEqual(reference(slow).runs[id].view);
+      }),
+      { numRuns: 300 },
+    );
+  });
+});
+
 /** The final state of a run streamed whole: the reference every delivery converges to. */
 function reference(items: StreamItem[]): ThreadState {
   return run(committedItems(committedLog(items)));
@@ -318,8 +461,8 @@ function reference(items: StreamItem[]): ThreadState {
 
 /**
  * One way a client might receive `items`: each item delivered once or twice, and at any point a
- * dropped connection — provisional events forgotten (`resubscribed`) and the committed log
- * delivered again from the client's cursor, as the server does for a resubscription.
+ * dropped connection — a new subscription (`resubscribed`) and the committed log delivered again
+ * from the client's cursor, as the server does for a resubscription.
  */
 const delivery = (items: StreamItem[]) =>
   fc
@@ -374,6 +517,7 @@ describe("convergence", () => {
           expect(got.runs[id].view).toEqual(want.runs[id].view);
           expect(got.runs[id].committedSeq).toBe(want.runs[id].committedSeq);
           expect(got.runs[id].provisional).toEqual([]);
+          expect(got.runs[id].stale).toEqual([]);
           expect(assistantText(got.runs[id].view)).toBe(assistantText(want.runs[id].view));
         }),
         { numRuns: 300 },

@@ -5,8 +5,12 @@
 // the provisional suffix of the step in flight (`provisional`, `view`: the fold of both). A
 // committed event at or below `committedSeq` changes nothing (replays are idempotent); one past
 // `committedSeq + 1` is a gap: it is not applied, the run is marked, and the client resubscribes
-// from `committedSeq`. Provisional events are confirmed by `confirmed`, dropped by `discarded`,
-// and all dropped by `resubscribed` (a new subscription starts from the committed cursor).
+// from `committedSeq`. Provisional events are confirmed by `confirmed` and dropped by
+// `discarded`. On `resubscribed` (a new subscription starts from the committed cursor) they stay
+// on screen as `stale`: the new subscription's events confirm them one by one as they arrive
+// again; when they differ (the step is executed again) the new execution replaces what was kept
+// once it shows as much (as much text, a later step, a wait or an end) — so a dropped
+// connection or a restarted worker never blanks what was shown, and the log still decides.
 
 import type {
   ApprovalPreview,
@@ -86,6 +90,17 @@ export interface RunState {
   committedSeq: number;
   base: RunModel;
   provisional: RunEvent[];
+  /**
+   * Provisional events shown before the subscription was renewed, not yet delivered again by the
+   * new one: still on screen (in `view`), waiting to be confirmed or replaced. `provisional` is
+   * a prefix of them while there are any, unless `diverged`.
+   */
+  stale: RunEvent[];
+  /**
+   * The new subscription told another story than `stale` (the step was executed again): `view`
+   * still shows the stale events until the new ones show as much, then the new ones.
+   */
+  diverged: boolean;
   view: RunModel;
   /** A committed event arrived past `committedSeq + 1`: resubscribe from `committedSeq`. */
   gap: boolean;
@@ -251,6 +266,8 @@ function runOf(state: ThreadState, runId: RunId): RunState {
       committedSeq: 0,
       base: emptyRun,
       provisional: [],
+      stale: [],
+      diverged: false,
       view: emptyRun,
       gap: false,
     }
@@ -269,14 +286,50 @@ function sameEvent(a: RunEvent, b: RunEvent): boolean {
   return JSON.stringify(a) === JSON.stringify(b);
 }
 
+function textLength(model: RunModel): number {
+  let n = 0;
+  for (const m of model.messages) {
+    if (m.role !== "assistant") continue;
+    for (const p of m.parts) if (p?.type === "text") n += p.text.length;
+  }
+  return n;
+}
+
+/**
+ * A run whose new execution diverged from what was kept: shown as the new events tell it once
+ * they show as much as what was kept (as much text, a later step, a wait or an end), else as
+ * it was.
+ */
+function settle(run: RunState): RunState {
+  if (!run.diverged) return run;
+  const fresh = fold(run.base, run.provisional);
+  const shown = run.view;
+  const caughtUp =
+    textLength(fresh) >= textLength(shown) ||
+    fresh.steps > shown.steps ||
+    !["queued", "running"].includes(fresh.status);
+  return caughtUp ? { ...run, stale: [], diverged: false, view: fresh } : run;
+}
+
 function committed(run: RunState, event: RunEvent): RunState {
   if (event.seq <= run.committedSeq) return run;
   if (event.seq > run.committedSeq + 1) return run.gap ? run : { ...run, gap: true };
   const base = applyEvent(run.base, event);
-  const [head, ...rest] = run.provisional;
-  if (head && head.seq === event.seq && sameEvent(head, event)) {
+  const shown = run.provisional[0] ?? (run.diverged ? undefined : run.stale[0]);
+  if (shown && shown.seq === event.seq && sameEvent(shown, event)) {
     // The commit confirms what was shown: the view already holds it.
-    return { ...run, committedSeq: event.seq, base, provisional: rest, gap: false };
+    return {
+      ...run,
+      committedSeq: event.seq,
+      base,
+      provisional: run.provisional.slice(1),
+      stale: run.diverged ? run.stale : run.stale.slice(1),
+      gap: false,
+    };
+  }
+  if (run.stale.length > 0) {
+    // Another execution's commit: it replaces what was kept once it shows as much.
+    return settle({ ...run, committedSeq: event.seq, base, provisional: [], diverged: true, gap: false });
   }
   // Provisional events that disagree with the log (an execution since replaced) are dropped:
   // the log decides.
@@ -288,13 +341,19 @@ function provisional(run: RunState, event: RunEvent): RunState {
   if (event.seq <= last) return run;
   if (event.seq !== last + 1) {
     // A lost live message: show the committed state and wait for the commit.
-    return { ...run, provisional: [], view: run.base };
+    return { ...run, provisional: [], stale: [], diverged: false, view: run.base };
   }
-  return {
-    ...run,
-    provisional: [...run.provisional, event],
-    view: applyEvent(run.view, event),
-  };
+  const events = [...run.provisional, event];
+  if (run.stale.length > 0) {
+    const before = run.diverged ? undefined : run.stale[run.provisional.length];
+    if (before && sameEvent(before, event)) {
+      // Delivered again as it was shown: the view already holds it.
+      return { ...run, provisional: events, stale: events.length < run.stale.length ? run.stale : [] };
+    }
+    // The new subscription tells another story (the step was executed again).
+    return settle({ ...run, provisional: events, diverged: true });
+  }
+  return { ...run, provisional: events, view: applyEvent(run.view, event) };
 }
 
 function confirm(run: RunState, through: number): RunState {
@@ -307,13 +366,19 @@ function confirm(run: RunState, through: number): RunState {
     committedSeq: last,
     base: fold(run.base, now),
     provisional: run.provisional.filter((e) => e.seq > through),
+    stale: run.diverged ? run.stale : run.stale.filter((e) => e.seq > through),
   };
 }
 
 function discard(run: RunState, after: number): RunState {
   const kept = run.provisional.filter((e) => e.seq <= after);
-  if (kept.length === run.provisional.length) return run;
-  return { ...run, provisional: kept, view: fold(run.base, kept) };
+  if (run.diverged) {
+    return kept.length === run.provisional.length ? run : settle({ ...run, provisional: kept });
+  }
+  const stale = run.stale.filter((e) => e.seq <= after);
+  if (kept.length === run.provisional.length && stale.length === run.stale.length) return run;
+  const shown = stale.length > kept.length ? stale : kept;
+  return { ...run, provisional: kept, stale: stale.length > kept.length ? stale : [], view: fold(run.base, shown) };
 }
 
 /** The reducer. */
@@ -323,7 +388,10 @@ export function reduce(state: ThreadState, action: Action): ThreadState {
     for (const id of state.order) {
       const run = state.runs[id];
       if (run.provisional.length || run.gap) {
-        next = put(next, { ...run, provisional: [], view: run.base, gap: false });
+        // What was shown stays shown (`provisional` is a prefix of `stale` while there is one,
+        // or the view still shows `stale` if they diverged).
+        const stale = run.stale.length ? run.stale : run.provisional;
+        next = put(next, { ...run, provisional: [], stale, gap: false });
       }
     }
     return next;
@@ -360,6 +428,11 @@ export function reduce(state: ThreadState, action: Action): ThreadState {
 /** The cursors to resubscribe with: each run's last committed sequence number. */
 export function cursors(state: ThreadState): { runId: RunId; seq: number }[] {
   return state.order.map((runId) => ({ runId, seq: state.runs[runId].committedSeq }));
+}
+
+/** Whether a run still shows events from before a reconnect, not yet delivered again. */
+export function isStale(run: RunState): boolean {
+  return run.stale.length > 0;
 }
 
 /** Whether any run saw a gap (the subscription must start again from the cursors). */

@@ -27,6 +27,7 @@ mod guard;
 mod http;
 mod limiter;
 pub mod schema;
+mod variables;
 pub mod web;
 mod ws;
 
@@ -553,7 +554,7 @@ async fn graphql_http_traced(
             return too_many_requests(whose);
         }
     };
-    let request: async_graphql::Request = match serde_json::from_slice(&body) {
+    let mut request: async_graphql::Request = match serde_json::from_slice(&body) {
         Ok(r) => r,
         Err(_) => {
             return http::error_response(
@@ -582,6 +583,13 @@ async fn graphql_http_traced(
                 ),
             );
         }
+    }
+    if let Some(query) = variables::omit_unset(
+        &request.query,
+        request.operation_name.as_deref(),
+        &request.variables,
+    ) {
+        request.query = query;
     }
     // Held to the guard's deadline and response budget; its store reads count toward the
     // tenant's share of the pool.

@@ -296,3 +296,47 @@ async fn the_callers_pending_approvals_arrive_live_and_leave_when_decided() {
     assert_eq!(after[0], json!([]));
     srv.wait_status(&alice, &run, "completed").await;
 }
+
+/// An omitted variable leaves its argument unset, as the GraphQL specification says: the
+/// argument's default applies (`archived: false`), and `updateThread` leaves an omitted title
+/// alone rather than clearing it (what the web client's Archive sends).
+#[tokio::test]
+async fn an_omitted_variable_takes_the_arguments_default() {
+    let srv = start(Opts::default()).await;
+    let alice = token("acme", "alice", &["member"]);
+    let id = created(&srv, &alice, "Kept title").await;
+    let update = "mutation Update($id: ID!, $title: String, $archived: Boolean) {
+        updateThread(id: $id, title: $title, archived: $archived) { title archivedAt } }";
+    let d = srv
+        .gql(&alice, update, json!({"id": id, "archived": true}))
+        .await;
+    assert_eq!(d["updateThread"]["title"], "Kept title");
+    assert!(d["updateThread"]["archivedAt"].is_string());
+    // Given as null, it is cleared.
+    let d = srv
+        .gql(&alice, update, json!({"id": id, "title": null}))
+        .await;
+    assert_eq!(d["updateThread"]["title"], Value::Null);
+    assert!(
+        d["updateThread"]["archivedAt"].is_string(),
+        "archived left alone"
+    );
+    // A non-null argument with a default takes it when its variable is omitted.
+    let listed = srv
+        .gql(
+            &alice,
+            "query Threads($archived: Boolean, $first: Int) {
+                threads(archived: $archived, first: $first) { nodes { id } } }",
+            json!({}),
+        )
+        .await;
+    assert_eq!(listed["threads"]["nodes"], json!([]), "archived: false");
+    let archived = srv
+        .gql(
+            &alice,
+            "query($archived: Boolean) { threads(archived: $archived) { nodes { id } } }",
+            json!({"archived": true}),
+        )
+        .await;
+    assert_eq!(archived["threads"]["nodes"][0]["id"], id);
+}

@@ -87,6 +87,40 @@ pub(crate) fn check_document(
     Ok(subscription)
 }
 
+/// Whether the operation to run of `query` selects only the schema's introspection
+/// (`__schema`, `__type`, `__typename` at its root, fragments followed); `false` when it does not
+/// parse.
+pub(crate) fn introspection_only(query: &str, operation: Option<&str>) -> bool {
+    use async_graphql::parser::types::DocumentOperations;
+    let Ok(doc) = async_graphql::parser::parse_query(query) else {
+        return false;
+    };
+    let op = match (&doc.operations, operation) {
+        (DocumentOperations::Single(op), _) => op,
+        (DocumentOperations::Multiple(ops), Some(name)) => match ops.get(name) {
+            Some(op) => op,
+            None => return false,
+        },
+        (DocumentOperations::Multiple(ops), None) if ops.len() == 1 => match ops.values().next() {
+            Some(op) => op,
+            None => return false,
+        },
+        (DocumentOperations::Multiple(_), None) => return false,
+    };
+    fn meta(doc: &ExecutableDocument, set: &SelectionSet, depth: usize) -> bool {
+        depth < 8
+            && set.items.iter().all(|item| match &item.node {
+                Selection::Field(f) => f.node.name.node.starts_with("__"),
+                Selection::InlineFragment(f) => meta(doc, &f.node.selection_set.node, depth + 1),
+                Selection::FragmentSpread(s) => doc
+                    .fragments
+                    .get(&s.node.fragment_name.node)
+                    .is_some_and(|f| meta(doc, &f.node.selection_set.node, depth + 1)),
+            })
+    }
+    !op.node.selection_set.node.items.is_empty() && meta(&doc, &op.node.selection_set.node, 0)
+}
+
 /// What the first definition of `query` is, read without parsing the document: `Some(true)`
 /// for a subscription, `Some(false)` for a query or mutation (or a shorthand `{ … }`), `None`
 /// when a fragment comes first or the text is not GraphQL. Lets a limit be checked before the
@@ -220,5 +254,31 @@ mod tests {
         assert_eq!(check_document(both, None, 2_000), Ok(false));
         let one = "subscription { pendingInteractions { id } }";
         assert_eq!(check_document(one, None, 2_000), Ok(true));
+    }
+
+    #[test]
+    fn introspection_only_documents_are_told_apart() {
+        assert!(introspection_only("{ __schema { types { name } } }", None));
+        assert!(introspection_only(
+            "query IntrospectionQuery { __schema { ...S } } fragment S on __Schema { types { name } }",
+            None
+        ));
+        assert!(introspection_only(
+            "query A { __type(name: \"Run\") { name } __typename }",
+            None
+        ));
+        assert!(!introspection_only(
+            "{ __schema { types { name } } threads { nodes { id } } }",
+            None
+        ));
+        assert!(!introspection_only(
+            "{ ... on Query { threads { nodes { id } } } }",
+            None
+        ));
+        assert!(!introspection_only(
+            "query A { __typename } query B { threads { nodes { id } } }",
+            Some("B")
+        ));
+        assert!(!introspection_only("{ __schema {", None));
     }
 }

@@ -140,6 +140,9 @@ impl ServerConfig {
 
 struct Shared {
     schema: ForgeSchema,
+    /// The same schema with the depth a schema's introspection needs (GraphiQL's nests `ofType`
+    /// nine deep), for documents that select nothing else.
+    introspection: ForgeSchema,
     max_body_bytes: usize,
     auth: Arc<Authenticator>,
     readiness: Vec<ReadinessCheck>,
@@ -206,6 +209,15 @@ impl Server {
         }));
         Self {
             shared: Arc::new(Shared {
+                introspection: schema::build_with(
+                    state.clone(),
+                    schema::QueryLimits {
+                        depth: config.limits.depth.max(schema::INTROSPECTION_DEPTH),
+                        ..config.limits
+                    },
+                    guard::Guard(guard.0.clone()),
+                    limiters.runs.clone(),
+                ),
                 schema: schema::build_with(state, config.limits, guard, limiters.runs.clone()),
                 max_body_bytes: config.max_body_bytes,
                 auth: Arc::new(config.auth),
@@ -594,7 +606,14 @@ async fn graphql_http_traced(
     // Held to the guard's deadline and response budget; its store reads count toward the
     // tenant's share of the pool.
     let tenant = scope.tenant_id().clone();
-    let executing = shared.schema.execute(request.data(scope).data(trace));
+    let schema = if request.query.contains("__")
+        && http::introspection_only(&request.query, request.operation_name.as_deref())
+    {
+        &shared.introspection
+    } else {
+        &shared.schema
+    };
+    let executing = schema.execute(request.data(scope).data(trace));
     let response = forge_sql::on_behalf_of(tenant.as_str(), executing).await;
     match serde_json::to_vec(&response) {
         Ok(bytes) if bytes.len() <= shared.http.response_bytes => {

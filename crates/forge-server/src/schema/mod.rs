@@ -84,6 +84,10 @@ impl AppState {
     }
 }
 
+/// The depth a document that only introspects the schema may reach (GraphiQL's and other tools'
+/// introspection queries nest `ofType` nine levels under `__schema { types { fields { type`).
+pub const INTROSPECTION_DEPTH: usize = 16;
+
 /// Depth and complexity limits every request is held to.
 #[derive(Debug, Clone, Copy)]
 pub struct QueryLimits {

@@ -619,3 +619,35 @@ async fn a_fragment_bomb_over_graphql_ws_is_refused_with_a_code() {
         .await;
     assert_eq!(ws.next_for("ok").await["type"], "next");
 }
+
+/// Tools' introspection (GraphiQL's nests `ofType` nine deep) loads the schema over HTTP; a
+/// document that selects anything besides introspection keeps the ordinary depth limit.
+#[tokio::test]
+async fn a_tools_introspection_query_is_not_too_deep_and_nothing_else_gains_depth() {
+    let srv = start(Opts::default()).await;
+    let t = token("acme", "alice", &["member"]);
+    let type_ref = (0..9).fold(String::from("kind name"), |inner, _| {
+        format!("kind name ofType {{ {inner} }}")
+    });
+    let introspection = format!(
+        "query IntrospectionQuery {{ __schema {{ queryType {{ name }} types {{ ...FullType }} }} }}
+         fragment FullType on __Type {{ kind name fields(includeDeprecated: true) {{ name
+           args {{ name type {{ {type_ref} }} }} type {{ {type_ref} }} }} }}"
+    );
+    let (status, body) = srv.post(Some(&t), &introspection, json!({})).await;
+    assert_eq!(status, 200);
+    assert!(body["errors"].is_null(), "{body}");
+    assert_eq!(body["data"]["__schema"]["queryType"]["name"], "Query");
+    // The same depth with a field of the API beside it: refused.
+    let mixed = introspection.replace("queryType { name }", "queryType { name } ");
+    let mixed = mixed.replacen(
+        "query IntrospectionQuery {",
+        "query IntrospectionQuery { agents { name } ",
+        1,
+    );
+    let (_, body) = srv.post(Some(&t), &mixed, json!({})).await;
+    assert_eq!(
+        body["errors"][0]["message"], "Query is nested too deep.",
+        "{body}"
+    );
+}

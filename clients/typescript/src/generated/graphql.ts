@@ -644,6 +644,11 @@ export interface Run {
    */
   costMicros: number;
   /**
+   * The ISO 4217 code of `costMicros`'s unit: the price table's currency (`USD` when the
+   * server has no price table, and nothing costs anything).
+   */
+  currency: string;
+  /**
    * Why it failed, when it did (`code`, `message`).
    */
   failure: JsonValue | null;

@@ -221,6 +221,11 @@ impl Engine {
         &self.stores.threads
     }
 
+    /// The price table runs are metered with (its currency names the unit of every cost).
+    pub fn prices(&self) -> &forge_core::metering::Prices {
+        &self.catalog.prices
+    }
+
     /// Its telemetry.
     pub fn telemetry(&self) -> &forge_core::telemetry::Telemetry {
         &self.services.telemetry

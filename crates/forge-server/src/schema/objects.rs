@@ -199,6 +199,16 @@ impl RunObject {
     async fn cost_micros(&self) -> u64 {
         self.0.checkpoint.cost_micros
     }
+    /// The ISO 4217 code of `costMicros`'s unit: the price table's currency (`USD` when the
+    /// server has no price table, and nothing costs anything).
+    async fn currency(&self, ctx: &Context<'_>) -> async_graphql::Result<String> {
+        let currency = &state(ctx)?.engine.prices().currency;
+        Ok(if currency.is_empty() {
+            "USD".into()
+        } else {
+            currency.clone()
+        })
+    }
     /// Why it failed, when it did (`code`, `message`).
     async fn failure(&self) -> Option<Json<Value>> {
         self.0.failure.as_ref().map(to_json)

@@ -678,7 +678,7 @@ async fn graphql_ws(
 ) -> Response {
     let Ok(upgrade) = upgrade else {
         if shared.web.graphiql {
-            return web::graphiql();
+            return web::graphiql(&headers);
         }
         return (
             StatusCode::BAD_REQUEST,

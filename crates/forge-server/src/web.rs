@@ -163,10 +163,18 @@ pub(crate) async fn ui(
     headers: HeaderMap,
     uri: axum::http::Uri,
 ) -> Response {
-    if !web.ui || !(method == Method::GET || method == Method::HEAD) {
+    let path = uri.path().trim_start_matches('/');
+    let wanted = if is_graphiql(path) {
+        web.graphiql
+    } else {
+        web.ui
+    };
+    if !wanted || !(method == Method::GET || method == Method::HEAD) {
         return StatusCode::NOT_FOUND.into_response();
     }
-    let path = uri.path().trim_start_matches('/');
+    if path == "graphiql.html" {
+        return graphiql(&headers);
+    }
     if let Some(file) = Bundle::get(path).filter(|_| !path.is_empty()) {
         return asset_response(file, &headers);
     }
@@ -245,37 +253,31 @@ fn chrono_now() -> i64 {
         .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
 }
 
-/// GraphiQL, pointed at this server's endpoint (its scripts from the unpkg CDN, as GraphiQL
-/// publishes them; the page asks for a bearer token in its headers editor).
-pub(crate) fn graphiql() -> Response {
-    let html = r#"<!doctype html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<title>Forge GraphiQL</title>
-<link rel="stylesheet" href="https://unpkg.com/graphiql@3/graphiql.min.css">
-</head>
-<body style="margin:0;height:100vh">
-<div id="graphiql" style="height:100vh"></div>
-<script crossorigin src="https://unpkg.com/react@18/umd/react.production.min.js"></script>
-<script crossorigin src="https://unpkg.com/react-dom@18/umd/react-dom.production.min.js"></script>
-<script crossorigin src="https://unpkg.com/graphiql@3/graphiql.min.js"></script>
-<script>
-  const url = new URL("/graphql", location.href);
-  const fetcher = GraphiQL.createFetcher({
-    url: url.href,
-    subscriptionUrl: url.href.replace(/^http/, "ws"),
-  });
-  ReactDOM.createRoot(document.getElementById("graphiql")).render(
-    React.createElement(GraphiQL, {
-      fetcher,
-      defaultHeaders: '{"Authorization": "Bearer <token from forge token>"}',
-    }),
-  );
-</script>
-</body>
-</html>"#;
-    axum::response::Html(html).into_response()
+/// GraphiQL's page: the client's policy, with the inline styles and embedded fonts its editor
+/// uses.
+const GRAPHIQL_CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; \
+                            img-src 'self' data:; font-src 'self' data:; connect-src 'self' ws: wss:; \
+                            frame-ancestors 'none'; base-uri 'none'; form-action 'self'";
+
+/// GraphiQL, pointed at this server's endpoint: its page and bundle (`graphiql.html`,
+/// `assets/graphiql.*`) are part of the embedded bundle, so it works with no network. It takes
+/// the web client's session when this browser has one, else asks for a bearer token in its
+/// headers editor.
+pub(crate) fn graphiql(headers: &HeaderMap) -> Response {
+    let Some(page) = Bundle::get("graphiql.html") else {
+        return StatusCode::NOT_FOUND.into_response();
+    };
+    let mut response = asset_response(page, headers);
+    response.headers_mut().insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(GRAPHIQL_CSP),
+    );
+    response
+}
+
+/// Whether `path` (without its leading `/`) belongs to GraphiQL's bundle.
+fn is_graphiql(path: &str) -> bool {
+    path == "graphiql.html" || path.starts_with("assets/graphiql.")
 }
 
 #[cfg(test)]
@@ -293,6 +295,19 @@ mod tests {
             let file = Bundle::get(&name).expect("listed files are embedded");
             assert!(!file.data.is_empty(), "{name}");
         }
+    }
+
+    #[test]
+    fn graphiql_is_in_the_binary_and_loads_nothing_from_elsewhere() {
+        let page = Bundle::get("graphiql.html").expect("graphiql.html is embedded");
+        let page = std::str::from_utf8(&page.data).expect("utf-8");
+        assert!(page.contains("/assets/graphiql.js"), "{page}");
+        assert!(!page.contains("http://") && !page.contains("https://"));
+        for name in ["assets/graphiql.js", "assets/graphiql.css"] {
+            assert!(Bundle::get(name).is_some_and(|f| !f.data.is_empty()), "{name}");
+            assert!(is_graphiql(name));
+        }
+        assert!(!is_graphiql("assets/app.js") && !is_graphiql("index.html"));
     }
 
     #[test]

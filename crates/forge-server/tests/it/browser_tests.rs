@@ -206,8 +206,24 @@ async fn graphiql_is_served_on_a_plain_get_only_when_enabled() {
     .await;
     let r = srv.http.get(srv.url("/graphql")).send().await.unwrap();
     assert_eq!(r.status(), 200);
+    let csp = r.headers()["content-security-policy"].to_str().unwrap().to_owned();
+    assert!(csp.contains("script-src 'self';"), "{csp}");
     let page = r.text().await.unwrap();
-    assert!(page.contains("GraphiQL.createFetcher"), "{page}");
+    // Its own bundle, nothing from a CDN.
+    assert!(page.contains("/assets/graphiql.js"), "{page}");
+    assert!(!page.contains("https://"), "{page}");
+    let script = srv.http.get(srv.url("/assets/graphiql.js")).send().await.unwrap();
+    assert_eq!(script.status(), 200);
+    assert!(script.text().await.unwrap().len() > 100_000);
+
+    // Off: neither the page nor its bundle.
+    let off = start(Opts::default()).await;
+    let r = off.http.get(off.url("/graphql")).send().await.unwrap();
+    assert_eq!(r.status(), 400);
+    for path in ["/assets/graphiql.js", "/graphiql.html"] {
+        let r = off.http.get(off.url(path)).send().await.unwrap();
+        assert_eq!(r.status(), 404, "{path}");
+    }
 }
 
 /// Development sign-in hands out tokens for anyone: a server refuses to start it on a listener

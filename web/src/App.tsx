@@ -1,45 +1,69 @@
 import { useEffect, useState } from "react";
 
-import { claims, setToken, token, whenSignInRequired } from "./api";
-import { navigate, useRoute } from "./router";
-import { SignIn } from "./screens/SignIn";
+import { claims, endSession, onSessionChange, setToken, token, whenSignInRequired } from "./api";
+import { follow, navigate, useRoute } from "./router";
+import { SignIn, returnTo } from "./screens/SignIn";
 import { ThreadList } from "./screens/ThreadList";
 import { ThreadPage } from "./screens/ThreadPage";
+
+/** Where to come back to after signing in (this tab's). */
+function remember(): void {
+  if (location.pathname !== "/sign-in") sessionStorage.setItem("forge.returnTo", location.pathname);
+}
 
 export function App() {
   const route = useRoute();
   const [, setTick] = useState(0);
+  const rerender = () => setTick((t) => t + 1);
 
   useEffect(() => {
     // A refused or expired token: keep the page's state, send the user to sign in, come back.
     whenSignInRequired(() => {
       if (location.pathname !== "/sign-in") {
-        sessionStorage.setItem("forge.returnTo", location.pathname);
-        setToken(null);
+        remember();
+        endSession("refused");
         navigate("/sign-in");
       }
     });
+    // The session is shared by every tab: another tab signing in or out changes this one.
+    return onSessionChange(() => {
+      rerender();
+      if (token() && location.pathname === "/sign-in") navigate(returnTo(), true);
+    });
   }, []);
 
-  const who = claims();
-  const signedIn = token() !== null && who !== null;
+  const t = token();
+  const who = claims(t);
+  const signedIn = t !== null && who !== null;
   useEffect(() => {
     if (!signedIn && route.name !== "sign-in") {
-      sessionStorage.setItem("forge.returnTo", location.pathname);
+      remember();
       navigate("/sign-in", true);
     }
   }, [signedIn, route.name]);
 
+  // The session ends at its expiry even when nothing is asked of the server then.
+  const exp = who?.exp;
+  useEffect(() => {
+    if (!exp) return;
+    const timer = setTimeout(() => {
+      if (token() === null) {
+        rerender();
+      }
+    }, Math.max(0, exp * 1000 - Date.now()) + 50);
+    return () => clearTimeout(timer);
+  }, [exp]);
+
   const signOut = () => {
     setToken(null);
-    setTick((t) => t + 1);
+    rerender();
     navigate("/sign-in");
   };
 
   return (
     <>
       <header className="top">
-        <a className="brand" href="/" onClick={(e) => { e.preventDefault(); navigate("/"); }}>
+        <a className="brand" href="/" onClick={(e) => follow(e, "/")}>
           Forge
         </a>
         {signedIn && who && (
@@ -55,7 +79,7 @@ export function App() {
       </header>
       <main id="main">
         {route.name === "sign-in" || !signedIn ? (
-          <SignIn onSignedIn={() => setTick((t) => t + 1)} />
+          <SignIn onSignedIn={rerender} />
         ) : route.name === "threads" ? (
           <ThreadList />
         ) : route.name === "thread" ? (
@@ -64,7 +88,7 @@ export function App() {
           <section>
             <h1>Page not found</h1>
             <p>
-              <a href="/" onClick={(e) => { e.preventDefault(); navigate("/"); }}>Back to your threads</a>
+              <a href="/" onClick={(e) => follow(e, "/")}>Back to your threads</a>
             </p>
           </section>
         )}

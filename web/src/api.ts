@@ -17,14 +17,75 @@ export function signInRequired(): void {
   onSignInRequired();
 }
 
-/** The current token (kept for this tab only). */
-export function token(): string | null {
-  return sessionStorage.getItem("forge.token");
+const TOKEN = "forge.token";
+const ENDED = "forge.sessionEnded";
+
+/** Who a session was for, and when and why it ended (shown on the sign-in form). */
+export interface SessionEnd {
+  sub: string;
+  tenant: string;
+  roles: string[];
+  /** Milliseconds since the epoch. */
+  at: number;
+  reason: "expired" | "refused";
 }
 
+/**
+ * The current token, shared by every tab of this origin (`localStorage`), or `null` when signed
+ * out or when it has expired (the expiry is then remembered for the sign-in form).
+ */
+export function token(): string | null {
+  const t = localStorage.getItem(TOKEN);
+  if (!t) return null;
+  const exp = claims(t)?.exp;
+  if (exp && exp * 1000 <= Date.now()) {
+    endSession("expired", t);
+    return null;
+  }
+  return t;
+}
+
+/** Signs in (every tab) with `t`, or out with `null`. */
 export function setToken(t: string | null): void {
-  if (t) sessionStorage.setItem("forge.token", t);
-  else sessionStorage.removeItem("forge.token");
+  if (t) {
+    localStorage.setItem(TOKEN, t);
+    localStorage.removeItem(ENDED);
+  } else localStorage.removeItem(TOKEN);
+}
+
+/** The session ended (it expired, or the server refused its token): remember whose it was. */
+export function endSession(reason: SessionEnd["reason"], t: string | null = localStorage.getItem(TOKEN)): void {
+  const c = claims(t);
+  if (c?.sub) {
+    const exp = c.exp ? c.exp * 1000 : Date.now();
+    const end: SessionEnd = {
+      sub: c.sub,
+      tenant: c.tenant_id ?? "",
+      roles: c.roles ?? [],
+      at: reason === "expired" ? Math.min(exp, Date.now()) : Date.now(),
+      reason: reason === "refused" && exp <= Date.now() ? "expired" : reason,
+    };
+    localStorage.setItem(ENDED, JSON.stringify(end));
+  }
+  localStorage.removeItem(TOKEN);
+}
+
+/** How the last session ended (in any tab), if it did and no one signed in since. */
+export function sessionEnd(): SessionEnd | null {
+  try {
+    return JSON.parse(localStorage.getItem(ENDED) ?? "null") as SessionEnd | null;
+  } catch {
+    return null;
+  }
+}
+
+/** Calls `f` when another tab signs in or out. */
+export function onSessionChange(f: () => void): () => void {
+  const listener = (e: StorageEvent) => {
+    if (e.key === TOKEN || e.key === null) f();
+  };
+  window.addEventListener("storage", listener);
+  return () => window.removeEventListener("storage", listener);
 }
 
 /** The token's claims, without verifying them (the server does). */
@@ -59,7 +120,7 @@ export function describe(e: unknown): string {
       case "NOT_FOUND":
         return "Not found.";
       case "CONFLICT":
-        return `Someone else got there first: ${e.message}`;
+        return `That changed meanwhile: ${e.message}`;
       case "FORBIDDEN":
         return `Not permitted: ${e.message}`;
       default:

@@ -5,6 +5,8 @@ import { useSyncExternalStore } from "react";
 
 import { type Pending, followPending } from "./live";
 
+export type { Pending } from "./live";
+
 let items: Pending[] = [];
 let loaded = false;
 let following: { stop(): void } | null = null;

@@ -26,6 +26,16 @@ export function navigate(path: string, replace = false): void {
   listeners.forEach((l) => l());
 }
 
+/**
+ * A link's click: followed in the page, unless the user asked for a new tab or window (a
+ * modifier key, or not the main button), which the browser then opens from the link's `href`.
+ */
+export function follow(e: { preventDefault(): void; button: number; metaKey: boolean; ctrlKey: boolean; shiftKey: boolean; altKey: boolean }, path: string): void {
+  if (e.button !== 0 || e.metaKey || e.ctrlKey || e.shiftKey || e.altKey) return;
+  e.preventDefault();
+  navigate(path);
+}
+
 export function useRoute(): Route {
   const path = useSyncExternalStore(
     (l) => {

@@ -9,7 +9,29 @@ import {
   type QuestionView,
 } from "@forge/client";
 
-import { describe, forge } from "../api";
+import { ApiError, describe, forge } from "../api";
+
+/** Why a decision or answer was refused; a conflict means another person acted first. */
+function refusal(e: unknown): string {
+  return e instanceof ApiError && e.code === "CONFLICT" ? `Someone else got there first: ${e.message}` : describe(e);
+}
+
+/** A flat object's fields as a list a person reads; anything else as nothing (the JSON shows). */
+function Fields({ input }: { input: JsonValue | undefined }) {
+  if (input === null || input === undefined || typeof input !== "object" || Array.isArray(input)) return null;
+  const rows = Object.entries(input).filter(([, v]) => v === null || typeof v !== "object");
+  if (!rows.length) return null;
+  return (
+    <dl className="facts">
+      {rows.map(([k, v]) => (
+        <div key={k}>
+          <dt>{k.replace(/_/g, " ")}</dt>
+          <dd>{String(v)}</dd>
+        </div>
+      ))}
+    </dl>
+  );
+}
 
 /**
  * What the tool says the call will do: a summary, the facts the decision rests on, and the text
@@ -81,7 +103,7 @@ export function ApprovalCard({
       });
       setState(approve ? "approved" : "rejected");
     } catch (e) {
-      setError(describe(e));
+      setError(refusal(e));
       setState("idle");
     }
   };
@@ -89,10 +111,14 @@ export function ApprovalCard({
   const heading = `Approve ${approval.toolName}?`;
   return (
     <section className="approval card" aria-label={heading}>
-      <h4>{heading}</h4>
+      <h3>{heading}</h3>
       {approval.preview && <Preview preview={approval.preview} />}
       <p className="muted">It will run with exactly this input:</p>
-      <pre className="json">{JSON.stringify(input ?? null, null, 2)}</pre>
+      <Fields input={input} />
+      <details className="exact">
+        <summary>The input as the tool receives it</summary>
+        <pre className="json">{JSON.stringify(input ?? null, null, 2)}</pre>
+      </details>
       {state === "approved" || state === "rejected" ? (
         <p role="status">{state === "approved" ? "You approved it." : "You rejected it."}</p>
       ) : decided ? (
@@ -238,7 +264,7 @@ export function QuestionForm({ question }: { question: QuestionView }) {
       await forge.answerQuestion(question.interactionId, answer(), key.current);
       setSent(true);
     } catch (err) {
-      setError(err instanceof SyntaxError ? "The answer is not valid JSON." : describe(err));
+      setError(err instanceof SyntaxError ? "The answer is not valid JSON." : refusal(err));
     } finally {
       setBusy(false);
     }
@@ -247,7 +273,7 @@ export function QuestionForm({ question }: { question: QuestionView }) {
   const id = `q-${question.interactionId}`;
   return (
     <form className="question card" onSubmit={submit} aria-label={question.prompt}>
-      <h4>{question.prompt}</h4>
+      <h3>{question.prompt}</h3>
       {isObject && schema.properties ? (
         Object.entries(schema.properties).map(([name, s]) => (
           <Field

@@ -3,6 +3,7 @@ import { useEffect, useRef, useState } from "react";
 import { type CitationPart, type PartView, type RunModel, type RunStatus, toolCall } from "@forge/client";
 
 import { describe, gql } from "../api";
+import { cut, money } from "../text";
 import { ApprovalCard, QuestionForm } from "./Interactions";
 
 const STATUS: Record<RunStatus, string> = {
@@ -23,6 +24,12 @@ export interface RunMeta {
   agentName: string;
   createdAt: string;
   costMicros: number;
+  /** The ISO code of `costMicros`'s unit. */
+  currency: string;
+  /** The API's status: `queued` when no worker has taken it up yet (nothing streamed then). */
+  status: string;
+  /** Whether someone asked to cancel it. */
+  cancelRequested: boolean;
   /** The message that started the run: its text parts (other parts as their type name). */
   input: ({ __typename: "TextPart"; text: string } | { __typename: string; text?: undefined })[];
 }
@@ -48,7 +55,7 @@ function CitationDialog({ citation, onClose }: { citation: CitationPart; onClose
   }, [citation]);
   return (
     <dialog ref={ref} onClose={onClose} aria-labelledby="citation-title" className="citation-dialog">
-      <h3 id="citation-title">{text?.title ?? citation.source_id}</h3>
+      <h2 id="citation-title">{text?.title ?? citation.source_id}</h2>
       <p className="muted">
         {citation.source_id}, bytes {citation.span.start}–{citation.span.end}
         {citation.line ? `, line ${citation.line}` : ""}
@@ -117,33 +124,67 @@ function Part({ part, model }: { part: PartView; model: RunModel }) {
   }
 }
 
+/** What the footer says of cost: nothing is counted until a step completes. */
+function cost(meta: RunMeta | undefined, ended: boolean): string {
+  if (!meta) return "";
+  if (meta.costMicros === 0 && !ended) return " · cost counted as each step completes";
+  return ` · cost ${money(meta.costMicros, meta.currency)}`;
+}
+
 export function RunCard({
   model,
   meta,
   userText,
   pendingIds,
+  stale,
+  cancelling,
   onCancel,
 }: {
   model: RunModel;
   meta: RunMeta | undefined;
   userText: string | undefined;
   pendingIds: Set<string>;
+  /** What is shown arrived before the connection dropped and is not confirmed again yet. */
+  stale: boolean;
+  /** A cancel was asked for and the run has not ended yet. */
+  cancelling: boolean;
   onCancel: () => void;
 }) {
   const [open, setOpen] = useState<CitationPart | null>(null);
   const ended = ENDED.includes(model.status);
   const usage = model.usage;
+  const agent = meta?.agentName ?? model.agent?.split("@")[0] ?? "…";
+  const status = cancelling && !ended ? "Cancelling…" : STATUS[model.status];
   return (
-    <article className={`run ${model.status}`} aria-label={`Run ${meta?.agentName ?? model.agent ?? ""}`}>
+    <article className={`run ${model.status}${stale ? " stale" : ""}`} aria-label={`Run ${agent}`}>
       <header className="row">
-        <span className={`badge ${model.status}`}>{STATUS[model.status]}</span>
-        <span className="muted">{meta?.agentName ?? model.agent ?? "…"}</span>
-        {!ended && (
-          <button type="button" className="link" onClick={onCancel}>
-            Cancel
-          </button>
+        <span className={`badge ${model.status}`} role="status">
+          {status}
+        </span>
+        <h2 className="run-agent">{agent}</h2>
+        {!ended &&
+          (cancelling ? (
+            <span className="muted">
+              {model.status === "queued" || model.status.startsWith("waiting")
+                ? "It stops when a worker next takes it up."
+                : "Stopping…"}
+            </span>
+          ) : (
+            <button type="button" className="link" onClick={onCancel}>
+              Cancel
+            </button>
+          ))}
+        {stale && (
+          <span className="muted stale-note" role="status">
+            Reconnecting: showing what arrived before the connection dropped
+          </span>
         )}
       </header>
+      {model.status === "queued" && !cancelling && (
+        <p className="muted">
+          {model.queuedBehind ? "Waiting for the run before it on this thread to end." : "Waiting for a worker to take it up."}
+        </p>
+      )}
       {userText && <p className="user">{userText}</p>}
       {model.messages
         .filter((m) => m.role === "assistant")
@@ -168,12 +209,12 @@ export function RunCard({
         model.questions.map((q) => <QuestionForm key={q.interactionId} question={q} />)}
       {model.citations.length > 0 && (
         <nav aria-label="Sources" className="citations">
-          <h4>Sources</h4>
+          <h3>Sources</h3>
           <ol>
             {model.citations.map((c, i) => (
               <li key={i}>
                 <button type="button" className="link" onClick={() => setOpen(c)}>
-                  {c.source_id}: “{c.excerpt.length > 60 ? `${c.excerpt.slice(0, 60)}…` : c.excerpt}”
+                  {c.source_id}: “{cut(c.excerpt, 61)}”
                 </button>
               </li>
             ))}
@@ -185,9 +226,12 @@ export function RunCard({
           {model.failure.message} <code>{model.failure.code}</code>
         </p>
       )}
+      {model.status === "cancelled" && (
+        <p className="muted">Cancelled{model.cancelReason ? `: ${model.cancelReason}` : "."}</p>
+      )}
       <footer className="muted usage">
         {usage ? `${usage.input_tokens} tokens in, ${usage.output_tokens} out` : "No model calls yet"}
-        {meta ? ` · cost ${(meta.costMicros / 1_000_000).toFixed(6)}` : ""}
+        {cost(meta, ended)}
       </footer>
       {open && <CitationDialog citation={open} onClose={() => setOpen(null)} />}
     </article>

@@ -1,9 +1,10 @@
 import { type FormEvent, useEffect, useState } from "react";
 
-import { claims, describe, devSignIn, devSignInEnabled, setToken } from "../api";
+import { claims, describe, devSignIn, devSignInEnabled, sessionEnd, setToken } from "../api";
 import { navigate } from "../router";
 
-function returnTo(): string {
+/** Where this tab was before it was sent to sign in (once). */
+export function returnTo(): string {
   const to = sessionStorage.getItem("forge.returnTo");
   sessionStorage.removeItem("forge.returnTo");
   return to && to !== "/sign-in" ? to : "/";
@@ -13,9 +14,11 @@ export function SignIn({ onSignedIn }: { onSignedIn: () => void }) {
   const [pasted, setPasted] = useState("");
   const [error, setError] = useState<string | null>(null);
   const [dev, setDev] = useState(false);
-  const [tenant, setTenant] = useState("acme");
-  const [principal, setPrincipal] = useState("alice");
-  const [roles, setRoles] = useState("finance");
+  // After a session ended, the form is for the same person; otherwise it is empty.
+  const [ended] = useState(sessionEnd);
+  const [tenant, setTenant] = useState(ended?.tenant ?? "");
+  const [principal, setPrincipal] = useState(ended?.sub ?? "");
+  const [roles, setRoles] = useState(ended?.roles.join(", ") ?? "");
   const [busy, setBusy] = useState(false);
 
   useEffect(() => {
@@ -67,6 +70,15 @@ export function SignIn({ onSignedIn }: { onSignedIn: () => void }) {
   return (
     <section className="narrow">
       <h1>Sign in</h1>
+      {ended && (
+        <p role="status" className="notice">
+          {ended.reason === "expired" ? "Your session" : "The server no longer accepts your session"} as{" "}
+          <strong>{ended.sub}</strong>
+          {ended.tenant ? ` (${ended.tenant})` : ""}{" "}
+          {ended.reason === "expired" ? `expired at ${new Date(ended.at).toLocaleTimeString()}` : "ended"}. Sign in
+          again to go back to where you were.
+        </p>
+      )}
       {error && (
         <p role="alert" className="error">
           {error}

@@ -1,8 +1,9 @@
 import { type FormEvent, useCallback, useEffect, useState } from "react";
 
 import { describe, gql } from "../api";
-import { navigate } from "../router";
-import { usePending } from "../pending";
+import { follow as go, navigate } from "../router";
+import { type Pending, usePending } from "../pending";
+import { summarize } from "../text";
 
 interface ThreadRow {
   id: string;
@@ -23,9 +24,36 @@ const THREADS = `query Threads($after: String, $archived: Boolean!) {
   }
 }`;
 
-function go(e: { preventDefault(): void }, path: string) {
-  e.preventDefault();
-  navigate(path);
+/** What a pending item asks, in a person's words: the tool and what it would do, or the question. */
+function asking(p: Pending): string {
+  if (p.kind !== "approval") return `Answer: ${String(p.request.prompt ?? "a question")}`;
+  const preview = p.request.preview as { summary?: unknown } | null | undefined;
+  const what = typeof preview?.summary === "string" ? preview.summary : summarize(p.request.input);
+  return `Approve ${String(p.request.tool_name ?? "a tool call")}${what ? ` (${what})` : ""}`;
+}
+
+/** The titles of the threads pending items are on, read once each. */
+function useTitles(ids: string[]): Map<string, string | null> {
+  const [titles, setTitles] = useState(new Map<string, string | null>());
+  const key = [...new Set(ids)].sort().join(",");
+  useEffect(() => {
+    const missing = key.split(",").filter((id) => id && !titles.has(id));
+    if (!missing.length) return;
+    let live = true;
+    void Promise.all(
+      missing.map((id) =>
+        gql<{ thread: { title: string | null } }>("query T($id: ID!) { thread(id: $id) { title } }", { id })
+          .then((r) => [id, r.thread.title] as const)
+          .catch(() => [id, null] as const),
+      ),
+    ).then((found) => {
+      if (live) setTitles((t) => new Map([...t, ...found]));
+    });
+    return () => {
+      live = false;
+    };
+  }, [key]);
+  return titles;
 }
 
 export function ThreadList() {
@@ -37,6 +65,7 @@ export function ThreadList() {
   const [title, setTitle] = useState("");
   const [creating, setCreating] = useState(false);
   const pending = usePending();
+  const titles = useTitles(pending.items.map((p) => p.threadId));
 
   const load = useCallback(
     async (after: string | null) => {
@@ -103,10 +132,13 @@ export function ThreadList() {
             {pending.items.map((p) => (
               <li key={p.id}>
                 <a href={`/threads/${p.threadId}`} onClick={(e) => go(e, `/threads/${p.threadId}`)}>
-                  {p.kind === "approval"
-                    ? `Approve ${String(p.request.tool_name ?? "a tool call")}`
-                    : `Answer: ${String(p.request.prompt ?? "a question")}`}
+                  {asking(p)}
                 </a>
+                <span className="muted">
+                  {" "}
+                  in {titles.get(p.threadId) ?? "an untitled thread"} · expires{" "}
+                  {new Date(p.expiresAt).toLocaleString()}
+                </span>
               </li>
             ))}
           </ul>

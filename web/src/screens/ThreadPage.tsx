@@ -1,12 +1,12 @@
 import { type FormEvent, useCallback, useEffect, useMemo, useRef, useState } from "react";
 
-import { cursors, hasGap, newKey } from "@forge/client";
+import { type RunModel, type RunStatus, cursors, emptyRun, hasGap, isStale, newKey } from "@forge/client";
 
 import { ApiError, describe, gql, signInRequired } from "../api";
 import { RunCard, type RunMeta } from "../components/RunCard";
 import { follow } from "../live";
 import { usePending } from "../pending";
-import { navigate } from "../router";
+import { follow as go, navigate } from "../router";
 import { dispatch, threadState, useThread } from "../store";
 
 interface ThreadData {
@@ -23,12 +23,28 @@ const THREAD = `query Thread($id: ID!) {
   thread(id: $id) {
     id title archivedAt createdBy
     runs(first: 100) {
-      nodes { id agentName createdAt costMicros input { __typename ... on TextPart { text } } }
+      nodes {
+        id agentName createdAt costMicros currency status cancelRequested
+        input { __typename ... on TextPart { text } }
+      }
     }
   }
 }`;
 
 type Strategy = "ENQUEUE" | "REJECT" | "INTERRUPT";
+
+/** A run the API lists but the stream has not shown yet (no worker took it up): as the API says. */
+function listed(meta: RunMeta | undefined): RunModel {
+  const status: Record<string, RunStatus> = {
+    queued: "queued",
+    running: "running",
+    waiting: "waiting-approval",
+    completed: "completed",
+    failed: "failed",
+    cancelled: "cancelled",
+  };
+  return { ...emptyRun, status: status[meta?.status ?? "queued"] ?? "queued" };
+}
 
 export function ThreadPage({ id }: { id: string }) {
   const state = useThread(id);
@@ -44,6 +60,7 @@ export function ThreadPage({ id }: { id: string }) {
   const [sending, setSending] = useState(false);
   const [renaming, setRenaming] = useState<string | null>(null);
   const [confirmDelete, setConfirmDelete] = useState(false);
+  const [cancelled, setCancelled] = useState<Set<string>>(new Set());
 
   const load = useCallback(async () => {
     try {
@@ -84,10 +101,11 @@ export function ThreadPage({ id }: { id: string }) {
   const endedCount = state.order.filter((r) =>
     ["completed", "failed", "cancelled"].includes(state.runs[r].view.status),
   ).length;
+  const steps = state.order.reduce((n, r) => n + state.runs[r].base.steps, 0);
   useEffect(() => {
     if (data) void load();
-    // Reload when a run appears or ends: its message, agent and cost.
-  }, [unknownRun, endedCount]);
+    // Reload when a run appears, completes a step or ends: its message, agent and cost.
+  }, [unknownRun, endedCount, steps]);
 
   const meta = useMemo(() => new Map(data?.runs.nodes.map((r) => [r.id, r])), [data]);
   // The message that started each run, known from the moment it was sent (the thread's history
@@ -102,10 +120,12 @@ export function ThreadPage({ id }: { id: string }) {
   }, [data]);
   const pendingIds = useMemo(() => new Set(pending.items.map((p) => p.id)), [pending.items]);
 
-  // Runs in the order they were created.
+  // Runs in the order they were created: those streamed, and those the API lists that have
+  // streamed nothing yet (queued with no worker free).
   const order = useMemo(() => {
     const created = (r: string) => meta.get(r)?.createdAt ?? "~";
-    return [...state.order].sort((a, b) => (created(a) < created(b) ? -1 : created(a) > created(b) ? 1 : 0));
+    const all = [...new Set([...state.order, ...meta.keys()])];
+    return all.sort((a, b) => (created(a) < created(b) ? -1 : created(a) > created(b) ? 1 : 0));
   }, [state.order, meta]);
 
   // One idempotency key per message until it is sent: Send again after a failure that may
@@ -127,17 +147,26 @@ export function ThreadPage({ id }: { id: string }) {
       );
       sendKey.current = null;
       setMessage("");
+      // Shown at once, queued or not (the stream shows it only once a worker takes it up).
+      void load();
     } catch (err) {
-      setError(describe(err));
+      setError(
+        err instanceof ApiError && err.code === "CONFLICT"
+          ? `This thread has a run in progress, and “If a run is active” says to refuse: wait for it to end, or choose to wait behind it or interrupt it. (${err.message})`
+          : describe(err),
+      );
     } finally {
       setSending(false);
     }
   };
 
   const cancel = async (runId: string) => {
+    setCancelled((c) => new Set([...c, runId]));
     try {
       await gql("mutation Cancel($id: ID!) { cancelRun(runId: $id) }", { id: runId });
+      void load();
     } catch (err) {
+      setCancelled((c) => new Set([...c].filter((r) => r !== runId)));
       setError(describe(err));
     }
   };
@@ -172,7 +201,7 @@ export function ThreadPage({ id }: { id: string }) {
         <h1>Thread not found</h1>
         <p>It does not exist, or you may not see it.</p>
         <p>
-          <a href="/" onClick={(e) => { e.preventDefault(); navigate("/"); }}>Back to your threads</a>
+          <a href="/" onClick={(e) => go(e, "/")}>Back to your threads</a>
         </p>
       </section>
     );
@@ -236,10 +265,12 @@ export function ThreadPage({ id }: { id: string }) {
         {order.map((runId) => (
           <RunCard
             key={runId}
-            model={state.runs[runId].view}
+            model={state.runs[runId]?.view ?? listed(meta.get(runId))}
             meta={meta.get(runId)}
             userText={userText.get(runId)}
             pendingIds={pendingIds}
+            stale={state.runs[runId] ? isStale(state.runs[runId]) : false}
+            cancelling={cancelled.has(runId) || meta.get(runId)?.cancelRequested === true}
             onCancel={() => void cancel(runId)}
           />
         ))}

@@ -45,15 +45,26 @@ export async function freePort(): Promise<number> {
 }
 
 /** A running `forge serve` on a SQLite file of its own. */
+/** How a test's server runs. */
+export interface ServeOptions {
+  /** No in-process worker: runs stay queued until `worker()` starts one. */
+  noWorker?: boolean;
+  /** Serve GraphiQL on `GET /graphql`. */
+  graphiql?: boolean;
+}
+
 export class Forge {
   readonly dir: string;
   readonly port: number;
   private child: ChildProcess | null = null;
+  private workerChild: ChildProcess | null = null;
   private log = "";
+  private readonly options: ServeOptions;
 
-  private constructor(dir: string, port: number) {
+  private constructor(dir: string, port: number, options: ServeOptions) {
     this.dir = dir;
     this.port = port;
+    this.options = options;
   }
 
   get url(): string {
@@ -65,8 +76,8 @@ export class Forge {
   }
 
   /** Starts a server with the example and test agents, the example policies, dev sign-in. */
-  static async start(): Promise<Forge> {
-    const f = new Forge(mkdtempSync(join(tmpdir(), "forge-e2e-")), await freePort());
+  static async start(options: ServeOptions = {}): Promise<Forge> {
+    const f = new Forge(mkdtempSync(join(tmpdir(), "forge-e2e-")), await freePort(), options);
     f.ingest();
     await f.boot();
     return f;
@@ -85,15 +96,21 @@ export class Forge {
   }
 
   /** Starts (or starts again) the process. */
-  async boot(): Promise<void> {
-    const args = [
-      "serve", "--store", this.store, "--listen", `127.0.0.1:${this.port}`,
+  private agents(): string[] {
+    return [
       "--agent", join(repo, "examples/agents/payments.toml"),
       "--agent", join(repo, "examples/agents/calculator.toml"),
       "--agent", join(here, "agents/stream.toml"),
       "--policies", join(repo, "examples/policies"),
-      "--dev-sign-in",
       "--files-dir", join(this.dir, "files"),
+    ];
+  }
+
+  async boot(): Promise<void> {
+    const args = [
+      "serve", "--store", this.store, "--listen", `127.0.0.1:${this.port}`, ...this.agents(), "--dev-sign-in",
+      ...(this.options.noWorker ? ["--no-worker"] : []),
+      ...(this.options.graphiql ? ["--graphiql"] : []),
     ];
     this.child = spawn(forgeBin(), args, {
       cwd: this.dir,
@@ -116,6 +133,17 @@ export class Forge {
     throw new Error(`forge serve did not answer:\n${this.log}`);
   }
 
+  /** Starts a `forge worker` process on the same store (for a server started with `noWorker`). */
+  worker(): void {
+    this.workerChild = spawn(forgeBin(), ["worker", "--store", this.store, ...this.agents()], {
+      cwd: this.dir,
+      env: { ...process.env, FORGE_JWT_SECRET: SECRET },
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    this.workerChild.stdout?.on("data", (d) => (this.log += d));
+    this.workerChild.stderr?.on("data", (d) => (this.log += d));
+  }
+
   /** Kills the process outright (no drain), as a crash would. */
   async kill(): Promise<void> {
     const child = this.child;
@@ -125,9 +153,15 @@ export class Forge {
     await exited;
   }
 
-  /** Stops the process. */
+  /** Stops the process (and the worker, if one was started). */
   async stop(): Promise<void> {
     await this.kill();
+    const worker = this.workerChild;
+    if (worker && worker.exitCode === null) {
+      const exited = new Promise((r) => worker.once("exit", r));
+      worker.kill("SIGKILL");
+      await exited;
+    }
   }
 
   output(): string {
@@ -227,14 +261,17 @@ export async function browser(): Promise<Browser> {
   });
 }
 
-/** A page of `base` signed in with `token` (kept in the tab's session, as the client keeps it). */
+/**
+ * A page of `base` signed in with `token`, in a browser context of its own (the session is kept
+ * in the origin's storage, shared by the context's tabs, as the client keeps it).
+ */
 export async function signedIn(b: Browser, base: string, token: string, path = "/"): Promise<Page> {
   const context = await b.newContext();
   const page = await context.newPage();
   if (token) {
-    await page.addInitScript((t) => {
-      if (!sessionStorage.getItem("forge.token")) sessionStorage.setItem("forge.token", t);
-    }, token);
+    // Once per context: a later sign-out or expiry in the page is not undone by a reload.
+    await page.goto(`${base}/favicon.svg`);
+    await page.evaluate((t) => localStorage.setItem("forge.token", t), token);
   }
   await page.goto(base + path);
   return page;
@@ -242,16 +279,20 @@ export async function signedIn(b: Browser, base: string, token: string, path = "
 
 const AXE = readFileSync(require.resolve("axe-core/axe.min.js"), "utf8");
 
-/** axe-core's violations on the page as it stands (WCAG 2 A and AA rules). */
-export async function violations(page: Page): Promise<string[]> {
+/**
+ * axe-core's violations on the page as it stands: WCAG 2.0 and 2.1 A and AA rules, and axe's
+ * best practices (heading order, landmarks…) unless `wcagOnly`.
+ */
+export async function violations(page: Page, wcagOnly = false): Promise<string[]> {
   // Evaluated through the debugging protocol, not as a page script: the page's CSP (its own
   // scripts only) stays in force and is not weakened for the check.
   await page.evaluate(AXE);
-  return page.evaluate(async () => {
+  return page.evaluate(async (only) => {
     const axe = (window as unknown as { axe: { run(o: unknown): Promise<{ violations: { id: string; help: string; nodes: { target: string[] }[] }[] }> } }).axe;
-    const r = await axe.run({ runOnly: { type: "tag", values: ["wcag2a", "wcag2aa"] } });
+    const tags = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa", ...(only ? [] : ["best-practice"])];
+    const r = await axe.run({ runOnly: { type: "tag", values: tags } });
     return r.violations.map((v) => `${v.id}: ${v.help} (${v.nodes.map((n) => n.target.join(" ")).join("; ")})`);
-  });
+  }, wcagOnly);
 }
 
 /** An HS256 token of the test secret living `ttlSecs` seconds. */

@@ -593,6 +593,10 @@ export interface Rollup {
    * Everything else (`model`, `calls`, token counts, `cost_micros`), as in `forge usage --json`.
    */
   totals: JsonValue;
+  /**
+   * The ISO 4217 code of `cost_micros`'s unit (as `Run.currency`).
+   */
+  currency: string;
 }
 
 export interface Run {

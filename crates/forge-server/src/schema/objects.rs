@@ -338,6 +338,16 @@ impl InteractionObject {
     }
 }
 
+/// The price table's currency: `USD` when the server has no price table (nothing costs anything).
+pub(crate) fn currency(state: &AppState) -> String {
+    let currency = &state.engine.prices().currency;
+    if currency.is_empty() {
+        "USD".into()
+    } else {
+        currency.clone()
+    }
+}
+
 /// A day's usage of one model.
 #[derive(SimpleObject)]
 pub struct Rollup {
@@ -345,6 +355,8 @@ pub struct Rollup {
     pub(crate) day: String,
     /// Everything else (`model`, `calls`, token counts, `cost_micros`), as in `forge usage --json`.
     pub(crate) totals: Json<Value>,
+    /// The ISO 4217 code of `cost_micros`'s unit (as `Run.currency`).
+    pub(crate) currency: String,
 }
 
 /// The kind of a [`RunStreamItemObject`].

@@ -208,17 +208,19 @@ impl Query {
             .iter()
             .map(|r| {
                 let mut totals = to_json(r).0;
+                // The day's start as `YYYY-MM-DD`, as documented (the record holds the instant).
                 let day = totals
                     .get("day")
                     .and_then(Value::as_str)
-                    .unwrap_or("")
-                    .to_owned();
+                    .map(|d| d.chars().take(10).collect())
+                    .unwrap_or_default();
                 if let Value::Object(m) = &mut totals {
                     m.remove("day");
                 }
                 Rollup {
                     day,
                     totals: Json(totals),
+                    currency: super::objects::currency(state),
                 }
             })
             .collect())

@@ -131,6 +131,9 @@ async fn threads_runs_and_their_events_read_back() {
     assert_eq!(usage.len(), 1, "{usage:?}");
     assert_eq!(usage[0]["totals"]["calls"], 1);
     assert_eq!(usage[0]["totals"]["model"], "scripted:test");
+    // The day as documented: `YYYY-MM-DD`.
+    let today = now.0.format("%Y-%m-%d").to_string();
+    assert_eq!(usage[0]["day"], today.as_str());
 }
 
 #[tokio::test]

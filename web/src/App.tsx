@@ -2,13 +2,14 @@ import { useEffect, useState } from "react";
 
 import { claims, endSession, onSessionChange, setToken, token, whenSignInRequired } from "./api";
 import { follow, navigate, useRoute } from "./router";
+import { Console } from "./console/Console";
 import { SignIn, returnTo } from "./screens/SignIn";
 import { ThreadList } from "./screens/ThreadList";
 import { ThreadPage } from "./screens/ThreadPage";
 
 /** Where to come back to after signing in (this tab's). */
 function remember(): void {
-  if (location.pathname !== "/sign-in") sessionStorage.setItem("forge.returnTo", location.pathname);
+  if (location.pathname !== "/sign-in") sessionStorage.setItem("forge.returnTo", location.pathname + location.search);
 }
 
 export function App() {
@@ -68,6 +69,11 @@ export function App() {
         </a>
         {signedIn && who && (
           <nav aria-label="Account">
+            {who.roles?.some((r) => r === "admin" || r === "auditor") && (
+              <a href="/console/runs" onClick={(e) => follow(e, "/console/runs")}>
+                Console
+              </a>
+            )}
             <span className="who">
               {who.sub} · {who.tenant_id}
             </span>
@@ -84,6 +90,8 @@ export function App() {
           <ThreadList />
         ) : route.name === "thread" ? (
           <ThreadPage id={route.id} key={route.id} />
+        ) : route.name === "console" ? (
+          <Console screen={route.screen} id={route.id} search={route.search} />
         ) : (
           <section>
             <h1>Page not found</h1>

@@ -1,12 +1,16 @@
-// Paths as routes: `/`, `/sign-in`, `/threads/:id`, kept in the address bar (a reload lands
-// where the user was).
+// Paths as routes: `/`, `/sign-in`, `/threads/:id`, the console's `/console/…`, kept in the
+// address bar (a reload lands where the user was; the query string holds a screen's filters).
 
 import { useSyncExternalStore } from "react";
+
+/** The operator console's screens. */
+export type ConsoleScreen = "runs" | "run" | "audit" | "usage";
 
 export type Route =
   | { name: "threads" }
   | { name: "sign-in" }
   | { name: "thread"; id: string }
+  | { name: "console"; screen: ConsoleScreen; id?: string }
   | { name: "missing" };
 
 export function parse(path: string): Route {
@@ -14,6 +18,11 @@ export function parse(path: string): Route {
   if (path === "/sign-in") return { name: "sign-in" };
   const m = /^\/threads\/([^/]+)$/.exec(path);
   if (m) return { name: "thread", id: decodeURIComponent(m[1]) };
+  if (path === "/console" || path === "/console/runs") return { name: "console", screen: "runs" };
+  const run = /^\/console\/runs\/([^/]+)$/.exec(path);
+  if (run) return { name: "console", screen: "run", id: decodeURIComponent(run[1]) };
+  if (path === "/console/audit") return { name: "console", screen: "audit" };
+  if (path === "/console/usage") return { name: "console", screen: "usage" };
   return { name: "missing" };
 }
 
@@ -36,13 +45,15 @@ export function follow(e: { preventDefault(): void; button: number; metaKey: boo
   navigate(path);
 }
 
-export function useRoute(): Route {
-  const path = useSyncExternalStore(
+/** Where the page is, read again on every navigation; `search` is the query string of it. */
+export function useRoute(): Route & { search: string } {
+  const at = useSyncExternalStore(
     (l) => {
       listeners.add(l);
       return () => listeners.delete(l);
     },
-    () => location.pathname,
+    () => location.pathname + location.search,
   );
-  return parse(path);
+  const q = at.indexOf("?");
+  return { ...parse(q < 0 ? at : at.slice(0, q)), search: q < 0 ? "" : at.slice(q) };
 }

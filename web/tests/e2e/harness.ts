@@ -4,7 +4,7 @@
 
 import { type ChildProcess, spawn, spawnSync } from "node:child_process";
 import { createHmac } from "node:crypto";
-import { mkdtempSync, readFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import net from "node:net";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
@@ -96,8 +96,18 @@ export class Forge {
   }
 
   /** Starts (or starts again) the process. */
+  /** The agents, policies, files and a price table for the scripted models (so runs cost something). */
   private agents(): string[] {
+    const prices = join(this.dir, "prices.toml");
+    writeFileSync(
+      prices,
+      ["stream", "calculator", "payments"]
+        .map((m) => `[models."scripted:${m}.script.toml"]\ninput = 3000000\noutput = 15000000\n`)
+        .join("\n")
+        .replace(/^/, 'currency = "USD"\n'),
+    );
     return [
+      "--prices", prices,
       "--agent", join(repo, "examples/agents/payments.toml"),
       "--agent", join(repo, "examples/agents/calculator.toml"),
       "--agent", join(here, "agents/stream.toml"),

@@ -1,0 +1,223 @@
+// The operator console in real Chromium against a real `forge serve`, on data made by real runs:
+// a completed run, a failed one, an approval decided by another person. Each screen is checked
+// against the API (the cost chart's numbers are the usage API's), with axe on every screen, at a
+// phone's width too, and refused to someone without the power.
+
+import { mkdirSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+
+import type { Browser, Page } from "playwright-core";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+
+import { Forge, browser, repo, signedIn, violations } from "./harness";
+
+let forge: Forge;
+let chrome: Browser;
+let alice: string;
+let rita: string;
+let ada: string;
+const runs: Record<"completed" | "failed" | "approved", string> = { completed: "", failed: "", approved: "" };
+const shots = join(repo, "web/tests/e2e/screenshots");
+
+interface RunState {
+  run: { status: string };
+}
+
+async function start(token: string, agent: string, message: string): Promise<string> {
+  const t = await forge.gql<{ createThread: { id: string } }>(token, "mutation { createThread(title: \"Console\") { id } }");
+  const r = await forge.gql<{ startRun: { id: string } }>(
+    token,
+    "mutation($i: StartRunInput!) { startRun(input: $i) { id } }",
+    { i: { threadId: t.createThread.id, agent, message } },
+  );
+  return r.startRun.id;
+}
+
+/** Waits until the run's state is `want` (asked again each 200 ms; the hook's timeout bounds it). */
+async function reaches(id: string, want: string): Promise<void> {
+  let seen = "";
+  for (let i = 0; i < 150; i++) {
+    const r = await forge.gql<RunState & { run: { failure: unknown } }>(
+      alice,
+      "query($id: ID!) { run(id: $id) { status failure } }",
+      { id },
+    );
+    if (r.run.status === want) return;
+    seen = JSON.stringify(r.run);
+    await new Promise((ok) => setTimeout(ok, 200));
+  }
+  throw new Error(`run ${id} is not ${want}: ${seen}`);
+}
+
+beforeAll(async () => {
+  forge = await Forge.start();
+  chrome = await browser();
+  alice = await forge.token("acme", "alice", ["finance"]);
+  rita = await forge.token("acme", "rita", ["finance"]);
+  ada = await forge.token("acme", "ada", ["admin"]);
+  mkdirSync(shots, { recursive: true });
+  runs.completed = await start(alice, "calculator", "What is 12 times 7?");
+  runs.failed = await start(alice, "stream", "loop until you fail");
+  runs.approved = await start(alice, "payments", "Pay invoice INV-203 for 500.");
+  await reaches(runs.completed, "completed");
+  await reaches(runs.failed, "failed");
+  await reaches(runs.approved, "waiting");
+  const pending = await forge.gql<{ pendingInteractions: { nodes: { id: string; request: { input_hash: string } }[] } }>(
+    rita,
+    "{ pendingInteractions { nodes { id request } } }",
+  );
+  const [ask] = pending.pendingInteractions.nodes;
+  await forge.gql(
+    rita,
+    "mutation($id: ID!, $h: String) { resolveApproval(interactionId: $id, approve: true, key: \"console-e2e\", inputHash: $h) { id } }",
+    { id: ask.id, h: ask.request.input_hash },
+  );
+  await reaches(runs.approved, "completed");
+}, 120_000);
+
+afterAll(async () => {
+  await chrome?.close();
+  await forge?.stop();
+});
+
+async function axe(page: Page, screen: string) {
+  expect(await violations(page), `accessibility of ${screen}`).toEqual([]);
+}
+
+async function shot(page: Page, name: string) {
+  writeFileSync(join(shots, `${name}.png`), await page.screenshot({ fullPage: true }));
+}
+
+/** Nothing on the page is wider than the window (a phone scrolls tables inside their box). */
+async function fitsWidth(page: Page) {
+  const [scroll, inner] = await page.evaluate(() => [document.documentElement.scrollWidth, window.innerWidth]);
+  expect(scroll).toBeLessThanOrEqual(inner);
+}
+
+describe("the operator console", () => {
+  it("lists the tenant's runs, filters them, and inspects one", async () => {
+    const page = await signedIn(chrome, forge.url, ada, "/");
+    await page.getByRole("link", { name: "Console" }).click();
+    await page.getByRole("heading", { name: "Runs" }).waitFor();
+    const rows = page.locator("table.data tbody tr");
+    await expect.poll(() => rows.count()).toBe(3);
+    await page.locator("table.data tbody").getByRole("link", { name: `…${runs.failed.slice(-8)}` }).waitFor();
+    await axe(page, "the runs list");
+    await shot(page, "console-runs");
+    // Only the failed one, and the filter survives a reload (it is in the address).
+    await page.getByLabel("State").selectOption("failed");
+    await expect.poll(() => rows.count()).toBe(1);
+    await page.reload();
+    await expect.poll(() => rows.count()).toBe(1);
+    expect(await page.getByLabel("State").inputValue()).toBe("failed");
+    await page.locator("table.data tbody").getByRole("link", { name: `…${runs.failed.slice(-8)}` }).click();
+    await page.getByRole("heading", { name: "Events" }).waitFor();
+    await page.getByText(/failed \(/).first().waitFor();
+    await page.getByText(/^Step 1: /).waitFor();
+    await axe(page, "a failed run inspected");
+    await shot(page, "console-run-failed");
+    await page.context().close();
+  });
+
+  it("shows a decided approval with who decided, and the cost reserved and settled", async () => {
+    const page = await signedIn(chrome, forge.url, ada, `/console/runs/${runs.approved}`);
+    await page.getByRole("heading", { name: "Approvals and questions" }).waitFor();
+    const decided = page.locator("ul.interactions li").first();
+    await decided.getByText("rita").waitFor();
+    expect(await decided.textContent()).toContain("Approval of pay_invoice");
+    const detail = await forge.gql<{ run: { costMicros: number; modelCalls: { cost_micros: number }[] } }>(
+      ada,
+      "query($id: ID!) { run(id: $id) { costMicros modelCalls } }",
+      { id: runs.approved },
+    );
+    expect(detail.run.costMicros).toBeGreaterThan(0);
+    await page.getByText(/settled, .* reserved/).waitFor();
+    const calls = page.locator("table.data").first().locator("tbody tr");
+    expect(await calls.count()).toBe(detail.run.modelCalls.length);
+    await axe(page, "a run with a decided approval");
+    await shot(page, "console-run-approved");
+    await page.context().close();
+  });
+
+  it("lists the audit trail with the approval's decider", async () => {
+    const page = await signedIn(chrome, forge.url, ada, "/console/audit");
+    await page.getByRole("heading", { name: "Audit trail" }).waitFor();
+    const row = page.locator("table.data tbody tr").filter({ hasText: "rita" }).first();
+    await row.waitFor();
+    const api = await forge.gql<{ auditRecords: { actor: string; action: string }[] }>(ada, "{ auditRecords(limit: 200) }");
+    expect(await page.locator("table.data tbody tr").count()).toBe(api.auditRecords.length);
+    await page.getByLabel("Action starts with").fill("no-such-action.");
+    await page.getByRole("button", { name: "Filter" }).click();
+    await page.getByText("No audit records yet.").waitFor();
+    await axe(page, "the audit trail");
+    await page.context().close();
+  });
+
+  it("charts cost per day with the usage API's numbers", async () => {
+    const page = await signedIn(chrome, forge.url, ada, "/console/usage");
+    await page.getByRole("heading", { name: "Usage and cost" }).waitFor();
+    const chart = page.getByRole("img", { name: /Cost per day/ });
+    await chart.waitFor();
+    await page.locator("canvas").first().waitFor();
+    const from = new Date(Date.now() - 29 * 86_400_000).toISOString().slice(0, 10);
+    const to = new Date(Date.now() + 86_400_000).toISOString().slice(0, 10);
+    const api = await forge.gql<{ usage: { day: string; totals: { cost_micros: number } }[] }>(
+      ada,
+      "query($f: String!, $t: String!) { usage(from: $f, to: $t) { day totals } }",
+      { f: `${from}T00:00:00Z`, t: `${to}T00:00:00Z` },
+    );
+    const byDay = new Map<string, number>();
+    for (const r of api.usage) byDay.set(r.day, (byDay.get(r.day) ?? 0) + r.totals.cost_micros);
+    // One bar a day of the 30 shown: the API's sum on the days it has, nothing on the others.
+    const days: string[] = JSON.parse((await chart.getAttribute("data-days")) ?? "[]");
+    const micros: number[] = JSON.parse((await chart.getAttribute("data-micros")) ?? "[]");
+    expect(days.length).toBe(30);
+    expect(days[0]).toBe(from);
+    for (const day of byDay.keys()) expect(days).toContain(day.slice(0, 10));
+    expect(micros).toEqual(days.map((d) => byDay.get(d) ?? 0));
+    const total = [...byDay.values()].reduce((a, b) => a + b, 0);
+    expect(total).toBeGreaterThan(0);
+    const shown = await page.locator("table.usage-table tfoot td").last().textContent();
+    expect(shown).toBe(
+      new Intl.NumberFormat("en-US", {
+        style: "currency",
+        currency: "USD",
+        minimumFractionDigits: 2,
+        maximumFractionDigits: total / 1e6 < 0.01 ? 6 : 2,
+      }).format(total / 1e6),
+    );
+    await axe(page, "usage and cost");
+    await shot(page, "console-usage");
+    await page.context().close();
+  });
+
+  it("works at a phone's width", async () => {
+    const context = await chrome.newContext({ viewport: { width: 390, height: 800 } });
+    const page = await context.newPage();
+    await page.goto(`${forge.url}/favicon.svg`);
+    await page.evaluate((t) => localStorage.setItem("forge.token", t), ada);
+    for (const path of ["/console/runs", `/console/runs/${runs.approved}`, "/console/audit", "/console/usage"]) {
+      await page.goto(forge.url + path);
+      await page.locator("table.data").first().waitFor();
+      const wide = await page.evaluate(() =>
+        Array.from(document.querySelectorAll("body *"))
+          .filter((e) => e.getBoundingClientRect().right > window.innerWidth && !e.closest(".table-wrap"))
+          .map((e) => `${e.tagName}.${e.className}`)
+          .slice(0, 5),
+      );
+      expect(wide, `wider than a phone on ${path}`).toEqual([]);
+      await fitsWidth(page);
+      await axe(page, `${path} on a phone`);
+    }
+    await shot(page, "console-usage-phone");
+    await context.close();
+  });
+
+  it("shows someone without the power why not, rather than an empty screen", async () => {
+    const page = await signedIn(chrome, forge.url, alice, "/console/runs");
+    await page.getByRole("alert").getByText(/Could not load runs: Not permitted/).waitFor();
+    expect(await page.getByRole("link", { name: "Console" }).count()).toBe(0);
+    await axe(page, "the console refused");
+    await page.context().close();
+  });
+});

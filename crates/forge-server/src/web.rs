@@ -304,7 +304,10 @@ mod tests {
         assert!(page.contains("/assets/graphiql.js"), "{page}");
         assert!(!page.contains("http://") && !page.contains("https://"));
         for name in ["assets/graphiql.js", "assets/graphiql.css"] {
-            assert!(Bundle::get(name).is_some_and(|f| !f.data.is_empty()), "{name}");
+            assert!(
+                Bundle::get(name).is_some_and(|f| !f.data.is_empty()),
+                "{name}"
+            );
             assert!(is_graphiql(name));
         }
         assert!(!is_graphiql("assets/app.js") && !is_graphiql("index.html"));

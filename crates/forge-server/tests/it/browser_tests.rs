@@ -206,13 +206,21 @@ async fn graphiql_is_served_on_a_plain_get_only_when_enabled() {
     .await;
     let r = srv.http.get(srv.url("/graphql")).send().await.unwrap();
     assert_eq!(r.status(), 200);
-    let csp = r.headers()["content-security-policy"].to_str().unwrap().to_owned();
+    let csp = r.headers()["content-security-policy"]
+        .to_str()
+        .unwrap()
+        .to_owned();
     assert!(csp.contains("script-src 'self';"), "{csp}");
     let page = r.text().await.unwrap();
     // Its own bundle, nothing from a CDN.
     assert!(page.contains("/assets/graphiql.js"), "{page}");
     assert!(!page.contains("https://"), "{page}");
-    let script = srv.http.get(srv.url("/assets/graphiql.js")).send().await.unwrap();
+    let script = srv
+        .http
+        .get(srv.url("/assets/graphiql.js"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(script.status(), 200);
     assert!(script.text().await.unwrap().len() > 100_000);
 

@@ -4,7 +4,7 @@
 import { useSyncExternalStore } from "react";
 
 /** The operator console's screens. */
-export type ConsoleScreen = "runs" | "run" | "audit" | "usage";
+export type ConsoleScreen = "runs" | "run" | "dead-letters" | "audit" | "usage";
 
 export type Route =
   | { name: "threads" }
@@ -21,6 +21,7 @@ export function parse(path: string): Route {
   if (path === "/console" || path === "/console/runs") return { name: "console", screen: "runs" };
   const run = /^\/console\/runs\/([^/]+)$/.exec(path);
   if (run) return { name: "console", screen: "run", id: decodeURIComponent(run[1]) };
+  if (path === "/console/dead-letters") return { name: "console", screen: "dead-letters" };
   if (path === "/console/audit") return { name: "console", screen: "audit" };
   if (path === "/console/usage") return { name: "console", screen: "usage" };
   return { name: "missing" };

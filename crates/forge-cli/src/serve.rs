@@ -407,6 +407,8 @@ pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     args.tenant_limits.apply(&mut config);
     config.web = web;
     config.readiness = readiness;
+    // The console's dead letters: the same queue `forge dlq` works on.
+    config.dead_letters = Some(store.clone());
     config.retriever = Some(
         args.access
             .embedder

@@ -110,6 +110,9 @@ pub struct ServerConfig {
     pub metrics: Option<MetricsText>,
     /// The web client, CORS, development sign-in, GraphiQL.
     pub web: WebConfig,
+    /// The job queue, for the console's dead letters (`deadLetters`, `replayDeadLetter`,
+    /// `discardDeadLetter`; absent: they answer `NOT_AVAILABLE`).
+    pub dead_letters: Option<Arc<dyn forge_core::ports::queue::JobQueue>>,
 }
 
 impl ServerConfig {
@@ -134,6 +137,7 @@ impl ServerConfig {
             fair_use: FairUse::default(),
             drain: std::time::Duration::from_secs(10),
             header_timeout: std::time::Duration::from_secs(10),
+            dead_letters: None,
         }
     }
 }
@@ -194,6 +198,7 @@ impl Server {
             cache: Arc::new(forge_live::LogCache::default()),
             retriever: config.retriever,
             files: config.files.clone(),
+            dead_letters: config.dead_letters,
         });
         let limiters = Arc::new(limiter::Limiters::new(
             &config.http,

@@ -1,9 +1,11 @@
-// The operator console: the tenant's runs, one run inspected, the audit trail, usage and cost.
+// The operator console: the tenant's runs, one run inspected, dead letters, the audit trail,
+// usage and cost.
 // What each screen shows is what the API lets the caller read (the same policies: an operator
 // without the power sees the refusal, not an empty screen).
 
 import type { ConsoleScreen } from "../router";
 import { Audit } from "./Audit";
+import { DeadLetters } from "./DeadLetters";
 import { Go } from "./common";
 import { RunInspector } from "./RunInspector";
 import { Runs } from "./Runs";
@@ -11,6 +13,7 @@ import { Usage } from "./Usage";
 
 const TABS: { screen: ConsoleScreen; to: string; label: string }[] = [
   { screen: "runs", to: "/console/runs", label: "Runs" },
+  { screen: "dead-letters", to: "/console/dead-letters", label: "Dead letters" },
   { screen: "audit", to: "/console/audit", label: "Audit trail" },
   { screen: "usage", to: "/console/usage", label: "Usage and cost" },
 ];
@@ -35,6 +38,8 @@ export function Console({ screen, id, search }: { screen: ConsoleScreen; id?: st
         <Runs search={search} />
       ) : screen === "run" && id ? (
         <RunInspector id={id} key={id} />
+      ) : screen === "dead-letters" ? (
+        <DeadLetters />
       ) : screen === "audit" ? (
         <Audit search={search} />
       ) : (

@@ -221,3 +221,58 @@ describe("the operator console", () => {
     await page.context().close();
   });
 });
+
+describe("the console's dead letters", () => {
+  it("replays a dead-lettered run from the console, audited, and only the tenant's own", async () => {
+    const idle = await Forge.start({ noWorker: true });
+    try {
+      const admin = await idle.token("acme", "ada", ["admin"]);
+      const submitted = JSON.parse(
+        idle.cli([
+          "submit", "--json", "--agent", join(repo, "web/tests/e2e/agents/stream.toml"), "--max-attempts", "1",
+          "--tenant", "acme", "--principal", "alice", "Please count slowly.",
+        ]),
+      ) as { id: string };
+      // A worker takes it and dies mid-run; with its one attempt spent, the job is dead once the
+      // claim lapses, and the next worker dead-letters it.
+      const doomed = idle.worker(["--lease-ttl-ms", "1500"]);
+      const status = async () =>
+        (await idle.gql<{ run: { status: string; lastSeq: number } }>(admin, "query($id: ID!) { run(id: $id) { status lastSeq } }", { id: submitted.id })).run;
+      for (let i = 0; i < 300 && (await status()).status !== "running"; i++) await new Promise((ok) => setTimeout(ok, 100));
+      await Forge.crash(doomed);
+      idle.worker();
+      const listed = async () =>
+        (await idle.gql<{ deadLetters: { id: string; runId: string }[] }>(admin, "{ deadLetters { id runId } }")).deadLetters;
+      let dead: { id: string; runId: string }[] = [];
+      for (let i = 0; i < 300 && dead.length === 0; i++) {
+        dead = await listed();
+        if (!dead.length) await new Promise((ok) => setTimeout(ok, 100));
+      }
+      expect(dead.map((d) => d.runId)).toEqual([submitted.id]);
+      // Another tenant's administrator neither sees nor touches it.
+      const other = await idle.token("globex", "gil", ["admin"]);
+      expect((await idle.gql<{ deadLetters: unknown[] }>(other, "{ deadLetters { id } }")).deadLetters).toEqual([]);
+      await expect(
+        idle.gql(other, "mutation($id: ID!) { replayDeadLetter(jobId: $id) { id } }", { id: dead[0].id }),
+      ).rejects.toThrow(/NOT_FOUND|not found/i);
+
+      const page = await signedIn(chrome, idle.url, admin, "/console/dead-letters");
+      await page.getByRole("heading", { name: "Dead letters" }).waitFor();
+      const row = page.locator("table.data tbody tr").filter({ hasText: dead[0].runId.slice(-8) });
+      await row.waitFor();
+      await axe(page, "dead letters");
+      await shot(page, "console-dead-letters");
+      await row.getByRole("button", { name: "Replay" }).click();
+      await page.getByRole("status").getByText(/Replayed: a worker takes run/).waitFor();
+      await page.getByText("No dead letters yet.").waitFor();
+      // The worker alive takes it up and finishes it.
+      for (let i = 0; i < 600 && (await status()).status !== "completed"; i++) await new Promise((ok) => setTimeout(ok, 100));
+      expect((await status()).status).toBe("completed");
+      const audit = await idle.gql<{ auditRecords: { actor: string; action: string }[] }>(admin, "{ auditRecords(action: \"job.\") }");
+      expect(audit.auditRecords.map((r) => [r.action, r.actor])).toContainEqual(["job.replayed", "ada"]);
+      await page.context().close();
+    } finally {
+      await idle.stop();
+    }
+  });
+});

@@ -57,7 +57,7 @@ export class Forge {
   readonly dir: string;
   readonly port: number;
   private child: ChildProcess | null = null;
-  private workerChild: ChildProcess | null = null;
+  private workers: ChildProcess[] = [];
   private log = "";
   private readonly options: ServeOptions;
 
@@ -143,15 +143,35 @@ export class Forge {
     throw new Error(`forge serve did not answer:\n${this.log}`);
   }
 
-  /** Starts a `forge worker` process on the same store (for a server started with `noWorker`). */
-  worker(): void {
-    this.workerChild = spawn(forgeBin(), ["worker", "--store", this.store, ...this.agents()], {
+  /**
+   * Starts a `forge worker` process on the same store (for a server started with `noWorker`),
+   * with `extra` arguments (`--lease-ttl-ms 1500`, say); `kill -9` it with `crash`.
+   */
+  worker(extra: string[] = []): ChildProcess {
+    const child = spawn(forgeBin(), ["worker", "--store", this.store, ...this.agents(), ...extra], {
       cwd: this.dir,
       env: { ...process.env, FORGE_JWT_SECRET: SECRET },
       stdio: ["ignore", "pipe", "pipe"],
     });
-    this.workerChild.stdout?.on("data", (d) => (this.log += d));
-    this.workerChild.stderr?.on("data", (d) => (this.log += d));
+    child.stdout?.on("data", (d) => (this.log += d));
+    child.stderr?.on("data", (d) => (this.log += d));
+    this.workers.push(child);
+    return child;
+  }
+
+  /** Kills a process outright (no drain), as a crash would. */
+  static async crash(child: ChildProcess): Promise<void> {
+    if (child.exitCode !== null || child.signalCode !== null) return;
+    const exited = new Promise((r) => child.once("exit", r));
+    child.kill("SIGKILL");
+    await exited;
+  }
+
+  /** `forge ARGS…` on this server's store, to its end: its standard output. */
+  cli(args: string[]): string {
+    const out = spawnSync(forgeBin(), [...args, "--store", this.store], { cwd: this.dir, encoding: "utf8" });
+    if (out.status !== 0) throw new Error(`forge ${args.join(" ")} failed: ${out.stderr}`);
+    return out.stdout;
   }
 
   /** Kills the process outright (no drain), as a crash would. */
@@ -166,12 +186,7 @@ export class Forge {
   /** Stops the process (and the worker, if one was started). */
   async stop(): Promise<void> {
     await this.kill();
-    const worker = this.workerChild;
-    if (worker && worker.exitCode === null) {
-      const exited = new Promise((r) => worker.once("exit", r));
-      worker.kill("SIGKILL");
-      await exited;
-    }
+    await Promise.all(this.workers.map((w) => Forge.crash(w)));
   }
 
   output(): string {

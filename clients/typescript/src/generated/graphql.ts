@@ -112,6 +112,34 @@ export interface CitationPart {
   heading: string | null;
 }
 
+export interface DeadLetter {
+  __typename?: "DeadLetter";
+  /**
+   * The job.
+   */
+  id: string;
+  /**
+   * Its run.
+   */
+  runId: string;
+  /**
+   * `dead`, or after an operation `ready` (replayed) or `discarded`.
+   */
+  state: string;
+  /**
+   * Claims so far.
+   */
+  attempts: number;
+  /**
+   * Claims allowed.
+   */
+  maxAttempts: number;
+  /**
+   * Why its last attempt failed.
+   */
+  lastError: string | null;
+}
+
 /**
  * What an erasure removed (`eraseThread`, `eraseRun`).
  */
@@ -349,6 +377,18 @@ export interface Mutation {
    */
   cancelRun: boolean;
   /**
+   * Makes a dead-lettered job ready again with a fresh attempt budget: a worker takes its run
+   * up where its log ends. Audited (`job.replayed`). `CONFLICT` when the job is not dead; for
+   * administrators (the power `dead_letters`).
+   */
+  replayDeadLetter: DeadLetter;
+  /**
+   * Gives a dead-lettered job up for good and ends its run failed (`dead_lettered`, with
+   * `reason`), which frees its thread. Audited (`job.discarded`). `CONFLICT` when the job is
+   * not dead; for administrators (the power `dead_letters`).
+   */
+  discardDeadLetter: DeadLetter;
+  /**
    * Replaces a thread's session state, if it is still at `expectedVersion` (the version
    * the caller read): a stale version is `CONFLICT` and changes nothing. A run in flight on
    * the thread sees the new state from its next step.
@@ -511,7 +551,10 @@ export interface Query {
    * dead-letter handling and configuration changes (`config.changed`; deployment-wide ones are
    * in the trail of the tenant `_deployment`). For administrators (the power
    * `audit_trail`). `action` filters by prefix; `since` is RFC 3339.
+   * The tenant's dead-lettered jobs (runs no worker could finish within their attempts),
+   * oldest first, at most `limit` (≤ 500). For administrators (the power `dead_letters`).
    */
+  deadLetters: DeadLetter[];
   auditRecords: JsonValue[];
   /**
    * The tenant's model usage per UTC day and model, for `[from, to)` (RFC 3339).

@@ -5,6 +5,7 @@
 //! become the same `NOT_FOUND` error. Domain objects whose shape is the public wire contract
 //! (events, parts, interaction requests) are passed through as `JSON` in that same encoding.
 
+mod dead_letters;
 mod mutation;
 mod objects;
 mod paging;
@@ -12,6 +13,7 @@ mod query;
 mod subscription;
 mod typed;
 
+pub use dead_letters::DeadLetterObject;
 pub use mutation::{Mutation, StartRunInput, Strategy};
 pub use objects::{
     Agent, Erasure, InteractionObject, ResolvedCitation, Rollup, RunEventObject, RunObject,
@@ -70,6 +72,9 @@ pub struct AppState {
     pub retriever: Option<forge_rag::Retriever>,
     /// Stored files, for the file fields.
     pub files: Option<forge_files::Files>,
+    /// The job queue, for the dead letters (absent: `deadLetters` and its operations answer
+    /// `NOT_AVAILABLE`).
+    pub dead_letters: Option<Arc<dyn forge_core::ports::queue::JobQueue>>,
 }
 
 impl AppState {

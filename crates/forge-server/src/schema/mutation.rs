@@ -226,6 +226,29 @@ impl Mutation {
         Ok(asked)
     }
 
+    /// Makes a dead-lettered job ready again with a fresh attempt budget: a worker takes its run
+    /// up where its log ends. Audited (`job.replayed`). `CONFLICT` when the job is not dead; for
+    /// administrators (the power `dead_letters`).
+    async fn replay_dead_letter(
+        &self,
+        ctx: &Context<'_>,
+        job_id: ID,
+    ) -> async_graphql::Result<super::DeadLetterObject> {
+        super::dead_letters::replay(ctx, &job_id).await
+    }
+
+    /// Gives a dead-lettered job up for good and ends its run failed (`dead_lettered`, with
+    /// `reason`), which frees its thread. Audited (`job.discarded`). `CONFLICT` when the job is
+    /// not dead; for administrators (the power `dead_letters`).
+    async fn discard_dead_letter(
+        &self,
+        ctx: &Context<'_>,
+        job_id: ID,
+        #[graphql(default = "discarded from the console")] reason: String,
+    ) -> async_graphql::Result<super::DeadLetterObject> {
+        super::dead_letters::discard(ctx, &job_id, &reason).await
+    }
+
     /// Replaces a thread's session state, if it is still at `expectedVersion` (the version
     /// the caller read): a stale version is `CONFLICT` and changes nothing. A run in flight on
     /// the thread sees the new state from its next step.

@@ -147,6 +147,16 @@ impl Query {
     /// dead-letter handling and configuration changes (`config.changed`; deployment-wide ones are
     /// in the trail of the tenant `_deployment`). For administrators (the power
     /// `audit_trail`). `action` filters by prefix; `since` is RFC 3339.
+    /// The tenant's dead-lettered jobs (runs no worker could finish within their attempts),
+    /// oldest first, at most `limit` (≤ 500). For administrators (the power `dead_letters`).
+    async fn dead_letters(
+        &self,
+        ctx: &Context<'_>,
+        #[graphql(default = 100)] limit: u32,
+    ) -> async_graphql::Result<Vec<super::DeadLetterObject>> {
+        super::dead_letters::list(ctx, limit.min(500) as usize).await
+    }
+
     async fn audit_records(
         &self,
         ctx: &Context<'_>,

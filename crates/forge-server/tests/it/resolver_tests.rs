@@ -369,6 +369,7 @@ async fn depth_beyond_the_limit_is_refused() {
                 cache: Default::default(),
                 retriever: None,
                 files: None,
+                dead_letters: None,
             }),
             forge_server::QueryLimits {
                 depth,

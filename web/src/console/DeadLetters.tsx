@@ -1,19 +1,14 @@
 // Dead letters: the runs no worker could finish within their attempts, replayed (a worker takes
 // the run up where its log ends) or discarded (the run ends failed) — audited as the CLI's are.
 
+import type { Api } from "@forge/client";
 import { useState } from "react";
 
 import { describe, gql } from "../api";
 import { Go, Scroll, ShortId, States, useLoad } from "./common";
 
-interface DeadLetter {
-  id: string;
-  runId: string;
-  state: string;
-  attempts: number;
-  maxAttempts: number;
-  lastError: string | null;
-}
+/** A dead letter as the API gives it (the generated type). */
+type DeadLetter = Api.DeadLetter;
 
 const LIST = `query DeadLetters { deadLetters(limit: 200) { id runId state attempts maxAttempts lastError } }`;
 

@@ -22,7 +22,7 @@ function Fields({ input }: { input: JsonValue | undefined }) {
   const rows = Object.entries(input).filter(([, v]) => v === null || typeof v !== "object");
   if (!rows.length) return null;
   return (
-    <dl className="facts">
+    <dl className="fields">
       {rows.map(([k, v]) => (
         <div key={k}>
           <dt>{k.replace(/_/g, " ")}</dt>
@@ -114,7 +114,8 @@ export function ApprovalCard({
       <h3>{heading}</h3>
       {approval.preview && <Preview preview={approval.preview} />}
       <p className="muted">It will run with exactly this input:</p>
-      <Fields input={input} />
+      {/* The tool's own preview says it in the application's terms; without one, the fields. */}
+      {!approval.preview && <Fields input={input} />}
       <details className="exact">
         <summary>The input as the tool receives it</summary>
         <pre className="json">{JSON.stringify(input ?? null, null, 2)}</pre>

@@ -307,6 +307,32 @@ mod tests {
         assert!(async_graphql::parser::parse_query(&out).is_ok(), "{out}");
     }
 
+    proptest::proptest! {
+        /// Any Unicode around and inside the cut arguments (strings, comments, names' lines):
+        /// every cut falls on a character boundary, and the document still parses.
+        #[test]
+        fn any_unicode_around_the_cuts_is_kept_whole(
+            before in "\\PC{0,12}",
+            inside in "\\PC{0,12}",
+            comment in "[^\r\n]{0,12}",
+        ) {
+            let quote = |s: &str| serde_json::to_string(s).unwrap();
+            let q = format!(
+                "# {comment}\nquery Q($a: Int, $b: String) {{ x(t: {}, a: $a, u: {}) {{ y(b: $b) }} }}",
+                quote(&before),
+                quote(&inside),
+            );
+            let out = omit_unset(&q, None, &vars(serde_json::json!({}))).unwrap();
+            proptest::prop_assert!(async_graphql::parser::parse_query(&out).is_ok(), "{}", out);
+            proptest::prop_assert!(out.contains(&quote(&before)) && out.contains(&quote(&inside)));
+            let code = out
+                .replacen(&quote(&before), "", 1)
+                .replacen(&quote(&inside), "", 1)
+                .replacen(&comment, "", 1);
+            proptest::prop_assert!(!code.contains("$a") && !code.contains("$b"), "{}", out);
+        }
+    }
+
     #[test]
     fn a_document_that_does_not_parse_is_left_to_validation() {
         assert_eq!(

@@ -63,7 +63,7 @@ pub(crate) async fn audit(command: AuditCommand) -> anyhow::Result<ExitCode> {
                 action: args.action,
                 subject: args.subject,
                 since,
-                limit: args.limit,
+                ..AuditQuery::latest(args.limit)
             },
         )
         .await?;

@@ -6,7 +6,9 @@
 //! statement's columns from when it was prepared, so a `*` that a migration widens afterwards
 //! reads past the end of the row.
 
+use forge_core::id::RunId;
 use forge_core::ports::audit::AuditQuery;
+use forge_core::run::RunQuery;
 use forge_core::time::Timestamp;
 
 /// Reads one thread: binds the id and the tenant.
@@ -91,46 +93,125 @@ pub const EVAL_PUT_VERDICT: &str = "INSERT INTO forge_eval_judgements (tenant_id
         input_sha256, prompt, model, verdict, created_at)
     VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING";
 
+/// A `WHERE` clause after `tenant_id = $1`, built a condition at a time with the values it binds
+/// from `$2` on, numbered in the order they appear (as SQLite numbers `$n` parameters).
+#[derive(Default)]
+struct Filter {
+    clause: String,
+    values: Vec<Bind>,
+}
+
+impl Filter {
+    /// Adds `condition`, in which `{}` stands for the next parameter, binding `value`.
+    fn and(&mut self, condition: &str, value: Bind) {
+        self.values.push(value);
+        let n = format!("${}", self.values.len() + 1);
+        self.clause.push_str(" AND ");
+        self.clause.push_str(&condition.replacen("{}", &n, 1));
+    }
+
+    /// The statement `select … WHERE tenant_id = $1 <filter> <order> LIMIT $n` and its values.
+    fn page(mut self, select: &str, order: &str, limit: usize) -> (String, Vec<Bind>) {
+        self.values
+            .push(Bind::Limit(i64::try_from(limit).unwrap_or(i64::MAX)));
+        let sql = format!(
+            "{select} WHERE tenant_id = $1{} ORDER BY {order} LIMIT ${}",
+            self.clause,
+            self.values.len() + 1
+        );
+        (sql, self.values)
+    }
+}
+
 /// Reads a page of tenant `$1`'s audit trail as `query` asks, newest first: the statement, and
 /// the values to bind from `$2` on, in order (the filter's, then the limit). The query is already
 /// checked (`AuditLog::query_audit` refuses what `AuditQuery::check` refuses before an adapter
 /// reads).
-pub fn audit_page(query: &AuditQuery) -> (String, Vec<AuditValue>) {
-    let mut clause = String::new();
-    let mut values = Vec::new();
+pub fn audit_page(query: &AuditQuery) -> (String, Vec<Bind>) {
+    let mut filter = Filter::default();
     if let Some(action) = &query.action {
-        values.push(AuditValue::Text(format!("{}%", escape_like(action))));
-        clause.push_str(&format!(
-            " AND action LIKE ${} ESCAPE '\\'",
-            values.len() + 1
-        ));
+        let prefix = format!("{}%", escape_like(action));
+        filter.and("action LIKE {} ESCAPE '\\'", Bind::Text(prefix));
     }
     if let Some(subject) = &query.subject {
-        values.push(AuditValue::Text(subject.clone()));
-        clause.push_str(&format!(" AND subject = ${}", values.len() + 1));
+        filter.and("subject = {}", Bind::Text(subject.clone()));
+    }
+    if let Some(actor) = &query.actor {
+        filter.and("actor = {}", Bind::Text(actor.clone()));
     }
     if let Some(since) = query.since {
-        values.push(AuditValue::Time(since));
-        clause.push_str(&format!(" AND at >= ${}", values.len() + 1));
+        filter.and("at >= {}", Bind::Time(since));
     }
-    values.push(AuditValue::Limit(
-        i64::try_from(query.limit).unwrap_or(i64::MAX),
-    ));
-    let sql = format!(
-        "SELECT tenant_id, at, actor, action, subject, detail FROM forge_audit \
-         WHERE tenant_id = $1{clause} ORDER BY seq DESC LIMIT ${}",
-        values.len() + 1
-    );
-    (sql, values)
+    if let Some(until) = query.until {
+        filter.and("at < {}", Bind::Time(until));
+    }
+    filter.page(
+        "SELECT tenant_id, at, actor, action, subject, detail FROM forge_audit",
+        "seq DESC",
+        query.limit,
+    )
 }
 
-/// A value [`audit_page`] binds.
+/// Reads a page of tenant `$1`'s runs as `query` asks (`RunQuery::admits` in SQL), newest
+/// first, below `cursor` (the creation time and id of the previous page's last run, which the
+/// adapter has checked to be the tenant's): the statement selecting `columns`, and the values to
+/// bind from `$2` on.
+pub fn run_page(
+    columns: &str,
+    query: &RunQuery,
+    cursor: Option<(Timestamp, RunId)>,
+) -> (String, Vec<Bind>) {
+    let mut filter = Filter::default();
+    let text = |s: &String| Bind::Text(s.clone());
+    if let Some(status) = &query.status {
+        filter.and("status = {}", text(status));
+    }
+    if let Some(thread) = query.thread_id {
+        filter.and("thread_id = {}", Bind::Id(thread.0));
+    }
+    if let Some(agent) = &query.agent_name {
+        filter.and("agent_name = {}", text(agent));
+    }
+    if let Some(version) = &query.agent_version {
+        filter.and("agent_version = {}", text(version));
+    }
+    if let Some(since) = query.since {
+        filter.and("created_at >= {}", Bind::Time(since));
+    }
+    if let Some(until) = query.until {
+        filter.and("created_at < {}", Bind::Time(until));
+    }
+    if let Some(code) = query.failure_code {
+        filter.and(
+            "failure ->> 'code' = {}",
+            Bind::Text(code.name().to_owned()),
+        );
+    }
+    if let Some((at, id)) = cursor {
+        // Two parameters: the time, then the id right after it.
+        filter.values.push(Bind::Time(at));
+        let n = filter.values.len() + 1;
+        filter
+            .clause
+            .push_str(&format!(" AND (created_at, id) < (${n}, ${})", n + 1));
+        filter.values.push(Bind::Id(id.0));
+    }
+    filter.page(
+        &format!("SELECT {columns} FROM forge_runs"),
+        "created_at DESC, id DESC",
+        query.limit,
+    )
+}
+
+/// A value [`audit_page`] or [`run_page`] binds.
 #[derive(Debug, Clone, PartialEq)]
-pub enum AuditValue {
+pub enum Bind {
     /// Text.
     Text(String),
     /// A time.
     Time(Timestamp),
+    /// An id (a `uuid` in PostgreSQL, its hyphenated text in SQLite).
+    Id(uuid::Uuid),
     /// How many rows at most.
     Limit(i64),
 }
@@ -166,10 +247,10 @@ mod tests {
         assert_eq!(
             values,
             [
-                AuditValue::Text("tool\\_\\%x\\\\%".into()),
-                AuditValue::Text("run 1".into()),
-                AuditValue::Time(since),
-                AuditValue::Limit(10),
+                Bind::Text("tool\\_\\%x\\\\%".into()),
+                Bind::Text("run 1".into()),
+                Bind::Time(since),
+                Bind::Limit(10),
             ]
         );
         let (sql, values) = audit_page(&AuditQuery::latest(3));
@@ -177,6 +258,6 @@ mod tests {
             sql.ends_with("WHERE tenant_id = $1 ORDER BY seq DESC LIMIT $2"),
             "{sql}"
         );
-        assert_eq!(values, [AuditValue::Limit(3)]);
+        assert_eq!(values, [Bind::Limit(3)]);
     }
 }

@@ -14,7 +14,7 @@ use forge_core::ports::queue::{
 use forge_core::ports::store::{LeasedRun, RunStore};
 use forge_core::scope::{Scope, SystemScope, TenantId};
 use forge_core::time::Timestamp;
-use forge_sql::statements::{AuditValue, audit_page};
+use forge_sql::statements::audit_page;
 use sqlx::postgres::PgRow;
 
 use crate::PostgresStore;
@@ -474,14 +474,10 @@ impl AuditLog for PostgresStore {
     ) -> Result<Vec<AuditRecord>, Error> {
         let (sql, values) = audit_page(query);
         let mut tx = self.tenant_tx(scope).await?;
-        let mut q = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(scope.tenant_id().as_str());
-        for v in values {
-            q = match v {
-                AuditValue::Text(t) => q.bind(t),
-                AuditValue::Time(v) => q.bind(v.0),
-                AuditValue::Limit(n) => q.bind(n),
-            };
-        }
+        let q = rows::binds(
+            sqlx::query(sqlx::AssertSqlSafe(sql)).bind(scope.tenant_id().as_str()),
+            values,
+        );
         let found = q.fetch_all(&mut *tx).await.map_err(db_error)?;
         tx.commit().await.map_err(db_error)?;
         found

@@ -9,7 +9,7 @@ use forge_core::thread::Thread;
 use forge_core::time::Timestamp;
 use forge_sql::rows::Columns;
 use sqlx::Row;
-use sqlx::postgres::PgRow;
+use sqlx::postgres::{PgArguments, PgRow};
 use sqlx::types::Json;
 
 /// Classifies a sqlx error: serialization failures, deadlocks, lost connections and pool
@@ -152,4 +152,22 @@ pub(crate) fn message_as(row: &PgRow, names: &[&str; 5]) -> Result<Message, Erro
 
 pub(crate) fn run(row: &PgRow) -> Result<Run, Error> {
     forge_sql::rows::run(&Pg(row))
+}
+
+/// `query` with the values a shared statement (`forge_sql::statements`) binds after those
+/// already bound.
+pub(crate) fn binds<'q>(
+    mut query: sqlx::query::Query<'q, sqlx::Postgres, PgArguments>,
+    values: Vec<forge_sql::statements::Bind>,
+) -> sqlx::query::Query<'q, sqlx::Postgres, PgArguments> {
+    use forge_sql::statements::Bind;
+    for v in values {
+        query = match v {
+            Bind::Text(t) => query.bind(t),
+            Bind::Time(t) => query.bind(t.0),
+            Bind::Id(id) => query.bind(id),
+            Bind::Limit(n) => query.bind(n),
+        };
+    }
+    query
 }

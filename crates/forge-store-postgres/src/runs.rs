@@ -501,28 +501,20 @@ impl RunStore for PostgresStore {
     }
 
     async fn query_runs(&self, scope: &Scope, query: &RunQuery) -> Result<Vec<Run>, Error> {
-        // RunQuery::admits, in SQL.
         let mut tx = self.tenant_tx(scope).await?;
         // Below the cursor, checked to be the tenant's first.
         let cursor = match query.before {
             Some(before) => {
                 let run = fetch_run(&mut tx, scope, before, false).await?;
-                Some((run.created_at.0, run.id.0))
+                Some((run.created_at, run.id))
             }
             None => None,
         };
-        let found = sqlx::query(
-            "SELECT * FROM forge_runs WHERE tenant_id = $1 AND ($2::text IS NULL OR status = $2) \
-             AND ($3::uuid IS NULL OR thread_id = $3) \
-             AND ($5::timestamptz IS NULL OR (created_at, id) < ($5, $6::uuid)) \
-             ORDER BY created_at DESC, id DESC LIMIT $4",
+        let (sql, values) = forge_sql::statements::run_page("*", query, cursor);
+        let found = rows::binds(
+            sqlx::query(sqlx::AssertSqlSafe(sql)).bind(scope.tenant_id().as_str()),
+            values,
         )
-        .bind(scope.tenant_id().as_str())
-        .bind(query.status.as_deref())
-        .bind(query.thread_id.map(|t| t.0))
-        .bind(i64::try_from(query.limit).unwrap_or(i64::MAX))
-        .bind(cursor.map(|c| c.0))
-        .bind(cursor.map(|c| c.1))
         .fetch_all(&mut *tx)
         .await
         .map_err(db_error)?;

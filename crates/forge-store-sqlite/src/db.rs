@@ -70,6 +70,30 @@ pub(crate) fn error(e: rusqlite::Error) -> Error {
 /// The values a statement binds: `params![…]`.
 pub(crate) type Values<'v> = &'v [&'v dyn ToSql];
 
+/// The values a shared statement (`forge_sql::statements`) binds, as SQLite stores them, after
+/// `first` (times as Unix milliseconds, ids as their text).
+pub(crate) fn binds(
+    first: String,
+    values: Vec<forge_sql::statements::Bind>,
+) -> Vec<Box<dyn ToSql + Send>> {
+    use forge_sql::statements::Bind;
+    let mut bound: Vec<Box<dyn ToSql + Send>> = vec![Box::new(first)];
+    for v in values {
+        bound.push(match v {
+            Bind::Text(t) => Box::new(t),
+            Bind::Time(t) => Box::new(t.unix_millis()),
+            Bind::Id(id) => Box::new(id.to_string()),
+            Bind::Limit(n) => Box::new(n),
+        });
+    }
+    bound
+}
+
+/// `bound` as the slice [`all`] takes.
+pub(crate) fn refs(bound: &[Box<dyn ToSql + Send>]) -> Vec<&dyn ToSql> {
+    bound.iter().map(|v| v.as_ref() as &dyn ToSql).collect()
+}
+
 /// Binds `values` to `statement`'s parameters: `$n` and `?n` take the `n`th value (so a
 /// statement shared with PostgreSQL, which may use `$6` before `$5`, binds as it does there), a
 /// bare `?` the value at its position.

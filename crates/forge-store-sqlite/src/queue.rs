@@ -13,8 +13,7 @@ use forge_core::ports::queue::{
 use forge_core::scope::{Scope, SystemScope, TenantId};
 use forge_core::time::Timestamp;
 use forge_sql::rows::Columns;
-use forge_sql::statements::{AuditValue, audit_page};
-use rusqlite::types::ToSql;
+use forge_sql::statements::audit_page;
 use rusqlite::{Connection, params};
 
 use crate::SqliteStore;
@@ -489,17 +488,9 @@ impl AuditLog for SqliteStore {
         query: &AuditQuery,
     ) -> Result<Vec<AuditRecord>, Error> {
         let (sql, values) = audit_page(query);
-        let mut bound: Vec<Box<dyn ToSql + Send>> = vec![Box::new(scope.tenant_id().to_string())];
-        for v in values {
-            bound.push(match v {
-                AuditValue::Text(t) => Box::new(t),
-                AuditValue::Time(t) => Box::new(t.unix_millis()),
-                AuditValue::Limit(n) => Box::new(n),
-            });
-        }
+        let bound = db::binds(scope.tenant_id().to_string(), values);
         self.read(move |conn| {
-            let values: Vec<&dyn ToSql> = bound.iter().map(|v| v.as_ref() as &dyn ToSql).collect();
-            db::all(conn, &sql, &values, |row| {
+            db::all(conn, &sql, &db::refs(&bound), |row| {
                 forge_sql::rows::audit_record(&rows::Row(row))
             })
         })

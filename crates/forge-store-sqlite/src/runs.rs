@@ -356,34 +356,17 @@ impl RunStore for SqliteStore {
 
     async fn query_runs(&self, scope: &Scope, query: &RunQuery) -> Result<Vec<Run>, Error> {
         let (tenant, query) = (scope.tenant_id().to_string(), query.clone());
-        // RunQuery::admits, in SQL, below the cursor (checked to be the tenant's first).
+        // Below the cursor, checked to be the tenant's first.
         self.read(move |conn| {
             db::snapshot(conn, |conn| {
                 let cursor = query
                     .before
                     .map(|before| run(conn, &tenant, before))
                     .transpose()?
-                    .map(|r| (r.created_at.unix_millis(), r.id.to_string()));
-                let (at, id) = cursor.unzip();
-                db::all(
-                    conn,
-                    concat!(
-                        "SELECT ",
-                        run_columns!(),
-                        " FROM forge_runs WHERE tenant_id = ?1 AND (?2 IS NULL OR status = ?2) \
-                         AND (?3 IS NULL OR thread_id = ?3) AND (?5 IS NULL OR (created_at, id) < (?5, ?6)) \
-                         ORDER BY created_at DESC, id DESC LIMIT ?4"
-                    ),
-                    params![
-                        tenant,
-                        query.status,
-                        query.thread_id.map(|t| t.to_string()),
-                        db::saturating(query.limit),
-                        at,
-                        id
-                    ],
-                    rows::run,
-                )
+                    .map(|r| (r.created_at, r.id));
+                let (sql, values) = forge_sql::statements::run_page(run_columns!(), &query, cursor);
+                let bound = db::binds(tenant.clone(), values);
+                db::all(conn, &sql, &db::refs(&bound), rows::run)
             })
         })
         .await

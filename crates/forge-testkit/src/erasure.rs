@@ -257,9 +257,7 @@ impl<F: StoreFactory> World<F> {
                 &self.scope,
                 &AuditQuery {
                     action: Some(action.into()),
-                    subject: None,
-                    since: None,
-                    limit: 100,
+                    ..AuditQuery::latest(100)
                 },
             )
             .await
@@ -529,10 +527,7 @@ pub async fn erasure_is_confined_to_its_tenant<F: StoreFactory>() {
             .query_audit(
                 &intruder,
                 &AuditQuery {
-                    action: None,
-                    subject: None,
-                    since: None,
-                    limit: 10,
+                    ..AuditQuery::latest(10)
                 },
             )
             .await

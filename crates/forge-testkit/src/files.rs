@@ -46,9 +46,7 @@ async fn audit_actions<S: AuditLog + ?Sized>(
             scope,
             &AuditQuery {
                 action: Some(prefix.into()),
-                subject: None,
-                since: None,
-                limit: 100,
+                ..AuditQuery::latest(100)
             },
         )
         .await
@@ -92,9 +90,7 @@ pub async fn file_records_round_trip_newest_first<F: StoreFactory>() {
             &a,
             &AuditQuery {
                 action: Some("file.accepted".into()),
-                subject: None,
-                since: None,
-                limit: 1,
+                ..AuditQuery::latest(1)
             },
         )
         .await

@@ -142,6 +142,7 @@ macro_rules! runs_conformance {
             run_round_trip_and_history, commit_step_single_writer, commit_step_fencing,
             refused_commit_writes_nothing, illegal_status_change_is_refused,
             runs_are_queried_by_status_and_thread_newest_first,
+            runs_are_filtered_by_agent_time_and_failure,
             runs_and_jobs_without_input_or_attempts_are_refused);
     };
 }

@@ -338,8 +338,8 @@ pub async fn queue_concurrent_claims_take_each_job_once<F: StoreFactory>() {
 }
 
 /// Audit records appended on their own (the configuration a process runs with) are listed newest
-/// first, filtered by action prefix, subject and time, for their tenant only; a record for another
-/// tenant is refused.
+/// first, filtered by action prefix, subject, actor and time window, for their tenant only; a
+/// record for another tenant is refused.
 pub async fn audit_records_are_appended_and_filtered_per_tenant<F: StoreFactory>() {
     use forge_core::ports::audit::{AuditQuery, AuditRecord};
     let f = fixture::<F>().await;
@@ -366,15 +366,59 @@ pub async fn audit_records_are_appended_and_filtered_per_tenant<F: StoreFactory>
         .record_audit(&f.scope, record("configure_x", "deployment", t1))
         .await
         .expect("append");
+    f.clock.advance(Duration::from_secs(60));
+    let t2 = f.clock.now();
+    f.store
+        .record_audit(
+            &f.scope,
+            AuditRecord {
+                actor: "ada".into(),
+                ..record("approval.approved", "run-1", t2)
+            },
+        )
+        .await
+        .expect("append");
+    let by_actor = |actor: &str, since, until| AuditQuery {
+        actor: Some(actor.into()),
+        since,
+        until,
+        ..AuditQuery::latest(10)
+    };
+    let subjects =
+        |records: Vec<AuditRecord>| records.into_iter().map(|r| r.subject).collect::<Vec<_>>();
+    let got = f
+        .store
+        .query_audit(&f.scope, &by_actor("ada", None, None))
+        .await
+        .expect("by actor");
+    assert_eq!(subjects(got), ["run-1"], "by actor");
+    let got = f
+        .store
+        .query_audit(&f.scope, &by_actor("forge serve", Some(t1), Some(t2)))
+        .await
+        .expect("window");
+    assert_eq!(
+        subjects(got),
+        ["deployment", "quota"],
+        "since included, until excluded"
+    );
+    expect_kind(
+        f.store
+            .query_audit(&f.scope, &by_actor("a\0b", None, None))
+            .await,
+        ErrorKind::Invalid,
+        "a control character in the actor",
+    );
     let all = f.store.list_audit(&f.scope, 10).await.expect("list");
-    assert_eq!(all.len(), 3);
+    assert_eq!(all.len(), 4);
+    let all = all[1..].to_vec();
     assert_eq!(all[0].action, "configure_x", "newest first");
     assert_eq!(all[2].detail["under_score"], "100%");
     let q = |action: Option<&str>, subject: Option<&str>, since| AuditQuery {
         action: action.map(Into::into),
         subject: subject.map(Into::into),
         since,
-        limit: 10,
+        ..AuditQuery::latest(10)
     };
     let got = f
         .store

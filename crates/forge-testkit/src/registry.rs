@@ -49,6 +49,7 @@ pub const SUITES: &[Suite] = &[
             "refused_commit_writes_nothing",
             "illegal_status_change_is_refused",
             "runs_are_queried_by_status_and_thread_newest_first",
+            "runs_are_filtered_by_agent_time_and_failure",
             "runs_and_jobs_without_input_or_attempts_are_refused",
         ],
     },

@@ -21,6 +21,9 @@ use forge_core::{Error, ErrorKind};
 use crate::StoreFactory;
 use crate::fixtures::{agent_ref, scope};
 
+mod filters;
+pub use filters::runs_are_filtered_by_agent_time_and_failure;
+
 pub(crate) const TTL: Duration = Duration::from_secs(30);
 
 pub(crate) struct Fixture<F: StoreFactory> {

@@ -32,12 +32,7 @@ where
     S: ThreadStore + RunStore + UsageLedger + AuditLog,
 {
     let scope = scope(TENANT);
-    let query = RunQuery {
-        status: None,
-        thread_id: None,
-        limit: 1000,
-        before: None,
-    };
+    let query = RunQuery::newest(1000);
     let mut runs = store.query_runs(&scope, &query).await.expect("runs");
     runs.reverse();
     let mut lines = Vec::new();

@@ -19,8 +19,12 @@ pub struct AuditQuery {
     pub action: Option<String>,
     /// Only this subject.
     pub subject: Option<String>,
+    /// Only entries by this actor.
+    pub actor: Option<String>,
     /// Only entries at or after this time.
     pub since: Option<Timestamp>,
+    /// Only entries before this time.
+    pub until: Option<Timestamp>,
     /// At most this many, newest first.
     pub limit: usize,
 }
@@ -31,7 +35,9 @@ impl AuditQuery {
         Self {
             action: None,
             subject: None,
+            actor: None,
             since: None,
+            until: None,
             limit,
         }
     }
@@ -39,7 +45,11 @@ impl AuditQuery {
     /// Refuses filters no stored record can match and a database cannot take: a control
     /// character (a NUL is an error in PostgreSQL's text), or more than 1,000 bytes.
     pub fn check(&self) -> Result<(), Error> {
-        for (what, value) in [("action", &self.action), ("subject", &self.subject)] {
+        for (what, value) in [
+            ("action", &self.action),
+            ("subject", &self.subject),
+            ("actor", &self.actor),
+        ] {
             if let Some(v) = value
                 && (v.len() > 1000 || v.chars().any(char::is_control))
             {
@@ -57,7 +67,9 @@ impl AuditQuery {
             .as_deref()
             .is_none_or(|a| record.action.starts_with(a))
             && self.subject.as_deref().is_none_or(|s| record.subject == s)
+            && self.actor.as_deref().is_none_or(|a| record.actor == a)
             && self.since.is_none_or(|t| record.at >= t)
+            && self.until.is_none_or(|t| record.at < t)
     }
 }
 

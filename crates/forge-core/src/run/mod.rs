@@ -95,6 +95,25 @@ pub enum FailureCode {
 }
 
 impl FailureCode {
+    /// Every code.
+    pub const ALL: [FailureCode; 10] = [
+        FailureCode::StepLimitExceeded,
+        FailureCode::ProviderError,
+        FailureCode::MalformedModelOutput,
+        FailureCode::ModelUnavailable,
+        FailureCode::BudgetExceeded,
+        FailureCode::QuotaExceeded,
+        FailureCode::AgentVersionUnavailable,
+        FailureCode::DeadLettered,
+        FailureCode::StructuredOutputInvalid,
+        FailureCode::Internal,
+    ];
+
+    /// The code named `name` (as on the wire), if any.
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|c| c.name() == name)
+    }
+
     /// The code's name, as on the wire.
     pub fn name(&self) -> &'static str {
         match self {
@@ -255,6 +274,16 @@ pub struct RunQuery {
     pub status: Option<String>,
     /// Only runs of this thread.
     pub thread_id: Option<ThreadId>,
+    /// Only runs of this agent (by name).
+    pub agent_name: Option<String>,
+    /// Only runs of this agent version (with or without `agent_name`).
+    pub agent_version: Option<String>,
+    /// Only runs created at or after this time.
+    pub since: Option<Timestamp>,
+    /// Only runs created before this time.
+    pub until: Option<Timestamp>,
+    /// Only runs that failed with this code.
+    pub failure_code: Option<FailureCode>,
     /// At most this many, newest first.
     pub limit: usize,
     /// Only runs older than this one (a cursor: the last run of the previous page). A run that
@@ -278,9 +307,27 @@ impl RunQuery {
         Self {
             status: None,
             thread_id: None,
+            agent_name: None,
+            agent_version: None,
+            since: None,
+            until: None,
+            failure_code: None,
             limit,
             before: None,
         }
+    }
+
+    /// Narrows to failures with the code named `name`, refusing a name no failure can have.
+    pub fn failure_code(mut self, name: &str) -> Result<Self, Error> {
+        let code = FailureCode::from_name(name).ok_or_else(|| {
+            let names: Vec<&str> = FailureCode::ALL.iter().map(FailureCode::name).collect();
+            Error::invalid(format!(
+                "unknown failure code {name:?}: one of {}",
+                names.join(", ")
+            ))
+        })?;
+        self.failure_code = Some(code);
+        Ok(self)
     }
 
     /// Narrows to a state, refusing a name no run can have.
@@ -301,6 +348,19 @@ impl RunQuery {
             .as_deref()
             .is_none_or(|s| run.status.name() == s)
             && self.thread_id.is_none_or(|t| run.thread_id == t)
+            && self
+                .agent_name
+                .as_deref()
+                .is_none_or(|a| run.agent.name == a)
+            && self
+                .agent_version
+                .as_deref()
+                .is_none_or(|v| run.agent.version == v)
+            && self.since.is_none_or(|t| run.created_at >= t)
+            && self.until.is_none_or(|t| run.created_at < t)
+            && self
+                .failure_code
+                .is_none_or(|c| run.failure.as_ref().is_some_and(|f| f.code == c))
     }
 }
 

@@ -120,8 +120,7 @@ impl Engine {
                     &AuditQuery {
                         action: Some(CONFIG_ACTION.into()),
                         subject: Some(subject.clone()),
-                        since: None,
-                        limit: 1,
+                        ..AuditQuery::latest(1)
                     },
                 )
                 .await?;

@@ -40,9 +40,7 @@ async fn trail(store: &MemoryStore, tenant: &str) -> Vec<forge_core::ports::audi
             &scope,
             &AuditQuery {
                 action: Some(CONFIG_ACTION.into()),
-                subject: None,
-                since: None,
-                limit: 100,
+                ..AuditQuery::latest(100)
             },
         )
         .await

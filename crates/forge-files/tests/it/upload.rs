@@ -90,9 +90,7 @@ async fn refusal_codes(w: &crate::World) -> Vec<String> {
             &w.scope,
             &AuditQuery {
                 action: Some("file.refused".into()),
-                subject: None,
-                since: None,
-                limit: 100,
+                ..AuditQuery::latest(100)
             },
         )
         .await
@@ -393,9 +391,7 @@ async fn references_expire_refuse_tampering_other_tenants_and_deleted_files_alik
             &w.scope,
             &forge_core::ports::audit::AuditQuery {
                 action: Some("file.downloaded".into()),
-                subject: None,
-                since: None,
-                limit: 10,
+                ..forge_core::ports::audit::AuditQuery::latest(10)
             },
         )
         .await
@@ -498,10 +494,7 @@ async fn deletion_reaches_the_blob_the_record_the_references_and_the_derived_sou
         .query_audit(
             &w.scope,
             &AuditQuery {
-                action: None,
-                subject: None,
-                since: None,
-                limit: 100,
+                ..AuditQuery::latest(100)
             },
         )
         .await

@@ -259,15 +259,7 @@ pub fn orphaned(call: &ModelCall, before: Timestamp) -> Option<ModelCall> {
 /// Whether reserving `call` keeps the tenant within `quota`, given the period's `existing` calls.
 /// Returns why not.
 pub fn check_quota(existing: &[ModelCall], call: &ModelCall, quota: &Quota) -> Result<(), String> {
-    let (mut tokens, mut cost) = (0u64, 0u64);
-    for c in existing
-        .iter()
-        .filter(|c| c.tenant_id == call.tenant_id && c.period_start == call.period_start)
-    {
-        let (t, m) = c.charged();
-        tokens = tokens.saturating_add(t);
-        cost = cost.saturating_add(m);
-    }
+    let (tokens, cost) = charged_in_period(existing, &call.tenant_id, call.period_start);
     let (want_tokens, want_cost) = call.charged();
     let period = match quota.period {
         QuotaPeriod::Day => "day",
@@ -290,6 +282,80 @@ pub fn check_quota(existing: &[ModelCall], call: &ModelCall, quota: &Quota) -> R
         ));
     }
     Ok(())
+}
+
+/// The tokens and cost `tenant`'s calls among `calls` count against its quota for the period
+/// starting at `period_start` (what [`check_quota`] adds a call to).
+pub fn charged_in_period(
+    calls: &[ModelCall],
+    tenant: &TenantId,
+    period_start: Timestamp,
+) -> (u64, u64) {
+    calls
+        .iter()
+        .filter(|c| &c.tenant_id == tenant && c.period_start == period_start)
+        .map(ModelCall::charged)
+        .fold((0u64, 0u64), |(tokens, cost), (t, m)| {
+            (tokens.saturating_add(t), cost.saturating_add(m))
+        })
+}
+
+/// How much of its quota a tenant has used in the current period.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct QuotaUse {
+    /// The quota.
+    pub quota: Quota,
+    /// The start of the current period.
+    pub period_start: Timestamp,
+    /// Tokens counted so far this period ([`ModelCall::charged`]).
+    pub tokens: u64,
+    /// Cost counted so far this period, in micro-units.
+    pub cost_micros: u64,
+}
+
+/// One run's calls summed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct RunTotal {
+    /// The run.
+    pub run_id: RunId,
+    /// Calls made.
+    pub calls: u64,
+    /// Their usage (actuals, or estimates where unreconciled or in flight).
+    pub usage: Usage,
+    /// Their cost, in micro-units.
+    pub cost_micros: u64,
+}
+
+/// Sums calls per run, the most expensive run first (then by run id, so equal costs keep one
+/// order).
+pub fn per_run(calls: &[ModelCall]) -> Vec<RunTotal> {
+    let mut by: BTreeMap<RunId, RunTotal> = BTreeMap::new();
+    for c in calls {
+        let total = by.entry(c.run_id).or_insert_with(|| RunTotal {
+            run_id: c.run_id,
+            calls: 0,
+            usage: Usage::default(),
+            cost_micros: 0,
+        });
+        total.calls += 1;
+        total.usage += counted(c);
+        total.cost_micros = total.cost_micros.saturating_add(c.charged().1);
+    }
+    let mut totals: Vec<RunTotal> = by.into_values().collect();
+    totals.sort_by(|a, b| {
+        b.cost_micros
+            .cmp(&a.cost_micros)
+            .then(a.run_id.cmp(&b.run_id))
+    });
+    totals
+}
+
+/// The usage a call counts with in reports: its actuals once settled, its estimate otherwise.
+fn counted(call: &ModelCall) -> Usage {
+    match (call.status, call.actual) {
+        (CallStatus::Settled, Some(actual)) => actual,
+        _ => call.estimate,
+    }
 }
 
 /// Usage of one model on one UTC day.
@@ -323,12 +389,9 @@ pub fn rollup(calls: &[ModelCall]) -> Vec<Rollup> {
             unreconciled: 0,
         });
         r.calls += 1;
-        match (c.status, c.actual) {
-            (CallStatus::Settled, Some(actual)) => r.usage += actual,
-            _ => {
-                r.usage += c.estimate;
-                r.unreconciled += 1;
-            }
+        r.usage += counted(c);
+        if !matches!((c.status, c.actual), (CallStatus::Settled, Some(_))) {
+            r.unreconciled += 1;
         }
         r.cost_micros = r.cost_micros.saturating_add(c.charged().1);
     }
@@ -447,6 +510,76 @@ mod tests {
         assert_eq!(
             QuotaPeriod::Month.start(at).to_string(),
             "2026-02-01T00:00:00.000Z"
+        );
+    }
+
+    fn call(run: u128, tenant: &str, cost: u64, status: CallStatus) -> ModelCall {
+        let at = Timestamp::from_unix_millis(1_780_000_000_000).expect("a time");
+        ModelCall {
+            id: ModelCallId(uuid::Uuid::from_u128(run * 100 + cost as u128)),
+            tenant_id: TenantId::new(tenant).expect("a tenant"),
+            run_id: RunId(uuid::Uuid::from_u128(run)),
+            step: 1,
+            attempt: 1,
+            model: "m".into(),
+            at,
+            period_start: QuotaPeriod::Day.start(at),
+            estimate: usage(10, 5, 0, 0),
+            estimated_cost_micros: cost,
+            actual: (status == CallStatus::Settled).then(|| usage(20, 10, 0, 0)),
+            cost_micros: Some(cost),
+            request_id: None,
+            provider_model: None,
+            status,
+        }
+    }
+
+    #[test]
+    fn runs_are_totalled_most_expensive_first_and_quota_use_counts_what_reserve_counts() {
+        let calls = [
+            call(1, "a", 5, CallStatus::Settled),
+            call(2, "a", 40, CallStatus::Reserved),
+            call(1, "a", 7, CallStatus::Settled),
+            call(3, "a", 99, CallStatus::Released),
+            call(4, "b", 1_000, CallStatus::Settled),
+        ];
+        let totals = per_run(&calls);
+        let summary: Vec<(u128, u64, u64, u64)> = totals
+            .iter()
+            .map(|t| {
+                (
+                    t.run_id.0.as_u128(),
+                    t.calls,
+                    t.cost_micros,
+                    t.usage.input_tokens,
+                )
+            })
+            .collect();
+        assert_eq!(
+            summary,
+            [
+                (4, 1, 1_000, 20),
+                (2, 1, 40, 10),
+                (1, 2, 12, 40),
+                (3, 1, 0, 10)
+            ],
+            "cost descending; settled calls count their actuals, others their estimates"
+        );
+        let tenant = TenantId::new("a").expect("a tenant");
+        let start = calls[0].period_start;
+        assert_eq!(
+            charged_in_period(&calls, &tenant, start),
+            (30 + 15 + 30, 5 + 40 + 7),
+            "a released call counts nothing, another tenant's nothing"
+        );
+        assert_eq!(
+            charged_in_period(
+                &calls,
+                &tenant,
+                start.plus(std::time::Duration::from_secs(86_400))
+            ),
+            (0, 0),
+            "another period's"
         );
     }
 }

@@ -506,13 +506,64 @@ impl Engine {
         from: forge_core::time::Timestamp,
         to: forge_core::time::Timestamp,
     ) -> Result<Vec<forge_core::metering::Rollup>, EngineError> {
+        let calls = self.calls_between(scope, from, to).await?;
+        Ok(forge_core::metering::rollup(&calls))
+    }
+
+    /// The tenant's calls reserved in `[from, to)`, a range [`check_range`] allows.
+    async fn calls_between(
+        &self,
+        scope: &Scope,
+        from: forge_core::time::Timestamp,
+        to: forge_core::time::Timestamp,
+    ) -> Result<Vec<ModelCall>, EngineError> {
         check_range(from, to)?;
-        let calls = self
+        Ok(self
             .stores
             .ledger
             .model_calls(scope, CallFilter::Between(from, to))
+            .await?)
+    }
+
+    /// The tenant's calls reserved in `[from, to)` summed per run, the most expensive run first.
+    pub async fn run_totals(
+        &self,
+        scope: &Scope,
+        from: forge_core::time::Timestamp,
+        to: forge_core::time::Timestamp,
+    ) -> Result<Vec<forge_core::metering::RunTotal>, EngineError> {
+        let calls = self.calls_between(scope, from, to).await?;
+        Ok(forge_core::metering::per_run(&calls))
+    }
+
+    /// The tenant's quota and how much of it the current period has used (what a reservation
+    /// is checked against); `None` when the tenant has no quota.
+    pub async fn quota_use(
+        &self,
+        scope: &Scope,
+    ) -> Result<Option<forge_core::metering::QuotaUse>, EngineError> {
+        let Some(quota) = self.catalog.quotas.of(scope.tenant_id()) else {
+            return Ok(None);
+        };
+        let now = self.services.clock.now();
+        let period_start = quota.period.start(now);
+        // Calls count in the period they were reserved in; the period's are reserved in it.
+        let calls = self
+            .stores
+            .ledger
+            .model_calls(
+                scope,
+                CallFilter::Between(period_start, now.plus(std::time::Duration::from_secs(1))),
+            )
             .await?;
-        Ok(forge_core::metering::rollup(&calls))
+        let (tokens, cost_micros) =
+            forge_core::metering::charged_in_period(&calls, scope.tenant_id(), period_start);
+        Ok(Some(forge_core::metering::QuotaUse {
+            quota,
+            period_start,
+            tokens,
+            cost_micros,
+        }))
     }
 
     /// The reconciliation report for the tenant's calls in `[from, to)`: each estimate against
@@ -523,12 +574,7 @@ impl Engine {
         from: forge_core::time::Timestamp,
         to: forge_core::time::Timestamp,
     ) -> Result<Vec<forge_core::metering::Drift>, EngineError> {
-        check_range(from, to)?;
-        let calls = self
-            .stores
-            .ledger
-            .model_calls(scope, CallFilter::Between(from, to))
-            .await?;
+        let calls = self.calls_between(scope, from, to).await?;
         Ok(forge_core::metering::reconcile(&calls))
     }
 }

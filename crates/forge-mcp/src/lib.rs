@@ -31,7 +31,7 @@ use forge_core::ports::tool::Tool;
 pub use catalog::{CatalogDiff, LockFile, Pin, ToolDefinition};
 pub use config::McpConfig;
 pub use error::McpError;
-pub use server::{Env, Reporter, ServerHandle, fetch_catalog};
+pub use server::{Env, Reporter, ServerHandle, ServerStatus, fetch_catalog};
 pub use tool::McpTool;
 
 use forge_core::interaction::PreviewTemplate;
@@ -121,6 +121,11 @@ impl McpRuntime {
             bindings,
             previews,
         })
+    }
+
+    /// Where each server stands now, in configuration order.
+    pub fn status(&self) -> Vec<ServerStatus> {
+        self.servers.iter().map(|s| s.status()).collect()
     }
 
     /// The imported tools, for the engine's registry.

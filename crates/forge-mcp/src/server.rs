@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use forge_core::time::{Clock, SystemClock, Timestamp};
 use parking_lot::Mutex;
 use reqwest::header::{HeaderName, HeaderValue};
 use rmcp::ServiceExt;
@@ -14,6 +15,7 @@ use rmcp::model::{ClientConfig, Implementation};
 use rmcp::service::{NotificationContext, Peer, RoleClient, RunningService};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use serde::Serialize;
 use tokio::io::AsyncBufReadExt;
 
 use crate::catalog::{CatalogDiff, ServerPins, ToolDefinition};
@@ -53,6 +55,33 @@ struct State {
     verified: BTreeSet<String>,
     /// The last listing's difference from the pins.
     diff: Option<CatalogDiff>,
+    /// When the catalog was last listed.
+    listed_at: Option<Timestamp>,
+    /// When the listing first differed from the pins as it does now.
+    drift_since: Option<Timestamp>,
+    /// The last failure to reach or list the server, and when.
+    last_error: Option<(Timestamp, String)>,
+}
+
+/// Where one server stands, for operators (`forge serve`'s console).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ServerStatus {
+    /// The server's name.
+    pub name: String,
+    /// `stdio` or `http`.
+    pub transport: &'static str,
+    /// Whether it is connected now.
+    pub connected: bool,
+    /// The pinned tools and their definitions' hashes, by remote name.
+    pub pinned: Vec<(String, String)>,
+    /// The last listing's difference from the pins (`None` before any listing).
+    pub diff: Option<CatalogDiff>,
+    /// When the catalog was last listed (the server last seen answering).
+    pub listed_at: Option<Timestamp>,
+    /// Since when the live catalog has differed from the pins as `diff` says.
+    pub drift_since: Option<Timestamp>,
+    /// The last failure to reach or list it (at most 300 characters), and when.
+    pub last_error: Option<(Timestamp, String)>,
 }
 
 /// The first and the longest wait between restarts.
@@ -274,21 +303,27 @@ impl ServerHandle {
         let live: Vec<ToolDefinition> = match listed {
             Ok(Ok(tools)) => tools.iter().map(ToolDefinition::from_rmcp).collect(),
             Ok(Err(e)) => {
-                self.reporter
-                    .down(self.name(), &format!("tools/list failed: {e}"));
+                self.down(&format!("tools/list failed: {e}"));
                 return;
             }
             Err(_) => {
-                self.reporter.down(self.name(), "tools/list timed out");
+                self.down("tools/list timed out");
                 return;
             }
         };
         let diff = CatalogDiff::between(self.name(), &self.pins, &live);
         let report = {
+            let now = SystemClock.now();
             let mut state = lock(&self.state);
             state.verified = diff.unchanged.iter().cloned().collect();
             let report = !diff.is_clean() && state.diff.as_ref() != Some(&diff);
+            if diff.is_clean() {
+                state.drift_since = None;
+            } else if report || state.drift_since.is_none() {
+                state.drift_since = Some(now);
+            }
             state.diff = Some(diff.clone());
+            state.listed_at = Some(now);
             report
         };
         self.listed.send_modify(|done| *done = (*done).max(covers));
@@ -329,14 +364,14 @@ impl ServerHandle {
                         backoff = BACKOFF_FIRST;
                         let quit = running.waiting().await;
                         lock(&this.state).peer = None;
-                        this.reporter
-                            .down(this.name(), &format!("connection ended ({quit:?})"));
+                        this.down(&format!("connection ended ({quit:?})"));
                     }
                     Err(e) => {
+                        // Recorded first: whoever waits for the first attempt sees why it failed.
+                        this.down(&e.to_string());
                         if let Some(tx) = first.take() {
                             let _ = tx.send(());
                         }
-                        this.reporter.down(this.name(), &e.to_string());
                     }
                 }
                 tokio::time::sleep(backoff).await;
@@ -360,6 +395,36 @@ impl ServerHandle {
     /// The last listing's difference from the pins (`None` before any listing).
     pub fn diff(&self) -> Option<CatalogDiff> {
         lock(&self.state).diff.clone()
+    }
+
+    /// Where the server stands now.
+    pub fn status(&self) -> ServerStatus {
+        let state = lock(&self.state);
+        ServerStatus {
+            name: self.config.name.clone(),
+            transport: match self.config.transport {
+                TransportKind::Http => "http",
+                TransportKind::Stdio => "stdio",
+            },
+            connected: state.peer.is_some(),
+            pinned: self
+                .pins
+                .tools
+                .iter()
+                .map(|(name, pin)| (name.clone(), pin.hash.clone()))
+                .collect(),
+            diff: state.diff.clone(),
+            listed_at: state.listed_at,
+            drift_since: state.drift_since,
+            last_error: state.last_error.clone(),
+        }
+    }
+
+    /// Records a failure to reach or list the server, then reports it.
+    fn down(&self, message: &str) {
+        let kept: String = message.chars().take(300).collect();
+        lock(&self.state).last_error = Some((SystemClock.now(), kept));
+        self.reporter.down(self.name(), message);
     }
 }
 

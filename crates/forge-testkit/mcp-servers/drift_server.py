@@ -6,7 +6,9 @@ Tools: `echo` (appends its call to the file named by FORGE_LEDGER, then answers)
 notification without changing anything), `reveal` (answers with its FORGE_REVEAL variable, as a
 careless tool echoes its credentials). After a notification, `tools/list` answers only after
 FORGE_LIST_DELAY_MS milliseconds (default 400): the window in which a client that does not wait
-for its refresh sends a call against the definition it pinned, not the one the server now has."""
+for its refresh sends a call against the definition it pinned, not the one the server now has.
+FORGE_HIDE (comma-separated tool names) leaves those tools out of its catalog: a server that no
+longer offers a tool it was pinned with."""
 
 import json
 import os
@@ -15,6 +17,7 @@ import time
 
 LEDGER = os.environ["FORGE_LEDGER"]
 LIST_DELAY = int(os.environ.get("FORGE_LIST_DELAY_MS", "400")) / 1000.0
+HIDDEN = set(filter(None, os.environ.get("FORGE_HIDE", "").split(",")))
 state = {"changed": False, "notified": False}
 
 
@@ -34,12 +37,13 @@ def echo_tool():
 
 def tools():
     plain = {"type": "object", "properties": {}}
-    return [
+    offered = [
         echo_tool(),
         {"name": "flip", "description": "Changes echo.", "inputSchema": plain},
         {"name": "touch", "description": "Announces a change of nothing.", "inputSchema": plain},
         {"name": "reveal", "description": "Echoes its configuration.", "inputSchema": plain},
     ]
+    return [t for t in offered if t["name"] not in HIDDEN]
 
 
 def send(message):

@@ -4,7 +4,7 @@
 import { useSyncExternalStore } from "react";
 
 /** The operator console's screens. */
-export type ConsoleScreen = "runs" | "run" | "dead-letters" | "audit" | "usage";
+export type ConsoleScreen = "runs" | "run" | "dead-letters" | "audit" | "usage" | "mcp";
 
 export type Route =
   | { name: "threads" }
@@ -24,6 +24,7 @@ export function parse(path: string): Route {
   if (path === "/console/dead-letters") return { name: "console", screen: "dead-letters" };
   if (path === "/console/audit") return { name: "console", screen: "audit" };
   if (path === "/console/usage") return { name: "console", screen: "usage" };
+  if (path === "/console/mcp") return { name: "console", screen: "mcp" };
   return { name: "missing" };
 }
 

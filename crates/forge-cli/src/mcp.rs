@@ -320,6 +320,57 @@ pub(crate) async fn run(command: McpCommand) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// The console's view of the running servers (`mcpServers`).
+pub(crate) struct ConsoleStatus(pub(crate) Vec<Arc<forge_mcp::ServerHandle>>);
+
+impl forge_server::McpStatus for ConsoleStatus {
+    fn servers(&self) -> Vec<forge_server::McpServerState> {
+        self.0.iter().map(|s| console_state(s.status())).collect()
+    }
+}
+
+/// A server's status as the console shows it.
+fn console_state(s: forge_mcp::ServerStatus) -> forge_server::McpServerState {
+    let rfc3339 = |t: forge_core::time::Timestamp| {
+        serde_json::to_value(t)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+    };
+    let diff = s.diff.clone();
+    let tool_state = |name: &str| match &diff {
+        None => "unknown",
+        Some(d) if d.changed.iter().any(|t| t == name) => "changed",
+        Some(d) if d.removed.iter().any(|t| t == name) => "removed",
+        Some(_) => "verified",
+    };
+    let health = match (&s.diff, s.connected) {
+        (_, false) => "down",
+        (None, true) => "unlisted",
+        (Some(d), true) if d.is_clean() => "ok",
+        (Some(_), true) => "drift",
+    };
+    forge_server::McpServerState {
+        name: s.name.clone(),
+        transport: s.transport.into(),
+        connected: s.connected,
+        health: health.into(),
+        pinned: s
+            .pinned
+            .iter()
+            .map(|(name, hash)| forge_server::McpPinnedTool {
+                name: name.clone(),
+                hash: hash.clone(),
+                state: tool_state(name).into(),
+            })
+            .collect(),
+        unpinned: s.diff.as_ref().map(|d| d.added.clone()).unwrap_or_default(),
+        listed_at: s.listed_at.and_then(rfc3339),
+        drift_since: s.drift_since.and_then(rfc3339),
+        last_error: s.last_error.as_ref().map(|(_, m)| m.clone()),
+        last_error_at: s.last_error.as_ref().and_then(|(t, _)| rfc3339(*t)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

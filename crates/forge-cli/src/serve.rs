@@ -409,6 +409,11 @@ pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     config.readiness = readiness;
     // The console's dead letters: the same queue `forge dlq` works on.
     config.dead_letters = Some(store.clone());
+    // The console's MCP servers: the ones this process connected.
+    config.mcp = mcp.as_ref().map(|rt| {
+        Arc::new(crate::mcp::ConsoleStatus(rt.servers().to_vec()))
+            as Arc<dyn forge_server::McpStatus>
+    });
     config.retriever = Some(
         args.access
             .embedder

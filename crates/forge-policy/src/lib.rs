@@ -11,7 +11,7 @@
 //! | `resource`: `Forge::Skill::"<name>"` (`name`, `version`), `Forge::Thread::"<id>"` (`id`, `tenant`) | |
 //! | `resource`: `Forge::Source::"<id>"` with `id`, `label`, `tenant`, and `owner` when the source is someone's own | the source's record |
 //! | `resource`: `Forge::File::"<file id>"` with `id`, `owner`, `label`, `tenant` — asked only for someone other than its uploader, and only when it has a label | the file's record |
-//! | `resource`: `Forge::Administration::"<power>"` with `name`, `tenant` — for `administer`: `erase_threads`, `erase_runs`, `delete_threads`, `delete_files`, `delete_sources`, `audit_trail`, `inspect_runs` | the server |
+//! | `resource`: `Forge::Administration::"<power>"` with `name`, `tenant` — for `administer`: `erase_threads`, `erase_runs`, `delete_threads`, `delete_files`, `delete_sources`, `audit_trail`, `inspect_runs`, `dead_letters`, `mcp_servers` | the server |
 //! | `resource`: `Forge::Approval::"<interaction id>"` with `id`, `tenant`, `thread`, `thread_created_by`, `run_initiator`, `tool`, `classification` — for `approve` | the interaction, its run and thread |
 //! | `context`: `tenant`, `principal`, `roles` (a set), and for a tool's execution `input` (a record) | the request |
 //!

@@ -51,7 +51,7 @@ pub use fair::FairUse;
 pub use files::FileLimits;
 pub use forge_live::{EventBus, LiveTail, StreamSettings, Wake};
 pub use http::HttpLimits;
-pub use schema::{AppState, ForgeSchema, QueryLimits};
+pub use schema::{AppState, ForgeSchema, McpPinnedTool, McpServerState, McpStatus, QueryLimits};
 pub use web::{DevSignIn, WebConfig};
 pub use ws::{CLOSE_FORBIDDEN, CLOSE_GOING_AWAY, CLOSE_INIT_TIMEOUT, CLOSE_TRY_LATER, WsLimits};
 
@@ -113,6 +113,8 @@ pub struct ServerConfig {
     /// The job queue, for the console's dead letters (`deadLetters`, `replayDeadLetter`,
     /// `discardDeadLetter`; absent: they answer `NOT_AVAILABLE`).
     pub dead_letters: Option<Arc<dyn forge_core::ports::queue::JobQueue>>,
+    /// The deployment's MCP servers, for the console's `mcpServers` (absent: an empty list).
+    pub mcp: Option<Arc<dyn schema::McpStatus>>,
 }
 
 impl ServerConfig {
@@ -138,6 +140,7 @@ impl ServerConfig {
             drain: std::time::Duration::from_secs(10),
             header_timeout: std::time::Duration::from_secs(10),
             dead_letters: None,
+            mcp: None,
         }
     }
 }
@@ -199,6 +202,7 @@ impl Server {
             retriever: config.retriever,
             files: config.files.clone(),
             dead_letters: config.dead_letters,
+            mcp: config.mcp,
         });
         let limiters = Arc::new(limiter::Limiters::new(
             &config.http,

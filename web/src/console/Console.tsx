@@ -1,11 +1,12 @@
 // The operator console: the tenant's runs, one run inspected, dead letters, the audit trail,
-// usage and cost.
+// usage and cost, the MCP servers.
 // What each screen shows is what the API lets the caller read (the same policies: an operator
 // without the power sees the refusal, not an empty screen).
 
 import type { ConsoleScreen } from "../router";
 import { Audit } from "./Audit";
 import { DeadLetters } from "./DeadLetters";
+import { McpServers } from "./McpServers";
 import { Go } from "./common";
 import { RunInspector } from "./RunInspector";
 import { Runs } from "./Runs";
@@ -16,6 +17,7 @@ const TABS: { screen: ConsoleScreen; to: string; label: string }[] = [
   { screen: "dead-letters", to: "/console/dead-letters", label: "Dead letters" },
   { screen: "audit", to: "/console/audit", label: "Audit trail" },
   { screen: "usage", to: "/console/usage", label: "Usage and cost" },
+  { screen: "mcp", to: "/console/mcp", label: "MCP servers" },
 ];
 
 export function Console({ screen, id, search }: { screen: ConsoleScreen; id?: string; search: string }) {
@@ -42,6 +44,8 @@ export function Console({ screen, id, search }: { screen: ConsoleScreen; id?: st
         <DeadLetters />
       ) : screen === "audit" ? (
         <Audit search={search} />
+      ) : screen === "mcp" ? (
+        <McpServers />
       ) : (
         <Usage search={search} />
       )}

@@ -1,5 +1,5 @@
-// The tenant's runs, newest first: filtered by state and thread (kept in the address bar), a page
-// at a time, refreshed while the screen is open.
+// The tenant's runs, newest first: filtered by state, agent and version, thread, creation day
+// and failure code (kept in the address bar), a page at a time, refreshed while the screen is open.
 
 import { type FormEvent, useEffect, useState } from "react";
 
@@ -27,8 +27,10 @@ interface Page {
   runs: { nodes: RunRow[]; pageInfo: { hasNextPage: boolean; endCursor: string | null } };
 }
 
-const RUNS = `query ConsoleRuns($status: String, $threadId: ID, $after: String) {
-  runs(status: $status, threadId: $threadId, after: $after, first: 50) {
+const RUNS = `query ConsoleRuns($status: String, $threadId: ID, $agentName: String, $agentVersion: String,
+  $since: String, $until: String, $failureCode: String, $after: String) {
+  runs(status: $status, threadId: $threadId, agentName: $agentName, agentVersion: $agentVersion,
+    since: $since, until: $until, failureCode: $failureCode, after: $after, first: 50) {
     nodes {
       id threadId status agentName agentVersion steps createdAt costMicros currency cancelRequested
       failure tokens { inputTokens outputTokens }
@@ -39,21 +41,62 @@ const RUNS = `query ConsoleRuns($status: String, $threadId: ID, $after: String) 
 
 const STATES = ["queued", "running", "waiting", "completed", "failed", "cancelled"];
 
+/** The failure codes a run can end with (`FailureCode` on the server). */
+const FAILURES = [
+  "step_limit_exceeded",
+  "provider_error",
+  "malformed_model_output",
+  "model_unavailable",
+  "budget_exceeded",
+  "quota_exceeded",
+  "agent_version_unavailable",
+  "dead_lettered",
+  "structured_output_invalid",
+  "internal",
+];
+
+/** The text fields of the filter form, as in the address bar. */
+const FIELDS = ["thread", "agent", "version", "from", "to"] as const;
+type Field = (typeof FIELDS)[number];
+
+/** The start of UTC day `day` (`YYYY-MM-DD`) plus `days`, as RFC 3339. */
+function dayStart(day: string, days = 0): string {
+  const d = new Date(`${day}T00:00:00Z`);
+  d.setUTCDate(d.getUTCDate() + days);
+  return d.toISOString();
+}
+
+/** The API's filter for the address bar's `params`. */
+export function runFilter(params: URLSearchParams): Record<string, string | undefined> {
+  const get = (k: string) => params.get(k)?.trim() || undefined;
+  const from = get("from");
+  const to = get("to");
+  return {
+    status: get("status"),
+    threadId: get("thread"),
+    agentName: get("agent"),
+    agentVersion: get("version"),
+    // Days are UTC and both included: the API's window ends before the day after `to`.
+    since: from ? dayStart(from) : undefined,
+    until: to ? dayStart(to, 1) : undefined,
+    failureCode: get("failure"),
+  };
+}
 /** How often an open list asks again for new runs and changed states. */
 const REFRESH_MS = 5_000;
 
 export function Runs({ search }: { search: string }) {
   const [params, setParams] = useSearch(search);
   const status = params.get("status") ?? "";
-  const threadId = params.get("thread") ?? "";
-  const [thread, setThread] = useState(threadId);
-  useEffect(() => setThread(threadId), [threadId]);
+  const failure = params.get("failure") ?? "";
+  const key = params.toString();
+  const shown = (): Record<Field, string> =>
+    Object.fromEntries(FIELDS.map((f) => [f, params.get(f) ?? ""])) as Record<Field, string>;
+  const [form, setForm] = useState(shown);
+  useEffect(() => setForm(shown()), [key]);
   const [more, setMore] = useState<RunRow[]>([]);
   const [next, setNext] = useState<string | null>(null);
-  const first = useLoad(
-    () => gql<Page>(RUNS, { status: status || undefined, threadId: threadId || undefined }),
-    [status, threadId],
-  );
+  const first = useLoad(() => gql<Page>(RUNS, runFilter(params)), [key]);
   useEffect(() => {
     setMore([]);
     setNext(first.value?.runs.pageInfo.hasNextPage ? first.value.runs.pageInfo.endCursor : null);
@@ -68,11 +111,7 @@ export function Runs({ search }: { search: string }) {
 
   const loadMore = async () => {
     if (!next) return;
-    const page = await gql<Page>(RUNS, {
-      status: status || undefined,
-      threadId: threadId || undefined,
-      after: next,
-    });
+    const page = await gql<Page>(RUNS, { ...runFilter(params), after: next });
     setMore((m) => [...m, ...page.runs.nodes]);
     setNext(page.runs.pageInfo.hasNextPage ? page.runs.pageInfo.endCursor : null);
   };
@@ -80,8 +119,12 @@ export function Runs({ search }: { search: string }) {
   const rows = [...(first.value?.runs.nodes ?? []), ...more];
   const filter = (e: FormEvent) => {
     e.preventDefault();
-    setParams({ thread: thread.trim() || null });
+    setParams(Object.fromEntries(FIELDS.map((f) => [f, form[f].trim() || null])));
   };
+  const field = (f: Field) => ({
+    value: form[f],
+    onChange: (e: { target: { value: string } }) => setForm({ ...form, [f]: e.target.value }),
+  });
 
   return (
     <section aria-labelledby="runs-heading">
@@ -96,8 +139,25 @@ export function Runs({ search }: { search: string }) {
             </option>
           ))}
         </select>
+        <label htmlFor="run-failure">Failure</label>
+        <select id="run-failure" value={failure} onChange={(e) => setParams({ failure: e.target.value || null })}>
+          <option value="">Any</option>
+          {FAILURES.map((c) => (
+            <option key={c} value={c}>
+              {c}
+            </option>
+          ))}
+        </select>
+        <label htmlFor="run-agent">Agent</label>
+        <input id="run-agent" {...field("agent")} size={14} />
+        <label htmlFor="run-version">Version</label>
+        <input id="run-version" {...field("version")} size={6} />
+        <label htmlFor="run-from">From (UTC day)</label>
+        <input id="run-from" type="date" {...field("from")} />
+        <label htmlFor="run-to">To (UTC day)</label>
+        <input id="run-to" type="date" {...field("to")} />
         <label htmlFor="run-thread">Thread id</label>
-        <input id="run-thread" value={thread} onChange={(e) => setThread(e.target.value)} size={38} />
+        <input id="run-thread" {...field("thread")} size={38} />
         <button type="submit">Filter</button>
       </form>
       <States loading={first.loading} error={first.error} empty={rows.length === 0} what="runs" />
@@ -131,7 +191,9 @@ export function Runs({ search }: { search: string }) {
                     {r.cancelRequested && !["cancelled", "completed", "failed"].includes(r.status) ? " (cancelling)" : null}
                   </td>
                   <td>
-                    {r.agentName} <span className="muted">v{r.agentVersion}</span>
+                    <Go to={`/console/runs?agent=${encodeURIComponent(r.agentName)}&version=${encodeURIComponent(r.agentVersion)}`}>
+                      {r.agentName} <span className="muted">v{r.agentVersion}</span>
+                    </Go>
                   </td>
                   <td>
                     <When at={r.createdAt} />

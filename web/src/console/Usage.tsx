@@ -1,15 +1,17 @@
 // The tenant's model usage per UTC day and model: a chart of cost per day (uPlot) and the table
-// it is drawn from, with totals. The chart carries its series as data too, so what it draws can
-// be checked against the usage API.
+// it is drawn from, with totals; the same days per agent version, the most expensive runs, and
+// the quota's use in the current period. The chart carries its series as data too, so what it
+// draws can be checked against the usage API.
 
 import "uplot/dist/uPlot.min.css";
 
+import type { Api } from "@forge/client";
 import { type FormEvent, useEffect, useMemo, useRef, useState } from "react";
 import uPlot from "uplot";
 
 import { gql } from "../api";
 import { money } from "../text";
-import { Scroll, States, useLoad, useSearch } from "./common";
+import { Go, Scroll, ShortId, States, useLoad, useSearch } from "./common";
 
 interface Rollup {
   day: string;
@@ -22,7 +24,127 @@ interface Rollup {
   };
 }
 
-const USAGE = `query Usage($from: String!, $to: String!) { usage(from: $from, to: $to) { day currency totals } }`;
+const USAGE = `query Usage($from: String!, $to: String!) {
+  usage(from: $from, to: $to) { day currency totals }
+  usageBreakdown(from: $from, to: $to, top: 10) {
+    currency
+    agents { agentName agentVersion runs calls inputTokens outputTokens costMicros }
+    topRuns { runId calls inputTokens outputTokens costMicros run { agentName agentVersion status } }
+    quota { period periodStart maxTokens maxCostMicros tokens costMicros }
+  }
+}`;
+
+/** The breakdown as the query selects it (the generated types, a run's fields narrowed). */
+type Breakdown = Omit<Api.UsageBreakdown, "topRuns"> & {
+  topRuns: (Omit<Api.RunCost, "run"> & { run: Pick<Api.Run, "agentName" | "agentVersion" | "status"> | null })[];
+};
+
+/** How much of a cap is used, as a whole percentage (capped at 100 for the bar). */
+function share(used: number, max: number): number {
+  return max <= 0 ? 100 : Math.min(100, Math.round((used / max) * 100));
+}
+
+function Quota({ quota, currency }: { quota: NonNullable<Breakdown["quota"]>; currency: string }) {
+  const caps: { label: string; used: number; max: number; shown: (n: number) => string }[] = [];
+  if (quota.maxTokens !== null) caps.push({ label: "Tokens", used: quota.tokens, max: quota.maxTokens, shown: String });
+  if (quota.maxCostMicros !== null)
+    caps.push({ label: "Cost", used: quota.costMicros, max: quota.maxCostMicros, shown: (n) => money(n, currency) });
+  return (
+    <section aria-labelledby="quota-heading" className="card">
+      <h3 id="quota-heading">Quota this {quota.period}</h3>
+      <p className="muted">Since {quota.periodStart.slice(0, 10)} (UTC); a model call that would pass a cap is refused.</p>
+      {caps.length === 0 ? <p>No cap is set.</p> : null}
+      {caps.map((c) => (
+        <p key={c.label}>
+          <label>
+            {c.label}: {c.shown(c.used)} of {c.shown(c.max)} ({share(c.used, c.max)}%){" "}
+            <meter min={0} max={c.max} value={Math.min(c.used, c.max)} high={c.max * 0.8} optimum={0} />
+          </label>
+        </p>
+      ))}
+    </section>
+  );
+}
+
+function PerAgent({ b }: { b: Breakdown }) {
+  return (
+    <section aria-labelledby="agents-heading">
+      <h3 id="agents-heading">Per agent version</h3>
+      <Scroll label="Usage per agent table">
+        <table className="data agents-table">
+          <thead>
+            <tr>
+              <th scope="col">Agent</th>
+              <th scope="col">Runs</th>
+              <th scope="col">Calls</th>
+              <th scope="col">Tokens in</th>
+              <th scope="col">Tokens out</th>
+              <th scope="col">Cost</th>
+            </tr>
+          </thead>
+          <tbody>
+            {b.agents.map((a) => (
+              <tr key={`${a.agentName} ${a.agentVersion}`}>
+                <td>
+                  {a.agentName} {a.agentVersion ? <span className="muted">v{a.agentVersion}</span> : null}
+                </td>
+                <td className="num">{a.runs}</td>
+                <td className="num">{a.calls}</td>
+                <td className="num">{a.inputTokens}</td>
+                <td className="num">{a.outputTokens}</td>
+                <td className="num">{money(a.costMicros, b.currency)}</td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      </Scroll>
+    </section>
+  );
+}
+
+function TopRuns({ b }: { b: Breakdown }) {
+  return (
+    <section aria-labelledby="top-heading">
+      <h3 id="top-heading">Most expensive runs</h3>
+      <Scroll label="Most expensive runs table">
+        <table className="data top-runs">
+          <thead>
+            <tr>
+              <th scope="col">Run</th>
+              <th scope="col">Agent</th>
+              <th scope="col">State</th>
+              <th scope="col">Calls</th>
+              <th scope="col">Tokens in / out</th>
+              <th scope="col">Cost</th>
+            </tr>
+          </thead>
+          <tbody>
+            {b.topRuns.map((r) => (
+              <tr key={r.runId}>
+                <td>
+                  {r.run ? (
+                    <Go to={`/console/runs/${r.runId}`}>
+                      <ShortId id={r.runId} />
+                    </Go>
+                  ) : (
+                    <ShortId id={r.runId} />
+                  )}
+                </td>
+                <td>{r.run ? `${r.run.agentName} v${r.run.agentVersion}` : "(erased)"}</td>
+                <td>{r.run ? <span className={`badge ${r.run.status}`}>{r.run.status}</span> : null}</td>
+                <td className="num">{r.calls}</td>
+                <td className="num">
+                  {r.inputTokens} / {r.outputTokens}
+                </td>
+                <td className="num">{money(r.costMicros, b.currency)}</td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      </Scroll>
+    </section>
+  );
+}
 
 /** `YYYY-MM-DD` of a UTC day `offset` days from today. */
 function day(offset: number): string {
@@ -105,9 +227,10 @@ export function Usage({ search }: { search: string }) {
     // `to` is the last day shown: the API's range ends before the next day.
     const end = new Date(`${to}T00:00:00Z`);
     end.setUTCDate(end.getUTCDate() + 1);
-    return gql<{ usage: Rollup[] }>(USAGE, { from: new Date(`${from}T00:00:00Z`).toISOString(), to: end.toISOString() });
+    return gql<{ usage: Rollup[]; usageBreakdown: Breakdown }>(USAGE, { from: new Date(`${from}T00:00:00Z`).toISOString(), to: end.toISOString() });
   }, [from, to]);
   const rollups = value?.usage ?? [];
+  const breakdown = value?.usageBreakdown;
   const currency = rollups[0]?.currency ?? "USD";
   const sum = (f: (r: Rollup) => number) => rollups.reduce((n, r) => n + f(r), 0);
   const apply = (e: FormEvent) => {
@@ -124,6 +247,7 @@ export function Usage({ search }: { search: string }) {
         <input id="usage-to" type="date" value={form.to} onChange={(e) => setForm({ ...form, to: e.target.value })} />
         <button type="submit">Show</button>
       </form>
+      {breakdown?.quota ? <Quota quota={breakdown.quota} currency={breakdown.currency} /> : null}
       <States loading={loading} error={error} empty={rollups.length === 0} what="usage in these days" />
       {rollups.length > 0 && (
         <>
@@ -165,6 +289,8 @@ export function Usage({ search }: { search: string }) {
               </tfoot>
             </table>
           </Scroll>
+          {breakdown && breakdown.agents.length > 0 ? <PerAgent b={breakdown} /> : null}
+          {breakdown && breakdown.topRuns.length > 0 ? <TopRuns b={breakdown} /> : null}
         </>
       )}
     </section>

@@ -89,7 +89,11 @@ export function When({ at }: { at: string }) {
 
 /** An id shortened to its last characters (the whole one on hover). */
 export function ShortId({ id }: { id: string }) {
-  return <code title={id}>…{id.slice(-8)}</code>;
+  return (
+    <code className="short-id" title={id}>
+      …{id.slice(-8)}
+    </code>
+  );
 }
 
 /**

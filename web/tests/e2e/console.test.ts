@@ -3,13 +3,14 @@
 // against the API (the cost chart's numbers are the usage API's), with axe on every screen, at a
 // phone's width too, and refused to someone without the power.
 
-import { mkdirSync, writeFileSync } from "node:fs";
+import { spawnSync } from "node:child_process";
+import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 
 import type { Browser, Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 
-import { Forge, browser, repo, signedIn, violations } from "./harness";
+import { Forge, browser, forgeBin, repo, signedIn, violations } from "./harness";
 
 let forge: Forge;
 let chrome: Browser;
@@ -50,7 +51,8 @@ async function reaches(id: string, want: string): Promise<void> {
 }
 
 beforeAll(async () => {
-  forge = await Forge.start();
+  // A daily quota per tenant, far above what the runs use, so that its use shows.
+  forge = await Forge.start({ extra: () => ["--quota-tokens", "1000000", "--quota-cost-micros", "50000", "--quota-period", "day"] });
   chrome = await browser();
   alice = await forge.token("acme", "alice", ["finance"]);
   rita = await forge.token("acme", "rita", ["finance"]);
@@ -119,6 +121,54 @@ describe("the operator console", () => {
     await page.context().close();
   });
 
+  it("filters runs by agent and version, failure code and days, kept in the address", async () => {
+    const page = await signedIn(chrome, forge.url, ada, "/console/runs");
+    const rows = page.locator("table.data tbody tr");
+    await expect.poll(() => rows.count()).toBe(3);
+    const ids = async () =>
+      (await rows.locator("td:first-child code").evaluateAll((cs) => cs.map((c) => c.getAttribute("title"))));
+    await page.getByLabel("Failure").selectOption("step_limit_exceeded");
+    await expect.poll(ids).toEqual([runs.failed]);
+    await page.getByLabel("Failure").selectOption("budget_exceeded");
+    await page.getByText("No runs yet.").waitFor();
+    await page.getByLabel("Failure").selectOption("");
+    // By agent, through the form, then by following an agent's link (name and version).
+    await page.getByLabel("Agent").fill("calculator");
+    await page.getByRole("button", { name: "Filter" }).click();
+    await expect.poll(ids).toEqual([runs.completed]);
+    await page.getByLabel("Agent").fill("");
+    await page.getByRole("button", { name: "Filter" }).click();
+    await expect.poll(() => rows.count()).toBe(3);
+    await page.locator("table.data tbody").getByRole("link", { name: /^payments/ }).click();
+    await expect.poll(ids).toEqual([runs.approved]);
+    expect(new URL(page.url()).searchParams.get("agent")).toBe("payments");
+    const version = new URL(page.url()).searchParams.get("version") ?? "";
+    expect(await page.getByLabel("Version").inputValue()).toBe(version);
+    await page.getByLabel("Version").fill(`${version}-other`);
+    await page.getByRole("button", { name: "Filter" }).click();
+    await page.getByText("No runs yet.").waitFor();
+    // Days: today holds all three; a window that ended yesterday none (the API agrees).
+    await page.goto(`${forge.url}/console/runs`);
+    const today = new Date().toISOString().slice(0, 10);
+    const yesterday = new Date(Date.now() - 86_400_000).toISOString().slice(0, 10);
+    await page.getByLabel("From (UTC day)").fill(today);
+    await page.getByLabel("To (UTC day)").fill(today);
+    await page.getByRole("button", { name: "Filter" }).click();
+    await expect.poll(() => rows.count()).toBe(3);
+    await page.getByLabel("From (UTC day)").fill(yesterday);
+    await page.getByLabel("To (UTC day)").fill(yesterday);
+    await page.getByRole("button", { name: "Filter" }).click();
+    await page.getByText("No runs yet.").waitFor();
+    const api = await forge.gql<{ runs: { nodes: unknown[] } }>(
+      ada,
+      "query($u: String) { runs(until: $u) { nodes { id } } }",
+      { u: `${today}T00:00:00Z` },
+    );
+    expect(api.runs.nodes).toEqual([]);
+    await axe(page, "the runs list filtered");
+    await page.context().close();
+  });
+
   it("shows a decided approval with who decided, and the cost reserved and settled", async () => {
     const page = await signedIn(chrome, forge.url, ada, `/console/runs/${runs.approved}`);
     await page.getByRole("heading", { name: "Approvals and questions" }).waitFor();
@@ -146,6 +196,15 @@ describe("the operator console", () => {
     await row.waitFor();
     const api = await forge.gql<{ auditRecords: { actor: string; action: string }[] }>(ada, "{ auditRecords(limit: 200) }");
     expect(await page.locator("table.data tbody tr").count()).toBe(api.auditRecords.length);
+    // Who: rita's records only, as the API lists them, also by following her name.
+    const ritas = await forge.gql<{ auditRecords: { actor: string }[] }>(ada, '{ auditRecords(actor: "rita", limit: 200) }');
+    expect(ritas.auditRecords.length).toBeGreaterThan(0);
+    await row.getByRole("link", { name: "rita" }).click();
+    await expect.poll(() => page.locator("table.data tbody tr").count()).toBe(ritas.auditRecords.length);
+    expect(await page.getByLabel("Who").inputValue()).toBe("rita");
+    const actors = await page.locator("table.data tbody td:nth-child(2)").allTextContents();
+    expect(new Set(actors)).toEqual(new Set(["rita"]));
+    await page.getByLabel("Who").fill("");
     await page.getByLabel("Action starts with").fill("no-such-action.");
     await page.getByRole("button", { name: "Filter" }).click();
     await page.getByText("No audit records yet.").waitFor();
@@ -186,6 +245,37 @@ describe("the operator console", () => {
         maximumFractionDigits: total / 1e6 < 0.01 ? 6 : 2,
       }).format(total / 1e6),
     );
+    // Per agent version and the most expensive runs: the breakdown API's numbers, summing to the
+    // days' total.
+    const b = await forge.gql<{
+      usageBreakdown: { agents: { agentName: string; costMicros: number }[]; topRuns: { runId: string; costMicros: number }[] };
+    }>(ada, "query($f: String!, $t: String!) { usageBreakdown(from: $f, to: $t) { agents { agentName costMicros } topRuns { runId costMicros } } }", {
+      f: `${from}T00:00:00Z`,
+      t: `${to}T00:00:00Z`,
+    });
+    expect(b.usageBreakdown.agents.reduce((n, a) => n + a.costMicros, 0)).toBe(total);
+    expect(new Set(b.usageBreakdown.topRuns.map((r) => r.runId))).toEqual(new Set(Object.values(runs)));
+    const agentRows = page.locator("table.agents-table tbody tr");
+    expect(await agentRows.count()).toBe(b.usageBreakdown.agents.length);
+    expect((await agentRows.locator("td:first-child").allTextContents()).map((t) => t.split(" ")[0])).toEqual(
+      b.usageBreakdown.agents.map((a) => a.agentName),
+    );
+    const top = await page.locator("table.top-runs tbody td:first-child code").evaluateAll((cs) => cs.map((c) => c.getAttribute("title")));
+    expect(top).toEqual(b.usageBreakdown.topRuns.map((r) => r.runId));
+    // The quota: today's tokens and cost (every call of the tenant was made today), of its caps.
+    const q = await forge.gql<{ usageBreakdown: { quota: { period: string; tokens: number; costMicros: number; maxTokens: number } } }>(
+      ada,
+      "query($f: String!, $t: String!) { usageBreakdown(from: $f, to: $t) { quota { period tokens costMicros maxTokens } } }",
+      { f: `${from}T00:00:00Z`, t: `${to}T00:00:00Z` },
+    );
+    const tokens = api.usage.reduce(
+      (n, r) => n + (r.totals as unknown as { usage: { input_tokens: number; output_tokens: number } }).usage.input_tokens +
+        (r.totals as unknown as { usage: { output_tokens: number } }).usage.output_tokens,
+      0,
+    );
+    expect(q.usageBreakdown.quota).toMatchObject({ period: "day", tokens, costMicros: total, maxTokens: 1_000_000 });
+    await page.getByRole("heading", { name: "Quota this day" }).waitFor();
+    await page.getByText(`Tokens: ${tokens} of 1000000`).waitFor();
     await axe(page, "usage and cost");
     await shot(page, "console-usage");
     await page.context().close();
@@ -274,5 +364,110 @@ describe("the console's dead letters", () => {
     } finally {
       await idle.stop();
     }
+  });
+});
+
+/**
+ * Writes an MCP configuration into `dir` with three servers on the test server `drift_server.py`,
+ * pins them, and leaves them as the console should show: `steady` as pinned, `shifting` no longer
+ * offering a pinned tool (`touch`) and offering one unpinned (`reveal`), `broken` never starting.
+ * Returns `forge serve`'s arguments.
+ */
+function mcpServers(dir: string): string[] {
+  const script = join(repo, "crates/forge-testkit/mcp-servers/drift_server.py");
+  const server = (name: string, env: Record<string, string>, command = "python3") =>
+    [
+      "[[servers]]",
+      `name = ${JSON.stringify(name)}`,
+      'transport = "stdio"',
+      `command = ${JSON.stringify(command)}`,
+      `args = [${JSON.stringify(script)}]`,
+      `env = { ${Object.entries({ FORGE_LEDGER: join(dir, "ledger.jsonl"), ...env })
+        .map(([k, v]) => `${k} = ${JSON.stringify(v)}`)
+        .join(", ")} }`,
+      "startup_timeout_secs = 5",
+      "",
+    ].join("\n");
+  writeFileSync(join(dir, "pin.toml"), server("steady", {}) + server("shifting", {}));
+  const pinned = spawnSync(forgeBin(), ["mcp", "pin", "--mcp", join(dir, "pin.toml")], { cwd: dir, encoding: "utf8" });
+  if (pinned.status !== 0) throw new Error(`forge mcp pin failed: ${pinned.stderr}`);
+  const lock = JSON.parse(readFileSync(join(dir, "mcp.lock"), "utf8"));
+  delete lock.servers.shifting.tools.reveal;
+  writeFileSync(join(dir, "mcp.lock"), JSON.stringify(lock, null, 2));
+  writeFileSync(
+    join(dir, "serve.toml"),
+    server("steady", {}) + server("shifting", { FORGE_HIDE: "touch" }) + server("broken", {}, join(dir, "no-such-server")),
+  );
+  return ["--mcp", join(dir, "serve.toml")];
+}
+
+describe("the console's MCP servers", () => {
+  let withMcp: Forge;
+  let admin: string;
+
+  beforeAll(async () => {
+    withMcp = await Forge.start({ extra: mcpServers });
+    admin = await withMcp.token("acme", "ada", ["admin"]);
+  }, 60_000);
+
+  afterAll(async () => {
+    await withMcp?.stop();
+  });
+
+  it("shows each server's health, its pins against the live catalog, and its last failure", async () => {
+    interface Server {
+      name: string;
+      health: string;
+      pinned: { name: string; state: string }[];
+      unpinned: string[];
+      listedAt: string | null;
+      driftSince: string | null;
+      lastError: string | null;
+    }
+    const api = await withMcp.gql<{ mcpServers: Server[] }>(
+      admin,
+      "{ mcpServers { name health pinned { name state } unpinned listedAt driftSince lastError } }",
+    );
+    const by = new Map(api.mcpServers.map((s) => [s.name, s]));
+    expect([...by.keys()]).toEqual(["steady", "shifting", "broken"]);
+    expect(by.get("steady")).toMatchObject({ health: "ok", unpinned: [], driftSince: null });
+    expect(by.get("steady")?.pinned.map((t) => `${t.name}:${t.state}`)).toEqual([
+      "echo:verified",
+      "flip:verified",
+      "reveal:verified",
+      "touch:verified",
+    ]);
+    expect(by.get("steady")?.listedAt).toBeTruthy();
+    expect(by.get("shifting")).toMatchObject({ health: "drift", unpinned: ["reveal"] });
+    expect(by.get("shifting")?.pinned.map((t) => `${t.name}:${t.state}`)).toEqual([
+      "echo:verified",
+      "flip:verified",
+      "touch:removed",
+    ]);
+    expect(by.get("shifting")?.driftSince).toBeTruthy();
+    expect(by.get("broken")).toMatchObject({ health: "down", listedAt: null, pinned: [] });
+    expect(by.get("broken")?.lastError).toBeTruthy();
+
+    const page = await signedIn(chrome, withMcp.url, admin, "/console/mcp");
+    await page.getByRole("heading", { name: "MCP servers" }).waitFor();
+    const card = (name: string) => page.locator("article.mcp-server").filter({ has: page.getByRole("heading", { name: new RegExp(`^${name} `) }) });
+    await card("steady").getByText("Connected; its tools are as pinned.").waitFor();
+    await card("shifting").getByText(/differs from the pins/).waitFor();
+    await card("shifting").locator("li.tool-removed").getByText("touch").waitFor();
+    await card("shifting").locator("ul.unpinned").getByText("reveal").waitFor();
+    await card("broken").getByText(/Not connected/).waitFor();
+    await card("broken").getByText(by.get("broken")?.lastError?.slice(0, 40) ?? "?", { exact: false }).waitFor();
+    await axe(page, "the MCP servers");
+    await shot(page, "console-mcp");
+    await page.context().close();
+
+    // Someone without the power is refused, in the API and on the screen.
+    const bob = await withMcp.token("acme", "bob", ["finance"]);
+    const refused = await fetch(`${withMcp.url}/graphql`, {
+      method: "POST",
+      headers: { "content-type": "application/json", authorization: `Bearer ${bob}` },
+      body: JSON.stringify({ query: "{ mcpServers { name } }" }),
+    }).then((r) => r.json());
+    expect(refused.errors?.[0]?.extensions?.code).toBe("FORBIDDEN");
   });
 });

@@ -51,6 +51,8 @@ export interface ServeOptions {
   noWorker?: boolean;
   /** Serve GraphiQL on `GET /graphql`. */
   graphiql?: boolean;
+  /** More arguments for `forge serve`, written for the server's directory before it starts. */
+  extra?: (dir: string) => string[];
 }
 
 export class Forge {
@@ -121,6 +123,7 @@ export class Forge {
       "serve", "--store", this.store, "--listen", `127.0.0.1:${this.port}`, ...this.agents(), "--dev-sign-in",
       ...(this.options.noWorker ? ["--no-worker"] : []),
       ...(this.options.graphiql ? ["--graphiql"] : []),
+      ...(this.options.extra?.(this.dir) ?? []),
     ];
     this.child = spawn(forgeBin(), args, {
       cwd: this.dir,

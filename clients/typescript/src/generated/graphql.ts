@@ -23,6 +23,41 @@ export interface Agent {
 }
 
 /**
+ * One agent version's usage in the window.
+ */
+export interface AgentUsage {
+  __typename?: "AgentUsage";
+  /**
+   * The agent.
+   */
+  agentName: string;
+  /**
+   * The version.
+   */
+  agentVersion: string;
+  /**
+   * Runs that made calls in the window.
+   */
+  runs: number;
+  /**
+   * Calls made.
+   */
+  calls: number;
+  /**
+   * Input tokens (actuals, or estimates where unreconciled).
+   */
+  inputTokens: number;
+  /**
+   * Output tokens.
+   */
+  outputTokens: number;
+  /**
+   * Their cost, in micro-units of `currency`.
+   */
+  costMicros: number;
+}
+
+/**
  * A request for a person to approve one exact tool call.
  */
 export interface ApprovalPart {
@@ -286,6 +321,76 @@ export interface InteractionEdge {
   cursor: string;
 }
 
+/**
+ * A pinned tool and how the live catalog stands against its pin.
+ */
+export interface McpPinnedTool {
+  __typename?: "McpPinnedTool";
+  /**
+   * Its name on the server.
+   */
+  name: string;
+  /**
+   * The pinned definition's hash.
+   */
+  hash: string;
+  /**
+   * `verified` (the live definition matches: offered), `changed` (differs: not offered
+   * until re-pinned), `removed` (the server no longer offers it) or `unknown` (not listed
+   * yet).
+   */
+  state: string;
+}
+
+/**
+ * One MCP server as the console shows it.
+ */
+export interface McpServerState {
+  __typename?: "McpServerState";
+  /**
+   * The configured name (the prefix of its tools' names).
+   */
+  name: string;
+  /**
+   * `stdio` or `http`.
+   */
+  transport: string;
+  /**
+   * Whether it is connected now.
+   */
+  connected: boolean;
+  /**
+   * `ok` (connected, the live catalog as pinned), `drift` (connected, differing from the
+   * pins: changed and removed tools are not offered), `down` (not connected) or `unlisted`
+   * (connected, not listed yet).
+   */
+  health: string;
+  /**
+   * The pinned tools.
+   */
+  pinned: McpPinnedTool[];
+  /**
+   * Tools the server offers that are not pinned (not offered until pinned).
+   */
+  unpinned: string[];
+  /**
+   * When the catalog was last listed (RFC 3339): the server last seen answering.
+   */
+  listedAt: string | null;
+  /**
+   * Since when the live catalog has differed from the pins (RFC 3339).
+   */
+  driftSince: string | null;
+  /**
+   * The last failure to reach or list it.
+   */
+  lastError: string | null;
+  /**
+   * When that failure happened (RFC 3339).
+   */
+  lastErrorAt: string | null;
+}
+
 export interface Message {
   __typename?: "Message";
   /**
@@ -541,25 +646,41 @@ export interface Query {
    * The tenant's runs, newest first, whoever started them — for the operator console and
    * for administrators (the power `inspect_runs`): in one state with `status` (`queued`,
    * `running`, `waiting`, `completed`, `failed`, `cancelled`), of one thread with
-   * `threadId`, a page at a time: `first` (≤ 500, default 50) after the cursor `after` (each
-   * page older than the last). Counts its page size times its selection toward the query's
-   * complexity.
+   * `threadId`, of one agent with `agentName` and `agentVersion`, created in `[since,
+   * until)` (RFC 3339), failed with `failureCode` (`budget_exceeded`, `provider_error`, …),
+   * a page at a time: `first` (≤ 500, default 50) after the cursor `after` (each page older
+   * than the last). Counts its page size times its selection toward the query's complexity.
    */
   runs: RunConnection;
   /**
-   * The caller's tenant's audit trail, newest first: decisions on approvals, external writes,
-   * dead-letter handling and configuration changes (`config.changed`; deployment-wide ones are
-   * in the trail of the tenant `_deployment`). For administrators (the power
-   * `audit_trail`). `action` filters by prefix; `since` is RFC 3339.
    * The tenant's dead-lettered jobs (runs no worker could finish within their attempts),
    * oldest first, at most `limit` (≤ 500). For administrators (the power `dead_letters`).
    */
   deadLetters: DeadLetter[];
+  /**
+   * The caller's tenant's audit trail, newest first: decisions on approvals, external writes,
+   * dead-letter handling and configuration changes (`config.changed`; deployment-wide ones are
+   * in the trail of the tenant `_deployment`). For administrators (the power
+   * `audit_trail`). `action` filters by prefix, `subject` and `actor` exactly; `[since,
+   * until)` are RFC 3339.
+   */
   auditRecords: JsonValue[];
   /**
    * The tenant's model usage per UTC day and model, for `[from, to)` (RFC 3339).
    */
   usage: Rollup[];
+  /**
+   * The tenant's model usage in `[from, to)` (RFC 3339) per agent version and per run (the
+   * `top` most expensive, ≤ 100, default 10), with its quota's use in the current period. For
+   * administrators (the power `inspect_runs`). A window whose calls span more than 5,000
+   * runs is refused: choose fewer days.
+   */
+  usageBreakdown: UsageBreakdown;
+  /**
+   * The deployment's MCP servers: connection, pinned tools against the live catalog, drift,
+   * when each was last listed. For administrators (the power `mcp_servers`).
+   */
+  mcpServers: McpServerState[];
   /**
    * The exact text a citation points at: `sourceId` at `version`, bytes `[start, end)` of its
    * normalized text. `NOT_FOUND` when the source does not exist, was deleted, is one the caller
@@ -590,6 +711,37 @@ export interface QuestionPart {
    * The answer, once given.
    */
   answer: JsonValue | null;
+}
+
+/**
+ * The tenant's quota and its use in the current period.
+ */
+export interface QuotaUse {
+  __typename?: "QuotaUse";
+  /**
+   * `day` or `month` (UTC).
+   */
+  period: string;
+  /**
+   * When the current period started (RFC 3339).
+   */
+  periodStart: string;
+  /**
+   * The most tokens a period allows, if capped.
+   */
+  maxTokens: number | null;
+  /**
+   * The most cost a period allows, in micro-units, if capped.
+   */
+  maxCostMicros: number | null;
+  /**
+   * Tokens counted so far this period (what the next reservation is checked against).
+   */
+  tokens: number;
+  /**
+   * Cost counted so far this period, in micro-units.
+   */
+  costMicros: number;
 }
 
 /**
@@ -736,6 +888,37 @@ export interface RunConnection {
    * A list of nodes.
    */
   nodes: Run[];
+}
+
+/**
+ * One run's usage in the window.
+ */
+export interface RunCost {
+  __typename?: "RunCost";
+  /**
+   * The run's id.
+   */
+  runId: string;
+  /**
+   * The run, unless it was erased since.
+   */
+  run: Run | null;
+  /**
+   * Calls made.
+   */
+  calls: number;
+  /**
+   * Input tokens.
+   */
+  inputTokens: number;
+  /**
+   * Output tokens.
+   */
+  outputTokens: number;
+  /**
+   * Their cost, in micro-units of `currency`.
+   */
+  costMicros: number;
 }
 
 /**
@@ -1178,4 +1361,27 @@ export interface Usage {
    * Requests of the provider's own tools.
    */
   serverToolRequests: number;
+}
+
+/**
+ * Usage in a window, per agent version and per run, with the quota's use.
+ */
+export interface UsageBreakdown {
+  __typename?: "UsageBreakdown";
+  /**
+   * The ISO 4217 code of every `costMicros`.
+   */
+  currency: string;
+  /**
+   * Per agent version, the most expensive first.
+   */
+  agents: AgentUsage[];
+  /**
+   * The most expensive runs, the most expensive first.
+   */
+  topRuns: RunCost[];
+  /**
+   * The tenant's quota, when it has one.
+   */
+  quota: QuotaUse | null;
 }

@@ -5,7 +5,9 @@
 //! become the same `NOT_FOUND` error. Domain objects whose shape is the public wire contract
 //! (events, parts, interaction requests) are passed through as `JSON` in that same encoding.
 
+mod breakdown;
 mod dead_letters;
+mod mcp;
 mod mutation;
 mod objects;
 mod paging;
@@ -13,7 +15,9 @@ mod query;
 mod subscription;
 mod typed;
 
+pub use breakdown::{AgentUsage, QuotaUseObject, RunCost, UsageBreakdown};
 pub use dead_letters::DeadLetterObject;
+pub use mcp::{McpPinnedTool, McpServerState, McpStatus};
 pub use mutation::{Mutation, StartRunInput, Strategy};
 pub use objects::{
     Agent, Erasure, InteractionObject, ResolvedCitation, Rollup, RunEventObject, RunObject,
@@ -75,6 +79,8 @@ pub struct AppState {
     /// The job queue, for the dead letters (absent: `deadLetters` and its operations answer
     /// `NOT_AVAILABLE`).
     pub dead_letters: Option<Arc<dyn forge_core::ports::queue::JobQueue>>,
+    /// The deployment's MCP servers, for `mcpServers` (absent: none).
+    pub mcp: Option<Arc<dyn McpStatus>>,
 }
 
 impl AppState {

@@ -143,7 +143,11 @@ impl ThreadObject {
         after: Option<String>,
         first: Option<i32>,
     ) -> async_graphql::Result<async_graphql::connection::Connection<String, RunObject>> {
-        super::paging::runs(ctx, Some(self.0.id), None, after, first).await
+        let filter = forge_core::ports::store::RunQuery {
+            thread_id: Some(self.0.id),
+            ..forge_core::ports::store::RunQuery::newest(0)
+        };
+        super::paging::runs(ctx, filter, after, first).await
     }
 }
 

@@ -188,8 +188,7 @@ pub(crate) async fn messages(
 /// `status` names one: `first` after `after` (an older page each time).
 pub(crate) async fn runs(
     ctx: &Context<'_>,
-    thread: Option<ThreadId>,
-    status: Option<String>,
+    filter: RunQuery,
     after: Option<String>,
     first: Option<i32>,
 ) -> async_graphql::Result<Connection<String, RunObject>> {
@@ -201,16 +200,11 @@ pub(crate) async fn runs(
         None,
         |after: Option<String>, _before: Option<String>, first, _last| async move {
             let limit = size(first, None)?;
-            let mut query = RunQuery {
-                thread_id: thread,
+            let query = RunQuery {
                 before: cursor::<RunId>(after, "run")?,
-                ..RunQuery::newest(limit + 1)
+                limit: limit + 1,
+                ..filter
             };
-            if let Some(status) = &status {
-                query = query
-                    .status(status)
-                    .map_err(|e| error("BAD_REQUEST", e.to_string()))?;
-            }
             let mut page = state
                 .engine
                 .runs()

@@ -1,6 +1,7 @@
 //! Queries.
 
 use super::*;
+use forge_core::ports::store::RunQuery;
 
 /// Queries.
 pub struct Query;
@@ -124,29 +125,47 @@ impl Query {
     /// The tenant's runs, newest first, whoever started them — for the operator console and
     /// for administrators (the power `inspect_runs`): in one state with `status` (`queued`,
     /// `running`, `waiting`, `completed`, `failed`, `cancelled`), of one thread with
-    /// `threadId`, a page at a time: `first` (≤ 500, default 50) after the cursor `after` (each
-    /// page older than the last). Counts its page size times its selection toward the query's
-    /// complexity.
+    /// `threadId`, of one agent with `agentName` and `agentVersion`, created in `[since,
+    /// until)` (RFC 3339), failed with `failureCode` (`budget_exceeded`, `provider_error`, …),
+    /// a page at a time: `first` (≤ 500, default 50) after the cursor `after` (each page older
+    /// than the last). Counts its page size times its selection toward the query's complexity.
     #[graphql(complexity = "super::paging::weight(first, child_complexity)")]
+    // Each argument is a GraphQL argument: a flat list is what callers write.
+    #[allow(clippy::too_many_arguments)]
     async fn runs(
         &self,
         ctx: &Context<'_>,
         status: Option<String>,
         thread_id: Option<ID>,
+        agent_name: Option<String>,
+        agent_version: Option<String>,
+        since: Option<String>,
+        until: Option<String>,
+        failure_code: Option<String>,
         after: Option<String>,
         first: Option<i32>,
     ) -> async_graphql::Result<async_graphql::connection::Connection<String, RunObject>> {
         require_admin(ctx, "inspect_runs", "the tenant's runs")?;
-        let thread = thread_id
-            .map(|id| parse_id::<ThreadId>(&id, "thread"))
-            .transpose()?;
-        super::paging::runs(ctx, thread, status, after, first).await
+        let bad = |e: forge_core::Error| error("BAD_REQUEST", e.to_string());
+        let mut filter = RunQuery {
+            thread_id: thread_id
+                .map(|id| parse_id::<ThreadId>(&id, "thread"))
+                .transpose()?,
+            agent_name,
+            agent_version,
+            since: since.as_deref().map(|t| time(t, "since")).transpose()?,
+            until: until.as_deref().map(|t| time(t, "until")).transpose()?,
+            ..RunQuery::newest(0)
+        };
+        if let Some(status) = &status {
+            filter = filter.status(status).map_err(bad)?;
+        }
+        if let Some(code) = &failure_code {
+            filter = filter.failure_code(code).map_err(bad)?;
+        }
+        super::paging::runs(ctx, filter, after, first).await
     }
 
-    /// The caller's tenant's audit trail, newest first: decisions on approvals, external writes,
-    /// dead-letter handling and configuration changes (`config.changed`; deployment-wide ones are
-    /// in the trail of the tenant `_deployment`). For administrators (the power
-    /// `audit_trail`). `action` filters by prefix; `since` is RFC 3339.
     /// The tenant's dead-lettered jobs (runs no worker could finish within their attempts),
     /// oldest first, at most `limit` (≤ 500). For administrators (the power `dead_letters`).
     async fn dead_letters(
@@ -157,22 +176,27 @@ impl Query {
         super::dead_letters::list(ctx, limit.min(500) as usize).await
     }
 
+    /// The caller's tenant's audit trail, newest first: decisions on approvals, external writes,
+    /// dead-letter handling and configuration changes (`config.changed`; deployment-wide ones are
+    /// in the trail of the tenant `_deployment`). For administrators (the power
+    /// `audit_trail`). `action` filters by prefix, `subject` and `actor` exactly; `[since,
+    /// until)` are RFC 3339.
+    // Each argument is a GraphQL argument: a flat list is what callers write.
+    #[allow(clippy::too_many_arguments)]
     async fn audit_records(
         &self,
         ctx: &Context<'_>,
         action: Option<String>,
         subject: Option<String>,
+        actor: Option<String>,
         since: Option<String>,
+        until: Option<String>,
         #[graphql(default = 100)] limit: u32,
     ) -> async_graphql::Result<Vec<Json<Value>>> {
         let (scope, state) = (scope(ctx)?, state(ctx)?);
         require_admin(ctx, "audit_trail", "the audit trail")?;
-        let since = since
-            .map(|s| {
-                serde_json::from_value::<forge_core::time::Timestamp>(Value::String(s))
-                    .map_err(|_| error("BAD_REQUEST", "since must be an RFC 3339 time"))
-            })
-            .transpose()?;
+        let since = since.as_deref().map(|t| time(t, "since")).transpose()?;
+        let until = until.as_deref().map(|t| time(t, "until")).transpose()?;
         let found = state
             .engine
             .audit_trail(
@@ -180,8 +204,10 @@ impl Query {
                 &forge_core::ports::audit::AuditQuery {
                     action,
                     subject,
+                    actor,
                     since,
-                    limit: limit.min(1000) as usize,
+                    until,
+                    ..forge_core::ports::audit::AuditQuery::latest(limit.min(1000) as usize)
                 },
             )
             .await
@@ -205,13 +231,9 @@ impl Query {
         to: String,
     ) -> async_graphql::Result<Vec<Rollup>> {
         let (scope, state) = (scope(ctx)?, state(ctx)?);
-        let parse = |s: &str| {
-            serde_json::from_value::<forge_core::time::Timestamp>(Value::String(s.to_owned()))
-                .map_err(|_| error("BAD_REQUEST", format!("{s:?} is not an RFC 3339 time")))
-        };
         let rollups = state
             .engine
-            .rollups(scope, parse(&from)?, parse(&to)?)
+            .rollups(scope, time(&from, "from")?, time(&to, "to")?)
             .await
             .map_err(client_error)?;
         Ok(rollups
@@ -234,6 +256,30 @@ impl Query {
                 }
             })
             .collect())
+    }
+
+    /// The tenant's model usage in `[from, to)` (RFC 3339) per agent version and per run (the
+    /// `top` most expensive, ≤ 100, default 10), with its quota's use in the current period. For
+    /// administrators (the power `inspect_runs`). A window whose calls span more than 5,000
+    /// runs is refused: choose fewer days.
+    async fn usage_breakdown(
+        &self,
+        ctx: &Context<'_>,
+        from: String,
+        to: String,
+        #[graphql(default = 10)] top: u32,
+    ) -> async_graphql::Result<super::UsageBreakdown> {
+        let (from, to) = (time(&from, "from")?, time(&to, "to")?);
+        super::breakdown::breakdown(ctx, from, to, top.min(100) as usize).await
+    }
+
+    /// The deployment's MCP servers: connection, pinned tools against the live catalog, drift,
+    /// when each was last listed. For administrators (the power `mcp_servers`).
+    async fn mcp_servers(
+        &self,
+        ctx: &Context<'_>,
+    ) -> async_graphql::Result<Vec<super::McpServerState>> {
+        super::mcp::servers(ctx)
     }
 
     /// The exact text a citation points at: `sourceId` at `version`, bytes `[start, end)` of its
@@ -266,4 +312,14 @@ impl Query {
             text: resolved.text,
         })
     }
+}
+
+/// `text` as an RFC 3339 time, or a `BAD_REQUEST` naming the argument `what`.
+fn time(text: &str, what: &str) -> async_graphql::Result<forge_core::time::Timestamp> {
+    serde_json::from_value(Value::String(text.to_owned())).map_err(|_| {
+        error(
+            "BAD_REQUEST",
+            format!("{what} must be an RFC 3339 time, not {text:?}"),
+        )
+    })
 }

@@ -6,6 +6,7 @@
 mod auth_tests;
 mod browser_tests;
 mod citation_tests;
+mod console_tests;
 mod fairness_tests;
 mod files_tests;
 mod hardening_tests;

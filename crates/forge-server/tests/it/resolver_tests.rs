@@ -370,6 +370,7 @@ async fn depth_beyond_the_limit_is_refused() {
                 retriever: None,
                 files: None,
                 dead_letters: None,
+                mcp: None,
             }),
             forge_server::QueryLimits {
                 depth,

@@ -142,6 +142,41 @@ fn operation(bytes: &[u8]) -> Option<ClientOperation> {
     })
 }
 
+/// A `subscribe` (or `start`) message with every argument bound to an omitted variable cut out of
+/// its document, as over HTTP ([`crate::variables::omit_unset`]): the argument's default applies.
+/// Anything else, or a message with nothing to cut, is passed on as it came.
+fn omitting_unset(bytes: Vec<u8>) -> Vec<u8> {
+    let Ok(mut message) = serde_json::from_slice::<serde_json::Value>(&bytes) else {
+        return bytes;
+    };
+    let kind = message.get("type").and_then(serde_json::Value::as_str);
+    if !matches!(kind, Some("subscribe" | "start")) {
+        return bytes;
+    }
+    let Some(payload) = message.get_mut("payload") else {
+        return bytes;
+    };
+    let Some(query) = payload.get("query").and_then(serde_json::Value::as_str) else {
+        return bytes;
+    };
+    let operation = payload
+        .get("operationName")
+        .and_then(serde_json::Value::as_str);
+    let variables = async_graphql::Variables::from_json(
+        payload
+            .get("variables")
+            .cloned()
+            .unwrap_or(serde_json::Value::Null),
+    );
+    match crate::variables::omit_unset(query, operation, &variables) {
+        Some(cut) => {
+            payload["query"] = serde_json::Value::String(cut);
+            serde_json::to_vec(&message).unwrap_or(bytes)
+        }
+        None => bytes,
+    }
+}
+
 /// Sends `message`, unless the client takes nothing for `wait`: `false` when the connection is
 /// over (it failed, or the client is not reading).
 async fn deliver(
@@ -314,6 +349,7 @@ impl Session {
                         }
                         _ => {}
                     }
+                    let bytes = omitting_unset(bytes);
                     match to_graphql.try_send(bytes) {
                         Ok(()) => {}
                         Err(mpsc::error::TrySendError::Full(bytes)) => pending = Some(bytes),

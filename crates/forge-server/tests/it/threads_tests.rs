@@ -340,3 +340,33 @@ async fn an_omitted_variable_takes_the_arguments_default() {
         .await;
     assert_eq!(archived["threads"]["nodes"][0]["id"], id);
 }
+
+/// Over the WebSocket too: a `subscribe` whose variable is omitted takes the argument's default,
+/// and one that gives it null is refused as the specification says (a non-null argument).
+#[tokio::test]
+async fn an_omitted_variable_takes_the_arguments_default_over_the_websocket() {
+    let srv = start(Opts::default()).await;
+    let alice = token("acme", "alice", &["member"]);
+    let id = created(&srv, &alice, "Listed").await;
+    let (mut ws, ack) = Ws::connect(&srv, Some(&alice)).await;
+    assert!(ack.to_string().contains("connection_ack"), "{ack}");
+    let query = "query Threads($archived: Boolean, $first: Int) {
+        threads(archived: $archived, first: $first) { nodes { id } } }";
+    ws.subscribe("omitted", query, json!({})).await;
+    let m = ws.next_for("omitted").await;
+    assert_eq!(m["type"], "next", "{m}");
+    assert_eq!(
+        m["payload"]["data"]["threads"]["nodes"],
+        json!([{"id": id}]),
+        "{m}"
+    );
+    ws.send(json!({"id": "given", "type": "subscribe",
+        "payload": {"query": query, "operationName": "Threads", "variables": {"archived": null}}}))
+        .await;
+    let m = ws.next_for("given").await;
+    assert!(
+        m.to_string().contains("archived"),
+        "a null for a non-null argument: {m}"
+    );
+    assert!(m["payload"]["data"]["threads"].is_null(), "{m}");
+}

@@ -1,9 +1,9 @@
-import { useEffect, useRef, useState } from "react";
+import { useState } from "react";
 
 import { type CitationPart, type PartView, type RunModel, type RunStatus, toolCall } from "@forge/client";
 
-import { describe, gql } from "../api";
 import { cut, money } from "../text";
+import { CitationDialog } from "./Citation";
 import { ApprovalCard, QuestionForm } from "./Interactions";
 
 const STATUS: Record<RunStatus, string> = {
@@ -32,48 +32,6 @@ export interface RunMeta {
   cancelRequested: boolean;
   /** The message that started the run: its text parts (other parts as their type name). */
   input: ({ __typename: "TextPart"; text: string } | { __typename: string; text?: undefined })[];
-}
-
-function CitationDialog({ citation, onClose }: { citation: CitationPart; onClose: () => void }) {
-  const ref = useRef<HTMLDialogElement>(null);
-  const [text, setText] = useState<{ title: string; text: string } | null>(null);
-  const [error, setError] = useState<string | null>(null);
-  useEffect(() => {
-    ref.current?.showModal();
-    let live = true;
-    gql<{ resolveCitation: { title: string; text: string } }>(
-      `query Cite($s: String!, $v: String!, $a: Int!, $b: Int!) {
-        resolveCitation(sourceId: $s, version: $v, start: $a, end: $b) { title text }
-      }`,
-      { s: citation.source_id, v: citation.source_version, a: citation.span.start, b: citation.span.end },
-    )
-      .then((r) => live && setText(r.resolveCitation))
-      .catch((e) => live && setError(describe(e)));
-    return () => {
-      live = false;
-    };
-  }, [citation]);
-  return (
-    <dialog ref={ref} onClose={onClose} aria-labelledby="citation-title" className="citation-dialog">
-      <h2 id="citation-title">{text?.title ?? citation.source_id}</h2>
-      <p className="muted">
-        {citation.source_id}, bytes {citation.span.start}–{citation.span.end}
-        {citation.line ? `, line ${citation.line}` : ""}
-      </p>
-      {text ? (
-        <blockquote className="span">{text.text}</blockquote>
-      ) : error ? (
-        <p role="alert" className="error">
-          The source is no longer available to you ({error})
-        </p>
-      ) : (
-        <p className="muted">Loading the passage…</p>
-      )}
-      <form method="dialog">
-        <button type="submit">Close</button>
-      </form>
-    </dialog>
-  );
 }
 
 function Part({ part, model }: { part: PartView; model: RunModel }) {

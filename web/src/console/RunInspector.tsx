@@ -1,10 +1,13 @@
 // One run as its log tells it: what it is (state, agent, cost reserved and settled), the time
 // each step took (a waterfall from the run's own events), its model calls (attempts included),
-// the approvals and questions with who decided and when, and every event in order.
+// the approvals and questions with who decided and when, and every event in order (a citation
+// opens its exact span).
 
-import { useMemo } from "react";
+import type { CitationPart } from "@forge/client";
+import { useMemo, useState } from "react";
 
 import { gql } from "../api";
+import { CitationDialog } from "../components/Citation";
 import { cut, money, summarize } from "../text";
 import { Go, Scroll, ShortId, States, When, useLoad } from "./common";
 
@@ -69,6 +72,8 @@ interface Row {
   at: string;
   type: string;
   what: string;
+  /** The citation a `part.added` event added, which the row opens. */
+  citation?: CitationPart;
 }
 
 /** One line saying what an event did, for people (content cut short; it is as redacted as stored). */
@@ -134,7 +139,15 @@ export function rows(events: Event[]): Row[] {
       prev.what = `${prev.last - prev.seq + 1} streamed chunks`;
       continue;
     }
-    out.push({ seq: e.seq, last: e.seq, at: e.at, type: e.type, what: e.type === "part.updated" ? "1 streamed chunk" : summary(e) });
+    const part = e.event.part as { type?: string } | undefined;
+    out.push({
+      seq: e.seq,
+      last: e.seq,
+      at: e.at,
+      type: e.type,
+      what: e.type === "part.updated" ? "1 streamed chunk" : summary(e),
+      citation: e.type === "part.added" && part?.type === "citation" ? (part as unknown as CitationPart) : undefined,
+    });
   }
   return out;
 }
@@ -158,6 +171,7 @@ function seconds(ms: number): string {
 export function RunInspector({ id }: { id: string }) {
   const { value, error, loading } = useLoad(() => gql<Inspected>(INSPECT, { id }), [id]);
   const run = value?.run;
+  const [cited, setCited] = useState<CitationPart | null>(null);
   const timeline = useMemo(() => rows(run?.events ?? []), [run]);
   const spans = useMemo(() => steps(run?.events ?? []), [run]);
   const t0 = run?.events.length ? new Date(run.events[0].at).getTime() : 0;
@@ -322,13 +336,22 @@ export function RunInspector({ id }: { id: string }) {
                     <td>
                       <code>{r.type}</code>
                     </td>
-                    <td>{r.what}</td>
+                    <td>
+                      {r.citation ? (
+                        <button type="button" className="link" onClick={() => setCited(r.citation ?? null)}>
+                          {r.what}
+                        </button>
+                      ) : (
+                        r.what
+                      )}
+                    </td>
                   </tr>
                 ))}
               </tbody>
             </table>
           </Scroll>
           {run.events.length === 500 && <p className="muted">The first 500 events are shown.</p>}
+          {cited ? <CitationDialog citation={cited} onClose={() => setCited(null)} /> : null}
         </>
       )}
     </section>

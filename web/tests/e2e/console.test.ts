@@ -17,7 +17,7 @@ let chrome: Browser;
 let alice: string;
 let rita: string;
 let ada: string;
-const runs: Record<"completed" | "failed" | "approved", string> = { completed: "", failed: "", approved: "" };
+const runs: Record<"completed" | "failed" | "approved" | "cited", string> = { completed: "", failed: "", approved: "", cited: "" };
 const shots = join(repo, "web/tests/e2e/screenshots");
 
 interface RunState {
@@ -61,7 +61,9 @@ beforeAll(async () => {
   runs.completed = await start(alice, "calculator", "What is 12 times 7?");
   runs.failed = await start(alice, "stream", "loop until you fail");
   runs.approved = await start(alice, "payments", "Pay invoice INV-203 for 500.");
+  runs.cited = await start(alice, "stream", "What is the refund window?");
   await reaches(runs.completed, "completed");
+  await reaches(runs.cited, "completed");
   await reaches(runs.failed, "failed");
   await reaches(runs.approved, "waiting");
   const pending = await forge.gql<{ pendingInteractions: { nodes: { id: string; request: { input_hash: string } }[] } }>(
@@ -102,7 +104,7 @@ describe("the operator console", () => {
     await page.getByRole("link", { name: "Console" }).click();
     await page.getByRole("heading", { name: "Runs" }).waitFor();
     const rows = page.locator("table.data tbody tr");
-    await expect.poll(() => rows.count()).toBe(3);
+    await expect.poll(() => rows.count()).toBe(4);
     await page.locator("table.data tbody").getByRole("link", { name: `…${runs.failed.slice(-8)}` }).waitFor();
     await axe(page, "the runs list");
     await shot(page, "console-runs");
@@ -124,7 +126,7 @@ describe("the operator console", () => {
   it("filters runs by agent and version, failure code and days, kept in the address", async () => {
     const page = await signedIn(chrome, forge.url, ada, "/console/runs");
     const rows = page.locator("table.data tbody tr");
-    await expect.poll(() => rows.count()).toBe(3);
+    await expect.poll(() => rows.count()).toBe(4);
     const ids = async () =>
       (await rows.locator("td:first-child code").evaluateAll((cs) => cs.map((c) => c.getAttribute("title"))));
     await page.getByLabel("Failure").selectOption("step_limit_exceeded");
@@ -138,7 +140,7 @@ describe("the operator console", () => {
     await expect.poll(ids).toEqual([runs.completed]);
     await page.getByLabel("Agent").fill("");
     await page.getByRole("button", { name: "Filter" }).click();
-    await expect.poll(() => rows.count()).toBe(3);
+    await expect.poll(() => rows.count()).toBe(4);
     await page.locator("table.data tbody").getByRole("link", { name: /^payments/ }).click();
     await expect.poll(ids).toEqual([runs.approved]);
     expect(new URL(page.url()).searchParams.get("agent")).toBe("payments");
@@ -147,14 +149,14 @@ describe("the operator console", () => {
     await page.getByLabel("Version").fill(`${version}-other`);
     await page.getByRole("button", { name: "Filter" }).click();
     await page.getByText("No runs yet.").waitFor();
-    // Days: today holds all three; a window that ended yesterday none (the API agrees).
+    // Days: today holds all four; a window that ended yesterday none (the API agrees).
     await page.goto(`${forge.url}/console/runs`);
     const today = new Date().toISOString().slice(0, 10);
     const yesterday = new Date(Date.now() - 86_400_000).toISOString().slice(0, 10);
     await page.getByLabel("From (UTC day)").fill(today);
     await page.getByLabel("To (UTC day)").fill(today);
     await page.getByRole("button", { name: "Filter" }).click();
-    await expect.poll(() => rows.count()).toBe(3);
+    await expect.poll(() => rows.count()).toBe(4);
     await page.getByLabel("From (UTC day)").fill(yesterday);
     await page.getByLabel("To (UTC day)").fill(yesterday);
     await page.getByRole("button", { name: "Filter" }).click();
@@ -186,6 +188,20 @@ describe("the operator console", () => {
     expect(await calls.count()).toBe(detail.run.modelCalls.length);
     await axe(page, "a run with a decided approval");
     await shot(page, "console-run-approved");
+    await page.context().close();
+  });
+
+  it("opens a citation's exact span from the run inspector", async () => {
+    const page = await signedIn(chrome, forge.url, ada, `/console/runs/${runs.cited}`);
+    await page.getByRole("heading", { name: "Events" }).waitFor();
+    await page.getByRole("button", { name: /^cites handbook\.md bytes 33–99$/ }).click();
+    const dialog = page.getByRole("dialog");
+    await dialog.getByText("Refunds are accepted within 30 days of delivery, with the receipt.").waitFor();
+    await dialog.getByText("bytes 33–99").waitFor();
+    await axe(page, "a citation opened from the inspector");
+    await shot(page, "console-citation");
+    await dialog.getByRole("button", { name: "Close" }).click();
+    expect(await page.getByRole("dialog").count()).toBe(0);
     await page.context().close();
   });
 

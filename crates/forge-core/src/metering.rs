@@ -189,6 +189,14 @@ pub struct ModelCall {
     /// The model the provider reports answering (often a dated snapshot of `model`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provider_model: Option<String>,
+    /// The worker whose execution made it (the run lease's holder): a change between attempts
+    /// is a takeover. `None` for calls recorded before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub holder: Option<String>,
+    /// The trace its execution ran in (32 hex digits), to open in a tracing tool. `None`
+    /// without tracing, and for calls recorded before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_id: Option<String>,
     /// Where it stands.
     pub status: CallStatus,
 }
@@ -530,6 +538,8 @@ mod tests {
             cost_micros: Some(cost),
             request_id: None,
             provider_model: None,
+            holder: None,
+            trace_id: None,
             status,
         }
     }

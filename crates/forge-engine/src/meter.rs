@@ -145,6 +145,8 @@ impl Meter<'_> {
             cost_micros: None,
             request_id: None,
             provider_model: None,
+            holder: Some(cur.lease().holder.clone()),
+            trace_id: cur.trace().context().map(|c| c.trace_hex()),
             status: CallStatus::Reserved,
         };
         // Without a quota there is nothing to hold against: the call is recorded, settled, by

@@ -88,6 +88,8 @@ impl<F: StoreFactory> World<F> {
             cost_micros: Some(tokens),
             request_id: Some(format!("req-{}", run.id)),
             provider_model: None,
+            holder: None,
+            trace_id: None,
             status: CallStatus::Settled,
         }
     }

@@ -80,6 +80,8 @@ impl<F: StoreFactory> Ledger<F> {
             cost_micros: None,
             request_id: None,
             provider_model: None,
+            holder: None,
+            trace_id: None,
             status: CallStatus::Reserved,
         }
     }

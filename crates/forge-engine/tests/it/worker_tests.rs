@@ -897,6 +897,14 @@ async fn a_run_still_leased_by_a_crashed_worker_is_deferred_until_the_lease_laps
         run.fence > dead.token,
         "the new execution was fenced above the dead worker"
     );
+    // Its model calls name the lease holder that took over (the engine's worker id), and its
+    // attempt.
+    let calls = engine.run_usage(&h.scope, run.id).await.unwrap();
+    assert!(!calls.is_empty());
+    for call in calls {
+        assert_eq!(call.holder.as_deref(), Some("w1"));
+        assert!(call.attempt > dead.token);
+    }
 }
 
 /// Records when each run's execution started and ended, by the wall clock.

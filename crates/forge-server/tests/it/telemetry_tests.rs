@@ -121,6 +121,25 @@ async fn each_request_is_one_trace_through_enqueue_claim_and_execution() {
             .unwrap_or_else(|| panic!("no model call under the step: {spans:#?}"));
         assert_eq!(model.kind, SpanKind::Client);
         assert_eq!(model.trace_id, caller.trace_id);
+        // The run's model calls name that trace (for the console's inspector) and the worker
+        // whose execution made them.
+        let calls = srv
+            .gql(
+                &alice,
+                "query($id: ID!) { run(id: $id) { modelCalls } }",
+                serde_json::json!({"id": run}),
+            )
+            .await;
+        let calls = calls["run"]["modelCalls"].as_array().unwrap().clone();
+        assert!(!calls.is_empty());
+        let hex: String = caller.trace_id.iter().map(|b| format!("{b:02x}")).collect();
+        for call in &calls {
+            assert_eq!(call["trace_id"], hex.as_str(), "{call}");
+            assert!(
+                call["holder"].as_str().is_some_and(|h| !h.is_empty()),
+                "{call}"
+            );
+        }
     }
 
     otel.flush().unwrap();

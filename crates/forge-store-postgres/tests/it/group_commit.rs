@@ -393,6 +393,8 @@ pub(crate) fn call(run: &Run, scope: &Scope, clock: &ManualClock) -> ModelCall {
         cost_micros: None,
         request_id: None,
         provider_model: None,
+        holder: None,
+        trace_id: None,
         status: CallStatus::Reserved,
     }
 }

@@ -85,6 +85,8 @@ async fn seed_tenant_a(store: &PostgresStore, clock: &ManualClock) {
             cost_micros: Some(0),
             request_id: None,
             provider_model: None,
+            holder: None,
+            trace_id: None,
             status: forge_core::metering::CallStatus::Settled,
         }],
         state: None,

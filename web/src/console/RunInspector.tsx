@@ -1,5 +1,6 @@
-// One run as its log tells it: what it is (state, agent, cost reserved and settled), the time
-// each step took (a waterfall from the run's own events), its model calls (attempts included),
+// One run as its log tells it: what it is (state, agent, cost reserved and settled, its trace),
+// the time each step took (a waterfall from the run's own events, with the model's latency and
+// time to first token), its model calls (attempts and the worker of each, takeovers marked),
 // the approvals and questions with who decided and when, and every event in order (a citation
 // opens its exact span).
 
@@ -10,17 +11,16 @@ import { gql } from "../api";
 import { CitationDialog } from "../components/Citation";
 import { cut, money, summarize } from "../text";
 import { Go, Scroll, ShortId, States, When, useLoad } from "./common";
+import { type Event, stepTimes, steps } from "./timing";
 
-interface Event {
-  seq: number;
-  at: string;
-  type: string;
-  event: Record<string, unknown>;
-}
 
 interface ModelCall {
   step: number;
   attempt: number;
+  /** The lease holder whose execution made it (absent on calls recorded before it was kept). */
+  holder?: string;
+  /** The trace its execution ran in (absent without tracing). */
+  trace_id?: string;
   model: string;
   at: string;
   estimated_cost_micros: number;
@@ -152,18 +152,6 @@ export function rows(events: Event[]): Row[] {
   return out;
 }
 
-/** Each step's span, from its `step.started` to the next step's (or the run's last event). */
-export function steps(events: Event[]): { step: number; start: number; end: number }[] {
-  const at = (e: Event) => new Date(e.at).getTime();
-  const starts = events.filter((e) => e.type === "step.started");
-  const end = events.length ? at(events[events.length - 1]) : 0;
-  return starts.map((e, i) => ({
-    step: Number(e.event.step),
-    start: at(e),
-    end: i + 1 < starts.length ? at(starts[i + 1]) : end,
-  }));
-}
-
 function seconds(ms: number): string {
   return `${(ms / 1000).toFixed(ms < 10_000 ? 2 : 1)} s`;
 }
@@ -174,6 +162,8 @@ export function RunInspector({ id }: { id: string }) {
   const [cited, setCited] = useState<CitationPart | null>(null);
   const timeline = useMemo(() => rows(run?.events ?? []), [run]);
   const spans = useMemo(() => steps(run?.events ?? []), [run]);
+  const timings = useMemo(() => stepTimes(run?.events ?? []), [run]);
+  const traces = [...new Set((run?.modelCalls ?? []).flatMap((c) => (c.trace_id ? [c.trace_id] : [])))];
   const t0 = run?.events.length ? new Date(run.events[0].at).getTime() : 0;
   const total = spans.length ? Math.max(1, spans[spans.length - 1].end - spans[0].start) : 1;
   const reserved = run?.modelCalls.reduce((n, c) => n + c.estimated_cost_micros, 0) ?? 0;
@@ -224,6 +214,18 @@ export function RunInspector({ id }: { id: string }) {
               </dd>
             </div>
             <div>
+              <dt>Trace</dt>
+              <dd className="trace">
+                {traces.length === 0
+                  ? "none recorded (no tracing when it ran)"
+                  : traces.map((t) => (
+                      <code key={t} title="The trace id to open in your tracing tool">
+                        {t}
+                      </code>
+                    ))}
+              </dd>
+            </div>
+            <div>
               <dt>Cost</dt>
               <dd>
                 {money(run.costMicros, run.currency)} settled, {money(reserved, run.currency)} reserved
@@ -240,6 +242,16 @@ export function RunInspector({ id }: { id: string }) {
                 <li key={s.step}>
                   <span className="label">
                     Step {s.step}: {seconds(s.end - s.start)}
+                    {timings.get(s.step)?.model !== undefined ? (
+                      <span className="muted">
+                        {" "}
+                        (model {seconds(timings.get(s.step)?.model ?? 0)}
+                        {timings.get(s.step)?.firstToken !== undefined
+                          ? `, first token after ${seconds(timings.get(s.step)?.firstToken ?? 0)}`
+                          : ""}
+                        )
+                      </span>
+                    ) : null}
                   </span>
                   <span
                     className="bar"
@@ -264,6 +276,7 @@ export function RunInspector({ id }: { id: string }) {
                   <tr>
                     <th scope="col">Step</th>
                     <th scope="col">Attempt</th>
+                    <th scope="col">Worker</th>
                     <th scope="col">Model</th>
                     <th scope="col">At</th>
                     <th scope="col">Tokens in / out</th>
@@ -276,6 +289,12 @@ export function RunInspector({ id }: { id: string }) {
                     <tr key={i}>
                       <td className="num">{c.step}</td>
                       <td className="num">{c.attempt}</td>
+                      <td>
+                        {c.holder ?? "—"}
+                        {i > 0 && c.holder && run.modelCalls[i - 1].holder && run.modelCalls[i - 1].holder !== c.holder ? (
+                          <strong className="takeover"> took over</strong>
+                        ) : null}
+                      </td>
                       <td>{c.model}</td>
                       <td>
                         <When at={c.at} />

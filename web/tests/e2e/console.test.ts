@@ -5,15 +5,19 @@
 
 import { spawnSync } from "node:child_process";
 import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { type Server, createServer } from "node:http";
 import { join } from "node:path";
 
 import type { Browser, Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 
-import { Forge, browser, forgeBin, repo, signedIn, violations } from "./harness";
+import { Forge, browser, forgeBin, freePort, repo, signedIn, violations } from "./harness";
 
 let forge: Forge;
 let chrome: Browser;
+/** A stand-in OTLP collector: it keeps every body `forge serve --otel` exports. */
+let collector: Server;
+const exported: Buffer[] = [];
 let alice: string;
 let rita: string;
 let ada: string;
@@ -52,7 +56,26 @@ async function reaches(id: string, want: string): Promise<void> {
 
 beforeAll(async () => {
   // A daily quota per tenant, far above what the runs use, so that its use shows.
-  forge = await Forge.start({ extra: () => ["--quota-tokens", "1000000", "--quota-cost-micros", "50000", "--quota-period", "day"] });
+  const otlp = await freePort();
+  collector = createServer((req, res) => {
+    const body: Buffer[] = [];
+    req.on("data", (c: Buffer) => body.push(c));
+    req.on("end", () => {
+      exported.push(Buffer.concat(body));
+      res.writeHead(200, { "content-type": "application/x-protobuf" });
+      res.end();
+    });
+  });
+  await new Promise<void>((ok) => collector.listen(otlp, "127.0.0.1", ok));
+  forge = await Forge.start({
+    extra: () => ["--quota-tokens", "1000000", "--quota-cost-micros", "50000", "--quota-period", "day", "--otel"],
+    env: {
+      OTEL_EXPORTER_OTLP_ENDPOINT: `http://127.0.0.1:${otlp}`,
+      OTEL_EXPORTER_OTLP_PROTOCOL: "http/protobuf",
+      // Exported at once, so that the test finds the run's spans without waiting for a batch.
+      OTEL_BSP_SCHEDULE_DELAY: "100",
+    },
+  });
   chrome = await browser();
   alice = await forge.token("acme", "alice", ["finance"]);
   rita = await forge.token("acme", "rita", ["finance"]);
@@ -82,6 +105,7 @@ beforeAll(async () => {
 afterAll(async () => {
   await chrome?.close();
   await forge?.stop();
+  collector?.close();
 });
 
 async function axe(page: Page, screen: string) {
@@ -186,6 +210,15 @@ describe("the operator console", () => {
     await page.getByText(/settled, .* reserved/).waitFor();
     const calls = page.locator("table.data").first().locator("tbody tr");
     expect(await calls.count()).toBe(detail.run.modelCalls.length);
+    // Each call names the worker that made it; each step its model latency.
+    const workers = await calls.locator("td:nth-child(3)").allTextContents();
+    expect(workers.every((w) => w.length > 0 && w !== "—"), workers.join()).toBe(true);
+    await page.getByText(/^Step 1: .* \(model \d+\.\d+ s/).waitFor();
+    // The trace to open in a tracing tool: the one the collector received the run's spans in.
+    const trace = (await page.locator("dd.trace code").first().textContent()) ?? "";
+    expect(trace).toMatch(/^[0-9a-f]{32}$/);
+    const id = Buffer.from(trace, "hex");
+    await expect.poll(() => exported.some((b) => b.includes(id)), { timeout: 20_000 }).toBe(true);
     await axe(page, "a run with a decided approval");
     await shot(page, "console-run-approved");
     await page.context().close();

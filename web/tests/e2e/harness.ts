@@ -53,6 +53,8 @@ export interface ServeOptions {
   graphiql?: boolean;
   /** More arguments for `forge serve`, written for the server's directory before it starts. */
   extra?: (dir: string) => string[];
+  /** More environment variables for `forge serve`. */
+  env?: Record<string, string>;
 }
 
 export class Forge {
@@ -127,7 +129,7 @@ export class Forge {
     ];
     this.child = spawn(forgeBin(), args, {
       cwd: this.dir,
-      env: { ...process.env, FORGE_JWT_SECRET: SECRET },
+      env: { ...process.env, FORGE_JWT_SECRET: SECRET, ...this.options.env },
       stdio: ["ignore", "pipe", "pipe"],
     });
     this.child.stdout?.on("data", (d) => (this.log += d));

@@ -510,6 +510,17 @@ describe("the console's MCP servers", () => {
     await shot(page, "console-mcp");
     await page.context().close();
 
+    // At a phone's width: nothing wider than the window, still axe-clean.
+    const phone = await chrome.newContext({ viewport: { width: 390, height: 800 } });
+    const small = await phone.newPage();
+    await small.goto(`${withMcp.url}/favicon.svg`);
+    await small.evaluate((t) => localStorage.setItem("forge.token", t), admin);
+    await small.goto(`${withMcp.url}/console/mcp`);
+    await small.locator("article.mcp-server").nth(2).waitFor();
+    await fitsWidth(small);
+    await axe(small, "the MCP servers on a phone");
+    await phone.close();
+
     // Someone without the power is refused, in the API and on the screen.
     const bob = await withMcp.token("acme", "bob", ["finance"]);
     const refused = await fetch(`${withMcp.url}/graphql`, {

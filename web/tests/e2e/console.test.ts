@@ -401,6 +401,16 @@ describe("the console's dead letters", () => {
       await row.waitFor();
       await axe(page, "dead letters");
       await shot(page, "console-dead-letters");
+      // At a phone's width, the list with its buttons: nothing wider than the window.
+      const phone = await chrome.newContext({ viewport: { width: 390, height: 800 } });
+      const small = await phone.newPage();
+      await small.goto(`${idle.url}/favicon.svg`);
+      await small.evaluate((t) => localStorage.setItem("forge.token", t), admin);
+      await small.goto(`${idle.url}/console/dead-letters`);
+      await small.locator("table.data tbody tr").first().waitFor();
+      await fitsWidth(small);
+      await axe(small, "dead letters on a phone");
+      await phone.close();
       await row.getByRole("button", { name: "Replay" }).click();
       await page.getByRole("status").getByText(/Replayed: a worker takes run/).waitFor();
       await page.getByText("No dead letters yet.").waitFor();

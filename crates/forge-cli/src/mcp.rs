@@ -331,13 +331,7 @@ impl forge_server::McpStatus for ConsoleStatus {
 
 /// A server's status as the console shows it.
 fn console_state(s: forge_mcp::ServerStatus) -> forge_server::McpServerState {
-    let rfc3339 = |t: forge_core::time::Timestamp| {
-        serde_json::to_value(t)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_owned))
-    };
-    let diff = s.diff.clone();
-    let tool_state = |name: &str| match &diff {
+    let tool_state = |name: &str| match &s.diff {
         None => "unknown",
         Some(d) if d.changed.iter().any(|t| t == name) => "changed",
         Some(d) if d.removed.iter().any(|t| t == name) => "removed",
@@ -364,10 +358,10 @@ fn console_state(s: forge_mcp::ServerStatus) -> forge_server::McpServerState {
             })
             .collect(),
         unpinned: s.diff.as_ref().map(|d| d.added.clone()).unwrap_or_default(),
-        listed_at: s.listed_at.and_then(rfc3339),
-        drift_since: s.drift_since.and_then(rfc3339),
-        last_error: s.last_error.as_ref().map(|(_, m)| m.clone()),
-        last_error_at: s.last_error.as_ref().and_then(|(t, _)| rfc3339(*t)),
+        listed_at: s.listed_at.map(|t| t.to_string()),
+        drift_since: s.drift_since.map(|t| t.to_string()),
+        last_error_at: s.last_error.as_ref().map(|(t, _)| t.to_string()),
+        last_error: s.last_error.map(|(_, m)| m),
     }
 }
 

@@ -100,6 +100,14 @@ pub enum QuotaPeriod {
 }
 
 impl QuotaPeriod {
+    /// Its name, as in configuration (`day`, `month`).
+    pub fn name(&self) -> &'static str {
+        match self {
+            QuotaPeriod::Day => "day",
+            QuotaPeriod::Month => "month",
+        }
+    }
+
     /// The start of the period containing `at`.
     pub fn start(&self, at: Timestamp) -> Timestamp {
         let t = at.0;
@@ -269,10 +277,7 @@ pub fn orphaned(call: &ModelCall, before: Timestamp) -> Option<ModelCall> {
 pub fn check_quota(existing: &[ModelCall], call: &ModelCall, quota: &Quota) -> Result<(), String> {
     let (tokens, cost) = charged_in_period(existing, &call.tenant_id, call.period_start);
     let (want_tokens, want_cost) = call.charged();
-    let period = match quota.period {
-        QuotaPeriod::Day => "day",
-        QuotaPeriod::Month => "month",
-    };
+    let period = quota.period.name();
     if let Some(max) = quota.max_tokens
         && tokens.saturating_add(want_tokens) > max
     {

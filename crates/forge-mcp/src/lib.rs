@@ -123,11 +123,6 @@ impl McpRuntime {
         })
     }
 
-    /// Where each server stands now, in configuration order.
-    pub fn status(&self) -> Vec<ServerStatus> {
-        self.servers.iter().map(|s| s.status()).collect()
-    }
-
     /// The imported tools, for the engine's registry.
     pub fn tools(&self) -> Vec<Arc<dyn Tool>> {
         self.tools

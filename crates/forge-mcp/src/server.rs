@@ -15,7 +15,6 @@ use rmcp::model::{ClientConfig, Implementation};
 use rmcp::service::{NotificationContext, Peer, RoleClient, RunningService};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
-use serde::Serialize;
 use tokio::io::AsyncBufReadExt;
 
 use crate::catalog::{CatalogDiff, ServerPins, ToolDefinition};
@@ -63,8 +62,9 @@ struct State {
     last_error: Option<(Timestamp, String)>,
 }
 
-/// Where one server stands, for operators (`forge serve`'s console).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// Where one server stands, for operators (`forge serve`'s console, through
+/// [`ServerHandle::status`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServerStatus {
     /// The server's name.
     pub name: String,

@@ -94,7 +94,7 @@ pub const EVAL_PUT_VERDICT: &str = "INSERT INTO forge_eval_judgements (tenant_id
     VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING";
 
 /// A `WHERE` clause after `tenant_id = $1`, built a condition at a time with the values it binds
-/// from `$2` on, numbered in the order they appear (as SQLite numbers `$n` parameters).
+/// from `$2` on, numbered in the order they are added.
 #[derive(Default)]
 struct Filter {
     clause: String,
@@ -102,12 +102,16 @@ struct Filter {
 }
 
 impl Filter {
-    /// Adds `condition`, in which `{}` stands for the next parameter, binding `value`.
-    fn and(&mut self, condition: &str, value: Bind) {
-        self.values.push(value);
-        let n = format!("${}", self.values.len() + 1);
+    /// Adds `condition`, in which each `{}` stands for the next parameter, binding `values` to
+    /// them in order.
+    fn and(&mut self, condition: &str, values: impl IntoIterator<Item = Bind>) {
+        let mut condition = condition.to_owned();
+        for value in values {
+            self.values.push(value);
+            condition = condition.replacen("{}", &format!("${}", self.values.len() + 1), 1);
+        }
         self.clause.push_str(" AND ");
-        self.clause.push_str(&condition.replacen("{}", &n, 1));
+        self.clause.push_str(&condition);
     }
 
     /// The statement `select … WHERE tenant_id = $1 <filter> <order> LIMIT $n` and its values.
@@ -131,19 +135,19 @@ pub fn audit_page(query: &AuditQuery) -> (String, Vec<Bind>) {
     let mut filter = Filter::default();
     if let Some(action) = &query.action {
         let prefix = format!("{}%", escape_like(action));
-        filter.and("action LIKE {} ESCAPE '\\'", Bind::Text(prefix));
+        filter.and("action LIKE {} ESCAPE '\\'", [Bind::Text(prefix)]);
     }
     if let Some(subject) = &query.subject {
-        filter.and("subject = {}", Bind::Text(subject.clone()));
+        filter.and("subject = {}", [Bind::Text(subject.clone())]);
     }
     if let Some(actor) = &query.actor {
-        filter.and("actor = {}", Bind::Text(actor.clone()));
+        filter.and("actor = {}", [Bind::Text(actor.clone())]);
     }
     if let Some(since) = query.since {
-        filter.and("at >= {}", Bind::Time(since));
+        filter.and("at >= {}", [Bind::Time(since)]);
     }
     if let Some(until) = query.until {
-        filter.and("at < {}", Bind::Time(until));
+        filter.and("at < {}", [Bind::Time(until)]);
     }
     filter.page(
         "SELECT tenant_id, at, actor, action, subject, detail FROM forge_audit",
@@ -164,37 +168,34 @@ pub fn run_page(
     let mut filter = Filter::default();
     let text = |s: &String| Bind::Text(s.clone());
     if let Some(status) = &query.status {
-        filter.and("status = {}", text(status));
+        filter.and("status = {}", [text(status)]);
     }
     if let Some(thread) = query.thread_id {
-        filter.and("thread_id = {}", Bind::Id(thread.0));
+        filter.and("thread_id = {}", [Bind::Id(thread.0)]);
     }
     if let Some(agent) = &query.agent_name {
-        filter.and("agent_name = {}", text(agent));
+        filter.and("agent_name = {}", [text(agent)]);
     }
     if let Some(version) = &query.agent_version {
-        filter.and("agent_version = {}", text(version));
+        filter.and("agent_version = {}", [text(version)]);
     }
     if let Some(since) = query.since {
-        filter.and("created_at >= {}", Bind::Time(since));
+        filter.and("created_at >= {}", [Bind::Time(since)]);
     }
     if let Some(until) = query.until {
-        filter.and("created_at < {}", Bind::Time(until));
+        filter.and("created_at < {}", [Bind::Time(until)]);
     }
     if let Some(code) = query.failure_code {
         filter.and(
             "failure ->> 'code' = {}",
-            Bind::Text(code.name().to_owned()),
+            [Bind::Text(code.name().to_owned())],
         );
     }
     if let Some((at, id)) = cursor {
-        // Two parameters: the time, then the id right after it.
-        filter.values.push(Bind::Time(at));
-        let n = filter.values.len() + 1;
-        filter
-            .clause
-            .push_str(&format!(" AND (created_at, id) < (${n}, ${})", n + 1));
-        filter.values.push(Bind::Id(id.0));
+        filter.and(
+            "(created_at, id) < ({}, {})",
+            [Bind::Time(at), Bind::Id(id.0)],
+        );
     }
     filter.page(
         &format!("SELECT {columns} FROM forge_runs"),
@@ -259,5 +260,36 @@ mod tests {
             "{sql}"
         );
         assert_eq!(values, [Bind::Limit(3)]);
+    }
+
+    #[test]
+    fn the_run_page_numbers_every_filter_and_the_cursor_in_order() {
+        let at = Timestamp::from_unix_millis(1_700_000_000_000).expect("a time");
+        let id = RunId(uuid::Uuid::from_u128(7));
+        let query = RunQuery {
+            agent_name: Some("support".into()),
+            until: Some(at),
+            ..RunQuery::newest(5)
+        }
+        .failure_code("internal")
+        .expect("a code");
+        let (sql, values) = run_page("id", &query, Some((at, id)));
+        assert_eq!(
+            sql,
+            "SELECT id FROM forge_runs WHERE tenant_id = $1 AND agent_name = $2 \
+             AND created_at < $3 AND failure ->> 'code' = $4 AND (created_at, id) < ($5, $6) \
+             ORDER BY created_at DESC, id DESC LIMIT $7"
+        );
+        assert_eq!(
+            values,
+            [
+                Bind::Text("support".into()),
+                Bind::Time(at),
+                Bind::Text("internal".into()),
+                Bind::Time(at),
+                Bind::Id(id.0),
+                Bind::Limit(5),
+            ]
+        );
     }
 }

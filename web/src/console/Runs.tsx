@@ -1,11 +1,11 @@
 // The tenant's runs, newest first: filtered by state, agent and version, thread, creation day
 // and failure code (kept in the address bar), a page at a time, refreshed while the screen is open.
 
-import { type FormEvent, useEffect, useState } from "react";
+import { useEffect, useState } from "react";
 
 import { gql } from "../api";
 import { money } from "../text";
-import { Go, Scroll, ShortId, States, When, useLoad, useSearch } from "./common";
+import { Go, Scroll, ShortId, States, When, dayStart, useFilterForm, useLoad, useSearch } from "./common";
 
 /** One run as the list shows it. */
 export interface RunRow {
@@ -57,28 +57,18 @@ const FAILURES = [
 
 /** The text fields of the filter form, as in the address bar. */
 const FIELDS = ["thread", "agent", "version", "from", "to"] as const;
-type Field = (typeof FIELDS)[number];
-
-/** The start of UTC day `day` (`YYYY-MM-DD`) plus `days`, as RFC 3339. */
-function dayStart(day: string, days = 0): string {
-  const d = new Date(`${day}T00:00:00Z`);
-  d.setUTCDate(d.getUTCDate() + days);
-  return d.toISOString();
-}
 
 /** The API's filter for the address bar's `params`. */
 export function runFilter(params: URLSearchParams): Record<string, string | undefined> {
   const get = (k: string) => params.get(k)?.trim() || undefined;
-  const from = get("from");
-  const to = get("to");
   return {
     status: get("status"),
     threadId: get("thread"),
     agentName: get("agent"),
     agentVersion: get("version"),
     // Days are UTC and both included: the API's window ends before the day after `to`.
-    since: from ? dayStart(from) : undefined,
-    until: to ? dayStart(to, 1) : undefined,
+    since: dayStart(get("from")),
+    until: dayStart(get("to"), 1),
     failureCode: get("failure"),
   };
 }
@@ -90,10 +80,7 @@ export function Runs({ search }: { search: string }) {
   const status = params.get("status") ?? "";
   const failure = params.get("failure") ?? "";
   const key = params.toString();
-  const shown = (): Record<Field, string> =>
-    Object.fromEntries(FIELDS.map((f) => [f, params.get(f) ?? ""])) as Record<Field, string>;
-  const [form, setForm] = useState(shown);
-  useEffect(() => setForm(shown()), [key]);
+  const { field, apply: filter } = useFilterForm(params, setParams, FIELDS);
   const [more, setMore] = useState<RunRow[]>([]);
   const [next, setNext] = useState<string | null>(null);
   const first = useLoad(() => gql<Page>(RUNS, runFilter(params)), [key]);
@@ -117,14 +104,6 @@ export function Runs({ search }: { search: string }) {
   };
 
   const rows = [...(first.value?.runs.nodes ?? []), ...more];
-  const filter = (e: FormEvent) => {
-    e.preventDefault();
-    setParams(Object.fromEntries(FIELDS.map((f) => [f, form[f].trim() || null])));
-  };
-  const field = (f: Field) => ({
-    value: form[f],
-    onChange: (e: { target: { value: string } }) => setForm({ ...form, [f]: e.target.value }),
-  });
 
   return (
     <section aria-labelledby="runs-heading">

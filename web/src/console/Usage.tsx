@@ -11,7 +11,7 @@ import uPlot from "uplot";
 
 import { gql } from "../api";
 import { money } from "../text";
-import { Go, Scroll, ShortId, States, useLoad, useSearch } from "./common";
+import { Go, Scroll, ShortId, States, dayStart, useLoad, useSearch } from "./common";
 
 interface Rollup {
   day: string;
@@ -225,9 +225,7 @@ export function Usage({ search }: { search: string }) {
   useEffect(() => setForm({ from, to }), [from, to]);
   const { value, error, loading } = useLoad(() => {
     // `to` is the last day shown: the API's range ends before the next day.
-    const end = new Date(`${to}T00:00:00Z`);
-    end.setUTCDate(end.getUTCDate() + 1);
-    return gql<{ usage: Rollup[]; usageBreakdown: Breakdown }>(USAGE, { from: new Date(`${from}T00:00:00Z`).toISOString(), to: end.toISOString() });
+    return gql<{ usage: Rollup[]; usageBreakdown: Breakdown }>(USAGE, { from: dayStart(from), to: dayStart(to, 1) });
   }, [from, to]);
   const rollups = value?.usage ?? [];
   const breakdown = value?.usageBreakdown;

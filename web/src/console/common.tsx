@@ -1,8 +1,8 @@
 // What every console screen shares: loading, empty and error states, a link that stays a link,
-// times and ids shown for people, and the search parameters that keep a screen's filters in the
-// address bar.
+// times and ids shown for people, the search parameters that keep a screen's filters in the
+// address bar, and the filter form over them.
 
-import { type ReactNode, useCallback, useEffect, useMemo, useState } from "react";
+import { type FormEvent, type ReactNode, useCallback, useEffect, useMemo, useState } from "react";
 
 import { describe } from "../api";
 import { follow, navigate } from "../router";
@@ -124,4 +124,40 @@ export function Scroll({ label, children }: { label: string; children: ReactNode
       {children}
     </div>
   );
+}
+
+/**
+ * The start of UTC day `day` (`YYYY-MM-DD`) `plus` days later, as RFC 3339; `undefined` without a
+ * day. A filter's days are UTC and both included: its API window is `[dayStart(from),
+ * dayStart(to, 1))`.
+ */
+export function dayStart(day: string | undefined, plus = 0): string | undefined {
+  if (!day) return undefined;
+  const at = new Date(`${day}T00:00:00Z`);
+  at.setUTCDate(at.getUTCDate() + plus);
+  return at.toISOString();
+}
+
+/**
+ * A filter form over the address bar's `fields`: what each input shows (kept in step with the
+ * address when it changes), and `apply` to write the form back to the address (blank fields
+ * removed).
+ */
+export function useFilterForm<F extends string>(
+  params: URLSearchParams,
+  setParams: (change: Record<string, string | null>) => void,
+  fields: readonly F[],
+): { field: (f: F) => { value: string; onChange: (e: { target: { value: string } }) => void }; apply: (e: FormEvent) => void } {
+  const key = params.toString();
+  const shown = () => Object.fromEntries(fields.map((f) => [f, params.get(f) ?? ""])) as Record<F, string>;
+  const [form, setForm] = useState(shown);
+  // The form follows the address (whose text `key` is) when it changes.
+  useEffect(() => setForm(shown()), [key]);
+  return {
+    field: (f) => ({ value: form[f], onChange: (e) => setForm({ ...form, [f]: e.target.value }) }),
+    apply: (e) => {
+      e.preventDefault();
+      setParams(Object.fromEntries(fields.map((f) => [f, form[f].trim() || null])));
+    },
+  };
 }

@@ -548,14 +548,8 @@ impl Engine {
         let now = self.services.clock.now();
         let period_start = quota.period.start(now);
         // Calls count in the period they were reserved in; the period's are reserved in it.
-        let calls = self
-            .stores
-            .ledger
-            .model_calls(
-                scope,
-                CallFilter::Between(period_start, now.plus(std::time::Duration::from_secs(1))),
-            )
-            .await?;
+        let until = now.plus(std::time::Duration::from_secs(1));
+        let calls = self.calls_between(scope, period_start, until).await?;
         let (tokens, cost_micros) =
             forge_core::metering::charged_in_period(&calls, scope.tenant_id(), period_start);
         Ok(Some(forge_core::metering::QuotaUse {

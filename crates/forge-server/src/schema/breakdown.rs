@@ -125,15 +125,8 @@ pub(crate) async fn breakdown(
         .await
         .map_err(client_error)?
         .map(|q| QuotaUseObject {
-            period: match q.quota.period {
-                forge_core::metering::QuotaPeriod::Day => "day".into(),
-                forge_core::metering::QuotaPeriod::Month => "month".into(),
-            },
-            period_start: to_json(&q.period_start)
-                .0
-                .as_str()
-                .unwrap_or_default()
-                .to_owned(),
+            period: q.quota.period.name().into(),
+            period_start: q.period_start.to_string(),
             max_tokens: q.quota.max_tokens,
             max_cost_micros: q.quota.max_cost_micros,
             tokens: q.tokens,

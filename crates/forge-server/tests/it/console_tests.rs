@@ -6,6 +6,16 @@ use serde_json::{Value, json};
 
 use crate::support::{Opts, start, token};
 
+/// The ids of a `runs` answer's nodes, in order.
+fn ids(d: &Value) -> Vec<String> {
+    d["runs"]["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
 /// The tenant's runs, whoever started them (issue 69, the console's run list): for
 /// administrators, filtered by state and thread, newest first a page at a time, and never
 /// another tenant's.
@@ -27,14 +37,6 @@ async fn administrators_list_the_tenants_runs() {
     let list = "query($status: String, $thread: ID, $after: String, $first: Int) {
         runs(status: $status, threadId: $thread, after: $after, first: $first) {
             nodes { id } pageInfo { hasNextPage endCursor } } }";
-    let ids = |d: &Value| -> Vec<String> {
-        d["runs"]["nodes"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|n| n["id"].as_str().unwrap().to_owned())
-            .collect()
-    };
     let all = srv.gql(&admin, list, json!({})).await;
     assert_eq!(
         ids(&all),
@@ -86,14 +88,6 @@ async fn administrators_filter_runs_and_break_usage_down() {
     let list = "query($agent: String, $version: String, $since: String, $until: String,
         $code: String) { runs(agentName: $agent, agentVersion: $version, since: $since,
         until: $until, failureCode: $code) { nodes { id agentName agentVersion } } }";
-    let ids = |d: &Value| -> Vec<String> {
-        d["runs"]["nodes"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|n| n["id"].as_str().unwrap().to_owned())
-            .collect()
-    };
     let all = srv.gql(&admin, list, json!({"agent": "greeter"})).await;
     assert_eq!(ids(&all), [second.clone(), first.clone()], "{all}");
     let version = all["runs"]["nodes"][0]["agentVersion"].clone();
